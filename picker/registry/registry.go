@@ -1,0 +1,153 @@
+package registry
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Listener hears of workers joining and leaving. Calls are made one at a
+// time, in the order the changes happened, after the change is visible in
+// Workers. A listener must not call back into the registry's write methods.
+type Listener interface {
+	WorkerAdded(w *Worker)
+	WorkerRemoved(w *Worker)
+}
+
+// Registry is the set of workers the picker may route to. Reads are
+// lock-free (an immutable snapshot); writes are serialized.
+type Registry struct {
+	mu        sync.Mutex // serializes writers and listener calls
+	byKey     map[Key]*Worker
+	snapshot  atomic.Pointer[[]*Worker]
+	listeners []Listener
+	synced    atomic.Bool
+}
+
+// New returns an empty registry.
+func New() *Registry {
+	r := &Registry{byKey: map[Key]*Worker{}}
+	r.snapshot.Store(&[]*Worker{})
+	return r
+}
+
+// AddListener registers l. Workers already present are announced to it.
+func (r *Registry) AddListener(l Listener) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.listeners = append(r.listeners, l)
+	for _, w := range *r.snapshot.Load() {
+		l.WorkerAdded(w)
+	}
+}
+
+// Workers returns the current workers, ordered by address. The slice is
+// shared and must not be modified.
+func (r *Registry) Workers() []*Worker { return *r.snapshot.Load() }
+
+// Len returns the number of workers.
+func (r *Registry) Len() int { return len(*r.snapshot.Load()) }
+
+// Lookup returns the worker for key, if present.
+func (r *Registry) Lookup(key Key) (*Worker, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.byKey[key]
+	return w, ok
+}
+
+// MarkSynced records that the registry reflects its source (the API server's
+// view, or the static list). Readiness waits for it.
+func (r *Registry) MarkSynced() { r.synced.Store(true) }
+
+// Synced reports whether MarkSynced was called.
+func (r *Registry) Synced() bool { return r.synced.Load() }
+
+// Upsert adds the endpoint, or keeps the existing worker when nothing that
+// matters changed. A changed address replaces the worker: the old object is
+// detached (its guards keep releasing into it) and a new one starts at zero.
+func (r *Registry) Upsert(ep Endpoint) *Worker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var added, removed []*Worker
+	w := r.upsertLocked(ep, &added, &removed)
+	r.publishLocked(added, removed)
+	return w
+}
+
+// Remove detaches the worker for key, if present.
+func (r *Registry) Remove(key Key) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.byKey[key]
+	if !ok {
+		return
+	}
+	delete(r.byKey, key)
+	r.publishLocked(nil, []*Worker{w})
+}
+
+// Replace makes the registry hold exactly eps: missing workers are removed,
+// new ones added, unchanged ones kept with their load.
+func (r *Registry) Replace(eps []Endpoint) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var added, removed []*Worker
+	keep := make(map[Key]bool, len(eps))
+	for _, ep := range eps {
+		keep[ep.Key] = true
+		r.upsertLocked(ep, &added, &removed)
+	}
+	for k, w := range r.byKey {
+		if !keep[k] {
+			delete(r.byKey, k)
+			removed = append(removed, w)
+		}
+	}
+	r.publishLocked(added, removed)
+}
+
+func (r *Registry) upsertLocked(ep Endpoint, added, removed *[]*Worker) *Worker {
+	if old, ok := r.byKey[ep.Key]; ok {
+		if old.ep == ep {
+			return old
+		}
+		*removed = append(*removed, old)
+	}
+	w := newWorker(ep)
+	r.byKey[ep.Key] = w
+	*added = append(*added, w)
+	return w
+}
+
+// publishLocked installs a new snapshot and tells the listeners. Removed
+// workers are marked before the snapshot changes hands, so a pick that still
+// holds the old snapshot can see the mark.
+func (r *Registry) publishLocked(added, removed []*Worker) {
+	if len(added) == 0 && len(removed) == 0 {
+		return
+	}
+	for _, w := range removed {
+		w.removed.Store(true)
+	}
+	ws := make([]*Worker, 0, len(r.byKey))
+	for _, w := range r.byKey {
+		ws = append(ws, w)
+	}
+	slices.SortFunc(ws, func(a, b *Worker) int {
+		if c := strings.Compare(a.addr, b.addr); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ep.Key.UID, b.ep.Key.UID)
+	})
+	r.snapshot.Store(&ws)
+	for _, l := range r.listeners {
+		for _, w := range removed {
+			l.WorkerRemoved(w)
+		}
+		for _, w := range added {
+			l.WorkerAdded(w)
+		}
+	}
+}

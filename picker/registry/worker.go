@@ -1,0 +1,100 @@
+// Package registry holds the workers a picker may route to and the load
+// guards that count the requests in flight on each of them.
+//
+// A Worker is one endpoint: a (pod UID, port) pair at an address. Load is
+// never adjusted by hand: Admit returns a Guard bound to the worker object,
+// and the guard decrements exactly once, whatever path the request takes.
+// When a worker leaves the registry the object is detached, so guards still in
+// flight release harmlessly and a pod re-created at the same address starts
+// from zero as a new object.
+package registry
+
+import (
+	"net/netip"
+	"sync/atomic"
+	"time"
+)
+
+// Key identifies an endpoint across its lifetime: the pod's UID and the
+// target port. A pod re-created with the same name and address has a new UID
+// and so a new Key.
+type Key struct {
+	UID  string
+	Port int32
+}
+
+// Endpoint is what the controllers (or --static-endpoints) know of a worker.
+type Endpoint struct {
+	Key       Key
+	Namespace string
+	Name      string // pod name; the address for static endpoints
+	Address   netip.AddrPort
+}
+
+// Metrics is a snapshot of what a worker's model server reported about
+// itself. Zero values mean "not reported".
+type Metrics struct {
+	Waiting      int     // requests queued in the model server
+	Running      int     // requests being processed
+	KVUsage      float64 // KV-cache usage in [0,1]
+	BlockSize    int     // tokens per KV block
+	NumGPUBlocks int     // KV blocks the server holds
+	Scraped      time.Time
+}
+
+// Worker is one endpoint of the pool. All methods are safe for concurrent use.
+type Worker struct {
+	ep   Endpoint
+	addr string // ep.Address formatted once
+	id   uint32 // unique for the life of the process; never reused
+
+	prefill atomic.Int64
+	decode  atomic.Int64
+	metrics atomic.Pointer[Metrics]
+	removed atomic.Bool
+}
+
+var nextID atomic.Uint32
+
+func newWorker(ep Endpoint) *Worker {
+	return &Worker{ep: ep, addr: ep.Address.String(), id: nextID.Add(1)}
+}
+
+// Endpoint returns what the worker was created from.
+func (w *Worker) Endpoint() Endpoint { return w.ep }
+
+// Address returns "ip:port".
+func (w *Worker) Address() string { return w.addr }
+
+// ID is a small integer unique to this worker object for the life of the
+// process. A re-created pod gets a new ID.
+func (w *Worker) ID() uint32 { return w.id }
+
+// Removed reports whether the worker has left the registry.
+func (w *Worker) Removed() bool { return w.removed.Load() }
+
+// Load returns the requests in flight: admitted without a first token
+// (prefill) and streaming output (decode).
+func (w *Worker) Load() (prefill, decode int64) {
+	return w.prefill.Load(), w.decode.Load()
+}
+
+// InFlight is prefill + decode.
+func (w *Worker) InFlight() int64 {
+	p, d := w.Load()
+	return p + d
+}
+
+// Metrics returns the last scraped metrics, or nil if none arrived yet.
+func (w *Worker) Metrics() *Metrics { return w.metrics.Load() }
+
+// SetMetrics stores a scrape result.
+func (w *Worker) SetMetrics(m *Metrics) { w.metrics.Store(m) }
+
+// Admit counts a new request on the worker, in prefill, and returns the
+// guard that will uncount it. The caller must arrange for Release to be
+// called on every exit path (a defer is the backstop).
+func (w *Worker) Admit() *Guard {
+	w.prefill.Add(1)
+	return &Guard{w: w}
+}
