@@ -1,0 +1,288 @@
+package registry
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func endpoint(uid string, addr string) Endpoint {
+	ap := netip.MustParseAddrPort(addr)
+	return Endpoint{Key: Key{UID: uid, Port: int32(ap.Port())}, Namespace: "ns", Name: "pod-" + uid, Address: ap}
+}
+
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) WorkerAdded(w *Worker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, "+"+w.Endpoint().Key.UID)
+}
+
+func (r *recorder) WorkerRemoved(w *Worker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, "-"+w.Endpoint().Key.UID)
+}
+
+func addresses(ws []*Worker) []string {
+	out := make([]string, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, w.Address())
+	}
+	return out
+}
+
+func TestGuardPhases(t *testing.T) {
+	cases := map[string]struct {
+		steps                      func(g *Guard)
+		wantPrefill, wantDecode    int64
+		wantReleasedFrom           Phase
+		wantFirstReleaseDecrements bool
+	}{
+		"release in prefill decrements prefill": {
+			steps:            func(*Guard) {},
+			wantReleasedFrom: Prefill, wantFirstReleaseDecrements: true,
+		},
+		"release after first token decrements decode": {
+			steps:            func(g *Guard) { g.FirstToken() },
+			wantReleasedFrom: Decode, wantFirstReleaseDecrements: true,
+		},
+		"first token twice moves once": {
+			steps:            func(g *Guard) { g.FirstToken(); g.FirstToken() },
+			wantReleasedFrom: Decode, wantFirstReleaseDecrements: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			w := newWorker(endpoint("a", "127.0.0.1:8000"))
+			g := w.Admit()
+			if p, d := w.Load(); p != 1 || d != 0 {
+				t.Fatalf("after Admit load = (%d,%d), want (1,0)", p, d)
+			}
+			tc.steps(g)
+			from, ok := g.Release()
+			if from != tc.wantReleasedFrom || ok != tc.wantFirstReleaseDecrements {
+				t.Errorf("Release() = (%v,%v), want (%v,%v)", from, ok, tc.wantReleasedFrom, tc.wantFirstReleaseDecrements)
+			}
+			if _, again := g.Release(); again {
+				t.Error("second Release decremented again")
+			}
+			if g.FirstToken() {
+				t.Error("FirstToken after Release moved the phase")
+			}
+			if p, d := w.Load(); p != tc.wantPrefill || d != tc.wantDecode {
+				t.Errorf("after Release load = (%d,%d), want (%d,%d)", p, d, tc.wantPrefill, tc.wantDecode)
+			}
+		})
+	}
+}
+
+func TestNilGuardIsInert(t *testing.T) {
+	var g *Guard
+	if g.FirstToken() {
+		t.Error("nil guard FirstToken reported a move")
+	}
+	if _, ok := g.Release(); ok {
+		t.Error("nil guard Release reported a decrement")
+	}
+	if g.Phase() != Released {
+		t.Errorf("nil guard phase = %v, want released", g.Phase())
+	}
+}
+
+func TestUpsertRemoveReplace(t *testing.T) {
+	r := New()
+	rec := &recorder{}
+	r.AddListener(rec)
+
+	a := r.Upsert(endpoint("a", "127.0.0.2:8000"))
+	b := r.Upsert(endpoint("b", "127.0.0.1:8000"))
+	if diff := cmp.Diff([]string{"127.0.0.1:8000", "127.0.0.2:8000"}, addresses(r.Workers())); diff != "" {
+		t.Errorf("workers (-want +got):\n%s", diff)
+	}
+	if again := r.Upsert(endpoint("a", "127.0.0.2:8000")); again != a {
+		t.Error("an unchanged endpoint made a new worker")
+	}
+
+	// The pod's IP changed: a new worker, the old one detached.
+	g := a.Admit()
+	a2 := r.Upsert(endpoint("a", "127.0.0.3:8000"))
+	if a2 == a || !a.Removed() || a2.InFlight() != 0 {
+		t.Fatalf("address change: new=%v oldRemoved=%v newLoad=%d", a2 != a, a.Removed(), a2.InFlight())
+	}
+	g.Release()
+	if a.InFlight() != 0 || a2.InFlight() != 0 {
+		t.Errorf("after releasing the old guard: old=%d new=%d, want 0 0", a.InFlight(), a2.InFlight())
+	}
+
+	r.Replace([]Endpoint{endpoint("b", "127.0.0.1:8000"), endpoint("c", "127.0.0.4:8000")})
+	if diff := cmp.Diff([]string{"127.0.0.1:8000", "127.0.0.4:8000"}, addresses(r.Workers())); diff != "" {
+		t.Errorf("after Replace (-want +got):\n%s", diff)
+	}
+	if w, _ := r.Lookup(Key{UID: "b", Port: 8000}); w != b {
+		t.Error("Replace rebuilt an unchanged worker")
+	}
+	r.Remove(Key{UID: "b", Port: 8000})
+	r.Remove(Key{UID: "missing", Port: 1})
+
+	want := []string{"+a", "+b", "-a", "+a", "-a", "+c", "-b"}
+	if diff := cmp.Diff(want, rec.events); diff != "" {
+		t.Errorf("listener events (-want +got):\n%s", diff)
+	}
+}
+
+func TestAddListenerAnnouncesExisting(t *testing.T) {
+	r := New()
+	r.Upsert(endpoint("a", "127.0.0.1:8000"))
+	rec := &recorder{}
+	r.AddListener(rec)
+	if diff := cmp.Diff([]string{"+a"}, rec.events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestGuardsUnderChurn interleaves admit, first token, release, removal and
+// re-creation of the same address from many goroutines. Whatever the order,
+// no count goes negative, every count returns to 0 once all guards are
+// released, and a worker re-created at an old address is never touched by a
+// guard of its predecessor.
+func TestGuardsUnderChurn(t *testing.T) {
+	r := New()
+	const pods = 4
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.%d:8000", i+1) }
+	for i := range pods {
+		r.Upsert(endpoint(fmt.Sprintf("pod%d-gen0", i), addr(i)))
+	}
+
+	var (
+		work    sync.WaitGroup // churn, requests and their concurrent releases
+		watch   sync.WaitGroup
+		mu      sync.Mutex
+		seen    = map[*Worker]bool{}
+		stop    = make(chan struct{})
+		negSeen = make(chan string, 1)
+	)
+	// Watcher: counts must never be observed negative.
+	watch.Add(1)
+	go func() {
+		defer watch.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, w := range r.Workers() {
+				if p, d := w.Load(); p < 0 || d < 0 {
+					select {
+					case negSeen <- fmt.Sprintf("%s: prefill=%d decode=%d", w.Address(), p, d):
+					default:
+					}
+				}
+			}
+		}
+	}()
+	// Churn: re-create pods with the same address under a new UID.
+	work.Add(1)
+	go func() {
+		defer work.Done()
+		rng := rand.New(rand.NewPCG(1, 2))
+		for gen := 1; gen <= 200; gen++ {
+			i := rng.IntN(pods)
+			switch rng.IntN(3) {
+			case 0:
+				r.Remove(Key{UID: fmt.Sprintf("pod%d-gen%d", i, gen-1), Port: 8000})
+				r.Upsert(endpoint(fmt.Sprintf("pod%d-gen%d", i, gen), addr(i)))
+			case 1:
+				eps := make([]Endpoint, 0, pods)
+				for j := range pods {
+					eps = append(eps, endpoint(fmt.Sprintf("pod%d-gen%d", j, gen), addr(j)))
+				}
+				r.Replace(eps)
+			default:
+				r.Upsert(endpoint(fmt.Sprintf("pod%d-gen%d", i, gen), addr(i)))
+			}
+		}
+	}()
+	// Requests: each admits on a worker of the current snapshot and releases,
+	// sometimes racing a second release from another goroutine.
+	for c := range 16 {
+		work.Add(1)
+		go func() {
+			defer work.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), 7))
+			for range 2000 {
+				ws := r.Workers()
+				if len(ws) == 0 {
+					continue
+				}
+				w := ws[rng.IntN(len(ws))]
+				mu.Lock()
+				seen[w] = true
+				mu.Unlock()
+				g := w.Admit()
+				if rng.IntN(2) == 0 {
+					g.FirstToken()
+				}
+				if rng.IntN(4) == 0 {
+					work.Add(1)
+					go func() {
+						defer work.Done()
+						g.FirstToken()
+						g.Release()
+					}()
+				}
+				g.Release()
+			}
+		}()
+	}
+	work.Wait()
+	close(stop)
+	watch.Wait()
+
+	select {
+	case msg := <-negSeen:
+		t.Fatalf("negative count observed: %s", msg)
+	default:
+	}
+	if len(seen) <= pods {
+		t.Fatalf("only %d worker objects saw traffic; the churn did not interleave", len(seen))
+	}
+	for w := range seen {
+		if p, d := w.Load(); p != 0 || d != 0 {
+			t.Errorf("worker %s (%s removed=%v): load (%d,%d), want (0,0)", w.Address(), w.Endpoint().Key.UID, w.Removed(), p, d)
+		}
+	}
+}
+
+func TestRecreatedAddressStartsAtZero(t *testing.T) {
+	r := New()
+	old := r.Upsert(endpoint("old", "127.0.0.1:8000"))
+	guards := []*Guard{old.Admit(), old.Admit(), old.Admit()}
+	guards[0].FirstToken()
+
+	r.Remove(Key{UID: "old", Port: 8000})
+	fresh := r.Upsert(endpoint("new", "127.0.0.1:8000"))
+	mine := fresh.Admit()
+	for _, g := range guards {
+		g.Release()
+	}
+	if p, d := fresh.Load(); p != 1 || d != 0 {
+		t.Errorf("re-created worker load = (%d,%d), want its own (1,0)", p, d)
+	}
+	mine.Release()
+	if fresh.InFlight() != 0 || old.InFlight() != 0 {
+		t.Errorf("after all releases: fresh=%d old=%d, want 0 0", fresh.InFlight(), old.InFlight())
+	}
+	if fresh.ID() == old.ID() {
+		t.Error("re-created worker reused the old ID")
+	}
+}
