@@ -1,0 +1,149 @@
+package kvcache
+
+import "container/list"
+
+// Cache is a pool of GPU KV blocks with prefix caching. Blocks hold either a
+// hashed full prompt block (shareable, kept after release until evicted) or
+// anonymous space (the partial last prompt block and the output tokens),
+// which is returned to the pool on release.
+//
+// A block referenced by a lease is never evicted. Unreferenced hashed blocks
+// stay cached and are evicted least recently released first; a request's
+// blocks are released tail first, so a prefix outlives its extensions.
+//
+// Cache is not safe for concurrent use; its owner serializes calls.
+type Cache struct {
+	capacity   int
+	blocks     map[uint64]*block
+	free       *list.List // unreferenced hashed blocks, front = evicted first
+	referenced int        // hashed blocks with refs > 0, plus anonymous ones
+	anonymous  int
+}
+
+type block struct {
+	hash uint64
+	refs int
+	elem *list.Element // position in free while refs == 0
+}
+
+// Lease is the set of blocks one request holds. Hand it back with Release
+// exactly once.
+type Lease struct {
+	hashes    []uint64
+	anonymous int
+}
+
+// Blocks returns how many blocks the lease holds.
+func (l Lease) Blocks() int { return len(l.hashes) + l.anonymous }
+
+// New returns an empty cache of capacity blocks.
+func New(capacity int) *Cache {
+	return &Cache{capacity: capacity, blocks: map[uint64]*block{}, free: list.New()}
+}
+
+// Capacity returns the number of blocks in the pool.
+func (c *Cache) Capacity() int { return c.capacity }
+
+// Used returns the number of blocks held by leases.
+func (c *Cache) Used() int { return c.referenced }
+
+// Cached returns the number of hashed blocks present, referenced or not.
+func (c *Cache) Cached() int { return len(c.blocks) }
+
+// Usage returns the fraction of the pool held by leases, in [0, 1]. Cached
+// blocks nobody references count as free, as in vLLM.
+func (c *Cache) Usage() float64 {
+	if c.capacity == 0 {
+		return 0
+	}
+	return float64(c.referenced) / float64(c.capacity)
+}
+
+// Match returns the length of the leading run of hashes that are cached.
+func (c *Cache) Match(hashes []uint64) int {
+	for i, h := range hashes {
+		if _, ok := c.blocks[h]; !ok {
+			return i
+		}
+	}
+	return len(hashes)
+}
+
+// Acquire takes a reference on the hashed blocks (reusing cached ones,
+// filling in the others) plus anonymous more blocks. It evicts unreferenced
+// cached blocks as needed. It reports false, and changes nothing, when the
+// unreferenced space is too small.
+func (c *Cache) Acquire(hashes []uint64, anonymous int) (Lease, bool) {
+	need := anonymous
+	for _, h := range hashes {
+		if b, ok := c.blocks[h]; !ok || b.refs == 0 {
+			need++
+		}
+	}
+	if need > c.capacity-c.referenced {
+		return Lease{}, false
+	}
+	// Pin what is cached first, so filling in the rest cannot evict it.
+	for _, h := range hashes {
+		if b, ok := c.blocks[h]; ok {
+			c.ref(b)
+		}
+	}
+	for _, h := range hashes {
+		if _, ok := c.blocks[h]; ok {
+			continue
+		}
+		c.makeRoom()
+		b := &block{hash: h}
+		c.blocks[h] = b
+		c.ref(b)
+	}
+	for range anonymous {
+		c.makeRoom()
+		c.anonymous++
+		c.referenced++
+	}
+	return Lease{hashes: hashes, anonymous: anonymous}, true
+}
+
+// Release drops the lease's references. Hashed blocks stay cached.
+func (c *Cache) Release(l Lease) {
+	for i := len(l.hashes) - 1; i >= 0; i-- {
+		b, ok := c.blocks[l.hashes[i]]
+		if !ok || b.refs == 0 {
+			continue
+		}
+		b.refs--
+		if b.refs == 0 {
+			c.referenced--
+			b.elem = c.free.PushBack(b)
+		}
+	}
+	c.anonymous -= l.anonymous
+	c.referenced -= l.anonymous
+}
+
+func (c *Cache) ref(b *block) {
+	if b.refs == 0 {
+		c.referenced++
+		if b.elem != nil {
+			c.free.Remove(b.elem)
+			b.elem = nil
+		}
+	}
+	b.refs++
+}
+
+// makeRoom evicts the least recently released block if the pool is full.
+// Acquire has checked that there is one.
+func (c *Cache) makeRoom() {
+	if len(c.blocks)+c.anonymous < c.capacity {
+		return
+	}
+	front := c.free.Front()
+	if front == nil {
+		return
+	}
+	b := c.free.Remove(front).(*block)
+	delete(c.blocks, b.hash)
+}

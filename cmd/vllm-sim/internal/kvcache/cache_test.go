@@ -1,0 +1,99 @@
+package kvcache
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+type counts struct {
+	Used, Cached int
+}
+
+func state(c *Cache) counts { return counts{Used: c.Used(), Cached: c.Cached()} }
+
+func TestAcquireReusesCachedPrefix(t *testing.T) {
+	c := New(10)
+	first, ok := c.Acquire([]uint64{1, 2, 3}, 1)
+	if !ok {
+		t.Fatal("first Acquire failed on an empty cache")
+	}
+	c.Release(first)
+	if diff := cmp.Diff(counts{Used: 0, Cached: 3}, state(c)); diff != "" {
+		t.Errorf("after release (-want +got):\n%s", diff)
+	}
+	if got := c.Match([]uint64{1, 2, 9, 3}); got != 2 {
+		t.Errorf("Match = %d, want 2 (leading run only)", got)
+	}
+	second, ok := c.Acquire([]uint64{1, 2, 4}, 0)
+	if !ok {
+		t.Fatal("second Acquire failed")
+	}
+	if diff := cmp.Diff(counts{Used: 3, Cached: 4}, state(c)); diff != "" {
+		t.Errorf("after second acquire (-want +got):\n%s", diff)
+	}
+	c.Release(second)
+	if got := c.Usage(); got != 0 {
+		t.Errorf("Usage after all releases = %v, want 0", got)
+	}
+}
+
+func TestEvictionIsLeastRecentlyReleasedTailFirst(t *testing.T) {
+	c := New(4)
+	a, _ := c.Acquire([]uint64{1, 2}, 0)
+	b, _ := c.Acquire([]uint64{3, 4}, 0)
+	c.Release(a) // free order: 2, 1
+	c.Release(b) // free order: 2, 1, 4, 3
+	if _, ok := c.Acquire([]uint64{5}, 0); !ok {
+		t.Fatal("Acquire with evictable space failed")
+	}
+	// Block 2 (tail of the oldest release) went first; 1 is still a prefix hit.
+	cases := map[string]struct {
+		hashes []uint64
+		want   int
+	}{
+		"oldest prefix head survives": {hashes: []uint64{1, 2}, want: 1},
+		"newer prefix intact":         {hashes: []uint64{3, 4}, want: 2},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := c.Match(tc.hashes); got != tc.want {
+				t.Errorf("Match(%v) = %d, want %d", tc.hashes, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestReferencedBlocksAreNeverEvicted(t *testing.T) {
+	c := New(4)
+	held, _ := c.Acquire([]uint64{1, 2}, 1)
+	if _, ok := c.Acquire([]uint64{7, 8}, 0); ok {
+		t.Fatal("Acquire of 2 blocks succeeded with 1 free block")
+	}
+	if diff := cmp.Diff(counts{Used: 3, Cached: 2}, state(c)); diff != "" {
+		t.Errorf("a failed Acquire changed the cache (-want +got):\n%s", diff)
+	}
+	if _, ok := c.Acquire([]uint64{7}, 0); !ok {
+		t.Fatal("Acquire of the last free block failed")
+	}
+	if got := c.Match([]uint64{1, 2}); got != 2 {
+		t.Errorf("held prefix matched %d blocks, want 2", got)
+	}
+	c.Release(held)
+}
+
+func TestAcquireCountsUnreferencedOwnBlocksAsNeeded(t *testing.T) {
+	c := New(3)
+	a, _ := c.Acquire([]uint64{1, 2}, 0)
+	c.Release(a)
+	// 1 and 2 are cached but free; taking them plus two more needs 4 > 3.
+	if _, ok := c.Acquire([]uint64{1, 2}, 2); ok {
+		t.Fatal("Acquire needing 4 blocks of 3 succeeded")
+	}
+	if _, ok := c.Acquire([]uint64{1, 2}, 1); !ok {
+		t.Fatal("Acquire needing exactly the capacity failed")
+	}
+	if got := c.Usage(); got != 1 {
+		t.Errorf("Usage = %v, want 1", got)
+	}
+}
