@@ -1,0 +1,326 @@
+package openai
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unicode/utf8"
+)
+
+// lexer is a validating JSON reader over one document held in memory. It never
+// decodes: strings come back as the raw bytes between their quotes, escapes
+// left as they are, and values the caller does not want are skipped, though
+// always checked against the JSON grammar.
+type lexer struct {
+	b     []byte
+	i     int
+	depth int
+}
+
+func (l *lexer) reset(b []byte) {
+	l.b, l.i, l.depth = b, 0, 0
+}
+
+// peek skips whitespace and returns the next byte, or 0 at the end.
+func (l *lexer) peek() byte {
+	for l.i < len(l.b) {
+		switch c := l.b[l.i]; c {
+		case ' ', '\t', '\n', '\r':
+			l.i++
+		default:
+			return c
+		}
+	}
+	return 0
+}
+
+// kindName names the JSON type of the next value, for error messages.
+func (l *lexer) kindName() string {
+	switch c := l.peek(); {
+	case c == '{':
+		return "object"
+	case c == '[':
+		return "array"
+	case c == '"':
+		return "string"
+	case c == 't' || c == 'f':
+		return "boolean"
+	case c == 'n':
+		return "null"
+	case c == '-' || c >= '0' && c <= '9':
+		return "number"
+	default:
+		return "invalid JSON"
+	}
+}
+
+// Masks for looking at eight bytes of a string at once.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// str reads the string that starts at the current byte, which must be '"',
+// and returns its raw content. It checks escapes and UTF-8.
+func (l *lexer) str() ([]byte, error) {
+	b := l.b
+	start := l.i + 1
+	i := start
+	var acc uint64 // OR of the eight-byte words read, to spot non-ASCII text
+	nonASCII := false
+	for {
+		// Eight bytes at a time while none is a quote, a backslash or a
+		// control character. Bytes from 0x80 up pass and are checked below.
+		for i+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			q := x ^ (ones * '"')
+			s := x ^ (ones * '\\')
+			m := ((q - ones) &^ q) | ((s - ones) &^ s) | ((x - ones*0x20) &^ x)
+			if m&highs != 0 {
+				break
+			}
+			acc |= x
+			i += 8
+		}
+		// One byte at a time up to the special byte the fast loop stopped at.
+	slow:
+		for {
+			if i >= len(b) {
+				l.i = i
+				return nil, syntaxError(l, "unterminated string")
+			}
+			switch c := b[i]; {
+			case c == '"':
+				raw := b[start:i]
+				if (nonASCII || acc&highs != 0) && !utf8.Valid(raw) {
+					l.i = start - 1
+					return nil, fmt.Errorf("%w: invalid UTF-8 in string at offset %d", ErrSyntax, l.i)
+				}
+				l.i = i + 1
+				return raw, nil
+			case c == '\\':
+				n, ok := escapeLen(b[i:])
+				if !ok {
+					l.i = i
+					return nil, syntaxError(l, "invalid escape")
+				}
+				i += n
+				break slow
+			case c < 0x20:
+				l.i = i
+				return nil, syntaxError(l, "control character in string")
+			default:
+				if c >= 0x80 {
+					nonASCII = true
+				}
+				i++
+			}
+		}
+	}
+}
+
+// escapeLen returns the length of the escape sequence that starts b.
+func escapeLen(b []byte) (int, bool) {
+	if len(b) < 2 {
+		return 0, false
+	}
+	switch b[1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return 2, true
+	case 'u':
+		if len(b) < 6 {
+			return 0, false
+		}
+		for _, h := range b[2:6] {
+			if !isHex(h) {
+				return 0, false
+			}
+		}
+		return 6, true
+	}
+	return 0, false
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// num reads a number at the current byte, checking the JSON grammar.
+func (l *lexer) num() error {
+	b, i := l.b, l.i
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i++; i < len(b) && isDigit(b[i]); i++ {
+		}
+	default:
+		l.i = i
+		return syntaxError(l, "invalid value")
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if i >= len(b) || !isDigit(b[i]) {
+			l.i = i
+			return syntaxError(l, "invalid number")
+		}
+		for ; i < len(b) && isDigit(b[i]); i++ {
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || !isDigit(b[i]) {
+			l.i = i
+			return syntaxError(l, "invalid number")
+		}
+		for ; i < len(b) && isDigit(b[i]); i++ {
+		}
+	}
+	l.i = i
+	return nil
+}
+
+// count reads a number and returns it if it is a non-negative integer that
+// fits comfortably in an int; other numbers give ok == false.
+func (l *lexer) count() (n int, ok bool, err error) {
+	start := l.i
+	if err := l.num(); err != nil {
+		return 0, false, err
+	}
+	digits := l.b[start:l.i]
+	if len(digits) == 0 || len(digits) > 15 {
+		return 0, false, nil
+	}
+	for _, c := range digits {
+		if !isDigit(c) {
+			return 0, false, nil
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true, nil
+}
+
+// lit reads the literal word (true, false or null) at the current byte.
+func (l *lexer) lit(word string) error {
+	if len(l.b)-l.i < len(word) || string(l.b[l.i:l.i+len(word)]) != word {
+		return syntaxError(l, "invalid literal")
+	}
+	l.i += len(word)
+	return nil
+}
+
+// boolean reads true, false or null; present is false for null.
+func (l *lexer) boolean(field string) (v, present bool, err error) {
+	switch l.peek() {
+	case 't':
+		return true, true, l.lit("true")
+	case 'f':
+		return false, true, l.lit("false")
+	case 'n':
+		return false, false, l.lit("null")
+	}
+	return false, false, fieldTypeError(field, l, "a boolean")
+}
+
+var errTooDeep = fmt.Errorf("%w: more than %d levels", ErrTooDeep, MaxDepth)
+
+// open consumes the '{' or '[' at the current byte and reports whether the
+// object or array has members; an empty one is consumed whole.
+func (l *lexer) open(close byte) (bool, error) {
+	l.depth++
+	if l.depth > MaxDepth {
+		return false, errTooDeep
+	}
+	l.i++
+	if l.peek() == close {
+		l.i++
+		l.depth--
+		return false, nil
+	}
+	return true, nil
+}
+
+// next reads the ',' or closing byte after a member and reports whether
+// another member follows.
+func (l *lexer) next(close byte) (bool, error) {
+	switch l.peek() {
+	case ',':
+		l.i++
+		return true, nil
+	case close:
+		l.i++
+		l.depth--
+		return false, nil
+	}
+	return false, syntaxError(l, "expected ',' or '"+string(close)+"'")
+}
+
+// key reads an object key and the colon after it.
+func (l *lexer) key() ([]byte, error) {
+	if l.peek() != '"' {
+		return nil, syntaxError(l, "expected object key")
+	}
+	k, err := l.str()
+	if err != nil {
+		return nil, err
+	}
+	if l.peek() != ':' {
+		return nil, syntaxError(l, "expected ':'")
+	}
+	l.i++
+	return k, nil
+}
+
+// skip reads one value of any type, checking it, and discards it.
+func (l *lexer) skip() error {
+	switch l.peek() {
+	case '"':
+		_, err := l.str()
+		return err
+	case '{':
+		more, err := l.open('}')
+		for more && err == nil {
+			if _, err = l.key(); err != nil {
+				return err
+			}
+			if err = l.skip(); err != nil {
+				return err
+			}
+			more, err = l.next('}')
+		}
+		return err
+	case '[':
+		more, err := l.open(']')
+		for more && err == nil {
+			if err = l.skip(); err != nil {
+				return err
+			}
+			more, err = l.next(']')
+		}
+		return err
+	case 't':
+		return l.lit("true")
+	case 'f':
+		return l.lit("false")
+	case 'n':
+		return l.lit("null")
+	}
+	return l.num()
+}
+
+// span skips one value and returns its raw JSON text.
+func (l *lexer) span() ([]byte, error) {
+	l.peek()
+	start := l.i
+	if err := l.skip(); err != nil {
+		return nil, err
+	}
+	return l.b[start:l.i], nil
+}

@@ -1,0 +1,309 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// Request is what the picker needs from a request body. Its byte slices alias
+// the body given to Parse and are valid only as long as that body is; Reset
+// and Parse keep the Prompt slice's capacity so that a reused Request parses
+// without allocating.
+type Request struct {
+	// Kind is the endpoint the body was parsed for.
+	Kind Kind
+	// Model is the "model" field, decoded. A Request that parses the same
+	// model again reuses the string it made the first time.
+	Model string
+	// Stream is the "stream" field.
+	Stream bool
+	// IncludeUsage is "stream_options.include_usage".
+	IncludeUsage bool
+	// CacheSalt is the raw "cache_salt" string (escapes left as they are), nil
+	// when absent. Model servers share cached prefixes only between requests
+	// with the same salt, so a prefix index should be keyed by it too.
+	CacheSalt []byte
+	// Prompt is the prompt as segments in the order a chat template renders
+	// them. A segment is either the raw content of a JSON string in the body
+	// (escapes left as they are: a client serializes the same text the same
+	// way, which is all prefix matching needs), the raw JSON text of a value
+	// kept whole (tools, tool calls, non-text content parts, token arrays), or
+	// one of the package's static role markers such as "<|user|>\n", so that
+	// the same text said in different roles does not look like one prefix.
+	// Segments are never empty and must not be modified.
+	Prompt [][]byte
+
+	lastModel string
+}
+
+// Reset clears r for another Parse, keeping the Prompt capacity.
+func (r *Request) Reset() {
+	clear(r.Prompt)
+	*r = Request{Prompt: r.Prompt[:0], lastModel: r.lastModel}
+}
+
+// PromptLen returns the total length of the prompt segments in bytes.
+func (r *Request) PromptLen() int {
+	n := 0
+	for _, s := range r.Prompt {
+		n += len(s)
+	}
+	return n
+}
+
+// AppendPrompt appends the prompt segments, joined, to dst.
+func (r *Request) AppendPrompt(dst []byte) []byte {
+	for _, s := range r.Prompt {
+		dst = append(dst, s...)
+	}
+	return dst
+}
+
+// Parse reads a request body sent to an endpoint of the given kind into r,
+// which it resets first. It checks that the whole body is valid JSON (UTF-8
+// included) in the same pass. Errors wrap ErrSyntax, ErrNotObject, ErrTooDeep,
+// ErrMissingModel or ErrFieldType; on error r holds partial results.
+//
+// What becomes the prompt, by kind:
+//   - Completions: "prompt" as a string, the strings of an array in order, or
+//     a token array as its raw JSON text without the brackets.
+//   - ChatCompletions: "tools" first (templates render them in the opening
+//     system turn), then each message as its role marker, its text content
+//     (string or "text" parts; other parts such as images as their raw JSON
+//     object) and its "tool_calls" as raw JSON.
+//   - Responses: "tools", then "instructions" as a system turn, then "input"
+//     (a string is a user turn; items with a role or content are turns like
+//     chat messages; other items, such as function calls and their outputs,
+//     are their raw JSON object).
+//   - Embeddings: "input" like the completions prompt.
+//   - Unknown: no prompt; model and streaming options only.
+func Parse(kind Kind, body []byte, r *Request) error {
+	r.Reset()
+	r.Kind = kind
+	p := parser{r: r}
+	p.l.reset(body)
+	if err := p.parse(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// parser holds the state of one Parse call.
+type parser struct {
+	l lexer
+	r *Request
+
+	model, modelTok []byte
+	tools           []byte // raw JSON array
+	instructions    []byte // raw string content
+}
+
+func (p *parser) parse() error {
+	l := &p.l
+	switch l.peek() {
+	case '{':
+	case '[', '"', 't', 'f', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		if err := l.skip(); err != nil {
+			return err
+		}
+		if err := p.end(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: got %s", ErrNotObject, (&lexer{b: l.b}).kindName())
+	default:
+		return syntaxError(l, "expected a JSON object")
+	}
+	more, err := l.open('}')
+	for more && err == nil {
+		var key []byte
+		if key, err = l.key(); err != nil {
+			return err
+		}
+		if err = p.field(key); err != nil {
+			return err
+		}
+		more, err = l.next('}')
+	}
+	if err != nil {
+		return err
+	}
+	if err := p.end(); err != nil {
+		return err
+	}
+	if err := p.setModel(); err != nil {
+		return err
+	}
+	p.prependPreamble()
+	return nil
+}
+
+// end checks that only whitespace follows the top-level value.
+func (p *parser) end() error {
+	if p.l.peek(); p.l.i != len(p.l.b) {
+		return syntaxError(&p.l, "data after the JSON value")
+	}
+	return nil
+}
+
+// field reads the value of one top-level field.
+func (p *parser) field(key []byte) error {
+	l, r := &p.l, p.r
+	switch string(key) {
+	case "model":
+		switch l.peek() {
+		case '"':
+			start := l.i
+			s, err := l.str()
+			p.model, p.modelTok = s, l.b[start:l.i]
+			return err
+		case 'n':
+			p.model, p.modelTok = nil, nil
+			return l.lit("null")
+		}
+		return fieldTypeError("model", l, "a string")
+	case "stream":
+		v, _, err := l.boolean("stream")
+		r.Stream = v
+		return err
+	case "stream_options":
+		return p.streamOptions()
+	case "cache_salt":
+		switch l.peek() {
+		case '"':
+			s, err := l.str()
+			r.CacheSalt = s
+			return err
+		case 'n':
+			return l.lit("null")
+		}
+		return fieldTypeError("cache_salt", l, "a string")
+	}
+	switch r.Kind {
+	case ChatCompletions:
+		switch string(key) {
+		case "messages":
+			return p.messages()
+		case "tools":
+			return p.toolsField()
+		}
+	case Completions:
+		if string(key) == "prompt" {
+			return p.promptValue("prompt")
+		}
+	case Embeddings:
+		if string(key) == "input" {
+			return p.promptValue("input")
+		}
+	case Responses:
+		switch string(key) {
+		case "input":
+			return p.input()
+		case "instructions":
+			return p.instructionsField()
+		case "tools":
+			return p.toolsField()
+		}
+	}
+	return l.skip()
+}
+
+func (p *parser) streamOptions() error {
+	l := &p.l
+	switch l.peek() {
+	case 'n':
+		return l.lit("null")
+	case '{':
+	default:
+		return fieldTypeError("stream_options", l, "an object")
+	}
+	more, err := l.open('}')
+	for more && err == nil {
+		var key []byte
+		if key, err = l.key(); err != nil {
+			return err
+		}
+		if string(key) == "include_usage" {
+			p.r.IncludeUsage, _, err = l.boolean("stream_options.include_usage")
+		} else {
+			err = l.skip()
+		}
+		if err != nil {
+			return err
+		}
+		more, err = l.next('}')
+	}
+	return err
+}
+
+func (p *parser) toolsField() error {
+	l := &p.l
+	switch l.peek() {
+	case '[':
+		s, err := l.span()
+		p.tools = s
+		return err
+	case 'n':
+		return l.lit("null")
+	}
+	return fieldTypeError("tools", l, "an array")
+}
+
+func (p *parser) instructionsField() error {
+	l := &p.l
+	switch l.peek() {
+	case '"':
+		s, err := l.str()
+		p.instructions = s
+		return err
+	case 'n':
+		return l.lit("null")
+	}
+	return fieldTypeError("instructions", l, "a string")
+}
+
+// setModel fills r.Model from the raw model string, reusing the string of the
+// previous parse when the name is the same.
+func (p *parser) setModel() error {
+	r := p.r
+	if len(p.model) == 0 {
+		return fmt.Errorf("%w: the body has no non-empty \"model\" string", ErrMissingModel)
+	}
+	if bytes.IndexByte(p.model, '\\') < 0 {
+		if string(p.model) != r.lastModel {
+			r.lastModel = string(p.model)
+		}
+		r.Model = r.lastModel
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(p.modelTok, &s); err != nil {
+		return fmt.Errorf("%w: model: %w", ErrSyntax, err)
+	}
+	r.Model = s
+	return nil
+}
+
+// prependPreamble puts the parts a template renders before the conversation
+// (tools, then instructions) in front of the prompt, whatever their place in
+// the body.
+func (p *parser) prependPreamble() {
+	var pre [4][]byte
+	n := 0
+	if len(p.tools) > 0 {
+		pre[n], pre[n+1] = markTools, p.tools
+		n += 2
+	}
+	if len(p.instructions) > 0 {
+		pre[n], pre[n+1] = markSystem, p.instructions
+		n += 2
+	}
+	if n == 0 {
+		return
+	}
+	r := p.r
+	old := len(r.Prompt)
+	r.Prompt = append(r.Prompt, pre[:n]...)
+	copy(r.Prompt[n:], r.Prompt[:old])
+	copy(r.Prompt, pre[:n])
+}
