@@ -1,0 +1,319 @@
+package openai
+
+import (
+	"bytes"
+	"strings"
+)
+
+// Events is a set of things a StreamScanner noticed in the bytes it was fed.
+type Events uint8
+
+const (
+	// FirstToken: the model produced its first output. In a stream, the first
+	// event carrying non-empty content, reasoning, refusal or a tool call (or
+	// a Responses "response.*.delta" event); for a whole JSON body, its first
+	// byte, since the body only comes back once generation is over.
+	FirstToken Events = 1 << iota
+	// UsageSeen: a usage object was read; Usage returns the latest one.
+	UsageSeen
+	// Done: the stream sent "data: [DONE]", or the whole JSON body arrived.
+	Done
+	// Failed: the model server reported an error in the stream.
+	Failed
+	// Overflow: one line, event or body exceeded the limit; the scanner has
+	// stopped reading and reports nothing more.
+	Overflow
+)
+
+// Has reports whether every event in x is in e.
+func (e Events) Has(x Events) bool { return e&x == x }
+
+func (e Events) String() string {
+	if e == 0 {
+		return "none"
+	}
+	var b strings.Builder
+	for i, name := range [...]string{"first-token", "usage", "done", "failed", "overflow"} {
+		if e&(1<<i) != 0 {
+			if b.Len() > 0 {
+				b.WriteByte('|')
+			}
+			b.WriteString(name)
+		}
+	}
+	return b.String()
+}
+
+// Usage is the token accounting a model server reports.
+type Usage struct {
+	// PromptTokens is prompt_tokens (Responses: input_tokens).
+	PromptTokens int
+	// CompletionTokens is completion_tokens (Responses: output_tokens).
+	CompletionTokens int
+	// CachedTokens is prompt_tokens_details.cached_tokens (Responses:
+	// input_tokens_details.cached_tokens): prompt tokens served from cache.
+	CachedTokens int
+}
+
+// DefaultLimit is the most a StreamScanner holds when Limit is zero.
+const DefaultLimit = 1 << 20
+
+// StreamScanner reads a response body as it arrives, in chunks split
+// anywhere. In streaming mode the body is a text/event-stream; otherwise it is
+// one JSON document. The scanner holds only the unfinished line and event of a
+// stream, or the body of a JSON response, each capped by Limit.
+//
+// The zero value is ready for a stream; Reset chooses the mode and keeps the
+// buffers for reuse. A StreamScanner is not safe for concurrent use.
+type StreamScanner struct {
+	// Limit caps the bytes held at once; zero means DefaultLimit.
+	Limit int
+
+	json    bool   // a whole JSON body rather than a stream
+	line    []byte // unfinished line carried across chunks
+	data    []byte // data of the current event, or the JSON body so far
+	hasData bool   // the current event has a data field
+	cr      bool   // the last chunk ended with '\r'
+	stopped bool   // overflowed: read nothing more
+	once    Events // events reported that are reported only once
+	usage   Usage
+
+	// Where a JSON body stands: nesting depth and string state, so that its
+	// end is seen without parsing it chunk by chunk.
+	depth         int
+	inStr, escape bool
+	started       bool // a non-blank byte was seen
+	complete      bool // the top-level value closed
+}
+
+// Reset prepares s for a new response; streaming selects event-stream mode.
+func (s *StreamScanner) Reset(streaming bool) {
+	*s = StreamScanner{Limit: s.Limit, json: !streaming, line: s.line[:0], data: s.data[:0]}
+}
+
+// Usage returns the latest usage read, zero if none.
+func (s *StreamScanner) Usage() Usage { return s.usage }
+
+func (s *StreamScanner) limit() int {
+	if s.Limit > 0 {
+		return s.Limit
+	}
+	return DefaultLimit
+}
+
+// Feed reads the next chunk of the body and returns what it noticed in it.
+// FirstToken, Done, Failed and Overflow are each returned once per response.
+func (s *StreamScanner) Feed(chunk []byte) Events {
+	if s.stopped {
+		return 0
+	}
+	var ev Events
+	if s.json {
+		ev = s.feedJSON(chunk)
+	} else {
+		ev = s.feedStream(chunk)
+	}
+	return s.report(ev)
+}
+
+// End tells s that the body is over. An unterminated last line and event of a
+// stream are read as if they had been terminated, and a JSON body whose end
+// was not seen yet is read as it is.
+func (s *StreamScanner) End() Events {
+	if s.stopped {
+		return 0
+	}
+	var ev Events
+	if s.json {
+		if s.started && !s.complete {
+			s.complete = true
+			ev = s.body(s.data)
+		}
+	} else {
+		if len(s.line) > 0 {
+			ev = s.processLine(s.line)
+			s.line = s.line[:0]
+		}
+		if !s.stopped {
+			ev |= s.dispatch()
+		}
+	}
+	return s.report(ev)
+}
+
+func (s *StreamScanner) report(ev Events) Events {
+	const onceOnly = FirstToken | Done | Failed | Overflow
+	ev &^= s.once & onceOnly
+	s.once |= ev & onceOnly
+	return ev
+}
+
+// overflow stops the scanner and lets go of what it held.
+func (s *StreamScanner) overflow() Events {
+	s.stopped = true
+	s.line, s.data = s.line[:0], s.data[:0]
+	return Overflow
+}
+
+// feedStream splits the chunk into lines, carrying an unfinished one over.
+func (s *StreamScanner) feedStream(chunk []byte) Events {
+	var ev Events
+	for len(chunk) > 0 && !s.stopped {
+		if s.cr {
+			s.cr = false
+			if chunk[0] == '\n' {
+				chunk = chunk[1:]
+				continue
+			}
+		}
+		n := lineEnd(chunk)
+		if n < 0 {
+			if len(s.line)+len(chunk) > s.limit() {
+				return ev | s.overflow()
+			}
+			s.line = append(s.line, chunk...)
+			break
+		}
+		line := chunk[:n]
+		if len(s.line)+n > s.limit() {
+			return ev | s.overflow()
+		}
+		if len(s.line) > 0 {
+			s.line = append(s.line, line...)
+			line = s.line
+		}
+		if chunk[n] == '\r' {
+			if n+1 == len(chunk) {
+				s.cr = true
+			} else if chunk[n+1] == '\n' {
+				n++
+			}
+		}
+		chunk = chunk[n+1:]
+		ev |= s.processLine(line)
+		s.line = s.line[:0]
+	}
+	return ev
+}
+
+// lineEnd returns the index of the first '\n' or '\r' in b, or -1.
+func lineEnd(b []byte) int {
+	n := bytes.IndexByte(b, '\n')
+	if n < 0 {
+		return bytes.IndexByte(b, '\r')
+	}
+	if r := bytes.IndexByte(b[:n], '\r'); r >= 0 {
+		return r
+	}
+	return n
+}
+
+// processLine reads one event-stream line. Only data fields matter; a blank
+// line ends the event.
+func (s *StreamScanner) processLine(line []byte) Events {
+	if len(line) == 0 {
+		return s.dispatch()
+	}
+	field, value := line, []byte(nil)
+	if i := bytes.IndexByte(line, ':'); i >= 0 {
+		field, value = line[:i], line[i+1:]
+		if len(value) > 0 && value[0] == ' ' {
+			value = value[1:]
+		}
+	}
+	if string(field) != "data" {
+		return 0 // a comment, or event, id, retry and unknown fields
+	}
+	n := len(s.data) + len(value)
+	if s.hasData {
+		n++
+	}
+	if n > s.limit() {
+		return s.overflow()
+	}
+	if s.hasData {
+		s.data = append(s.data, '\n')
+	}
+	s.data = append(s.data, value...)
+	s.hasData = true
+	return 0
+}
+
+// dispatch reads the data of the event that just ended.
+func (s *StreamScanner) dispatch() Events {
+	if !s.hasData {
+		return 0
+	}
+	ev, _ := s.event(s.data)
+	s.data, s.hasData = s.data[:0], false
+	return ev
+}
+
+// feedJSON follows a JSON body's nesting to see where it ends, and reads it
+// then.
+func (s *StreamScanner) feedJSON(chunk []byte) Events {
+	if s.complete {
+		return 0
+	}
+	var ev Events
+	end := -1
+scan:
+	for i := 0; i < len(chunk); i++ {
+		c := chunk[i]
+		if s.inStr {
+			switch {
+			case s.escape:
+				s.escape = false
+			case c == '\\':
+				s.escape = true
+			case c == '"':
+				s.inStr = false
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '"':
+			s.inStr = true
+		case '{', '[':
+			s.depth++
+		case '}', ']':
+			if s.depth > 0 {
+				s.depth--
+			}
+			if s.depth == 0 {
+				end = i + 1
+				break scan
+			}
+		}
+		if !s.started {
+			s.started = true
+			ev |= FirstToken
+		}
+	}
+	part := chunk
+	if end >= 0 {
+		part = chunk[:end]
+	}
+	if len(s.data)+len(part) > s.limit() {
+		return ev | s.overflow()
+	}
+	s.data = append(s.data, part...)
+	if end >= 0 {
+		s.complete = true
+		ev |= s.body(s.data)
+	}
+	return ev
+}
+
+// body reads a whole JSON response body: Done if it is a valid JSON object,
+// with its usage if it has one.
+func (s *StreamScanner) body(b []byte) Events {
+	ev, ok := s.event(b)
+	s.data = s.data[:0]
+	if ok {
+		ev |= Done
+	}
+	return ev
+}
