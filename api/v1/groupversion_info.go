@@ -1,0 +1,24 @@
+package v1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+// GroupName is the API group of the InferencePool.
+const GroupName = "inference.networking.k8s.io"
+
+var (
+	// GroupVersion is the group and version of the types in this package.
+	GroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1"}
+
+	// SchemeBuilder registers the types of this package with a scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the types of this package to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+func init() {
+	SchemeBuilder.Register(&InferencePool{}, &InferencePoolList{})
+}
