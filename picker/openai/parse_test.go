@@ -1,0 +1,315 @@
+package openai
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// parsed is what a test compares after Parse: the Request with its prompt
+// joined segment by segment into strings.
+type parsed struct {
+	Model        string
+	Stream       bool
+	IncludeUsage bool
+	CacheSalt    string
+	Prompt       []string
+}
+
+func summarize(r *Request) parsed {
+	p := parsed{Model: r.Model, Stream: r.Stream, IncludeUsage: r.IncludeUsage, CacheSalt: string(r.CacheSalt)}
+	for _, s := range r.Prompt {
+		p.Prompt = append(p.Prompt, string(s))
+	}
+	return p
+}
+
+func TestParse(t *testing.T) {
+	tests := map[string]struct {
+		kind Kind
+		body string
+		want parsed
+	}{
+		"chat with string contents": {
+			kind: ChatCompletions,
+			body: `{"model":"llama","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi\nthere"}]}`,
+			want: parsed{Model: "llama", Prompt: []string{"<|system|>\n", "Be brief.", "<|user|>\n", `Hi\nthere`}},
+		},
+		"chat content before role": {
+			kind: ChatCompletions,
+			body: `{"messages":[{"content":"hello","role":"user"},{"content":"hey","role":"assistant"}],"model":"m"}`,
+			want: parsed{Model: "m", Prompt: []string{"<|user|>\n", "hello", "<|assistant|>\n", "hey"}},
+		},
+		"chat stream options and salt": {
+			kind: ChatCompletions,
+			body: `{"model":"m","stream":true,"stream_options":{"include_usage":true,"x":[1]},"cache_salt":"tenant-a","messages":[]}`,
+			want: parsed{Model: "m", Stream: true, IncludeUsage: true, CacheSalt: "tenant-a"},
+		},
+		"chat null optionals": {
+			kind: ChatCompletions,
+			body: `{"model":"m","stream":null,"stream_options":null,"cache_salt":null,"tools":null,"messages":[{"role":"assistant","content":null}]}`,
+			want: parsed{Model: "m", Prompt: []string{"<|assistant|>\n"}},
+		},
+		"chat content parts": {
+			kind: ChatCompletions,
+			body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"https://x/a.png"}},{"text":"at this","type":"text"}]}]}`,
+			want: parsed{Model: "m", Prompt: []string{"<|user|>\n", "look", `{"type":"image_url","image_url":{"url":"https://x/a.png"}}`, "at this"}},
+		},
+		"chat tools go first": {
+			kind: ChatCompletions,
+			body: `{"model":"m","messages":[{"role":"user","content":"weather?"}],"tools":[{"type":"function","function":{"name":"w"}}]}`,
+			want: parsed{Model: "m", Prompt: []string{"<|tools|>\n", `[{"type":"function","function":{"name":"w"}}]`, "<|user|>\n", "weather?"}},
+		},
+		"chat tool calls after content": {
+			kind: ChatCompletions,
+			body: `{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"1","function":{"name":"w","arguments":"{}"}}],"content":"calling"},{"role":"tool","tool_call_id":"1","content":"sunny"}]}`,
+			want: parsed{Model: "m", Prompt: []string{"<|assistant|>\n", "calling", "<|tool_calls|>\n", `[{"id":"1","function":{"name":"w","arguments":"{}"}}]`, "<|tool|>\n", "sunny"}},
+		},
+		"chat empty tool calls and content": {
+			kind: ChatCompletions,
+			body: `{"model":"m","messages":[{"role":"assistant","content":"","tool_calls":[]}]}`,
+			want: parsed{Model: "m", Prompt: []string{"<|assistant|>\n"}},
+		},
+		"chat unknown and missing roles": {
+			kind: ChatCompletions,
+			body: `{"model":"m","messages":[{"role":"critic","content":"meh"},{"content":"who"}]}`,
+			want: parsed{Model: "m", Prompt: []string{`"critic"`, "meh", "<|message|>\n", "who"}},
+		},
+		"chat developer role and whitespace": {
+			kind: ChatCompletions,
+			body: "{ \"model\" : \"m\" ,\n \"messages\" : [ { \"role\" : \"developer\" , \"content\" : \"rules\" } ] }\n",
+			want: parsed{Model: "m", Prompt: []string{"<|developer|>\n", "rules"}},
+		},
+		"chat escapes and unicode kept raw": {
+			kind: ChatCompletions,
+			body: `{"model":"m","messages":[{"role":"user","content":"caf\u00e9 \"quoted\" 日本語"}]}`,
+			want: parsed{Model: "m", Prompt: []string{"<|user|>\n", `caf\u00e9 \"quoted\" 日本語`}},
+		},
+		"escaped model is decoded": {
+			kind: ChatCompletions,
+			body: `{"model":"org\/llama-\u0033","messages":[]}`,
+			want: parsed{Model: "org/llama-3"},
+		},
+		"last model wins": {
+			kind: Unknown,
+			body: `{"model":"a","model":"b"}`,
+			want: parsed{Model: "b"},
+		},
+		"completions string": {
+			kind: Completions,
+			body: `{"model":"m","prompt":"Once upon a time","max_tokens":16,"stream":false}`,
+			want: parsed{Model: "m", Prompt: []string{"Once upon a time"}},
+		},
+		"completions array of strings": {
+			kind: Completions,
+			body: `{"model":"m","prompt":["Once ","upon"]}`,
+			want: parsed{Model: "m", Prompt: []string{"Once ", "upon"}},
+		},
+		"completions tokens": {
+			kind: Completions,
+			body: `{"model":"m","prompt":[ 1, 2,3 ]}`,
+			want: parsed{Model: "m", Prompt: []string{"1, 2,3"}},
+		},
+		"completions token batches": {
+			kind: Completions,
+			body: `{"model":"m","prompt":[[1,2],[3]]}`,
+			want: parsed{Model: "m", Prompt: []string{"1,2", "3"}},
+		},
+		"completions empty array": {
+			kind: Completions,
+			body: `{"model":"m","prompt":[]}`,
+			want: parsed{Model: "m"},
+		},
+		"completions messages ignored": {
+			kind: Completions,
+			body: `{"model":"m","messages":{"not":"read"},"prompt":"p"}`,
+			want: parsed{Model: "m", Prompt: []string{"p"}},
+		},
+		"responses string input with instructions after": {
+			kind: Responses,
+			body: `{"model":"m","input":"tell me","instructions":"You are terse."}`,
+			want: parsed{Model: "m", Prompt: []string{"<|system|>\n", "You are terse.", "<|user|>\n", "tell me"}},
+		},
+		"responses items": {
+			kind: Responses,
+			body: `{"model":"m","tools":[{"type":"function","name":"f"}],"input":[` +
+				`{"type":"message","role":"user","content":[{"type":"input_text","text":"go"},{"type":"input_image","image_url":"data:x"}]},` +
+				`{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},` +
+				`{"type":"function_call_output","call_id":"c","output":"ok"},` +
+				`{"role":"assistant","content":[{"type":"output_text","text":"done","annotations":[]}]}]}`,
+			want: parsed{Model: "m", Prompt: []string{
+				"<|tools|>\n", `[{"type":"function","name":"f"}]`,
+				"<|user|>\n", "go", `{"type":"input_image","image_url":"data:x"}`,
+				`{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}`,
+				`{"type":"function_call_output","call_id":"c","output":"ok"}`,
+				"<|assistant|>\n", "done",
+			}},
+		},
+		"embeddings string": {
+			kind: Embeddings,
+			body: `{"input":"embed me","model":"e5"}`,
+			want: parsed{Model: "e5", Prompt: []string{"embed me"}},
+		},
+		"embeddings array": {
+			kind: Embeddings,
+			body: `{"input":["a","b"],"model":"e5","encoding_format":"float"}`,
+			want: parsed{Model: "e5", Prompt: []string{"a", "b"}},
+		},
+		"unknown kind reads model and stream only": {
+			kind: Unknown,
+			body: `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}],"prompt":"y"}`,
+			want: parsed{Model: "m", Stream: true},
+		},
+		"unknown fields of every type skipped": {
+			kind: ChatCompletions,
+			body: `{"a":{"b":[1,-2.5e+3,true,false,null,{"c":"\ud83d\ude00"}]},"model":"m","temperature":0.7,"messages":[]}`,
+			want: parsed{Model: "m"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var r Request
+			if err := Parse(tc.kind, []byte(tc.body), &r); err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if r.Kind != tc.kind {
+				t.Errorf("Kind = %v, want %v", r.Kind, tc.kind)
+			}
+			if diff := cmp.Diff(tc.want, summarize(&r)); diff != "" {
+				t.Errorf("Parse (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := map[string]struct {
+		kind Kind
+		body string
+		want error
+	}{
+		"empty body":                {body: ``, want: ErrSyntax},
+		"blank body":                {body: " \n", want: ErrSyntax},
+		"not JSON":                  {body: `model=m`, want: ErrSyntax},
+		"array":                     {body: `[{"model":"m"}]`, want: ErrNotObject},
+		"string":                    {body: `"m"`, want: ErrNotObject},
+		"number":                    {body: `12`, want: ErrNotObject},
+		"invalid non-object":        {body: `[1,]`, want: ErrSyntax},
+		"unterminated object":       {body: `{"model":"m"`, want: ErrSyntax},
+		"unterminated string":       {body: `{"model":"m`, want: ErrSyntax},
+		"trailing comma":            {body: `{"model":"m",}`, want: ErrSyntax},
+		"missing colon":             {body: `{"model" "m"}`, want: ErrSyntax},
+		"unquoted key":              {body: `{model:"m"}`, want: ErrSyntax},
+		"trailing data":             {body: `{"model":"m"}{}`, want: ErrSyntax},
+		"single quotes":             {body: `{'model':'m'}`, want: ErrSyntax},
+		"bad escape":                {body: `{"model":"m","x":"\q"}`, want: ErrSyntax},
+		"short unicode escape":      {body: `{"model":"m","x":"\u12"}`, want: ErrSyntax},
+		"control char in string":    {body: "{\"model\":\"m\",\"x\":\"a\tb\"}", want: ErrSyntax},
+		"invalid UTF-8":             {body: "{\"model\":\"m\",\"x\":\"\xff\xfe\"}", want: ErrSyntax},
+		"invalid UTF-8 in long str": {body: "{\"model\":\"m\",\"x\":\"aaaaaaaaaaaaaaaa\xc3aaaaaaaaaaaaaaaaa\"}", want: ErrSyntax},
+		"leading zero":              {body: `{"model":"m","x":01}`, want: ErrSyntax},
+		"bare minus":                {body: `{"model":"m","x":-}`, want: ErrSyntax},
+		"dot without digits":        {body: `{"model":"m","x":1.}`, want: ErrSyntax},
+		"exponent without digits":   {body: `{"model":"m","x":1e+}`, want: ErrSyntax},
+		"NaN":                       {body: `{"model":"m","x":NaN}`, want: ErrSyntax},
+		"bad literal":               {body: `{"model":"m","x":tru}`, want: ErrSyntax},
+		"invalid JSON after prompt": {kind: ChatCompletions, body: `{"model":"m","messages":[],"x":[}`, want: ErrSyntax},
+		"too deep":                  {body: `{"model":"m","x":` + nest(MaxDepth) + `}`, want: ErrTooDeep},
+		"missing model":             {kind: ChatCompletions, body: `{"messages":[]}`, want: ErrMissingModel},
+		"empty model":               {body: `{"model":""}`, want: ErrMissingModel},
+		"null model":                {body: `{"model":null}`, want: ErrMissingModel},
+		"model number":              {body: `{"model":7}`, want: ErrFieldType},
+		"model object":              {body: `{"model":{"name":"m"}}`, want: ErrFieldType},
+		"stream string":             {body: `{"model":"m","stream":"true"}`, want: ErrFieldType},
+		"stream_options array":      {body: `{"model":"m","stream_options":[]}`, want: ErrFieldType},
+		"include_usage number":      {body: `{"model":"m","stream_options":{"include_usage":1}}`, want: ErrFieldType},
+		"cache_salt number":         {body: `{"model":"m","cache_salt":1}`, want: ErrFieldType},
+		"messages object":           {kind: ChatCompletions, body: `{"model":"m","messages":{}}`, want: ErrFieldType},
+		"messages null":             {kind: ChatCompletions, body: `{"model":"m","messages":null}`, want: ErrFieldType},
+		"message string":            {kind: ChatCompletions, body: `{"model":"m","messages":["hi"]}`, want: ErrFieldType},
+		"role number":               {kind: ChatCompletions, body: `{"model":"m","messages":[{"role":1}]}`, want: ErrFieldType},
+		"content number":            {kind: ChatCompletions, body: `{"model":"m","messages":[{"role":"user","content":1}]}`, want: ErrFieldType},
+		"content part string":       {kind: ChatCompletions, body: `{"model":"m","messages":[{"role":"user","content":["hi"]}]}`, want: ErrFieldType},
+		"tools object":              {kind: ChatCompletions, body: `{"model":"m","tools":{}}`, want: ErrFieldType},
+		"prompt number":             {kind: Completions, body: `{"model":"m","prompt":1}`, want: ErrFieldType},
+		"prompt array of objects":   {kind: Completions, body: `{"model":"m","prompt":[{}]}`, want: ErrFieldType},
+		"embeddings input null":     {kind: Embeddings, body: `{"model":"m","input":null}`, want: ErrFieldType},
+		"responses input number":    {kind: Responses, body: `{"model":"m","input":1}`, want: ErrFieldType},
+		"responses instructions":    {kind: Responses, body: `{"model":"m","instructions":["a"]}`, want: ErrFieldType},
+		"responses item string":     {kind: Responses, body: `{"model":"m","input":["a"]}`, want: ErrFieldType},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var r Request
+			err := Parse(tc.kind, []byte(tc.body), &r)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Parse(%q) error = %v, want %v", tc.body, err, tc.want)
+			}
+		})
+	}
+}
+
+// nest returns n nested arrays.
+func nest(n int) string {
+	b := make([]byte, 0, 2*n)
+	for range n {
+		b = append(b, '[')
+	}
+	for range n {
+		b = append(b, ']')
+	}
+	return string(b)
+}
+
+func TestParseDepthLimitIsInclusive(t *testing.T) {
+	// The top-level object is one level, so MaxDepth-1 arrays inside fit.
+	body := `{"model":"m","x":` + nest(MaxDepth-1) + `}`
+	var r Request
+	if err := Parse(Unknown, []byte(body), &r); err != nil {
+		t.Fatalf("Parse at the depth limit: %v", err)
+	}
+}
+
+func TestRequestReuse(t *testing.T) {
+	var r Request
+	first := `{"model":"m","messages":[{"role":"user","content":"one"},{"role":"user","content":"two"}],"stream":true,"cache_salt":"s"}`
+	if err := Parse(ChatCompletions, []byte(first), &r); err != nil {
+		t.Fatal(err)
+	}
+	model := r.Model
+	second := `{"model":"m","prompt":"three"}`
+	if err := Parse(Completions, []byte(second), &r); err != nil {
+		t.Fatal(err)
+	}
+	want := parsed{Model: "m", Prompt: []string{"three"}}
+	if diff := cmp.Diff(want, summarize(&r)); diff != "" {
+		t.Errorf("second Parse (-want +got):\n%s", diff)
+	}
+	if r.Kind != Completions {
+		t.Errorf("Kind = %v, want %v", r.Kind, Completions)
+	}
+	body := []byte(first)
+	if allocs := testing.AllocsPerRun(10, func() {
+		_ = Parse(ChatCompletions, body, &r)
+	}); allocs != 0 {
+		t.Errorf("Parse of a warm Request allocated %v times, want 0", allocs)
+	}
+	if r.Model != model {
+		t.Errorf("Model = %q, want %q", r.Model, model)
+	}
+}
+
+func TestPromptHelpers(t *testing.T) {
+	var r Request
+	if err := Parse(ChatCompletions, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), &r); err != nil {
+		t.Fatal(err)
+	}
+	joined := string(r.AppendPrompt(nil))
+	if want := "<|user|>\nhi"; joined != want {
+		t.Errorf("AppendPrompt = %q, want %q", joined, want)
+	}
+	if r.PromptLen() != len(joined) {
+		t.Errorf("PromptLen = %d, want %d", r.PromptLen(), len(joined))
+	}
+}
