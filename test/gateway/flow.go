@@ -1,0 +1,259 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/google/uuid"
+)
+
+// flow is one downstream request on its way through the gateway.
+type flow struct {
+	g     *Gateway
+	w     http.ResponseWriter
+	r     *http.Request
+	start time.Time
+	rec   Record
+
+	x         *exchange
+	cancel    context.CancelFunc
+	stopWatch func() bool
+	pumpDone  chan pumpResult
+	pumped    *pumpResult
+
+	// unprocessed is set when FailOpen lets the request continue without the picker.
+	unprocessed bool
+	wroteHeader bool
+}
+
+type pumpResult struct {
+	leftover []byte
+	err      error
+}
+
+func (f *flow) serve() {
+	hint, hinted := f.subsetHint()
+	h := requestHeaders(f.r, uuid.NewString())
+	hasBody := f.r.Body != nil && f.r.Body != http.NoBody
+
+	ctx, cancel := context.WithCancel(f.g.base)
+	f.cancel = cancel
+	f.stopWatch = context.AfterFunc(f.r.Context(), cancel)
+	stream, err := f.g.client.Process(ctx)
+	if err != nil {
+		f.requestFailed(fmt.Errorf("open ext_proc stream: %w", err), h, hasBody)
+		return
+	}
+	f.g.c.streams.Add(1)
+	f.rec.ExtProcStreams = 1
+	f.x = newExchange(stream, f.g, hint, hinted)
+	go f.x.run(ctx)
+	f.pumpDone = make(chan pumpResult, 1)
+	go func() {
+		var body io.Reader
+		if hasBody {
+			body = f.r.Body
+		}
+		left, err := f.x.pumpRequest(h, body, f.r.ContentLength, f.g.o.chunkSize)
+		f.pumpDone <- pumpResult{left, err}
+	}()
+
+	var reply *extprocv3.HeadersResponse
+	select {
+	case reply = <-f.x.reqHeaders:
+	case <-f.x.stopped:
+		f.requestStopped(h, hasBody)
+		return
+	}
+	rejected, err := applyMutation(h, reply.GetResponse().GetHeaderMutation(), !f.g.o.allowCL)
+	f.g.c.rejected.Add(int64(rejected))
+	if err != nil {
+		f.x.stop(nil, err)
+		f.processingError(err)
+		return
+	}
+	endpoints, err := destination(f.x.lbSnapshot(), h)
+	if err != nil && f.g.o.defaultUpstream != "" {
+		endpoints = []string{f.g.o.defaultUpstream}
+	}
+	f.rec.Endpoints = endpoints
+	var body func() io.ReadCloser
+	if hasBody {
+		body = func() io.ReadCloser { return f.x.reqBody.reader(f.r.Context()) }
+	}
+	resp, served, err := f.forward(h, endpoints, body)
+	if err != nil {
+		if f.stoppedEarly() {
+			f.requestStopped(h, hasBody)
+		}
+		return
+	}
+	f.respond(resp, served)
+}
+
+// stoppedEarly reports whether processing stopped with an error, an immediate
+// response or a client that went away.
+func (f *flow) stoppedEarly() bool {
+	select {
+	case <-f.x.stopped:
+		imm, err := f.x.outcome()
+		return imm != nil || err != nil
+	default:
+		return f.r.Context().Err() != nil
+	}
+}
+
+// requestStopped handles processing that stopped before the upstream response.
+func (f *flow) requestStopped(h *headerList, hasBody bool) {
+	imm, err := f.x.outcome()
+	switch {
+	case f.clientGone():
+	case imm != nil:
+		f.writeImmediate(imm)
+	case err != nil:
+		f.requestFailed(err, h, hasBody)
+	default:
+		f.requestFailed(ErrStreamClosed, h, hasBody)
+	}
+}
+
+func (f *flow) clientGone() bool {
+	if f.r.Context().Err() == nil {
+		return false
+	}
+	if !f.rec.ClientGone {
+		f.rec.ClientGone = true
+		f.g.c.gone.Add(1)
+	}
+	return true
+}
+
+// requestFailed applies the failure mode to a failure of the request direction.
+func (f *flow) requestFailed(err error, h *headerList, hasBody bool) {
+	var leftover []byte
+	if f.x != nil {
+		res := f.waitPump()
+		leftover = res.leftover
+		if f.x.bodySeen(false) || f.g.o.failureMode != FailOpen {
+			f.processingError(err)
+			return
+		}
+	} else if f.g.o.failureMode != FailOpen {
+		f.processingError(err)
+		return
+	}
+	f.unprocessed = true
+	f.rec.ProcessingError = err
+	f.rec.FailedOpen = true
+	f.g.c.procErrors.Add(1)
+	f.g.c.failedOpen.Add(1)
+	var endpoints []string
+	if f.g.o.defaultUpstream != "" {
+		endpoints = []string{f.g.o.defaultUpstream}
+	}
+	f.rec.Endpoints = endpoints
+	var body func() io.ReadCloser
+	if hasBody {
+		body = func() io.ReadCloser {
+			return io.NopCloser(io.MultiReader(bytes.NewReader(leftover), f.r.Body))
+		}
+	}
+	resp, served, ferr := f.forward(h, endpoints, body)
+	if ferr != nil {
+		return
+	}
+	f.passthrough(resp, served)
+}
+
+// processingError answers an ext_proc failure the way Envoy's filter does.
+func (f *flow) processingError(err error) {
+	f.rec.ProcessingError = err
+	f.g.c.procErrors.Add(1)
+	status := http.StatusInternalServerError
+	if errors.Is(err, ErrMessageTimeout) {
+		status = http.StatusGatewayTimeout
+	}
+	f.localReply(status, "")
+}
+
+// waitPump waits for the request pump, cutting a stalled downstream body read short.
+func (f *flow) waitPump() pumpResult {
+	if f.pumped != nil {
+		return *f.pumped
+	}
+	if f.pumpDone == nil {
+		return pumpResult{}
+	}
+	select {
+	case res := <-f.pumpDone:
+		f.pumped = &res
+	case <-f.x.stopped:
+		_ = http.NewResponseController(f.w).SetReadDeadline(time.Now())
+		res := <-f.pumpDone
+		f.pumped = &res
+	}
+	return *f.pumped
+}
+
+func (f *flow) subsetHint() ([]string, bool) {
+	if vals, ok := f.r.Header[http.CanonicalHeaderKey(SubsetHintHeader)]; ok {
+		f.r.Header.Del(SubsetHintHeader)
+		if len(vals) == 0 {
+			return []string{}, true
+		}
+		return splitHint(vals[0]), true
+	}
+	if f.g.o.subsetHint != nil {
+		return f.g.o.subsetHint(f.r)
+	}
+	return nil, false
+}
+
+// finish joins the request's goroutines, closes the ext_proc stream and records.
+func (f *flow) finish() {
+	if f.pumpDone != nil && f.pumped == nil {
+		select {
+		case res := <-f.pumpDone:
+			f.pumped = &res
+		default:
+			_ = http.NewResponseController(f.w).SetReadDeadline(time.Now())
+			res := <-f.pumpDone
+			f.pumped = &res
+		}
+	}
+	if f.cancel != nil {
+		stillHere := f.stopWatch()
+		_, err := f.outcomeIfStopped()
+		if f.x != nil && stillHere && err == nil {
+			f.g.closers.Add(1)
+			go f.g.closeStream(f.x, f.cancel)
+		} else {
+			f.cancel()
+		}
+	}
+	if f.r.Context().Err() != nil && f.rec.Status == 0 {
+		f.clientGone()
+	}
+	f.rec.Duration = f.g.o.clock.Since(f.start)
+	if f.g.o.onRecord != nil {
+		f.g.o.onRecord(f.rec)
+	}
+}
+
+func (f *flow) outcomeIfStopped() (*extprocv3.ImmediateResponse, error) {
+	if f.x == nil {
+		return nil, nil
+	}
+	select {
+	case <-f.x.stopped:
+		return f.x.outcome()
+	default:
+		return nil, nil
+	}
+}

@@ -1,0 +1,138 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Gateway is the Envoy stand-in. It is an http.Handler; Serve runs it on a listener.
+type Gateway struct {
+	o         options
+	conn      *grpc.ClientConn
+	client    extprocv3.ExternalProcessorClient
+	transport *http.Transport
+	c         counters
+
+	base       context.Context
+	cancelBase context.CancelFunc
+	closers    sync.WaitGroup
+}
+
+var _ http.Handler = (*Gateway)(nil)
+
+// New returns a gateway that sends every request through the ext_proc server at
+// picker (host:port).
+func New(picker string, opts ...Option) (*Gateway, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if _, err := ParseFailureMode(string(o.failureMode)); err != nil {
+		return nil, err
+	}
+	if o.chunkSize <= 0 {
+		return nil, fmt.Errorf("chunk size %d: must be positive", o.chunkSize)
+	}
+	if o.retry.MaxAttempts < 1 {
+		o.retry.MaxAttempts = 1
+	}
+	if o.defaultUpstream != "" {
+		if _, err := parseEndpoint(o.defaultUpstream); err != nil {
+			return nil, fmt.Errorf("default upstream: %w", err)
+		}
+	}
+	creds := insecure.NewCredentials()
+	if o.tls != nil {
+		creds = credentials.NewTLS(o.tls)
+	}
+	conn, err := grpc.NewClient(picker, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, fmt.Errorf("picker client %s: %w", picker, err)
+	}
+	base, cancel := context.WithCancel(context.Background())
+	return &Gateway{
+		o:      o,
+		conn:   conn,
+		client: extprocv3.NewExternalProcessorClient(conn),
+		transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: o.connectTimeout}).DialContext,
+			DisableCompression:  true,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+		},
+		base:       base,
+		cancelBase: cancel,
+	}, nil
+}
+
+// Counters returns the running totals.
+func (g *Gateway) Counters() Counters { return g.c.snapshot() }
+
+// ServeHTTP handles one downstream request.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.c.requests.Add(1)
+	f := &flow{g: g, w: w, r: r, start: g.o.clock.Now()}
+	f.rec.Method, f.rec.Path = r.Method, r.URL.RequestURI()
+	defer f.finish()
+	f.serve()
+}
+
+// Serve serves HTTP on lis until ctx ends, then shuts the server down.
+func (g *Gateway) Serve(ctx context.Context, lis net.Listener) error {
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(shutdown); err != nil {
+			_ = srv.Close()
+		}
+	}()
+	err := srv.Serve(lis)
+	<-stopped
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("serve: %w", err)
+}
+
+// Close cancels every ext_proc stream still open, waits for their closers and
+// releases the picker connection and idle upstream connections.
+func (g *Gateway) Close() error {
+	g.cancelBase()
+	g.closers.Wait()
+	g.transport.CloseIdleConnections()
+	if err := g.conn.Close(); err != nil {
+		return fmt.Errorf("close picker connection: %w", err)
+	}
+	return nil
+}
+
+// closeStream ends a stream whose processing finished: half-close, give the
+// picker the grace period to end its side, then cancel.
+func (g *Gateway) closeStream(x *exchange, cancel context.CancelFunc) {
+	defer g.closers.Done()
+	defer cancel()
+	if err := x.closeSend(); err != nil {
+		return
+	}
+	grace := g.o.clock.NewTimer(g.o.closeGrace)
+	defer grace.Stop()
+	select {
+	case <-x.done:
+	case <-grace.C():
+	case <-g.base.Done():
+	}
+}

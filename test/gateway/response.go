@@ -1,0 +1,214 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// respond runs the upstream (or router) response through the ext_proc stream and
+// writes what the picker returns to the client.
+func (f *flow) respond(resp *http.Response, served string) {
+	defer resp.Body.Close()
+	f.rec.Served = served
+	x := f.x
+	x.setServed(served)
+	h := responseHeaders(resp)
+	hasBody := bodyExpected(f.r.Method, resp)
+	msg := &extprocv3.ProcessingRequest{
+		Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+			Headers: h.proto(), EndOfStream: !hasBody,
+		}},
+		MetadataContext: x.metadata(served),
+	}
+	_ = x.send(msg, func() { x.awaitRespHeaders, x.respBodyOpen = true, hasBody })
+
+	var reply *extprocv3.HeadersResponse
+	select {
+	case reply = <-x.respHeaders:
+	case <-x.stopped:
+		f.responseStopped(resp, served)
+		return
+	}
+	rejected, err := applyMutation(h, reply.GetResponse().GetHeaderMutation(), !f.g.o.allowCL)
+	f.g.c.rejected.Add(int64(rejected))
+	if err != nil {
+		x.stop(nil, err)
+		f.processingError(err)
+		return
+	}
+	f.writeHeaders(h)
+	if !hasBody {
+		return
+	}
+
+	pumped := make(chan error, 1)
+	go func() { pumped <- x.pumpResponse(resp.Body, resp.ContentLength, f.g.o.chunkSize) }()
+	upstreamDone := func() {
+		_ = resp.Body.Close()
+		if err := <-pumped; err != nil && !errors.Is(err, errProcessingStopped) {
+			x.stop(nil, err)
+		}
+	}
+	for i := 0; ; i++ {
+		b, err := x.respBody.next(f.r.Context(), i)
+		if errors.Is(err, io.EOF) {
+			upstreamDone()
+			return
+		}
+		if err != nil {
+			upstreamDone()
+			f.resetAfterHeaders()
+			return
+		}
+		f.writeBody(b)
+	}
+}
+
+// responseStopped handles processing that stopped before the response headers reply.
+func (f *flow) responseStopped(resp *http.Response, served string) {
+	imm, err := f.x.outcome()
+	switch {
+	case f.clientGone():
+	case imm != nil:
+		f.writeImmediate(imm)
+	case err == nil:
+		f.passthrough(resp, served)
+	case f.g.o.failureMode == FailOpen && !f.x.bodySeen(true):
+		f.rec.ProcessingError = err
+		f.rec.FailedOpen = true
+		f.g.c.procErrors.Add(1)
+		f.g.c.failedOpen.Add(1)
+		f.passthrough(resp, served)
+	default:
+		f.processingError(err)
+	}
+}
+
+// resetAfterHeaders ends a response whose headers already left: Envoy resets the
+// downstream stream, which net/http does when the handler aborts.
+func (f *flow) resetAfterHeaders() {
+	if f.clientGone() {
+		return
+	}
+	imm, err := f.x.outcome()
+	if err != nil {
+		f.rec.ProcessingError = err
+		f.g.c.procErrors.Add(1)
+	}
+	f.rec.Immediate = imm != nil
+	f.rec.Reset = true
+	panic(http.ErrAbortHandler)
+}
+
+// passthrough forwards a response without processing.
+func (f *flow) passthrough(resp *http.Response, served string) {
+	defer resp.Body.Close()
+	f.rec.Served = served
+	f.writeHeaders(responseHeaders(resp))
+	buf := make([]byte, f.g.o.chunkSize)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			f.writeBody(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// writeImmediate sends an ImmediateResponse as Envoy's sendLocalReply does.
+func (f *flow) writeImmediate(imm *extprocv3.ImmediateResponse) {
+	f.rec.Immediate = true
+	if f.wroteHeader {
+		f.resetAfterHeaders()
+		return
+	}
+	status := int(imm.GetStatus().GetCode())
+	if status < 200 {
+		status = http.StatusOK
+	}
+	h := &headerList{}
+	h.add(":status", strconv.Itoa(status))
+	if _, err := applyMutation(h, imm.GetHeaders(), false); err != nil {
+		h = &headerList{}
+		h.add(":status", strconv.Itoa(status))
+	}
+	f.finalReply(h, imm.GetBody())
+}
+
+// localReply is an error answer made by the gateway itself.
+func (f *flow) localReply(status int, body string) {
+	if f.wroteHeader {
+		f.resetAfterHeaders()
+		return
+	}
+	h := &headerList{}
+	h.add(":status", strconv.Itoa(status))
+	f.finalReply(h, []byte(body))
+}
+
+func (f *flow) finalReply(h *headerList, body []byte) {
+	if len(body) > 0 && h.get("content-type") == "" {
+		h.add("content-type", "text/plain")
+	}
+	h.set("content-length", strconv.Itoa(len(body)))
+	hdr := f.w.Header()
+	for k, v := range h.httpHeader() {
+		hdr[k] = v
+	}
+	f.status(h)
+	f.w.WriteHeader(f.rec.Status)
+	f.wroteHeader = true
+	if len(body) > 0 {
+		f.writeBody(body)
+	}
+}
+
+// writeHeaders writes processed response headers; content-length is dropped as
+// Envoy does in FULL_DUPLEX_STREAMED mode unless allowed.
+func (f *flow) writeHeaders(h *headerList) {
+	hdr := f.w.Header()
+	for k, v := range h.httpHeader() {
+		hdr[k] = v
+	}
+	if !f.g.o.allowCL {
+		hdr.Del("Content-Length")
+	}
+	f.status(h)
+	f.w.WriteHeader(f.rec.Status)
+	f.wroteHeader = true
+	_ = http.NewResponseController(f.w).Flush()
+}
+
+func (f *flow) status(h *headerList) {
+	f.rec.Status = http.StatusBadGateway
+	if code, err := strconv.Atoi(h.get(":status")); err == nil {
+		f.rec.Status = code
+	}
+}
+
+func (f *flow) writeBody(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	if f.rec.TimeToFirstByte == 0 {
+		f.rec.TimeToFirstByte = f.g.o.clock.Since(f.start)
+	}
+	_, _ = f.w.Write(b)
+	_ = http.NewResponseController(f.w).Flush()
+}
+
+func bodyExpected(method string, resp *http.Response) bool {
+	switch {
+	case method == http.MethodHead, resp.ContentLength == 0:
+		return false
+	case resp.StatusCode == http.StatusNoContent, resp.StatusCode == http.StatusNotModified:
+		return false
+	}
+	return true
+}
