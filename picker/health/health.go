@@ -1,0 +1,73 @@
+// Package health serves the picker's gRPC health services: liveness,
+// readiness, and the ext_proc service name gateways probe.
+package health
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Service names answered by the health server.
+const (
+	Liveness  = "liveness"
+	Readiness = "readiness"
+	ExtProc   = "envoy.service.ext_proc.v3.ExternalProcessor"
+)
+
+// Checker keeps the health statuses current. Liveness is SERVING while the
+// process runs; readiness, the ext_proc name and the empty (overall) name are
+// SERVING while ready() holds.
+type Checker struct {
+	srv      *health.Server
+	ready    func() bool
+	interval time.Duration
+	draining atomic.Bool
+}
+
+// New returns a checker; interval is how often ready is evaluated.
+func New(ready func() bool, interval time.Duration) *Checker {
+	c := &Checker{srv: health.NewServer(), ready: ready, interval: interval}
+	c.srv.SetServingStatus(Liveness, healthpb.HealthCheckResponse_SERVING)
+	c.set(false)
+	return c
+}
+
+// Register adds the health service to s.
+func (c *Checker) Register(s *grpc.Server) { healthpb.RegisterHealthServer(s, c.srv) }
+
+func (c *Checker) set(ready bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ready {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, name := range []string{"", Readiness, ExtProc} {
+		c.srv.SetServingStatus(name, st)
+	}
+}
+
+// Start evaluates readiness until ctx ends, then reports not ready so that
+// gateways stop sending new streams while in-flight ones drain.
+func (c *Checker) Start(ctx context.Context) error {
+	t := time.NewTicker(c.interval)
+	defer t.Stop()
+	for {
+		c.set(!c.draining.Load() && c.ready())
+		select {
+		case <-ctx.Done():
+			c.set(false)
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Drain reports not ready from now on.
+func (c *Checker) Drain() {
+	c.draining.Store(true)
+	c.set(false)
+}

@@ -1,0 +1,71 @@
+// Package observe shows the registry to operators: per-worker Prometheus
+// series read at scrape time, and the /debug/workers JSON view.
+package observe
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// WorkerView is one worker as /debug/workers shows it.
+type WorkerView struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
+	UID       string `json:"uid,omitempty"`
+	Address   string `json:"address"`
+	Load      int64  `json:"load"`
+	Prefill   int64  `json:"prefill"`
+	Decode    int64  `json:"decode"`
+	// Scraped model-server view; absent until the first scrape.
+	Waiting      *int     `json:"waiting,omitempty"`
+	Running      *int     `json:"running,omitempty"`
+	KVUsage      *float64 `json:"kvCacheUsage,omitempty"`
+	KVBlocks     int      `json:"kvCacheBlocks,omitempty"`
+	BlockSize    int      `json:"blockSize,omitempty"`
+	MetricsAgeMS *int64   `json:"metricsAgeMs,omitempty"`
+}
+
+// WorkersView is the /debug/workers document.
+type WorkersView struct {
+	Synced  bool         `json:"synced"`
+	Workers []WorkerView `json:"workers"`
+}
+
+// Snapshot returns the registry as /debug/workers shows it.
+func Snapshot(reg *registry.Registry, now time.Time) WorkersView {
+	ws := reg.Workers()
+	v := WorkersView{Synced: reg.Synced(), Workers: make([]WorkerView, 0, len(ws))}
+	for _, w := range ws {
+		ep := w.Endpoint()
+		p, d := w.Load()
+		wv := WorkerView{
+			Name: ep.Name, Namespace: ep.Namespace, UID: ep.Key.UID, Address: w.Address(),
+			Load: p + d, Prefill: p, Decode: d,
+		}
+		if m := w.Metrics(); m != nil {
+			waiting, running, kv := m.Waiting, m.Running, m.KVUsage
+			age := now.Sub(m.Scraped).Milliseconds()
+			wv.Waiting, wv.Running, wv.KVUsage, wv.MetricsAgeMS = &waiting, &running, &kv, &age
+			wv.KVBlocks, wv.BlockSize = m.NumGPUBlocks, m.BlockSize
+		}
+		v.Workers = append(v.Workers, wv)
+	}
+	return v
+}
+
+// WorkersHandler serves GET /debug/workers.
+func WorkersHandler(reg *registry.Registry, now func() time.Time) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(Snapshot(reg, now()))
+	})
+}
