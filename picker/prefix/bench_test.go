@@ -1,0 +1,80 @@
+package prefix
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+)
+
+func BenchmarkHashes(b *testing.B) {
+	ix := New()
+	for _, size := range []int{1 << 10, 32 << 10, 400 << 10} {
+		// Chat-template pieces of uneven length, as the body parser hands them.
+		prompt := splitEvery(text('h', size), 997)
+		b.Run(fmt.Sprintf("%dKB", size>>10), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(size))
+			var hs []uint64
+			for b.Loop() {
+				hs = ix.Hashes(hs, "model", "", prompt)
+			}
+		})
+	}
+}
+
+// BenchmarkMatchInsert is one request's index work on a warm index: match
+// a 32 KB prompt sharing its first half with earlier traffic, then insert it
+// for the chosen worker.
+func BenchmarkMatchInsert(b *testing.B) {
+	const workers = 100
+	ix := New()
+	for id := uint32(1); id <= workers; id++ {
+		ix.AddWorker(id)
+	}
+	sys := text('s', 16<<10)
+	var hs []uint64
+	for i := range 2000 {
+		hs = ix.Hashes(hs, "model", "", [][]byte{sys, text(byte(i), 16<<10)})
+		ix.Insert(uint32(i%workers)+1, 0, hs)
+	}
+	prompt := [][]byte{sys, text('q', 16<<10)}
+	var s Scratch
+	b.ReportAllocs()
+	for b.Loop() {
+		hs = ix.Hashes(hs, "model", "", prompt)
+		best := Match{Worker: 1}
+		for _, m := range ix.Match(hs, &s) {
+			if m.Blocks > best.Blocks {
+				best = m
+			}
+		}
+		ix.Insert(best.Worker, 0, hs)
+	}
+}
+
+// BenchmarkIndexMemory reports the heap the index takes per indexed block
+// (one worker per block, the common case once routing is cache-aware).
+func BenchmarkIndexMemory(b *testing.B) {
+	const blocks = 1 << 20
+	hs := make([]uint64, 0, blocks)
+	for i := range blocks {
+		hs = append(hs, mix(uint64(i)+k1, k2))
+	}
+	for b.Loop() {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		ix := New()
+		for w := uint32(1); w <= 64; w++ {
+			ix.AddWorker(w)
+		}
+		per := blocks / 64
+		for w := range 64 {
+			ix.Insert(uint32(w)+1, blocks, hs[w*per:(w+1)*per])
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(ix.Len()), "B/block")
+		runtime.KeepAlive(ix)
+	}
+}

@@ -1,0 +1,202 @@
+// Package prefix is an approximate index of which workers hold which prompt
+// prefixes in their KV cache, learned from the picker's own routing decisions.
+//
+// A prompt is cut into blocks of BlockSize bytes, and block i is named by a
+// hash chained over blocks 0..i, seeded by the model and cache salt. The index
+// maps a block hash to the workers that were sent it, each worker's blocks
+// kept in least-recently-used order and bounded by that worker's KV capacity.
+// The index is split into shards by block hash; every operation locks one
+// shard for one block at a time, so no lock is held across a whole pick.
+package prefix
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+)
+
+// Index is the prefix index. It is safe for concurrent use.
+type Index struct {
+	key       uint64
+	shards    []shard
+	shardMask uint64
+	defCap    int
+	holders   int
+
+	mu     sync.RWMutex      // guards slotOf, free and nslots
+	slotOf map[uint32]uint32 // worker ID → slot
+	free   []uint32
+	nslots uint32
+	// states[slot>>slotChunkBits][slot&slotChunkMask] holds alive<<32|workerID.
+	// Chunks are never moved, so a state can be read without mu.
+	states [maxSlotChunks]atomic.Pointer[[slotChunkSize]atomic.Uint64]
+
+	lookups atomic.Uint64 // prompt blocks looked up by Match
+	hits    atomic.Uint64 // of those, blocks some worker held
+}
+
+const (
+	slotChunkBits = 8
+	slotChunkSize = 1 << slotChunkBits
+	slotChunkMask = slotChunkSize - 1
+	maxSlotChunks = 1 << 12 // up to a million live workers
+	aliveBit      = uint64(1) << 32
+)
+
+// DefaultCapacity is the per-worker bound, in blocks, used when a caller
+// passes no capacity of its own (1 MiB of prompt text).
+const DefaultCapacity = 1 << 14
+
+// DefaultMaxHolders is how many workers a block remembers by default.
+const DefaultMaxHolders = 8
+
+// Option configures an Index.
+type Option func(*Index)
+
+// WithShards sets the number of shards, rounded up to a power of two.
+// One shard makes every worker's LRU order exact.
+func WithShards(n int) Option {
+	return func(ix *Index) {
+		s := 1
+		for s < n {
+			s <<= 1
+		}
+		ix.shards = make([]shard, s)
+	}
+}
+
+// WithDefaultCapacity sets the bound used when Insert is given none.
+func WithDefaultCapacity(blocks int) Option {
+	return func(ix *Index) {
+		if blocks > 0 {
+			ix.defCap = blocks
+		}
+	}
+}
+
+// WithMaxHolders sets how many workers one block remembers, most recent
+// first. A prefix shared by the whole pool (a common system prompt) is then
+// known on a few workers only, which bounds the work of Match and Insert per
+// block; the workers that matter for routing are the ones holding more than
+// the shared part, and those are the recent holders of the longer prefix.
+func WithMaxHolders(n int) Option {
+	return func(ix *Index) {
+		if n > 0 {
+			ix.holders = n
+		}
+	}
+}
+
+// New returns an empty index. Its hashes are keyed by a random secret, so
+// they mean nothing to another index or another process.
+func New(opts ...Option) *Index {
+	ix := &Index{
+		key:     rand.Uint64(),
+		shards:  make([]shard, 16),
+		defCap:  DefaultCapacity,
+		holders: DefaultMaxHolders,
+		slotOf:  map[uint32]uint32{},
+	}
+	for _, o := range opts {
+		o(ix)
+	}
+	ix.shardMask = uint64(len(ix.shards) - 1)
+	return ix
+}
+
+func (ix *Index) shard(h uint64) *shard { return &ix.shards[h&ix.shardMask] }
+
+func (ix *Index) state(slot uint32) *atomic.Uint64 {
+	return &ix.states[slot>>slotChunkBits].Load()[slot&slotChunkMask]
+}
+
+// Bound returns the most blocks a worker given capacity may hold: capacity
+// rounded up to a multiple of the shard count, since each shard keeps its
+// own share of the worker's LRU. A capacity ≤ 0 means the default.
+func (ix *Index) Bound(capacity int) int { return ix.shardBound(capacity) * len(ix.shards) }
+
+func (ix *Index) shardBound(capacity int) int {
+	if capacity <= 0 {
+		capacity = ix.defCap
+	}
+	s := len(ix.shards)
+	return (capacity + s - 1) / s
+}
+
+// AddWorker lets the index hold blocks for the worker. Insert ignores workers
+// that were never added or were removed. Adding a worker twice is harmless.
+func (ix *Index) AddWorker(id uint32) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if _, ok := ix.slotOf[id]; ok {
+		return
+	}
+	var slot uint32
+	if n := len(ix.free); n > 0 {
+		slot, ix.free = ix.free[n-1], ix.free[:n-1]
+	} else {
+		slot = ix.nslots
+		ix.nslots++
+		if c := &ix.states[slot>>slotChunkBits]; c.Load() == nil {
+			c.Store(new([slotChunkSize]atomic.Uint64))
+		}
+	}
+	ix.state(slot).Store(aliveBit | uint64(id))
+	ix.slotOf[id] = slot
+}
+
+// RemoveWorker drops every block the worker holds. From the moment it is
+// called, the worker appears in no new match and gains no block.
+func (ix *Index) RemoveWorker(id uint32) {
+	ix.mu.Lock()
+	slot, ok := ix.slotOf[id]
+	if ok {
+		delete(ix.slotOf, id)
+		ix.state(slot).Store(0)
+	}
+	ix.mu.Unlock()
+	if !ok {
+		return
+	}
+	for i := range ix.shards {
+		sh := &ix.shards[i]
+		sh.mu.Lock()
+		sh.purge(slot)
+		sh.mu.Unlock()
+	}
+	ix.mu.Lock()
+	ix.free = append(ix.free, slot)
+	ix.mu.Unlock()
+}
+
+// Insert records that the worker was sent a prompt with these block hashes
+// (from Hashes): it now holds them all, most recently used. capacity is the
+// worker's KV capacity in blocks (≤ 0: the default); its least recently used
+// blocks beyond that are forgotten.
+func (ix *Index) Insert(id uint32, capacity int, hashes []uint64) {
+	ix.mu.RLock()
+	slot, ok := ix.slotOf[id]
+	ix.mu.RUnlock()
+	if !ok || len(hashes) == 0 {
+		return
+	}
+	want := aliveBit | uint64(id)
+	st := ix.state(slot)
+	bound := ix.shardBound(capacity)
+	// Last block first, so the prompt's head ends up most recent and is
+	// evicted last: a prefix is useless once an earlier block is gone.
+	for i := len(hashes) - 1; i >= 0; i-- {
+		h := hashes[i]
+		sh := ix.shard(h)
+		sh.mu.Lock()
+		// Checked under the shard lock: RemoveWorker clears the state before
+		// purging each shard, so a block added here is either purged or
+		// never added.
+		if st.Load() != want {
+			sh.mu.Unlock()
+			return
+		}
+		sh.touch(slot, h, bound, ix.holders)
+		sh.mu.Unlock()
+	}
+}

@@ -1,0 +1,137 @@
+package prefix
+
+import "sync"
+
+// lru is one worker's recency list inside a shard: head is the most recently
+// used node, tail the least.
+type lru struct {
+	head, tail uint32
+	n          int
+}
+
+// shard holds the blocks whose hash falls in it. Every method expects mu to
+// be held.
+type shard struct {
+	mu    sync.Mutex
+	tab   table
+	nodes slab
+	lrus  []lru // by worker slot
+	_     [64]byte
+}
+
+func (sh *shard) list(slot uint32) *lru {
+	if int(slot) >= len(sh.lrus) {
+		sh.lrus = append(sh.lrus, make([]lru, int(slot)+1-len(sh.lrus))...)
+	}
+	return &sh.lrus[slot]
+}
+
+// holders returns the first node holding h, or 0.
+func (sh *shard) holders(h uint64) uint32 {
+	_, idx := sh.tab.find(h, &sh.nodes)
+	return idx
+}
+
+// touch records that the worker in slot holds h now: the block becomes its
+// most recently used, and its least recently used blocks are evicted while
+// the worker holds more than bound blocks in this shard. A block keeps at
+// most maxHolders holders, most recent first; a new holder beyond that
+// pushes out the least recent one.
+func (sh *shard) touch(slot uint32, h uint64, bound, maxHolders int) {
+	l := sh.list(slot)
+	pos, head := sh.tab.find(h, &sh.nodes)
+	holders := 0
+	var prev, last uint32
+	for idx := head; idx != 0; {
+		n := sh.nodes.at(idx)
+		if n.slot == slot {
+			sh.unlink(l, idx)
+			sh.pushFront(l, idx)
+			if prev != 0 { // move to the front of the block's holders
+				sh.nodes.at(prev).same = n.same
+				n.same = head
+				sh.tab.slots[pos] = idx
+			}
+			return
+		}
+		holders++
+		prev, last = idx, idx
+		idx = n.same
+	}
+	if holders >= maxHolders {
+		sh.drop(&sh.lrus[sh.nodes.at(last).slot], last)
+		l = sh.list(slot)
+		pos, head = sh.tab.find(h, &sh.nodes)
+	}
+	idx := sh.nodes.alloc()
+	n := sh.nodes.at(idx)
+	n.hash, n.slot, n.same = h, slot, head
+	if head != 0 {
+		sh.tab.slots[pos] = idx
+	} else {
+		sh.tab.insert(idx, &sh.nodes)
+	}
+	sh.pushFront(l, idx)
+	for l.n > bound && l.tail != 0 {
+		sh.drop(l, l.tail)
+	}
+}
+
+// purge drops every block the worker in slot holds in this shard.
+func (sh *shard) purge(slot uint32) {
+	if int(slot) >= len(sh.lrus) {
+		return
+	}
+	l := &sh.lrus[slot]
+	for l.head != 0 {
+		sh.drop(l, l.head)
+	}
+}
+
+// drop removes node idx from its worker's list and from its block.
+func (sh *shard) drop(l *lru, idx uint32) {
+	sh.unlink(l, idx)
+	n := sh.nodes.at(idx)
+	pos, head := sh.tab.find(n.hash, &sh.nodes)
+	switch {
+	case head == idx && n.same == 0:
+		sh.tab.remove(pos, &sh.nodes)
+	case head == idx:
+		sh.tab.slots[pos] = n.same
+	default:
+		p := head
+		for sh.nodes.at(p).same != idx {
+			p = sh.nodes.at(p).same
+		}
+		sh.nodes.at(p).same = n.same
+	}
+	sh.nodes.release(idx)
+}
+
+func (sh *shard) unlink(l *lru, idx uint32) {
+	n := sh.nodes.at(idx)
+	if n.prev != 0 {
+		sh.nodes.at(n.prev).next = n.next
+	} else {
+		l.head = n.next
+	}
+	if n.next != 0 {
+		sh.nodes.at(n.next).prev = n.prev
+	} else {
+		l.tail = n.prev
+	}
+	n.prev, n.next = 0, 0
+	l.n--
+}
+
+func (sh *shard) pushFront(l *lru, idx uint32) {
+	n := sh.nodes.at(idx)
+	n.prev, n.next = 0, l.head
+	if l.head != 0 {
+		sh.nodes.at(l.head).prev = idx
+	} else {
+		l.tail = idx
+	}
+	l.head = idx
+	l.n++
+}
