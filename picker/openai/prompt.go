@@ -251,8 +251,11 @@ func (p *parser) promptValue(field string) error {
 			}
 			more, err = l.next(']')
 		}
+		if err != nil {
+			return err
+		}
 		p.add(tokens(l.b[start:l.i]))
-		return err
+		return nil
 	}
 	for more && err == nil {
 		switch l.peek() {
@@ -262,8 +265,9 @@ func (p *parser) promptValue(field string) error {
 			p.add(s)
 		case '[':
 			var s []byte
-			s, err = l.span()
-			p.add(tokens(s))
+			if s, err = l.span(); err == nil {
+				p.add(tokens(s))
+			}
 		default:
 			return fieldTypeError(field+"[]", l, "a string or a token array")
 		}

@@ -271,9 +271,14 @@ scan:
 			}
 			continue
 		}
-		switch c {
-		case ' ', '\t', '\n', '\r':
+		if c == ' ' || c == '\t' || c == '\n' || c == '\r' {
 			continue
+		}
+		if !s.started {
+			s.started = true
+			ev |= FirstToken
+		}
+		switch c {
 		case '"':
 			s.inStr = true
 		case '{', '[':
@@ -286,10 +291,6 @@ scan:
 				end = i + 1
 				break scan
 			}
-		}
-		if !s.started {
-			s.started = true
-			ev |= FirstToken
 		}
 	}
 	part := chunk

@@ -1,0 +1,109 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// staticMarkers are the segments of a prompt that need not lie in the body.
+var staticMarkers = [][]byte{
+	markSystem, markDeveloper, markUser, markAssistant, markTool, markFunction,
+	markMessage, markTools, markToolCalls,
+}
+
+// within reports whether seg is a sub-slice of body's memory.
+func within(seg, body []byte) bool {
+	if len(seg) == 0 || len(body) == 0 {
+		return false
+	}
+	s := uintptr(unsafe.Pointer(unsafe.SliceData(seg)))
+	b := uintptr(unsafe.Pointer(unsafe.SliceData(body)))
+	return s >= b && s+uintptr(len(seg)) <= b+uintptr(len(body))
+}
+
+func isStaticMarker(seg []byte) bool {
+	for _, m := range staticMarkers {
+		if unsafe.SliceData(seg) == unsafe.SliceData(m) && len(seg) == len(m) {
+			return true
+		}
+	}
+	return false
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(uint8(ChatCompletions), []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[]}`))
+	f.Add(uint8(Completions), []byte(`{"model":"m","prompt":[[1,2],"x"],"stream":true}`))
+	f.Add(uint8(Responses), []byte(`{"model":"m","instructions":"i","input":[{"type":"function_call"}]}`))
+	f.Add(uint8(Embeddings), []byte(`{"model":"m\u00e9","input":["a"]}`))
+	f.Fuzz(func(t *testing.T, kind uint8, body []byte) {
+		var r Request
+		err := Parse(Kind(kind%5), body, &r)
+		valid := json.Valid(body)
+		if !valid && err == nil {
+			t.Fatalf("Parse accepted invalid JSON %q", body)
+		}
+		if valid && utf8.Valid(body) && errors.Is(err, ErrSyntax) {
+			t.Fatalf("Parse rejected valid JSON %q as a syntax error: %v", body, err)
+		}
+		if err != nil {
+			return
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(body, &doc); err != nil {
+			t.Fatalf("Parse accepted a body encoding/json rejects: %v", err)
+		}
+		if r.Model == "" || r.Model != doc["model"] {
+			t.Errorf("Model = %q, encoding/json read %v", r.Model, doc["model"])
+		}
+		if want := doc["stream"] == true; r.Stream != want {
+			t.Errorf("Stream = %v, want %v", r.Stream, want)
+		}
+		for i, seg := range r.Prompt {
+			if len(seg) == 0 {
+				t.Errorf("Prompt[%d] is empty", i)
+			}
+			if !within(seg, body) && !isStaticMarker(seg) {
+				t.Errorf("Prompt[%d] = %q is neither in the body nor a marker", i, seg)
+			}
+		}
+	})
+}
+
+// feedAll feeds body cut at the given chunk sizes and returns every event
+// reported and the final usage.
+func feedAll(streaming bool, limit int, body, cuts []byte) (Events, Usage) {
+	s := StreamScanner{Limit: limit}
+	s.Reset(streaming)
+	var ev Events
+	for _, c := range cuts {
+		n := min(int(c), len(body))
+		ev |= s.Feed(body[:n])
+		body = body[n:]
+	}
+	ev |= s.Feed(body)
+	ev |= s.End()
+	return ev, s.Usage()
+}
+
+func FuzzStreamScanner(f *testing.F) {
+	f.Add(true, []byte(chatRole+chatTok+chatUsage+done), []byte{3, 40, 1, 1, 90})
+	f.Add(true, []byte("event: x\r\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\r\n\r\n"), []byte{9, 1})
+	f.Add(false, []byte(`{"choices":[{"text":"\"}"}],"usage":{"prompt_tokens":2}}`), []byte{5, 17})
+	f.Fuzz(func(t *testing.T, streaming bool, body, cuts []byte) {
+		for _, limit := range []int{0, 64} {
+			wantEv, wantUsage := feedAll(streaming, limit, body, nil)
+			gotEv, gotUsage := feedAll(streaming, limit, body, cuts)
+			if gotEv != wantEv || gotUsage != wantUsage {
+				t.Fatalf("limit %d, cut at %v: events %v usage %+v; whole: events %v usage %+v",
+					limit, cuts, gotEv, gotUsage, wantEv, wantUsage)
+			}
+			if !streaming && len(bytes.TrimSpace(body)) > 0 && wantEv&(FirstToken|Overflow) == 0 {
+				t.Fatalf("a non-blank JSON body gave no first token: %v", wantEv)
+			}
+		}
+	})
+}
