@@ -1,0 +1,80 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// Option configures Build.
+type Option func(*options)
+
+type options struct {
+	now  func() time.Time
+	rand *rand.Rand
+}
+
+// WithClock sets the clock metric freshness is judged by.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithRand sets the random source behind tie-breaks and random choices;
+// seed it for reproducible picks. The policy serializes its use.
+func WithRand(r *rand.Rand) Option { return func(o *options) { o.rand = r } }
+
+// Build returns the policy cfg names, defaulted and validated. Policies that
+// keep a prefix index (cache-aware, weighted-scorer) follow reg's workers,
+// so reg is required for them.
+func Build(cfg Config, reg *registry.Registry, opts ...Option) (Policy, error) {
+	cfg = cfg.Default()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("policy config: %w", err)
+	}
+	o := options{now: time.Now}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.rand == nil {
+		o.rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	var r ranker
+	switch cfg.Name {
+	case CacheAware, WeightedScorer:
+		if reg == nil {
+			return nil, fmt.Errorf("policy %s: %w", cfg.Name, errNoRegistry)
+		}
+		if cfg.Name == CacheAware {
+			r = &cacheAware{indexed: newIndexed(cfg.Index, reg), cfg: cfg.CacheAware}
+		} else {
+			r = &weightedScorer{indexed: newIndexed(cfg.Index, reg), cfg: cfg.WeightedScorer}
+		}
+	case LeastLoad:
+		r = leastLoad{}
+	case RoundRobin:
+		r = &roundRobin{}
+	case Random:
+		r = random{}
+	case PowerOfTwo:
+		r = powerOfTwo{}
+	}
+	return newEngine(cfg, o, r), nil
+}
+
+var errNoRegistry = errors.New("a registry is required")
+
+// observer is a ranker that learns where requests were served.
+type observer interface {
+	Observe(req *Request, served *registry.Worker)
+}
+
+// Observe implements Observer: policies with a prefix index record that
+// served holds the prompt; others ignore it.
+func (e *engine) Observe(req *Request, served *registry.Worker) {
+	if o, ok := e.ranker.(observer); ok {
+		o.Observe(req, served)
+	}
+}
+
+var _ Observer = (*engine)(nil)

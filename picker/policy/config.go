@@ -1,0 +1,215 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Names of the policies Build knows.
+const (
+	CacheAware     = "cache-aware"
+	LeastLoad      = "least-load"
+	RoundRobin     = "round-robin"
+	Random         = "random"
+	PowerOfTwo     = "power-of-two"
+	WeightedScorer = "weighted-scorer"
+)
+
+// Modes of the cache-aware policy.
+const (
+	// ModeCost picks the lowest estimated cost: load plus the prefill of the
+	// part of the prompt the worker does not hold.
+	ModeCost = "cost"
+	// ModeThreshold picks the longest match above a threshold, spilling to
+	// the least loaded worker when the match is short or its holder is
+	// overloaded relative to the pool.
+	ModeThreshold = "threshold"
+)
+
+// Config selects and tunes a policy. Zero fields take their defaults.
+type Config struct {
+	// Name is the policy: cache-aware (default), least-load, round-robin,
+	// random, power-of-two or weighted-scorer.
+	Name string `json:"name,omitempty" yaml:"name,omitempty"`
+
+	// A worker is saturated when its fresh metrics show at least
+	// QueueThreshold waiting requests and a KV-cache usage of at least
+	// KVCacheThreshold, or when MaxInFlight > 0 requests are in flight on it.
+	QueueThreshold   int     `json:"queueThreshold,omitempty" yaml:"queueThreshold,omitempty"`
+	KVCacheThreshold float64 `json:"kvCacheThreshold,omitempty" yaml:"kvCacheThreshold,omitempty"`
+	MaxInFlight      int     `json:"maxInFlight,omitempty" yaml:"maxInFlight,omitempty"`
+
+	// MetricsStaleness is how old scraped metrics may be and still be
+	// trusted; about three scrape intervals.
+	MetricsStaleness Duration `json:"metricsStaleness,omitempty" yaml:"metricsStaleness,omitempty"`
+
+	// PrefillWeight is what one request in prefill counts for in a worker's
+	// load, a request in decode counting 1.
+	PrefillWeight float64 `json:"prefillWeight,omitempty" yaml:"prefillWeight,omitempty"`
+
+	CacheAware     CacheAwareConfig     `json:"cacheAware,omitempty" yaml:"cacheAware,omitempty"`
+	WeightedScorer WeightedScorerConfig `json:"weightedScorer,omitempty" yaml:"weightedScorer,omitempty"`
+	Index          IndexConfig          `json:"index,omitempty" yaml:"index,omitempty"`
+}
+
+// CacheAwareConfig tunes the cache-aware policy.
+type CacheAwareConfig struct {
+	// Mode is cost (default) or threshold.
+	Mode string `json:"mode,omitempty" yaml:"mode,omitempty"`
+	// BlocksPerLoad (cost mode) is how many uncached prompt blocks weigh as
+	// much as one unit of load.
+	BlocksPerLoad float64 `json:"blocksPerLoad,omitempty" yaml:"blocksPerLoad,omitempty"`
+	// MatchThreshold (threshold mode) is the share of the prompt's blocks a
+	// match must cover for cache affinity to win over balance.
+	MatchThreshold float64 `json:"matchThreshold,omitempty" yaml:"matchThreshold,omitempty"`
+	// A worker is overloaded when its load exceeds both the pool's mean ×
+	// BalanceRel and the mean + BalanceAbs (threshold mode).
+	BalanceRel float64 `json:"balanceRel,omitempty" yaml:"balanceRel,omitempty"`
+	BalanceAbs float64 `json:"balanceAbs,omitempty" yaml:"balanceAbs,omitempty"`
+}
+
+// WeightedScorerConfig holds the weights of the weighted scorer.
+type WeightedScorerConfig struct {
+	QueueWeight  float64 `json:"queueWeight,omitempty" yaml:"queueWeight,omitempty"`
+	KVWeight     float64 `json:"kvCacheWeight,omitempty" yaml:"kvCacheWeight,omitempty"`
+	PrefixWeight float64 `json:"prefixWeight,omitempty" yaml:"prefixWeight,omitempty"`
+}
+
+// IndexConfig tunes the prefix index of the policies that keep one.
+type IndexConfig struct {
+	// DefaultCapacityBlocks bounds the blocks of a worker whose KV capacity
+	// is not known yet.
+	DefaultCapacityBlocks int `json:"defaultCapacityBlocks,omitempty" yaml:"defaultCapacityBlocks,omitempty"`
+	// MaxHolders is how many workers one block remembers.
+	MaxHolders int `json:"maxHolders,omitempty" yaml:"maxHolders,omitempty"`
+}
+
+// Defaults.
+const (
+	DefaultQueueThreshold   = 5
+	DefaultKVCacheThreshold = 0.8
+	DefaultMetricsStaleness = time.Second
+	DefaultPrefillWeight    = 2
+	DefaultBlocksPerLoad    = 64
+	DefaultMatchThreshold   = 0.5
+	DefaultBalanceRel       = 1.5
+	DefaultBalanceAbs       = 4
+)
+
+// Default returns c with every zero field set to its default.
+func (c Config) Default() Config {
+	setDefault(&c.Name, CacheAware)
+	setDefault(&c.QueueThreshold, DefaultQueueThreshold)
+	setDefault(&c.KVCacheThreshold, DefaultKVCacheThreshold)
+	setDefault(&c.MetricsStaleness.Duration, DefaultMetricsStaleness)
+	setDefault(&c.PrefillWeight, DefaultPrefillWeight)
+	ca := &c.CacheAware
+	setDefault(&ca.Mode, ModeCost)
+	setDefault(&ca.BlocksPerLoad, DefaultBlocksPerLoad)
+	setDefault(&ca.MatchThreshold, DefaultMatchThreshold)
+	setDefault(&ca.BalanceRel, DefaultBalanceRel)
+	setDefault(&ca.BalanceAbs, DefaultBalanceAbs)
+	ws := &c.WeightedScorer
+	if *ws == (WeightedScorerConfig{}) {
+		*ws = WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3}
+	}
+	return c
+}
+
+func setDefault[T comparable](field *T, def T) {
+	var zero T
+	if *field == zero {
+		*field = def
+	}
+}
+
+// Validate reports every bad field of a defaulted config, each error naming
+// the field by its JSON path.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field string, v any, want string) {
+		errs = append(errs, fmt.Errorf("%s: %v is invalid: must be %s", field, v, want))
+	}
+	switch c.Name {
+	case CacheAware, LeastLoad, RoundRobin, Random, PowerOfTwo, WeightedScorer:
+	default:
+		bad("name", strconv.Quote(c.Name), "one of cache-aware, least-load, round-robin, random, power-of-two, weighted-scorer")
+	}
+	if c.QueueThreshold < 0 {
+		bad("queueThreshold", c.QueueThreshold, "≥ 0")
+	}
+	if c.KVCacheThreshold < 0 || c.KVCacheThreshold > 1 {
+		bad("kvCacheThreshold", c.KVCacheThreshold, "in [0,1]")
+	}
+	if c.MaxInFlight < 0 {
+		bad("maxInFlight", c.MaxInFlight, "≥ 0")
+	}
+	if c.MetricsStaleness.Duration < 0 {
+		bad("metricsStaleness", c.MetricsStaleness, "≥ 0")
+	}
+	if c.PrefillWeight < 0 {
+		bad("prefillWeight", c.PrefillWeight, "≥ 0")
+	}
+	ca := c.CacheAware
+	if ca.Mode != ModeCost && ca.Mode != ModeThreshold {
+		bad("cacheAware.mode", strconv.Quote(ca.Mode), "cost or threshold")
+	}
+	if ca.BlocksPerLoad < 0 {
+		bad("cacheAware.blocksPerLoad", ca.BlocksPerLoad, "> 0")
+	}
+	if ca.MatchThreshold < 0 || ca.MatchThreshold > 1 {
+		bad("cacheAware.matchThreshold", ca.MatchThreshold, "in [0,1]")
+	}
+	if ca.BalanceRel < 1 {
+		bad("cacheAware.balanceRel", ca.BalanceRel, "≥ 1")
+	}
+	if ca.BalanceAbs < 0 {
+		bad("cacheAware.balanceAbs", ca.BalanceAbs, "≥ 0")
+	}
+	ws := c.WeightedScorer
+	for field, w := range map[string]float64{
+		"weightedScorer.queueWeight":   ws.QueueWeight,
+		"weightedScorer.kvCacheWeight": ws.KVWeight,
+		"weightedScorer.prefixWeight":  ws.PrefixWeight,
+	} {
+		if w < 0 {
+			bad(field, w, "≥ 0")
+		}
+	}
+	if c.Index.DefaultCapacityBlocks < 0 {
+		bad("index.defaultCapacityBlocks", c.Index.DefaultCapacityBlocks, "≥ 0")
+	}
+	if c.Index.MaxHolders < 0 {
+		bad("index.maxHolders", c.Index.MaxHolders, "≥ 0")
+	}
+	return errors.Join(errs...)
+}
+
+// Duration is a time.Duration written as a Go duration string ("1.5s") in
+// JSON; a bare number is read as nanoseconds.
+type Duration struct{ time.Duration }
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a duration string or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n int64
+		if err := json.Unmarshal(b, &n); err != nil {
+			return fmt.Errorf("duration %s: want a string like \"1s\" or nanoseconds", b)
+		}
+		d.Duration = time.Duration(n)
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration: %w", err)
+	}
+	d.Duration = v
+	return nil
+}

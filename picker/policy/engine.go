@@ -1,0 +1,189 @@
+package policy
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/prefix"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// candidate is one live, unsaturated worker during a pick.
+type candidate struct {
+	w       *registry.Worker
+	metrics *registry.Metrics // nil when absent or stale
+	load    float64           // see engine.load
+	matched int               // prompt blocks the worker holds (indexing policies)
+	cost    float64           // set by the ranker: lower is better
+	tie     uint64            // random tie-break
+}
+
+// pick is the per-call state, pooled so a pick allocates only its result.
+type pick struct {
+	req     *Request
+	cands   []candidate
+	rng     uint64 // splitmix64 state, seeded per pick
+	hashes  []uint64
+	blocks  int // len(hashes), when the ranker hashed the prompt
+	scratch prefix.Scratch
+	matched map[uint32]int
+}
+
+// rand returns the next number of the pick's private generator.
+func (p *pick) rand() uint64 {
+	p.rng += 0x9e3779b97f4a7c15
+	z := p.rng
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// ranker sets the cost of every candidate of a pick.
+type ranker interface {
+	rank(e *engine, p *pick)
+}
+
+// chooser is told the primary a pick returned.
+type chooser interface {
+	chose(e *engine, p *pick, primary *registry.Worker)
+}
+
+// engine runs the steps every policy shares: it drops removed and saturated
+// candidates, measures load, lets the ranker set costs and returns the
+// cheapest distinct candidates, ties broken at random.
+type engine struct {
+	cfg    Config
+	now    func() time.Time
+	ranker ranker
+
+	mu  sync.Mutex
+	rnd *rand.Rand
+
+	pool sync.Pool
+}
+
+var _ Policy = (*engine)(nil)
+
+func newEngine(cfg Config, o options, r ranker) *engine {
+	e := &engine{cfg: cfg, now: o.now, rnd: o.rand, ranker: r}
+	e.pool.New = func() any { return &pick{matched: map[uint32]int{}} }
+	return e
+}
+
+// Pick implements Policy.
+func (e *engine) Pick(req *Request, candidates []*registry.Worker, n int) ([]*registry.Worker, error) {
+	if req == nil {
+		req = &Request{}
+	}
+	n = max(n, 1)
+	p := e.pool.Get().(*pick)
+	defer func() {
+		p.req = nil
+		clear(p.cands) // drop worker pointers before pooling
+		p.cands = p.cands[:0]
+		e.pool.Put(p)
+	}()
+	p.req, p.blocks = req, 0
+	e.mu.Lock()
+	p.rng = e.rnd.Uint64()
+	e.mu.Unlock()
+
+	now := e.now()
+	saturated := 0
+	for _, w := range candidates {
+		if w == nil || w.Removed() {
+			continue
+		}
+		m := w.Metrics()
+		if m != nil && (m.Scraped.IsZero() || now.Sub(m.Scraped) > e.cfg.MetricsStaleness.Duration) {
+			m = nil
+		}
+		if e.saturated(w, m) {
+			saturated++
+			continue
+		}
+		p.cands = append(p.cands, candidate{w: w, metrics: m, load: e.load(w, m), tie: p.rand()})
+	}
+	if len(p.cands) == 0 {
+		if saturated > 0 {
+			return nil, ErrSaturated
+		}
+		return nil, ErrNoCandidates
+	}
+	e.ranker.rank(e, p)
+	out := cheapest(p.cands, n)
+	if c, ok := e.ranker.(chooser); ok {
+		c.chose(e, p, out[0])
+	}
+	return out, nil
+}
+
+// saturated reports whether w may take no more work: its fresh metrics show
+// a full queue and a full KV cache, or it is at the in-flight cap.
+func (e *engine) saturated(w *registry.Worker, m *registry.Metrics) bool {
+	if e.cfg.MaxInFlight > 0 && w.InFlight() >= int64(e.cfg.MaxInFlight) {
+		return true
+	}
+	return m != nil && m.Waiting >= e.cfg.QueueThreshold && m.KVUsage >= e.cfg.KVCacheThreshold
+}
+
+// load is the work ahead of a new request on w: requests in flight, those in
+// prefill weighted by PrefillWeight, plus the model server's waiting queue
+// beyond what this picker already counts as prefill (requests other pickers
+// or clients sent), when the metrics are fresh.
+func (e *engine) load(w *registry.Worker, m *registry.Metrics) float64 {
+	pre, dec := w.Load()
+	l := e.cfg.PrefillWeight*float64(pre) + float64(dec)
+	if m != nil && int64(m.Waiting) > pre {
+		l += e.cfg.PrefillWeight * float64(int64(m.Waiting)-pre)
+	}
+	return l
+}
+
+// cheapest returns up to n distinct workers of cs by ascending cost, ties
+// broken by the random tie key.
+func cheapest(cs []candidate, n int) []*registry.Worker {
+	out := make([]*registry.Worker, 0, min(n, len(cs)))
+	for k := 0; k < len(cs) && len(out) < n; k++ {
+		best := k
+		for i := k + 1; i < len(cs); i++ {
+			if less(&cs[i], &cs[best]) {
+				best = i
+			}
+		}
+		cs[k], cs[best] = cs[best], cs[k]
+		if !contains(out, cs[k].w) {
+			out = append(out, cs[k].w)
+		}
+	}
+	return out
+}
+
+func less(a, b *candidate) bool {
+	if a.cost != b.cost {
+		return a.cost < b.cost
+	}
+	return a.tie < b.tie
+}
+
+func contains(ws []*registry.Worker, w *registry.Worker) bool {
+	for _, x := range ws {
+		if x == w {
+			return true
+		}
+	}
+	return false
+}
+
+// capacityBlocks is the worker's KV capacity in prefix blocks: its KV blocks
+// × tokens per block × about 4 bytes of prompt per token; 0 when unknown
+// (the index then uses its default). Metrics of any age will do: the
+// capacity is configuration, not load.
+func capacityBlocks(w *registry.Worker) int {
+	m := w.Metrics()
+	if m == nil || m.NumGPUBlocks <= 0 || m.BlockSize <= 0 {
+		return 0
+	}
+	return m.NumGPUBlocks * m.BlockSize * 4 / prefix.BlockSize
+}

@@ -1,0 +1,71 @@
+package policy
+
+import (
+	"github.com/inferpick/inferpick/picker/prefix"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// indexed is the part of a policy that keeps a prefix index of its own
+// decisions. The index follows the registry: a worker's entries vanish when
+// it leaves.
+type indexed struct {
+	ix *prefix.Index
+}
+
+func newIndexed(cfg IndexConfig, reg *registry.Registry) indexed {
+	ix := prefix.New(
+		prefix.WithDefaultCapacity(cfg.DefaultCapacityBlocks),
+		prefix.WithMaxHolders(cfg.MaxHolders),
+	)
+	reg.AddListener(indexListener{ix})
+	return indexed{ix: ix}
+}
+
+// indexListener keeps the index's worker set equal to the registry's.
+type indexListener struct{ ix *prefix.Index }
+
+func (l indexListener) WorkerAdded(w *registry.Worker)   { l.ix.AddWorker(w.ID()) }
+func (l indexListener) WorkerRemoved(w *registry.Worker) { l.ix.RemoveWorker(w.ID()) }
+
+// match hashes the prompt once and sets each candidate's matched blocks.
+func (x indexed) match(p *pick) {
+	p.hashes = x.ix.Hashes(p.hashes, p.req.Model, p.req.CacheSalt, p.req.Prompt)
+	p.blocks = len(p.hashes)
+	ms := x.ix.Match(p.hashes, &p.scratch)
+	switch {
+	case len(ms) == 0:
+		return
+	case len(ms) <= 8:
+		for i := range p.cands {
+			id := p.cands[i].w.ID()
+			for _, m := range ms {
+				if m.Worker == id {
+					p.cands[i].matched = m.Blocks
+					break
+				}
+			}
+		}
+	default:
+		clear(p.matched)
+		for _, m := range ms {
+			p.matched[m.Worker] = m.Blocks
+		}
+		for i := range p.cands {
+			p.cands[i].matched = p.matched[p.cands[i].w.ID()]
+		}
+	}
+}
+
+// chose records that the primary now holds the prompt.
+func (x indexed) chose(_ *engine, p *pick, primary *registry.Worker) {
+	x.ix.Insert(primary.ID(), capacityBlocks(primary), p.hashes)
+}
+
+// Observe records that served, not the primary, holds the prompt now.
+func (x indexed) Observe(req *Request, served *registry.Worker) {
+	if req == nil || served == nil {
+		return
+	}
+	hs := x.ix.Hashes(nil, req.Model, req.CacheSalt, req.Prompt)
+	x.ix.Insert(served.ID(), capacityBlocks(served), hs)
+}

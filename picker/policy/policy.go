@@ -1,0 +1,45 @@
+// Package policy decides which worker serves a request. A Policy orders the
+// candidate workers, primary first; the engine shared by every policy drops
+// removed and saturated workers before the policy sees them, breaks ties at
+// random and returns distinct workers. Policies read the registry and the
+// prefix index only: nothing here knows gRPC, Envoy or request bodies.
+package policy
+
+import (
+	"errors"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// Request is what a policy knows of one request.
+type Request struct {
+	Model     string
+	CacheSalt string
+	// Prompt is the prompt text in chat-template order, as segments to be
+	// read as one concatenated string. It may alias the request body: a
+	// policy never keeps it past the call.
+	Prompt [][]byte
+}
+
+// Policy orders candidates for a request.
+type Policy interface {
+	// Pick returns the primary worker first, then up to n-1 distinct
+	// fallbacks, all taken from candidates. A candidate may be removed from
+	// the registry concurrently: one already removed when the pick starts is
+	// never returned, and a guard admitted on one removed later is harmless.
+	// Errors are ErrNoCandidates or ErrSaturated.
+	Pick(req *Request, candidates []*registry.Worker, n int) ([]*registry.Worker, error)
+}
+
+// Observer is implemented by policies that learn from where a request was
+// actually served, when the gateway fell back from the primary.
+type Observer interface {
+	Observe(req *Request, served *registry.Worker)
+}
+
+var (
+	// ErrNoCandidates: no live candidate to pick from.
+	ErrNoCandidates = errors.New("no candidate worker")
+	// ErrSaturated: every live candidate is saturated.
+	ErrSaturated = errors.New("every candidate worker is saturated")
+)
