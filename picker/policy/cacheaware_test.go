@@ -1,0 +1,216 @@
+package policy
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+var modes = []string{ModeCost, ModeThreshold}
+
+// Requests sharing a long prefix stay on one worker while load builds up
+// there, then spill to others once it is overloaded.
+func TestCacheAwareSticksThenSpills(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			reg, ws := pool(4)
+			p := build(t, Config{CacheAware: CacheAwareConfig{Mode: mode}}, reg, nil)
+			// Warm the prefix on one worker, then keep every request in flight.
+			first, err := p.Pick(chat("doc", "q0", 32<<10, 200), ws, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			holder := first[0]
+			// Decode load, so the holder looks busy to the load measure.
+			for range 2 {
+				g := holder.Admit()
+				g.FirstToken()
+				t.Cleanup(func() { g.Release() })
+			}
+			var seq []string
+			spilled := -1
+			for i := 1; i <= 40; i++ {
+				got, err := p.Pick(chat("doc", fmt.Sprintf("q%d", i), 32<<10, 200), ws, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seq = append(seq, got[0].Address())
+				g := got[0].Admit()
+				g.FirstToken()
+				t.Cleanup(func() { g.Release() })
+				if got[0] != holder && spilled < 0 {
+					spilled = i
+				}
+			}
+			t.Logf("first spill at request %d: %v", spilled, seq)
+			if spilled < 3 {
+				t.Errorf("left the warm worker after %d requests, want it kept while lightly loaded: %v", spilled, seq)
+			}
+			if spilled < 0 {
+				t.Errorf("never spilled from %s with 40 requests in flight: %v", holder.Address(), seq)
+			}
+			loads := map[string]int64{}
+			for _, w := range ws {
+				loads[w.Address()] = w.InFlight()
+			}
+			if loads[holder.Address()] >= 40 {
+				t.Errorf("the warm worker took everything: %v", loads)
+			}
+		})
+	}
+}
+
+// Unrelated prompts carry no affinity: they spread over the pool.
+func TestCacheAwareSpreadsUnrelatedPrompts(t *testing.T) {
+	const workers, picks = 8, 1000
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			reg, ws := pool(workers)
+			p := build(t, Config{CacheAware: CacheAwareConfig{Mode: mode}}, reg, nil)
+			got := counts(t, p, ws, picks, func(i int) *Request {
+				return chat(fmt.Sprintf("sys%d", i), "u", 2048, 64)
+			})
+			for _, w := range ws {
+				if n := got[w.Address()]; n < picks/workers*6/10 || n > picks/workers*14/10 {
+					t.Errorf("%s got %d of %d picks: %v", w.Address(), n, picks, got)
+				}
+			}
+		})
+	}
+}
+
+// A prompt with a warm prefix goes back to its worker; an identical prompt
+// for another model or cache salt does not know it.
+func TestCacheAwareFollowsPrefix(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			reg, ws := pool(8)
+			p := build(t, Config{CacheAware: CacheAwareConfig{Mode: mode}}, reg, nil)
+			homes := map[string]*registry.Worker{}
+			for i := range 8 {
+				sys := fmt.Sprintf("tenant%d", i)
+				got, err := p.Pick(chat(sys, "first", 8192, 100), ws, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				homes[sys] = got[0]
+			}
+			for round := range 5 {
+				for sys, home := range homes {
+					got, _ := p.Pick(chat(sys, fmt.Sprint("again", round), 8192, 100), ws, 1)
+					if got[0] != home {
+						t.Errorf("%s went to %s, want its warm worker %s", sys, got[0].Address(), home.Address())
+					}
+				}
+			}
+			other := 0
+			for sys, home := range homes {
+				req := chat(sys, "x", 8192, 100)
+				req.CacheSalt = "salted"
+				if got, _ := p.Pick(req, ws, 1); got[0] != home {
+					other++
+				}
+			}
+			if other == 0 {
+				t.Errorf("salted requests all went to the unsalted prefix holders")
+			}
+		})
+	}
+}
+
+func TestCacheAwareForgetsRemovedWorker(t *testing.T) {
+	reg, ws := pool(3)
+	p := build(t, Config{}, reg, nil)
+	req := chat("doc", "q", 4096, 100)
+	got, err := p.Pick(req, ws, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := got[0]
+	ix := p.(*engine).ranker.(*cacheAware).ix
+	if ix.WorkerBlocks(gone.ID()) == 0 {
+		t.Fatalf("the picked worker holds no block after a pick")
+	}
+	reg.Remove(gone.Endpoint().Key)
+	if n := ix.WorkerBlocks(gone.ID()); n != 0 {
+		t.Errorf("removed worker still holds %d blocks", n)
+	}
+	if st := ix.Stats(); st.Entries != 0 {
+		t.Errorf("index keeps %d entries of a removed worker", st.Entries)
+	}
+	for range 50 {
+		got, err := p.Pick(req, ws, 3) // a stale candidate list still names it
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range got {
+			if w == gone {
+				t.Fatalf("picked the removed worker %s", gone.Address())
+			}
+		}
+	}
+}
+
+func TestCacheAwareIgnoresStaleMetrics(t *testing.T) {
+	clk := &clock{t: epoch}
+	reg, ws := pool(2)
+	p := build(t, Config{MetricsStaleness: Duration{3 * time.Second}}, reg, clk)
+	ws[0].SetMetrics(&registry.Metrics{Waiting: 4, Scraped: epoch})
+	fresh := counts(t, p, ws, 100, func(int) *Request { return &Request{Model: "m"} })
+	if fresh[ws[0].Address()] != 0 {
+		t.Errorf("a worker with a fresh queue of 4 was picked over an idle one: %v", fresh)
+	}
+	clk.t = epoch.Add(4 * time.Second)
+	stale := counts(t, p, ws, 100, func(int) *Request { return &Request{Model: "m"} })
+	if stale[ws[0].Address()] < 20 {
+		t.Errorf("a worker with a stale queue still avoided: %v", stale)
+	}
+}
+
+// The gateway served a fallback: the next request with that prompt goes to
+// the worker that has it now.
+func TestCacheAwareObserve(t *testing.T) {
+	reg, ws := pool(4)
+	p := build(t, Config{}, reg, nil)
+	req := chat("doc", "q", 8192, 100)
+	got, err := p.Pick(req, ws, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	primary, fallback := got[0], got[1]
+	reg.Remove(primary.Endpoint().Key)
+	p.(Observer).Observe(req, fallback)
+	again, _ := p.Pick(req, ws, 1)
+	if again[0] != fallback {
+		t.Errorf("after serving on %s the prompt went to %s", fallback.Address(), again[0].Address())
+	}
+}
+
+func TestWeightedScorer(t *testing.T) {
+	reg, ws := pool(3)
+	p := build(t, Config{Name: WeightedScorer}, reg, nil)
+	ws[0].SetMetrics(&registry.Metrics{Waiting: 4, KVUsage: 0.5, Scraped: epoch})
+	ws[1].SetMetrics(&registry.Metrics{Waiting: 0, KVUsage: 0.2, Scraped: epoch})
+	ws[2].SetMetrics(&registry.Metrics{Waiting: 2, KVUsage: 0.9, Scraped: epoch})
+	got, err := p.Pick(&Request{Model: "m"}, ws, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Scores: 2·0+2·0.5 = 1, 2·1+2·0.8 = 3.6, 2·0.5+2·0.1 = 1.2.
+	want := []string{"127.0.0.2:8000", "127.0.0.3:8000", "127.0.0.1:8000"}
+	if diff := fmt.Sprint(addrs(got)); diff != fmt.Sprint(want) {
+		t.Errorf("order = %v, want %v", addrs(got), want)
+	}
+	// A full prefix match (3 points) outweighs the queue and KV lead of
+	// 127.0.0.2 over 127.0.0.3 (2.4 points).
+	req := chat("doc", "q", 4096, 0)
+	if _, err := p.Pick(req, []*registry.Worker{ws[2]}, 1); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = p.Pick(req, ws, 1)
+	if got[0] != ws[2] {
+		t.Errorf("prefix holder not preferred: got %s", got[0].Address())
+	}
+}

@@ -1,0 +1,86 @@
+package policy
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestBuildRejectsBadConfig(t *testing.T) {
+	reg, _ := pool(1)
+	cases := map[string]struct {
+		cfg  Config
+		want string // the field the error names
+	}{
+		"unknown policy":      {Config{Name: "fastest"}, "name"},
+		"negative queue":      {Config{QueueThreshold: -1}, "queueThreshold"},
+		"kv above one":        {Config{KVCacheThreshold: 1.5}, "kvCacheThreshold"},
+		"negative cap":        {Config{MaxInFlight: -2}, "maxInFlight"},
+		"negative staleness":  {Config{MetricsStaleness: Duration{-time.Second}}, "metricsStaleness"},
+		"negative prefill":    {Config{PrefillWeight: -1}, "prefillWeight"},
+		"unknown mode":        {Config{CacheAware: CacheAwareConfig{Mode: "greedy"}}, "cacheAware.mode"},
+		"negative blocks":     {Config{CacheAware: CacheAwareConfig{BlocksPerLoad: -1}}, "cacheAware.blocksPerLoad"},
+		"threshold above one": {Config{CacheAware: CacheAwareConfig{MatchThreshold: 2}}, "cacheAware.matchThreshold"},
+		"rel below one":       {Config{CacheAware: CacheAwareConfig{BalanceRel: 0.5}}, "cacheAware.balanceRel"},
+		"negative abs":        {Config{CacheAware: CacheAwareConfig{BalanceAbs: -1}}, "cacheAware.balanceAbs"},
+		"negative weight":     {Config{WeightedScorer: WeightedScorerConfig{PrefixWeight: -3}}, "weightedScorer.prefixWeight"},
+		"negative capacity":   {Config{Index: IndexConfig{DefaultCapacityBlocks: -1}}, "index.defaultCapacityBlocks"},
+		"negative holders":    {Config{Index: IndexConfig{MaxHolders: -1}}, "index.maxHolders"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Build(tc.cfg, reg)
+			if err == nil || !strings.Contains(err.Error(), tc.want+":") {
+				t.Errorf("Build error = %v, want one naming %s", err, tc.want)
+			}
+		})
+	}
+	if _, err := Build(Config{}, nil); err == nil {
+		t.Errorf("cache-aware built without a registry")
+	}
+	if _, err := Build(Config{Name: RoundRobin}, nil); err != nil {
+		t.Errorf("round-robin needs no registry: %v", err)
+	}
+}
+
+func TestConfigFromJSON(t *testing.T) {
+	var cfg Config
+	in := `{"name":"cache-aware","metricsStaleness":"150ms","cacheAware":{"mode":"threshold","matchThreshold":0.7}}`
+	if err := json.Unmarshal([]byte(in), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Name:             CacheAware,
+		QueueThreshold:   DefaultQueueThreshold,
+		KVCacheThreshold: DefaultKVCacheThreshold,
+		MetricsStaleness: Duration{150 * time.Millisecond},
+		PrefillWeight:    DefaultPrefillWeight,
+		CacheAware: CacheAwareConfig{
+			Mode:           ModeThreshold,
+			BlocksPerLoad:  DefaultBlocksPerLoad,
+			MatchThreshold: 0.7,
+			BalanceRel:     DefaultBalanceRel,
+			BalanceAbs:     DefaultBalanceAbs,
+		},
+		WeightedScorer: WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3},
+	}
+	if diff := cmp.Diff(want, cfg.Default()); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+	out, err := json.Marshal(Duration{1500 * time.Millisecond})
+	if err != nil || string(out) != `"1.5s"` {
+		t.Errorf("marshal = %s, %v; want \"1.5s\"", out, err)
+	}
+	var d Duration
+	for in, want := range map[string]time.Duration{`"2s"`: 2 * time.Second, `1000`: time.Microsecond} {
+		if err := json.Unmarshal([]byte(in), &d); err != nil || d.Duration != want {
+			t.Errorf("unmarshal %s = %v, %v; want %v", in, d, err, want)
+		}
+	}
+	if err := json.Unmarshal([]byte(`"soon"`), &d); err == nil {
+		t.Errorf("unmarshal \"soon\" succeeded")
+	}
+}

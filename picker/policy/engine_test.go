@@ -1,0 +1,197 @@
+package policy
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+func TestEveryPolicyReturnsDistinctCandidates(t *testing.T) {
+	for _, name := range allPolicies {
+		t.Run(name, func(t *testing.T) {
+			reg, ws := pool(6)
+			p := build(t, Config{Name: name}, reg, nil)
+			reg.Remove(ws[5].Endpoint().Key)
+			cands := append(slices.Clone(ws), ws[0], ws[1]) // duplicates too
+			for _, n := range []int{0, 1, 3, 5, 10} {
+				for i := range 20 {
+					got, err := p.Pick(chat("sys", string(rune('a'+i)), 512, 128), cands, n)
+					if err != nil {
+						t.Fatalf("n=%d: %v", n, err)
+					}
+					want := min(max(n, 1), 5)
+					if len(got) != want {
+						t.Fatalf("n=%d: got %d workers, want %d", n, len(got), want)
+					}
+					seen := map[*registry.Worker]bool{}
+					for _, w := range got {
+						if seen[w] || w == ws[5] || !slices.Contains(ws, w) {
+							t.Fatalf("n=%d: bad result %v (duplicate, removed or foreign)", n, addrs(got))
+						}
+						seen[w] = true
+					}
+				}
+			}
+		})
+	}
+}
+
+func addrs(ws []*registry.Worker) []string {
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = w.Address()
+	}
+	return out
+}
+
+func TestNoCandidates(t *testing.T) {
+	for _, name := range allPolicies {
+		t.Run(name, func(t *testing.T) {
+			reg, ws := pool(2)
+			p := build(t, Config{Name: name}, reg, nil)
+			if _, err := p.Pick(&Request{}, nil, 1); !errors.Is(err, ErrNoCandidates) {
+				t.Errorf("no candidates: err = %v, want ErrNoCandidates", err)
+			}
+			reg.Replace(nil)
+			if _, err := p.Pick(&Request{}, ws, 1); !errors.Is(err, ErrNoCandidates) {
+				t.Errorf("all removed: err = %v, want ErrNoCandidates", err)
+			}
+		})
+	}
+}
+
+func TestSaturation(t *testing.T) {
+	full := func(at time.Time) *registry.Metrics {
+		return &registry.Metrics{Waiting: 5, KVUsage: 0.8, Scraped: at}
+	}
+	cases := map[string]struct {
+		cfg      Config
+		metrics  []*registry.Metrics
+		inFlight []int
+		want     string // address, or "saturated"
+	}{
+		"all full": {
+			metrics: []*registry.Metrics{full(epoch), full(epoch)},
+			want:    "saturated",
+		},
+		"one has room": {
+			metrics: []*registry.Metrics{full(epoch), {Waiting: 5, KVUsage: 0.5, Scraped: epoch}},
+			want:    "127.0.0.2:8000",
+		},
+		"queue alone is not saturation": {
+			metrics: []*registry.Metrics{full(epoch), {Waiting: 50, KVUsage: 0.1, Scraped: epoch}},
+			want:    "127.0.0.2:8000",
+		},
+		"stale metrics do not saturate": {
+			metrics: []*registry.Metrics{full(epoch), full(epoch.Add(-time.Minute))},
+			want:    "127.0.0.2:8000",
+		},
+		"in-flight cap": {
+			cfg:      Config{MaxInFlight: 3},
+			inFlight: []int{3, 4},
+			want:     "saturated",
+		},
+		"under the in-flight cap": {
+			cfg:      Config{MaxInFlight: 3},
+			inFlight: []int{3, 2},
+			want:     "127.0.0.2:8000",
+		},
+		"custom thresholds": {
+			cfg:     Config{QueueThreshold: 10, KVCacheThreshold: 0.95},
+			metrics: []*registry.Metrics{full(epoch), {Waiting: 10, KVUsage: 0.95, Scraped: epoch}},
+			want:    "127.0.0.1:8000",
+		},
+	}
+	for name, tc := range cases {
+		for _, policy := range allPolicies {
+			t.Run(name+"/"+policy, func(t *testing.T) {
+				reg, ws := pool(2)
+				for i, m := range tc.metrics {
+					ws[i].SetMetrics(m)
+				}
+				for i, n := range tc.inFlight {
+					admit(t, ws[i], n)
+				}
+				cfg := tc.cfg
+				cfg.Name = policy
+				p := build(t, cfg, reg, nil)
+				got, err := p.Pick(&Request{Model: "m"}, ws, 2)
+				if tc.want == "saturated" {
+					if !errors.Is(err, ErrSaturated) {
+						t.Fatalf("err = %v, want ErrSaturated", err)
+					}
+					return
+				}
+				if err != nil || len(got) != 1 || got[0].Address() != tc.want {
+					t.Fatalf("got %v, %v; want only %s", addrs(got), err, tc.want)
+				}
+			})
+		}
+	}
+}
+
+// With every worker equal, each policy spreads picks over all of them, and
+// the order candidates come in does not change the spread.
+func TestNoWorkerWinsByPosition(t *testing.T) {
+	const workers, picks = 5, 1000
+	for _, name := range allPolicies {
+		t.Run(name, func(t *testing.T) {
+			reg, ws := pool(workers)
+			p := build(t, Config{Name: name}, reg, nil)
+			shuffled := slices.Clone(ws)
+			r := rand.New(rand.NewPCG(3, 4))
+			for _, order := range [][]*registry.Worker{ws, shuffled} {
+				got := counts(t, p, order, picks, func(int) *Request {
+					r.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+					return &Request{Model: "m"}
+				})
+				for _, w := range ws {
+					if n := got[w.Address()]; n < picks/workers/2 || n > picks/workers*2 {
+						t.Errorf("%s picked %d of %d times: %v", w.Address(), n, picks, got)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestLeastLoadPolicies(t *testing.T) {
+	for _, name := range []string{LeastLoad, PowerOfTwo, CacheAware} {
+		t.Run(name, func(t *testing.T) {
+			reg, ws := pool(2)
+			admit(t, ws[0], 3)
+			admit(t, ws[1], 1)
+			p := build(t, Config{Name: name}, reg, nil)
+			for i := range 50 {
+				got, err := p.Pick(&Request{Model: "m"}, ws, 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got[0] != ws[1] || got[1] != ws[0] {
+					t.Fatalf("pick %d: %v, want the less loaded first", i, addrs(got))
+				}
+			}
+		})
+	}
+}
+
+func TestRoundRobinTakesTurns(t *testing.T) {
+	reg, ws := pool(3)
+	p := build(t, Config{Name: RoundRobin}, reg, nil)
+	var got []string
+	for range 6 {
+		w, err := p.Pick(&Request{}, ws, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, w[0].Address())
+	}
+	want := []string{"127.0.0.1:8000", "127.0.0.2:8000", "127.0.0.3:8000", "127.0.0.1:8000", "127.0.0.2:8000", "127.0.0.3:8000"}
+	if !slices.Equal(want, got) {
+		t.Errorf("turns = %v, want %v", got, want)
+	}
+}
