@@ -1,0 +1,135 @@
+package scrape
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"strconv"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// FuzzParse checks that Parse never panics, keeps its results in range,
+// and reads exactly what the reference parser reads whenever the reference
+// parser accepts the input.
+func FuzzParse(f *testing.F) {
+	for _, seed := range []string{
+		vllmPage(pageSpec{models: []string{"m"}, waiting: 1, running: 2, kv: 0.5}),
+		vllmV0Page,
+		sglangPage,
+		"vllm:num_requests_waiting{model_name=\"a \\\"b\\\"\"} 2 1700000000000\n",
+		"{\"vllm:num_requests_running\",engine=\"0\"} 3\n",
+		"vllm:num_\"requests_waiting\" 4\n",
+		"vllm:kv_cache_usage_perc NaN\nvllm:gpu_cache_usage_perc +Inf\n",
+		"vllm:lora_requests_info{max_lora=\"1\",running_lora_adapters=\"x,y\",waiting_lora_adapters=\"\"} 5\n",
+		"# TYPE vllm:num_requests_waiting summary\nvllm:num_requests_waiting{quantile=\"0.5\"} 1\n",
+		"sglang:num_queue_reqs 1\r\nsglang:token_usage .5",
+		"<html>\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := Parse(body)
+		if err != nil && !errors.Is(err, ErrNoMetrics) {
+			t.Fatalf("Parse() error = %v, want nil or ErrNoMetrics", err)
+		}
+		if got.Waiting < 0 || got.Running < 0 || got.Waiting > maxCount || got.Running > maxCount {
+			t.Fatalf("counts out of range: %+v", got)
+		}
+		if !(got.KVUsage >= 0 && got.KVUsage <= 1) {
+			t.Fatalf("KVUsage %v out of [0,1]", got.KVUsage)
+		}
+		if got.BlockSize < 0 || got.NumGPUBlocks < 0 || got.Malformed < 0 {
+			t.Fatalf("negative field: %+v", got)
+		}
+
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		families, perr := p.TextToMetricFamilies(bytes.NewReader(body))
+		if perr != nil {
+			return
+		}
+		want, comparable := reportFromFamilies(families)
+		if !comparable {
+			return
+		}
+		if got.Malformed != 0 {
+			t.Errorf("Parse() skipped %d lines the reference parser accepts", got.Malformed)
+		}
+		got.Malformed = 0
+		if (err == nil) != (want != nil) {
+			t.Fatalf("Parse() error = %v, reference found metrics: %v", err, want != nil)
+		}
+		if want == nil {
+			return
+		}
+		if diff := cmp.Diff(*want, got); diff != "" {
+			t.Errorf("Parse() disagrees with the reference parser (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// reportFromFamilies computes, from the reference parser's output, the
+// report Parse should return. It returns nil when none of the series is
+// present, and false when one of them is typed as a summary or histogram,
+// whose samples the reference parser regroups.
+func reportFromFamilies(families map[string]*dto.MetricFamily) (*Report, bool) {
+	var a accumulator
+	for name, family := range families {
+		m := lookup([]byte(name))
+		if m == otherMetric {
+			continue
+		}
+		switch family.GetType() {
+		case dto.MetricType_SUMMARY, dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+			return nil, false
+		}
+		for _, series := range family.GetMetric() {
+			a.seen[m] = true
+			v := series.GetGauge().GetValue() + series.GetCounter().GetValue() + series.GetUntyped().GetValue()
+			labels := map[string]string{}
+			for _, l := range series.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			switch m {
+			case vllmWaiting, vllmRunning, sglangWaiting, sglangRunning:
+				if !math.IsNaN(v) {
+					a.sum[m] += v
+				}
+			case vllmKVUsage, vllmGPUCacheUsage, sglangUsage:
+				if !math.IsNaN(v) {
+					a.max[m] = math.Max(a.max[m], v)
+				}
+			case vllmCacheConfig:
+				a.blockSize = max(a.blockSize, intOf(labels["block_size"]))
+				a.numBlocks = max(a.numBlocks, intOf(labels["num_gpu_blocks"]))
+			case vllmLoRA:
+				if math.IsNaN(v) || a.lora != nil && v < a.loraAt {
+					continue
+				}
+				a.loraAt = v
+				a.lora = &LoRAInfo{
+					MaxLoRA: intOf(labels["max_lora"]),
+					Running: adapterList(labels["running_lora_adapters"]),
+					Waiting: adapterList(labels["waiting_lora_adapters"]),
+				}
+			}
+		}
+	}
+	r, err := a.report()
+	if err != nil {
+		return nil, true
+	}
+	return &r, true
+}
+
+func intOf(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
