@@ -1,0 +1,74 @@
+// Package engine is the simulator's scheduler: a vLLM-like step loop over a
+// FIFO waiting queue and a bounded set of running sequences that share one KV
+// block pool (package kvcache).
+//
+// Each step the engine admits waiting sequences in arrival order while a
+// running slot, token budget and KV blocks are available (the head of the
+// queue blocks those behind it, as vLLM's FCFS policy does), gives every
+// decoding sequence one token, and spends the rest of the step's token budget
+// on prefill chunks. A step costs StepOverhead, plus DecodePerToken when any
+// sequence decodes, plus PrefillPerToken for every prompt token computed in
+// it. Prompt tokens found in the prefix cache are never computed. Simulated
+// time advances by the step's cost; a Pacer turns it into wall time.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is the simulated model server.
+type Config struct {
+	// BlockSize is the number of tokens per KV block.
+	BlockSize int
+	// NumGPUBlocks is the number of KV blocks in the pool.
+	NumGPUBlocks int
+	// MaxNumSeqs bounds the running sequences.
+	MaxNumSeqs int
+	// MaxBatchedTokens is the token budget of one step (decode tokens plus
+	// prefill chunk tokens).
+	MaxBatchedTokens int
+	// PrefillPerToken is the cost of computing one prompt token.
+	PrefillPerToken time.Duration
+	// DecodePerToken is the cost of a step that decodes (one token for each
+	// decoding sequence).
+	DecodePerToken time.Duration
+	// StepOverhead is the fixed cost of every step.
+	StepOverhead time.Duration
+}
+
+// DefaultConfig is a small GPU serving a small model.
+func DefaultConfig() Config {
+	return Config{
+		BlockSize:        16,
+		NumGPUBlocks:     2048,
+		MaxNumSeqs:       32,
+		MaxBatchedTokens: 2048,
+		PrefillPerToken:  100 * time.Microsecond,
+		DecodePerToken:   20 * time.Millisecond,
+		StepOverhead:     time.Millisecond,
+	}
+}
+
+// Validate reports every invalid field.
+func (c Config) Validate() error {
+	var errs []error
+	for _, f := range []struct {
+		name  string
+		value int
+	}{
+		{"block size", c.BlockSize},
+		{"num gpu blocks", c.NumGPUBlocks},
+		{"max num seqs", c.MaxNumSeqs},
+		{"max batched tokens", c.MaxBatchedTokens},
+	} {
+		if f.value <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %d", f.name, f.value))
+		}
+	}
+	if c.PrefillPerToken < 0 || c.DecodePerToken < 0 || c.StepOverhead < 0 {
+		errs = append(errs, errors.New("step costs must not be negative"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,282 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/kvcache"
+)
+
+var (
+	// ErrTooLarge: the prompt plus its output can never fit in the KV pool.
+	ErrTooLarge = errors.New("request does not fit in the KV cache")
+	// ErrInvalid: the request has no prompt or asks for no tokens.
+	ErrInvalid = errors.New("invalid request")
+	// ErrStopped: the engine is no longer running.
+	ErrStopped = errors.New("engine stopped")
+)
+
+// Engine schedules sequences. Create it with New, run its loop with Run, and
+// Submit requests from any goroutine.
+type Engine struct {
+	cfg   Config
+	pacer Pacer
+	wake  chan struct{}
+
+	mu      sync.Mutex
+	cache   *kvcache.Cache
+	waiting []*Sequence
+	running []*Sequence
+	simNow  time.Duration
+	totals  totals
+	stopped bool
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithPacer sets how simulated time is spent (default: real time, scale 1).
+func WithPacer(p Pacer) Option { return func(e *Engine) { e.pacer = p } }
+
+// New returns an engine for cfg.
+func New(cfg Config, opts ...Option) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("engine config: %w", err)
+	}
+	e := &Engine{
+		cfg:   cfg,
+		pacer: &WallPacer{Scale: 1},
+		wake:  make(chan struct{}, 1),
+		cache: kvcache.New(cfg.NumGPUBlocks),
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	return e, nil
+}
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Submit queues a request. The sequence is aborted when ctx ends.
+func (e *Engine) Submit(ctx context.Context, req Request) (*Sequence, error) {
+	tokens := kvcache.NumTokens(req.Prompt)
+	if tokens == 0 || req.MaxTokens < 1 {
+		return nil, fmt.Errorf("%w: need a prompt and max tokens >= 1", ErrInvalid)
+	}
+	bs := e.cfg.BlockSize
+	hashes := kvcache.BlockHashes(req.Prompt, bs)
+	blocks := (tokens + req.MaxTokens + bs - 1) / bs
+	if blocks > e.cfg.NumGPUBlocks {
+		return nil, fmt.Errorf("%w: %d prompt + %d output tokens need %d blocks of %d",
+			ErrTooLarge, tokens, req.MaxTokens, blocks, e.cfg.NumGPUBlocks)
+	}
+	s := &Sequence{
+		e:            e,
+		notify:       req.Notify,
+		promptTokens: tokens,
+		hashes:       hashes,
+		anonymous:    blocks - len(hashes),
+		maxTokens:    req.MaxTokens,
+	}
+	if s.notify == nil {
+		s.notify = make(chan struct{}, 1)
+	}
+
+	e.mu.Lock()
+	if e.stopped {
+		e.mu.Unlock()
+		return nil, ErrStopped
+	}
+	s.arrived = e.simNow
+	e.waiting = append(e.waiting, s)
+	e.totals.requests++
+	s.stop = context.AfterFunc(ctx, s.Abort)
+	e.mu.Unlock()
+
+	e.signal()
+	return s, nil
+}
+
+// Run is the step loop. It returns when ctx ends, after aborting every
+// sequence still queued or running; Submit fails from then on.
+func (e *Engine) Run(ctx context.Context) {
+	defer e.shutdown()
+	for {
+		st, ok := e.plan()
+		if !ok {
+			select {
+			case <-e.wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		if err := e.pacer.Wait(ctx, st.cost); err != nil {
+			return
+		}
+		e.apply(st)
+	}
+}
+
+// work is one sequence's part of a step: a prefill chunk, or (prefill == 0)
+// one decode token.
+type work struct {
+	seq     *Sequence
+	prefill int
+}
+
+type step struct {
+	work []work
+	cost time.Duration
+}
+
+// plan admits waiting sequences and decides what the next step computes.
+func (e *Engine) plan() (step, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+
+	var st step
+	budget := e.cfg.MaxBatchedTokens
+	decoding := false
+	for _, s := range e.running {
+		if s.computed == s.promptTokens {
+			st.work = append(st.work, work{seq: s})
+			budget--
+			decoding = true
+		}
+	}
+	prefill := 0
+	chunk := func(s *Sequence) {
+		n := min(s.promptTokens-s.computed, budget)
+		st.work = append(st.work, work{seq: s, prefill: n})
+		budget -= n
+		prefill += n
+	}
+	for _, s := range e.running {
+		if s.computed < s.promptTokens && budget > 0 {
+			chunk(s)
+		}
+	}
+	for len(e.waiting) > 0 && len(e.running) < e.cfg.MaxNumSeqs && budget > 0 {
+		s := e.waiting[0]
+		if !e.admit(s) {
+			break // first come, first served: the head blocks the rest
+		}
+		e.waiting[0] = nil
+		e.waiting = e.waiting[1:]
+		chunk(s)
+	}
+	if len(st.work) == 0 {
+		return step{}, false
+	}
+	st.cost = e.cfg.StepOverhead + time.Duration(prefill)*e.cfg.PrefillPerToken
+	if decoding {
+		st.cost += e.cfg.DecodePerToken
+	}
+	return st, true
+}
+
+// admit moves s to running if its KV blocks can be had. Called with e.mu held.
+func (e *Engine) admit(s *Sequence) bool {
+	// The last prompt token is always computed, so a fully cached prompt
+	// still recomputes its last block (as vLLM does).
+	hit := min(e.cache.Match(s.hashes), (s.promptTokens-1)/e.cfg.BlockSize)
+	lease, ok := e.cache.Acquire(s.hashes, s.anonymous)
+	if !ok {
+		return false
+	}
+	s.lease = lease
+	s.phase = running
+	s.cached = hit * e.cfg.BlockSize
+	s.computed = s.cached
+	s.admitted = e.simNow
+	e.running = append(e.running, s)
+	e.totals.promptTokens += int64(s.promptTokens)
+	e.totals.cachedTokens += int64(s.cached)
+	return true
+}
+
+// apply ends a step: simulated time moves on and each sequence that is still
+// running gets its share of the step's work.
+func (e *Engine) apply(st step) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.simNow += st.cost
+	for _, w := range st.work {
+		s := w.seq
+		if s.phase != running {
+			continue // aborted during the step
+		}
+		if w.prefill > 0 {
+			s.computed += w.prefill
+			if s.computed < s.promptTokens {
+				continue
+			}
+			s.firstToken = e.simNow
+			e.totals.firstTokens++
+			e.totals.ttftSum += s.firstToken - s.arrived
+		}
+		s.generated++
+		e.totals.generationTokens++
+		if s.generated >= s.maxTokens {
+			e.end(s, finished)
+			e.totals.finished++
+		}
+		s.signal()
+	}
+}
+
+func (e *Engine) abort(s *Sequence) {
+	e.mu.Lock()
+	if s.phase != queued && s.phase != running {
+		e.mu.Unlock()
+		return
+	}
+	e.end(s, aborted)
+	e.totals.aborted++
+	e.mu.Unlock()
+	s.signal()
+	e.signal()
+}
+
+// end takes s out of the queue or the running set. Called with e.mu held.
+func (e *Engine) end(s *Sequence, to phase) {
+	isS := func(x *Sequence) bool { return x == s }
+	switch s.phase {
+	case queued:
+		e.waiting = slices.DeleteFunc(e.waiting, isS)
+	case running:
+		e.running = slices.DeleteFunc(e.running, isS)
+		e.cache.Release(s.lease)
+	}
+	s.phase = to
+	if s.stop != nil {
+		s.stop()
+	}
+}
+
+func (e *Engine) shutdown() {
+	e.mu.Lock()
+	e.stopped = true
+	left := append(slices.Clone(e.waiting), e.running...)
+	for _, s := range left {
+		e.end(s, aborted)
+		e.totals.aborted++
+	}
+	e.mu.Unlock()
+	for _, s := range left {
+		s.signal()
+	}
+}
+
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,55 @@
+package engine
+
+import "time"
+
+type totals struct {
+	requests, finished, aborted                  int64
+	promptTokens, cachedTokens, generationTokens int64
+	firstTokens                                  int64
+	ttftSum                                      time.Duration
+}
+
+// Stats is a snapshot of the engine's counters and state.
+type Stats struct {
+	// Requests submitted, finished (all tokens produced) and aborted.
+	Requests, Finished, Aborted int64
+	// PromptTokens of the sequences scheduled so far (the prefix cache
+	// queries, in tokens), and how many of them were cache hits.
+	PromptTokens, CachedTokens int64
+	// GenerationTokens produced.
+	GenerationTokens int64
+	// Running and Waiting sequences now.
+	Running, Waiting int
+	// KVCacheUsage is the fraction of KV blocks held by running sequences.
+	KVCacheUsage float64
+	// CachedBlocks is the number of hashed blocks in the pool.
+	CachedBlocks int
+	// SimulatedTime is the total simulated busy time.
+	SimulatedTime time.Duration
+	// FirstTokens counts sequences that produced a first token, and
+	// SimulatedTTFTSum sums their simulated times to first token.
+	FirstTokens      int64
+	SimulatedTTFTSum time.Duration
+}
+
+// Stats returns the current counters.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := e.totals
+	return Stats{
+		Requests:         t.requests,
+		Finished:         t.finished,
+		Aborted:          t.aborted,
+		PromptTokens:     t.promptTokens,
+		CachedTokens:     t.cachedTokens,
+		GenerationTokens: t.generationTokens,
+		Running:          len(e.running),
+		Waiting:          len(e.waiting),
+		KVCacheUsage:     e.cache.Usage(),
+		CachedBlocks:     e.cache.Cached(),
+		SimulatedTime:    e.simNow,
+		FirstTokens:      t.firstTokens,
+		SimulatedTTFTSum: t.ttftSum,
+	}
+}
