@@ -1,0 +1,281 @@
+package extproc
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/inferpick/inferpick/picker/openai"
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// exchange is the state of one request/response pair on one stream. It is
+// pooled: start resets it, finish drops every reference it holds, so nothing
+// about a request outlives its stream.
+type exchange struct {
+	s      *Server
+	stream extprocv3.ExternalProcessor_ProcessServer
+
+	// request side
+	kind       openai.Kind
+	path       string
+	subset     subset
+	routed     bool
+	body       []byte
+	parsed     openai.Request
+	pick       policy.Request
+	candidates []*registry.Worker
+	picked     []*registry.Worker
+	dest       string
+	guard      *registry.Guard
+	routedAt   time.Time
+
+	// response side
+	status       int
+	scanner      openai.StreamScanner
+	responseDone bool
+}
+
+func (x *exchange) start(s *Server, stream extprocv3.ExternalProcessor_ProcessServer) {
+	x.s, x.stream = s, stream
+}
+
+// finish releases the guard (if a path before did not) and forgets the
+// request. Buffers keep their capacity for the next stream.
+func (x *exchange) finish() {
+	x.release(reasonCancelled)
+	body, cands, picked := x.body[:0], x.candidates[:0], x.picked[:0]
+	clear(x.candidates[:cap(x.candidates)])
+	clear(x.picked[:cap(x.picked)])
+	x.parsed.Reset()
+	x.scanner.Reset(false)
+	*x = exchange{body: body, candidates: cands, picked: picked, parsed: x.parsed, scanner: x.scanner}
+	if cap(x.body) > 1<<20 {
+		x.body = nil // don't pin a huge buffer in the pool
+	}
+}
+
+// release ends the request's load, once, and counts why.
+func (x *exchange) release(reason string) {
+	if _, ok := x.guard.Release(); ok {
+		x.s.metrics.releases.WithLabelValues(reason).Inc()
+	}
+}
+
+func (x *exchange) send(r *extprocv3.ProcessingResponse) error { return x.stream.Send(r) }
+
+// handle processes one message. It reports done when the stream should end
+// (an immediate response was sent).
+func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err error) {
+	switch r := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return x.requestHeaders(req, r.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return x.requestBody(r.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		if !x.routed {
+			if done, err := x.route(); done || err != nil {
+				return done, err
+			}
+		}
+		return false, x.send(continueTrailers(true))
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return false, x.responseHeaders(req, r.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return false, x.responseBody(r.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		x.responseDone = true
+		x.release(reasonCompleted)
+		return false, x.send(continueTrailers(false))
+	default:
+		return false, nil
+	}
+}
+
+func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (bool, error) {
+	x.subset = readSubset(req.GetMetadataContext())
+	contentLength := -1
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch hv.GetKey() {
+		case ":path":
+			x.path = headerValue(hv)
+		case "content-length":
+			if n, err := strconv.Atoi(headerValue(hv)); err == nil {
+				contentLength = n
+			}
+		}
+	}
+	x.kind = openai.KindOf(x.path)
+	if contentLength > x.s.opts.MaxBodyBytes {
+		return x.reject(413, "request body of "+strconv.Itoa(contentLength)+" bytes is over the limit of "+strconv.Itoa(x.s.opts.MaxBodyBytes))
+	}
+	if h.GetEndOfStream() {
+		// No body: route without a prompt, and answer the headers now.
+		return x.route()
+	}
+	if contentLength > 0 && cap(x.body) < contentLength {
+		x.body = make([]byte, 0, contentLength)
+	}
+	return false, nil
+}
+
+func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
+	if x.routed {
+		return false, nil // body after the decision: nothing to do
+	}
+	if len(x.body)+len(b.GetBody()) > x.s.opts.MaxBodyBytes {
+		return x.reject(413, "request body is over the limit of "+strconv.Itoa(x.s.opts.MaxBodyBytes)+" bytes")
+	}
+	x.body = append(x.body, b.GetBody()...)
+	if !b.GetEndOfStream() {
+		return false, nil
+	}
+	return x.route()
+}
+
+// route parses the body, picks the endpoints, takes the guard and answers
+// the request headers, then returns the body.
+func (x *exchange) route() (bool, error) {
+	x.routed = true
+	hasBody := len(x.body) > 0
+	start := x.s.opts.Now()
+	x.pick = policy.Request{}
+	if hasBody {
+		if err := openai.Parse(x.kind, x.body, &x.parsed); err != nil {
+			return x.reject(400, err.Error())
+		}
+		x.pick = policy.Request{Model: x.parsed.Model, CacheSalt: string(x.parsed.CacheSalt), Prompt: x.parsed.Prompt}
+	}
+	x.candidates = append(x.candidates[:0], x.subset.filter(x.s.reg.Workers())...)
+	if len(x.candidates) == 0 {
+		if x.subset.present {
+			return x.reject(503, "no endpoint of the pool is in the gateway's subset")
+		}
+		return x.reject(503, "the pool has no ready endpoint")
+	}
+	picked, err := x.s.picker.Pick(&x.pick, x.candidates, 1+x.s.opts.Fallbacks)
+	switch {
+	case errors.Is(err, policy.ErrSaturated):
+		return x.reject(429, "every endpoint of the pool is saturated")
+	case err != nil || len(picked) == 0:
+		return x.reject(503, "no endpoint could be picked")
+	}
+	x.picked = append(x.picked[:0], picked...)
+	x.guard = x.picked[0].Admit()
+	x.routedAt = x.s.opts.Now()
+	x.s.metrics.pick.Observe(x.routedAt.Sub(start).Seconds())
+	x.s.metrics.request(200)
+
+	x.dest = joinAddresses(x.picked)
+	if err := x.send(routeHeaders(x.dest, len(x.body), hasBody)); err != nil {
+		return false, err
+	}
+	if !hasBody {
+		return false, nil
+	}
+	return false, bodyChunks(x.body, true, x.send)
+}
+
+func joinAddresses(ws []*registry.Worker) string {
+	if len(ws) == 1 {
+		return ws[0].Address()
+	}
+	var b strings.Builder
+	for i, w := range ws {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(w.Address())
+	}
+	return b.String()
+}
+
+// reject answers with a local reply and ends the exchange.
+func (x *exchange) reject(code int, reason string) (bool, error) {
+	x.s.metrics.request(code)
+	x.s.opts.Log.Info("Rejected request", "status", code, "reason", reason, "path", x.path)
+	return true, x.send(immediate(code, reason))
+}
+
+// testHookResponseHeaders, when set, runs as response headers arrive.
+var testHookResponseHeaders func()
+
+func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
+	if testHookResponseHeaders != nil {
+		testHookResponseHeaders()
+	}
+	x.status = 0
+	streaming := false
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch hv.GetKey() {
+		case ":status":
+			x.status, _ = strconv.Atoi(headerValue(hv))
+		case "content-type":
+			streaming = strings.HasPrefix(headerValue(hv), "text/event-stream")
+		}
+	}
+	x.followServed(req.GetMetadataContext())
+	x.scanner.Reset(streaming)
+	switch {
+	case x.status < 200 || x.status > 299:
+		// The model server refused or failed: it holds no work for us.
+		x.release(reasonError)
+	case h.GetEndOfStream():
+		x.responseDone = true
+		x.release(reasonCompleted)
+	case !streaming:
+		// A non-streaming reply is sent whole: the output exists.
+		x.firstToken()
+	}
+	return x.send(continueResponseHeaders())
+}
+
+// followServed moves the guard when the gateway reports that a fallback
+// of the picked list served the request instead of the primary. The worker
+// is one of the picked objects, never looked up again by address.
+func (x *exchange) followServed(md *corev3.Metadata) {
+	v := md.GetFilterMetadata()[lbNamespace].GetFields()[ServedHeader].GetStringValue()
+	if v == "" || x.guard == nil || v == x.guard.Worker().Address() {
+		return
+	}
+	for _, w := range x.picked[1:] {
+		if w.Address() == v {
+			phase := x.guard.Phase()
+			x.release(reasonFallback)
+			if phase == registry.Released {
+				return
+			}
+			x.guard = w.Admit()
+			if o, ok := x.s.picker.(policy.Observer); ok {
+				o.Observe(&x.pick, w)
+			}
+			return
+		}
+	}
+}
+
+func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
+	ev := x.scanner.Feed(b.GetBody())
+	if b.GetEndOfStream() {
+		ev |= x.scanner.End()
+	}
+	if ev.Has(openai.FirstToken) {
+		x.firstToken()
+	}
+	if ev.Has(openai.Done) || b.GetEndOfStream() {
+		x.responseDone = true
+		x.release(reasonCompleted)
+	}
+	return x.send(streamedBody(b.GetBody(), b.GetEndOfStream(), false))
+}
+
+func (x *exchange) firstToken() {
+	if x.guard.FirstToken() {
+		x.s.metrics.ttft.Observe(x.s.opts.Now().Sub(x.routedAt).Seconds())
+	}
+}

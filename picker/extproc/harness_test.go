@@ -1,0 +1,301 @@
+package extproc
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// inOrder picks candidates in the order given, or fails with err.
+type inOrder struct {
+	err   error
+	panic bool
+}
+
+func (p *inOrder) Pick(_ *policy.Request, cands []*registry.Worker, n int) ([]*registry.Worker, error) {
+	if p.panic {
+		panic("policy exploded")
+	}
+	if p.err != nil {
+		return nil, p.err
+	}
+	return cands[:min(n, len(cands))], nil
+}
+
+type env struct {
+	t       *testing.T
+	reg     *registry.Registry
+	picker  *inOrder
+	server  *Server
+	client  extprocv3.ExternalProcessorClient
+	metrics *prometheus.Registry
+}
+
+type envOption func(*Options)
+
+// newEnv serves an ext_proc server over loopback gRPC with workers at the
+// given addresses.
+func newEnv(t *testing.T, addrs []string, opts ...envOption) *env {
+	t.Helper()
+	reg := registry.New()
+	eps := make([]registry.Endpoint, 0, len(addrs))
+	for i, a := range addrs {
+		ap := netip.MustParseAddrPort(a)
+		eps = append(eps, registry.Endpoint{Key: registry.Key{UID: fmt.Sprintf("uid-%d", i), Port: int32(ap.Port())}, Name: fmt.Sprintf("pod-%d", i), Address: ap})
+	}
+	reg.Replace(eps)
+	reg.MarkSynced()
+	e := &env{t: t, reg: reg, picker: &inOrder{}, metrics: prometheus.NewRegistry()}
+	o := Options{Fallbacks: 1, Registerer: e.metrics}
+	for _, f := range opts {
+		f(&o)
+	}
+	e.server = New(reg, e.picker, o)
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(gs, e.server)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	e.client = extprocv3.NewExternalProcessorClient(conn)
+	return e
+}
+
+func (e *env) worker(addr string) *registry.Worker {
+	for _, w := range e.reg.Workers() {
+		if w.Address() == addr {
+			return w
+		}
+	}
+	e.t.Fatalf("no worker %s", addr)
+	return nil
+}
+
+// totalLoad sums prefill and decode over the given workers.
+func totalLoad(ws ...*registry.Worker) (prefill, decode int64) {
+	for _, w := range ws {
+		p, d := w.Load()
+		prefill += p
+		decode += d
+	}
+	return prefill, decode
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// session is one gateway-side ext_proc stream.
+type session struct {
+	t      *testing.T
+	stream extprocv3.ExternalProcessor_ProcessClient
+	cancel context.CancelFunc
+	mu     sync.Mutex
+}
+
+func (e *env) open() *session {
+	ctx, cancel := context.WithCancel(e.t.Context())
+	st, err := e.client.Process(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(cancel)
+	return &session{t: e.t, stream: st, cancel: cancel}
+}
+
+func headerMap(kv ...string) *corev3.HeaderMap {
+	hm := &corev3.HeaderMap{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
+	}
+	return hm
+}
+
+func (s *session) send(r *extprocv3.ProcessingRequest) {
+	s.t.Helper()
+	if err := s.stream.Send(r); err != nil {
+		s.t.Fatalf("send: %v", err)
+	}
+}
+
+// requestHeaders sends the request headers; extra are more header pairs.
+func (s *session) requestHeaders(path string, bodyLen int, eos bool, md *corev3.Metadata, extra ...string) {
+	kv := append([]string{":method", "POST", ":path", path, ":authority", "gw", "content-type", "application/json"}, extra...)
+	if bodyLen >= 0 {
+		kv = append(kv, "content-length", fmt.Sprint(bodyLen))
+	}
+	s.send(&extprocv3.ProcessingRequest{
+		Request:         &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(kv...), EndOfStream: eos}},
+		MetadataContext: md,
+	})
+}
+
+func (s *session) requestBody(chunk string, eos bool) {
+	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: []byte(chunk), EndOfStream: eos},
+	}})
+}
+
+func (s *session) responseHeaders(status int, contentType string, eos bool, served string) {
+	var md *corev3.Metadata
+	if served != "" {
+		md = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			lbNamespace: {Fields: map[string]*structpb.Value{ServedHeader: structpb.NewStringValue(served)}},
+		}}
+	}
+	s.send(&extprocv3.ProcessingRequest{
+		Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+			Headers: headerMap(":status", fmt.Sprint(status), "content-type", contentType), EndOfStream: eos,
+		}},
+		MetadataContext: md,
+	})
+}
+
+func (s *session) responseBody(chunk string, eos bool) {
+	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: []byte(chunk), EndOfStream: eos},
+	}})
+}
+
+func (s *session) recv() *extprocv3.ProcessingResponse {
+	s.t.Helper()
+	r, err := s.stream.Recv()
+	if err != nil {
+		s.t.Fatalf("recv: %v", err)
+	}
+	return r
+}
+
+// routed reads the request-headers reply and the streamed body that follows,
+// and returns the destination, the header mutation and the body returned.
+type routedReply struct {
+	dest     string
+	metaDest string
+	set      map[string]string
+	removed  []string
+	clear    bool
+	body     []byte
+	chunks   int
+}
+
+func (s *session) routed(hasBody bool) routedReply {
+	s.t.Helper()
+	r := s.recv()
+	hr := r.GetRequestHeaders()
+	if hr == nil {
+		s.t.Fatalf("want a request headers reply, got %v", r)
+	}
+	out := routedReply{set: map[string]string{}, clear: hr.GetResponse().GetClearRouteCache()}
+	for _, h := range hr.GetResponse().GetHeaderMutation().GetSetHeaders() {
+		out.set[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
+	}
+	out.removed = hr.GetResponse().GetHeaderMutation().GetRemoveHeaders()
+	out.dest = out.set[DestinationHeader]
+	out.metaDest = r.GetDynamicMetadata().GetFields()[lbNamespace].GetStructValue().GetFields()[DestinationHeader].GetStringValue()
+	for hasBody {
+		b := s.recv().GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+		if b == nil {
+			s.t.Fatal("want a streamed request body")
+		}
+		if len(b.GetBody()) > maxChunk {
+			s.t.Fatalf("chunk of %d bytes is over %d", len(b.GetBody()), maxChunk)
+		}
+		out.body = append(out.body, b.GetBody()...)
+		out.chunks++
+		if b.GetEndOfStream() {
+			break
+		}
+	}
+	return out
+}
+
+// immediateReply reads a local reply.
+func (s *session) immediateReply() (int, string) {
+	s.t.Helper()
+	r := s.recv()
+	ir := r.GetImmediateResponse()
+	if ir == nil {
+		s.t.Fatalf("want an immediate response, got %v", r)
+	}
+	return int(ir.GetStatus().GetCode()), string(ir.GetBody())
+}
+
+func chatBody(model, text string) string {
+	return fmt.Sprintf(`{"model":%q,"stream":true,"messages":[{"role":"user","content":%q}]}`, model, text)
+}
+
+func sse(content string) string {
+	return fmt.Sprintf("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", content)
+}
+
+const sseDone = "data: [DONE]\n\n"
+
+func subsetHint(v *structpb.Value) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		subsetNamespace: {Fields: map[string]*structpb.Value{SubsetKey: v}},
+	}}
+}
+
+func reqHeaders(path string, bodyLen int) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: headerMap(":method", "POST", ":path", path, "content-length", fmt.Sprint(bodyLen)),
+	}}}
+}
+
+func reqBody(chunk string, eos bool) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: []byte(chunk), EndOfStream: eos},
+	}}
+}
+
+func respHeaders(status int) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: headerMap(":status", fmt.Sprint(status), "content-type", "text/event-stream"),
+	}}}
+}
+
+func respBody(chunk string, eos bool) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: []byte(chunk), EndOfStream: eos},
+	}}
+}
+
+// sendRecv sends one message and reads its reply, without failing the test
+// (for use from goroutines).
+func sendRecv(s *session, r *extprocv3.ProcessingRequest) error {
+	if err := s.stream.Send(r); err != nil {
+		return err
+	}
+	_, err := s.stream.Recv()
+	return err
+}

@@ -1,0 +1,66 @@
+package extproc
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Release reasons, the label of inferpick_guard_releases_total.
+const (
+	reasonCompleted = "completed" // the response ended ([DONE] or end of stream)
+	reasonCancelled = "cancelled" // the gateway closed the stream early (client gone)
+	reasonError     = "error"     // upstream error status, or a protocol error
+	reasonPanic     = "panic"     // the handler panicked
+	reasonFallback  = "fallback"  // the gateway served another endpoint of the list
+)
+
+type serverMetrics struct {
+	requests *prometheus.CounterVec
+	pick     prometheus.Histogram
+	releases *prometheus.CounterVec
+	ttft     prometheus.Histogram
+	codes    map[int]prometheus.Counter
+}
+
+func newServerMetrics(reg prometheus.Registerer) *serverMetrics {
+	m := &serverMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inferpick_requests_total",
+			Help: "Requests handled, by the HTTP status the picker decided (200 when routed).",
+		}, []string{"code"}),
+		pick: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "inferpick_pick_duration_seconds",
+			Help:    "Time from the end of the request body to the routing decision (parse and pick).",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 20),
+		}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inferpick_guard_releases_total",
+			Help: "Load guards released, by the reason the request stopped counting.",
+		}, []string{"reason"}),
+		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "inferpick_time_to_first_token_seconds",
+			Help:    "Time from routing to the first streamed token seen on the response.",
+			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 16),
+		}),
+		codes: map[int]prometheus.Counter{},
+	}
+	for _, code := range []int{200, 400, 413, 429, 500, 503} {
+		m.codes[code] = m.requests.WithLabelValues(strconv.Itoa(code))
+	}
+	for _, r := range []string{reasonCompleted, reasonCancelled, reasonError, reasonPanic, reasonFallback} {
+		m.releases.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.pick, m.releases, m.ttft)
+	}
+	return m
+}
+
+func (m *serverMetrics) request(code int) {
+	if c, ok := m.codes[code]; ok {
+		c.Inc()
+		return
+	}
+	m.requests.WithLabelValues(strconv.Itoa(code)).Inc()
+}

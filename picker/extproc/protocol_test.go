@@ -1,0 +1,164 @@
+package extproc
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/inferpick/inferpick/picker/policy"
+)
+
+var twoWorkers = []string{"127.0.0.1:8000", "127.0.0.2:8000"}
+
+func TestRouteHeadersAndBody(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	body := chatBody("m", strings.Repeat("long shared system prompt ", 6000)) // ~150 KB
+	s := e.open()
+	// A client tries to choose its own endpoint and subset.
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil,
+		DestinationHeader, "10.9.9.9:80", ServedHeader, "10.9.9.9:80", SubsetKey, "10.9.9.9")
+	// The body arrives in uneven chunks, as the gateway streams it.
+	for i := 0; i < len(body); i += 17000 {
+		end := min(i+17000, len(body))
+		s.requestBody(body[i:end], end == len(body))
+	}
+	r := s.routed(true)
+
+	if r.dest != "127.0.0.1:8000,127.0.0.2:8000" {
+		t.Errorf("destination header = %q, want primary then fallback", r.dest)
+	}
+	if r.metaDest != r.dest {
+		t.Errorf("envoy.lb metadata = %q, header = %q: they must agree", r.metaDest, r.dest)
+	}
+	if r.set["content-length"] != strconv.Itoa(len(body)) {
+		t.Errorf("content-length = %q, want %d", r.set["content-length"], len(body))
+	}
+	if diff := cmp.Diff([]string{ServedHeader, SubsetKey}, r.removed); diff != "" {
+		t.Errorf("removed headers (-want +got):\n%s", diff)
+	}
+	if !r.clear {
+		t.Error("clear_route_cache not set")
+	}
+	if string(r.body) != body {
+		t.Errorf("body returned differs: %d bytes, want %d", len(r.body), len(body))
+	}
+	if want := (len(body) + maxChunk - 1) / maxChunk; r.chunks != want {
+		t.Errorf("body came back in %d chunks, want %d", r.chunks, want)
+	}
+	if p, d := e.worker("127.0.0.1:8000").Load(); p != 1 || d != 0 {
+		t.Errorf("primary load = (%d,%d), want (1,0) after routing", p, d)
+	}
+}
+
+func TestHeaderOnlyRequestIsRouted(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	s := e.open()
+	s.requestHeaders("/v1/models", -1, true, nil)
+	r := s.routed(false)
+	if r.dest == "" {
+		t.Fatal("no destination for a request without a body")
+	}
+	if _, ok := r.set["content-length"]; ok {
+		t.Error("content-length set on a request without a body")
+	}
+}
+
+func TestSubsetHint(t *testing.T) {
+	workers := []string{"127.0.0.1:8000", "127.0.0.2:8000", "127.0.0.2:9000", "127.0.0.3:8000"}
+	list := func(vs ...string) *structpb.Value {
+		l := make([]any, len(vs))
+		for i, v := range vs {
+			l[i] = v
+		}
+		v, _ := structpb.NewValue(l)
+		return v
+	}
+	cases := map[string]struct {
+		hint     *structpb.Value
+		wantDest string
+		wantCode int
+	}{
+		"list of ip:port":            {hint: list("127.0.0.3:8000"), wantDest: "127.0.0.3:8000"},
+		"comma string":               {hint: structpb.NewStringValue("127.0.0.3:8000, 127.0.0.2:9000"), wantDest: "127.0.0.2:9000,127.0.0.3:8000"},
+		"bare ip matches every port": {hint: list("127.0.0.2"), wantDest: "127.0.0.2:8000,127.0.0.2:9000"},
+		"present but empty":          {hint: list(), wantCode: 503},
+		"nothing of ours":            {hint: list("10.1.1.1:8000"), wantCode: 503},
+		"garbage cannot widen":       {hint: structpb.NewStringValue("not-an-address"), wantCode: 503},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, workers)
+			s := e.open()
+			body := chatBody("m", "hello")
+			s.requestHeaders("/v1/chat/completions", len(body), false, subsetHint(tc.hint))
+			s.requestBody(body, true)
+			if tc.wantCode != 0 {
+				code, _ := s.immediateReply()
+				if code != tc.wantCode {
+					t.Errorf("status %d, want %d", code, tc.wantCode)
+				}
+				return
+			}
+			if r := s.routed(true); r.dest != tc.wantDest {
+				t.Errorf("destination %q, want %q", r.dest, tc.wantDest)
+			}
+		})
+	}
+}
+
+func TestErrors(t *testing.T) {
+	cases := map[string]struct {
+		workers  []string
+		picker   inOrder
+		path     string
+		body     string
+		declared int // content-length; -1: use len(body)
+		maxBody  int
+		wantCode int
+		wantMsg  string
+	}{
+		"bad json":             {path: "/v1/chat/completions", body: `{"model":"m",`, wantCode: 400},
+		"no model":             {path: "/v1/chat/completions", body: `{"messages":[]}`, wantCode: 400, wantMsg: "model"},
+		"model not a string":   {path: "/v1/completions", body: `{"model":7,"prompt":"x"}`, wantCode: 400, wantMsg: "model"},
+		"declared too large":   {path: "/v1/completions", body: `{"model":"m","prompt":"x"}`, declared: 1 << 30, maxBody: 1024, wantCode: 413},
+		"streamed too large":   {path: "/v1/completions", body: `{"model":"m","prompt":"` + strings.Repeat("x", 2000) + `"}`, declared: 0, maxBody: 1024, wantCode: 413},
+		"no endpoints":         {workers: []string{}, path: "/v1/completions", body: `{"model":"m","prompt":"x"}`, wantCode: 503},
+		"all saturated":        {picker: inOrder{err: policy.ErrSaturated}, path: "/v1/completions", body: `{"model":"m","prompt":"x"}`, wantCode: 429},
+		"policy finds nothing": {picker: inOrder{err: policy.ErrNoCandidates}, path: "/v1/completions", body: `{"model":"m","prompt":"x"}`, wantCode: 503},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			workers := twoWorkers
+			if tc.workers != nil {
+				workers = tc.workers
+			}
+			e := newEnv(t, workers, func(o *Options) { o.MaxBodyBytes = tc.maxBody })
+			*e.picker = tc.picker
+			s := e.open()
+			declared := tc.declared
+			if declared == 0 && tc.maxBody == 0 {
+				declared = len(tc.body)
+			}
+			if declared == 0 {
+				declared = -1 // no content-length: chunked
+			}
+			s.requestHeaders(tc.path, declared, false, nil)
+			if tc.declared != 1<<30 {
+				s.requestBody(tc.body, true)
+			}
+			code, msg := s.immediateReply()
+			if code != tc.wantCode {
+				t.Errorf("status %d, want %d (%s)", code, tc.wantCode, msg)
+			}
+			if !strings.Contains(msg, `"error"`) || !strings.Contains(msg, tc.wantMsg) {
+				t.Errorf("body %s does not explain the error (want %q)", msg, tc.wantMsg)
+			}
+			if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 0 {
+				t.Errorf("a rejected request left load (%d,%d)", p, d)
+			}
+		})
+	}
+}

@@ -1,0 +1,120 @@
+// Package extproc is the picker's Envoy external-processing service: it
+// reads each request through an ext_proc stream, picks the endpoint that
+// serves it, and follows the response to keep the endpoint's load true.
+package extproc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// Picker orders candidates for a request: primary first, then fallbacks.
+type Picker interface {
+	Pick(req *policy.Request, candidates []*registry.Worker, n int) ([]*registry.Worker, error)
+}
+
+// Options tune the server. The zero value is usable.
+type Options struct {
+	// Fallbacks is how many endpoints after the primary the destination
+	// header lists for the gateway to try.
+	Fallbacks int
+	// MaxBodyBytes caps a request body; larger bodies get 413.
+	MaxBodyBytes int
+	// Registerer receives the server's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Log receives one line per rejected request and per recovered panic.
+	Log logr.Logger
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// DefaultMaxBodyBytes is the body cap when Options.MaxBodyBytes is 0.
+const DefaultMaxBodyBytes = 16 << 20
+
+// Server implements envoy.service.ext_proc.v3.ExternalProcessor.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+
+	reg     *registry.Registry
+	picker  Picker
+	opts    Options
+	metrics *serverMetrics
+	states  sync.Pool
+}
+
+var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
+
+// New returns a server routing over reg's workers with picker.
+func New(reg *registry.Registry, picker Picker, opts Options) *Server {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log.GetSink() == nil {
+		opts.Log = logr.Discard()
+	}
+	s := &Server{reg: reg, picker: picker, opts: opts, metrics: newServerMetrics(opts.Registerer)}
+	s.states.New = func() any { return &exchange{} }
+	return s
+}
+
+// Process handles one HTTP request's ext_proc stream. Whatever way the
+// stream ends, the request's guard is released before Process returns.
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
+	x := s.states.Get().(*exchange)
+	x.start(s, stream)
+	defer func() {
+		if p := recover(); p != nil {
+			x.release(reasonPanic)
+			s.opts.Log.Error(fmt.Errorf("%v", p), "Recovered from a panic in the ext_proc handler", "stack", string(debug.Stack()))
+			err = status.Error(codes.Internal, "internal error")
+		}
+		x.finish()
+		s.states.Put(x)
+	}()
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			x.release(endReason(err, x.responseDone))
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		done, err := x.handle(req)
+		if err != nil {
+			x.release(reasonError)
+			return err
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+// endReason names why a stream ended: cleanly after a complete response,
+// or early (the gateway cancels the stream when the client goes away).
+func endReason(err error, responseDone bool) string {
+	if responseDone && errors.Is(err, io.EOF) {
+		return reasonCompleted
+	}
+	if status.Code(err) == codes.Canceled || errors.Is(err, io.EOF) {
+		return reasonCancelled
+	}
+	return reasonError
+}
