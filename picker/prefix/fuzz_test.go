@@ -52,18 +52,21 @@ func (m *model) match(hs []uint64) []Match {
 	return sorted(out)
 }
 
-// FuzzIndex runs random operations against an exact one-shard index and its
-// reference, and against a sharded index whose bound is looser and whose
-// blocks remember two holders.
+// FuzzIndex runs random operations against three indexes and references:
+// one that never evicts, whose matches must equal the reference walk; one
+// that evicts, whose per-worker LRU must equal the reference; and a sharded
+// one remembering two holders per block, which must keep the invariants.
 func FuzzIndex(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add([]byte{0x10, 0x11, 0x22, 0x31, 0x42, 0x13, 0x24, 0x05, 0x46, 0x37, 0x12, 0x23})
 	f.Add([]byte("insert and match and remove workers all day long"))
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		const capacity = 7
+		const small, large = 7, 1000
 		exact := New(WithShards(1))
+		lru := New(WithShards(1))
 		sharded := New(WithShards(4), WithMaxHolders(2))
-		ref := &model{workers: map[uint32]map[uint64]int{}}
+		refExact := &model{workers: map[uint32]map[uint64]int{}}
+		refLRU := &model{workers: map[uint32]map[uint64]int{}}
 		removed := map[uint32]bool{}
 		// A handful of prompts that share prefixes of various lengths.
 		prompts := make([][]uint64, 8)
@@ -71,65 +74,74 @@ func FuzzIndex(f *testing.F) {
 			body := append(text('s', (i%3)*BlockSize), text(byte('a'+i), (i+1)*BlockSize)...)
 			prompts[i] = exact.Hashes(nil, "m", "", [][]byte{body})
 		}
-		var s1, s2 Scratch
+		var scratch Scratch
 		for i := 0; i+1 < len(ops); i += 2 {
 			op, arg := ops[i]%4, ops[i+1]
 			id := uint32(arg%6) + 1
+			hs := prompts[arg>>5]
 			switch op {
 			case 0:
 				if !removed[id] {
-					exact.AddWorker(id)
-					sharded.AddWorker(id)
-					if ref.workers[id] == nil {
-						ref.workers[id] = map[uint64]int{}
+					for _, ix := range []*Index{exact, lru, sharded} {
+						ix.AddWorker(id)
+					}
+					for _, ref := range []*model{refExact, refLRU} {
+						if ref.workers[id] == nil {
+							ref.workers[id] = map[uint64]int{}
+						}
 					}
 				}
 			case 1:
-				exact.RemoveWorker(id)
-				sharded.RemoveWorker(id)
-				delete(ref.workers, id)
+				for _, ix := range []*Index{exact, lru, sharded} {
+					ix.RemoveWorker(id)
+				}
+				delete(refExact.workers, id)
+				delete(refLRU.workers, id)
 				removed[id] = true
 			case 2:
-				hs := prompts[arg>>5]
-				exact.Insert(id, capacity, hs)
-				sharded.Insert(id, capacity, hs)
-				ref.insert(id, capacity, hs)
+				exact.Insert(id, large, hs)
+				refExact.insert(id, large, hs)
+				lru.Insert(id, small, hs)
+				refLRU.insert(id, small, hs)
+				sharded.Insert(id, small, hs)
 			case 3:
-				hs := prompts[arg>>5]
-				got := sorted(exact.Match(hs, &s1))
-				if diff := cmp.Diff(ref.match(hs), got, cmpopts.EquateEmpty()); diff != "" {
+				got := sorted(exact.Match(hs, &scratch))
+				if diff := cmp.Diff(refExact.match(hs), got, cmpopts.EquateEmpty()); diff != "" {
 					t.Fatalf("op %d: match (-want +got):\n%s", i/2, diff)
 				}
-				ms := sharded.Match(hs, &s2)
-				if len(ms) > 2 {
-					t.Fatalf("op %d: %d workers hold a block remembering at most 2", i/2, len(ms))
-				}
-				for _, m := range ms {
-					if removed[m.Worker] || m.Blocks > len(hs) || m.Blocks < 1 {
-						t.Fatalf("op %d: sharded match %+v (removed %v)", i/2, m, removed)
+				for _, ix := range []*Index{lru, sharded} {
+					for _, m := range ix.Match(hs, &scratch) {
+						if removed[m.Worker] || m.Blocks > len(hs) || m.Blocks < 1 {
+							t.Fatalf("op %d: match %+v (removed %v)", i/2, m, removed)
+						}
 					}
 				}
 			}
 			for id := uint32(1); id <= 6; id++ {
-				if n := exact.WorkerBlocks(id); n != len(ref.workers[id]) {
-					t.Fatalf("op %d: worker %d holds %d blocks, want %d", i/2, id, n, len(ref.workers[id]))
+				if n := lru.WorkerBlocks(id); n != len(refLRU.workers[id]) {
+					t.Fatalf("op %d: worker %d holds %d blocks, want %d", i/2, id, n, len(refLRU.workers[id]))
 				}
-				if n := sharded.WorkerBlocks(id); n > sharded.Bound(capacity) || (removed[id] && n != 0) {
-					t.Fatalf("op %d: sharded worker %d holds %d blocks, bound %d", i/2, id, n, sharded.Bound(capacity))
+				if n := sharded.WorkerBlocks(id); n > sharded.Bound(small) || (removed[id] && n != 0) {
+					t.Fatalf("op %d: sharded worker %d holds %d blocks, bound %d", i/2, id, n, sharded.Bound(small))
 				}
 			}
 		}
-		st := exact.Stats()
-		entries := 0
-		distinct := map[uint64]bool{}
-		for _, held := range ref.workers {
-			entries += len(held)
-			for h := range held {
-				distinct[h] = true
+		for name, c := range map[string]struct {
+			ix  *Index
+			ref *model
+		}{"exact": {exact, refExact}, "lru": {lru, refLRU}} {
+			st := c.ix.Stats()
+			entries := 0
+			distinct := map[uint64]bool{}
+			for _, held := range c.ref.workers {
+				entries += len(held)
+				for h := range held {
+					distinct[h] = true
+				}
 			}
-		}
-		if st.Entries != entries || st.Blocks != len(distinct) {
-			t.Fatalf("stats %+v, want %d entries over %d blocks", st, entries, len(distinct))
+			if st.Entries != entries || st.Blocks != len(distinct) {
+				t.Fatalf("%s: stats %+v, want %d entries over %d blocks", name, st, entries, len(distinct))
+			}
 		}
 	})
 }

@@ -9,43 +9,46 @@ type Match struct {
 // Scratch is reusable memory for Match. The zero value is ready; a Scratch
 // must not be used by two goroutines at once.
 type Scratch struct {
-	count   []int32  // by slot: blocks matched so far
+	count   []int32  // by slot: matched blocks, 0 while not found
 	touched []uint32 // slots with count > 0
 	out     []Match
 }
 
-// Match returns, for every worker holding at least the prompt's first block,
-// how many leading blocks it holds. hashes come from Hashes. The walk stops
-// at the first block no still-matching worker holds. The result lives in s
+// maxLevels bounds the distinct match lengths Match looks for.
+const maxLevels = 32
+
+// Match returns the workers holding a prefix of the prompt and how many
+// leading blocks each holds. hashes come from Hashes. The result lives in s
 // and is valid until s is used again.
+//
+// A hash names its whole prefix, so a worker holding block i was sent
+// blocks 0..i: its match is one past the last block it holds. Match finds
+// that block by binary search rather than walking every block, one search
+// per distinct match length, longest first, so a pick looks up a few dozen
+// blocks even for a prompt of thousands. The result is exact when every
+// worker holds a leading run of the prompt's blocks, which is what Insert
+// keeps (the head of a prompt is evicted last); when eviction has left holes
+// a worker's match may be counted up to its last block held.
 func (ix *Index) Match(hashes []uint64, s *Scratch) []Match {
 	s.out = s.out[:0]
 	s.touched = s.touched[:0]
-	matched := 0
-	for i, h := range hashes {
-		progressed := false
-		sh := ix.shard(h)
-		sh.mu.Lock()
-		for idx := sh.holders(h); idx != 0; {
-			n := sh.nodes.at(idx)
-			slot := n.slot
-			if int(slot) >= len(s.count) {
-				s.count = append(s.count, make([]int32, int(slot)+1-len(s.count))...)
-			}
-			if s.count[slot] == int32(i) {
-				if i == 0 {
-					s.touched = append(s.touched, slot)
-				}
-				s.count[slot]++
-				progressed = true
-			}
-			idx = n.same
-		}
-		sh.mu.Unlock()
-		if !progressed {
+	longest := 0
+	for hi, level := len(hashes), 0; hi > 0 && level < maxLevels; level++ {
+		if !ix.unfound(hashes[0], s) {
 			break
 		}
-		matched = i + 1
+		lo, up := 0, hi // unfound holders at lo; none at up (or up is past hi)
+		for up-lo > 1 {
+			mid := int(uint(lo+up) >> 1)
+			if ix.unfound(hashes[mid], s) {
+				lo = mid
+			} else {
+				up = mid
+			}
+		}
+		ix.collect(hashes[lo], lo+1, s)
+		longest = max(longest, lo+1)
+		hi = lo
 	}
 	for _, slot := range s.touched {
 		st := ix.state(slot).Load()
@@ -55,8 +58,41 @@ func (ix *Index) Match(hashes []uint64, s *Scratch) []Match {
 		s.count[slot] = 0
 	}
 	ix.lookups.Add(uint64(len(hashes)))
-	ix.hits.Add(uint64(matched))
+	ix.hits.Add(uint64(longest))
 	return s.out
+}
+
+// unfound reports whether some holder of h has no match recorded in s yet.
+func (ix *Index) unfound(h uint64, s *Scratch) bool {
+	sh := ix.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for idx := sh.holders(h); idx != 0; {
+		n := sh.nodes.at(idx)
+		if int(n.slot) >= len(s.count) || s.count[n.slot] == 0 {
+			return true
+		}
+		idx = n.same
+	}
+	return false
+}
+
+// collect records a match of blocks for every holder of h not yet found.
+func (ix *Index) collect(h uint64, blocks int, s *Scratch) {
+	sh := ix.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for idx := sh.holders(h); idx != 0; {
+		n := sh.nodes.at(idx)
+		if int(n.slot) >= len(s.count) {
+			s.count = append(s.count, make([]int32, int(n.slot)+1-len(s.count))...)
+		}
+		if s.count[n.slot] == 0 {
+			s.count[n.slot] = int32(blocks)
+			s.touched = append(s.touched, n.slot)
+		}
+		idx = n.same
+	}
 }
 
 // Stats describes the index.
