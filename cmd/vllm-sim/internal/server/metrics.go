@@ -1,0 +1,123 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/engine"
+)
+
+// Histogram buckets in seconds, the ones vLLM uses.
+var (
+	ttftBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+		0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
+	e2eBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+		30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+)
+
+// statsSource is what the metrics read on every scrape.
+type statsSource interface {
+	Stats() engine.Stats
+	Config() engine.Config
+}
+
+// metrics is the vLLM metric set of one served model.
+type metrics struct {
+	handler http.Handler
+	ttft    prometheus.Observer
+	e2e     prometheus.Observer
+}
+
+func newMetrics(model string, src statsSource) *metrics {
+	reg := prometheus.NewRegistry()
+	labels := prometheus.Labels{"model_name": model}
+	gauge := func(name, help string, value func(engine.Stats) float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(
+			prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels},
+			func() float64 { return value(src.Stats()) }))
+	}
+	counter := func(name, help string, extra prometheus.Labels, value func(engine.Stats) int64) {
+		cl := prometheus.Labels{"model_name": model}
+		for k, v := range extra {
+			cl[k] = v
+		}
+		reg.MustRegister(prometheus.NewCounterFunc(
+			prometheus.CounterOpts{Name: name, Help: help, ConstLabels: cl},
+			func() float64 { return float64(value(src.Stats())) }))
+	}
+
+	gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+		func(s engine.Stats) float64 { return float64(s.Running) })
+	gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+		func(s engine.Stats) float64 { return float64(s.Waiting) })
+	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+		func(s engine.Stats) float64 { return s.KVCacheUsage })
+	counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", nil,
+		func(s engine.Stats) int64 { return s.PromptTokens })
+	counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", nil,
+		func(s engine.Stats) int64 { return s.CachedTokens })
+	counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", nil,
+		func(s engine.Stats) int64 { return s.PromptTokens })
+	counter("vllm:generation_tokens_total", "Number of generation tokens processed.", nil,
+		func(s engine.Stats) int64 { return s.GenerationTokens })
+	counter("vllm:request_success_total", "Count of successfully processed requests.",
+		prometheus.Labels{"finished_reason": "length"},
+		func(s engine.Stats) int64 { return s.Finished })
+
+	// Like vLLM's, the cache config info carries no model_name label.
+	cfg := src.Config()
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "vllm:cache_config_info",
+		Help: "Information of the KV cache config.",
+		ConstLabels: prometheus.Labels{
+			"block_size":            strconv.Itoa(cfg.BlockSize),
+			"num_gpu_blocks":        strconv.Itoa(cfg.NumGPUBlocks),
+			"enable_prefix_caching": "True",
+			"cache_dtype":           "auto",
+		},
+	})
+	info.Set(1)
+	reg.MustRegister(info)
+
+	ttft := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "vllm:time_to_first_token_seconds", Help: "Histogram of time to first token in seconds (wall clock).",
+		ConstLabels: labels, Buckets: ttftBuckets,
+	})
+	e2e := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "vllm:e2e_request_latency_seconds", Help: "Histogram of end to end request latency in seconds (wall clock).",
+		ConstLabels: labels, Buckets: e2eBuckets,
+	})
+	reg.MustRegister(ttft, e2e)
+
+	return &metrics{
+		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		ttft:    ttft,
+		e2e:     e2e,
+	}
+}
+
+// garbageMetrics is what /metrics answers with when told to serve garbage.
+const garbageMetrics = "vllm:num_requests_running{model_name=\"sim-model\" 3\n<html>not metrics</html>\n\x00\x01"
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	fc := s.cfg.Faults.Get()
+	if fc.MetricsDelayMs > 0 {
+		timer := time.NewTimer(time.Duration(fc.MetricsDelayMs) * time.Millisecond)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if fc.MetricsGarbage {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = w.Write([]byte(garbageMetrics))
+		return
+	}
+	s.metrics.handler.ServeHTTP(w, r)
+}

@@ -1,0 +1,89 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/faults"
+)
+
+// Stats is the GET /sim/stats body: totals since start.
+type Stats struct {
+	Model string `json:"model"`
+	// Requests accepted by the engine, and how they ended.
+	Requests int64 `json:"requests"`
+	Finished int64 `json:"finished"`
+	Aborted  int64 `json:"aborted"`
+	// InjectedErrors counts requests failed by the error fault.
+	InjectedErrors int64 `json:"injected_errors"`
+	Running        int   `json:"running"`
+	Waiting        int   `json:"waiting"`
+	// PromptTokens of scheduled requests; CachedTokens of those were
+	// prefix cache hits; HitRate = CachedTokens / PromptTokens.
+	PromptTokens     int64   `json:"prompt_tokens"`
+	CachedTokens     int64   `json:"cached_tokens"`
+	HitRate          float64 `json:"hit_rate"`
+	GenerationTokens int64   `json:"generation_tokens"`
+	KVCacheUsage     float64 `json:"kv_cache_usage"`
+	CachedBlocks     int     `json:"cached_blocks"`
+	// SimulatedSeconds is the engine's busy time in simulated seconds;
+	// MeanSimulatedTTFTSeconds averages the simulated time to first token.
+	SimulatedSeconds         float64 `json:"simulated_seconds"`
+	MeanSimulatedTTFTSeconds float64 `json:"mean_simulated_ttft_seconds"`
+}
+
+func (s *Server) stats() Stats {
+	es := s.cfg.Engine.Stats()
+	st := Stats{
+		Model:            s.cfg.Model,
+		Requests:         es.Requests,
+		Finished:         es.Finished,
+		Aborted:          es.Aborted,
+		InjectedErrors:   s.injected.Load(),
+		Running:          es.Running,
+		Waiting:          es.Waiting,
+		PromptTokens:     es.PromptTokens,
+		CachedTokens:     es.CachedTokens,
+		GenerationTokens: es.GenerationTokens,
+		KVCacheUsage:     es.KVCacheUsage,
+		CachedBlocks:     es.CachedBlocks,
+		SimulatedSeconds: es.SimulatedTime.Seconds(),
+	}
+	if es.PromptTokens > 0 {
+		st.HitRate = float64(es.CachedTokens) / float64(es.PromptTokens)
+	}
+	if es.FirstTokens > 0 {
+		st.MeanSimulatedTTFTSeconds = es.SimulatedTTFTSum.Seconds() / float64(es.FirstTokens)
+	}
+	return st
+}
+
+func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.stats())
+}
+
+func (s *Server) handleGetFaults(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.cfg.Faults.Get())
+}
+
+// handlePatchFaults replaces the fields present in the JSON body and answers
+// with the faults now in force.
+func (s *Server) handlePatchFaults(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(r, w)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "", err.Error())
+		return
+	}
+	cfg, err := s.cfg.Faults.Patch(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, cfg)
+}
+
+// handleResetFaults turns every fault off.
+func (s *Server) handleResetFaults(w http.ResponseWriter, _ *http.Request) {
+	cfg := faults.None()
+	_ = s.cfg.Faults.Set(cfg)
+	writeJSON(w, http.StatusOK, cfg)
+}
