@@ -1,0 +1,82 @@
+package app
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestRunAnnouncesServesAndStops(t *testing.T) {
+	o := NewOptions()
+	fs := flag.NewFlagSet("vllm-sim", flag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--host", "127.0.0.7", "--port", "0", "--model", "m", "--time-scale", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := Run(ctx, o, pw)
+		pw.Close()
+		done <- err
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the announcement: %v", err)
+	}
+	base, ok := strings.CutPrefix(strings.TrimSpace(line), "vllm-sim listening on ")
+	if !ok || !strings.HasPrefix(base, "http://127.0.0.7:") || strings.HasSuffix(base, ":0") {
+		t.Fatalf("announcement %q, want the real address on 127.0.0.7", line)
+	}
+	go io.Copy(io.Discard, pr)
+
+	resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"hi"}`))
+	if err != nil {
+		t.Fatalf("POST: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("status %d, want 200", resp.StatusCode)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run after stop: %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cases := map[string]struct {
+		args    []string
+		wantErr bool
+	}{
+		"defaults":       {},
+		"bad host":       {args: []string{"--host", "example.com"}, wantErr: true},
+		"zero blocks":    {args: []string{"--num-gpu-blocks", "0"}, wantErr: true},
+		"negative scale": {args: []string{"--time-scale", "-1"}, wantErr: true},
+		"bad fault rate": {args: []string{"--fault-error-rate", "2"}, wantErr: true},
+		"faults on":      {args: []string{"--fault-stall-after-chunks", "3", "--fault-error-status", "503"}},
+		"empty model":    {args: []string{"--model", ""}, wantErr: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			o := NewOptions()
+			fs := flag.NewFlagSet("vllm-sim", flag.ContinueOnError)
+			o.AddFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Validate(); (err != nil) != tc.wantErr {
+				t.Errorf("Validate() = %v, want error %v", err, tc.wantErr)
+			}
+		})
+	}
+}

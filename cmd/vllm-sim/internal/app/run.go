@@ -1,0 +1,76 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/engine"
+	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/faults"
+	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/server"
+)
+
+// shutdownGrace is how long in-flight requests get to end at stop.
+const shutdownGrace = 5 * time.Second
+
+// Run serves until ctx ends. Once listening it prints
+// "vllm-sim listening on http://HOST:PORT" (the real port) to out.
+func Run(ctx context.Context, o *Options, out io.Writer) error {
+	eng, err := engine.New(o.engineConfig(), engine.WithPacer(&engine.WallPacer{Scale: o.TimeScale}))
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{
+		Model:            o.Model,
+		Engine:           eng,
+		Faults:           faults.NewState(o.Faults, o.Seed),
+		DefaultMaxTokens: o.DefaultMaxTokens,
+		MaxTokensCap:     o.MaxTokensCap,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+
+	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { eng.Run(engineCtx) })
+	defer wg.Wait()
+	defer stopEngine()
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpSrv.Serve(ln) }()
+	if _, err := fmt.Fprintf(out, "vllm-sim listening on http://%s\n", ln.Addr()); err != nil {
+		_ = httpSrv.Close()
+		<-serveErr
+		return fmt.Errorf("announce: %w", err)
+	}
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	// Stopping the engine ends every stream in flight; stalled ones hold
+	// their connection until the grace period closes it.
+	stopEngine()
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
+		_ = httpSrv.Close()
+	}
+	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,31 @@
+// Command vllm-sim is a vLLM stand-in for tests, the demo and benchmarks: an
+// OpenAI-compatible server with vLLM's metrics whose latencies follow a KV
+// prefix-cache and scheduler model, so routing quality shows in TTFT.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/app"
+)
+
+func main() {
+	opts := app.NewOptions()
+	opts.AddFlags(flag.CommandLine)
+	flag.Parse()
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "vllm-sim:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := app.Run(ctx, opts, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "vllm-sim:", err)
+		os.Exit(1)
+	}
+}
