@@ -98,7 +98,12 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 		}
 		done, err := x.handle(req)
 		if err != nil {
-			x.release(reasonError)
+			// A send fails when the gateway has cancelled the stream.
+			if stream.Context().Err() != nil {
+				x.release(reasonCancelled)
+			} else {
+				x.release(reasonError)
+			}
 			return err
 		}
 		if done {

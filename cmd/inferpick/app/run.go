@@ -1,0 +1,210 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/inferpick/inferpick/picker/extproc"
+	"github.com/inferpick/inferpick/picker/health"
+	"github.com/inferpick/inferpick/picker/observe"
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/scrape"
+)
+
+// picker is everything on the request path, independent of where the
+// endpoints come from.
+type picker struct {
+	reg     *registry.Registry
+	health  *health.Checker
+	servers []manager.Runnable
+	promReg *prometheus.Registry
+}
+
+// Run starts inferpick and blocks until ctx ends and everything has stopped.
+func Run(ctx context.Context, o *Options) error {
+	log := klog.NewKlogr()
+	ctrl.SetLogger(log)
+	ctx = logr.NewContext(ctx, log)
+
+	elected := func() bool { return true }
+	p, err := buildPicker(o, log, func() bool { return elected() })
+	if err != nil {
+		return err
+	}
+	if len(o.static) > 0 {
+		eps := make([]registry.Endpoint, 0, len(o.static))
+		for _, ap := range o.static {
+			eps = append(eps, registry.Endpoint{
+				Key:     registry.Key{UID: "static/" + ap.String(), Port: int32(ap.Port())},
+				Name:    ap.String(),
+				Address: ap,
+			})
+		}
+		p.reg.Replace(eps)
+		p.reg.MarkSynced()
+		log.Info("Routing over static endpoints", "endpoints", len(eps))
+		return runStatic(ctx, o, p)
+	}
+	mgr, err := newManager(o, p)
+	if err != nil {
+		return err
+	}
+	if o.LeaderElection {
+		ch := mgr.Elected()
+		elected = func() bool {
+			select {
+			case <-ch:
+				return true
+			default:
+				return false
+			}
+		}
+	}
+	log.Info("Serving InferencePool", "pool", klog.KRef(o.PoolNamespace, o.PoolName))
+	return mgr.Start(ctx)
+}
+
+func buildPicker(o *Options, log logr.Logger, elected func() bool) (*picker, error) {
+	reg := registry.New()
+	promReg := crmetrics.Registry.(*prometheus.Registry)
+
+	scraper, err := scrape.New(promReg,
+		scrape.WithInterval(o.RefreshMetricsInterval),
+		scrape.WithMetricsPort(uint16(o.ModelServerMetricsPort)),
+		scrape.WithPath(o.ModelServerMetricsPath),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("metrics scraper: %w", err)
+	}
+	reg.AddListener(scraper)
+
+	cfg := o.Policy
+	if cfg.MetricsStaleness.Duration == 0 {
+		cfg.MetricsStaleness.Duration = o.MetricsStaleness
+	}
+	pol, err := policy.Build(cfg, reg)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	srv := extproc.New(reg, pol, extproc.Options{
+		Fallbacks:    o.Fallbacks,
+		MaxBodyBytes: o.MaxBodyBytes,
+		Registerer:   promReg,
+		Log:          log.WithName("extproc"),
+	})
+	promReg.MustRegister(observe.NewWorkerCollector(reg))
+
+	var grpcOpts []grpc.ServerOption
+	var runnables []manager.Runnable
+	if o.SecureServing {
+		cfg, watcher, err := serverTLS(o.CertPath)
+		if err != nil {
+			return nil, err
+		}
+		if watcher != nil {
+			runnables = append(runnables, watcher)
+		}
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(cfg)))
+	}
+	extSrv := grpc.NewServer(grpcOpts...)
+	extprocv3.RegisterExternalProcessorServer(extSrv, srv)
+
+	hc := health.New(func() bool { return reg.Synced() && elected() }, 250*time.Millisecond)
+	healthSrv := grpc.NewServer()
+	hc.Register(healthSrv)
+
+	runnables = append(runnables,
+		scraper,
+		&healthRunnable{hc},
+		&grpcServer{name: "ext_proc", srv: extSrv, addr: hostPort(o.BindAddress, o.GRPCPort), drain: o.DrainTimeout, onDrain: hc.Drain},
+		&grpcServer{name: "health", srv: healthSrv, addr: hostPort(o.BindAddress, o.GRPCHealthPort), drain: time.Second},
+	)
+	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg}, nil
+}
+
+type healthRunnable struct{ c *health.Checker }
+
+func (h *healthRunnable) Start(ctx context.Context) error { return h.c.Start(ctx) }
+func (h *healthRunnable) NeedLeaderElection() bool        { return false }
+
+func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+// runStatic runs the picker's servers without a cluster, metrics in plain
+// HTTP, until ctx ends.
+func runStatic(ctx context.Context, o *Options, p *picker) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(p.promReg, promhttp.HandlerOpts{}))
+	mux.Handle("/debug/workers", observe.WorkersHandler(p.reg, time.Now))
+	metrics := &httpServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, addr: hostPort(o.BindAddress, o.MetricsPort)}
+	return runAll(ctx, append(p.servers, metrics))
+}
+
+// runAll starts every runnable; the first to fail stops the others. It
+// returns once all have returned.
+func runAll(ctx context.Context, rs []manager.Runnable) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, r := range rs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.Start(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// httpServer runs an HTTP server until its context ends.
+type httpServer struct {
+	srv  *http.Server
+	addr string
+}
+
+func (h *httpServer) Start(ctx context.Context) error {
+	lis, err := net.Listen("tcp", h.addr)
+	if err != nil {
+		return fmt.Errorf("metrics: listen on %s: %w", h.addr, err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- h.srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("metrics: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := h.srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("metrics: shutdown: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,32 @@
+// Command inferpick is an endpoint picker for the Gateway API Inference
+// Extension: Envoy's ext_proc filter asks it which model-server pod of an
+// InferencePool serves each request.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/inferpick/inferpick/cmd/inferpick/app"
+)
+
+func main() {
+	opts := app.NewOptions()
+	opts.AddFlags(flag.CommandLine)
+	flag.Parse()
+	if err := opts.Complete(); err != nil {
+		fmt.Fprintln(os.Stderr, "inferpick:", err)
+		os.Exit(2)
+	}
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "inferpick:", err)
+		os.Exit(2)
+	}
+	if err := app.Run(ctrl.SetupSignalHandler(), opts); err != nil {
+		fmt.Fprintln(os.Stderr, "inferpick:", err)
+		os.Exit(1)
+	}
+}
