@@ -69,7 +69,7 @@ verify: generate manifests ## Regenerate, check formatting, and fail if generate
 ##@ Test
 
 .PHONY: test
-test: test-unit test-integration ## Run all tests that need no full cluster.
+test: test-unit test-integration test-chart test-e2e ## Run all tests that need no full cluster.
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests with the race detector.
@@ -94,3 +94,38 @@ $(CONTROLLER_GEN): $(TOOLS_DEPS)
 
 $(GOLANGCI_LINT): $(TOOLS_DEPS)
 	cd hack/tools && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+##@ Chart and end-to-end
+
+# helm, pinned in its own tools module (its Kubernetes libraries differ from
+# ours). Without the -X settings `helm template` and `helm lint` assume
+# Kubernetes 1.20.
+HELM_VERSION ?= v3.19.0
+HELM ?= $(LOCALBIN)/helm
+HELM_DEPS := hack/tools/helm/go.mod hack/tools/helm/go.sum
+HELM_KUBE_MAJOR := 1
+HELM_KUBE_MINOR := 36
+HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	$(foreach p,chartutil lint/rules,-X helm.sh/helm/v3/pkg/$(p).k8sVersionMajor=$(HELM_KUBE_MAJOR) \
+	-X helm.sh/helm/v3/pkg/$(p).k8sVersionMinor=$(HELM_KUBE_MINOR))
+E2E_TIMEOUT ?= 10m
+E2E_FLAGS ?=
+
+.PHONY: helm
+helm: $(HELM) ## Build the pinned helm into bin/.
+
+$(HELM): $(HELM_DEPS)
+	cd hack/tools/helm && $(GO) build -trimpath -ldflags '$(HELM_LDFLAGS)' -o $@ helm.sh/helm/v3/cmd/helm
+
+.PHONY: chart-crds
+chart-crds: ## Copy the generated InferencePool CRD into the chart's crds/.
+	cp config/crd/bases/inference.networking.k8s.io_inferencepools.yaml charts/inferpick/crds/
+
+.PHONY: test-chart
+test-chart: $(HELM) ## Lint the chart, check its schema and golden renderings (UPDATE=1 rewrites them).
+	HELM="$(HELM)" $(GO) test ./test/e2e/chart/ $(if $(UPDATE),-args -update)
+
+.PHONY: test-e2e
+test-e2e: $(HELM) ## helm install into a real API server, run the picker as the chart's ServiceAccount, route requests.
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" HELM="$(HELM)" $(GO) test -timeout $(E2E_TIMEOUT) \
+		./test/e2e/ $(E2E_FLAGS)
