@@ -1,0 +1,191 @@
+package scrape
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// reason classifies a failed scrape.
+type reason uint8
+
+const (
+	reasonTimeout  reason = iota // no complete answer within the timeout
+	reasonConnect                // connection refused, reset, DNS, ...
+	reasonStatus                 // a status other than 200
+	reasonTooLarge               // body over the size cap
+	reasonParse                  // no model-server metrics in the body
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"timeout", "connect", "status", "body_too_large", "parse"}
+
+func (r reason) String() string { return reasonNames[r] }
+
+// scrapeError is a failed scrape with its reason.
+type scrapeError struct {
+	reason reason
+	err    error
+}
+
+func (e *scrapeError) Error() string { return e.err.Error() }
+func (e *scrapeError) Unwrap() error { return e.err }
+
+// poller scrapes one worker, one request at a time.
+type poller struct {
+	s       *Scraper
+	w       *registry.Worker
+	url     string
+	created time.Time
+	cancel  context.CancelFunc // set when launched
+	done    chan struct{}      // closed when run returns
+	buf     bytes.Buffer       // body buffer, reused across scrapes
+	body    io.LimitedReader   // reused reader over the response body
+
+	status    atomic.Pointer[Status]
+	errors    [numReasons]atomic.Uint64
+	malformed atomic.Uint64
+}
+
+func newPoller(s *Scraper, w *registry.Worker) *poller {
+	return &poller{
+		s:       s,
+		w:       w,
+		url:     metricsURL(w.Endpoint().Address, s.opts.metricsPort, s.opts.path),
+		created: s.opts.clock.Now(),
+		done:    make(chan struct{}),
+	}
+}
+
+// metricsURL is the worker's metrics page: its IP, the metrics port (or
+// its serving port when that is 0) and path.
+func metricsURL(addr netip.AddrPort, port uint16, path string) string {
+	if port != 0 {
+		addr = netip.AddrPortFrom(addr.Addr(), port)
+	}
+	return (&url.URL{Scheme: "http", Host: addr.String(), Path: path}).String()
+}
+
+// stop ends the poller if it was launched; it does not wait.
+func (p *poller) stop() {
+	if p.cancel != nil {
+		p.cancel()
+	}
+}
+
+// run scrapes every interval until ctx ends. The first scrape comes after
+// a random part of one interval, so that workers added together (a pool at
+// start-up) are not all scraped in the same instant.
+func (p *poller) run(ctx context.Context) {
+	defer close(p.done)
+	interval := p.s.opts.interval
+	first := time.NewTimer(rand.N(interval))
+	defer first.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-first.C:
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		p.scrape(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// scrape fetches the page once and records the outcome. On failure the
+// worker keeps its previous metrics, whose Scraped time then ages.
+func (p *poller) scrape(ctx context.Context) {
+	start := time.Now()
+	rep, err := p.fetch(ctx)
+	if ctx.Err() != nil {
+		return // removed or stopping: nobody wants this result
+	}
+	p.s.duration.Observe(time.Since(start).Seconds())
+	prev := p.status.Load()
+	if err != nil {
+		var se *scrapeError
+		if errors.As(err, &se) {
+			p.errors[se.reason].Add(1)
+		}
+		st := &Status{Err: err}
+		if prev != nil {
+			st.Report, st.Scraped = prev.Report, prev.Scraped
+		}
+		p.status.Store(st)
+		return
+	}
+	now := p.s.opts.clock.Now()
+	p.malformed.Add(uint64(rep.Malformed))
+	p.status.Store(&Status{Report: rep, Scraped: now})
+	p.w.SetMetrics(&registry.Metrics{
+		Waiting:      rep.Waiting,
+		Running:      rep.Running,
+		KVUsage:      rep.KVUsage,
+		BlockSize:    rep.BlockSize,
+		NumGPUBlocks: rep.NumGPUBlocks,
+		Scraped:      now,
+	})
+}
+
+// fetch does one GET of the metrics page and parses it.
+func (p *poller) fetch(ctx context.Context) (Report, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.s.opts.timeout)
+	defer cancel()
+	fail := func(r reason, err error) (Report, error) {
+		if r != reasonParse && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			r = reasonTimeout
+		}
+		return Report{}, &scrapeError{reason: r, err: fmt.Errorf("scrape %s: %w", p.url, err)}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url, nil)
+	if err != nil {
+		return fail(reasonConnect, err)
+	}
+	req.Header = p.s.header
+	resp, err := p.s.client.Do(req)
+	if err != nil {
+		return fail(reasonConnect, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		// Read a little so that a short error page leaves the connection
+		// reusable.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		return fail(reasonStatus, fmt.Errorf("status %s", resp.Status))
+	}
+	limit := p.s.opts.maxBody
+	if resp.ContentLength > limit {
+		return fail(reasonTooLarge, fmt.Errorf("body of %d bytes is over the %d byte cap", resp.ContentLength, limit))
+	}
+	p.buf.Reset()
+	p.body = io.LimitedReader{R: resp.Body, N: limit + 1}
+	n, err := p.buf.ReadFrom(&p.body)
+	p.body.R = nil
+	if err != nil {
+		return fail(reasonConnect, fmt.Errorf("read body: %w", err))
+	}
+	if n > limit {
+		return fail(reasonTooLarge, fmt.Errorf("body is over the %d byte cap", limit))
+	}
+	rep, err := Parse(p.buf.Bytes())
+	if err != nil {
+		return fail(reasonParse, err)
+	}
+	return rep, nil
+}

@@ -1,0 +1,332 @@
+package scrape
+
+import (
+	"context"
+	"net/http"
+	"net/netip"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+func TestScraperStoresMetrics(t *testing.T) {
+	srv := newModelServer(t, serve(pageWith(3, 7, 0.25)))
+	reg := registry.New()
+	w := reg.Upsert(endpoint("a", srv.addr()))
+	clock := newFakeClock()
+	startScraper(t, reg, WithClock(clock))
+
+	eventually(t, "metrics on the worker", func() bool { return w.Metrics() != nil })
+	want := &registry.Metrics{Waiting: 3, Running: 7, KVUsage: 0.25, BlockSize: 16, NumGPUBlocks: 27911, Scraped: clock.Now()}
+	if diff := cmp.Diff(want, w.Metrics()); diff != "" {
+		t.Errorf("Metrics() (-want +got):\n%s", diff)
+	}
+
+	srv.set(serve(pageWith(9, 1, 0.5)))
+	eventually(t, "new metrics", func() bool { return w.Metrics().Waiting == 9 })
+}
+
+func TestScraperAddsWorkersWhileRunning(t *testing.T) {
+	reg := registry.New()
+	startScraper(t, reg)
+	srv := newModelServer(t, serve(pageWith(1, 2, 0.5)))
+	w := reg.Upsert(endpoint("late", srv.addr()))
+	eventually(t, "metrics on a worker added after Start", func() bool { return w.Metrics() != nil })
+}
+
+func TestScraperStatusCarriesLoRA(t *testing.T) {
+	page := pageWith(1, 1, 0.1) +
+		`vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql",waiting_lora_adapters="chat,sql"} 1.75e+09` + "\n"
+	srv := newModelServer(t, serve(page))
+	reg := registry.New()
+	w := reg.Upsert(endpoint("a", srv.addr()))
+	s, _ := startScraper(t, reg)
+
+	eventually(t, "a good scrape", func() bool { st, _ := s.Status(w); return !st.Scraped.IsZero() })
+	st, ok := s.Status(w)
+	if !ok || st.Err != nil {
+		t.Fatalf("Status() = %+v, %v; want a good scrape", st, ok)
+	}
+	want := &LoRAInfo{MaxLoRA: 2, Running: []string{"sql"}, Waiting: []string{"chat", "sql"}}
+	if diff := cmp.Diff(want, st.Report.LoRA); diff != "" {
+		t.Errorf("Status().Report.LoRA (-want +got):\n%s", diff)
+	}
+}
+
+func TestScraperMetricsPortAndPath(t *testing.T) {
+	srv := newModelServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/custom/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte("vllm:num_requests_waiting 4\n"))
+	})
+	reg := registry.New()
+	// The worker serves on a port nobody listens on; its metrics are on
+	// the test server's port.
+	serving := netip.AddrPortFrom(srv.addr().Addr(), 1)
+	w := reg.Upsert(endpoint("a", serving))
+	startScraper(t, reg, WithMetricsPort(srv.addr().Port()), WithPath("/custom/metrics"))
+	eventually(t, "metrics from the metrics port", func() bool {
+		m := w.Metrics()
+		return m != nil && m.Waiting == 4
+	})
+}
+
+func TestScraperFailureKeepsOldValues(t *testing.T) {
+	cases := map[string]struct {
+		breakIt func(*modelServer)
+		opts    []Option
+		reason  reason
+	}{
+		"garbage body": {
+			breakIt: func(ms *modelServer) { ms.set(serve("<html>oops</html>\n")) },
+			reason:  reasonParse,
+		},
+		"server error": {
+			breakIt: func(ms *modelServer) {
+				ms.set(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "busy", http.StatusServiceUnavailable) })
+			},
+			reason: reasonStatus,
+		},
+		"body over the cap": {
+			breakIt: func(ms *modelServer) { ms.set(serve("vllm:num_requests_waiting 1\n" + strings.Repeat("#\n", 4096))) },
+			opts:    []Option{WithMaxBodySize(4096)},
+			reason:  reasonTooLarge,
+		},
+		"server gone": {
+			breakIt: func(ms *modelServer) { ms.Close() },
+			reason:  reasonConnect,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			srv := newModelServer(t, serve("vllm:num_requests_waiting 5\nvllm:num_requests_running 6\n"))
+			reg := registry.New()
+			w := reg.Upsert(endpoint("a", srv.addr()))
+			s, metrics := startScraper(t, reg, tc.opts...)
+			eventually(t, "a first good scrape", func() bool { return w.Metrics() != nil })
+
+			tc.breakIt(srv)
+			// Once two failures are counted, every later scrape fails too.
+			eventually(t, "errors", func() bool { return errorsOf(t, metrics, srv.addr(), tc.reason) >= 2 })
+			before := w.Metrics()
+			n := errorsOf(t, metrics, srv.addr(), tc.reason)
+			eventually(t, "more errors", func() bool { return errorsOf(t, metrics, srv.addr(), tc.reason) >= n+2 })
+
+			if got := w.Metrics(); got != before || got.Waiting != 5 || got.Running != 6 {
+				t.Errorf("Metrics() after failures = %s, want the last good scrape %s kept", describe(got), describe(before))
+			}
+			if st, _ := s.Status(w); st.Err == nil || st.Report.Waiting != 5 {
+				t.Errorf("Status() = %+v, want the error and the last good report", st)
+			}
+		})
+	}
+}
+
+func TestScraperHangingServerBlocksNothing(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	stuck := newModelServer(t, nil)
+	stuck.set(stuck.hang(arrived, false))
+	healthy := newModelServer(t, serve(pageWith(2, 3, 0.5)))
+	reg := registry.New()
+	stuckWorker := reg.Upsert(endpoint("stuck", stuck.addr()))
+	healthyWorker := reg.Upsert(endpoint("healthy", healthy.addr()))
+	clock := newFakeClock()
+	s, metrics := startScraper(t, reg, WithInterval(20*time.Millisecond), WithClock(clock))
+
+	eventually(t, "metrics of the healthy worker", func() bool { return healthyWorker.Metrics() != nil })
+	eventually(t, "timeouts on the stuck worker", func() bool { return errorsOf(t, metrics, stuck.addr(), reasonTimeout) >= 1 })
+	if m := stuckWorker.Metrics(); m != nil {
+		t.Errorf("stuck worker Metrics() = %s, want none", describe(m))
+	}
+
+	clock.Advance(7 * time.Second)
+	staleness, _ := sampleOf(t, metrics, "inferpick_scrape_staleness_seconds", map[string]string{"address": stuck.addr().String()})
+	if staleness != 7 {
+		t.Errorf("staleness of the stuck worker = %v, want 7 (never scraped since it was added)", staleness)
+	}
+
+	// Remove the stuck worker while a request to it is in flight.
+	p := pollerOf(s, stuckWorker)
+	select {
+	case <-arrived:
+	default:
+	}
+	recv(t, arrived, "a request to the stuck worker")
+	removed := make(chan struct{})
+	go func() {
+		reg.Remove(stuckWorker.Endpoint().Key)
+		close(removed)
+	}()
+	recv(t, removed, "Remove of a worker with a hanging scrape to return")
+	recv(t, p.done, "the stuck worker's poller to end after removal")
+	if m := healthyWorker.Metrics(); m == nil || m.Waiting != 2 {
+		t.Errorf("healthy worker Metrics() = %s, want its scrape", describe(m))
+	}
+}
+
+func TestScraperRemoveDeletesSeries(t *testing.T) {
+	a := newModelServer(t, serve(pageWith(1, 1, 0.1)))
+	b := newModelServer(t, serve(pageWith(2, 2, 0.2)))
+	reg := registry.New()
+	wa := reg.Upsert(endpoint("a", a.addr()))
+	wb := reg.Upsert(endpoint("b", b.addr()))
+	s, metrics := startScraper(t, reg)
+	eventually(t, "metrics", func() bool { return wa.Metrics() != nil && wb.Metrics() != nil })
+
+	count := func(name string) int {
+		n, err := testutil.GatherAndCount(metrics, name)
+		if err != nil {
+			t.Fatalf("GatherAndCount(%s) error = %v", name, err)
+		}
+		return n
+	}
+	if got := count("inferpick_scrape_staleness_seconds"); got != 2 {
+		t.Fatalf("staleness series = %d, want 2", got)
+	}
+	p := pollerOf(s, wa)
+	reg.Remove(wa.Endpoint().Key)
+
+	want := map[string]int{
+		"inferpick_scrape_staleness_seconds":     1,
+		"inferpick_scrape_malformed_lines_total": 1,
+		"inferpick_scrape_errors_total":          int(numReasons),
+	}
+	for name, n := range want {
+		if got := count(name); got != n {
+			t.Errorf("%s series after removal = %d, want %d", name, got, n)
+		}
+	}
+	if _, ok := sampleOf(t, metrics, "inferpick_scrape_staleness_seconds", map[string]string{"address": a.addr().String()}); ok {
+		t.Errorf("removed worker %s still has a staleness series", a.addr())
+	}
+	if _, ok := s.Status(wa); ok {
+		t.Error("Status() of a removed worker is still reported")
+	}
+	recv(t, p.done, "the removed worker's poller to end")
+}
+
+func TestScraperSameAddressTwice(t *testing.T) {
+	srv := newModelServer(t, serve(pageWith(1, 1, 0.1)))
+	reg := registry.New()
+	old := reg.Upsert(endpoint("old-pod", srv.addr()))
+	cur := reg.Upsert(endpoint("new-pod", srv.addr()))
+	_, metrics := startScraper(t, reg)
+	eventually(t, "metrics on both", func() bool { return old.Metrics() != nil && cur.Metrics() != nil })
+	n, err := testutil.GatherAndCount(metrics, "inferpick_scrape_staleness_seconds")
+	if err != nil || n != 1 {
+		t.Errorf("GatherAndCount() = %d, %v; want one series for the shared address", n, err)
+	}
+}
+
+func TestScraperStopLeaksNoGoroutines(t *testing.T) {
+	var servers []*modelServer
+	for range 3 {
+		servers = append(servers, newModelServer(t, serve(pageWith(1, 2, 0.3))))
+	}
+	arrived := make(chan struct{}, 1)
+	stuck := newModelServer(t, nil)
+	stuck.set(stuck.hang(arrived, true))
+	baseline := runtime.NumGoroutine()
+
+	reg := registry.New()
+	var workers []*registry.Worker
+	for i, srv := range servers {
+		workers = append(workers, reg.Upsert(endpoint(string(rune('a'+i)), srv.addr())))
+	}
+	reg.Upsert(endpoint("stuck", stuck.addr()))
+	s, err := New(nil, WithInterval(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.AddListener(s)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error)
+	go func() { stopped <- s.Start(ctx) }()
+	eventually(t, "metrics", func() bool {
+		for _, w := range workers {
+			if w.Metrics() == nil {
+				return false
+			}
+		}
+		return true
+	})
+	recv(t, arrived, "a request to the stuck worker")
+	cancel()
+	if err := <-stopped; err != nil {
+		t.Fatalf("Start() error = %v", err)
+	}
+	if err := s.Start(context.Background()); err == nil {
+		t.Error("second Start() succeeded, want an error")
+	}
+	// Workers announced after the stop are not polled.
+	late := reg.Upsert(endpoint("late", servers[0].addr()))
+	if _, ok := s.Status(late); ok {
+		t.Error("a worker added after Stop is polled")
+	}
+	eventually(t, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= baseline })
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	cases := map[string][]Option{
+		"zero interval":     {WithInterval(0)},
+		"negative timeout":  {WithTimeout(-time.Second)},
+		"zero body cap":     {WithMaxBodySize(0)},
+		"relative path":     {WithPath("metrics")},
+		"negative interval": {WithInterval(-time.Millisecond)},
+	}
+	for name, opts := range cases {
+		t.Run(name, func(t *testing.T) {
+			if _, err := New(nil, opts...); err == nil {
+				t.Error("New() succeeded, want an error")
+			}
+		})
+	}
+}
+
+func TestDefaultTimeout(t *testing.T) {
+	cases := map[string]struct {
+		interval time.Duration
+		want     time.Duration
+	}{
+		"short interval": {interval: 50 * time.Millisecond, want: 50 * time.Millisecond},
+		"long interval":  {interval: 5 * time.Second, want: time.Second},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s, err := New(nil, WithInterval(tc.interval))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.opts.timeout != tc.want {
+				t.Errorf("timeout = %v, want %v", s.opts.timeout, tc.want)
+			}
+		})
+	}
+}
+
+func TestMetricsURL(t *testing.T) {
+	cases := map[string]struct {
+		addr string
+		port uint16
+		want string
+	}{
+		"serving port": {addr: "10.0.0.1:8000", want: "http://10.0.0.1:8000/metrics"},
+		"metrics port": {addr: "10.0.0.1:8000", port: 9090, want: "http://10.0.0.1:9090/metrics"},
+		"ipv6":         {addr: "[fd00::1]:8000", want: "http://[fd00::1]:8000/metrics"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := metricsURL(netip.MustParseAddrPort(tc.addr), tc.port, "/metrics"); got != tc.want {
+				t.Errorf("metricsURL() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
