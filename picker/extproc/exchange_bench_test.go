@@ -1,0 +1,284 @@
+package extproc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// benchChunk is the request-body chunk size a gateway sends (Envoy's
+// default buffer, and the gateway stand-in's).
+const benchChunk = 16 << 10
+
+// benchTenants is how many system prompts the benchmark's traffic shares.
+const benchTenants = 16
+
+// BenchmarkExchange is one whole request through the ext_proc stream over
+// an in-process gRPC connection: request headers, the body in 16 KB chunks,
+// the routing reply and the streamed body back, then the end of the stream.
+// The policy is cache-aware on a warm prefix index. ns/op is the cost of one
+// routed request; MB/s counts body bytes.
+func BenchmarkExchange(b *testing.B) {
+	for _, size := range []int{1 << 10, 32 << 10, 400 << 10} {
+		for _, workers := range []int{8, 100, 1000} {
+			b.Run(fmt.Sprintf("body=%dKB/workers=%d", size>>10, workers), func(b *testing.B) {
+				benchExchange(b, size, workers)
+			})
+		}
+	}
+}
+
+func benchExchange(b *testing.B, size, workers int) {
+	reg := benchRegistry(workers)
+	pol, err := policy.Build(policy.Config{Name: policy.CacheAware}, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := benchServe(b, New(reg, pol, Options{Fallbacks: 2}))
+	bodies := make([][]byte, 64)
+	for i := range bodies {
+		bodies[i] = benchChatBody(i%benchTenants, i, size)
+	}
+	ctx := b.Context()
+	// Warm the index and the server's pooled buffers.
+	for i := range 4 * len(bodies) {
+		benchRoundTrip(b, ctx, client, bodies[i%len(bodies)])
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(bodies[0])))
+	i := 0
+	for b.Loop() {
+		benchRoundTrip(b, ctx, client, bodies[i%len(bodies)])
+		i++
+	}
+}
+
+// benchRegistry returns a synced registry of n workers on 10.0.0.0/16.
+func benchRegistry(n int) *registry.Registry {
+	reg := registry.New()
+	eps := make([]registry.Endpoint, n)
+	for i := range eps {
+		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 8000)
+		eps[i] = registry.Endpoint{Key: registry.Key{UID: "uid-" + strconv.Itoa(i), Port: 8000}, Name: addr.String(), Address: addr}
+	}
+	reg.Replace(eps)
+	reg.MarkSynced()
+	return reg
+}
+
+// benchServe serves s over an in-memory listener and returns a client.
+func benchServe(b *testing.B, s *Server) extprocv3.ExternalProcessorClient {
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(gs, s)
+	go func() { _ = gs.Serve(lis) }()
+	b.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient("passthrough:///bench",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	return extprocv3.NewExternalProcessorClient(conn)
+}
+
+// benchRoundTrip sends one request and reads its routing reply and body.
+func benchRoundTrip(b *testing.B, ctx context.Context, client extprocv3.ExternalProcessorClient, body []byte) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := client.Process(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hdr := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":method", RawValue: []byte("POST")},
+		{Key: ":path", RawValue: []byte("/v1/chat/completions")},
+		{Key: ":authority", RawValue: []byte("gateway")},
+		{Key: "content-type", RawValue: []byte("application/json")},
+		{Key: "content-length", RawValue: []byte(strconv.Itoa(len(body)))},
+	}}
+	if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: &extprocv3.HttpHeaders{Headers: hdr}}}); err != nil {
+		b.Fatal(err)
+	}
+	for off := 0; off < len(body); off += benchChunk {
+		end := min(off+benchChunk, len(body))
+		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: body[off:end], EndOfStream: end == len(body)}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r, err := st.Recv()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if r.GetRequestHeaders() == nil {
+		b.Fatalf("want a routing reply, got %v", r)
+	}
+	got := 0
+	for got < len(body) {
+		r, err := st.Recv()
+		if err != nil {
+			b.Fatal(err)
+		}
+		got += len(r.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody())
+	}
+	if err := st.CloseSend(); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		b.Fatalf("want the stream to end, got %v", err)
+	}
+}
+
+// benchChatBody is a chat request of about size bytes: tenant's system
+// prompt (half the body) then a conversation of its own.
+func benchChatBody(tenant, conv, size int) []byte {
+	type message struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	half := max(size/2-80, 16)
+	body, err := json.Marshal(struct {
+		Model    string    `json:"model"`
+		Stream   bool      `json:"stream"`
+		Messages []message `json:"messages"`
+	}{Model: "bench-model", Stream: true, Messages: []message{
+		{Role: "system", Content: benchText("tenant "+strconv.Itoa(tenant), half)},
+		{Role: "user", Content: benchText("conversation "+strconv.Itoa(conv), half)},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	return body
+}
+
+// benchText is n bytes of deterministic prose seeded by seed.
+func benchText(seed string, n int) string {
+	words := []string{"route", "the", "prompt", "to", "a", "warm", "cache", "of", "every", "pod", "and", "keep", "load", "even"}
+	out := make([]byte, 0, n+16)
+	out = append(out, seed...)
+	h := uint32(2166136261)
+	for _, c := range []byte(seed) {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	for len(out) < n {
+		h = h*1664525 + 1013904223
+		out = append(out, ' ')
+		out = append(out, words[h>>16%uint32(len(words))]...)
+	}
+	return string(out[:n])
+}
+
+// BenchmarkHandle is the whole pick without a transport: the server's
+// handler runs on an in-memory stream that hands it the request headers
+// and body chunks and swallows its replies. It covers the body parse, the
+// cache-aware pick on a warm index, the guard and the reply messages.
+func BenchmarkHandle(b *testing.B) {
+	for _, size := range []int{1 << 10, 32 << 10, 400 << 10} {
+		for _, workers := range []int{8, 100, 1000} {
+			b.Run(fmt.Sprintf("body=%dKB/workers=%d", size>>10, workers), func(b *testing.B) {
+				benchHandle(b, size, workers)
+			})
+		}
+	}
+}
+
+func benchHandle(b *testing.B, size, workers int) {
+	reg := benchRegistry(workers)
+	pol, err := policy.Build(policy.Config{Name: policy.CacheAware}, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := New(reg, pol, Options{Fallbacks: 2})
+	streams := make([]*memStream, 64)
+	for i := range streams {
+		streams[i] = newMemStream(b.Context(), benchChatBody(i%benchTenants, i, size))
+	}
+	run := func(st *memStream) {
+		st.rewind()
+		if err := s.Process(st); err != nil {
+			b.Fatal(err)
+		}
+		if st.replies < 2 {
+			b.Fatalf("got %d replies, want the routing reply and the body", st.replies)
+		}
+	}
+	for i := range 4 * len(streams) {
+		run(streams[i%len(streams)])
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(streams[0].bodyLen()))
+	i := 0
+	for b.Loop() {
+		run(streams[i%len(streams)])
+		i++
+	}
+}
+
+// memStream is an ext_proc stream held in memory: Recv hands out msgs in
+// order then io.EOF, Send counts the replies.
+type memStream struct {
+	grpc.ServerStream
+	ctx     context.Context
+	msgs    []*extprocv3.ProcessingRequest
+	next    int
+	replies int
+}
+
+func newMemStream(ctx context.Context, body []byte) *memStream {
+	st := &memStream{ctx: ctx}
+	st.msgs = append(st.msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			{Key: ":method", RawValue: []byte("POST")},
+			{Key: ":path", RawValue: []byte("/v1/chat/completions")},
+			{Key: "content-length", RawValue: []byte(strconv.Itoa(len(body)))},
+		}}}}})
+	for off := 0; off < len(body); off += benchChunk {
+		end := min(off+benchChunk, len(body))
+		st.msgs = append(st.msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: body[off:end], EndOfStream: end == len(body)}}})
+	}
+	return st
+}
+
+func (st *memStream) rewind() { st.next, st.replies = 0, 0 }
+
+func (st *memStream) Context() context.Context { return st.ctx }
+
+func (st *memStream) Recv() (*extprocv3.ProcessingRequest, error) {
+	if st.next == len(st.msgs) {
+		return nil, io.EOF
+	}
+	st.next++
+	return st.msgs[st.next-1], nil
+}
+
+func (st *memStream) Send(*extprocv3.ProcessingResponse) error {
+	st.replies++
+	return nil
+}
+
+func (st *memStream) bodyLen() int {
+	n := 0
+	for _, m := range st.msgs {
+		n += len(m.GetRequestBody().GetBody())
+	}
+	return n
+}
