@@ -1,0 +1,133 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMessageTimeoutAndFailureMode(t *testing.T) {
+	cases := map[string]struct {
+		mode       FailureMode
+		body       string
+		wantStatus int
+		wantOpen   bool
+	}{
+		"fail close":             {mode: FailClose, body: `{"model":"m"}`, wantStatus: http.StatusGatewayTimeout},
+		"fail open without body": {mode: FailOpen, wantStatus: http.StatusOK, wantOpen: true},
+		// Envoy fails closed once body data of a FULL_DUPLEX_STREAMED direction passed.
+		"fail open after body sent": {mode: FailOpen, body: `{"model":"m"}`, wantStatus: http.StatusGatewayTimeout},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			fallback, _ := upstream(t, http.StatusOK, "default upstream")
+			picker := &fakePicker{stall: true}
+			g, url, records := startGateway(t, newFakePicker(t, picker),
+				WithMessageTimeout(50*time.Millisecond), WithFailureMode(tc.mode), WithDefaultUpstream(fallback))
+			method := http.MethodGet
+			if tc.body != "" {
+				method = http.MethodPost
+			}
+			resp, _ := do(t, newRequest(t, method, url+"/v1/completions", tc.body))
+			if resp.StatusCode != tc.wantStatus {
+				t.Errorf("status = %d, want %d", resp.StatusCode, tc.wantStatus)
+			}
+			rec := waitFor(t, records)
+			if rec.FailedOpen != tc.wantOpen || rec.ProcessingError == nil {
+				t.Errorf("record = %+v", rec)
+			}
+			if c := g.Counters(); c.MessageTimeouts != 1 {
+				t.Errorf("counters = %+v", c)
+			}
+			if err := waitFor(t, picker.ended); err == nil {
+				t.Error("stalled stream ended without cancellation")
+			}
+		})
+	}
+}
+
+func TestPickerUnreachable(t *testing.T) {
+	cases := map[string]struct {
+		mode       FailureMode
+		wantStatus int
+	}{
+		"fail close": {mode: FailClose, wantStatus: http.StatusInternalServerError},
+		"fail open":  {mode: FailOpen, wantStatus: http.StatusOK},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			fallback, seen := upstream(t, http.StatusOK, "default upstream")
+			_, url, records := startGateway(t, deadAddr(t), WithFailureMode(tc.mode), WithDefaultUpstream(fallback))
+			resp, _ := do(t, newRequest(t, http.MethodPost, url+"/v1/completions", `{"model":"m"}`))
+			if resp.StatusCode != tc.wantStatus {
+				t.Errorf("status = %d, want %d", resp.StatusCode, tc.wantStatus)
+			}
+			if rec := waitFor(t, records); rec.ExtProcStreams != 0 || rec.ProcessingError == nil {
+				t.Errorf("record = %+v", rec)
+			}
+			if tc.mode == FailOpen {
+				if got := waitFor(t, seen); got.Body != `{"model":"m"}` {
+					t.Errorf("default upstream got body %q", got.Body)
+				}
+			}
+		})
+	}
+}
+
+func TestClientDisconnectCancelsStream(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	picker := &fakePicker{endpoints: srv.Listener.Addr().String()}
+	g, url, records := startGateway(t, newFakePicker(t, picker))
+
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", strings.NewReader(`{"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || line != "data: one\n" {
+		t.Fatalf("first event %q, %v", line, err)
+	}
+	cancel()
+	_ = resp.Body.Close()
+
+	if err := waitFor(t, picker.ended); err == nil {
+		t.Error("picker's stream context did not end with the client")
+	}
+	if rec := waitFor(t, records); !rec.ClientGone {
+		t.Errorf("record = %+v", rec)
+	}
+	if c := g.Counters(); c.ClientDisconnects != 1 {
+		t.Errorf("counters = %+v", c)
+	}
+}
+
+func TestNormalEndHalfClosesStream(t *testing.T) {
+	addr, _ := upstream(t, http.StatusOK, "ok")
+	picker := &fakePicker{endpoints: addr}
+	_, url, records := startGateway(t, newFakePicker(t, picker))
+	do(t, newRequest(t, http.MethodPost, url+"/v1/completions", `{"model":"m"}`))
+	waitFor(t, records)
+	if err := waitFor(t, picker.ended); err != nil {
+		t.Errorf("picker's stream ended with %v, want a clean end of stream", err)
+	}
+}
