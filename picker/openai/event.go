@@ -142,12 +142,10 @@ func (e *eventReader) choice(l *lexer, inDelta bool) error {
 			return err
 		}
 		var out bool
-		switch k := string(key); {
-		case !inDelta && k == "delta":
+		switch {
+		case !inDelta && string(key) == "delta":
 			err = e.choice(l, true)
-		case !inDelta && k == "text",
-			inDelta && (k == "content" || k == "reasoning_content" || k == "reasoning" ||
-				k == "refusal" || k == "tool_calls" || k == "function_call"):
+		case !inDelta && string(key) == "text", inDelta && isOutput(key):
 			out, err = nonEmpty(l)
 		default:
 			err = l.skip()
@@ -159,6 +157,15 @@ func (e *eventReader) choice(l *lexer, inDelta bool) error {
 		more, err = l.next('}')
 	}
 	return err
+}
+
+// isOutput reports whether a field of a choice's delta carries output.
+func isOutput(key []byte) bool {
+	switch string(key) {
+	case "content", "reasoning_content", "reasoning", "refusal", "tool_calls", "function_call":
+		return true
+	}
+	return false
 }
 
 // readUsage reads a usage object of either API; null leaves no usage.

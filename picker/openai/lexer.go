@@ -1,8 +1,10 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -60,62 +62,109 @@ const (
 )
 
 // str reads the string that starts at the current byte, which must be '"',
-// and returns its raw content. It checks escapes and UTF-8.
+// and returns its raw content. It checks escapes, control characters and
+// UTF-8. Quotes and backslashes are found with bytes.IndexByte, which the
+// runtime vectorizes; the text between them is checked eight bytes at a time,
+// and checked for UTF-8 only where it is not ASCII.
 func (l *lexer) str() ([]byte, error) {
 	b := l.b
 	start := l.i + 1
 	i := start
-	var acc uint64 // OR of the eight-byte words read, to spot non-ASCII text
-	nonASCII := false
-	for {
-		// Eight bytes at a time while none is a quote, a backslash or a
-		// control character. Bytes from 0x80 up pass and are checked below.
-		for i+8 <= len(b) {
-			x := binary.LittleEndian.Uint64(b[i:])
-			q := x ^ (ones * '"')
-			s := x ^ (ones * '\\')
-			m := ((q - ones) &^ q) | ((s - ones) &^ s) | ((x - ones*0x20) &^ x)
-			if m&highs != 0 {
-				break
-			}
-			acc |= x
-			i += 8
-		}
-		// One byte at a time up to the special byte the fast loop stopped at.
-	slow:
-		for {
-			if i >= len(b) {
-				l.i = i
-				return nil, syntaxError(l, "unterminated string")
-			}
-			switch c := b[i]; {
-			case c == '"':
-				raw := b[start:i]
-				if (nonASCII || acc&highs != 0) && !utf8.Valid(raw) {
-					l.i = start - 1
-					return nil, fmt.Errorf("%w: invalid UTF-8 in string at offset %d", ErrSyntax, l.i)
-				}
-				l.i = i + 1
-				return raw, nil
-			case c == '\\':
-				n, ok := escapeLen(b[i:])
-				if !ok {
-					l.i = i
-					return nil, syntaxError(l, "invalid escape")
-				}
-				i += n
-				break slow
-			case c < 0x20:
-				l.i = i
-				return nil, syntaxError(l, "control character in string")
-			default:
-				if c >= 0x80 {
-					nonASCII = true
-				}
-				i++
+	// Most keys and many values are short ASCII strings: when the closing
+	// quote is among the next eight bytes, with nothing to check before it,
+	// they are done here.
+	if start+8 <= len(b) {
+		x := binary.LittleEndian.Uint64(b[start:])
+		if m := special(x); m != 0 {
+			n := bits.TrailingZeros64(m) / 8
+			if b[start+n] == '"' && x&(1<<(8*n)-1)&highs == 0 {
+				l.i = start + n + 1
+				return b[start : start+n], nil
 			}
 		}
 	}
+	end := -1 // the next quote at or after i, which may yet prove escaped
+	for {
+		if end < i {
+			q := bytes.IndexByte(b[i:], '"')
+			if q < 0 {
+				l.i = len(b)
+				return nil, syntaxError(l, "unterminated string")
+			}
+			end = i + q
+		}
+		seg := b[i:end]
+		bs := bytes.IndexByte(seg, '\\')
+		if bs >= 0 {
+			seg = seg[:bs]
+		}
+		if err := l.plain(seg, i); err != nil {
+			return nil, err
+		}
+		if bs < 0 {
+			break
+		}
+		i += bs
+		n, ok := escapeLen(b[i:])
+		if !ok {
+			l.i = i
+			return nil, syntaxError(l, "invalid escape")
+		}
+		i += n
+	}
+	l.i = end + 1
+	return b[start:end], nil
+}
+
+// plain checks a run of string text, at offset off, that holds no quote or
+// backslash: no control characters, and valid UTF-8. Since the run ends at a
+// quote or an escape, it never splits a character.
+func (l *lexer) plain(s []byte, off int) error {
+	var ctl, high uint64
+	if len(s) >= 8 {
+		t := s
+		for len(t) >= 16 {
+			x := binary.LittleEndian.Uint64(t)
+			y := binary.LittleEndian.Uint64(t[8:])
+			ctl |= ((x - ones*0x20) &^ x) | ((y - ones*0x20) &^ y)
+			high |= x | y
+			t = t[16:]
+		}
+		if len(t) >= 8 {
+			x := binary.LittleEndian.Uint64(t)
+			ctl |= (x - ones*0x20) &^ x
+			high |= x
+		}
+		// The last eight bytes, overlapping what was read already.
+		x := binary.LittleEndian.Uint64(s[len(s)-8:])
+		ctl |= (x - ones*0x20) &^ x
+		high |= x
+	} else {
+		for _, c := range s {
+			if c < 0x20 {
+				ctl |= highs
+			}
+			high |= uint64(c)
+		}
+	}
+	if ctl&highs != 0 {
+		l.i = off + bytes.IndexFunc(s, func(r rune) bool { return r < 0x20 })
+		return syntaxError(l, "control character in string")
+	}
+	if high&highs != 0 && !utf8.Valid(s) {
+		l.i = off
+		return fmt.Errorf("%w: invalid UTF-8 in string near offset %d", ErrSyntax, off)
+	}
+	return nil
+}
+
+// special flags the bytes of x (eight bytes, little-endian) that are a
+// quote, a backslash or a control character. The lowest flagged byte is
+// always a true match; flags above it may not be.
+func special(x uint64) uint64 {
+	q := x ^ (ones * '"')
+	s := x ^ (ones * '\\')
+	return (((q - ones) &^ q) | ((s - ones) &^ s) | ((x - ones*0x20) &^ x)) & highs
 }
 
 // escapeLen returns the length of the escape sequence that starts b.
