@@ -18,7 +18,7 @@ func TestCacheAwareSticksThenSpills(t *testing.T) {
 			reg, ws := pool(4)
 			p := build(t, Config{CacheAware: CacheAwareConfig{Mode: mode}}, reg, nil)
 			// Warm the prefix on one worker, then keep every request in flight.
-			first, err := p.Pick(chat("doc", "q0", 32<<10, 200), ws, 1)
+			first, err := p.Pick(chat("doc", "q0", 8<<10, 200), ws, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -31,8 +31,8 @@ func TestCacheAwareSticksThenSpills(t *testing.T) {
 			}
 			var seq []string
 			spilled := -1
-			for i := 1; i <= 40; i++ {
-				got, err := p.Pick(chat("doc", fmt.Sprintf("q%d", i), 32<<10, 200), ws, 1)
+			for i := 1; i <= 60; i++ {
+				got, err := p.Pick(chat("doc", fmt.Sprintf("q%d", i), 8<<10, 200), ws, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -49,13 +49,13 @@ func TestCacheAwareSticksThenSpills(t *testing.T) {
 				t.Errorf("left the warm worker after %d requests, want it kept while lightly loaded: %v", spilled, seq)
 			}
 			if spilled < 0 {
-				t.Errorf("never spilled from %s with 40 requests in flight: %v", holder.Address(), seq)
+				t.Errorf("never spilled from %s with 60 requests in flight: %v", holder.Address(), seq)
 			}
 			loads := map[string]int64{}
 			for _, w := range ws {
 				loads[w.Address()] = w.InFlight()
 			}
-			if loads[holder.Address()] >= 40 {
+			if loads[holder.Address()] >= 50 {
 				t.Errorf("the warm worker took everything: %v", loads)
 			}
 		})

@@ -93,7 +93,7 @@ const (
 	DefaultKVCacheThreshold = 0.8
 	DefaultMetricsStaleness = time.Second
 	DefaultPrefillWeight    = 2
-	DefaultBlocksPerLoad    = 64
+	DefaultBlocksPerLoad    = 8
 	DefaultMatchThreshold   = 0.5
 	DefaultBalanceRel       = 1.5
 	DefaultBalanceAbs       = 4

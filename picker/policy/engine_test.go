@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -193,5 +194,68 @@ func TestRoundRobinTakesTurns(t *testing.T) {
 	want := []string{"127.0.0.1:8000", "127.0.0.2:8000", "127.0.0.3:8000", "127.0.0.1:8000", "127.0.0.2:8000", "127.0.0.3:8000"}
 	if !slices.Equal(want, got) {
 		t.Errorf("turns = %v, want %v", got, want)
+	}
+}
+
+// Picks run while workers come and go; no pick returns a worker that was
+// already removed when it started, and the index forgets every removed one.
+func TestConcurrentPicksWithChurn(t *testing.T) {
+	reg, ws := pool(8)
+	p := build(t, Config{}, reg, nil)
+	ix := p.(*engine).ranker.(*cacheAware).ix
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				cands := reg.Workers()
+				if len(cands) == 0 {
+					continue
+				}
+				removedBefore := map[*registry.Worker]bool{}
+				for _, w := range cands {
+					if w.Removed() {
+						removedBefore[w] = true
+					}
+				}
+				got, err := p.Pick(chat("sys", fmt.Sprint(g, i), 2048, 256), cands, 2)
+				if err != nil && !errors.Is(err, ErrNoCandidates) {
+					errs <- err
+					return
+				}
+				for _, w := range got {
+					if removedBefore[w] {
+						errs <- fmt.Errorf("picked %s, removed before the pick", w.Address())
+						return
+					}
+				}
+			}
+		}()
+	}
+	for round := range 50 {
+		w := ws[round%len(ws)]
+		reg.Remove(w.Endpoint().Key)
+		ws[round%len(ws)] = reg.Upsert(w.Endpoint())
+	}
+	close(done)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every entry left belongs to a live worker: none was orphaned by a
+	// removal racing an insert.
+	live := 0
+	for _, w := range reg.Workers() {
+		live += ix.WorkerBlocks(w.ID())
+	}
+	if st := ix.Stats(); st.Entries != live || st.Workers != len(ws) {
+		t.Errorf("index has %d entries over %d workers; live workers hold %d over %d", st.Entries, st.Workers, live, len(ws))
 	}
 }

@@ -87,3 +87,16 @@ func counts(t *testing.T, p Policy, cands []*registry.Worker, picks int, req fun
 }
 
 var allPolicies = []string{CacheAware, LeastLoad, RoundRobin, Random, PowerOfTwo, WeightedScorer}
+
+// bigPool is pool for more than 254 workers.
+func bigPool(n int) (*registry.Registry, []*registry.Worker) {
+	reg := registry.New()
+	ws := make([]*registry.Worker, n)
+	for i := range ws {
+		ws[i] = reg.Upsert(registry.Endpoint{
+			Key:     registry.Key{UID: fmt.Sprintf("pod-%d", i), Port: 8000},
+			Address: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, byte(i >> 8), byte(i + 1)}), 8000),
+		})
+	}
+	return reg, ws
+}

@@ -5,8 +5,9 @@
 // hash chained over blocks 0..i, seeded by the model and cache salt. The index
 // maps a block hash to the workers that were sent it, each worker's blocks
 // kept in least-recently-used order and bounded by that worker's KV capacity.
-// The index is split into shards by block hash; every operation locks one
-// shard for one block at a time, so no lock is held across a whole pick.
+// The index is split into shards by groups of 64 consecutive blocks; every
+// operation locks one shard for at most one group at a time, so no lock is
+// held across a whole pick.
 package prefix
 
 import (
@@ -104,7 +105,19 @@ func New(opts ...Option) *Index {
 	return ix
 }
 
-func (ix *Index) shard(h uint64) *shard { return &ix.shards[h&ix.shardMask] }
+// groupBlocks consecutive blocks of a prompt share a shard: the one their
+// group's first hash falls in. Prompts sharing a block share its group's
+// first block too, so they agree on the shard. Insert then takes one lock
+// per group, and a group's blocks sit together in a worker's LRU list.
+const groupBlocks = 64
+
+// shard returns the shard of a group, given the hash of its first block.
+func (ix *Index) shard(first uint64) *shard { return &ix.shards[first&ix.shardMask] }
+
+// shardOf returns the shard of block i of a hash chain.
+func (ix *Index) shardOf(hashes []uint64, i int) *shard {
+	return ix.shard(hashes[i&^(groupBlocks-1)])
+}
 
 func (ix *Index) state(slot uint32) *atomic.Uint64 {
 	return &ix.states[slot>>slotChunkBits].Load()[slot&slotChunkMask]
@@ -112,7 +125,9 @@ func (ix *Index) state(slot uint32) *atomic.Uint64 {
 
 // Bound returns the most blocks a worker given capacity may hold: capacity
 // rounded up to a multiple of the shard count, since each shard keeps its
-// own share of the worker's LRU. A capacity ≤ 0 means the default.
+// own share of the worker's LRU. A capacity ≤ 0 means the default. Since a
+// shard takes groups of 64 blocks, a worker may lose a block before it holds
+// its full capacity, when its groups fall unevenly over the shards.
 func (ix *Index) Bound(capacity int) int { return ix.shardBound(capacity) * len(ix.shards) }
 
 func (ix *Index) shardBound(capacity int) int {
@@ -185,9 +200,8 @@ func (ix *Index) Insert(id uint32, capacity int, hashes []uint64) {
 	bound := ix.shardBound(capacity)
 	// Last block first, so the prompt's head ends up most recent and is
 	// evicted last: a prefix is useless once an earlier block is gone.
-	for i := len(hashes) - 1; i >= 0; i-- {
-		h := hashes[i]
-		sh := ix.shard(h)
+	for g := (len(hashes) - 1) &^ (groupBlocks - 1); g >= 0; g -= groupBlocks {
+		sh := ix.shard(hashes[g])
 		sh.mu.Lock()
 		// Checked under the shard lock: RemoveWorker clears the state before
 		// purging each shard, so a block added here is either purged or
@@ -196,7 +210,10 @@ func (ix *Index) Insert(id uint32, capacity int, hashes []uint64) {
 			sh.mu.Unlock()
 			return
 		}
-		sh.touch(slot, h, bound, ix.holders)
+		hint := uint32(0)
+		for i := min(g+groupBlocks, len(hashes)) - 1; i >= g; i-- {
+			hint = sh.touch(slot, hashes[i], hint, bound, ix.holders)
+		}
 		sh.mu.Unlock()
 	}
 }

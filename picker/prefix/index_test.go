@@ -2,7 +2,9 @@ package prefix
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -193,13 +195,63 @@ func TestBlocksRememberRecentHolders(t *testing.T) {
 	hs := ix.Hashes(nil, "m", "", [][]byte{text('r', 3*BlockSize)})
 	ix.Insert(1, 0, hs)
 	ix.Insert(2, 0, hs)
-	ix.Insert(1, 0, hs) // 1 is the most recent holder again
-	ix.Insert(3, 0, hs) // pushes out 2
-	want := []Match{{Worker: 1, Blocks: 3}, {Worker: 3, Blocks: 3}}
+	ix.Insert(3, 0, hs) // pushes out 1
+	want := []Match{{Worker: 2, Blocks: 3}, {Worker: 3, Blocks: 3}}
 	if diff := cmp.Diff(want, sorted(ix.Match(hs, &Scratch{}))); diff != "" {
 		t.Errorf("match (-want +got):\n%s", diff)
 	}
-	if n := ix.WorkerBlocks(2); n != 0 {
+	if n := ix.WorkerBlocks(1); n != 0 {
 		t.Errorf("pushed-out worker still counts %d blocks", n)
+	}
+}
+
+// Inserts and matches race with workers leaving; a removed worker never
+// shows in a match that starts after its removal, and nothing it held stays.
+func TestConcurrentUse(t *testing.T) {
+	ix := New(WithShards(4), WithDefaultCapacity(256))
+	for id := uint32(1); id <= 8; id++ {
+		ix.AddWorker(id)
+	}
+	prompts := make([][]uint64, 16)
+	for i := range prompts {
+		prompts[i] = ix.Hashes(nil, "m", "", [][]byte{text('s', 512), text(byte('a'+i), 64*(i+1))})
+	}
+	var removed [9]atomic.Bool
+	done := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			var s Scratch
+			for i := range 2000 {
+				hs := prompts[(g+i)%len(prompts)]
+				ix.Insert(uint32(i%8)+1, 0, hs)
+				var gone [9]bool
+				for id := range gone {
+					gone[id] = removed[id].Load()
+				}
+				for _, m := range ix.Match(hs, &s) {
+					if gone[m.Worker] {
+						done <- fmt.Errorf("matched worker %d after its removal", m.Worker)
+						return
+					}
+				}
+			}
+			done <- nil
+		}()
+	}
+	for id := uint32(1); id <= 8; id += 2 {
+		ix.RemoveWorker(id)
+		removed[id].Store(true)
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	live := 0
+	for id := uint32(2); id <= 8; id += 2 {
+		live += ix.WorkerBlocks(id)
+	}
+	if st := ix.Stats(); st.Entries != live {
+		t.Errorf("index keeps %d entries, live workers hold %d", st.Entries, live)
 	}
 }

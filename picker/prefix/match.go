@@ -34,19 +34,19 @@ func (ix *Index) Match(hashes []uint64, s *Scratch) []Match {
 	s.touched = s.touched[:0]
 	longest := 0
 	for hi, level := len(hashes), 0; hi > 0 && level < maxLevels; level++ {
-		if !ix.unfound(hashes[0], s) {
+		if !ix.unfound(hashes, 0, s) {
 			break
 		}
 		lo, up := 0, hi // unfound holders at lo; none at up (or up is past hi)
 		for up-lo > 1 {
 			mid := int(uint(lo+up) >> 1)
-			if ix.unfound(hashes[mid], s) {
+			if ix.unfound(hashes, mid, s) {
 				lo = mid
 			} else {
 				up = mid
 			}
 		}
-		ix.collect(hashes[lo], lo+1, s)
+		ix.collect(hashes, lo, s)
 		longest = max(longest, lo+1)
 		hi = lo
 	}
@@ -62,9 +62,11 @@ func (ix *Index) Match(hashes []uint64, s *Scratch) []Match {
 	return s.out
 }
 
-// unfound reports whether some holder of h has no match recorded in s yet.
-func (ix *Index) unfound(h uint64, s *Scratch) bool {
-	sh := ix.shard(h)
+// unfound reports whether some holder of block i has no match recorded in s
+// yet.
+func (ix *Index) unfound(hashes []uint64, i int, s *Scratch) bool {
+	h := hashes[i]
+	sh := ix.shardOf(hashes, i)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for idx := sh.holders(h); idx != 0; {
@@ -77,9 +79,11 @@ func (ix *Index) unfound(h uint64, s *Scratch) bool {
 	return false
 }
 
-// collect records a match of blocks for every holder of h not yet found.
-func (ix *Index) collect(h uint64, blocks int, s *Scratch) {
-	sh := ix.shard(h)
+// collect records a match of i+1 blocks for every holder of block i not
+// yet found.
+func (ix *Index) collect(hashes []uint64, i int, s *Scratch) {
+	h, blocks := hashes[i], i+1
+	sh := ix.shardOf(hashes, i)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for idx := sh.holders(h); idx != 0; {

@@ -37,22 +37,36 @@ func (sh *shard) holders(h uint64) uint32 {
 // the worker holds more than bound blocks in this shard. A block keeps at
 // most maxHolders holders, most recent first; a new holder beyond that
 // pushes out the least recent one.
-func (sh *shard) touch(slot uint32, h uint64, bound, maxHolders int) {
+//
+// hint may name the worker's node for h: when a prompt is inserted again in
+// the same order, the node of block i-1 sits just before that of block i in
+// the worker's list, which spares the table lookup. touch returns the hint
+// for the block before h.
+func (sh *shard) touch(slot uint32, h uint64, hint uint32, bound, maxHolders int) uint32 {
 	l := sh.list(slot)
+	if hint != 0 {
+		if n := sh.nodes.at(hint); n.hash == h && n.slot == slot {
+			next := n.prev
+			sh.unlink(l, hint)
+			sh.pushFront(l, hint)
+			return next
+		}
+	}
 	pos, head := sh.tab.find(h, &sh.nodes)
 	holders := 0
 	var prev, last uint32
 	for idx := head; idx != 0; {
 		n := sh.nodes.at(idx)
 		if n.slot == slot {
+			next := n.prev
 			sh.unlink(l, idx)
 			sh.pushFront(l, idx)
 			if prev != 0 { // move to the front of the block's holders
 				sh.nodes.at(prev).same = n.same
 				n.same = head
-				sh.tab.slots[pos] = idx
+				sh.tab.set(pos, idx, h)
 			}
-			return
+			return next
 		}
 		holders++
 		prev, last = idx, idx
@@ -63,11 +77,14 @@ func (sh *shard) touch(slot uint32, h uint64, bound, maxHolders int) {
 		l = sh.list(slot)
 		pos, head = sh.tab.find(h, &sh.nodes)
 	}
+	if sh.nodes.full() {
+		return 0
+	}
 	idx := sh.nodes.alloc()
 	n := sh.nodes.at(idx)
 	n.hash, n.slot, n.same = h, slot, head
 	if head != 0 {
-		sh.tab.slots[pos] = idx
+		sh.tab.set(pos, idx, h)
 	} else {
 		sh.tab.insert(idx, &sh.nodes)
 	}
@@ -75,6 +92,7 @@ func (sh *shard) touch(slot uint32, h uint64, bound, maxHolders int) {
 	for l.n > bound && l.tail != 0 {
 		sh.drop(l, l.tail)
 	}
+	return 0
 }
 
 // purge drops every block the worker in slot holds in this shard.
@@ -97,7 +115,7 @@ func (sh *shard) drop(l *lru, idx uint32) {
 	case head == idx && n.same == 0:
 		sh.tab.remove(pos, &sh.nodes)
 	case head == idx:
-		sh.tab.slots[pos] = n.same
+		sh.tab.set(pos, n.same, n.hash)
 	default:
 		p := head
 		for sh.nodes.at(p).same != idx {
