@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferpick/inferpick/picker/prefix"
 	"github.com/inferpick/inferpick/picker/registry"
 )
 
@@ -212,5 +213,24 @@ func TestWeightedScorer(t *testing.T) {
 	got, _ = p.Pick(req, ws, 1)
 	if got[0] != ws[2] {
 		t.Errorf("prefix holder not preferred: got %s", got[0].Address())
+	}
+}
+
+func TestIndexStats(t *testing.T) {
+	reg, ws := pool(2)
+	p := build(t, Config{}, reg, nil)
+	req := chat("doc", "q", 4096, 0)
+	for range 2 {
+		if _, err := p.Pick(req, ws, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, ok := p.(interface{ IndexStats() (prefix.Stats, bool) }).IndexStats()
+	if !ok || st.Blocks != 64 || st.HitRatio() != 0.5 {
+		t.Errorf("stats = %+v (ok %v), want 64 blocks and half the lookups hit", st, ok)
+	}
+	rr := build(t, Config{Name: RoundRobin}, reg, nil)
+	if _, ok := rr.(interface{ IndexStats() (prefix.Stats, bool) }).IndexStats(); ok {
+		t.Errorf("round-robin reports an index")
 	}
 }

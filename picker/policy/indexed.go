@@ -69,3 +69,17 @@ func (x indexed) Observe(req *Request, served *registry.Worker) {
 	hs := x.ix.Hashes(nil, req.Model, req.CacheSalt, req.Prompt)
 	x.ix.Insert(served.ID(), capacityBlocks(served), hs)
 }
+
+// indexStats is implemented by rankers that keep a prefix index.
+type indexStats interface{ stats() prefix.Stats }
+
+func (x indexed) stats() prefix.Stats { return x.ix.Stats() }
+
+// IndexStats returns the policy's prefix-index statistics (blocks held,
+// lookups, hit ratio), and false for policies that keep no index.
+func (e *engine) IndexStats() (prefix.Stats, bool) {
+	if s, ok := e.ranker.(indexStats); ok {
+		return s.stats(), true
+	}
+	return prefix.Stats{}, false
+}
