@@ -1,0 +1,92 @@
+package app
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func parse(t *testing.T, args ...string) (*Options, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("inferpick", flag.ContinueOnError)
+	o := NewOptions()
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := o.Complete(); err != nil {
+		return o, err
+	}
+	return o, o.Validate()
+}
+
+func TestOptions(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(cfg, []byte("policy:\n  name: least-load\n  queueThreshold: 9\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("policy:\n  nmae: typo\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		args    []string
+		env     string
+		wantErr string
+		check   func(t *testing.T, o *Options)
+	}{
+		"pool with namespace from the environment": {
+			args: []string{"--pool-name", "vllm"}, env: "team-a",
+			check: func(t *testing.T, o *Options) {
+				if o.PoolNamespace != "team-a" {
+					t.Errorf("namespace %q, want team-a", o.PoolNamespace)
+				}
+			},
+		},
+		"static endpoints": {
+			args: []string{"--static-endpoints", "127.0.0.1:8000, 127.0.0.2:8000"},
+			check: func(t *testing.T, o *Options) {
+				got := []string{o.static[0].String(), o.static[1].String()}
+				if diff := cmp.Diff([]string{"127.0.0.1:8000", "127.0.0.2:8000"}, got); diff != "" {
+					t.Errorf("endpoints (-want +got):\n%s", diff)
+				}
+			},
+		},
+		"config file, flag overrides the name": {
+			args: []string{"--static-endpoints", "127.0.0.1:1", "--config-file", cfg, "--policy", "random"},
+			check: func(t *testing.T, o *Options) {
+				if o.Policy.Name != "random" || o.Policy.QueueThreshold != 9 {
+					t.Errorf("policy %+v, want random with queueThreshold 9", o.Policy)
+				}
+			},
+		},
+		"unknown config field":       {args: []string{"--pool-name", "p", "--config-file", bad}, wantErr: "nmae"},
+		"neither pool nor endpoints": {args: nil, wantErr: "--pool-name or --static-endpoints"},
+		"both pool and endpoints":    {args: []string{"--pool-name", "p", "--static-endpoints", "127.0.0.1:1"}, wantErr: "exclude"},
+		"bad endpoint":               {args: []string{"--static-endpoints", "localhost"}, wantErr: "not ip:port"},
+		"leader election statically": {args: []string{"--static-endpoints", "127.0.0.1:1", "--ha-enable-leader-election"}, wantErr: "needs a cluster"},
+		"negative fallbacks":         {args: []string{"--pool-name", "p", "--fallbacks", "-1"}, wantErr: "--fallbacks"},
+		"port out of range":          {args: []string{"--pool-name", "p", "--grpc-port", "70000"}, wantErr: "--grpc-port"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("NAMESPACE", tc.env)
+			o, err := parse(t, tc.args...)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one mentioning %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, o)
+		})
+	}
+}
