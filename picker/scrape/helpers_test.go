@@ -46,7 +46,7 @@ type modelServer struct {
 	release chan struct{} // closed when the test ends
 }
 
-func newModelServer(t *testing.T, h http.HandlerFunc) *modelServer {
+func newModelServer(t testing.TB, h http.HandlerFunc) *modelServer {
 	t.Helper()
 	ms := &modelServer{release: make(chan struct{})}
 	ms.set(h)

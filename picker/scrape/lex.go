@@ -30,12 +30,34 @@ func (c *cursor) skipBlank() {
 
 func (c *cursor) atEnd() bool { return c.i >= len(c.b) }
 
-func isNameStart(b byte, label bool) bool {
-	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b == '_' || !label && b == ':'
-}
+// Classes of name bytes, as bits of charClass.
+const (
+	metricStart = 1 << iota
+	metricByte
+	labelStart
+	labelByte
+)
 
-func isNameByte(b byte, label bool) bool {
-	return isNameStart(b, label) || b >= '0' && b <= '9'
+// charClass tells which names a byte may start or continue.
+var charClass = func() (t [256]uint8) {
+	for b := range 256 {
+		switch {
+		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b == '_':
+			t[b] = metricStart | metricByte | labelStart | labelByte
+		case b == ':':
+			t[b] = metricStart | metricByte
+		case b >= '0' && b <= '9':
+			t[b] = metricByte | labelByte
+		}
+	}
+	return t
+}()
+
+func isNameStart(b byte, label bool) bool {
+	if label {
+		return charClass[b]&labelStart != 0
+	}
+	return charClass[b]&metricStart != 0
 }
 
 // name reads a metric or label name: bare characters, optionally followed
@@ -46,8 +68,12 @@ func isNameByte(b byte, label bool) bool {
 func (c *cursor) name(label bool, scratch *[maxName]byte) ([]byte, bool) {
 	start := c.i
 	if c.i < len(c.b) && isNameStart(c.b[c.i], label) {
+		var class uint8 = metricByte
+		if label {
+			class = labelByte
+		}
 		c.i++
-		for c.i < len(c.b) && isNameByte(c.b[c.i], label) {
+		for c.i < len(c.b) && charClass[c.b[c.i]]&class != 0 {
 			c.i++
 		}
 	}
@@ -181,22 +207,22 @@ func (it *labelIter) next() (label, bool) {
 
 // sample is one parsed sample line.
 type sample struct {
-	name    []byte
-	labels  []byte // the label set after '{', closing brace included; nil when absent
-	value   float64
-	nameBuf [maxName]byte
+	name   []byte
+	labels []byte // the label set after '{', closing brace included; nil when absent
+	value  float64
 }
 
 // parseSample parses a sample line whose first byte is not blank. It
-// reports false when the line is malformed.
-func parseSample(line []byte, s *sample) bool {
+// reports false when the line is malformed. The name may be composed in
+// scratch.
+func parseSample(line []byte, scratch *[maxName]byte) (sample, bool) {
+	var s sample
 	c := cursor{b: line}
 	braced := len(line) > 0 && line[0] == '{'
-	s.name = nil
 	if !braced {
 		var ok bool
-		if s.name, ok = c.name(false, &s.nameBuf); !ok {
-			return false
+		if s.name, ok = c.name(false, scratch); !ok {
+			return s, false
 		}
 		c.skipBlank()
 	}
@@ -212,12 +238,12 @@ func parseSample(line []byte, s *sample) bool {
 				continue
 			}
 			if !braced || s.name != nil {
-				return false
+				return s, false
 			}
-			s.name = append(s.nameBuf[:0:maxName], l.key...)
+			s.name = append(scratch[:0:maxName], l.key...)
 		}
 		if it.bad || s.name == nil {
-			return false
+			return s, false
 		}
 		s.labels = line[c.i+1 : it.c.i]
 		c.i = it.c.i
@@ -225,18 +251,18 @@ func parseSample(line []byte, s *sample) bool {
 	}
 	v, ok := parseValue(c.token())
 	if !ok {
-		return false
+		return s, false
 	}
 	s.value = v
 	c.skipBlank()
 	if c.atEnd() {
-		return true
+		return s, true
 	}
 	if _, err := strconv.ParseInt(string(c.token()), 10, 64); err != nil {
-		return false
+		return s, false
 	}
 	c.skipBlank()
-	return c.atEnd()
+	return s, c.atEnd()
 }
 
 // parseValue reads a sample value: a decimal float, NaN or ±Inf.

@@ -103,7 +103,7 @@ func lookup(name []byte) metric {
 // is present.
 func Parse(body []byte) (Report, error) {
 	var a accumulator
-	var s sample
+	var scratch [maxName]byte
 	for len(body) > 0 {
 		line := body
 		if i := bytes.IndexByte(body, '\n'); i >= 0 {
@@ -111,7 +111,7 @@ func Parse(body []byte) (Report, error) {
 		} else {
 			body = nil
 		}
-		a.line(line, &s)
+		a.line(line, &scratch)
 	}
 	return a.report()
 }
@@ -128,7 +128,7 @@ type accumulator struct {
 	malformed int
 }
 
-func (a *accumulator) line(line []byte, s *sample) {
+func (a *accumulator) line(line []byte, scratch *[maxName]byte) {
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]
 	}
@@ -144,7 +144,7 @@ func (a *accumulator) line(line []byte, s *sample) {
 	case first == 'v' || first == 's':
 		// Possibly ours: look at the whole name before reading further.
 		c := cursor{b: line}
-		name, ok := c.name(false, &s.nameBuf)
+		name, ok := c.name(false, scratch)
 		if !ok {
 			a.malformed++
 			return
@@ -159,11 +159,12 @@ func (a *accumulator) line(line []byte, s *sample) {
 		a.malformed++
 		return
 	}
-	if !parseSample(line, s) {
+	s, ok := parseSample(line, scratch)
+	if !ok {
 		a.malformed++
 		return
 	}
-	a.add(lookup(s.name), s)
+	a.add(lookup(s.name), &s)
 }
 
 func (a *accumulator) add(m metric, s *sample) {
