@@ -185,7 +185,8 @@ func (ix *Index) RemoveWorker(id uint32) {
 }
 
 // Insert records that the worker was sent a prompt with these block hashes
-// (from Hashes): it now holds them all, most recently used. capacity is the
+// (a whole chain from Hashes, block 0 first): it now holds them all, most
+// recently used. capacity is the
 // worker's KV capacity in blocks (≤ 0: the default); its least recently used
 // blocks beyond that are forgotten.
 func (ix *Index) Insert(id uint32, capacity int, hashes []uint64) {

@@ -126,13 +126,22 @@ func TestMatchLongestPrefixPerWorker(t *testing.T) {
 	}
 }
 
-func TestMatchNeedsContiguousPrefix(t *testing.T) {
-	ix := New()
-	ix.AddWorker(1)
-	hs := ix.Hashes(nil, "m", "", [][]byte{text('c', 6*BlockSize)})
-	ix.Insert(1, 0, hs[2:]) // holds blocks 2..5 but not 0..1
-	if got := ix.Match(hs, &Scratch{}); len(got) != 0 {
-		t.Errorf("match = %v, want none without the leading blocks", got)
+// A worker pushed out of a widely shared head is still found by the blocks
+// it holds alone: its conversation.
+func TestMatchFindsWorkerPushedOutOfSharedHead(t *testing.T) {
+	ix := New(WithMaxHolders(2))
+	for id := uint32(1); id <= 3; id++ {
+		ix.AddWorker(id)
+	}
+	sys := text('s', 10*BlockSize)
+	conv := text('c', 20*BlockSize)
+	ix.Insert(1, 0, ix.Hashes(nil, "m", "", [][]byte{sys, conv}))
+	ix.Insert(2, 0, ix.Hashes(nil, "m", "", [][]byte{sys, text('x', 3*BlockSize)}))
+	ix.Insert(3, 0, ix.Hashes(nil, "m", "", [][]byte{sys, text('y', 3*BlockSize)}))
+	next := ix.Hashes(nil, "m", "", [][]byte{sys, conv, text('n', 5*BlockSize)})
+	want := []Match{{Worker: 1, Blocks: 30}, {Worker: 2, Blocks: 10}, {Worker: 3, Blocks: 10}}
+	if diff := cmp.Diff(want, sorted(ix.Match(next, &Scratch{}))); diff != "" {
+		t.Errorf("match (-want +got):\n%s", diff)
 	}
 }
 

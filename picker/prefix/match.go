@@ -23,9 +23,9 @@ const maxLevels = 32
 //
 // A hash names its whole prefix, so a worker holding block i was sent
 // blocks 0..i: its match is one past the last block it holds. Match finds
-// that block by binary search rather than walking every block, one search
-// per distinct match length, longest first, so a pick looks up a few dozen
-// blocks even for a prompt of thousands. The result is exact when every
+// that block by a galloping binary search rather than walking every block,
+// one search per distinct match length, longest first, so a pick looks up a
+// few dozen blocks even for a prompt of thousands. The result is exact when every
 // worker holds a leading run of the prompt's blocks, which is what Insert
 // keeps (the head of a prompt is evicted last); when eviction has left holes
 // a worker's match may be counted up to its last block held.
@@ -34,11 +34,20 @@ func (ix *Index) Match(hashes []uint64, s *Scratch) []Match {
 	s.touched = s.touched[:0]
 	longest := 0
 	for hi, level := len(hashes), 0; hi > 0 && level < maxLevels; level++ {
-		if !ix.unfound(hashes, 0, s) {
+		// Probe blocks 0, 1, 3, 7, ... below hi and keep the deepest with
+		// a holder not found yet: a worker pushed out of a widely shared
+		// head (see WithMaxHolders) is still found by the blocks it holds
+		// alone further on.
+		lo, up := -1, hi
+		for i := 0; i < hi; i = 2*i + 1 {
+			if ix.unfound(hashes, i, s) {
+				lo, up = i, min(2*i+1, hi)
+			}
+		}
+		if lo < 0 {
 			break
 		}
-		lo, up := 0, hi // unfound holders at lo; none at up (or up is past hi)
-		for up-lo > 1 {
+		for up-lo > 1 { // unfound holders at lo; none at up (or up is hi)
 			mid := int(uint(lo+up) >> 1)
 			if ix.unfound(hashes, mid, s) {
 				lo = mid
