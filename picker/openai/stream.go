@@ -86,7 +86,10 @@ type StreamScanner struct {
 	complete      bool // the top-level value closed
 }
 
-// Reset prepares s for a new response; streaming selects event-stream mode.
+// Reset prepares s for a new response. Streaming selects event-stream mode;
+// choose it from the response's content type (text/event-stream), not from
+// the request, since a server answers a failed streaming request with a
+// plain JSON error.
 func (s *StreamScanner) Reset(streaming bool) {
 	*s = StreamScanner{Limit: s.Limit, json: !streaming, line: s.line[:0], data: s.data[:0]}
 }
