@@ -1,11 +1,3 @@
-// Package scrape keeps each worker's model-server metrics fresh. A Scraper
-// listens to the registry, polls every worker's Prometheus /metrics page on
-// its own goroutine and stores what it read with Worker.SetMetrics; picks
-// only ever read that stored snapshot, so a slow or broken model server
-// never holds a pick up.
-//
-// Parse reads the text exposition format for the handful of vLLM and SGLang
-// series the picker uses and skips everything else cheaply.
 package scrape
 
 import (

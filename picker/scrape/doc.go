@@ -1,0 +1,22 @@
+// Package scrape keeps each worker's model-server metrics fresh.
+//
+// A Scraper listens to the registry and polls every worker's Prometheus
+// /metrics page on its own goroutine, storing what it read with
+// Worker.SetMetrics. Picks only ever read that stored snapshot, so a slow or
+// broken model server never holds a pick up, and the registry's listener
+// calls return at once. A failed scrape keeps the previous snapshot, whose
+// Scraped time then ages; the policies decide how old is too old.
+//
+// Wiring:
+//
+//	s, err := scrape.New(metrics.Registry,
+//		scrape.WithInterval(opts.RefreshMetricsInterval))
+//	if err != nil { ... }
+//	reg.AddListener(s) // announces the workers already there
+//	mgr.Add(s)         // Start polls until the manager stops
+//
+// Parse reads the text exposition format for the handful of vLLM and SGLang
+// series the picker uses (see Report) and skips everything else cheaply,
+// allocating nothing but LoRA adapter names. vLLM's LoRA adapter state, which registry.Metrics does
+// not carry, is available from Scraper.Status.
+package scrape
