@@ -17,6 +17,6 @@
 //
 // Parse reads the text exposition format for the handful of vLLM and SGLang
 // series the picker uses (see Report) and skips everything else cheaply,
-// allocating nothing but LoRA adapter names. vLLM's LoRA adapter state, which registry.Metrics does
-// not carry, is available from Scraper.Status.
+// allocating nothing but LoRA adapter names. vLLM's LoRA adapter state,
+// which registry.Metrics does not carry, is available from Scraper.Status.
 package scrape
