@@ -83,10 +83,7 @@ func Parse(kind Kind, body []byte, r *Request) error {
 	r.Kind = kind
 	p := parser{r: r}
 	p.l.reset(body)
-	if err := p.parse(); err != nil {
-		return err
-	}
-	return nil
+	return p.parse()
 }
 
 // parser holds the state of one Parse call.

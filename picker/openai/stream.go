@@ -91,7 +91,18 @@ type StreamScanner struct {
 // the request, since a server answers a failed streaming request with a
 // plain JSON error.
 func (s *StreamScanner) Reset(streaming bool) {
-	*s = StreamScanner{Limit: s.Limit, json: !streaming, line: s.line[:0], data: s.data[:0]}
+	*s = StreamScanner{Limit: s.Limit, json: !streaming, line: keep(s.line), data: keep(s.data)}
+}
+
+// keepCap is the largest buffer Reset keeps for reuse, so that a scanner kept
+// in a pool does not pin the memory of one unusually large response.
+const keepCap = 64 << 10
+
+func keep(b []byte) []byte {
+	if cap(b) > keepCap {
+		return nil
+	}
+	return b[:0]
 }
 
 // Usage returns the latest usage read, zero if none.

@@ -205,6 +205,18 @@ func TestStreamScannerReset(t *testing.T) {
 	}
 }
 
+func TestStreamScannerAfterLargeResponse(t *testing.T) {
+	var s StreamScanner
+	big := `data: {"choices":[{"delta":{"content":"` + strings.Repeat("x", 200<<10) + `"}}]}` + "\n\n"
+	if ev := s.Feed([]byte(big[:100<<10])); ev != 0 {
+		t.Fatalf("Feed of half an event = %v, want none", ev)
+	}
+	s.Reset(true)
+	if ev := s.Feed([]byte(chatTok + chatUsage)); ev != FirstToken|UsageSeen {
+		t.Errorf("Feed after Reset = %v, want %v", ev, FirstToken|UsageSeen)
+	}
+}
+
 func TestStreamScannerWarmFeedDoesNotAllocate(t *testing.T) {
 	var s StreamScanner
 	chunks := [][]byte{[]byte(chatRole), []byte(chatTok[:50]), []byte(chatTok[50:]), []byte(chatUsage), []byte(done)}
