@@ -75,11 +75,11 @@ func WithDefaultCapacity(blocks int) Option {
 	}
 }
 
-// WithMaxHolders sets how many workers one block remembers, most recent
-// first. A prefix shared by the whole pool (a common system prompt) is then
-// known on a few workers only, which bounds the work of Match and Insert per
-// block; the workers that matter for routing are the ones holding more than
-// the shared part, and those are the recent holders of the longer prefix.
+// WithMaxHolders sets how many workers one block remembers. A prefix shared
+// by the whole pool (a common system prompt) is then known on a few workers
+// only, which bounds the work of Match and Insert per block. A worker pushed
+// out of such a shared head is still matched by the blocks it holds alone
+// further on (its conversation), which are the ones that matter for routing.
 func WithMaxHolders(n int) Option {
 	return func(ix *Index) {
 		if n > 0 {

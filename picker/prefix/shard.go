@@ -35,8 +35,9 @@ func (sh *shard) holders(h uint64) uint32 {
 // touch records that the worker in slot holds h now: the block becomes its
 // most recently used, and its least recently used blocks are evicted while
 // the worker holds more than bound blocks in this shard. A block keeps at
-// most maxHolders holders, most recent first; a new holder beyond that
-// pushes out the least recent one.
+// most maxHolders holders, newest first; a new holder beyond that pushes out
+// the one at the end. (A touch through the hint leaves the holders' order
+// alone, so the order is by first arrival more than by last use.)
 //
 // hint may name the worker's node for h: when a prompt is inserted again in
 // the same order, the node of block i-1 sits just before that of block i in
