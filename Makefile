@@ -129,3 +129,11 @@ test-chart: $(HELM) ## Lint the chart, check its schema and golden renderings (U
 test-e2e: $(HELM) ## helm install into a real API server, run the picker as the chart's ServiceAccount, route requests.
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" HELM="$(HELM)" $(GO) test -timeout $(E2E_TIMEOUT) \
 		./test/e2e/ $(E2E_FLAGS)
+
+##@ Benchmarks
+
+BENCH_FLAGS ?=
+
+.PHONY: bench
+bench: ## Run the hot-path, ext_proc load, scrape and routing benchmarks; write BENCHMARKS.md and docs/bench/*.png.
+	$(GO) run ./test/bench $(BENCH_FLAGS)

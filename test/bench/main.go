@@ -1,0 +1,123 @@
+// Command bench runs inferpick's benchmarks and writes BENCHMARKS.md and
+// the plots in docs/bench/: the Go micro-benchmarks of the hot path, an
+// ext_proc load test against the inferpick binary, the scrape cost of 100
+// endpoints, and the routing benchmark on a cluster of vLLM simulators.
+//
+//	go run ./test/bench            # everything, about 12 minutes on 2 cores
+//	go run ./test/bench -quick     # shorter runs, for a smoke check
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/inferpick/inferpick/test/bench/proc"
+	"github.com/inferpick/inferpick/test/bench/routing"
+)
+
+func main() {
+	var o options
+	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")
+	flag.StringVar(&o.plots, "plots", "docs/bench", "directory of the PNG plots")
+	flag.BoolVar(&o.quick, "quick", false, "shorter runs")
+	flag.IntVar(&o.count, "count", 5, "go test -count for the micro-benchmarks")
+	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,routing (default all)")
+	flag.StringVar(&o.policies, "policies", "", "comma-separated policy labels for the routing benchmark (default all)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		log.Fatal(err)
+	}
+}
+
+type options struct {
+	out, plots, only, policies string
+	quick                      bool
+	count                      int
+}
+
+func (o options) want(part string) bool {
+	return o.only == "" || strings.Contains(","+o.only+",", ","+part+",")
+}
+
+func run(ctx context.Context, o options) error {
+	started := time.Now()
+	rep := &report{started: started, machine: describeMachine(), command: strings.Join(os.Args, " ")}
+	bindir, err := os.MkdirTemp("", "inferpick-bench-bin-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(bindir)
+	log.Print("building inferpick and vllm-sim")
+	picker, err := proc.Build(ctx, bindir, "./cmd/inferpick")
+	if err != nil {
+		return err
+	}
+	sim, err := proc.Build(ctx, bindir, "./cmd/vllm-sim")
+	if err != nil {
+		return err
+	}
+	var page string
+	if o.want("load") || o.want("scrape") {
+		if page, err = simMetricsPage(sim); err != nil {
+			return err
+		}
+	}
+	if o.want("go") {
+		log.Print("go micro-benchmarks")
+		if rep.gobench, err = goBenchmarks(ctx, o.count, o.quick); err != nil {
+			return err
+		}
+	}
+	if o.want("load") {
+		log.Print("ext_proc load test")
+		if rep.load, err = loadTest(ctx, picker, page, o.quick); err != nil {
+			return err
+		}
+	}
+	if o.want("scrape") {
+		log.Print("scrape cost of 100 endpoints")
+		if rep.scrape, err = scrapeCost(ctx, picker, page, o.quick); err != nil {
+			return err
+		}
+	}
+	if o.want("routing") {
+		log.Print("routing benchmark")
+		rep.spec = simSpec()
+		pols := routing.Policies()
+		if o.policies != "" {
+			var keep []routing.Policy
+			for _, p := range pols {
+				if strings.Contains(","+o.policies+",", ","+p.Label+",") {
+					keep = append(keep, p)
+				}
+			}
+			pols = keep
+		}
+		rep.workloads = workloads(o.quick)
+		rep.routing, err = routing.Suite(ctx, routing.Binaries{Sim: sim, Picker: picker}, rep.spec, pols, rep.workloads, deadline)
+		if err != nil {
+			return err
+		}
+	}
+	rep.elapsed = time.Since(started)
+	if err := os.MkdirAll(o.plots, 0o755); err != nil {
+		return err
+	}
+	if err := rep.plot(o.plots); err != nil {
+		return err
+	}
+	if err := os.WriteFile(o.out, []byte(rep.markdown(o.plots)), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	log.Printf("wrote %s and plots in %s after %v", o.out, o.plots, rep.elapsed.Round(time.Second))
+	return nil
+}

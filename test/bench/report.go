@@ -1,0 +1,212 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/inferpick/inferpick/test/bench/routing"
+)
+
+// report gathers every part's results and writes BENCHMARKS.md.
+type report struct {
+	started   time.Time
+	elapsed   time.Duration
+	machine   machine
+	command   string
+	gobench   []goBench
+	load      []loadResult
+	scrape    *scrapeResult
+	spec      routing.SimSpec
+	workloads []*routing.Workload
+	routing   []*routing.Result
+}
+
+type machine struct {
+	CPUs     int
+	Model    string
+	Go       string
+	LoadAvg  string
+	Kernel   string
+	Hostname string
+}
+
+func describeMachine() machine {
+	m := machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if out, err := exec.Command("nproc").Output(); err == nil {
+		fmt.Sscan(string(out), &m.CPUs)
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		m.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// verdict is one target and whether it was met.
+type verdict struct {
+	target, observed string
+	met              bool
+	known            bool
+}
+
+func (v verdict) mark() string {
+	switch {
+	case !v.known:
+		return "not measured"
+	case v.met:
+		return "met"
+	default:
+		return "**not met**"
+	}
+}
+
+func (r *report) bench(name string) (goBench, bool) {
+	for _, g := range r.gobench {
+		if g.Name == name {
+			return g, true
+		}
+	}
+	return goBench{}, false
+}
+
+func (r *report) markdown(plotDir string) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("# inferpick benchmarks\n\n")
+	w("Written by `go run ./test/bench` (`make bench`); do not edit by hand.\n\n")
+	w("- Date: %s (took %v)\n", r.started.UTC().Format("2006-01-02 15:04 MST"), r.elapsed.Round(time.Second))
+	w("- Machine: %d CPUs (`nproc`), %s, Linux %s, %s\n", r.machine.CPUs, r.machine.Model, r.machine.Kernel, r.machine.Go)
+	w("- Load average when the report was written: %s. The machine is shared with other builds, so every\n", describeMachine().LoadAvg)
+	w("  number here was taken under load and is noisy; the micro-benchmarks are medians of `-count` runs.\n")
+	w("- Command: `%s`\n\n", r.command)
+
+	w("## Targets\n\n| target | observed | verdict |\n|---|---|---|\n")
+	for _, v := range r.verdicts() {
+		w("| %s | %s | %s |\n", v.target, v.observed, v.mark())
+	}
+	w("\n")
+
+	if len(r.gobench) > 0 {
+		w("## Hot-path micro-benchmarks\n\n")
+		w("`go test -run '^$' -bench <pattern> -benchmem -count N -benchtime T <pkg>`, for each row's package; medians over the runs.\n")
+		w("`BenchmarkHandle` is the whole pick: the ext_proc handler on an in-memory stream (headers, 16 KB body chunks,\n")
+		w("body parse, cache-aware pick on a warm index, guard, reply messages). `BenchmarkExchange` adds a real gRPC\n")
+		w("stream over an in-process connection. ns/byte is ns/op per body byte (from `b.SetBytes`).\n\n")
+		w("| package | benchmark | runs | ns/op | ns/byte | B/op | allocs/op | other |\n|---|---|---:|---:|---:|---:|---:|---|\n")
+		for _, g := range r.gobench {
+			var other []string
+			for unit, v := range g.Median {
+				switch unit {
+				case "ns/op", "B/op", "allocs/op", "MB/s":
+				default:
+					other = append(other, fmt.Sprintf("%.1f %s", v, unit))
+				}
+			}
+			nsb := "–"
+			if v := g.nsPerByte(); v > 0 {
+				nsb = fmt.Sprintf("%.2f", v)
+			}
+			w("| %s | %s | %d | %s | %s | %.0f | %.0f | %s |\n", g.Pkg, g.Name, g.Runs, human(g.Median["ns/op"]), nsb,
+				g.Median["B/op"], g.Median["allocs/op"], strings.Join(other, ", "))
+		}
+		w("\n")
+	}
+
+	if len(r.load) > 0 {
+		w("## ext_proc load test\n\n")
+		w("The `inferpick` binary (policy cache-aware, 8 endpoints serving a simulator's /metrics page, no model server\n")
+		w("behind them) driven over loopback gRPC by this process: each stream sends request headers and the body in\n")
+		w("16 KB chunks, reads the routing reply and the body, sends response headers and three SSE chunks (the last\n")
+		w("with `[DONE]`), reads each reply and ends. Picker CPU is read from `/proc/<pid>/stat`, less its idle\n")
+		w("(scraping) rate measured before; the load generator shares the same 2 cores, so requests/s is bounded by\n")
+		w("both, and requests/s per picker core (1 / CPU per request) is the figure to compare with the target.\n\n")
+		w("| prompt | streams | requests | req/s (wall) | picker CPU per request | req/s per picker core | load generator CPU |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, l := range r.load {
+			w("| %d KB | %d | %d | %.0f | %s | %.0f | %.1f s |\n", l.PromptBytes>>10, l.Streams, l.Requests, l.rps(),
+				human(l.cpuPerRequest()*1e9), 1/l.cpuPerRequest(), l.ClientCPU)
+		}
+		w("\n")
+	}
+	if r.scrape != nil {
+		s := r.scrape
+		w("## Scrape cost\n\n")
+		w("The `inferpick` binary scraping %d endpoints at the default `--refresh-metrics-interval` (%v), each serving\n", s.Endpoints, s.Interval)
+		w("the simulator's /metrics page (%d bytes), no requests: %.3f cores over %.0f s (`/proc/<pid>/stat`).\n\n", s.PageBytes, s.Cores, s.Seconds)
+	}
+	if len(r.routing) > 0 {
+		r.routingSection(w, plotDir)
+	}
+	return b.String()
+}
+
+func (r *report) routingSection(w func(string, ...any), plotDir string) {
+	s := r.spec
+	w("## Routing benchmark\n\n")
+	w("%d `vllm-sim` processes on 127.0.0.%d-%d:%d (time scale %g, %d KV blocks of %d tokens each, max %d sequences,\n",
+		s.Pods, s.FirstIP, s.FirstIP+s.Pods-1, s.Port, s.TimeScale, s.NumGPUBlocks, s.BlockSize, s.MaxNumSeqs)
+	w("prefill %g µs/token, decode %g ms/step, %d output tokens per request) behind the `test/gateway` stand-in\n", s.PrefillUsTok, s.DecodeMsTok, s.MaxTokens)
+	w("(in process, message timeout off as in Envoy's full-duplex mode) and the `inferpick` binary (`--static-endpoints`,\n")
+	w("`--config-file` with the policy, scrape every %v). Every policy × workload run starts a fresh cluster, so the\n", s.ScrapeEvery)
+	w("simulators' caches and the picker's index start cold. Times are **simulated seconds**.\n\n")
+	w("Workloads:\n\n")
+	w("- `shared-prefix@R`: 16 system prompts of 8,000 bytes (2,000 tokens; the 16 need 2,000 blocks, one pod holds %d),\n", s.NumGPUBlocks)
+	w("  each request one of them (uniform) plus a 200-byte question; Poisson arrivals at R requests per simulated second.\n")
+	w("- `multi-turn`: 24 sessions × 6 turns; a 4,000-byte system prompt per session, each turn adds a 300-byte user\n")
+	w("  message and resends the history with a 200-byte assistant reply; 1 s think time; sessions run in parallel.\n")
+	w("- `burst`: one request warms one pod with an 8,000-byte prefix, then 64 requests on that prefix at once.\n")
+	w("- `no-sharing@12`: 2,000-byte prompts with nothing in common (do-no-harm check).\n\n")
+	w("Measures: **hit** = cached / prompt tokens summed over the simulators' `/sim/stats`; **oracle** = the hit rate of a\n")
+	w("perfect router with unbounded caches (every full block an earlier prompt began with is cached; computed from the\n")
+	w("workload); **TTFT p50/p90/p99** = client-measured time to the first content token through the gateway, divided by\n")
+	w("the time scale (so it includes gateway and picker overhead, inflated by the loaded machine); **sim TTFT** = the\n")
+	w("simulators' own mean simulated TTFT (engine time, no transport noise); **thr** = completed requests per simulated\n")
+	w("second from the first send to the last answer; **skew** = max/mean over pods of the picker's in-flight count\n")
+	w("(`/debug/workers`, sampled every 10 ms wall), time-averaged and at the busiest sample; **ok** = successful / sent\n")
+	w("(a run is cut 40 simulated seconds after its last arrival).\n\n")
+	w("| workload | policy | ok | hit | oracle | TTFT p50 | p90 | p99 | sim TTFT | thr | skew avg | skew peak |\n")
+	w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, wl := range r.workloads {
+		for _, pol := range r.policyLabels() {
+			res := r.find(pol, wl.Name)
+			if res == nil || res.Workload != wl.Name {
+				continue
+			}
+			w("| %s | %s | %d/%d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.2f | %.2f |\n",
+				res.Workload, res.Policy, res.OK, res.Sent, res.HitRate, res.Oracle, res.Quantile(0.5), res.Quantile(0.9),
+				res.Quantile(0.99), res.SimMeanTTFT, res.Throughput, res.SkewAvg, res.SkewPeak)
+		}
+	}
+	w("\n")
+	rel := func(name string) string { return filepath.ToSlash(filepath.Join(plotDir, name)) }
+	w("![TTFT p90 vs arrival rate](%s)\n\n![hit rate per policy](%s)\n\n![burst load over time](%s)\n\n",
+		rel(plotTTFT), rel(plotHit), rel(plotBurst))
+}
+
+// human formats nanoseconds.
+func human(ns float64) string {
+	switch {
+	case ns >= 1e9:
+		return fmt.Sprintf("%.2f s", ns/1e9)
+	case ns >= 1e6:
+		return fmt.Sprintf("%.2f ms", ns/1e6)
+	case ns >= 1e3:
+		return fmt.Sprintf("%.1f µs", ns/1e3)
+	default:
+		return fmt.Sprintf("%.0f ns", ns)
+	}
+}

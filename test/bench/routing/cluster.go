@@ -1,0 +1,203 @@
+// Package routing is the routing benchmark: a time-scaled cluster of vLLM
+// simulators behind the gateway stand-in and the inferpick binary, driven
+// by workloads, one policy at a time, each run on cold caches.
+package routing
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/test/bench/proc"
+	"github.com/inferpick/inferpick/test/gateway"
+)
+
+// SimSpec is the simulated model server of every pod.
+type SimSpec struct {
+	Pods          int
+	FirstIP       int // pods listen on 127.0.0.FirstIP, FirstIP+1, ...
+	Port          int
+	TimeScale     float64
+	NumGPUBlocks  int
+	BlockSize     int
+	MaxNumSeqs    int
+	PrefillUsTok  float64
+	DecodeMsTok   float64
+	MaxTokens     int
+	ScrapeEvery   time.Duration
+	StartupWindow time.Duration
+}
+
+// Args returns the vllm-sim flags of pod i.
+func (s SimSpec) Args(i int) []string {
+	return []string{
+		"--host", s.host(i), "--port", strconv.Itoa(s.Port),
+		"--time-scale", fmt.Sprint(s.TimeScale),
+		"--num-gpu-blocks", strconv.Itoa(s.NumGPUBlocks),
+		"--block-size", strconv.Itoa(s.BlockSize),
+		"--max-num-seqs", strconv.Itoa(s.MaxNumSeqs),
+		"--prefill-us-per-token", fmt.Sprint(s.PrefillUsTok),
+		"--decode-ms-per-token", fmt.Sprint(s.DecodeMsTok),
+		"--seed", strconv.Itoa(i + 1),
+	}
+}
+
+func (s SimSpec) host(i int) string { return "127.0.0." + strconv.Itoa(s.FirstIP+i) }
+
+// Addr returns pod i's ip:port.
+func (s SimSpec) Addr(i int) string { return net.JoinHostPort(s.host(i), strconv.Itoa(s.Port)) }
+
+// Binaries are the programs a cluster runs.
+type Binaries struct {
+	Sim, Picker string
+}
+
+// Cluster is one cold cluster: simulators, the picker and the gateway.
+type Cluster struct {
+	spec     SimSpec
+	sims     []*proc.Process
+	picker   *proc.Process
+	gw       *gateway.Gateway
+	gwAddr   string
+	grpcAddr string
+	debug    string
+	stopGW   context.CancelFunc
+	gwDone   chan struct{}
+	workdir  string
+}
+
+// Start brings up spec's simulators and a picker running cfg, and a
+// gateway in front of them; it returns once the picker has scraped every pod.
+func Start(bins Binaries, spec SimSpec, cfg policy.Config, workdir string) (c *Cluster, err error) {
+	c = &Cluster{spec: spec, workdir: workdir}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	addrs := make([]string, spec.Pods)
+	for i := range spec.Pods {
+		p, err := proc.Start("vllm-sim "+spec.Addr(i), bins.Sim, spec.Args(i)...)
+		if err != nil {
+			return nil, err
+		}
+		c.sims = append(c.sims, p)
+		addrs[i] = spec.Addr(i)
+	}
+	for i, p := range c.sims {
+		if err := proc.WaitHTTP(p, "http://"+addrs[i]+"/sim/stats", spec.StartupWindow, nil); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.startPicker(bins.Picker, addrs, cfg); err != nil {
+		return nil, err
+	}
+	c.gw, err = gateway.New(c.grpcAddr, gateway.WithMessageTimeout(0))
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("gateway listener: %w", err)
+	}
+	c.gwAddr = lis.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stopGW, c.gwDone = cancel, make(chan struct{})
+	go func() {
+		defer close(c.gwDone)
+		_ = c.gw.Serve(ctx, lis)
+	}()
+	return c, nil
+}
+
+func (c *Cluster) startPicker(bin string, addrs []string, cfg policy.Config) error {
+	ports := make([]int, 3)
+	for i := range ports {
+		p, err := proc.FreePort("127.0.0.1")
+		if err != nil {
+			return err
+		}
+		ports[i] = p
+	}
+	doc, err := json.Marshal(map[string]any{"policy": cfg})
+	if err != nil {
+		return fmt.Errorf("policy config: %w", err)
+	}
+	file := filepath.Join(c.workdir, "policy.yaml")
+	if err := os.WriteFile(file, doc, 0o600); err != nil {
+		return fmt.Errorf("policy config: %w", err)
+	}
+	c.grpcAddr = "127.0.0.1:" + strconv.Itoa(ports[0])
+	c.debug = "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/debug/workers"
+	c.picker, err = proc.Start("inferpick", bin,
+		"--static-endpoints", strings.Join(addrs, ","),
+		"--config-file", file,
+		"--secure-serving=false", "--bind-address", "127.0.0.1",
+		"--grpc-port", strconv.Itoa(ports[0]), "--grpc-health-port", strconv.Itoa(ports[1]),
+		"--metrics-port", strconv.Itoa(ports[2]),
+		"--refresh-metrics-interval", c.spec.ScrapeEvery.String())
+	if err != nil {
+		return err
+	}
+	// Ready once every worker shows a scrape (the cache-aware policy then
+	// knows each pod's KV capacity).
+	return proc.WaitHTTP(c.picker, c.debug, c.spec.StartupWindow, func(r *http.Response) bool {
+		var v workersView
+		if r.StatusCode != http.StatusOK || json.NewDecoder(r.Body).Decode(&v) != nil {
+			return false
+		}
+		if !v.Synced || len(v.Workers) != len(addrs) {
+			return false
+		}
+		for _, w := range v.Workers {
+			if w.KVBlocks == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// Stop ends the gateway, the picker and the simulators.
+func (c *Cluster) Stop() {
+	if c.stopGW != nil {
+		c.stopGW()
+		<-c.gwDone
+	}
+	if c.gw != nil {
+		_ = c.gw.Close()
+	}
+	if c.picker != nil {
+		c.picker.Stop(5 * time.Second)
+	}
+	for _, s := range c.sims {
+		s.Stop(5 * time.Second)
+	}
+}
+
+// workersView is the part of the picker's /debug/workers the benchmark reads.
+type workersView struct {
+	Synced  bool `json:"synced"`
+	Workers []struct {
+		Address  string `json:"address"`
+		Load     int64  `json:"load"`
+		KVBlocks int    `json:"kvCacheBlocks"`
+	} `json:"workers"`
+}
+
+// simStats is the part of a simulator's /sim/stats the benchmark reads.
+type simStats struct {
+	Requests     int64   `json:"requests"`
+	Finished     int64   `json:"finished"`
+	PromptTokens int64   `json:"prompt_tokens"`
+	CachedTokens int64   `json:"cached_tokens"`
+	MeanTTFT     float64 `json:"mean_simulated_ttft_seconds"`
+}

@@ -1,0 +1,350 @@
+package routing
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Result is what one policy did on one workload.
+type Result struct {
+	Policy   string
+	Workload string
+	Rate     float64
+	Sent, OK int
+	// Completed is false when requests failed or the run hit its deadline.
+	Completed bool
+	// TTFT holds each successful request's time to first token in
+	// simulated seconds: the client-measured wall time divided by the time
+	// scale, so it includes the gateway and picker overhead.
+	TTFT []float64
+	// SimMeanTTFT is the simulators' own mean simulated TTFT (engine time,
+	// no transport), weighted by requests.
+	SimMeanTTFT float64
+	// HitRate is cached / prompt tokens over all simulators; Oracle is what
+	// a perfect router reaches on the same workload.
+	HitRate, Oracle float64
+	// Throughput is completed requests per simulated second, from the first
+	// send to the last answer.
+	Throughput float64
+	// SkewAvg is max/mean over pods of the time-averaged in-flight count;
+	// SkewPeak is max/mean at the busiest sample.
+	SkewAvg, SkewPeak float64
+	// Load is the per-pod in-flight samples, for the load-over-time plot.
+	Load []LoadSample
+	// PodRequests is how many requests each simulator received.
+	PodRequests []int64
+}
+
+// LoadSample is the picker's view of per-pod requests in flight at At
+// (simulated seconds since the start of the run).
+type LoadSample struct {
+	At   float64
+	Load []int64
+}
+
+// Quantile returns the q-quantile of TTFT (nearest rank).
+func (r *Result) Quantile(q float64) float64 {
+	if len(r.TTFT) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), r.TTFT...)
+	sort.Float64s(s)
+	i := int(q*float64(len(s)) + 0.5)
+	return s[min(max(i-1, 0), len(s)-1)]
+}
+
+// driver sends a workload's requests through the cluster's gateway.
+type driver struct {
+	c      *Cluster
+	client *http.Client
+	scale  float64
+	start  time.Time
+	mu     sync.Mutex
+	ttft   []float64
+	ok     int
+	last   time.Time
+}
+
+// Run drives w through c and gathers the result. Requests still open at
+// the deadline (simulated time after the last arrival) are cancelled.
+func Run(ctx context.Context, c *Cluster, w *Workload, deadline time.Duration) (*Result, error) {
+	d := &driver{c: c, scale: c.spec.TimeScale, client: &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: 1024, DisableCompression: true,
+	}}}
+	defer d.client.CloseIdleConnections()
+	res := &Result{Workload: w.Name, Rate: w.Rate, Sent: w.Len(), Oracle: Oracle(w, c.spec.BlockSize)}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sampled := make(chan []LoadSample, 1)
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	d.start = time.Now()
+	go func() { sampled <- d.sample(sampleCtx) }()
+
+	var wg sync.WaitGroup
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	switch w.Kind {
+	case Open:
+		for _, r := range w.Requests {
+			if !d.sleepUntil(runCtx, r.At) {
+				break
+			}
+			wg.Go(func() { d.send(runCtx, r) })
+		}
+	case Sessions:
+		for i, s := range w.Sessions {
+			wg.Go(func() {
+				// Sessions start spread over one think time.
+				time.Sleep(d.wall(w.Think * time.Duration(i) / time.Duration(len(w.Sessions))))
+				for _, r := range s {
+					if !d.send(runCtx, r) {
+						return
+					}
+					time.Sleep(d.wall(w.Think))
+				}
+			})
+		}
+	case Burst:
+		for _, r := range w.Warm {
+			d.send(runCtx, r)
+		}
+		// Let the picker see the warm request's load go before the burst.
+		time.Sleep(d.wall(500 * time.Millisecond))
+		for _, r := range w.Requests {
+			wg.Go(func() { d.send(runCtx, r) })
+		}
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	timer := time.NewTimer(d.wall(deadline))
+	select {
+	case <-finished:
+		timer.Stop()
+	case <-timer.C:
+		cancelRun()
+		<-finished
+	}
+	stopSampling()
+	res.Load = <-sampled
+
+	d.mu.Lock()
+	res.TTFT, res.OK = d.ttft, d.ok
+	span := d.last.Sub(d.start).Seconds() / d.scale
+	d.mu.Unlock()
+	res.Completed = res.OK == res.Sent
+	if span > 0 {
+		res.Throughput = float64(res.OK) / span
+	}
+	res.SkewAvg, res.SkewPeak = skew(res.Load)
+	if err := d.collectSims(res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// wall converts simulated time to wall time.
+func (d *driver) wall(sim time.Duration) time.Duration {
+	return time.Duration(float64(sim) * d.scale)
+}
+
+func (d *driver) sleepUntil(ctx context.Context, at time.Duration) bool {
+	wait := time.Until(d.start.Add(d.wall(at)))
+	if wait <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// chunk is the part of a streamed chat event the client reads.
+type chunk struct {
+	Choices []struct {
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+	} `json:"choices"`
+}
+
+// send issues one streamed chat completion and records its TTFT. It
+// reports whether the request succeeded.
+func (d *driver) send(ctx context.Context, r Request) bool {
+	body, err := json.Marshal(map[string]any{
+		"model": "sim-model", "messages": r.Messages, "stream": true,
+		"max_tokens": d.c.spec.MaxTokens,
+	})
+	if err != nil {
+		return false
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+d.c.gwAddr+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	begin := time.Now()
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false
+	}
+	var first time.Duration
+	done := false
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if line == "[DONE]" {
+			done = true
+			break
+		}
+		if first == 0 {
+			var c chunk
+			if json.Unmarshal([]byte(line), &c) == nil && len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+				first = time.Since(begin)
+			}
+		}
+	}
+	if !done || first == 0 {
+		return false
+	}
+	d.mu.Lock()
+	d.ttft = append(d.ttft, first.Seconds()/d.scale)
+	d.ok++
+	d.last = time.Now()
+	d.mu.Unlock()
+	return true
+}
+
+// sampleEvery is the wall-time period of the load samples.
+const sampleEvery = 10 * time.Millisecond
+
+// sample reads the picker's per-pod in-flight counts until ctx ends.
+func (d *driver) sample(ctx context.Context) []LoadSample {
+	var out []LoadSample
+	client := &http.Client{Timeout: time.Second}
+	t := time.NewTicker(sampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-t.C:
+		}
+		var v workersView
+		if err := getJSON(ctx, client, d.c.debug, &v); err != nil {
+			continue
+		}
+		s := LoadSample{At: time.Since(d.start).Seconds() / d.scale}
+		for _, w := range v.Workers {
+			s.Load = append(s.Load, w.Load)
+		}
+		out = append(out, s)
+	}
+}
+
+// skew returns max/mean of the per-pod time-averaged load, and max/mean
+// at the sample with the most requests in flight.
+func skew(samples []LoadSample) (avg, peak float64) {
+	if len(samples) == 0 {
+		return 0, 0
+	}
+	sum := make([]float64, len(samples[0].Load))
+	busiest, most := -1, int64(0)
+	for i, s := range samples {
+		var total int64
+		for j, l := range s.Load {
+			if j < len(sum) {
+				sum[j] += float64(l)
+			}
+			total += l
+		}
+		if total > most {
+			busiest, most = i, total
+		}
+	}
+	avg = maxOverMean(sum)
+	if busiest >= 0 {
+		f := make([]float64, len(samples[busiest].Load))
+		for j, l := range samples[busiest].Load {
+			f[j] = float64(l)
+		}
+		peak = maxOverMean(f)
+	}
+	return avg, peak
+}
+
+func maxOverMean(v []float64) float64 {
+	var total, top float64
+	for _, x := range v {
+		total += x
+		top = max(top, x)
+	}
+	if total == 0 {
+		return 0
+	}
+	return top / (total / float64(len(v)))
+}
+
+// collectSims reads every simulator's totals into res.
+func (d *driver) collectSims(res *Result) error {
+	client := &http.Client{Timeout: 5 * time.Second}
+	var prompt, cached, finished int64
+	var ttftSum float64
+	for i := range d.c.spec.Pods {
+		var s simStats
+		if err := getJSON(context.Background(), client, "http://"+d.c.spec.Addr(i)+"/sim/stats", &s); err != nil {
+			return err
+		}
+		prompt += s.PromptTokens
+		cached += s.CachedTokens
+		finished += s.Finished
+		ttftSum += s.MeanTTFT * float64(s.Finished)
+		res.PodRequests = append(res.PodRequests, s.Requests)
+	}
+	if prompt > 0 {
+		res.HitRate = float64(cached) / float64(prompt)
+	}
+	if finished > 0 {
+		res.SimMeanTTFT = ttftSum / float64(finished)
+	}
+	return nil
+}
+
+func getJSON(ctx context.Context, client *http.Client, url string, into any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("get %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errors.New("get " + url + ": " + resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+		return fmt.Errorf("get %s: %w", url, err)
+	}
+	return nil
+}

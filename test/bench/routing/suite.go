@@ -1,0 +1,64 @@
+package routing
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/policy"
+)
+
+// Policy is a named policy configuration under test.
+type Policy struct {
+	Label  string
+	Config policy.Config
+}
+
+// Policies are the policies compared, anchors first.
+func Policies() []Policy {
+	return []Policy{
+		{"round-robin", policy.Config{Name: policy.RoundRobin}},
+		{"random", policy.Config{Name: policy.Random}},
+		{"least-load", policy.Config{Name: policy.LeastLoad}},
+		{"power-of-two", policy.Config{Name: policy.PowerOfTwo}},
+		{"weighted-scorer", policy.Config{Name: policy.WeightedScorer}},
+		{"cache-aware", policy.Config{Name: policy.CacheAware}},
+		{"cache-aware/threshold", policy.Config{Name: policy.CacheAware, CacheAware: policy.CacheAwareConfig{Mode: policy.ModeThreshold}}},
+	}
+}
+
+// Suite runs every workload under every policy, each run on a freshly
+// started cluster so that caches and the picker's index start cold.
+func Suite(ctx context.Context, bins Binaries, spec SimSpec, policies []Policy, workloads []*Workload, deadline func(*Workload) time.Duration) ([]*Result, error) {
+	workdir, err := os.MkdirTemp("", "inferpick-routing-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(workdir)
+	var out []*Result
+	for _, p := range policies {
+		for _, w := range workloads {
+			start := time.Now()
+			c, err := Start(bins, spec, p.Config, workdir)
+			if err != nil {
+				return nil, fmt.Errorf("%s / %s: %w", p.Label, w.Name, err)
+			}
+			res, err := Run(ctx, c, w, deadline(w))
+			c.Stop()
+			if err != nil {
+				return nil, fmt.Errorf("%s / %s: %w", p.Label, w.Name, err)
+			}
+			res.Policy = p.Label
+			log.Printf("routing %-22s %-20s ok %d/%d hit %.2f (oracle %.2f) ttft p50 %.3fs p90 %.3fs p99 %.3fs sim-mean %.3fs skew %.2f/%.2f  [%.1fs]",
+				p.Label, w.Name, res.OK, res.Sent, res.HitRate, res.Oracle, res.Quantile(0.5), res.Quantile(0.9), res.Quantile(0.99),
+				res.SimMeanTTFT, res.SkewAvg, res.SkewPeak, time.Since(start).Seconds())
+			out = append(out, res)
+			if ctx.Err() != nil {
+				return out, ctx.Err()
+			}
+		}
+	}
+	return out, nil
+}
