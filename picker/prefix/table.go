@@ -11,7 +11,7 @@ type node struct {
 }
 
 const (
-	chunkBits = 10
+	chunkBits = 8
 	chunkSize = 1 << chunkBits
 	chunkMask = chunkSize - 1
 )
@@ -19,7 +19,7 @@ const (
 // slab allocates nodes in fixed-size chunks, so growing never copies and the
 // slack is at most one chunk.
 type slab struct {
-	chunks [][]node
+	chunks []*[chunkSize]node
 	next   uint32 // first never-used index
 	free   uint32 // head of the free list
 	live   int
@@ -38,7 +38,7 @@ func (s *slab) alloc() uint32 {
 	}
 	i := s.next
 	if int(i>>chunkBits) == len(s.chunks) {
-		s.chunks = append(s.chunks, make([]node, chunkSize))
+		s.chunks = append(s.chunks, new([chunkSize]node))
 	}
 	s.next++
 	return i
