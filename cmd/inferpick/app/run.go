@@ -88,6 +88,10 @@ func buildPicker(o *Options, log logr.Logger, elected func() bool) (*picker, err
 
 	scraper, err := scrape.New(promReg,
 		scrape.WithInterval(o.RefreshMetricsInterval),
+		// A loaded model server can be slow to answer: give it up to a second,
+		// within the staleness bound. Pollers are per worker, so a slow one
+		// delays nobody else.
+		scrape.WithTimeout(min(time.Second, o.MetricsStaleness)),
 		scrape.WithMetricsPort(uint16(o.ModelServerMetricsPort)),
 		scrape.WithPath(o.ModelServerMetricsPath),
 	)
