@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/observe"
+)
+
+// getJSON fetches url and decodes its JSON body into v.
+func getJSON(ctx context.Context, hc *http.Client, url string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("get %s: %w", url, err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("get %s: %w", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("get %s: status %d", url, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("decode %s: %w", url, err)
+	}
+	return nil
+}
+
+// simStats is the part of vllm-sim's /sim/stats the report shows.
+type simStats struct {
+	Requests     int64   `json:"requests"`
+	Finished     int64   `json:"finished"`
+	Aborted      int64   `json:"aborted"`
+	Running      int     `json:"running"`
+	Waiting      int     `json:"waiting"`
+	PromptTokens int64   `json:"prompt_tokens"`
+	CachedTokens int64   `json:"cached_tokens"`
+	HitRate      float64 `json:"hit_rate"`
+}
+
+// workersURL is inferpick's /debug/workers on its metrics port.
+func workersURL(metricsAddr string) string { return "http://" + metricsAddr + "/debug/workers" }
+
+// errGaveUp marks an error after which polling is pointless.
+var errGaveUp = errors.New("gave up")
+
+// poll calls check every interval until it reports done, returns an error
+// wrapping errGaveUp, or deadline passes; it then returns check's last
+// error, if any.
+func poll(ctx context.Context, interval, deadline time.Duration, check func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var last error
+	for {
+		done, err := check(ctx)
+		if done {
+			return nil
+		}
+		if errors.Is(err, errGaveUp) {
+			return err
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("%w (last: %w)", ctx.Err(), last)
+			}
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// waitSynced waits until inferpick's registry has synced with the API
+// server and holds want workers.
+func waitSynced(ctx context.Context, hc *http.Client, metricsAddr string, want int, exited <-chan struct{}, deadline time.Duration) error {
+	var seen observe.WorkersView
+	err := poll(ctx, 100*time.Millisecond, deadline, func(ctx context.Context) (bool, error) {
+		select {
+		case <-exited:
+			return false, fmt.Errorf("%w: inferpick exited", errGaveUp)
+		default:
+		}
+		if err := getJSON(ctx, hc, workersURL(metricsAddr), &seen); err != nil {
+			return false, err
+		}
+		return seen.Synced && len(seen.Workers) == want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("inferpick not ready with %d workers (synced=%t, workers=%d): %w",
+			want, seen.Synced, len(seen.Workers), err)
+	}
+	return nil
+}
+
+// waitIdle waits until inferpick holds no in-flight load on any worker and
+// returns the last view it read, idle or not.
+func waitIdle(ctx context.Context, hc *http.Client, metricsAddr string, deadline time.Duration) (observe.WorkersView, error) {
+	var view observe.WorkersView
+	err := poll(ctx, 100*time.Millisecond, deadline, func(ctx context.Context) (bool, error) {
+		var v observe.WorkersView
+		if err := getJSON(ctx, hc, workersURL(metricsAddr), &v); err != nil {
+			return false, err
+		}
+		view = v
+		return totalLoad(v) == 0, nil
+	})
+	return view, err
+}
+
+func totalLoad(v observe.WorkersView) int64 {
+	var n int64
+	for _, w := range v.Workers {
+		n += w.Load
+	}
+	return n
+}

@@ -1,0 +1,19 @@
+package main
+
+import "syscall"
+
+// childAttr puts a child in its own process group and has the kernel send it
+// SIGTERM if the demo dies without stopping it.
+func childAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+}
+
+// signalGroup sends SIGTERM, or SIGKILL when kill is set, to the process
+// group led by pid.
+func signalGroup(pid int, kill bool) {
+	sig := syscall.SIGTERM
+	if kill {
+		sig = syscall.SIGKILL
+	}
+	_ = syscall.Kill(-pid, sig)
+}
