@@ -213,3 +213,16 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	d.Duration = v
 	return nil
 }
+
+// UnmarshalText reads a duration string, for YAML and flag decoders.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("duration: %w", err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes the duration as a string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }

@@ -83,4 +83,7 @@ func TestConfigFromJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(`"soon"`), &d); err == nil {
 		t.Errorf("unmarshal \"soon\" succeeded")
 	}
+	if err := d.UnmarshalText([]byte("250ms")); err != nil || d.Duration != 250*time.Millisecond {
+		t.Errorf("UnmarshalText(250ms) = %v, %v", d, err)
+	}
 }
