@@ -137,3 +137,26 @@ BENCH_FLAGS ?=
 .PHONY: bench
 bench: ## Run the hot-path, ext_proc load, scrape and routing benchmarks; write BENCHMARKS.md and docs/bench/*.png.
 	$(GO) run ./test/bench $(BENCH_FLAGS)
+
+##@ Demo
+
+# The demo's own binary is bin/inferpick-demo; its kubeconfig and logs go
+# to bin/demo/. KEEP=1, DEMO_REQUESTS=n and DEMO_POLICY=name reach it
+# through the environment.
+DEMO_FLAGS ?=
+DEMO_TIMEOUT ?= 10m
+
+.PHONY: demo
+demo: ## Run API server, 4 simulated vLLM pods, inferpick and a gateway on this machine, send a workload, report (KEEP=1 stays up).
+	$(GO) build -o $(LOCALBIN)/inferpick ./cmd/inferpick
+	$(GO) build -o $(LOCALBIN)/vllm-sim ./cmd/vllm-sim
+	$(GO) build -o $(LOCALBIN)/inferpick-demo ./test/demo
+	$(LOCALBIN)/inferpick-demo --controlplane "$(KUBEBUILDER_ASSETS)" --bin $(LOCALBIN) \
+		--workdir $(LOCALBIN)/demo $(DEMO_FLAGS)
+
+.PHONY: test-demo
+test-demo: ## Run a short demo as a test: every pod serves, nothing fails, in-flight load ends at 0.
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" DEMO_SMOKE=1 $(GO) test -race -timeout $(DEMO_TIMEOUT) \
+		-run TestDemoSmoke ./test/demo/
+
+test: test-demo
