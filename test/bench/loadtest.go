@@ -97,8 +97,12 @@ func loadOnce(ctx context.Context, client extprocv3.ExternalProcessorClient, p *
 	var n atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
-	runCtx, cancel := context.WithTimeout(ctx, dur)
+	// A cancel rather than a deadline: a deadline travels to the picker as
+	// grpc-timeout and may end a stream there before this side notices.
+	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	stopAt := time.AfterFunc(dur, cancel)
+	defer stopAt.Stop()
 	cpu0, _ := p.CPUSeconds()
 	self0 := proc.SelfCPUSeconds()
 	start := time.Now()
