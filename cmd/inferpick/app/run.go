@@ -115,6 +115,9 @@ func buildPicker(o *Options, log logr.Logger, elected func() bool) (*picker, err
 		Log:          log.WithName("extproc"),
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
+	if ix, ok := pol.(observe.IndexStatser); ok {
+		promReg.MustRegister(observe.NewIndexCollector(ix))
+	}
 
 	var grpcOpts []grpc.ServerOption
 	var runnables []manager.Runnable

@@ -1,0 +1,98 @@
+package observe
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inferpick/inferpick/picker/prefix"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+func twoWorkers(t *testing.T) (*registry.Registry, *registry.Worker, *registry.Worker) {
+	t.Helper()
+	reg := registry.New()
+	a := reg.Upsert(registry.Endpoint{Key: registry.Key{UID: "a", Port: 8000}, Namespace: "ns", Name: "pod-a", Address: netip.MustParseAddrPort("127.0.0.1:8000")})
+	b := reg.Upsert(registry.Endpoint{Key: registry.Key{UID: "b", Port: 8000}, Namespace: "ns", Name: "pod-b", Address: netip.MustParseAddrPort("127.0.0.2:8000")})
+	return reg, a, b
+}
+
+func TestWorkersHandler(t *testing.T) {
+	reg, a, _ := twoWorkers(t)
+	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	a.SetMetrics(&registry.Metrics{Waiting: 3, Running: 2, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 100, Scraped: now.Add(-250 * time.Millisecond)})
+	g := a.Admit()
+	g.FirstToken()
+	a.Admit()
+	reg.MarkSynced()
+
+	srv := httptest.NewServer(WorkersHandler(reg, func() time.Time { return now }))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var got WorkersView
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	waiting, running, kv, age := 3, 2, 0.5, int64(250)
+	want := WorkersView{Synced: true, Workers: []WorkerView{
+		{Name: "pod-a", Namespace: "ns", UID: "a", Address: "127.0.0.1:8000", Load: 2, Prefill: 1, Decode: 1,
+			Waiting: &waiting, Running: &running, KVUsage: &kv, KVBlocks: 100, BlockSize: 16, MetricsAgeMS: &age},
+		{Name: "pod-b", Namespace: "ns", UID: "b", Address: "127.0.0.2:8000"},
+	}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("/debug/workers (-want +got):\n%s", diff)
+	}
+}
+
+func TestWorkerCollectorDropsRemovedWorkers(t *testing.T) {
+	reg, a, b := twoWorkers(t)
+	a.Admit()
+	pr := prometheus.NewRegistry()
+	pr.MustRegister(NewWorkerCollector(reg))
+	want := `
+# HELP inferpick_worker_inflight_requests Requests in flight on a worker, counted by load guards, by phase.
+# TYPE inferpick_worker_inflight_requests gauge
+inferpick_worker_inflight_requests{address="127.0.0.1:8000",phase="decode",worker="pod-a"} 0
+inferpick_worker_inflight_requests{address="127.0.0.1:8000",phase="prefill",worker="pod-a"} 1
+inferpick_worker_inflight_requests{address="127.0.0.2:8000",phase="decode",worker="pod-b"} 0
+inferpick_worker_inflight_requests{address="127.0.0.2:8000",phase="prefill",worker="pod-b"} 0
+`
+	if err := testutil.GatherAndCompare(pr, strings.NewReader(want), "inferpick_worker_inflight_requests"); err != nil {
+		t.Error(err)
+	}
+	reg.Remove(b.Endpoint().Key)
+	if n := testutil.CollectAndCount(NewWorkerCollector(reg), "inferpick_worker_inflight_requests"); n != 2 {
+		t.Errorf("%d in-flight series after removing a worker, want 2 (one worker × two phases)", n)
+	}
+}
+
+type fakeIndex struct{ s prefix.Stats }
+
+func (f fakeIndex) IndexStats() (prefix.Stats, bool) { return f.s, true }
+
+func TestIndexCollector(t *testing.T) {
+	c := NewIndexCollector(fakeIndex{prefix.Stats{Blocks: 10, Entries: 12, Lookups: 40, Hits: 30}})
+	want := `
+# HELP inferpick_prefix_index_blocks Distinct prompt blocks the prefix index holds.
+# TYPE inferpick_prefix_index_blocks gauge
+inferpick_prefix_index_blocks 10
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "inferpick_prefix_index_blocks"); err != nil {
+		t.Error(err)
+	}
+	if got := testutil.CollectAndCount(c); got != 4 {
+		t.Errorf("%d series, want 4", got)
+	}
+}
