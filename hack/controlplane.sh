@@ -27,6 +27,21 @@ if [[ ${#missing[@]} -eq 0 ]]; then
 fi
 
 mkdir -p "$OUT"
+# One build at a time: a second caller waits for the first, then finds the
+# binaries present.
+exec 9>"$OUT/.lock"
+if ! flock -n 9; then
+  say "another build is running; waiting for it"
+  flock 9
+fi
+missing=()
+for b in "${BINARIES[@]}"; do
+  [[ -x "$OUT/$b" ]] || missing+=("$b")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "$OUT"
+  exit 0
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
