@@ -13,7 +13,7 @@ GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 TOOLS_DEPS := hack/tools/go.mod hack/tools/go.sum
 
 # Paths the generators write; `make verify` fails when they drift.
-GENERATED_PATHS := api config/crd/bases config/rbac/role.yaml
+GENERATED_PATHS := $(wildcard api/*/zz_generated.*.go) config/crd/bases config/rbac/role.yaml
 
 # Packages run by test-unit: everything but the suites that need a cluster.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/e2e)

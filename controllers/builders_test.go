@@ -1,0 +1,66 @@
+package controllers
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	inferencev1 "github.com/inferpick/inferpick/api/v1"
+)
+
+// podWrapper builds Pods for tests: makePod("a").uid("u").ready().ip(...).obj().
+type podWrapper struct{ corev1.Pod }
+
+func makePod(name string) *podWrapper {
+	return &podWrapper{corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name: name, Namespace: "ns", UID: types.UID("uid-" + name),
+		Labels: map[string]string{"app": "vllm"},
+	}}}
+}
+
+func (p *podWrapper) uid(uid string) *podWrapper { p.UID = types.UID(uid); return p }
+
+func (p *podWrapper) labels(kv map[string]string) *podWrapper { p.Labels = kv; return p }
+
+func (p *podWrapper) ip(ip string) *podWrapper { p.Status.PodIP = ip; return p }
+
+func (p *podWrapper) condition(s corev1.ConditionStatus) *podWrapper {
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: s})
+	return p
+}
+
+func (p *podWrapper) ready() *podWrapper { return p.condition(corev1.ConditionTrue) }
+
+func (p *podWrapper) terminating() *podWrapper {
+	p.DeletionTimestamp = &metav1.Time{}
+	p.Finalizers = []string{"example.com/hold"}
+	return p
+}
+
+func (p *podWrapper) obj() corev1.Pod { return *p.DeepCopy() }
+
+// poolWrapper builds InferencePools for tests.
+type poolWrapper struct{ inferencev1.InferencePool }
+
+func makePool(name string, ports ...int32) *poolWrapper {
+	p := &poolWrapper{inferencev1.InferencePool{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+		Spec: inferencev1.InferencePoolSpec{
+			Selector: inferencev1.LabelSelector{MatchLabels: map[inferencev1.LabelKey]inferencev1.LabelValue{"app": "vllm"}},
+		},
+	}}
+	for _, n := range ports {
+		p.Spec.TargetPorts = append(p.Spec.TargetPorts, inferencev1.Port{Number: inferencev1.PortNumber(n)})
+	}
+	return p
+}
+
+func (p *poolWrapper) selector(kv map[string]string) *poolWrapper {
+	p.Spec.Selector.MatchLabels = map[inferencev1.LabelKey]inferencev1.LabelValue{}
+	for k, v := range kv {
+		p.Spec.Selector.MatchLabels[inferencev1.LabelKey(k)] = inferencev1.LabelValue(v)
+	}
+	return p
+}
+
+func (p *poolWrapper) obj() *inferencev1.InferencePool { return p.DeepCopy() }

@@ -1,0 +1,80 @@
+package controllers
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	inferencev1 "github.com/inferpick/inferpick/api/v1"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// selectorOf turns the pool's matchLabels into a label selector. The API
+// server cannot validate map keys, so an invalid key reaches us and is an
+// error here rather than a selector that silently matches nothing.
+func selectorOf(pool *inferencev1.InferencePool) (labels.Selector, error) {
+	set := make(labels.Set, len(pool.Spec.Selector.MatchLabels))
+	for k, v := range pool.Spec.Selector.MatchLabels {
+		set[string(k)] = string(v)
+	}
+	if len(set) == 0 {
+		return nil, fmt.Errorf("selector of pool %s/%s has no labels", pool.Namespace, pool.Name)
+	}
+	sel, err := labels.ValidatedSelectorFromSet(set)
+	if err != nil {
+		return nil, fmt.Errorf("selector of pool %s/%s: %w", pool.Namespace, pool.Name, err)
+	}
+	return sel, nil
+}
+
+// endpointsOf returns one endpoint per (ready pod, target port), ordered by
+// pod name and then by the order of the pool's target ports. The pods are
+// assumed to match the pool's selector already.
+func endpointsOf(pool *inferencev1.InferencePool, pods []corev1.Pod) []registry.Endpoint {
+	ready := make([]*corev1.Pod, 0, len(pods))
+	for i := range pods {
+		if podServes(&pods[i]) {
+			ready = append(ready, &pods[i])
+		}
+	}
+	slices.SortFunc(ready, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+
+	eps := make([]registry.Endpoint, 0, len(ready)*len(pool.Spec.TargetPorts))
+	for _, pod := range ready {
+		addr, err := netip.ParseAddr(pod.Status.PodIP)
+		if err != nil {
+			continue
+		}
+		for _, port := range pool.Spec.TargetPorts {
+			n := int32(port.Number)
+			if n < 1 || n > 65535 {
+				continue
+			}
+			eps = append(eps, registry.Endpoint{
+				Key:       registry.Key{UID: string(pod.UID), Port: n},
+				Namespace: pod.Namespace,
+				Name:      pod.Name,
+				Address:   netip.AddrPortFrom(addr.Unmap(), uint16(n)),
+			})
+		}
+	}
+	return eps
+}
+
+// podServes reports whether a pod may receive requests: it has an IP, it is
+// Ready, and it is not being deleted (a terminating pod is gone at once).
+func podServes(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,129 @@
+package controllers
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+func endpoint(name, uid, addr string) registry.Endpoint {
+	ap := netip.MustParseAddrPort(addr)
+	return registry.Endpoint{
+		Key:       registry.Key{UID: uid, Port: int32(ap.Port())},
+		Namespace: "ns",
+		Name:      name,
+		Address:   ap,
+	}
+}
+
+func TestEndpointsOf(t *testing.T) {
+	tests := map[string]struct {
+		ports []int32
+		pods  []corev1.Pod
+		want  []registry.Endpoint
+	}{
+		"ready pods, sorted by name": {
+			ports: []int32{8000},
+			pods: []corev1.Pod{
+				makePod("b").ready().ip("127.0.0.2").obj(),
+				makePod("a").ready().ip("127.0.0.1").obj(),
+			},
+			want: []registry.Endpoint{
+				endpoint("a", "uid-a", "127.0.0.1:8000"),
+				endpoint("b", "uid-b", "127.0.0.2:8000"),
+			},
+		},
+		"one endpoint per target port": {
+			ports: []int32{8000, 8001},
+			pods:  []corev1.Pod{makePod("a").ready().ip("127.0.0.1").obj()},
+			want: []registry.Endpoint{
+				endpoint("a", "uid-a", "127.0.0.1:8000"),
+				endpoint("a", "uid-a", "127.0.0.1:8001"),
+			},
+		},
+		"not ready, unknown readiness, no condition": {
+			ports: []int32{8000},
+			pods: []corev1.Pod{
+				makePod("a").condition(corev1.ConditionFalse).ip("127.0.0.1").obj(),
+				makePod("b").condition(corev1.ConditionUnknown).ip("127.0.0.2").obj(),
+				makePod("c").ip("127.0.0.3").obj(),
+			},
+			want: []registry.Endpoint{},
+		},
+		"ready without an IP": {
+			ports: []int32{8000},
+			pods:  []corev1.Pod{makePod("a").ready().obj()},
+			want:  []registry.Endpoint{},
+		},
+		"terminating pod is gone at once": {
+			ports: []int32{8000},
+			pods: []corev1.Pod{
+				makePod("a").ready().ip("127.0.0.1").terminating().obj(),
+				makePod("b").ready().ip("127.0.0.2").obj(),
+			},
+			want: []registry.Endpoint{endpoint("b", "uid-b", "127.0.0.2:8000")},
+		},
+		"unparsable IP is skipped": {
+			ports: []int32{8000},
+			pods: []corev1.Pod{
+				makePod("a").ready().ip("not-an-ip").obj(),
+				makePod("b").ready().ip("127.0.0.2").obj(),
+			},
+			want: []registry.Endpoint{endpoint("b", "uid-b", "127.0.0.2:8000")},
+		},
+		"IPv6": {
+			ports: []int32{8000},
+			pods:  []corev1.Pod{makePod("a").ready().ip("::1").obj()},
+			want:  []registry.Endpoint{endpoint("a", "uid-a", "[::1]:8000")},
+		},
+		"same address, new UID": {
+			ports: []int32{8000},
+			pods:  []corev1.Pod{makePod("a").uid("second").ready().ip("127.0.0.1").obj()},
+			want:  []registry.Endpoint{endpoint("a", "second", "127.0.0.1:8000")},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := endpointsOf(makePool("pool", tc.ports...).obj(), tc.pods)
+			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
+				t.Errorf("endpointsOf() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSelectorOf(t *testing.T) {
+	tests := map[string]struct {
+		labels  map[string]string
+		want    string
+		wantErr bool
+	}{
+		"one label":        {labels: map[string]string{"app": "vllm"}, want: "app=vllm"},
+		"prefixed keys":    {labels: map[string]string{"example.com/role": "decode", "app": "vllm"}, want: "app=vllm,example.com/role=decode"},
+		"empty value":      {labels: map[string]string{"app": ""}, want: "app="},
+		"invalid key":      {labels: map[string]string{"bad key!": "x"}, wantErr: true},
+		"invalid prefix":   {labels: map[string]string{"Bad_Prefix/app": "x"}, wantErr: true},
+		"no labels at all": {labels: map[string]string{}, wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			sel, err := selectorOf(makePool("pool", 8000).selector(tc.labels).obj())
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("selectorOf() = %q, want an error", sel)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("selectorOf() error: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, sel.String()); diff != "" {
+				t.Errorf("selectorOf() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

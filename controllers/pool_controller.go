@@ -1,0 +1,151 @@
+// Package controllers keeps the picker's worker registry equal to the ready
+// Pods of the one InferencePool the picker serves.
+//
+// A single reconciler watches that pool and the Pods of its namespace. Every
+// reconcile recomputes the full endpoint set from the cache and hands it to
+// the registry, which keeps unchanged workers (and their load) and detaches
+// the rest. The picker only reads the pool: it never writes its status.
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	inferencev1 "github.com/inferpick/inferpick/api/v1"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// EndpointSink receives the endpoint set of the served pool. The picker's
+// *registry.Registry is one.
+type EndpointSink interface {
+	// Replace makes the sink hold exactly eps.
+	Replace(eps []registry.Endpoint)
+	// MarkSynced records that the sink reflects the API server's view.
+	MarkSynced()
+}
+
+var _ EndpointSink = (*registry.Registry)(nil)
+
+// Reasons of the Events recorded on the served pool.
+const (
+	// ReasonEndpointsChanged: the number of ready endpoints changed and is
+	// not zero.
+	ReasonEndpointsChanged = "EndpointsChanged"
+	// ReasonNoReadyEndpoints: no endpoint of the pool is ready; every request
+	// through the pool will fail until one is.
+	ReasonNoReadyEndpoints = "NoReadyEndpoints"
+	// ReasonInvalidSelector: the pool's selector cannot be used.
+	ReasonInvalidSelector = "InvalidSelector"
+)
+
+// Log verbosity of the reconciler's messages.
+const (
+	logChanges = 2 // the pool appeared, went away or became unusable
+	logSyncs   = 4 // every completed sync
+)
+
+// PoolReconciler syncs the served pool's ready endpoints into a sink.
+//
+// The controller runs with a single worker and one request key, so reconciles
+// never overlap and the fields below need no lock.
+type PoolReconciler struct {
+	reader   client.Reader
+	sink     EndpointSink
+	recorder record.EventRecorder
+	pool     types.NamespacedName
+
+	// reported is the endpoint count last announced in an Event, or -1 when
+	// nothing was announced for the current pool object.
+	reported int
+	// invalid is the selector error last announced, or "".
+	invalid string
+}
+
+// +kubebuilder:rbac:groups="",namespace=inferpick-system,resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=inference.networking.k8s.io,namespace=inferpick-system,resources=inferencepools,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=inferpick-system,resources=events,verbs=create;patch
+
+// Reconcile lists the pool's ready Pods from the cache and replaces the sink's
+// endpoints with them. A missing pool empties the sink.
+func (r *PoolReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+
+	pool := &inferencev1.InferencePool{}
+	if err := r.reader.Get(ctx, r.pool, pool); err != nil {
+		if err := client.IgnoreNotFound(err); err != nil {
+			return ctrl.Result{}, fmt.Errorf("get pool %s: %w", r.pool, err)
+		}
+		log.V(logChanges).Info("Pool not found; serving no endpoints", "pool", r.pool)
+		r.clear()
+		return ctrl.Result{}, nil
+	}
+	if !pool.DeletionTimestamp.IsZero() {
+		log.V(logChanges).Info("Pool is being deleted; serving no endpoints", "pool", klog.KObj(pool))
+		r.clear()
+		return ctrl.Result{}, nil
+	}
+
+	sel, err := selectorOf(pool)
+	if err != nil {
+		r.sink.Replace(nil)
+		r.sink.MarkSynced()
+		r.reported = -1
+		if r.invalid != err.Error() {
+			r.invalid = err.Error()
+			r.recorder.Eventf(pool, corev1.EventTypeWarning, ReasonInvalidSelector,
+				"Selecting no pods: %v", err)
+		}
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	}
+	r.invalid = ""
+
+	pods := &corev1.PodList{}
+	if err := r.reader.List(ctx, pods, client.InNamespace(pool.Namespace),
+		client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list pods of pool %s: %w", r.pool, err)
+	}
+	eps := endpointsOf(pool, pods.Items)
+	r.sink.Replace(eps)
+	r.sink.MarkSynced()
+	log.V(logSyncs).Info("Synced pool endpoints", "pool", klog.KObj(pool), "endpoints", len(eps))
+	r.report(pool, len(eps))
+	return ctrl.Result{}, nil
+}
+
+// clear empties the sink for an absent pool and forgets what was announced,
+// so a re-created pool gets fresh Events.
+func (r *PoolReconciler) clear() {
+	r.sink.Replace(nil)
+	r.sink.MarkSynced()
+	r.reported = -1
+	r.invalid = ""
+}
+
+// report records an Event when the ready endpoint count differs from the one
+// last announced.
+func (r *PoolReconciler) report(pool *inferencev1.InferencePool, n int) {
+	if n == r.reported {
+		return
+	}
+	was := r.reported
+	r.reported = n
+	switch {
+	case n == 0:
+		r.recorder.Event(pool, corev1.EventTypeWarning, ReasonNoReadyEndpoints,
+			"No ready pod matches the selector; requests to the pool cannot be served")
+	case was < 0:
+		r.recorder.Eventf(pool, corev1.EventTypeNormal, ReasonEndpointsChanged,
+			"%d ready endpoints", n)
+	default:
+		r.recorder.Eventf(pool, corev1.EventTypeNormal, ReasonEndpointsChanged,
+			"%d ready endpoints (was %d)", n, was)
+	}
+}

@@ -1,0 +1,166 @@
+package controllers
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// recordingSink remembers what the reconciler handed it.
+type recordingSink struct {
+	eps    []registry.Endpoint
+	calls  int
+	synced bool
+}
+
+func (s *recordingSink) Replace(eps []registry.Endpoint) { s.eps = eps; s.calls++ }
+func (s *recordingSink) MarkSynced()                     { s.synced = true }
+
+type fixture struct {
+	client   client.Client
+	sink     *recordingSink
+	recorder *record.FakeRecorder
+	r        *PoolReconciler
+}
+
+func newFixture(t *testing.T, objs ...client.Object) *fixture {
+	t.Helper()
+	scheme, err := NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+	f := &fixture{client: c, sink: &recordingSink{}, recorder: record.NewFakeRecorder(16)}
+	f.r = &PoolReconciler{
+		reader:   c,
+		sink:     f.sink,
+		recorder: f.recorder,
+		pool:     types.NamespacedName{Namespace: "ns", Name: "pool"},
+		reported: -1,
+	}
+	return f
+}
+
+// reconcile runs one reconcile and returns the Events it recorded.
+func (f *fixture) reconcile(t *testing.T) ([]string, error) {
+	t.Helper()
+	_, err := f.r.Reconcile(t.Context(), reconcile.Request{NamespacedName: f.r.pool})
+	var got []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			got = append(got, e)
+		default:
+			return got, err
+		}
+	}
+}
+
+func podPtr(p corev1.Pod) *corev1.Pod { return &p }
+
+func TestReconcileMissingPool(t *testing.T) {
+	f := newFixture(t, podPtr(makePod("a").ready().ip("127.0.0.1").obj()))
+	f.sink.eps = []registry.Endpoint{endpoint("old", "old", "127.0.0.9:8000")}
+
+	evs, err := f.reconcile(t)
+	if err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if len(f.sink.eps) != 0 || !f.sink.synced {
+		t.Errorf("sink = %v, synced %v; want empty and synced", f.sink.eps, f.sink.synced)
+	}
+	if len(evs) != 0 {
+		t.Errorf("events = %q, want none for a missing pool", evs)
+	}
+}
+
+func TestReconcileEventsOnlyOnChange(t *testing.T) {
+	pod := podPtr(makePod("a").ready().ip("127.0.0.1").obj())
+	f := newFixture(t, makePool("pool", 8000).obj(), pod)
+
+	steps := []struct {
+		name   string
+		change func(t *testing.T)
+		want   []string
+	}{
+		{name: "first sync announces the count", want: []string{"Normal EndpointsChanged 1 ready endpoints"}},
+		{name: "nothing changed", want: nil},
+		{
+			name: "second pod",
+			change: func(t *testing.T) {
+				create(t, f.client, podPtr(makePod("b").ready().ip("127.0.0.2").obj()))
+			},
+			want: []string{"Normal EndpointsChanged 2 ready endpoints (was 1)"},
+		},
+		{
+			name: "both pods gone",
+			change: func(t *testing.T) {
+				del(t, f.client, pod)
+				del(t, f.client, podPtr(makePod("b").obj()))
+			},
+			want: []string{"Warning NoReadyEndpoints No ready pod matches the selector; requests to the pool cannot be served"},
+		},
+		{name: "still none", want: nil},
+	}
+	for _, s := range steps {
+		if s.change != nil {
+			s.change(t)
+		}
+		got, err := f.reconcile(t)
+		if err != nil {
+			t.Fatalf("%s: Reconcile: %v", s.name, err)
+		}
+		if diff := cmp.Diff(s.want, got); diff != "" {
+			t.Errorf("%s: events (-want +got):\n%s", s.name, diff)
+		}
+	}
+}
+
+func TestReconcileInvalidSelector(t *testing.T) {
+	pool := makePool("pool", 8000).selector(map[string]string{"bad key!": "x"}).obj()
+	f := newFixture(t, pool, podPtr(makePod("a").ready().ip("127.0.0.1").obj()))
+
+	for i := range 2 {
+		evs, err := f.reconcile(t)
+		if !errorsIsTerminal(err) {
+			t.Fatalf("reconcile %d: error = %v, want a terminal error", i, err)
+		}
+		if len(f.sink.eps) != 0 || !f.sink.synced {
+			t.Errorf("reconcile %d: sink = %v, synced %v; want empty and synced", i, f.sink.eps, f.sink.synced)
+		}
+		wantEvents := 0
+		if i == 0 {
+			wantEvents = 1
+		}
+		if len(evs) != wantEvents {
+			t.Errorf("reconcile %d: events = %q, want %d", i, evs, wantEvents)
+		}
+	}
+}
+
+func errorsIsTerminal(err error) bool {
+	return errors.Is(err, reconcile.TerminalError(nil))
+}
+
+func create(t *testing.T, c client.Client, obj client.Object) {
+	t.Helper()
+	if err := c.Create(t.Context(), obj); err != nil {
+		t.Fatalf("create %s: %v", obj.GetName(), err)
+	}
+}
+
+func del(t *testing.T, c client.Client, obj client.Object) {
+	t.Helper()
+	if err := c.Delete(t.Context(), obj); err != nil {
+		t.Fatalf("delete %s: %v", obj.GetName(), err)
+	}
+}

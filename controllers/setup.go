@@ -1,0 +1,125 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	inferencev1 "github.com/inferpick/inferpick/api/v1"
+)
+
+// Name is the controller's name, and the reporting component of its Events.
+const Name = "inferpick"
+
+// PoolReconcilerOptions says which InferencePool the picker serves.
+type PoolReconcilerOptions struct {
+	// Pool is the namespace and name of the served pool.
+	Pool types.NamespacedName
+	// Group is the pool's API group. Empty means inferencev1.GroupName, the
+	// only group served.
+	Group string
+}
+
+// Validate reports what is missing or unsupported in o.
+func (o PoolReconcilerOptions) Validate() error {
+	var errs []error
+	if o.Pool.Name == "" {
+		errs = append(errs, errors.New("pool name is required"))
+	}
+	if o.Pool.Namespace == "" {
+		errs = append(errs, errors.New("pool namespace is required"))
+	}
+	if o.Group != "" && o.Group != inferencev1.GroupName {
+		errs = append(errs, fmt.Errorf("pool group %q is not supported; use %q", o.Group, inferencev1.GroupName))
+	}
+	return errors.Join(errs...)
+}
+
+// NewScheme returns a scheme that knows the built-in Kubernetes types and the
+// InferencePool: what the manager, its cache and its event recorder need.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("add built-in types to scheme: %w", err)
+	}
+	if err := inferencev1.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("add %s to scheme: %w", inferencev1.GroupVersion, err)
+	}
+	return s, nil
+}
+
+// CacheOptions limits the manager's cache to what the reconciler reads: the
+// pool's namespace, and of the InferencePools there only the served one.
+// Managed fields are dropped from cached objects.
+func CacheOptions(pool types.NamespacedName) cache.Options {
+	return cache.Options{
+		DefaultNamespaces: map[string]cache.Config{pool.Namespace: {}},
+		ByObject: map[client.Object]cache.ByObject{
+			&inferencev1.InferencePool{}: {
+				Field: fields.OneTermEqualSelector("metadata.name", pool.Name),
+			},
+		},
+		DefaultTransform: cache.TransformStripManagedFields(),
+	}
+}
+
+// SetupWithManager registers the pool reconciler with mgr. It fills sink from
+// the manager's cache, and records Events on the pool with the manager's
+// recorder. The controller runs on every replica, leader or not: each
+// replica routes requests and needs its own registry.
+func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink EndpointSink) error {
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("pool reconciler options: %w", err)
+	}
+	if sink == nil {
+		return errors.New("pool reconciler: nil endpoint sink")
+	}
+	r := &PoolReconciler{
+		reader: mgr.GetClient(),
+		sink:   sink,
+		// Core Events, not events.k8s.io: the newer recorder folds Events
+		// that differ only in their message into one series that keeps the
+		// first message, which would leave stale endpoint counts on the pool.
+		recorder: mgr.GetEventRecorderFor(Name), //nolint:staticcheck // deliberate: core Events keep each message
+
+		pool:     opts.Pool,
+		reported: -1,
+	}
+	toPool := func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: opts.Pool}}
+	}
+	isPool := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.GetNamespace() == opts.Pool.Namespace && o.GetName() == opts.Pool.Name
+	})
+	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.GetNamespace() == opts.Pool.Namespace
+	})
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named(Name).
+		For(&inferencev1.InferencePool{}, builder.WithPredicates(isPool)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(toPool), builder.WithPredicates(inNamespace)).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: 1,
+			NeedLeaderElection:      ptr.To(false),
+		}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("set up pool reconciler: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,117 @@
+package controller
+
+import (
+	"context"
+	"sort"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/inferpick/inferpick/controllers"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// startPicker runs a manager wired the way cmd/inferpick wires it, serving
+// pool, and returns the registry it fills. The manager stops when the spec
+// ends.
+func startPicker(pool types.NamespacedName) *registry.Registry {
+	GinkgoHelper()
+	scheme, err := controllers.NewScheme()
+	Expect(err).NotTo(HaveOccurred())
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  controllers.CacheOptions(pool),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// Every spec starts its own manager in this process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	reg := registry.New()
+	Expect(controllers.SetupWithManager(mgr, controllers.PoolReconcilerOptions{Pool: pool}, reg)).To(Succeed())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+	DeferCleanup(func() {
+		cancel()
+		Eventually(done).Should(BeClosed())
+	})
+	return reg
+}
+
+// workers lists the registry as "pod@address" strings, sorted.
+func workers(reg *registry.Registry) func() []string {
+	return func() []string {
+		var out []string
+		for _, w := range reg.Workers() {
+			out = append(out, w.Endpoint().Name+"@"+w.Address())
+		}
+		sort.Strings(out)
+		return out
+	}
+}
+
+// workerAt returns the worker at addr, or nil.
+func workerAt(reg *registry.Registry, addr string) func() *registry.Worker {
+	return func() *registry.Worker {
+		for _, w := range reg.Workers() {
+			if w.Address() == addr {
+				return w
+			}
+		}
+		return nil
+	}
+}
+
+// poolEvents returns "type reason" of the Events recorded on the pool, once
+// per occurrence (repeated Events are one object with a count).
+func poolEvents(ctx context.Context, pool types.NamespacedName) func(Gomega) []string {
+	return func(g Gomega) []string {
+		var list corev1.EventList
+		g.Expect(env.Client.List(ctx, &list, client.InNamespace(pool.Namespace))).To(Succeed())
+		var out []string
+		for _, e := range list.Items {
+			if e.InvolvedObject.Kind != "InferencePool" || e.InvolvedObject.Name != pool.Name {
+				continue
+			}
+			for range max(e.Count, 1) {
+				out = append(out, e.Type+" "+e.Reason)
+			}
+		}
+		return out
+	}
+}
+
+// updateStatus writes pod's status the way a kubelet does, through the
+// status subresource.
+func updateStatus(ctx context.Context, pod *corev1.Pod, set func(*corev1.Pod)) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		set(pod)
+		g.Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
+	}).Should(Succeed())
+}
+
+// update changes an object through a read-modify-write that retries on
+// conflicts.
+func update[T client.Object](ctx context.Context, obj T, change func(T)) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		change(obj)
+		g.Expect(env.Client.Update(ctx, obj)).To(Succeed())
+	}).Should(Succeed())
+}

@@ -1,0 +1,223 @@
+package controller
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	inferencev1 "github.com/inferpick/inferpick/api/v1"
+	"github.com/inferpick/inferpick/controllers"
+	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/test/integration/framework"
+)
+
+var _ = Describe("Pool controller", func() {
+	var (
+		ns      string
+		poolKey types.NamespacedName
+	)
+
+	BeforeEach(func(ctx SpecContext) {
+		n, err := env.CreateNamespace(ctx, "pool")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(env.DeleteNamespace(ctx, n)).To(Succeed())
+		})
+		ns = n.Name
+		poolKey = types.NamespacedName{Namespace: ns, Name: "pool"}
+	})
+
+	// readyPod creates a pod and reports it ready at ip.
+	readyPod := func(ctx SpecContext, pod *corev1.Pod, ip string) *corev1.Pod {
+		GinkgoHelper()
+		Expect(env.Client.Create(ctx, pod)).To(Succeed())
+		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetReady(p, ip) })
+		return pod
+	}
+
+	It("marks the registry synced when the pool does not exist", func() {
+		reg := startPicker(poolKey)
+		Eventually(reg.Synced).Should(BeTrue())
+		Expect(reg.Len()).To(BeZero())
+	})
+
+	It("adds a pod when it becomes ready and removes it when it stops being ready or is deleted", func(ctx SpecContext) {
+		reg := startPicker(poolKey)
+		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
+		pod := framework.MakePod(ns, "vllm-0").Obj()
+		Expect(env.Client.Create(ctx, pod)).To(Succeed())
+
+		By("a pod that is not ready yet")
+		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetNotReady(p, "127.0.0.1") })
+		Eventually(reg.Synced).Should(BeTrue())
+		Consistently(workers(reg)).Should(BeEmpty())
+
+		By("the pod becomes ready")
+		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetReady(p, "127.0.0.1") })
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
+		w := workerAt(reg, "127.0.0.1:8000")()
+		Expect(w.Endpoint()).To(Equal(registry.Endpoint{
+			Key:       registry.Key{UID: string(pod.UID), Port: 8000},
+			Namespace: ns,
+			Name:      "vllm-0",
+			Address:   w.Endpoint().Address,
+		}))
+
+		By("the pod fails its readiness probe")
+		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetNotReady(p, "127.0.0.1") })
+		Eventually(workers(reg)).Should(BeEmpty())
+		Expect(w.Removed()).To(BeTrue())
+
+		By("ready again, then deleted: gone while it is still terminating")
+		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetReady(p, "127.0.0.1") })
+		Eventually(workers(reg)).Should(HaveLen(1))
+		Expect(env.Client.Delete(ctx, pod)).To(Succeed())
+		Eventually(workers(reg)).Should(BeEmpty())
+		Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		Expect(pod.DeletionTimestamp).NotTo(BeNil(), "a bound pod waits for its kubelet before it is removed")
+	})
+
+	It("treats a pod re-created at the same address as a new worker that old guards cannot touch", func(ctx SpecContext) {
+		reg := startPicker(poolKey)
+		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
+		first := readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.5")
+		Eventually(workerAt(reg, "127.0.0.5:8000")).ShouldNot(BeNil())
+		old := workerAt(reg, "127.0.0.5:8000")()
+		guard := old.Admit()
+		Expect(old.InFlight()).To(Equal(int64(1)))
+
+		By("deleting the pod for good and creating it again with the same name and IP")
+		Expect(env.Client.Delete(ctx, first, client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(workers(reg)).Should(BeEmpty())
+		second := readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.5")
+		Expect(second.UID).NotTo(Equal(first.UID))
+		Eventually(workerAt(reg, "127.0.0.5:8000")).ShouldNot(BeNil())
+		fresh := workerAt(reg, "127.0.0.5:8000")()
+
+		Expect(fresh).NotTo(BeIdenticalTo(old))
+		Expect(fresh.ID()).NotTo(Equal(old.ID()))
+		Expect(fresh.Endpoint().Key.UID).To(Equal(string(second.UID)))
+		Expect(fresh.InFlight()).To(BeZero())
+		Expect(old.Removed()).To(BeTrue())
+
+		By("the request admitted on the old pod finishing")
+		phase, released := guard.Release()
+		Expect(released).To(BeTrue())
+		Expect(phase).To(Equal(registry.Prefill))
+		Expect(old.InFlight()).To(BeZero())
+		Expect(fresh.InFlight()).To(BeZero())
+	})
+
+	It("removes a pod whose labels stop matching", func(ctx SpecContext) {
+		reg := startPicker(poolKey)
+		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
+		pod := readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
+		Eventually(workers(reg)).Should(HaveLen(1))
+
+		update(ctx, pod, func(p *corev1.Pod) { p.Labels = map[string]string{"app": "other"} })
+		Eventually(workers(reg)).Should(BeEmpty())
+	})
+
+	It("resyncs when the pool's selector changes", func(ctx SpecContext) {
+		reg := startPicker(poolKey)
+		pool := framework.MakePool(ns, "pool").Ports(8000).Obj()
+		Expect(env.Client.Create(ctx, pool)).To(Succeed())
+		readyPod(ctx, framework.MakePod(ns, "llama").Labels(map[string]string{"model": "llama"}).Obj(), "127.0.0.1")
+		readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.2")
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.2:8000"}))
+
+		update(ctx, pool, func(p *inferencev1.InferencePool) {
+			p.Spec.Selector = framework.MakePool(ns, "pool").Selector(map[string]string{"model": "llama"}).Spec.Selector
+		})
+		Eventually(workers(reg)).Should(Equal([]string{"llama@127.0.0.1:8000"}))
+	})
+
+	It("resyncs when the target port changes", func(ctx SpecContext) {
+		reg := startPicker(poolKey)
+		pool := framework.MakePool(ns, "pool").Ports(8000).Obj()
+		Expect(env.Client.Create(ctx, pool)).To(Succeed())
+		readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
+		old := workerAt(reg, "127.0.0.1:8000")()
+
+		update(ctx, pool, func(p *inferencev1.InferencePool) {
+			p.Spec.TargetPorts = framework.MakePool(ns, "pool").Ports(8001).Spec.TargetPorts
+		})
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8001"}))
+		Expect(workerAt(reg, "127.0.0.1:8001")().Endpoint().Key.Port).To(Equal(int32(8001)))
+		Expect(old.Removed()).To(BeTrue())
+	})
+
+	It("gives each pod one endpoint per target port", func(ctx SpecContext) {
+		reg := startPicker(poolKey)
+		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000, 8001).Obj())).To(Succeed())
+		readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
+		readyPod(ctx, framework.MakePod(ns, "vllm-1").Obj(), "127.0.0.2")
+		Eventually(workers(reg)).Should(Equal([]string{
+			"vllm-0@127.0.0.1:8000", "vllm-0@127.0.0.1:8001",
+			"vllm-1@127.0.0.2:8000", "vllm-1@127.0.0.2:8001",
+		}))
+	})
+
+	It("ignores matching pods in other namespaces and other pools", func(ctx SpecContext) {
+		reg := startPicker(poolKey)
+		other, err := env.CreateNamespace(ctx, "other")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) { Expect(env.DeleteNamespace(ctx, other)).To(Succeed()) })
+
+		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
+		Expect(env.Client.Create(ctx, framework.MakePool(ns, "another-pool").Ports(9000).Obj())).To(Succeed())
+		readyPod(ctx, framework.MakePod(other.Name, "elsewhere").Obj(), "127.0.0.9")
+		readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
+		Consistently(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
+	})
+
+	It("empties the registry when the pool is deleted, and fills it when the pool returns", func(ctx SpecContext) {
+		reg := startPicker(poolKey)
+		pool := framework.MakePool(ns, "pool").Ports(8000).Obj()
+		Expect(env.Client.Create(ctx, pool)).To(Succeed())
+		readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
+		Eventually(workers(reg)).Should(HaveLen(1))
+
+		Expect(env.Client.Delete(ctx, pool)).To(Succeed())
+		Eventually(workers(reg)).Should(BeEmpty())
+		Expect(reg.Synced()).To(BeTrue())
+
+		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
+	})
+
+	It("records Events on the pool when the ready endpoints change", func(ctx SpecContext) {
+		startPicker(poolKey)
+		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
+		Eventually(poolEvents(ctx, poolKey)).Should(ConsistOf("Warning " + controllers.ReasonNoReadyEndpoints))
+
+		pod := readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
+		Eventually(poolEvents(ctx, poolKey)).Should(ContainElement("Normal " + controllers.ReasonEndpointsChanged))
+
+		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetNotReady(p, "127.0.0.1") })
+		Eventually(func(g Gomega) int {
+			n := 0
+			for _, e := range poolEvents(ctx, poolKey)(g) {
+				if e == "Warning "+controllers.ReasonNoReadyEndpoints {
+					n++
+				}
+			}
+			return n
+		}).Should(Equal(2))
+	})
+
+	It("selects nothing and warns when a selector key is invalid", func(ctx SpecContext) {
+		reg := startPicker(poolKey)
+		readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
+		bad := framework.MakePool(ns, "pool").Ports(8000).Selector(map[string]string{"bad key!": "vllm"}).Obj()
+		Expect(env.Client.Create(ctx, bad)).To(Succeed())
+
+		Eventually(poolEvents(ctx, poolKey)).Should(ContainElement("Warning " + controllers.ReasonInvalidSelector))
+		Expect(reg.Synced()).To(BeTrue())
+		Expect(workers(reg)()).To(BeEmpty())
+	})
+})

@@ -1,0 +1,31 @@
+// Package controller runs the pool reconciler in a real manager against a
+// real API server and checks what reaches the picker's worker registry.
+package controller
+
+import (
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/inferpick/inferpick/test/integration/framework"
+)
+
+var env *framework.Env
+
+func TestController(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Pool Controller Suite")
+}
+
+var _ = BeforeSuite(func() {
+	ctrl.SetLogger(GinkgoLogr)
+	var err error
+	env, err = framework.Start()
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var _ = AfterSuite(func() {
+	Expect(env.Stop()).To(Succeed())
+})
