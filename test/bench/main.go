@@ -50,7 +50,7 @@ func (o options) want(part string) bool {
 
 func run(ctx context.Context, o options) error {
 	started := time.Now()
-	rep := &report{started: started, machine: describeMachine(), command: strings.Join(os.Args, " ")}
+	rep := &report{started: started, machine: describeMachine(), command: strings.Join(append([]string{"go run ./test/bench"}, os.Args[1:]...), " ")}
 	bindir, err := os.MkdirTemp("", "inferpick-bench-bin-")
 	if err != nil {
 		return err

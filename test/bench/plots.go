@@ -117,7 +117,7 @@ func (r *report) burstPlot() (*plot.Plot, error) {
 	p.Title.Text = "Burst of 64 requests on one prefix: busiest pod vs mean pod (solid max, dashed mean)"
 	p.X.Label.Text = "simulated seconds since the run started"
 	p.Y.Label.Text = "requests in flight (picker's count)"
-	p.Legend.Top = true
+	p.Legend.Top, p.Legend.Left = true, true
 	for i, pol := range r.policyLabels() {
 		res := r.find(pol, "burst")
 		if res == nil || len(res.Load) == 0 {

@@ -34,9 +34,14 @@ func (r *report) verdicts() []verdict {
 	out = append(out, v)
 
 	v = verdict{target: "prefix index ≤ 32 bytes per indexed block"}
-	if g, ok := r.bench("BenchmarkIndexMemory"); ok {
-		bpb := g.Median["B/block"]
-		v.known, v.met, v.observed = true, bpb <= 32, fmt.Sprintf("%.1f B/block", bpb)
+	// The worst of the index sizes the benchmark tries.
+	for _, g := range r.gobench {
+		if bpb, ok := g.Median["B/block"]; ok && strings.HasPrefix(g.Name, "BenchmarkIndexMemory") {
+			if !v.known || bpb > 32 || !v.met {
+				v.known, v.met = true, bpb <= 32
+				v.observed = fmt.Sprintf("%.1f B/block (`%s`)", bpb, g.Name)
+			}
+		}
 	}
 	out = append(out, v)
 
