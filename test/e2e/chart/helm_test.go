@@ -1,0 +1,212 @@
+// Package chart tests the Helm chart in charts/inferpick with the helm CLI:
+// lint, rendered manifests against golden files, the values schema, and the
+// rendered objects decoded strictly into their API types.
+//
+// The helm binary comes from $HELM, else bin/helm (make helm).
+package chart
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current chart")
+
+const (
+	repoRoot  = "../../.."
+	release   = "llama"
+	namespace = "serving"
+	// kubeVersion is the Kubernetes version the chart is rendered for.
+	kubeVersion = "1.36.3"
+)
+
+var chartDir = filepath.Join(repoRoot, "charts", "inferpick")
+
+// helmPath returns the helm binary to run, failing the test when there is none.
+func helmPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("HELM"); p != "" {
+		return p
+	}
+	p, err := filepath.Abs(filepath.Join(repoRoot, "bin", "helm"))
+	if err != nil {
+		t.Fatalf("resolve bin/helm: %v", err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("no helm binary: set $HELM or run `make helm` (%v)", err)
+	}
+	return p
+}
+
+// helm runs the helm CLI with a scratch home, so no user configuration or
+// repository cache takes part, and returns stdout and stderr.
+func helm(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	home := t.TempDir()
+	cmd := exec.CommandContext(t.Context(), helmPath(t), args...)
+	cmd.Env = append(os.Environ(),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+		"KUBECONFIG="+filepath.Join(home, "no-kubeconfig"),
+	)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// render runs `helm template` for the release with the given values files
+// (under testdata/values) and --set arguments.
+func render(t *testing.T, valuesFiles []string, sets ...string) (string, string, error) {
+	t.Helper()
+	args := []string{"template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion}
+	for _, f := range valuesFiles {
+		args = append(args, "--values", filepath.Join("testdata", "values", f))
+	}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	return helm(t, args...)
+}
+
+// cases are the value sets every rendering test covers; each has a golden
+// file testdata/<name>.golden.
+var cases = map[string][]string{
+	"default":       nil,
+	"ha":            {"ha.yaml"},
+	"httproute":     {"httproute.yaml"},
+	"existing-pool": {"existing-pool.yaml"},
+	"tls-secret":    {"tls-secret.yaml"},
+}
+
+func TestLint(t *testing.T) {
+	for name, files := range cases {
+		t.Run(name, func(t *testing.T) {
+			args := []string{"lint", chartDir, "--strict", "--namespace", namespace, "--kube-version", kubeVersion}
+			for _, f := range files {
+				args = append(args, "--values", filepath.Join("testdata", "values", f))
+			}
+			out, errOut, err := helm(t, args...)
+			if err != nil {
+				t.Fatalf("helm lint: %v\n%s%s", err, out, errOut)
+			}
+		})
+	}
+}
+
+func TestTemplateGolden(t *testing.T) {
+	for name, files := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, errOut, err := render(t, files)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, errOut)
+			}
+			golden := filepath.Join("testdata", name+".golden")
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("read golden file (run with -update to create it): %v", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("rendered chart differs from %s (-want +got); run `go test ./test/e2e/chart -update` after an intended change:\n%s",
+					golden, diff)
+			}
+		})
+	}
+}
+
+// TestBadValues checks that the schema rejects wrong values before anything
+// is rendered, with a message that names the offending key.
+func TestBadValues(t *testing.T) {
+	tests := map[string]struct {
+		sets []string
+		want []string
+	}{
+		"zero replicas": {
+			sets: []string{"replicas=0"},
+			want: []string{"replicas", "minimum"},
+		},
+		"unknown failure mode": {
+			sets: []string{"pool.failureMode=FailSometimes"},
+			want: []string{"failureMode", "FailClose", "FailOpen"},
+		},
+		"misspelled key": {
+			sets: []string{"pool.targetPort=8000"},
+			want: []string{"targetPort", "additional properties"},
+		},
+		"port out of range": {
+			sets: []string{"pool.targetPorts={8000,70000}"},
+			want: []string{"targetPorts", "maximum"},
+		},
+		"duplicate ports": {
+			sets: []string{"pool.targetPorts={8000,8000}"},
+			want: []string{"targetPorts", "equal"},
+		},
+		"route without gateway": {
+			sets: []string{"httpRoute.enabled=true"},
+			want: []string{"httpRoute", "gateway", "name"},
+		},
+		"unknown policy": {
+			sets: []string{"picker.config.name=fastest"},
+			want: []string{"picker", "config", "name", "cache-aware"},
+		},
+		"misspelled policy field": {
+			sets: []string{"picker.config.cacheAware.matchThreshhold=0.5"},
+			want: []string{"cacheAware", "matchThreshhold", "additional properties"},
+		},
+		"bad duration": {
+			sets: []string{"picker.refreshMetricsInterval=fast"},
+			want: []string{"refreshMetricsInterval"},
+		},
+		"empty selector": {
+			sets: []string{"pool.selector.matchLabels=null"},
+			want: []string{"matchLabels"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, errOut, err := render(t, nil, tc.sets...)
+			if err == nil {
+				t.Fatalf("helm template accepted %v; rendered:\n%s", tc.sets, out)
+			}
+			if !strings.Contains(errOut, "values don't meet the specifications of the schema") {
+				t.Errorf("error is not a schema violation:\n%s", errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("error does not mention %q:\n%s", w, errOut)
+				}
+			}
+		})
+	}
+}
+
+// TestCRDCopy checks that the chart installs exactly the CRD generated from
+// api/v1.
+func TestCRDCopy(t *testing.T) {
+	const file = "inference.networking.k8s.io_inferencepools.yaml"
+	generated, err := os.ReadFile(filepath.Join(repoRoot, "config", "crd", "bases", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inChart, err := os.ReadFile(filepath.Join(chartDir, "crds", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(generated), string(inChart)); diff != "" {
+		t.Errorf("charts/inferpick/crds/%s differs from config/crd/bases (-want +got); run `make chart-crds`:\n%s", file, diff)
+	}
+}

@@ -1,0 +1,419 @@
+package chart
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	"sigs.k8s.io/yaml"
+
+	inferencev1 "github.com/inferpick/inferpick/api/v1"
+	"github.com/inferpick/inferpick/picker/policy"
+)
+
+// manifest is one rendered chart, split into objects.
+type manifest struct {
+	docs []*unstructured.Unstructured
+}
+
+// parseManifest splits helm's output into objects, skipping empty documents.
+func parseManifest(t *testing.T, out string) manifest {
+	t.Helper()
+	var m manifest
+	for doc := range strings.SplitSeq(out, "\n---\n") {
+		doc = strings.TrimPrefix(doc, "---\n")
+		if strings.TrimSpace(stripComments(doc)) == "" {
+			continue
+		}
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatalf("rendered document is not YAML: %v\n%s", err, doc)
+		}
+		m.docs = append(m.docs, u)
+	}
+	return m
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+// kinds lists the objects as Kind/name, sorted.
+func (m manifest) kinds() []string {
+	var ks []string
+	for _, u := range m.docs {
+		ks = append(ks, u.GetKind()+"/"+u.GetName())
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// decode finds the only object of kind and decodes it strictly into into, so
+// a misspelled field in a template fails the test.
+func (m manifest) decode(t *testing.T, kind string, into any) bool {
+	t.Helper()
+	var found []*unstructured.Unstructured
+	for _, u := range m.docs {
+		if u.GetKind() == kind {
+			found = append(found, u)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return false
+	case 1:
+	default:
+		t.Fatalf("%d objects of kind %s, want one", len(found), kind)
+	}
+	raw, err := yaml.Marshal(found[0].Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(raw, into); err != nil {
+		t.Fatalf("%s does not decode strictly: %v\n%s", kind, err, raw)
+	}
+	return true
+}
+
+// decodeAll decodes every object of kind strictly, keyed by name.
+func decodeAll[T any](t *testing.T, m manifest, kind string) map[string]*T {
+	t.Helper()
+	out := map[string]*T{}
+	for _, u := range m.docs {
+		if u.GetKind() != kind {
+			continue
+		}
+		raw, err := yaml.Marshal(u.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := new(T)
+		if err := yaml.UnmarshalStrict(raw, v); err != nil {
+			t.Fatalf("%s/%s does not decode strictly: %v", kind, u.GetName(), err)
+		}
+		out[u.GetName()] = v
+	}
+	return out
+}
+
+func TestRenderedObjects(t *testing.T) {
+	const fullname = "llama-inferpick"
+	tests := map[string]struct {
+		kinds []string
+		// args the picker container must have, and must not have.
+		args, noArgs []string
+		// pool is the --pool-name; poolPorts the InferencePool's targetPorts
+		// when the chart creates it.
+		pool      string
+		poolPorts []int32
+	}{
+		"default": {
+			kinds: []string{
+				"ClusterRole/serving-llama-inferpick-auth",
+				"ClusterRole/serving-llama-inferpick-metrics-reader",
+				"ClusterRoleBinding/serving-llama-inferpick-auth",
+				"ConfigMap/" + fullname,
+				"Deployment/" + fullname,
+				"InferencePool/llama",
+				"Role/" + fullname,
+				"RoleBinding/" + fullname,
+				"Service/" + fullname,
+				"ServiceAccount/" + fullname,
+			},
+			args: []string{"--pool-name=llama", "--secure-serving=true", "--metrics-endpoint-auth=true",
+				"--config-file=/etc/inferpick/config/config.yaml", "--drain-timeout=30s"},
+			noArgs:    []string{"--ha-enable-leader-election", "--cert-path", "--policy", "--max-request-body-bytes"},
+			pool:      "llama",
+			poolPorts: []int32{8000},
+		},
+		"ha": {
+			kinds: []string{
+				"ClusterRole/serving-llama-inferpick-auth",
+				"ClusterRole/serving-llama-inferpick-metrics-reader",
+				"ClusterRoleBinding/serving-llama-inferpick-auth",
+				"ConfigMap/" + fullname,
+				"Deployment/" + fullname,
+				"InferencePool/llama",
+				"Role/" + fullname,
+				"Role/" + fullname + "-leader-election",
+				"RoleBinding/" + fullname,
+				"RoleBinding/" + fullname + "-leader-election",
+				"Service/" + fullname,
+				"ServiceAccount/" + fullname,
+			},
+			args:      []string{"--ha-enable-leader-election", "--fallbacks=1", "-v=2"},
+			pool:      "llama",
+			poolPorts: []int32{8000},
+		},
+		"httproute": {
+			kinds: []string{
+				"ClusterRole/serving-llama-inferpick-auth",
+				"ClusterRole/serving-llama-inferpick-metrics-reader",
+				"ClusterRoleBinding/serving-llama-inferpick-auth",
+				"ConfigMap/" + fullname,
+				"Deployment/" + fullname,
+				"HTTPRoute/llama",
+				"InferencePool/llama",
+				"Role/" + fullname,
+				"RoleBinding/" + fullname,
+				"Service/" + fullname,
+				"ServiceAccount/" + fullname,
+				"ServiceMonitor/" + fullname,
+			},
+			noArgs:    []string{"--ha-enable-leader-election"},
+			pool:      "llama",
+			poolPorts: []int32{8000, 8001},
+		},
+		"existing-pool": {
+			kinds: []string{
+				"ConfigMap/" + fullname,
+				"Deployment/" + fullname,
+				"Role/" + fullname,
+				"RoleBinding/" + fullname,
+				"Service/" + fullname,
+				"ServiceAccount/shared-picker",
+				"ServiceMonitor/" + fullname,
+			},
+			args: []string{"--pool-name=shared-pool", "--metrics-endpoint-auth=false", "--policy=least-load",
+				"--model-server-metrics-port=9400", "--model-server-metrics-path=/v1/metrics",
+				"--max-request-body-bytes=4194304"},
+			pool: "shared-pool",
+		},
+		"tls-secret": {
+			kinds: []string{
+				"ClusterRole/serving-llama-inferpick-auth",
+				"ClusterRole/serving-llama-inferpick-metrics-reader",
+				"ClusterRoleBinding/serving-llama-inferpick-auth",
+				"ConfigMap/" + fullname,
+				"Deployment/" + fullname,
+				"InferencePool/llama",
+				"Role/" + fullname,
+				"RoleBinding/" + fullname,
+				"Service/" + fullname,
+				"ServiceAccount/" + fullname,
+			},
+			args:      []string{"--cert-path=/etc/inferpick/tls", "--drain-timeout=45s", "--vmodule=server=4"},
+			pool:      "llama",
+			poolPorts: []int32{8000},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, errOut, err := render(t, cases[name])
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, errOut)
+			}
+			m := parseManifest(t, out)
+			if diff := cmp.Diff(tc.kinds, m.kinds()); diff != "" {
+				t.Errorf("rendered objects (-want +got):\n%s", diff)
+			}
+
+			var dep appsv1.Deployment
+			if !m.decode(t, "Deployment", &dep) {
+				t.Fatal("no Deployment")
+			}
+			c := dep.Spec.Template.Spec.Containers[0]
+			for _, a := range tc.args {
+				if !slices.Contains(c.Args, a) {
+					t.Errorf("picker args %q lack %q", c.Args, a)
+				}
+			}
+			for _, a := range tc.noArgs {
+				if slices.ContainsFunc(c.Args, func(s string) bool { return strings.HasPrefix(s, a) }) {
+					t.Errorf("picker args %q have %q", c.Args, a)
+				}
+			}
+			checkPodHardening(t, &dep)
+
+			var svc corev1.Service
+			if !m.decode(t, "Service", &svc) {
+				t.Fatal("no Service")
+			}
+			checkService(t, &svc, &dep)
+
+			var cm corev1.ConfigMap
+			if !m.decode(t, "ConfigMap", &cm) {
+				t.Fatal("no ConfigMap")
+			}
+			checkPolicyConfig(t, cm.Data["config.yaml"])
+
+			var pool inferencev1.InferencePool
+			if m.decode(t, "InferencePool", &pool) {
+				checkPool(t, &pool, &svc, tc.pool, tc.poolPorts)
+			} else if tc.poolPorts != nil {
+				t.Error("no InferencePool")
+			}
+
+			var route gatewayv1.HTTPRoute
+			if m.decode(t, "HTTPRoute", &route) {
+				checkRoute(t, &route, tc.pool)
+			}
+			checkBindings(t, m, dep.Spec.Template.Spec.ServiceAccountName)
+		})
+	}
+}
+
+func checkPodHardening(t *testing.T, dep *appsv1.Deployment) {
+	t.Helper()
+	pod := dep.Spec.Template.Spec
+	c := pod.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil {
+		t.Fatal("container has no securityContext")
+	}
+	hardened := sc.RunAsNonRoot != nil && *sc.RunAsNonRoot &&
+		sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem &&
+		sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation &&
+		sc.Capabilities != nil && slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) &&
+		sc.SeccompProfile != nil && sc.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault
+	if !hardened {
+		t.Errorf("container securityContext is not hardened: %+v", sc)
+	}
+	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+		if p == nil || p.GRPC == nil || p.GRPC.Port != 9003 {
+			t.Fatalf("probe is not gRPC on 9003: %+v", p)
+		}
+	}
+	if got := *c.LivenessProbe.GRPC.Service + "," + *c.ReadinessProbe.GRPC.Service; got != "liveness,readiness" {
+		t.Errorf("probe services = %s, want liveness,readiness", got)
+	}
+	var ns *corev1.EnvVar
+	for i := range c.Env {
+		if c.Env[i].Name == "NAMESPACE" {
+			ns = &c.Env[i]
+		}
+	}
+	if ns == nil || ns.ValueFrom == nil || ns.ValueFrom.FieldRef == nil || ns.ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
+		t.Errorf("NAMESPACE does not come from the downward API: %+v", ns)
+	}
+	if pod.ServiceAccountName == "" {
+		t.Error("pod has no serviceAccountName")
+	}
+}
+
+func checkService(t *testing.T, svc *corev1.Service, dep *appsv1.Deployment) {
+	t.Helper()
+	if diff := cmp.Diff(dep.Spec.Selector.MatchLabels, svc.Spec.Selector); diff != "" {
+		t.Errorf("Service selector differs from the Deployment's (-deployment +service):\n%s", diff)
+	}
+	containerPorts := map[string]int32{}
+	for _, p := range dep.Spec.Template.Spec.Containers[0].Ports {
+		containerPorts[p.Name] = p.ContainerPort
+	}
+	for _, p := range svc.Spec.Ports {
+		if _, ok := containerPorts[p.TargetPort.StrVal]; !ok {
+			t.Errorf("Service port %s targets %q, which the container does not name", p.Name, p.TargetPort.StrVal)
+		}
+	}
+	grpc := servicePort(svc, "grpc")
+	if grpc == nil || grpc.AppProtocol == nil || *grpc.AppProtocol != "http2" {
+		t.Errorf("Service grpc port is not appProtocol http2: %+v", grpc)
+	}
+}
+
+func servicePort(svc *corev1.Service, name string) *corev1.ServicePort {
+	for i := range svc.Spec.Ports {
+		if svc.Spec.Ports[i].Name == name {
+			return &svc.Spec.Ports[i]
+		}
+	}
+	return nil
+}
+
+// checkPolicyConfig reads the ConfigMap's file the way --config-file does:
+// strictly, then defaulted and validated.
+func checkPolicyConfig(t *testing.T, doc string) {
+	t.Helper()
+	var fc struct {
+		Policy policy.Config `json:"policy"`
+	}
+	if err := yaml.UnmarshalStrict([]byte(doc), &fc); err != nil {
+		t.Fatalf("config.yaml is not a valid --config-file: %v\n%s", err, doc)
+	}
+	if err := fc.Policy.Default().Validate(); err != nil {
+		t.Errorf("config.yaml policy is invalid: %v", err)
+	}
+}
+
+func checkPool(t *testing.T, pool *inferencev1.InferencePool, svc *corev1.Service, name string, ports []int32) {
+	t.Helper()
+	if pool.Name != name {
+		t.Errorf("pool name = %q, want %q", pool.Name, name)
+	}
+	var got []int32
+	for _, p := range pool.Spec.TargetPorts {
+		got = append(got, int32(p.Number))
+	}
+	if diff := cmp.Diff(ports, got); diff != "" {
+		t.Errorf("pool targetPorts (-want +got):\n%s", diff)
+	}
+	ref := pool.Spec.EndpointPickerRef
+	grpc := servicePort(svc, "grpc")
+	if ref == nil || string(ref.Name) != svc.Name || ref.Port == nil || grpc == nil || int32(ref.Port.Number) != grpc.Port {
+		t.Errorf("endpointPickerRef %+v does not point at Service %s port grpc", ref, svc.Name)
+	}
+}
+
+func checkRoute(t *testing.T, route *gatewayv1.HTTPRoute, pool string) {
+	t.Helper()
+	var refs []string
+	for _, r := range route.Spec.Rules {
+		for _, b := range r.BackendRefs {
+			refs = append(refs, fmt.Sprintf("%s/%s/%s", ptrOr(b.Group), ptrOr(b.Kind), b.Name))
+		}
+	}
+	want := []string{"inference.networking.k8s.io/InferencePool/" + pool}
+	if diff := cmp.Diff(want, refs); diff != "" {
+		t.Errorf("HTTPRoute backendRefs (-want +got):\n%s", diff)
+	}
+}
+
+func ptrOr[T ~string](p *T) string {
+	if p == nil {
+		return ""
+	}
+	return string(*p)
+}
+
+// checkBindings checks that every binding grants a role of this release to
+// the picker's ServiceAccount and to nobody else.
+func checkBindings(t *testing.T, m manifest, sa string) {
+	t.Helper()
+	roles := decodeAll[rbacv1.Role](t, m, "Role")
+	clusterRoles := decodeAll[rbacv1.ClusterRole](t, m, "ClusterRole")
+	check := func(kind, name string, ref rbacv1.RoleRef, subjects []rbacv1.Subject) {
+		want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}}
+		if diff := cmp.Diff(want, subjects); diff != "" {
+			t.Errorf("%s %s subjects (-want +got):\n%s", kind, name, diff)
+		}
+		switch ref.Kind {
+		case "Role":
+			if roles[ref.Name] == nil {
+				t.Errorf("%s %s binds Role %s, which the chart does not render", kind, name, ref.Name)
+			}
+		case "ClusterRole":
+			if clusterRoles[ref.Name] == nil {
+				t.Errorf("%s %s binds ClusterRole %s, which the chart does not render", kind, name, ref.Name)
+			}
+		}
+	}
+	for name, b := range decodeAll[rbacv1.RoleBinding](t, m, "RoleBinding") {
+		check("RoleBinding", name, b.RoleRef, b.Subjects)
+	}
+	for name, b := range decodeAll[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding") {
+		check("ClusterRoleBinding", name, b.RoleRef, b.Subjects)
+	}
+}
