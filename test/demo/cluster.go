@@ -47,6 +47,15 @@ func startCluster(c config) (*cluster, error) {
 		ControlPlaneStartTimeout: c.StartDeadline,
 		ControlPlaneStopTimeout:  20 * time.Second,
 	}
+	if shimsSupported {
+		paths, err := prepareShims(filepath.Join(c.WorkDir, "shim"), c.ControlPlaneDir)
+		if err != nil {
+			return nil, err
+		}
+		env.ControlPlane.Etcd = &envtest.Etcd{Path: paths["etcd"]}
+		env.ControlPlane.GetAPIServer().Path = paths["kube-apiserver"]
+		env.ControlPlane.KubectlPath = filepath.Join(c.ControlPlaneDir, "kubectl")
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		_ = env.Stop()

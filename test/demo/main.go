@@ -15,6 +15,7 @@ import (
 )
 
 func main() {
+	runShim()
 	c, err := parseConfig(os.Args[1:], os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
