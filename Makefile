@@ -16,7 +16,7 @@ TOOLS_DEPS := hack/tools/go.mod hack/tools/go.sum
 GENERATED_PATHS := $(wildcard api/*/zz_generated.*.go) config/crd/bases config/rbac/role.yaml
 
 # Packages run by test-unit: everything but the suites that need a cluster.
-UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/e2e)
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/e2e -e /test/reliability)
 
 # The control plane (etcd, kube-apiserver, kubectl) is built once into a
 # cache outside the clone; hack/controlplane.sh prints its directory.
@@ -69,7 +69,7 @@ verify: generate manifests ## Regenerate, check formatting, and fail if generate
 ##@ Test
 
 .PHONY: test
-test: test-unit test-integration test-chart test-e2e ## Run all tests that need no full cluster.
+test: test-unit test-integration test-chart test-e2e test-reliability fuzz-short ## Run all tests that need no full cluster.
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests with the race detector.
@@ -160,3 +160,31 @@ test-demo: ## Run a short demo as a test: every pod serves, nothing fails, in-fl
 		-run TestDemoSmoke ./test/demo/
 
 test: test-demo
+
+##@ Reliability
+
+# The reliability suite drives real picker, vllm-sim and API-server
+# processes (test/reliability, docs/reliability.md). Its short soak and a
+# short fuzz pass run in `make test`; `make soak` and `make fuzz` run long.
+RELIABILITY_TIMEOUT ?= 15m
+RELIABILITY_FLAGS ?=
+SOAK_DURATION ?= 5m
+FUZZ_SHORT ?= 10s
+FUZZ_TIME ?= 2m
+
+.PHONY: test-reliability
+test-reliability: ## Abort storms, fallbacks, pod churn, long requests, faults, bad input, security, short soak.
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" $(GO) test -race -timeout $(RELIABILITY_TIMEOUT) \
+		./test/reliability/... $(RELIABILITY_FLAGS)
+
+.PHONY: soak
+soak: ## Soak the picker for SOAK_DURATION (default 5m) and print RSS, heap and goroutines over time.
+	RELIABILITY_SOAK=$(SOAK_DURATION) $(GO) test -timeout 60m -run '^TestSoak$$' -v ./test/reliability/
+
+.PHONY: fuzz-short
+fuzz-short: ## Run every fuzz target for FUZZ_SHORT (default 10s).
+	hack/fuzz.sh $(FUZZ_SHORT)
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZ_TIME (default 2m).
+	hack/fuzz.sh $(FUZZ_TIME)
