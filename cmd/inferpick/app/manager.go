@@ -47,6 +47,9 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 		LeaderElectionID:              "inferpick-" + o.PoolName,
 		LeaderElectionNamespace:       o.PoolNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.LeaderElectionLeaseDuration,
+		RenewDeadline:                 &o.LeaderElectionRenewDeadline,
+		RetryPeriod:                   &o.LeaderElectionRetryPeriod,
 		GracefulShutdownTimeout:       ptr(o.DrainTimeout + 5*time.Second),
 	})
 	if err != nil {

@@ -38,7 +38,10 @@ type Options struct {
 	CertPath            string
 	MetricsEndpointAuth bool
 
-	LeaderElection bool
+	LeaderElection              bool
+	LeaderElectionLeaseDuration time.Duration
+	LeaderElectionRenewDeadline time.Duration
+	LeaderElectionRetryPeriod   time.Duration
 
 	RefreshMetricsInterval time.Duration
 	MetricsStaleness       time.Duration
@@ -70,6 +73,11 @@ func NewOptions() *Options {
 		Fallbacks:              2,
 		MaxBodyBytes:           extproc.DefaultMaxBodyBytes,
 		DrainTimeout:           30 * time.Second,
+
+		// controller-runtime's defaults.
+		LeaderElectionLeaseDuration: 15 * time.Second,
+		LeaderElectionRenewDeadline: 10 * time.Second,
+		LeaderElectionRetryPeriod:   2 * time.Second,
 	}
 }
 
@@ -93,6 +101,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.CertPath, "cert-path", o.CertPath, "Directory holding tls.crt and tls.key for the ext_proc service; reloaded on change.")
 	fs.BoolVar(&o.MetricsEndpointAuth, "metrics-endpoint-auth", o.MetricsEndpointAuth, "In a cluster, require an authenticated and authorized caller (TokenReview, SubjectAccessReview) on the metrics port.")
 	fs.BoolVar(&o.LeaderElection, "ha-enable-leader-election", o.LeaderElection, "Run several replicas; only the elected one reports ready.")
+	fs.DurationVar(&o.LeaderElectionLeaseDuration, "leader-election-lease-duration", o.LeaderElectionLeaseDuration, "How long a replica waits before taking over a lease that is not renewed.")
+	fs.DurationVar(&o.LeaderElectionRenewDeadline, "leader-election-renew-deadline", o.LeaderElectionRenewDeadline, "How long the leader keeps trying to renew its lease before giving it up.")
+	fs.DurationVar(&o.LeaderElectionRetryPeriod, "leader-election-retry-period", o.LeaderElectionRetryPeriod, "How often replicas try to acquire or renew the lease.")
 	fs.DurationVar(&o.RefreshMetricsInterval, "refresh-metrics-interval", o.RefreshMetricsInterval, "How often each model server's /metrics is scraped.")
 	fs.DurationVar(&o.MetricsStaleness, "metrics-staleness-threshold", o.MetricsStaleness, "Scraped metrics older than this are not trusted by the policy.")
 	fs.IntVar(&o.ModelServerMetricsPort, "model-server-metrics-port", o.ModelServerMetricsPort, "Port of the model servers' /metrics (0: the serving port).")
@@ -164,6 +175,10 @@ func (o *Options) Validate() error {
 		if p < 0 || p > 65535 {
 			errs = append(errs, fmt.Errorf("%s %d is not a port", name, p))
 		}
+	}
+	if o.LeaderElectionRenewDeadline >= o.LeaderElectionLeaseDuration || o.LeaderElectionRetryPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("leader election needs 0 < --leader-election-retry-period and --leader-election-renew-deadline %s < --leader-election-lease-duration %s",
+			o.LeaderElectionRenewDeadline, o.LeaderElectionLeaseDuration))
 	}
 	if o.Fallbacks < 0 {
 		errs = append(errs, fmt.Errorf("--fallbacks %d is negative", o.Fallbacks))
