@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
 )
@@ -106,6 +108,13 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 	isPool := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetNamespace() == opts.Pool.Namespace && o.GetName() == opts.Pool.Name
 	})
+	// One reconcile at start, so that a pool that does not exist yet is
+	// confirmed absent and the registry marked synced: no object event would
+	// ever trigger it.
+	initial := source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		q.Add(reconcile.Request{NamespacedName: opts.Pool})
+		return nil
+	})
 	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetNamespace() == opts.Pool.Namespace
 	})
@@ -113,6 +122,7 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 		Named(Name).
 		For(&inferencev1.InferencePool{}, builder.WithPredicates(isPool)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(toPool), builder.WithPredicates(inNamespace)).
+		WatchesRawSource(initial).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: 1,
 			NeedLeaderElection:      ptr.To(false),

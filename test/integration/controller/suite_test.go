@@ -4,6 +4,7 @@ package controller
 
 import (
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -20,6 +21,10 @@ func TestController(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
+	// Deadlines, not expectations of speed: the machine may be busy.
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+	SetDefaultConsistentlyDuration(500 * time.Millisecond)
 	ctrl.SetLogger(GinkgoLogr)
 	var err error
 	env, err = framework.Start()

@@ -5,6 +5,7 @@ package crd
 
 import (
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -20,6 +21,9 @@ func TestCRD(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
+	// Deadlines, not expectations of speed: the machine may be busy.
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 	var err error
 	env, err = framework.Start()
 	Expect(err).NotTo(HaveOccurred())
