@@ -21,12 +21,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/inferpick/inferpick/controllers"
 	"github.com/inferpick/inferpick/picker/observe"
 	"github.com/inferpick/inferpick/test/gateway"
+	"github.com/inferpick/inferpick/test/integration/framework"
 )
 
 // bins holds the binaries TestMain builds once for the whole suite.
@@ -40,6 +47,7 @@ func repoRoot() string {
 // TestMain builds inferpick and vllm-sim (with the race detector when
 // RELIABILITY_RACE=1) and runs the suite against those processes.
 func TestMain(m *testing.M) {
+	crlog.SetLogger(logr.Discard()) // envtest logs through controller-runtime
 	dir, err := os.MkdirTemp("", "inferpick-reliability-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -59,6 +67,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
+	shared.stop()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -640,4 +649,145 @@ func (s *loadSampler) Stop(t testing.TB) {
 		t.Errorf("a load count went negative: %s", s.bad)
 	}
 	t.Logf("sampled /debug/workers %d times during the run", s.samples)
+}
+
+// ---- the API server ----
+
+// cluster is an envtest control plane (etcd and kube-apiserver from
+// KUBEBUILDER_ASSETS) with the project's CRDs and a kubeconfig for the
+// picker process.
+type cluster struct {
+	env        *envtest.Environment
+	Client     client.Client
+	kubeconfig string
+}
+
+// clusterOnce starts a control plane on first use.
+type clusterOnce struct {
+	once sync.Once
+	c    *cluster
+	err  error
+}
+
+// shared is the control plane the cluster tests share; TestMain stops it.
+var shared clusterOnce
+
+func (s *clusterOnce) stop() {
+	if s.c != nil {
+		_ = s.c.env.Stop()
+		_ = os.RemoveAll(filepath.Dir(s.c.kubeconfig))
+	}
+}
+
+// sharedCluster returns the suite's control plane, starting it on first use.
+func sharedCluster(t *testing.T) *cluster {
+	t.Helper()
+	skipWithoutAssets(t)
+	shared.once.Do(func() { shared.c, shared.err = newCluster() })
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.c
+}
+
+// ownCluster starts a control plane for one test (one that stops its API
+// server, say).
+func ownCluster(t *testing.T) *cluster {
+	t.Helper()
+	skipWithoutAssets(t)
+	c, err := newCluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.env.Stop()
+		_ = os.RemoveAll(filepath.Dir(c.kubeconfig))
+	})
+	return c
+}
+
+func skipWithoutAssets(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Skip("KUBEBUILDER_ASSETS is not set: run `make test-reliability` (it points at hack/controlplane.sh's directory)")
+	}
+}
+
+func newCluster() (*cluster, error) {
+	dir, err := os.MkdirTemp("", "inferpick-reliability-apiserver-")
+	if err != nil {
+		return nil, err
+	}
+	scheme, err := controllers.NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(repoRoot(), "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                scheme,
+	}
+	// A fixed directory keeps the serving certificate over an API server
+	// restart, so the picker's kubeconfig stays valid.
+	env.ControlPlane.GetAPIServer().CertDir = filepath.Join(dir, "apiserver")
+	if err := os.Mkdir(env.ControlPlane.GetAPIServer().CertDir, 0o700); err != nil {
+		return nil, err
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	c := &cluster{env: env, kubeconfig: filepath.Join(dir, "kubeconfig")}
+	if c.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return nil, err
+	}
+	user, err := env.ControlPlane.AddUser(envtest.User{Name: "inferpick", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	return c, os.WriteFile(c.kubeconfig, kc, 0o600)
+}
+
+// Namespace creates a namespace for the test.
+func (c *cluster) Namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{}
+	ns.GenerateName = "reliability-"
+	if err := c.Client.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// ReadyPod creates pod and gives it a ready status at ip.
+func (c *cluster) ReadyPod(t *testing.T, pod *corev1.Pod, ip string) *corev1.Pod {
+	t.Helper()
+	if err := c.Client.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	c.SetStatus(t, pod, func(p *corev1.Pod) { framework.SetReady(p, ip) })
+	return pod
+}
+
+// SetStatus changes pod's status as a kubelet would.
+func (c *cluster) SetStatus(t *testing.T, pod *corev1.Pod, f func(*corev1.Pod)) {
+	t.Helper()
+	if err := c.Client.Get(t.Context(), client.ObjectKeyFromObject(pod), pod); err != nil {
+		t.Fatal(err)
+	}
+	f(pod)
+	if err := c.Client.Status().Update(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startClusterPicker runs the picker for pool in ns, metrics in plain HTTP
+// unless args turn authentication back on.
+func startClusterPicker(t *testing.T, c *cluster, ns, pool string, args ...string) *picker {
+	t.Helper()
+	return startPicker(t, append([]string{"--kubeconfig", c.kubeconfig, "--pool-name", pool, "--pool-namespace", ns,
+		"--metrics-endpoint-auth=false"}, args...)...)
 }
