@@ -17,6 +17,19 @@ BINARIES=(etcd kube-apiserver kubectl)
 
 say() { echo "controlplane: $*" >&2; }
 
+# quiet runs a command, showing its output only when it fails.
+quiet() {
+  local log
+  log=$(mktemp)
+  if ! "$@" >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    say "failed: $*"
+    return 1
+  fi
+  rm -f "$log"
+}
+
 missing=()
 for b in "${BINARIES[@]}"; do
   [[ -x "$OUT/$b" ]] || missing+=("$b")
@@ -50,7 +63,7 @@ build_etcd() {
   say "building etcd v$ETCD_VERSION (about 2 minutes, once)"
   mkdir -p "$work/etcd" && cd "$work/etcd"
   go mod init inferpick.local/etcd >/dev/null 2>&1
-  go get -tool "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >/dev/null 2>&1
+  quiet go get -tool "go.etcd.io/etcd/server/v3@v$ETCD_VERSION"
   go build -trimpath -o "$OUT/etcd.tmp" go.etcd.io/etcd/server/v3
   mv "$OUT/etcd.tmp" "$OUT/etcd"
   say "etcd ready"
@@ -70,8 +83,8 @@ build_kube() {
   while read -r mod; do
     echo "replace $mod v0.0.0 => $mod v0.$minor" >> go.mod
   done < <(awk '$2 == "v0.0.0" && $1 ~ /^k8s.io\// {print $1}' "$gomod" | sort -u)
-  go get "k8s.io/kubernetes@v$K8S_VERSION" >/dev/null 2>&1
-  for b in "${pkgs[@]}"; do go get -tool "$b" >/dev/null 2>&1; done
+  quiet go get "k8s.io/kubernetes@v$K8S_VERSION"
+  for b in "${pkgs[@]}"; do quiet go get -tool "$b@v$K8S_VERSION"; done
   local major=${K8S_VERSION%%.*} kminor=${minor%%.*}
   local ld=""
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
