@@ -145,7 +145,10 @@ func (x *exchange) route() (bool, error) {
 	hasBody := len(x.body) > 0
 	start := x.s.opts.Now()
 	x.pick = policy.Request{}
-	if hasBody {
+	// Bodies of paths other than the OpenAI inference endpoints (tokenize,
+	// score, audio uploads, ...) are not ours to judge: they are routed by
+	// load, unparsed.
+	if hasBody && x.kind != openai.Unknown {
 		if err := openai.Parse(x.kind, x.body, &x.parsed); err != nil {
 			return x.reject(400, err.Error())
 		}

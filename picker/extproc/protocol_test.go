@@ -66,6 +66,18 @@ func TestHeaderOnlyRequestIsRouted(t *testing.T) {
 	}
 }
 
+func TestOtherPathsAreRoutedUnparsed(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	s := e.open()
+	body := "--xyz\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nRIFF....\r\n--xyz--\r\n"
+	s.requestHeaders("/v1/audio/transcriptions", len(body), false, nil)
+	s.requestBody(body, true)
+	r := s.routed(true)
+	if r.dest == "" || string(r.body) != body {
+		t.Errorf("a multipart upload was not routed unchanged: dest %q, body %d bytes", r.dest, len(r.body))
+	}
+}
+
 func TestSubsetHint(t *testing.T) {
 	workers := []string{"127.0.0.1:8000", "127.0.0.2:8000", "127.0.0.2:9000", "127.0.0.3:8000"}
 	list := func(vs ...string) *structpb.Value {

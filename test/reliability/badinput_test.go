@@ -57,7 +57,7 @@ func TestBadInput(t *testing.T) {
 		"huge token array":          {path: "/v1/completions", body: hugeArray},
 		"many messages":             {path: "/v1/chat/completions", body: []byte(manyMessages)},
 		"empty body":                {path: "/v1/completions", body: []byte{}},
-		"unknown path, no model":    {path: "/v2/unknown", body: []byte(`{"anything":true}`), status: 400},
+		"unknown path, not JSON":    {path: "/v2/unknown", body: []byte("--boundary\r\nContent-Disposition: form-data\r\n")},
 		"unknown path with model":   {path: "/v2/unknown", body: completion("hi", 1, false)},
 		"unknown path, GET":         {method: http.MethodGet, path: "/no/such/path"},
 		"gigantic header":           {path: "/v1/completions", body: completion("hi", 1, false), header: http.Header{"X-Big": {strings.Repeat("b", 200<<10)}}},
