@@ -69,7 +69,7 @@ verify: generate manifests ## Regenerate, check formatting, and fail if generate
 ##@ Test
 
 .PHONY: test
-test: test-unit test-integration test-chart test-e2e test-reliability fuzz-short ## Run all tests that need no full cluster.
+test: test-unit test-integration test-chart test-e2e test-demo test-reliability fuzz-short ## Run every suite: unit, integration, chart, end-to-end, demo, reliability, short fuzzing.
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests with the race detector.
@@ -159,7 +159,6 @@ test-demo: ## Run a short demo as a test: every pod serves, nothing fails, in-fl
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" DEMO_SMOKE=1 $(GO) test -race -timeout $(DEMO_TIMEOUT) \
 		-run TestDemoSmoke ./test/demo/
 
-test: test-demo
 
 ##@ Reliability
 
