@@ -1,0 +1,90 @@
+package health
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+func serve(t *testing.T, c *Checker) healthpb.HealthClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	c.Register(s)
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return healthpb.NewHealthClient(conn)
+}
+
+func status(t *testing.T, hc healthpb.HealthClient, service string) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	r, err := hc.Check(t.Context(), &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		t.Fatalf("check %q: %v", service, err)
+	}
+	return r.GetStatus()
+}
+
+// waitFor polls service until it reports want, or fails at the deadline.
+func waitFor(t *testing.T, hc healthpb.HealthClient, service string, want healthpb.HealthCheckResponse_ServingStatus) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for status(t, hc, service) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%q never became %v", service, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestReadinessFollowsSyncAndDrain(t *testing.T) {
+	var synced atomic.Bool
+	c := New(synced.Load, time.Millisecond)
+	hc := serve(t, c)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Start(ctx) }()
+
+	if got := status(t, hc, Liveness); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("liveness %v before sync, want SERVING", got)
+	}
+	for _, svc := range []string{Readiness, ExtProc, ""} {
+		if got := status(t, hc, svc); got != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("%q %v before sync, want NOT_SERVING", svc, got)
+		}
+	}
+
+	synced.Store(true)
+	for _, svc := range []string{Readiness, ExtProc, ""} {
+		waitFor(t, hc, svc, healthpb.HealthCheckResponse_SERVING)
+	}
+
+	c.Drain()
+	if got := status(t, hc, Readiness); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("readiness %v after Drain, want NOT_SERVING", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := status(t, hc, ExtProc); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("ext_proc %v after stop, want NOT_SERVING", got)
+	}
+	if got := status(t, hc, Liveness); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("liveness %v after stop, want SERVING", got)
+	}
+}
