@@ -1,0 +1,141 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func dial(t *testing.T, port int) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", port), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestStaticRunServesAndDrains runs the picker as main does, without a
+// cluster: it becomes ready, routes a request, and on shutdown reports not
+// ready while the request in flight finishes, then exits.
+func TestStaticRunServesAndDrains(t *testing.T) {
+	o, err := parse(t, "--static-endpoints", "127.0.0.1:1,127.0.0.2:1", "--bind-address", "127.0.0.1",
+		"--secure-serving=false", "--refresh-metrics-interval", "1h",
+		"--grpc-port", fmt.Sprint(freePort(t)), "--grpc-health-port", fmt.Sprint(freePort(t)), "--metrics-port", fmt.Sprint(freePort(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+
+	health := healthpb.NewHealthClient(dial(t, o.GRPCHealthPort))
+	ready := func() bool {
+		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
+		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	}
+	until(t, "readiness", ready)
+
+	// A request is routed and stays in flight.
+	stream, err := extprocv3.NewExternalProcessorClient(dial(t, o.GRPCPort)).Process(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"m","prompt":"hello"}`
+	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}
+	for _, r := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
+	} {
+		if err := stream.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reply, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest := string(reply.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders()[0].GetHeader().GetRawValue())
+	if !strings.HasPrefix(dest, "127.0.0.") {
+		t.Fatalf("destination %q is not one of the static endpoints", dest)
+	}
+	if _, err := stream.Recv(); err != nil { // the body
+		t.Fatal(err)
+	}
+	if got := debugWorkers(t, o.MetricsPort); !strings.Contains(got, `"load": 1`) {
+		t.Fatalf("/debug/workers does not show the request in flight:\n%s", got)
+	}
+
+	// SIGTERM: not ready at once, the stream in flight still completes.
+	stop()
+	until(t, "not ready", func() bool { return !ready() })
+	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}}}, EndOfStream: true},
+	}}); err != nil {
+		t.Fatalf("in-flight stream cut during drain: %v", err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("in-flight stream cut during drain: %v", err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != io.EOF {
+		t.Fatalf("stream end: %v, want EOF", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after the drain")
+	}
+}
+
+func debugWorkers(t *testing.T, port int) string {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/workers", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
