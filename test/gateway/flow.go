@@ -37,23 +37,28 @@ type pumpResult struct {
 	err      error
 }
 
-func (f *flow) serve() {
+// serve takes the request through the picker and upstream. ctx is the
+// downstream request's context; it bounds every upstream attempt.
+func (f *flow) serve(ctx context.Context) {
 	hint, hinted := f.subsetHint()
 	h := requestHeaders(f.r, uuid.NewString())
 	hasBody := f.r.Body != nil && f.r.Body != http.NoBody
 
-	ctx, cancel := context.WithCancel(f.g.base)
+	// The ext_proc stream lives on the gateway's context, not the request's:
+	// after a normal end it outlasts the handler for the close grace period,
+	// and the request's end cancels it through stopWatch instead.
+	streamCtx, cancel := context.WithCancel(f.g.base)
 	f.cancel = cancel
-	f.stopWatch = context.AfterFunc(f.r.Context(), cancel)
-	stream, err := f.g.client.Process(ctx)
+	f.stopWatch = context.AfterFunc(ctx, cancel)
+	stream, err := f.g.client.Process(streamCtx) //nolint:contextcheck // the stream outlives the handler for the close grace; the request's end cancels it through stopWatch.
 	if err != nil {
-		f.requestFailed(fmt.Errorf("open ext_proc stream: %w", err), h, hasBody)
+		f.requestFailed(ctx, fmt.Errorf("open ext_proc stream: %w", err), h, hasBody)
 		return
 	}
 	f.g.c.streams.Add(1)
 	f.rec.ExtProcStreams = 1
 	f.x = newExchange(stream, f.g, hint, hinted)
-	go f.x.run(ctx)
+	go f.x.run(streamCtx) //nolint:contextcheck // bound to the stream's own context, which the request's end cancels through stopWatch.
 	f.pumpDone = make(chan pumpResult, 1)
 	go func() {
 		var body io.Reader
@@ -68,7 +73,7 @@ func (f *flow) serve() {
 	select {
 	case reply = <-f.x.reqHeaders:
 	case <-f.x.stopped:
-		f.requestStopped(h, hasBody)
+		f.requestStopped(ctx, h, hasBody)
 		return
 	}
 	rejected, err := applyMutation(h, reply.GetResponse().GetHeaderMutation(), !f.g.o.allowCL)
@@ -85,16 +90,16 @@ func (f *flow) serve() {
 	f.rec.Endpoints = endpoints
 	var body func() io.ReadCloser
 	if hasBody {
-		body = func() io.ReadCloser { return f.x.reqBody.reader(f.r.Context()) }
+		body = func() io.ReadCloser { return f.x.reqBody.reader(ctx) }
 	}
-	resp, served, err := f.forward(h, endpoints, body)
+	resp, served, err := f.forward(ctx, h, endpoints, body)
 	if err != nil {
 		if f.stoppedEarly() {
-			f.requestStopped(h, hasBody)
+			f.requestStopped(ctx, h, hasBody)
 		}
 		return
 	}
-	f.respond(resp, served)
+	f.respond(ctx, resp, served)
 }
 
 // stoppedEarly reports whether processing stopped with an error, an immediate
@@ -110,16 +115,16 @@ func (f *flow) stoppedEarly() bool {
 }
 
 // requestStopped handles processing that stopped before the upstream response.
-func (f *flow) requestStopped(h *headerList, hasBody bool) {
+func (f *flow) requestStopped(ctx context.Context, h *headerList, hasBody bool) {
 	imm, err := f.x.outcome()
 	switch {
 	case f.clientGone():
 	case imm != nil:
 		f.writeImmediate(imm)
 	case err != nil:
-		f.requestFailed(err, h, hasBody)
+		f.requestFailed(ctx, err, h, hasBody)
 	default:
-		f.requestFailed(ErrStreamClosed, h, hasBody)
+		f.requestFailed(ctx, ErrStreamClosed, h, hasBody)
 	}
 }
 
@@ -135,7 +140,7 @@ func (f *flow) clientGone() bool {
 }
 
 // requestFailed applies the failure mode to a failure of the request direction.
-func (f *flow) requestFailed(err error, h *headerList, hasBody bool) {
+func (f *flow) requestFailed(ctx context.Context, err error, h *headerList, hasBody bool) {
 	var leftover []byte
 	if f.x != nil {
 		res := f.waitPump()
@@ -164,7 +169,7 @@ func (f *flow) requestFailed(err error, h *headerList, hasBody bool) {
 			return io.NopCloser(io.MultiReader(bytes.NewReader(leftover), f.r.Body))
 		}
 	}
-	resp, served, ferr := f.forward(h, endpoints, body)
+	resp, served, ferr := f.forward(ctx, h, endpoints, body)
 	if ferr != nil {
 		return
 	}

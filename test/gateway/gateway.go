@@ -84,7 +84,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f := &flow{g: g, w: w, r: r, start: g.o.clock.Now()}
 	f.rec.Method, f.rec.Path = r.Method, r.URL.RequestURI()
 	defer f.finish()
-	f.serve()
+	f.serve(r.Context())
 }
 
 // Serve serves HTTP on lis until ctx ends, then shuts the server down.

@@ -82,7 +82,15 @@ func waitFor[T any](t *testing.T, ch <-chan T) T {
 	}
 }
 
-func do(t *testing.T, req *http.Request) (*http.Response, string) {
+// answer is what a client saw of a response whose body it read to the end.
+type answer struct {
+	StatusCode int
+	Header     http.Header
+}
+
+// do sends req, reads and closes the response body and returns the answer and
+// the body.
+func do(t *testing.T, req *http.Request) (answer, string) {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -93,7 +101,7 @@ func do(t *testing.T, req *http.Request) (*http.Response, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp, string(b)
+	return answer{StatusCode: resp.StatusCode, Header: resp.Header}, string(b)
 }
 
 func newRequest(t *testing.T, method, url, body string) *http.Request {
@@ -253,7 +261,7 @@ func hintStruct(eps ...string) *structpb.Struct {
 func TestSSEStreamsChunkByChunk(t *testing.T) {
 	next := make(chan struct{})
 	buffered := make(chan string, 3)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i, ev := range []string{"data: one\n\n", "data: two\n\n", "data: [DONE]\n\n"} {
 			if i > 0 {

@@ -201,10 +201,13 @@ func applyMutation(h *headerList, m *extprocv3.HeaderMutation, dropContentLength
 			}
 		}
 		exists := len(h.values(key)) > 0
+		// Envoy still honours the deprecated append field ahead of append_action,
+		// and pickers in the wild still set it, so the stand-in must too.
+		legacyAppend := opt.GetAppend() //nolint:staticcheck // Envoy honours the deprecated append field; the stand-in must behave the same.
 		switch {
-		case opt.GetAppend() != nil && opt.GetAppend().GetValue():
+		case legacyAppend != nil && legacyAppend.GetValue():
 			h.add(key, value)
-		case opt.GetAppend() != nil:
+		case legacyAppend != nil:
 			h.set(key, value)
 		case opt.GetAppendAction() == corev3.HeaderValueOption_ADD_IF_ABSENT:
 			if !exists {

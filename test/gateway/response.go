@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -10,8 +11,9 @@ import (
 )
 
 // respond runs the upstream (or router) response through the ext_proc stream and
-// writes what the picker returns to the client.
-func (f *flow) respond(resp *http.Response, served string) {
+// writes what the picker returns to the client. ctx is the downstream request's
+// context.
+func (f *flow) respond(ctx context.Context, resp *http.Response, served string) {
 	defer resp.Body.Close()
 	f.rec.Served = served
 	x := f.x
@@ -54,7 +56,7 @@ func (f *flow) respond(resp *http.Response, served string) {
 		}
 	}
 	for i := 0; ; i++ {
-		b, err := x.respBody.next(f.r.Context(), i)
+		b, err := x.respBody.next(ctx, i)
 		if errors.Is(err, io.EOF) {
 			upstreamDone()
 			return

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -21,7 +22,7 @@ const (
 // pass back (an upstream one, or the router's local reply), the endpoint that
 // served it, or an error when the request cannot continue (client gone, body
 // lost because processing stopped).
-func (f *flow) forward(h *headerList, endpoints []string, body func() io.ReadCloser) (*http.Response, string, error) {
+func (f *flow) forward(ctx context.Context, h *headerList, endpoints []string, body func() io.ReadCloser) (*http.Response, string, error) {
 	if len(endpoints) == 0 {
 		return f.routerReply(http.StatusServiceUnavailable, noHealthyUpstream), "", nil
 	}
@@ -37,13 +38,13 @@ func (f *flow) forward(h *headerList, endpoints []string, body func() io.ReadClo
 			f.g.c.retries.Add(1)
 		}
 		f.g.c.attempts.Add(1)
-		req, err := f.upstreamRequest(h, ep, body)
+		req, err := f.upstreamRequest(ctx, h, ep, body)
 		if err != nil {
 			return nil, "", err
 		}
 		resp, err := f.g.transport.RoundTrip(req)
 		if err != nil {
-			if f.r.Context().Err() != nil || (!f.unprocessed && f.stoppedEarly()) {
+			if ctx.Err() != nil || (!f.unprocessed && f.stoppedEarly()) {
 				return nil, "", err
 			}
 			connect := isConnectFailure(err)
@@ -70,12 +71,12 @@ func (f *flow) forward(h *headerList, endpoints []string, body func() io.ReadClo
 	return f.routerReply(http.StatusServiceUnavailable, reason), "", nil
 }
 
-func (f *flow) upstreamRequest(h *headerList, ep string, body func() io.ReadCloser) (*http.Request, error) {
+func (f *flow) upstreamRequest(ctx context.Context, h *headerList, ep string, body func() io.ReadCloser) (*http.Request, error) {
 	var rc io.ReadCloser = http.NoBody
 	if body != nil {
 		rc = body()
 	}
-	req, err := http.NewRequestWithContext(f.r.Context(), h.get(":method"), "http://"+ep+h.get(":path"), rc)
+	req, err := http.NewRequestWithContext(ctx, h.get(":method"), "http://"+ep+h.get(":path"), rc)
 	if err != nil {
 		return nil, err
 	}
