@@ -69,7 +69,9 @@
 // downstream stream.
 //
 // When the client goes away the ext_proc stream's context is cancelled (the picker
-// sees its stream end) together with the upstream request. After a normal end the
+// sees its stream end) together with the upstream request, and a client that went
+// before it was answered (one that cut a declared body short and half-closed, say)
+// gets its connection reset, never a response. After a normal end the
 // stream is half-closed and the picker gets a grace period to finish, like Envoy's
 // graceful close.
 //

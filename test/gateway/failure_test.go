@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -33,9 +34,12 @@ func TestMessageTimeoutAndFailureMode(t *testing.T) {
 			if tc.body != "" {
 				method = http.MethodPost
 			}
-			resp, _ := do(t, newRequest(t, method, url+"/v1/completions", tc.body))
+			resp, body := do(t, newRequest(t, method, url+"/v1/completions", tc.body))
 			if resp.StatusCode != tc.wantStatus {
 				t.Errorf("status = %d, want %d", resp.StatusCode, tc.wantStatus)
+			}
+			if tc.wantOpen && body != "default upstream" {
+				t.Errorf("body = %q, want the default upstream's", body)
 			}
 			rec := waitFor(t, records)
 			if rec.FailedOpen != tc.wantOpen || rec.ProcessingError == nil {
@@ -129,5 +133,41 @@ func TestNormalEndHalfClosesStream(t *testing.T) {
 	waitFor(t, records)
 	if err := waitFor(t, picker.ended); err != nil {
 		t.Errorf("picker's stream ended with %v, want a clean end of stream", err)
+	}
+}
+
+// A client that declares a content-length, sends less and half-closes has cut
+// its request short: Envoy resets the downstream connection instead of
+// answering, and nothing is routed.
+func TestShortBodyResetsDownstream(t *testing.T) {
+	addr, seen := upstream(t, http.StatusOK, "should not be called")
+	picker := &fakePicker{endpoints: addr}
+	_, url, records := startGateway(t, newFakePicker(t, picker))
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"model\":\"m\""); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(waitLimit)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(conn); len(got) != 0 {
+		t.Errorf("client got %q (read error %v), want the connection closed without a response", got, err)
+	}
+	rec := waitFor(t, records)
+	if len(rec.Endpoints) != 0 || len(rec.Attempts) != 0 || !rec.ClientGone || rec.Status != 0 {
+		t.Errorf("record = %+v", rec)
+	}
+	select {
+	case got := <-seen:
+		t.Errorf("upstream got %+v", got)
+	default:
 	}
 }

@@ -195,6 +195,14 @@ func (f *flow) waitPump() pumpResult {
 	if f.pumpDone == nil {
 		return pumpResult{}
 	}
+	// A pump that already finished wins over a stop: cutting the read would
+	// also make net/http cancel the request's context as if the client went.
+	select {
+	case res := <-f.pumpDone:
+		f.pumped = &res
+		return res
+	default:
+	}
 	select {
 	case res := <-f.pumpDone:
 		f.pumped = &res

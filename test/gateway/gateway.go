@@ -85,6 +85,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.rec.Method, f.rec.Path = r.Method, r.URL.RequestURI()
 	defer f.finish()
 	f.serve(r.Context())
+	if !f.wroteHeader && f.clientGone() {
+		// Envoy resets a downstream that went away before it was answered.
+		// Returning would let net/http write an empty 200, which a client that
+		// only half-closed (say, after cutting its declared body short) reads.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // Serve serves HTTP on lis until ctx ends, then shuts the server down.
