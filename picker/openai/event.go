@@ -18,7 +18,8 @@ func (s *StreamScanner) event(data []byte) (Events, bool) {
 	if err := e.read(&l); err != nil {
 		return 0, false
 	}
-	if l.peek(); l.i != len(l.b) {
+	l.peek()
+	if l.i != len(l.b) {
 		return 0, false
 	}
 	var ev Events
@@ -122,7 +123,7 @@ func (e *eventReader) choices(l *lexer) error {
 	}
 	more, err := l.open(']')
 	for more && err == nil {
-		if err = e.choice(l, false); err != nil {
+		if err := e.choice(l, false); err != nil {
 			return err
 		}
 		more, err = l.next(']')

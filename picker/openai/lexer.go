@@ -282,13 +282,13 @@ var errTooDeep = fmt.Errorf("%w: more than %d levels", ErrTooDeep, MaxDepth)
 
 // open consumes the '{' or '[' at the current byte and reports whether the
 // object or array has members; an empty one is consumed whole.
-func (l *lexer) open(close byte) (bool, error) {
+func (l *lexer) open(end byte) (bool, error) {
 	l.depth++
 	if l.depth > MaxDepth {
 		return false, errTooDeep
 	}
 	l.i++
-	if l.peek() == close {
+	if l.peek() == end {
 		l.i++
 		l.depth--
 		return false, nil
@@ -298,17 +298,17 @@ func (l *lexer) open(close byte) (bool, error) {
 
 // next reads the ',' or closing byte after a member and reports whether
 // another member follows.
-func (l *lexer) next(close byte) (bool, error) {
+func (l *lexer) next(end byte) (bool, error) {
 	switch l.peek() {
 	case ',':
 		l.i++
 		return true, nil
-	case close:
+	case end:
 		l.i++
 		l.depth--
 		return false, nil
 	}
-	return false, syntaxError(l, "expected ',' or '"+string(close)+"'")
+	return false, syntaxError(l, "expected ',' or '"+string(end)+"'")
 }
 
 // key reads an object key and the colon after it.
@@ -339,7 +339,7 @@ func (l *lexer) skip() error {
 			if _, err = l.key(); err != nil {
 				return err
 			}
-			if err = l.skip(); err != nil {
+			if err := l.skip(); err != nil {
 				return err
 			}
 			more, err = l.next('}')
@@ -348,7 +348,7 @@ func (l *lexer) skip() error {
 	case '[':
 		more, err := l.open(']')
 		for more && err == nil {
-			if err = l.skip(); err != nil {
+			if err := l.skip(); err != nil {
 				return err
 			}
 			more, err = l.next(']')

@@ -53,7 +53,7 @@ func (p *parser) messages() error {
 	}
 	more, err := l.open(']')
 	for more && err == nil {
-		if err = p.message("messages[]", false); err != nil {
+		if err := p.message("messages[]", false); err != nil {
 			return err
 		}
 		more, err = l.next(']')
@@ -79,7 +79,7 @@ func (p *parser) input() error {
 	}
 	more, err := l.open(']')
 	for more && err == nil {
-		if err = p.message("input[]", true); err != nil {
+		if err := p.message("input[]", true); err != nil {
 			return err
 		}
 		more, err = l.next(']')
@@ -168,7 +168,7 @@ func (p *parser) content(field string) error {
 	}
 	more, err := l.open(']')
 	for more && err == nil {
-		if err = p.part(field); err != nil {
+		if err := p.part(field); err != nil {
 			return err
 		}
 		more, err = l.next(']')
@@ -246,7 +246,7 @@ func (p *parser) promptValue(field string) error {
 	}
 	if c := l.peek(); c == '-' || isDigit(c) {
 		for more && err == nil {
-			if err = l.skip(); err != nil {
+			if err := l.skip(); err != nil {
 				return err
 			}
 			more, err = l.next(']')

@@ -117,7 +117,7 @@ func (p *parser) parse() error {
 		if key, err = l.key(); err != nil {
 			return err
 		}
-		if err = p.field(key); err != nil {
+		if err := p.field(key); err != nil {
 			return err
 		}
 		more, err = l.next('}')
@@ -137,7 +137,8 @@ func (p *parser) parse() error {
 
 // end checks that only whitespace follows the top-level value.
 func (p *parser) end() error {
-	if p.l.peek(); p.l.i != len(p.l.b) {
+	p.l.peek()
+	if p.l.i != len(p.l.b) {
 		return syntaxError(&p.l, "data after the JSON value")
 	}
 	return nil

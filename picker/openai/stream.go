@@ -9,19 +9,20 @@ import (
 type Events uint8
 
 const (
-	// FirstToken: the model produced its first output. In a stream, the first
-	// event carrying non-empty content, reasoning, refusal or a tool call (or
-	// a Responses "response.*.delta" event); for a whole JSON body, its first
-	// byte, since the body only comes back once generation is over.
+	// FirstToken means the model produced its first output. In a stream,
+	// that is the first event carrying non-empty content, reasoning, refusal
+	// or a tool call (or a Responses "response.*.delta" event); for a whole
+	// JSON body, its first byte, since the body only comes back once
+	// generation is over.
 	FirstToken Events = 1 << iota
-	// UsageSeen: a usage object was read; Usage returns the latest one.
+	// UsageSeen means a usage object was read; Usage returns the latest one.
 	UsageSeen
-	// Done: the stream sent "data: [DONE]", or the whole JSON body arrived.
+	// Done means the stream sent "data: [DONE]", or the whole JSON body arrived.
 	Done
-	// Failed: the model server reported an error in the stream.
+	// Failed means the model server reported an error in the stream.
 	Failed
-	// Overflow: one line, event or body exceeded the limit; the scanner has
-	// stopped reading and reports nothing more.
+	// Overflow means one line, event or body exceeded the limit; the scanner
+	// has stopped reading and reports nothing more.
 	Overflow
 )
 
