@@ -38,8 +38,8 @@ type Observer interface {
 }
 
 var (
-	// ErrNoCandidates: no live candidate to pick from.
+	// ErrNoCandidates reports that there is no live candidate to pick from.
 	ErrNoCandidates = errors.New("no candidate worker")
-	// ErrSaturated: every live candidate is saturated.
+	// ErrSaturated reports that every live candidate is saturated.
 	ErrSaturated = errors.New("every candidate worker is saturated")
 )

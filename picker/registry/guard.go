@@ -6,11 +6,11 @@ import "sync/atomic"
 type Phase uint32
 
 const (
-	// Prefill: admitted, no output token seen yet.
+	// Prefill is the phase of an admitted request with no output token seen yet.
 	Prefill Phase = iota
-	// Decode: the first output token was seen.
+	// Decode is the phase once the first output token was seen.
 	Decode
-	// Released: the request no longer counts.
+	// Released is the phase once the request no longer counts.
 	Released
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func endpoint(uid string, addr string) Endpoint {
+func endpoint(uid, addr string) Endpoint {
 	ap := netip.MustParseAddrPort(addr)
 	return Endpoint{Key: Key{UID: uid, Port: int32(ap.Port())}, Namespace: "ns", Name: "pod-" + uid, Address: ap}
 }
