@@ -52,8 +52,8 @@ func FuzzParse(f *testing.F) {
 		if perr != nil {
 			return
 		}
-		want, comparable := reportFromFamilies(families)
-		if !comparable {
+		want, checkable := reportFromFamilies(families)
+		if !checkable {
 			return
 		}
 		if got.Malformed != 0 {

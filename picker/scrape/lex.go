@@ -240,7 +240,9 @@ func parseSample(line []byte, scratch *[maxName]byte) (sample, bool) {
 			if !braced || s.name != nil {
 				return s, false
 			}
-			s.name = append(scratch[:0:maxName], l.key...)
+			// The key may sit in the iterator's own scratch; keep a copy.
+			s.name = scratch[:0:maxName]
+			s.name = append(s.name, l.key...)
 		}
 		if it.bad || s.name == nil {
 			return s, false

@@ -153,7 +153,7 @@ func (p *poller) fetch(ctx context.Context) (Report, error) {
 		}
 		return Report{}, &scrapeError{reason: r, err: fmt.Errorf("scrape %s: %w", p.url, err)}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url, http.NoBody)
 	if err != nil {
 		return fail(reasonConnect, err)
 	}

@@ -98,7 +98,7 @@ func (s *Scraper) WorkerAdded(w *registry.Worker) {
 	p := newPoller(s, w)
 	s.pollers[w] = p
 	if s.state == running {
-		s.launchLocked(p)
+		s.launchLocked(s.runCtx, p)
 	}
 }
 
@@ -126,7 +126,7 @@ func (s *Scraper) Start(ctx context.Context) error {
 	defer cancel()
 	s.state, s.runCtx = running, runCtx
 	for _, p := range s.pollers {
-		s.launchLocked(p)
+		s.launchLocked(runCtx, p)
 	}
 	s.mu.Unlock()
 
@@ -150,8 +150,10 @@ func (s *Scraper) Start(ctx context.Context) error {
 // scrapes.
 func (s *Scraper) NeedLeaderElection() bool { return false }
 
-func (s *Scraper) launchLocked(p *poller) {
-	ctx, cancel := context.WithCancel(s.runCtx)
+// launchLocked starts p's goroutine under a child of runCtx, the context of
+// the running Scraper. s.mu is held.
+func (s *Scraper) launchLocked(runCtx context.Context, p *poller) {
+	ctx, cancel := context.WithCancel(runCtx)
 	p.cancel = cancel
 	s.running.Add(1)
 	go func() {
