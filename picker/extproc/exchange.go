@@ -247,18 +247,19 @@ func (x *exchange) followServed(md *corev3.Metadata) {
 		return
 	}
 	for _, w := range x.picked[1:] {
-		if w.Address() == v {
-			phase := x.guard.Phase()
-			x.release(reasonFallback)
-			if phase == registry.Released {
-				return
-			}
-			x.guard = w.Admit()
-			if o, ok := x.s.picker.(policy.Observer); ok {
-				o.Observe(&x.pick, w)
-			}
+		if w.Address() != v {
+			continue
+		}
+		phase := x.guard.Phase()
+		x.release(reasonFallback)
+		if phase == registry.Released {
 			return
 		}
+		x.guard = w.Admit()
+		if o, ok := x.s.picker.(policy.Observer); ok {
+			o.Observe(&x.pick, w)
+		}
+		return
 	}
 }
 

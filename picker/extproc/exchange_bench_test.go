@@ -57,13 +57,13 @@ func benchExchange(b *testing.B, size, workers int) {
 	ctx := b.Context()
 	// Warm the index and the server's pooled buffers.
 	for i := range 4 * len(bodies) {
-		benchRoundTrip(b, ctx, client, bodies[i%len(bodies)])
+		benchRoundTrip(ctx, b, client, bodies[i%len(bodies)])
 	}
 	b.ReportAllocs()
 	b.SetBytes(int64(len(bodies[0])))
 	i := 0
 	for b.Loop() {
-		benchRoundTrip(b, ctx, client, bodies[i%len(bodies)])
+		benchRoundTrip(ctx, b, client, bodies[i%len(bodies)])
 		i++
 	}
 }
@@ -99,7 +99,7 @@ func benchServe(b *testing.B, s *Server) extprocv3.ExternalProcessorClient {
 }
 
 // benchRoundTrip sends one request and reads its routing reply and body.
-func benchRoundTrip(b *testing.B, ctx context.Context, client extprocv3.ExternalProcessorClient, body []byte) {
+func benchRoundTrip(ctx context.Context, b *testing.B, client extprocv3.ExternalProcessorClient, body []byte) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st, err := client.Process(ctx)

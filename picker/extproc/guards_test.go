@@ -231,7 +231,7 @@ func TestCancelStorm(t *testing.T) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			rng := rand.New(rand.NewPCG(uint64(i), 99))
-			stormOne(t, e, rng.IntN(7))
+			stormOne(e, rng.IntN(7))
 		}()
 	}
 	wg.Wait()
@@ -243,7 +243,7 @@ func TestCancelStorm(t *testing.T) {
 }
 
 // stormOne runs one request and cancels it after phase steps.
-func stormOne(t *testing.T, e *env, phase int) {
+func stormOne(e *env, phase int) {
 	s := e.open()
 	defer s.cancel()
 	body := chatBody("m", strings.Repeat("storm ", 50))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -120,7 +119,6 @@ type session struct {
 	t      *testing.T
 	stream extprocv3.ExternalProcessor_ProcessClient
 	cancel context.CancelFunc
-	mu     sync.Mutex
 }
 
 func (e *env) open() *session {
