@@ -141,9 +141,9 @@ type EndpointPickerRef struct {
 type EndpointPickerFailureMode string
 
 const (
-	// EndpointPickerFailOpen: the gateway routes the request itself.
+	// EndpointPickerFailOpen makes the gateway route the request itself.
 	EndpointPickerFailOpen EndpointPickerFailureMode = "FailOpen"
-	// EndpointPickerFailClose: the gateway fails the request.
+	// EndpointPickerFailClose makes the gateway fail the request.
 	EndpointPickerFailClose EndpointPickerFailureMode = "FailClose"
 )
 
