@@ -189,8 +189,11 @@ func exchange(ctx context.Context, client extprocv3.ExternalProcessorClient, bod
 	if err := st.CloseSend(); err != nil {
 		return err
 	}
-	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("want the stream to end, got %v", err)
+	switch _, err := st.Recv(); {
+	case err == nil:
+		return errors.New("want the stream to end, got another message")
+	case !errors.Is(err, io.EOF):
+		return fmt.Errorf("want the stream to end: %w", err)
 	}
 	return nil
 }

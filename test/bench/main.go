@@ -22,7 +22,10 @@ import (
 	"github.com/inferpick/inferpick/test/bench/routing"
 )
 
-func main() {
+func main() { os.Exit(execute()) }
+
+// execute parses the flags and runs the benchmarks; it returns the exit code.
+func execute() int {
 	var o options
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")
 	flag.StringVar(&o.plots, "plots", "docs/bench", "directory of the PNG plots")
@@ -34,8 +37,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o); err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		return 1
 	}
+	return 0
 }
 
 type options struct {
@@ -95,9 +100,9 @@ func run(ctx context.Context, o options) error {
 		pols := routing.Policies()
 		if o.policies != "" {
 			var keep []routing.Policy
-			for _, p := range pols {
-				if strings.Contains(","+o.policies+",", ","+p.Label+",") {
-					keep = append(keep, p)
+			for i := range pols {
+				if strings.Contains(","+o.policies+",", ","+pols[i].Label+",") {
+					keep = append(keep, pols[i])
 				}
 			}
 			pols = keep

@@ -38,7 +38,10 @@ type machine struct {
 func describeMachine() machine {
 	m := machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
 	if out, err := exec.Command("nproc").Output(); err == nil {
-		fmt.Sscan(string(out), &m.CPUs)
+		var n int
+		if _, err := fmt.Sscan(string(out), &n); err == nil {
+			m.CPUs = n
+		}
 	}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {

@@ -16,7 +16,7 @@ func (r *report) verdicts() []verdict {
 		if g, ok := r.bench(name); ok {
 			ns := g.Median["ns/op"]
 			v.known, v.met = true, ns <= limit
-			v.observed = fmt.Sprintf("%s (`%s`)", human(ns), name)
+			v.observed = fmt.Sprintf("%s (%#q)", human(ns), name)
 		}
 		out = append(out, v)
 	}
@@ -39,7 +39,7 @@ func (r *report) verdicts() []verdict {
 		if bpb, ok := g.Median["B/block"]; ok && strings.HasPrefix(g.Name, "BenchmarkIndexMemory") {
 			if !v.known || v.met && bpb > 32 {
 				v.known, v.met = true, bpb <= 32
-				v.observed = fmt.Sprintf("%.1f B/block (`%s`)", bpb, g.Name)
+				v.observed = fmt.Sprintf("%.1f B/block (%#q)", bpb, g.Name)
 			}
 		}
 	}

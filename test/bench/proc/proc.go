@@ -153,12 +153,17 @@ func WaitHTTP(p *Process, url string, timeout time.Duration, ok func(*http.Respo
 			if good {
 				return nil
 			}
+			err = fmt.Errorf("answer %q not accepted", resp.Status)
 		}
 		if p != nil && p.Exited() {
-			return fmt.Errorf("%s exited before serving %s: %v\n%s", p.name, url, p.err, p.Output())
+			exit := p.err
+			if exit == nil {
+				exit = errors.New("exit status 0")
+			}
+			return fmt.Errorf("%s exited before serving %s: %w\n%s", p.name, url, exit, p.Output())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not serving %s after %v (last error %v)", p.name, url, timeout, err)
+			return fmt.Errorf("%s not serving %s after %v: %w", p.name, url, timeout, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -76,7 +76,8 @@ type Cluster struct {
 
 // Start brings up spec's simulators and a picker running cfg, and a
 // gateway in front of them; it returns once the picker has scraped every pod.
-func Start(bins Binaries, spec SimSpec, cfg policy.Config, workdir string) (c *Cluster, err error) {
+// The cluster outlives ctx's cancellation: only Stop ends it.
+func Start(ctx context.Context, bins Binaries, spec SimSpec, cfg policy.Config, workdir string) (c *Cluster, err error) {
 	c = &Cluster{spec: spec, workdir: workdir}
 	defer func() {
 		if err != nil {
@@ -109,11 +110,11 @@ func Start(bins Binaries, spec SimSpec, cfg policy.Config, workdir string) (c *C
 		return nil, fmt.Errorf("gateway listener: %w", err)
 	}
 	c.gwAddr = lis.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
+	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.stopGW, c.gwDone = cancel, make(chan struct{})
 	go func() {
 		defer close(c.gwDone)
-		_ = c.gw.Serve(ctx, lis)
+		_ = c.gw.Serve(serveCtx, lis)
 	}()
 	return c, nil
 }

@@ -146,7 +146,8 @@ func Run(ctx context.Context, c *Cluster, w *Workload, deadline time.Duration) (
 		res.Throughput = float64(res.OK) / span
 	}
 	res.SkewAvg, res.SkewPeak = skew(res.Load)
-	if err := d.collectSims(res); err != nil {
+	// The totals of a run cut short by an interrupt are still read.
+	if err := d.collectSims(context.WithoutCancel(ctx), res); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -306,13 +307,13 @@ func maxOverMean(v []float64) float64 {
 }
 
 // collectSims reads every simulator's totals into res.
-func (d *driver) collectSims(res *Result) error {
+func (d *driver) collectSims(ctx context.Context, res *Result) error {
 	client := &http.Client{Timeout: 5 * time.Second}
 	var prompt, cached, finished int64
 	var ttftSum float64
 	for i := range d.c.spec.Pods {
 		var s simStats
-		if err := getJSON(context.Background(), client, "http://"+d.c.spec.Addr(i)+"/sim/stats", &s); err != nil {
+		if err := getJSON(ctx, client, "http://"+d.c.spec.Addr(i)+"/sim/stats", &s); err != nil {
 			return err
 		}
 		prompt += s.PromptTokens
@@ -331,7 +332,7 @@ func (d *driver) collectSims(res *Result) error {
 }
 
 func getJSON(ctx context.Context, client *http.Client, url string, into any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
 	if err != nil {
 		return err
 	}

@@ -38,10 +38,11 @@ func Suite(ctx context.Context, bins Binaries, spec SimSpec, policies []Policy, 
 	}
 	defer os.RemoveAll(workdir)
 	var out []*Result
-	for _, p := range policies {
+	for i := range policies {
+		p := &policies[i]
 		for _, w := range workloads {
 			start := time.Now()
-			c, err := Start(bins, spec, p.Config, workdir)
+			c, err := Start(ctx, bins, spec, p.Config, workdir)
 			if err != nil {
 				return nil, fmt.Errorf("%s / %s: %w", p.Label, w.Name, err)
 			}
