@@ -15,17 +15,24 @@ import (
 )
 
 func main() {
+	os.Exit(run())
+}
+
+// run parses the flags and serves until SIGTERM or an interrupt. It returns
+// the exit code: 2 for bad flags, 1 when the server fails.
+func run() int {
 	opts := app.NewOptions()
 	opts.AddFlags(flag.CommandLine)
 	flag.Parse()
 	if err := opts.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "vllm-sim:", err)
-		os.Exit(2)
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := app.Run(ctx, opts, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "vllm-sim:", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }

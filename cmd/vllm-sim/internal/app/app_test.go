@@ -37,7 +37,7 @@ func TestRunAnnouncesServesAndStops(t *testing.T) {
 	if !ok || !strings.HasPrefix(base, "http://127.0.0.7:") || strings.HasSuffix(base, ":0") {
 		t.Fatalf("announcement %q, want the real address on 127.0.0.7", line)
 	}
-	go io.Copy(io.Discard, pr)
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
 
 	resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"hi"}`))
 	if err != nil {

@@ -52,7 +52,9 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 	go func() { serveErr <- httpSrv.Serve(ln) }()
 	if _, err := fmt.Fprintf(out, "vllm-sim listening on http://%s\n", ln.Addr()); err != nil {
 		_ = httpSrv.Close()
-		<-serveErr
+		if serr := <-serveErr; !errors.Is(serr, http.ErrServerClosed) {
+			return errors.Join(fmt.Errorf("announce: %w", err), fmt.Errorf("serve: %w", serr))
+		}
 		return fmt.Errorf("announce: %w", err)
 	}
 
