@@ -12,11 +12,11 @@ import (
 )
 
 var (
-	// ErrTooLarge: the prompt plus its output can never fit in the KV pool.
+	// ErrTooLarge reports that the prompt plus its output can never fit in the KV pool.
 	ErrTooLarge = errors.New("request does not fit in the KV cache")
-	// ErrInvalid: the request has no prompt or asks for no tokens.
+	// ErrInvalid reports that the request has no prompt or asks for no tokens.
 	ErrInvalid = errors.New("invalid request")
-	// ErrStopped: the engine is no longer running.
+	// ErrStopped reports that the engine is no longer running.
 	ErrStopped = errors.New("engine stopped")
 )
 

@@ -116,7 +116,7 @@ func waitDone(t *testing.T, s *Sequence) Status {
 	}
 }
 
-func submit(t *testing.T, ctx context.Context, e *Engine, prompt string, maxTokens int) *Sequence {
+func submit(ctx context.Context, t *testing.T, e *Engine, prompt string, maxTokens int) *Sequence {
 	t.Helper()
 	s, err := e.Submit(ctx, Request{Prompt: prompt, MaxTokens: maxTokens})
 	if err != nil {
@@ -138,9 +138,9 @@ func TestSharedPrefixIsCachedAndPrefillsFaster(t *testing.T) {
 	e := start(t, testConfig(), &WallPacer{})
 	prefix := strings.Repeat("system prompt. ", 40) // 600 bytes, 150 tokens
 
-	first := waitDone(t, submit(t, t.Context(), e, prefix+"question one", 4))
-	second := waitDone(t, submit(t, t.Context(), e, prefix+"question two", 4))
-	other := waitDone(t, submit(t, t.Context(), e, strings.Repeat("unrelated text ", 40)+"q", 4))
+	first := waitDone(t, submit(t.Context(), t, e, prefix+"question one", 4))
+	second := waitDone(t, submit(t.Context(), t, e, prefix+"question two", 4))
+	other := waitDone(t, submit(t.Context(), t, e, strings.Repeat("unrelated text ", 40)+"q", 4))
 
 	got := map[string]int{"first": first.CachedTokens, "second": second.CachedTokens, "other": other.CachedTokens}
 	want := map[string]int{"first": 0, "second": 152, "other": 0} // 608 shared bytes: 38 full blocks of 4 tokens
@@ -159,8 +159,8 @@ func TestSharedPrefixIsCachedAndPrefillsFaster(t *testing.T) {
 func TestFullyCachedPromptRecomputesLastBlock(t *testing.T) {
 	e := start(t, testConfig(), &WallPacer{})
 	prompt := strings.Repeat("abcd", 32) // 32 tokens, 8 full blocks
-	waitDone(t, submit(t, t.Context(), e, prompt, 1))
-	again := waitDone(t, submit(t, t.Context(), e, prompt, 1))
+	waitDone(t, submit(t.Context(), t, e, prompt, 1))
+	again := waitDone(t, submit(t.Context(), t, e, prompt, 1))
 	if again.CachedTokens != 28 {
 		t.Errorf("cached tokens of a repeated prompt = %d, want 28", again.CachedTokens)
 	}
@@ -173,8 +173,8 @@ func TestMaxNumSeqsQueuesAndAbortFreesTheSlot(t *testing.T) {
 	e := start(t, cfg, g)
 
 	ctxA, cancelA := context.WithCancel(t.Context())
-	a := submit(t, ctxA, e, "first request prompt", 100)
-	b := submit(t, t.Context(), e, "second request prompt", 2)
+	a := submit(ctxA, t, e, "first request prompt", 100)
+	b := submit(t.Context(), t, e, "second request prompt", 2)
 
 	g.nextStep(t)
 	if diff := cmp.Diff(counts{Running: 1, Waiting: 1}, countsOf(e.Stats())); diff != "" {
@@ -207,9 +207,9 @@ func TestCancelledWaitingRequestLeavesTheQueue(t *testing.T) {
 	cfg.MaxNumSeqs = 1
 	g := newGatedPacer()
 	e := start(t, cfg, g)
-	submit(t, t.Context(), e, "runs first", 5)
+	submit(t.Context(), t, e, "runs first", 5)
 	ctx, cancel := context.WithCancel(t.Context())
-	queued := submit(t, ctx, e, "waits", 5)
+	queued := submit(ctx, t, e, "waits", 5)
 	g.nextStep(t)
 	cancel()
 	waitDone(t, queued)
@@ -223,8 +223,8 @@ func TestKVPressureQueuesUntilBlocksAreFree(t *testing.T) {
 	cfg.NumGPUBlocks = 10 // 40 tokens
 	g := newGatedPacer()
 	e := start(t, cfg, g)
-	big := submit(t, t.Context(), e, strings.Repeat("x", 100), 5)  // 25+5 tokens: 8 blocks
-	small := submit(t, t.Context(), e, strings.Repeat("y", 40), 4) // 10+4 tokens: 4 blocks
+	big := submit(t.Context(), t, e, strings.Repeat("x", 100), 5)  // 25+5 tokens: 8 blocks
+	small := submit(t.Context(), t, e, strings.Repeat("y", 40), 4) // 10+4 tokens: 4 blocks
 	g.nextStep(t)
 	if diff := cmp.Diff(counts{Running: 1, Waiting: 1}, countsOf(e.Stats())); diff != "" {
 		t.Errorf("with the pool nearly full (-want +got):\n%s", diff)
@@ -245,14 +245,14 @@ func TestEvictionUnderCapacityPressure(t *testing.T) {
 	cfg.NumGPUBlocks = 12
 	e := start(t, cfg, &WallPacer{})
 	prompt := func(c string) string { return strings.Repeat(c, 33) } // 9 tokens: 2 full blocks
-	waitDone(t, submit(t, t.Context(), e, prompt("a"), 1))
-	if st := waitDone(t, submit(t, t.Context(), e, prompt("a"), 1)); st.CachedTokens != 8 {
+	waitDone(t, submit(t.Context(), t, e, prompt("a"), 1))
+	if st := waitDone(t, submit(t.Context(), t, e, prompt("a"), 1)); st.CachedTokens != 8 {
 		t.Fatalf("repeat before pressure cached %d tokens, want 8", st.CachedTokens)
 	}
 	for _, c := range []string{"b", "c", "d", "e", "f", "g"} {
-		waitDone(t, submit(t, t.Context(), e, prompt(c), 1))
+		waitDone(t, submit(t.Context(), t, e, prompt(c), 1))
 	}
-	if st := waitDone(t, submit(t, t.Context(), e, prompt("a"), 1)); st.CachedTokens != 0 {
+	if st := waitDone(t, submit(t.Context(), t, e, prompt("a"), 1)); st.CachedTokens != 0 {
 		t.Errorf("repeat after 6 other prompts cached %d tokens, want 0 (evicted)", st.CachedTokens)
 	}
 	if got := e.Stats().KVCacheUsage; got != 0 {
@@ -265,8 +265,8 @@ func TestPrefillSharesTheStepBudget(t *testing.T) {
 	cfg.MaxBatchedTokens = 32
 	g := newGatedPacer()
 	e := start(t, cfg, g)
-	a := submit(t, t.Context(), e, strings.Repeat("a", 128), 1) // 32 tokens
-	b := submit(t, t.Context(), e, strings.Repeat("b", 128), 1)
+	a := submit(t.Context(), t, e, strings.Repeat("a", 128), 1) // 32 tokens
+	b := submit(t.Context(), t, e, strings.Repeat("b", 128), 1)
 	g.drive(t, b)
 	if ta, tb := waitDone(t, a).TTFT, b.Status().TTFT; tb <= ta {
 		t.Errorf("second prefill TTFT %v, want above the first's %v (one budget per step)", tb, ta)
@@ -283,7 +283,7 @@ func TestStopAbortsEverything(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); e.Run(ctx) }()
-	s := submit(t, t.Context(), e, "prompt", 10)
+	s := submit(t.Context(), t, e, "prompt", 10)
 	g.nextStep(t)
 	cancel()
 	<-done

@@ -139,7 +139,7 @@ func FuzzParseChat(f *testing.F) {
 			}
 			return
 		}
-		if len(r.Messages) == 0 || len(r.PromptText()) == 0 {
+		if len(r.Messages) == 0 || r.PromptText() == "" {
 			t.Fatalf("accepted chat with no messages: %+v", r)
 		}
 	})

@@ -31,7 +31,7 @@ func TestInjectedErrors(t *testing.T) {
 	if status := postJSON(t, base+"/v1/completions", `{"prompt":"x"}`, &e); status != 503 || e.Error.Code != 503 {
 		t.Errorf("with error_rate 1: status %d body %+v, want 503", status, e)
 	}
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, base+"/sim/faults", nil)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, base+"/sim/faults", http.NoBody)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestStallKeepsTheStreamOpenUntilTheClientLeaves(t *testing.T) {
 	setFaults(t, base, `{"stall_after_chunks":2}`)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	resp := post(t, ctx, base+"/v1/completions", streamBody)
+	resp := post(ctx, t, base+"/v1/completions", streamBody)
 	defer resp.Body.Close()
 	br := bufio.NewReader(resp.Body)
 	for i := range 2 {
@@ -83,7 +83,7 @@ func TestStallKeepsTheStreamOpenUntilTheClientLeaves(t *testing.T) {
 func TestDropClosesTheConnectionMidStream(t *testing.T) {
 	base := startSim(t, defaultSim())
 	setFaults(t, base, `{"drop_after_chunks":1}`)
-	resp := post(t, t.Context(), base+"/v1/completions", streamBody)
+	resp := post(t.Context(), t, base+"/v1/completions", streamBody)
 	defer resp.Body.Close()
 	br := bufio.NewReader(resp.Body)
 	if _, err := readEvent(br); err != nil {
@@ -111,7 +111,7 @@ func TestMetricsFaults(t *testing.T) {
 	setFaults(t, base, `{"metrics_garbage":false,"metrics_delay_ms":600000}`)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", http.NoBody)
 	if resp, err := http.DefaultClient.Do(req); err == nil {
 		resp.Body.Close()
 		t.Error("metrics answered although delayed by ten minutes")

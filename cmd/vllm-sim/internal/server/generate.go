@@ -78,7 +78,7 @@ type run struct {
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, j job) {
 	if j.model != "" && j.model != s.cfg.Model {
-		writeError(w, http.StatusNotFound, "model", fmt.Sprintf("The model `%s` does not exist.", j.model))
+		writeError(w, http.StatusNotFound, "model", "The model `"+j.model+"` does not exist.")
 		return
 	}
 	j.model = s.cfg.Model

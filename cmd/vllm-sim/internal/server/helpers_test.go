@@ -60,7 +60,7 @@ func startSim(t *testing.T, o simOptions) string {
 	return ts.URL
 }
 
-func post(t *testing.T, ctx context.Context, url, body string) *http.Response {
+func post(ctx context.Context, t *testing.T, url, body string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
@@ -77,7 +77,7 @@ func post(t *testing.T, ctx context.Context, url, body string) *http.Response {
 // postJSON posts body and decodes the answer into out, returning the status.
 func postJSON(t *testing.T, url, body string, out any) int {
 	t.Helper()
-	resp := post(t, t.Context(), url, body)
+	resp := post(t.Context(), t, url, body)
 	defer resp.Body.Close()
 	if out != nil {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
@@ -108,8 +108,12 @@ func readEvent(br *bufio.Reader) (string, error) {
 		}
 		line = strings.TrimRight(line, "\r\n")
 		if data, ok := strings.CutPrefix(line, "data: "); ok {
-			if blank, err := br.ReadString('\n'); err != nil || blank != "\n" {
-				return "", fmt.Errorf("event %q not followed by a blank line (%q, %v)", data, blank, err)
+			blank, err := br.ReadString('\n')
+			if err != nil {
+				return "", fmt.Errorf("event %q not followed by a blank line: %w", data, err)
+			}
+			if blank != "\n" {
+				return "", fmt.Errorf("event %q followed by %q, want a blank line", data, blank)
 			}
 			return data, nil
 		}

@@ -81,7 +81,7 @@ func mustJSON(t *testing.T, v any) string {
 
 func TestChatStreamFormat(t *testing.T) {
 	base := startSim(t, defaultSim())
-	resp := post(t, t.Context(), base+"/v1/chat/completions",
+	resp := post(t.Context(), t, base+"/v1/chat/completions",
 		`{"model":"sim-model","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"stream":true,"stream_options":{"include_usage":true}}`)
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
@@ -122,7 +122,7 @@ func TestChatStreamFormat(t *testing.T) {
 
 func TestCompletionStreamOfTwoPrompts(t *testing.T) {
 	base := startSim(t, defaultSim())
-	resp := post(t, t.Context(), base+"/v1/completions", `{"prompt":["one","two"],"max_tokens":2,"stream":true}`)
+	resp := post(t.Context(), t, base+"/v1/completions", `{"prompt":["one","two"],"max_tokens":2,"stream":true}`)
 	defer resp.Body.Close()
 	events := readAllEvents(t, resp.Body)
 	if len(events) != 5 || events[4] != "[DONE]" {
@@ -202,9 +202,9 @@ func TestMetricsExposeCacheConfig(t *testing.T) {
 }
 
 // openStream starts a streamed completion and waits for its first token.
-func openStream(t *testing.T, ctx context.Context, base, prompt string) *bufio.Reader {
+func openStream(ctx context.Context, t *testing.T, base, prompt string) *bufio.Reader {
 	t.Helper()
-	resp := post(t, ctx, base+"/v1/completions", `{"prompt":"`+prompt+`","max_tokens":1500,"stream":true}`)
+	resp := post(ctx, t, base+"/v1/completions", `{"prompt":"`+prompt+`","max_tokens":1500,"stream":true}`)
 	t.Cleanup(func() { resp.Body.Close() })
 	br := bufio.NewReader(resp.Body)
 	if _, err := readEvent(br); err != nil {
@@ -229,13 +229,13 @@ func TestQueueingAndAbortFreesTheSlot(t *testing.T) {
 		}
 	}
 	ctx1, cancel1 := context.WithCancel(t.Context())
-	openStream(t, ctx1, base, "first")
+	openStream(ctx1, t, base, "first")
 
 	secondStarted := make(chan error, 1)
 	ctx2, cancel2 := context.WithCancel(t.Context())
 	defer cancel2()
 	go func() {
-		resp, err := http.DefaultClient.Do(mustRequest(t, ctx2, base, `{"prompt":"second","max_tokens":1500,"stream":true}`))
+		resp, err := http.DefaultClient.Do(mustRequest(ctx2, t, base, `{"prompt":"second","max_tokens":1500,"stream":true}`))
 		if err != nil {
 			secondStarted <- err
 			return
@@ -261,7 +261,7 @@ func TestQueueingAndAbortFreesTheSlot(t *testing.T) {
 	}
 }
 
-func mustRequest(t *testing.T, ctx context.Context, base, body string) *http.Request {
+func mustRequest(ctx context.Context, t *testing.T, base, body string) *http.Request {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", strings.NewReader(body))
 	if err != nil {
 		t.Error(err)
