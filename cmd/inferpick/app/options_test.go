@@ -21,7 +21,8 @@ func parse(t *testing.T, args ...string) (*Options, error) {
 	if err := o.Complete(); err != nil {
 		return o, err
 	}
-	return o, o.Validate()
+	err := o.Validate()
+	return o, err
 }
 
 func TestOptions(t *testing.T) {
