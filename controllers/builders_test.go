@@ -20,8 +20,6 @@ func makePod(name string) *podWrapper {
 
 func (p *podWrapper) uid(uid string) *podWrapper { p.UID = types.UID(uid); return p }
 
-func (p *podWrapper) labels(kv map[string]string) *podWrapper { p.Labels = kv; return p }
-
 func (p *podWrapper) ip(ip string) *podWrapper { p.Status.PodIP = ip; return p }
 
 func (p *podWrapper) condition(s corev1.ConditionStatus) *podWrapper {
