@@ -16,17 +16,23 @@ import (
 
 func main() {
 	runShim()
+	os.Exit(execute())
+}
+
+// execute parses the configuration and runs the demo; it returns the exit
+// code: 2 for a bad configuration, 1 for a failed run.
+func execute() int {
 	c, err := parseConfig(os.Args[1:], os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
+		return 0
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(2)
+		return 2
 	}
 	if c.WorkDir, err = filepath.Abs(c.WorkDir); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(2)
+		return 2
 	}
 	// envtest logs through controller-runtime; the demo has its own output.
 	ctrllog.SetLogger(logr.Discard())
@@ -35,7 +41,7 @@ func main() {
 	defer stop()
 	if _, err := run(ctx, c); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
-		stop()
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }

@@ -15,7 +15,7 @@ import (
 func getJSON(ctx context.Context, hc *http.Client, url string, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
 	if err != nil {
 		return fmt.Errorf("get %s: %w", url, err)
 	}
@@ -121,8 +121,8 @@ func waitIdle(ctx context.Context, hc *http.Client, metricsAddr string, deadline
 
 func totalLoad(v observe.WorkersView) int64 {
 	var n int64
-	for _, w := range v.Workers {
-		n += w.Load
+	for i := range v.Workers {
+		n += v.Workers[i].Load
 	}
 	return n
 }

@@ -52,7 +52,11 @@ func startProcess(ctx context.Context, name, logPath, announce string, deadline 
 	case <-w.seen:
 		return p, nil
 	case <-p.exited:
-		err = fmt.Errorf("%s exited before it was ready (%v); see %s", name, p.err, logPath)
+		exit := p.err
+		if exit == nil {
+			exit = errors.New("exit status 0")
+		}
+		err = fmt.Errorf("%s exited before it was ready (%w); see %s", name, exit, logPath)
 	case <-timer.C:
 		err = fmt.Errorf("%s did not say %q within %s; see %s", name, announce, deadline, logPath)
 	case <-ctx.Done():

@@ -125,7 +125,8 @@ func (r *report) write(w io.Writer) error {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "pod\taddress\trequests\tprefix groups (group:requests)\tKV cache hit rate\taborted at pod\tload after run")
 	var sum podRow
-	for _, p := range r.Pods {
+	for i := range r.Pods {
+		p := &r.Pods[i]
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\n", p.Name, p.Address, p.Served, groupList(p.Groups),
 			hitRate(p.Sim.CachedTokens, p.Sim.PromptTokens), p.Sim.Aborted, p.Load)
 		sum.Served += p.Served
@@ -150,8 +151,8 @@ func (r *report) write(w io.Writer) error {
 		b.WriteString("in-flight load held by inferpick after the run: 0 on every pod\n")
 	} else {
 		b.WriteString("\n!!! LOAD LEAK: inferpick still counts requests in flight after the run:\n")
-		for _, p := range r.Pods {
-			if p.Load != 0 {
+		for i := range r.Pods {
+			if p := &r.Pods[i]; p.Load != 0 {
 				fmt.Fprintf(&b, "!!!   %s (%s): load %d (prefill %d, decode %d)\n", p.Name, p.Address, p.Load, p.Prefill, p.Decode)
 			}
 		}

@@ -84,8 +84,8 @@ func (s *system) collect(ctx context.Context, rep *report, plan []request) error
 		return fmt.Errorf("read inferpick's workers: %w", idleErr)
 	}
 	byAddr := make(map[string]observe.WorkerView, len(view.Workers))
-	for _, w := range view.Workers {
-		byAddr[w.Address] = w
+	for i := range view.Workers {
+		byAddr[view.Workers[i].Address] = view.Workers[i]
 	}
 	served := s.servedWhenComplete(ctx, rep.Requests)
 	rep.Pods = make([]podRow, len(s.simAddrs))

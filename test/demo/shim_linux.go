@@ -13,7 +13,7 @@ const shimsSupported = true
 // shim arranges for SIGTERM when its parent (the demo) dies, then executes
 // the real binary in its place; the setting survives the exec.
 func runShim() {
-	real, ok := shimOf(os.Args[0])
+	target, ok := shimOf(os.Args[0])
 	if !ok {
 		return
 	}
@@ -25,7 +25,7 @@ func runShim() {
 		// The demo died before the setting took effect.
 		os.Exit(1)
 	}
-	err := syscall.Exec(real, append([]string{real}, os.Args[1:]...), os.Environ())
-	fmt.Fprintf(os.Stderr, "%s: exec %s: %v\n", os.Args[0], real, err)
+	err := syscall.Exec(target, append([]string{target}, os.Args[1:]...), os.Environ())
+	fmt.Fprintf(os.Stderr, "%s: exec %s: %v\n", os.Args[0], target, err)
 	os.Exit(1)
 }
