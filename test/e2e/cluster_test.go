@@ -36,7 +36,7 @@ func (p *podWrapper) Label(k, v string) *podWrapper {
 	return p
 }
 
-func (p *podWrapper) Obj() *corev1.Pod { return p.Pod.DeepCopy() }
+func (p *podWrapper) Obj() *corev1.Pod { return p.DeepCopy() }
 
 // createReadyPod creates pod and then writes the status a kubelet would once
 // its container is up and ready at ip.

@@ -362,7 +362,8 @@ func metricsReaderToken(ctx context.Context, ns string) string {
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}},
 	}
 	Expect(suite.client.Create(ctx, binding)).To(Succeed())
-	DeferCleanup(func(ctx SpecContext) {
+	// The cleanup runs after the spec, when ctx is done: Ginkgo hands it its own context.
+	DeferCleanup(func(ctx SpecContext) { //nolint:contextcheck // a cleanup runs after the spec's context ends and gets its own from Ginkgo.
 		Expect(client.IgnoreNotFound(suite.client.Delete(ctx, binding))).To(Succeed())
 	})
 	return serviceAccountConfig(ctx, ns, sa.Name).BearerToken
@@ -373,8 +374,8 @@ func poolEvents(ctx context.Context, g Gomega, ns string) []string {
 	list, err := suite.clientset.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	var out []string
-	for _, e := range list.Items {
-		if e.Regarding.Kind == "InferencePool" && e.Regarding.Name == poolName {
+	for i := range list.Items {
+		if e := &list.Items[i]; e.Regarding.Kind == "InferencePool" && e.Regarding.Name == poolName {
 			out = append(out, fmt.Sprintf("%s %s %s: %s", e.Type, e.Reason, e.ReportingController, e.Note))
 		}
 	}

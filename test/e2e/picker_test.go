@@ -163,7 +163,7 @@ var metricsClient = &http.Client{
 // get fetches path from the metrics port with an optional bearer token and
 // returns the status code and body.
 func (p *pickerProcess) get(ctx context.Context, path, token string) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+p.metricsAddr+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+p.metricsAddr+path, http.NoBody)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -129,7 +129,7 @@ func startModelServer(ctx context.Context, ip string, port int) *modelServer {
 		if done, err := p.exited(); done {
 			return StopTrying(fmt.Sprintf("vllm-sim on %s exited: %v\n%s", addr, err, p.output()))
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/health", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/health", http.NoBody)
 		if err != nil {
 			return err
 		}

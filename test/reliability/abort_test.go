@@ -179,8 +179,11 @@ func stormRequest(parent context.Context, g *gw, r *rand.Rand, kind abortKind) e
 	if kind != finish || ctx.Err() != nil {
 		return nil // abandoned, or held by the stalling server until the deadline
 	}
-	if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "[DONE]") {
-		return fmt.Errorf("status %d, err %v, body %.200q", resp.StatusCode, err, b)
+	if err != nil {
+		return fmt.Errorf("status %d, read body: %w", resp.StatusCode, err)
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "[DONE]") {
+		return fmt.Errorf("status %d, body %.200q", resp.StatusCode, b)
 	}
 	return nil
 }
@@ -194,7 +197,8 @@ func agree(p *picker, sims []*sim, want int) error {
 	}
 	loads := map[string]int64{}
 	var sum int64
-	for _, w := range v.Workers {
+	for i := range v.Workers {
+		w := &v.Workers[i]
 		loads[w.Address] = w.Load
 		sum += w.Load
 	}

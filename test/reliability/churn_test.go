@@ -208,9 +208,10 @@ func waitWorker(t *testing.T, p *picker, addr string) observe.WorkerView {
 		if err != nil {
 			return err
 		}
-		for _, w := range v.Workers {
+		for i := range v.Workers {
+			w := &v.Workers[i]
 			if w.Address == addr {
-				found = w
+				found = *w
 				return nil
 			}
 		}
@@ -228,7 +229,8 @@ func drainTraffic(t *testing.T, p *picker, except string) {
 		if err != nil {
 			return err
 		}
-		for _, w := range v.Workers {
+		for i := range v.Workers {
+			w := &v.Workers[i]
 			if w.Address != except && w.Load != 0 {
 				return fmt.Errorf("worker %s still counts %d", w.Address, w.Load)
 			}

@@ -165,7 +165,7 @@ func TestMetricsEndpointAuth(t *testing.T) {
 	for _, path := range []string{"/metrics", "/debug/workers"} {
 		for name, token := range map[string]string{"no token": "", "bad token": "not-a-token"} {
 			eventually(t, 30*time.Second, func() error {
-				req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://127.0.0.1:"+strconv.Itoa(p.metrics)+path, nil)
+				req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://127.0.0.1:"+strconv.Itoa(p.metrics)+path, http.NoBody)
 				if token != "" {
 					req.Header.Set("Authorization", "Bearer "+token)
 				}
@@ -192,11 +192,14 @@ func TestMetricsEndpointAuth(t *testing.T) {
 	}
 }
 
+// procDir is where Linux lists its processes.
+const procDir = "/proc"
+
 // killProcess sends SIGKILL to the process named name whose command line
 // mentions marker, and waits until it is gone.
 func killProcess(t *testing.T, name, marker string) {
 	t.Helper()
-	dirs, err := os.ReadDir("/proc")
+	dirs, err := os.ReadDir(procDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +208,7 @@ func killProcess(t *testing.T, name, marker string) {
 		if err != nil {
 			continue
 		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		cmdline, err := os.ReadFile(filepath.Join(procDir, d.Name(), "cmdline"))
 		if err != nil || !strings.Contains(string(cmdline), name) || !strings.Contains(string(cmdline), marker) {
 			continue
 		}
@@ -213,7 +216,7 @@ func killProcess(t *testing.T, name, marker string) {
 			t.Fatal(err)
 		}
 		eventually(t, 30*time.Second, func() error {
-			if stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat")); err == nil && !strings.Contains(string(stat), ") Z ") {
+			if stat, err := os.ReadFile(filepath.Join(procDir, d.Name(), "stat")); err == nil && !strings.Contains(string(stat), ") Z ") {
 				return fmt.Errorf("%s (pid %d) is still running", name, pid)
 			}
 			return nil

@@ -125,8 +125,11 @@ func TestPickerRestart(t *testing.T) {
 	// The gateway's connection comes back and routing resumes.
 	eventually(t, 30*time.Second, func() error {
 		code, body, err := closed.Complete(t.Context(), completion(randomPrompt(r, 4), 2, true))
-		if err != nil || code != http.StatusOK {
-			return fmt.Errorf("status %d, %v: %s", code, err, body)
+		if err != nil {
+			return fmt.Errorf("complete: %w", err)
+		}
+		if code != http.StatusOK {
+			return fmt.Errorf("status %d: %s", code, body)
 		}
 		return nil
 	})

@@ -393,7 +393,8 @@ func (p *picker) WaitIdle(t testing.TB, timeout time.Duration) time.Duration {
 		if err != nil {
 			return err
 		}
-		for _, w := range v.Workers {
+		for i := range v.Workers {
+			w := &v.Workers[i]
 			if w.Load != 0 || w.Prefill != 0 || w.Decode != 0 {
 				return fmt.Errorf("worker %s holds load %d (prefill %d, decode %d)", w.Address, w.Load, w.Prefill, w.Decode)
 			}
@@ -421,7 +422,7 @@ func parseProm(r io.Reader) (promPage, error) {
 			continue
 		}
 		s := promSample{labels: map[string]string{}}
-		rest := line
+		var rest string
 		if i := strings.IndexByte(line, '{'); i >= 0 {
 			j := strings.LastIndexByte(line, '}')
 			s.name, rest = line[:i], line[j+1:]
@@ -434,7 +435,11 @@ func parseProm(r io.Reader) (promPage, error) {
 		} else {
 			s.name, rest, _ = strings.Cut(line, " ")
 		}
-		v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			return nil, fmt.Errorf("metrics line %q: no value", line)
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
 		if err != nil {
 			return nil, fmt.Errorf("metrics line %q: %w", line, err)
 		}
@@ -627,7 +632,8 @@ func sampleLoads(p *picker) *loadSampler {
 				continue
 			}
 			s.samples++
-			for _, w := range v.Workers {
+			for i := range v.Workers {
+				w := &v.Workers[i]
 				for _, n := range []int64{w.Prefill, w.Decode, w.Load} {
 					if n < s.minSeen {
 						s.minSeen = n

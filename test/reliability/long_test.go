@@ -61,7 +61,8 @@ func TestLongRequestsStayCounted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, w := range v.Workers {
+		for i := range v.Workers {
+			w := &v.Workers[i]
 			if w.Address == busy.addr {
 				samples = append(samples, w.Load)
 			}
@@ -113,7 +114,8 @@ func loadOf(p *picker, addr string, want int64) error {
 	if err != nil {
 		return err
 	}
-	for _, w := range v.Workers {
+	for i := range v.Workers {
+		w := &v.Workers[i]
 		if w.Address == addr {
 			if w.Load != want {
 				return fmt.Errorf("worker %s counts %d, want %d", addr, w.Load, want)

@@ -82,7 +82,8 @@ func poolEvents(ctx context.Context, pool types.NamespacedName) func(Gomega) []s
 		var list corev1.EventList
 		g.Expect(env.Client.List(ctx, &list, client.InNamespace(pool.Namespace))).To(Succeed())
 		var out []string
-		for _, e := range list.Items {
+		for i := range list.Items {
+			e := &list.Items[i]
 			if e.InvolvedObject.Kind != "InferencePool" || e.InvolvedObject.Name != pool.Name {
 				continue
 			}
