@@ -129,11 +129,12 @@ func TestBadInput(t *testing.T) {
 		defer conn.Close()
 		fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":\"sim-model\"")
 		_ = conn.(*net.TCPConn).CloseWrite()
-		// The gateway stand-in sees the client go away; whatever net/http
-		// then writes on the half-closed connection, the request must not
+		// The gateway stand-in sees the client go away and, as Envoy does,
+		// resets the connection without an answer; the request must not
 		// have been routed.
 		if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err == nil {
 			resp.Body.Close()
+			t.Errorf("the gateway answered %q to a truncated body instead of resetting", resp.Status)
 		}
 		if rec := g.WaitRecords(t, before+1)[before]; len(rec.Endpoints) != 0 || !rec.ClientGone {
 			t.Errorf("a truncated body was routed: %+v", rec.Record)
