@@ -99,10 +99,26 @@ func (r *report) markdown(plotDir string) string {
 	w("- Command: `%s`\n\n", r.command)
 
 	w("## Targets\n\n| target | observed | verdict |\n|---|---|---|\n")
-	for _, v := range r.verdicts() {
+	vs := r.verdicts()
+	for _, v := range vs {
 		w("| %s | %s | %s |\n", v.target, v.observed, v.mark())
 	}
 	w("\n")
+	missed := false
+	for _, v := range vs {
+		why, ok := missedBecause(v.target)
+		if !v.known || v.met || !ok {
+			continue
+		}
+		if !missed {
+			w("### Where a target is missed, and why\n\n")
+			missed = true
+		}
+		w("- **%s**: %s\n", v.target, why)
+	}
+	if missed {
+		w("\n")
+	}
 
 	if len(r.gobench) > 0 {
 		w("## Hot-path micro-benchmarks\n\n")
