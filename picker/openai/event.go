@@ -53,12 +53,7 @@ func (e *eventReader) responseDelta() bool {
 }
 
 func (e *eventReader) read(l *lexer) error {
-	more, err := l.open('}')
-	for more && err == nil {
-		var key []byte
-		if key, err = l.key(); err != nil {
-			return err
-		}
+	return l.members(func(key []byte) (err error) {
 		switch string(key) {
 		case "choices":
 			err = e.choices(l)
@@ -84,12 +79,8 @@ func (e *eventReader) read(l *lexer) error {
 		default:
 			err = l.skip()
 		}
-		if err != nil {
-			return err
-		}
-		more, err = l.next('}')
-	}
-	return err
+		return err
+	})
 }
 
 // response reads the "response" object of a Responses event for its usage.
@@ -97,23 +88,12 @@ func (e *eventReader) response(l *lexer) error {
 	if l.peek() != '{' {
 		return l.skip()
 	}
-	more, err := l.open('}')
-	for more && err == nil {
-		var key []byte
-		if key, err = l.key(); err != nil {
-			return err
-		}
+	return l.members(func(key []byte) error {
 		if string(key) == "usage" {
-			err = e.readUsage(l)
-		} else {
-			err = l.skip()
+			return e.readUsage(l)
 		}
-		if err != nil {
-			return err
-		}
-		more, err = l.next('}')
-	}
-	return err
+		return l.skip()
+	})
 }
 
 // choices reads a "choices" array, looking for a choice that carries output.
@@ -121,14 +101,7 @@ func (e *eventReader) choices(l *lexer) error {
 	if l.peek() != '[' {
 		return l.skip()
 	}
-	more, err := l.open(']')
-	for more && err == nil {
-		if err := e.choice(l, false); err != nil {
-			return err
-		}
-		more, err = l.next(']')
-	}
-	return err
+	return l.elements(func() error { return e.choice(l, false) })
 }
 
 // choice reads one choice (inDelta false) or the "delta" object of one.
@@ -136,28 +109,18 @@ func (e *eventReader) choice(l *lexer, inDelta bool) error {
 	if l.peek() != '{' {
 		return l.skip()
 	}
-	more, err := l.open('}')
-	for more && err == nil {
-		var key []byte
-		if key, err = l.key(); err != nil {
-			return err
-		}
-		var out bool
+	return l.members(func(key []byte) error {
 		switch {
 		case !inDelta && string(key) == "delta":
-			err = e.choice(l, true)
+			return e.choice(l, true)
 		case !inDelta && string(key) == "text", inDelta && isOutput(key):
-			out, err = nonEmpty(l)
-		default:
-			err = l.skip()
-		}
-		if err != nil {
+			out, err := nonEmpty(l)
+			e.token = e.token || out
 			return err
+		default:
+			return l.skip()
 		}
-		e.token = e.token || out
-		more, err = l.next('}')
-	}
-	return err
+	})
 }
 
 // isOutput reports whether a field of a choice's delta carries output.
@@ -176,28 +139,18 @@ func (e *eventReader) readUsage(l *lexer) error {
 	}
 	e.hasUsage = true
 	e.usage = Usage{}
-	more, err := l.open('}')
-	for more && err == nil {
-		var key []byte
-		if key, err = l.key(); err != nil {
-			return err
-		}
+	return l.members(func(key []byte) error {
 		switch string(key) {
 		case "prompt_tokens", "input_tokens":
-			err = readCount(l, &e.usage.PromptTokens)
+			return readCount(l, &e.usage.PromptTokens)
 		case "completion_tokens", "output_tokens":
-			err = readCount(l, &e.usage.CompletionTokens)
+			return readCount(l, &e.usage.CompletionTokens)
 		case "prompt_tokens_details", "input_tokens_details":
-			err = readDetails(l, &e.usage.CachedTokens)
+			return readDetails(l, &e.usage.CachedTokens)
 		default:
-			err = l.skip()
+			return l.skip()
 		}
-		if err != nil {
-			return err
-		}
-		more, err = l.next('}')
-	}
-	return err
+	})
 }
 
 // readDetails reads cached_tokens from a token-details object.
@@ -205,23 +158,12 @@ func readDetails(l *lexer, cached *int) error {
 	if l.peek() != '{' {
 		return l.skip()
 	}
-	more, err := l.open('}')
-	for more && err == nil {
-		var key []byte
-		if key, err = l.key(); err != nil {
-			return err
-		}
+	return l.members(func(key []byte) error {
 		if string(key) == "cached_tokens" {
-			err = readCount(l, cached)
-		} else {
-			err = l.skip()
+			return readCount(l, cached)
 		}
-		if err != nil {
-			return err
-		}
-		more, err = l.next('}')
-	}
-	return err
+		return l.skip()
+	})
 }
 
 // readCount stores a non-negative integer in n; other values leave n alone.

@@ -296,6 +296,36 @@ func (l *lexer) open(end byte) (bool, error) {
 	return true, nil
 }
 
+// members reads the object at the current byte, calling each with every key
+// and the lexer at the start of that key's value, which each must consume.
+func (l *lexer) members(each func(key []byte) error) error {
+	more, err := l.open('}')
+	for more && err == nil {
+		var key []byte
+		if key, err = l.key(); err != nil {
+			return err
+		}
+		if err = each(key); err != nil {
+			return err
+		}
+		more, err = l.next('}')
+	}
+	return err
+}
+
+// elements reads the array at the current byte, calling each with the lexer
+// at the start of every element, which each must consume.
+func (l *lexer) elements(each func() error) error {
+	more, err := l.open(']')
+	for more && err == nil {
+		if err = each(); err != nil {
+			return err
+		}
+		more, err = l.next(']')
+	}
+	return err
+}
+
 // next reads the ',' or closing byte after a member and reports whether
 // another member follows.
 func (l *lexer) next(end byte) (bool, error) {

@@ -51,14 +51,7 @@ func (p *parser) messages() error {
 	if l.peek() != '[' {
 		return fieldTypeError("messages", l, "an array")
 	}
-	more, err := l.open(']')
-	for more && err == nil {
-		if err := p.message("messages[]", false); err != nil {
-			return err
-		}
-		more, err = l.next(']')
-	}
-	return err
+	return l.elements(func() error { return p.message("messages[]", false) })
 }
 
 // input reads the Responses "input": a string (one user turn) or an array of
@@ -77,14 +70,7 @@ func (p *parser) input() error {
 	default:
 		return fieldTypeError("input", l, "a string or an array")
 	}
-	more, err := l.open(']')
-	for more && err == nil {
-		if err := p.message("input[]", true); err != nil {
-			return err
-		}
-		more, err = l.next(']')
-	}
-	return err
+	return l.elements(func() error { return p.message("input[]", true) })
 }
 
 // message reads one chat message or Responses input item. Its role marker
@@ -166,14 +152,7 @@ func (p *parser) content(field string) error {
 	default:
 		return fieldTypeError(field, l, "a string, an array or null")
 	}
-	more, err := l.open(']')
-	for more && err == nil {
-		if err := p.part(field); err != nil {
-			return err
-		}
-		more, err = l.next(']')
-	}
-	return err
+	return l.elements(func() error { return p.part(field) })
 }
 
 // part reads one content part. A text part contributes its text; any other
@@ -187,12 +166,7 @@ func (p *parser) part(field string) error {
 	start := l.i
 	var typ, text []byte
 	hasText := false
-	more, err := l.open('}')
-	for more && err == nil {
-		var key []byte
-		if key, err = l.key(); err != nil {
-			return err
-		}
+	err := l.members(func(key []byte) (err error) {
 		switch {
 		case string(key) == "type" && l.peek() == '"':
 			typ, err = l.str()
@@ -202,11 +176,8 @@ func (p *parser) part(field string) error {
 		default:
 			err = l.skip()
 		}
-		if err != nil {
-			return err
-		}
-		more, err = l.next('}')
-	}
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -111,18 +111,7 @@ func (p *parser) parse() error {
 	default:
 		return syntaxError(l, "expected a JSON object")
 	}
-	more, err := l.open('}')
-	for more && err == nil {
-		var key []byte
-		if key, err = l.key(); err != nil {
-			return err
-		}
-		if err := p.field(key); err != nil {
-			return err
-		}
-		more, err = l.next('}')
-	}
-	if err != nil {
+	if err := l.members(p.field); err != nil {
 		return err
 	}
 	if err := p.end(); err != nil {
@@ -215,23 +204,13 @@ func (p *parser) streamOptions() error {
 	default:
 		return fieldTypeError("stream_options", l, "an object")
 	}
-	more, err := l.open('}')
-	for more && err == nil {
-		var key []byte
-		if key, err = l.key(); err != nil {
-			return err
-		}
+	return l.members(func(key []byte) (err error) {
 		if string(key) == "include_usage" {
 			p.r.IncludeUsage, _, err = l.boolean("stream_options.include_usage")
-		} else {
-			err = l.skip()
-		}
-		if err != nil {
 			return err
 		}
-		more, err = l.next('}')
-	}
-	return err
+		return l.skip()
+	})
 }
 
 func (p *parser) toolsField() error {
