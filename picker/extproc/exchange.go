@@ -22,18 +22,18 @@ type exchange struct {
 	stream extprocv3.ExternalProcessor_ProcessServer
 
 	// request side
-	kind       openai.Kind
-	path       string
-	subset     subset
-	routed     bool
-	body       []byte
-	parsed     openai.Request
-	pick       policy.Request
-	candidates []*registry.Worker
-	picked     []*registry.Worker
-	dest       string
-	guard      *registry.Guard
-	routedAt   time.Time
+	kind     openai.Kind
+	path     string
+	subset   subset
+	routed   bool
+	body     []byte
+	parsed   openai.Request
+	pick     policy.Request
+	allowed  []*registry.Worker // the subset hint's candidates, when there is one
+	picked   []*registry.Worker // primary, then fallbacks; owned by this exchange
+	dest     string
+	guard    *registry.Guard
+	routedAt time.Time
 
 	// response side
 	status       int
@@ -49,12 +49,11 @@ func (x *exchange) start(s *Server, stream extprocv3.ExternalProcessor_ProcessSe
 // request. Buffers keep their capacity for the next stream.
 func (x *exchange) finish() {
 	x.release(reasonCancelled)
-	body, cands, picked := x.body[:0], x.candidates[:0], x.picked[:0]
-	clear(x.candidates[:cap(x.candidates)])
-	clear(x.picked[:cap(x.picked)])
+	body, allowed := x.body[:0], x.allowed[:0]
+	clear(x.allowed[:cap(x.allowed)])
 	x.parsed.Reset()
 	x.scanner.Reset(false)
-	*x = exchange{body: body, candidates: cands, picked: picked, parsed: x.parsed, scanner: x.scanner}
+	*x = exchange{body: body, allowed: allowed, parsed: x.parsed, scanner: x.scanner}
 	if cap(x.body) > 1<<20 {
 		x.body = nil // don't pin a huge buffer in the pool
 	}
@@ -154,21 +153,27 @@ func (x *exchange) route() (bool, error) {
 		}
 		x.pick = policy.Request{Model: x.parsed.Model, CacheSalt: string(x.parsed.CacheSalt), Prompt: x.parsed.Prompt}
 	}
-	x.candidates = append(x.candidates[:0], x.subset.filter(x.s.reg.Workers())...)
-	if len(x.candidates) == 0 {
+	// The registry's snapshot is immutable and the policy copies what it
+	// keeps, so candidates are only copied when the subset hint narrows them.
+	candidates := x.s.reg.Workers()
+	if x.subset.present {
+		x.allowed = x.subset.appendAllowed(x.allowed[:0], candidates)
+		candidates = x.allowed
+	}
+	if len(candidates) == 0 {
 		if x.subset.present {
 			return x.reject(503, "no endpoint of the pool is in the gateway's subset")
 		}
 		return x.reject(503, "the pool has no ready endpoint")
 	}
-	picked, err := x.s.picker.Pick(&x.pick, x.candidates, 1+x.s.opts.Fallbacks)
+	picked, err := x.s.picker.Pick(&x.pick, candidates, 1+x.s.opts.Fallbacks)
 	switch {
 	case errors.Is(err, policy.ErrSaturated):
 		return x.reject(429, "every endpoint of the pool is saturated")
 	case err != nil || len(picked) == 0:
 		return x.reject(503, "no endpoint could be picked")
 	}
-	x.picked = append(x.picked[:0], picked...)
+	x.picked = picked
 	x.guard = x.picked[0].Admit()
 	x.routedAt = x.s.opts.Now()
 	x.s.metrics.pick.Observe(x.routedAt.Sub(start).Seconds())

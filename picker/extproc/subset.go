@@ -60,19 +60,14 @@ func (s *subset) add(e string) {
 	}
 }
 
-// filter returns the workers the subset allows. Without a hint every worker
-// is allowed and ws is returned as it is.
-func (s *subset) filter(ws []*registry.Worker) []*registry.Worker {
-	if !s.present {
-		return ws
-	}
-	out := make([]*registry.Worker, 0, min(len(ws), len(s.exact)+len(s.addrs)*4))
+// appendAllowed appends to dst the workers of ws the hint allows.
+func (s *subset) appendAllowed(dst, ws []*registry.Worker) []*registry.Worker {
 	for _, w := range ws {
 		if s.allows(w.Endpoint().Address) {
-			out = append(out, w)
+			dst = append(dst, w)
 		}
 	}
-	return out
+	return dst
 }
 
 func (s *subset) allows(ap netip.AddrPort) bool {
