@@ -305,7 +305,7 @@ func (l *lexer) members(each func(key []byte) error) error {
 		if key, err = l.key(); err != nil {
 			return err
 		}
-		if err = each(key); err != nil {
+		if err := each(key); err != nil {
 			return err
 		}
 		more, err = l.next('}')
@@ -318,7 +318,7 @@ func (l *lexer) members(each func(key []byte) error) error {
 func (l *lexer) elements(each func() error) error {
 	more, err := l.open(']')
 	for more && err == nil {
-		if err = each(); err != nil {
+		if err := each(); err != nil {
 			return err
 		}
 		more, err = l.next(']')
