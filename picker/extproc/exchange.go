@@ -20,13 +20,15 @@ import (
 type exchange struct {
 	s      *Server
 	stream extprocv3.ExternalProcessor_ProcessServer
+	state  state
 
 	// request side
 	kind     openai.Kind
 	path     string
 	subset   subset
-	routed   bool
+	declared int // content-length, 0 when absent
 	body     []byte
+	reserved int // bytes of the body budget this stream holds
 	parsed   openai.Request
 	pick     policy.Request
 	allowed  []*registry.Worker // the subset hint's candidates, when there is one
@@ -45,18 +47,20 @@ func (x *exchange) start(s *Server, stream extprocv3.ExternalProcessor_ProcessSe
 	x.s, x.stream = s, stream
 }
 
-// finish releases the guard (if a path before did not) and forgets the
-// request. Buffers keep their capacity for the next stream.
+// finish releases the guard (if a path before did not), gives the body's
+// memory back to the budget and forgets the request. A small body buffer
+// keeps its capacity for the next stream.
 func (x *exchange) finish() {
 	x.release(reasonCancelled)
+	x.s.budget.give(x.reserved)
 	body, allowed := x.body[:0], x.allowed[:0]
+	if cap(body) > initialBodyBytes {
+		body = nil // don't pin a large buffer in the pool
+	}
 	clear(x.allowed[:cap(x.allowed)])
 	x.parsed.Reset()
 	x.scanner.Reset(false)
 	*x = exchange{body: body, allowed: allowed, parsed: x.parsed, scanner: x.scanner}
-	if cap(x.body) > 1<<20 {
-		x.body = nil // don't pin a huge buffer in the pool
-	}
 }
 
 // release ends the request's load, once, and counts why.
@@ -69,68 +73,69 @@ func (x *exchange) release(reason string) {
 func (x *exchange) send(r *extprocv3.ProcessingResponse) error { return x.stream.Send(r) }
 
 // handle processes one message. It reports done when the stream should end
-// (an immediate response was sent).
+// (an immediate response was sent). A message the stream's state does not
+// accept is a *violation error.
 func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err error) {
+	if m := messageOf(req); !x.state.accepts(m) {
+		return true, &violation{msg: m, state: x.state}
+	}
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		return x.requestHeaders(req, r.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return x.requestBody(r.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
-		if !x.routed {
-			if done, err := x.route(); done || err != nil {
-				return done, err
-			}
+		if done, err := x.route(); done || err != nil {
+			return done, err
 		}
 		return false, x.send(continueTrailers(true))
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return false, x.responseHeaders(req, r.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return false, x.responseBody(r.ResponseBody)
-	case *extprocv3.ProcessingRequest_ResponseTrailers:
+	default: // response trailers
+		x.state = finished
 		x.responseDone = true
 		x.release(reasonCompleted)
 		return false, x.send(continueTrailers(false))
-	default:
-		return false, nil
 	}
 }
 
 func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (bool, error) {
+	x.state = readingRequest
 	x.subset = readSubset(req.GetMetadataContext())
-	contentLength := -1
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch hv.GetKey() {
 		case ":path":
 			x.path = headerValue(hv)
 		case "content-length":
-			if n, err := strconv.Atoi(headerValue(hv)); err == nil {
-				contentLength = n
+			if n, err := strconv.Atoi(headerValue(hv)); err == nil && n > 0 {
+				x.declared = n
 			}
 		}
 	}
 	x.kind = openai.KindOf(x.path)
-	if contentLength > x.s.opts.MaxBodyBytes {
-		return x.reject(413, "request body of "+strconv.Itoa(contentLength)+" bytes is over the limit of "+strconv.Itoa(x.s.opts.MaxBodyBytes))
+	if x.declared > x.s.opts.MaxBodyBytes {
+		return x.reject(413, "request body of "+strconv.Itoa(x.declared)+" bytes is over the limit of "+strconv.Itoa(x.s.opts.MaxBodyBytes))
 	}
 	if h.GetEndOfStream() {
 		// No body: route without a prompt, and answer the headers now.
 		return x.route()
 	}
-	if contentLength > 0 && cap(x.body) < contentLength {
-		x.body = make([]byte, 0, contentLength)
-	}
 	return false, nil
 }
 
 func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
-	if x.routed {
-		return false, nil // body after the decision: nothing to do
-	}
-	if len(x.body)+len(b.GetBody()) > x.s.opts.MaxBodyBytes {
+	chunk := b.GetBody()
+	if len(x.body)+len(chunk) > x.s.opts.MaxBodyBytes {
 		return x.reject(413, "request body is over the limit of "+strconv.Itoa(x.s.opts.MaxBodyBytes)+" bytes")
 	}
-	x.body = append(x.body, b.GetBody()...)
+	body, reserved, ok := x.s.budget.grow(x.body, x.reserved, len(chunk), x.declared)
+	x.body, x.reserved = body, reserved
+	if !ok {
+		return x.reject(429, "the picker is buffering as many request bodies as its memory budget allows")
+	}
+	x.body = append(x.body, chunk...)
 	if !b.GetEndOfStream() {
 		return false, nil
 	}
@@ -140,7 +145,7 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 // route parses the body, picks the endpoints, takes the guard and answers
 // the request headers, then returns the body.
 func (x *exchange) route() (bool, error) {
-	x.routed = true
+	x.state = awaitingResponse
 	hasBody := len(x.body) > 0
 	start := x.s.opts.Now()
 	x.pick = policy.Request{}
@@ -229,6 +234,10 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	}
 	x.followServed(req.GetMetadataContext())
 	x.scanner.Reset(streaming)
+	x.state = readingResponse
+	if h.GetEndOfStream() {
+		x.state = finished
+	}
 	switch {
 	case x.status < 200 || x.status > 299:
 		// The model server refused or failed: it holds no work for us.
@@ -245,7 +254,10 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 
 // followServed moves the guard when the gateway reports that a fallback
 // of the picked list served the request instead of the primary. The worker
-// is one of the picked objects, never looked up again by address.
+// is one of the picked objects, never looked up again by address. Response
+// headers come once a stream, before any output, so the move happens at
+// most once and always in prefill: the prompt is hashed again for the index
+// at most once, and the time to first token is measured once.
 func (x *exchange) followServed(md *corev3.Metadata) {
 	v := md.GetFilterMetadata()[lbNamespace].GetFields()[ServedHeader].GetStringValue()
 	if v == "" || x.guard == nil || v == x.guard.Worker().Address() {
@@ -275,6 +287,9 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 	}
 	if ev.Has(openai.FirstToken) {
 		x.firstToken()
+	}
+	if b.GetEndOfStream() {
+		x.state = finished
 	}
 	if ev.Has(openai.Done) || b.GetEndOfStream() {
 		x.responseDone = true

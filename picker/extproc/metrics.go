@@ -8,22 +8,25 @@ import (
 
 // Release reasons, the label of inferpick_guard_releases_total.
 const (
-	reasonCompleted = "completed" // the response ended ([DONE] or end of stream)
-	reasonCancelled = "cancelled" // the gateway closed the stream early (client gone)
-	reasonError     = "error"     // upstream error status, or a protocol error
-	reasonPanic     = "panic"     // the handler panicked
-	reasonFallback  = "fallback"  // the gateway served another endpoint of the list
+	reasonCompleted = "completed"          // the response ended ([DONE] or end of stream)
+	reasonCancelled = "cancelled"          // the gateway closed the stream early (client gone)
+	reasonError     = "error"              // upstream error status, or a protocol error
+	reasonPanic     = "panic"              // the handler panicked
+	reasonFallback  = "fallback"           // the gateway served another endpoint of the list
+	reasonViolation = "protocol_violation" // the peer broke the ext_proc protocol
 )
 
 type serverMetrics struct {
-	requests *prometheus.CounterVec
-	pick     prometheus.Histogram
-	releases *prometheus.CounterVec
-	ttft     prometheus.Histogram
-	codes    map[int]prometheus.Counter
+	requests   *prometheus.CounterVec
+	pick       prometheus.Histogram
+	releases   *prometheus.CounterVec
+	ttft       prometheus.Histogram
+	violations *prometheus.CounterVec
+	buffered   prometheus.GaugeFunc
+	codes      map[int]prometheus.Counter
 }
 
-func newServerMetrics(reg prometheus.Registerer) *serverMetrics {
+func newServerMetrics(reg prometheus.Registerer, budget *bodyBudget) *serverMetrics {
 	m := &serverMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inferpick_requests_total",
@@ -43,16 +46,24 @@ func newServerMetrics(reg prometheus.Registerer) *serverMetrics {
 			Help:    "Time from routing to the first streamed token seen on the response.",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 16),
 		}),
+		violations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inferpick_protocol_violations_total",
+			Help: "ext_proc streams ended because a message came that the stream's state does not accept, by message and state.",
+		}, []string{"message", "state"}),
+		buffered: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "inferpick_request_body_buffered_bytes",
+			Help: "Bytes of request bodies buffered across all streams (reserved from the body budget).",
+		}, func() float64 { return float64(budget.Used()) }),
 		codes: map[int]prometheus.Counter{},
 	}
 	for _, code := range []int{200, 400, 413, 429, 500, 503} {
 		m.codes[code] = m.requests.WithLabelValues(strconv.Itoa(code))
 	}
-	for _, r := range []string{reasonCompleted, reasonCancelled, reasonError, reasonPanic, reasonFallback} {
+	for _, r := range []string{reasonCompleted, reasonCancelled, reasonError, reasonPanic, reasonFallback, reasonViolation} {
 		m.releases.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.pick, m.releases, m.ttft)
+		reg.MustRegister(m.requests, m.pick, m.releases, m.ttft, m.violations, m.buffered)
 	}
 	return m
 }
@@ -63,4 +74,8 @@ func (m *serverMetrics) request(code int) {
 		return
 	}
 	m.requests.WithLabelValues(strconv.Itoa(code)).Inc()
+}
+
+func (m *serverMetrics) violation(v *violation) {
+	m.violations.WithLabelValues(v.msg.String(), v.state.String()).Inc()
 }

@@ -130,12 +130,15 @@ func immediate(status int, message string) *extprocv3.ProcessingResponse {
 	body, _ := json.Marshal(struct {
 		Error apiError `json:"error"`
 	}{apiError{Message: message, Type: errorType(status), Code: status}})
+	headers := []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}
+	if status == 429 {
+		// Overload passes: tell the client when to try again.
+		headers = append(headers, setHeader("retry-after", "1"))
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode(status)},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-				setHeader("content-type", "application/json"),
-			}},
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: headers},
 			Body:    body,
 			Details: "inferpick_" + errorType(status),
 		},

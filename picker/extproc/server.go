@@ -33,6 +33,9 @@ type Options struct {
 	Fallbacks int
 	// MaxBodyBytes caps a request body; larger bodies get 413.
 	MaxBodyBytes int
+	// MaxBufferedBodyBytes caps the request bodies buffered across all
+	// streams; a request whose body would pass it gets 429.
+	MaxBufferedBodyBytes int
 	// Registerer receives the server's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Log receives one line per rejected request and per recovered panic.
@@ -52,6 +55,7 @@ type Server struct {
 	picker  Picker
 	opts    Options
 	metrics *serverMetrics
+	budget  *bodyBudget
 	states  sync.Pool
 }
 
@@ -62,19 +66,24 @@ func New(reg *registry.Registry, picker Picker, opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if opts.MaxBufferedBodyBytes <= 0 {
+		opts.MaxBufferedBodyBytes = DefaultMaxBufferedBodyBytes
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
 	}
-	s := &Server{reg: reg, picker: picker, opts: opts, metrics: newServerMetrics(opts.Registerer)}
+	budget := &bodyBudget{limit: int64(opts.MaxBufferedBodyBytes)}
+	s := &Server{reg: reg, picker: picker, opts: opts, budget: budget, metrics: newServerMetrics(opts.Registerer, budget)}
 	s.states.New = func() any { return &exchange{} }
 	return s
 }
 
 // Process handles one HTTP request's ext_proc stream. Whatever way the
-// stream ends, the request's guard is released before Process returns.
+// stream ends, the request's guard is released before Process returns (see
+// the invariant in state.go).
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	x := s.states.Get().(*exchange)
 	x.start(s, stream)
@@ -97,6 +106,13 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 			return err
 		}
 		done, err := x.handle(req)
+		var v *violation
+		if errors.As(err, &v) {
+			x.release(reasonViolation)
+			s.metrics.violation(v)
+			s.opts.Log.Info("Ended a stream that broke the ext_proc protocol", "message", v.msg.String(), "state", v.state.String(), "path", x.path)
+			return status.Error(codes.InvalidArgument, v.Error())
+		}
 		if err != nil {
 			// A send fails when the gateway has cancelled the stream.
 			if stream.Context().Err() != nil {

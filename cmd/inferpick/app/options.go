@@ -52,7 +52,10 @@ type Options struct {
 	PolicyName   string
 	Fallbacks    int
 	MaxBodyBytes int
-	DrainTimeout time.Duration
+	// MaxBufferedBodyBytes is the budget for request bodies buffered
+	// across all streams.
+	MaxBufferedBodyBytes int
+	DrainTimeout         time.Duration
 
 	// Policy is the configuration built from ConfigFile and PolicyName.
 	Policy policy.Config
@@ -72,6 +75,7 @@ func NewOptions() *Options {
 		ModelServerMetricsPath: "/metrics",
 		Fallbacks:              2,
 		MaxBodyBytes:           extproc.DefaultMaxBodyBytes,
+		MaxBufferedBodyBytes:   extproc.DefaultMaxBufferedBodyBytes,
 		DrainTimeout:           30 * time.Second,
 
 		// controller-runtime's defaults.
@@ -112,6 +116,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PolicyName, "policy", o.PolicyName, "Routing policy, overriding the config file's: cache-aware, least-load, round-robin, random, power-of-two, weighted-scorer.")
 	fs.IntVar(&o.Fallbacks, "fallbacks", o.Fallbacks, "Endpoints listed after the primary for the gateway to fall back on.")
 	fs.IntVar(&o.MaxBodyBytes, "max-request-body-bytes", o.MaxBodyBytes, "Largest request body accepted; larger ones get 413.")
+	fs.IntVar(&o.MaxBufferedBodyBytes, "max-buffered-body-bytes", o.MaxBufferedBodyBytes, "Request-body bytes buffered across all streams at once; a request that would pass it gets 429. Keep it well under the container's memory limit.")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "On SIGTERM, how long in-flight streams may finish before they are cut.")
 	klog.InitFlags(fs)
 }
@@ -185,6 +190,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--max-request-body-bytes %d must be positive", o.MaxBodyBytes))
+	}
+	if o.MaxBufferedBodyBytes < o.MaxBodyBytes {
+		errs = append(errs, fmt.Errorf("--max-buffered-body-bytes %d must be at least --max-request-body-bytes %d", o.MaxBufferedBodyBytes, o.MaxBodyBytes))
 	}
 	if o.RefreshMetricsInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--refresh-metrics-interval %s must be positive", o.RefreshMetricsInterval))

@@ -109,10 +109,11 @@ func buildPicker(o *Options, log logr.Logger, elected func() bool) (*picker, err
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	srv := extproc.New(reg, pol, extproc.Options{
-		Fallbacks:    o.Fallbacks,
-		MaxBodyBytes: o.MaxBodyBytes,
-		Registerer:   promReg,
-		Log:          log.WithName("extproc"),
+		Fallbacks:            o.Fallbacks,
+		MaxBodyBytes:         o.MaxBodyBytes,
+		MaxBufferedBodyBytes: o.MaxBufferedBodyBytes,
+		Registerer:           promReg,
+		Log:                  log.WithName("extproc"),
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
 	if ix, ok := pol.(observe.IndexStatser); ok {

@@ -1,0 +1,326 @@
+package extproc
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// chanStream is an in-memory ext_proc stream: Recv reads what the driver
+// hands over, Send drops replies, and the stream's context is cancelled as
+// the gateway cancels a stream whose client went away. The handler asking
+// for the next message acknowledges the previous one, so the driver steps
+// the streams one message at a time and a fuzz input always plays the same
+// way.
+type chanStream struct {
+	grpc.ServerStream
+	ctx     context.Context
+	in      chan *extprocv3.ProcessingRequest
+	ack     chan struct{}
+	pending bool
+}
+
+func (m *chanStream) Context() context.Context { return m.ctx }
+
+func (m *chanStream) Recv() (*extprocv3.ProcessingRequest, error) {
+	if m.pending {
+		m.pending = false
+		m.ack <- struct{}{}
+	}
+	select {
+	case r, ok := <-m.in:
+		if !ok {
+			return nil, io.EOF
+		}
+		m.pending = true
+		return r, nil
+	case <-m.ctx.Done():
+		return nil, status.FromContextError(m.ctx.Err()).Err()
+	}
+}
+
+func (m *chanStream) Send(*extprocv3.ProcessingResponse) error {
+	if err := m.ctx.Err(); err != nil {
+		return status.FromContextError(err).Err()
+	}
+	return nil
+}
+
+// peer is one stream of the fuzz driver and the Process call serving it.
+type peer struct {
+	st     *chanStream
+	cancel context.CancelFunc
+	done   chan struct{}
+	closed bool
+}
+
+// deliver hands r to the handler and waits until it has been handled.
+func (p *peer) deliver(r *extprocv3.ProcessingRequest) {
+	if p.closed {
+		return
+	}
+	select {
+	case p.st.in <- r:
+	case <-p.done:
+		return
+	}
+	select {
+	case <-p.st.ack:
+	case <-p.done:
+	}
+}
+
+// end closes the stream from the gateway's side and waits for the handler.
+func (p *peer) end() {
+	if !p.closed {
+		p.closed = true
+		close(p.st.in)
+	}
+	<-p.done
+}
+
+// abort cancels the stream and waits for the handler.
+func (p *peer) abort() {
+	p.cancel()
+	<-p.done
+	p.closed = true
+}
+
+// fuzzWorld is a server with three workers and the real cache-aware policy.
+type fuzzWorld struct {
+	reg     *registry.Registry
+	srv     *Server
+	eps     []registry.Endpoint
+	removed bool
+}
+
+func newFuzzWorld(t testing.TB) *fuzzWorld {
+	w := &fuzzWorld{reg: registry.New()}
+	for i := range 3 {
+		ap := netip.MustParseAddrPort(fmt.Sprintf("10.0.0.%d:8000", i+1))
+		w.eps = append(w.eps, registry.Endpoint{Key: registry.Key{UID: fmt.Sprintf("uid-%d", i), Port: 8000}, Name: fmt.Sprintf("pod-%d", i), Address: ap})
+	}
+	w.reg.Replace(w.eps)
+	w.reg.MarkSynced()
+	pol, err := policy.Build(policy.Config{MaxInFlight: 4}, w.reg, policy.WithRand(rand.New(rand.NewPCG(1, 2))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.srv = New(w.reg, pol, Options{Fallbacks: 2, MaxBodyBytes: 4 << 10, MaxBufferedBodyBytes: 6 << 10})
+	return w
+}
+
+// everyWorker is every worker object the world ever had, removed ones too.
+func (w *fuzzWorld) everyWorker(seen map[*registry.Worker]bool) {
+	for _, wk := range w.reg.Workers() {
+		seen[wk] = true
+	}
+}
+
+var (
+	fuzzPaths    = []string{"/v1/chat/completions", "/v1/completions", "/tokenize", "/v1/chat/completions?x=1"}
+	fuzzBodies   = []string{`{"model":"m","stream":true,"messages":[{"role":"user","content":"`, `hello world, a prompt long enough to fill a block or two of the index"}]}`, `{"model":"m","prompt":"p"}`, `{not json`, strings.Repeat("x", 3000)}
+	fuzzResponse = []string{sse("tok"), sseDone, `{"choices":[],"usage":{"prompt_tokens":3}}`, "data: {", ""}
+	fuzzServed   = []string{"", "10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.9.9.9:1"}
+)
+
+func subsetVariant(v byte) *corev3.Metadata {
+	switch v % 5 {
+	case 1:
+		return subsetHint(structpb.NewListValue(&structpb.ListValue{}))
+	case 2:
+		return subsetHint(structpb.NewStringValue("10.0.0.2:8000"))
+	case 3:
+		return subsetHint(structpb.NewStringValue("10.0.0.1,10.0.0.3:8000,nonsense"))
+	case 4:
+		return subsetHint(structpb.NewStringValue("192.0.2.1:1"))
+	default:
+		return nil
+	}
+}
+
+// fuzzMessage builds the message op asks for; arg picks the variant and
+// its low bit is end_of_stream.
+func fuzzMessage(op, arg byte) *extprocv3.ProcessingRequest {
+	eos := arg&1 == 1
+	v := arg >> 1
+	switch op {
+	case 0:
+		kv := []string{":method", "POST", ":path", fuzzPaths[int(v)%len(fuzzPaths)], "content-type", "application/json"}
+		if v&4 != 0 {
+			kv = append(kv, "content-length", []string{"16777216", "120", "-3", "x"}[int(v>>3)%4])
+		}
+		if v&8 != 0 {
+			kv = append(kv, DestinationHeader, "192.0.2.7:80")
+		}
+		return &extprocv3.ProcessingRequest{
+			Request:         &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(kv...), EndOfStream: eos}},
+			MetadataContext: subsetVariant(v >> 4),
+		}
+	case 1:
+		return reqBody(fuzzBodies[int(v)%len(fuzzBodies)], eos)
+	case 2:
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}}
+	case 3:
+		code := []int{200, 200, 500, 429}[int(v)%4]
+		ct := []string{"text/event-stream", "application/json"}[int(v>>2)%2]
+		var md *corev3.Metadata
+		if served := fuzzServed[int(v>>3)%len(fuzzServed)]; served != "" {
+			md = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+				lbNamespace: {Fields: map[string]*structpb.Value{ServedHeader: structpb.NewStringValue(served)}},
+			}}
+		}
+		return &extprocv3.ProcessingRequest{
+			Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+				Headers: headerMap(":status", fmt.Sprint(code), "content-type", ct), EndOfStream: eos,
+			}},
+			MetadataContext: md,
+		}
+	case 4:
+		return respBody(fuzzResponse[int(v)%len(fuzzResponse)], eos)
+	case 5:
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}}
+	default:
+		return &extprocv3.ProcessingRequest{}
+	}
+}
+
+// run plays ops (pairs of bytes) over up to four concurrent streams and
+// then ends every stream. Op kinds: 0–6 a message, 7 cancel the stream, 8
+// end it (EOF), 9 remove or restore a worker.
+func (w *fuzzWorld) run(t testing.TB, ops []byte, seen map[*registry.Worker]bool) {
+	var wg sync.WaitGroup
+	peers := make([]*peer, 4)
+	open := func(i int) *peer {
+		ctx, cancel := context.WithCancel(context.Background())
+		p := &peer{st: &chanStream{ctx: ctx, in: make(chan *extprocv3.ProcessingRequest), ack: make(chan struct{})}, cancel: cancel, done: make(chan struct{})}
+		wg.Go(func() {
+			defer close(p.done)
+			_ = w.srv.Process(p.st)
+		})
+		peers[i] = p
+		return p
+	}
+	for len(ops) >= 2 {
+		op, arg := ops[0], ops[1]
+		ops = ops[2:]
+		i := int(op>>4) % len(peers)
+		p := peers[i]
+		if p == nil || p.closed {
+			p = open(i)
+		}
+		select {
+		case <-p.done:
+			p.end()
+			p = open(i)
+		default:
+		}
+		switch kind := op & 0x0f % 10; kind {
+		case 7:
+			p.abort()
+		case 8:
+			p.end()
+		case 9:
+			w.churn(arg)
+			w.everyWorker(seen)
+		default:
+			p.deliver(fuzzMessage(kind, arg))
+		}
+		for wk := range seen {
+			if pf, dc := wk.Load(); pf < 0 || dc < 0 {
+				t.Fatalf("worker %s load went negative: prefill %d decode %d", wk.Address(), pf, dc)
+			}
+		}
+	}
+	for _, p := range peers {
+		if p != nil {
+			p.end()
+		}
+	}
+	wg.Wait()
+	for _, p := range peers {
+		if p != nil {
+			p.cancel()
+		}
+	}
+}
+
+// churn removes the worker arg names, or brings every worker back (same
+// addresses, new objects for the removed ones).
+func (w *fuzzWorld) churn(arg byte) {
+	if w.removed {
+		for i := range w.eps {
+			w.eps[i].Key.UID += "'"
+		}
+		w.reg.Replace(w.eps)
+		w.removed = false
+		return
+	}
+	keep := make([]registry.Endpoint, 0, len(w.eps))
+	for i, ep := range w.eps {
+		if i != int(arg)%len(w.eps) {
+			keep = append(keep, ep)
+		}
+	}
+	w.reg.Replace(keep)
+	w.removed = true
+}
+
+// FuzzExchange plays arbitrary message sequences, cancellations and worker
+// churn over concurrent streams, then checks the guard invariant: every
+// worker object ever seen is back at zero load, every routed request was
+// released exactly once, and nothing panicked.
+func FuzzExchange(f *testing.F) {
+	f.Add([]byte{0x00, 0x00, 0x01, 0x00, 0x01, 0x03, 0x03, 0x00, 0x04, 0x00, 0x04, 0x03})
+	f.Add([]byte{0x00, 0x01, 0x00, 0x01, 0x00, 0x01, 0x00, 0x01})
+	f.Add([]byte{0x00, 0x40, 0x10, 0x00, 0x01, 0x09, 0x11, 0x02, 0x03, 0x10, 0x13, 0x00, 0x07, 0x00, 0x15, 0x00})
+	f.Add([]byte{0x00, 0x00, 0x01, 0x08, 0x02, 0x00, 0x03, 0x20, 0x04, 0x00, 0x09, 0x00, 0x05, 0x00, 0x08, 0x00})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 512 {
+			return
+		}
+		w := newFuzzWorld(t)
+		seen := map[*registry.Worker]bool{}
+		w.everyWorker(seen)
+		w.run(t, ops, seen)
+		w.check(t, seen)
+	})
+}
+
+func (w *fuzzWorld) check(t testing.TB, seen map[*registry.Worker]bool) {
+	for wk := range seen {
+		if pf, dc := wk.Load(); pf != 0 || dc != 0 {
+			t.Fatalf("worker %s (removed %v) holds load after every stream ended: prefill %d decode %d", wk.Address(), wk.Removed(), pf, dc)
+		}
+	}
+	m := w.srv.metrics
+	routed := testutil.ToFloat64(m.requests.WithLabelValues("200"))
+	released := 0.0
+	for _, r := range []string{reasonCompleted, reasonCancelled, reasonError, reasonViolation} {
+		released += testutil.ToFloat64(m.releases.WithLabelValues(r))
+	}
+	if routed != released {
+		t.Fatalf("%v requests routed, %v released (fallback moves aside)", routed, released)
+	}
+	if n := testutil.ToFloat64(m.releases.WithLabelValues(reasonPanic)); n != 0 {
+		t.Fatalf("%v releases after a panic", n)
+	}
+	if used := w.srv.budget.Used(); used != 0 {
+		t.Fatalf("%d bytes of the body budget still reserved after every stream ended", used)
+	}
+}
