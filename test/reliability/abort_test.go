@@ -228,7 +228,7 @@ func checkReleases(t *testing.T, p *picker) map[string]float64 {
 	}
 	rel := releases(pp)
 	routed := pp.Sum("inferpick_requests_total", "code", "200")
-	ended := rel["completed"] + rel["cancelled"] + rel["error"] + rel["panic"]
+	ended := rel["completed"] + rel["cancelled"] + rel["error"] + rel["panic"] + rel["protocol_violation"]
 	t.Logf("routed %v; releases %v", routed, rel)
 	if ended != routed {
 		t.Errorf("%v requests routed but %v guards ended (%v)", routed, ended, rel)
