@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/inferpick/inferpick/picker/epmetrics"
 	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
@@ -35,9 +36,13 @@ type exchange struct {
 	picked   []*registry.Worker // primary, then fallbacks; owned by this exchange
 	dest     string
 	guard    *registry.Guard
+	arrived  time.Time
 	routedAt time.Time
+	series   *epmetrics.Series // the upstream series of the request's model
+	running  bool              // counted in the model's running requests
 
 	// response side
+	respBytes    int
 	status       int
 	scanner      openai.StreamScanner
 	responseDone bool
@@ -63,10 +68,15 @@ func (x *exchange) finish() {
 	*x = exchange{body: body, allowed: allowed, parsed: x.parsed, scanner: x.scanner}
 }
 
-// release ends the request's load, once, and counts why.
+// release ends the request's load, once, and counts why. A release to
+// move to a fallback keeps the request running.
 func (x *exchange) release(reason string) {
 	if _, ok := x.guard.Release(); ok {
 		x.s.metrics.releases.WithLabelValues(reason).Inc()
+	}
+	if x.running && reason != reasonFallback {
+		x.running = false
+		x.series.Ended()
 	}
 }
 
@@ -95,14 +105,14 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 		return false, x.responseBody(r.ResponseBody)
 	default: // response trailers
 		x.state = finished
-		x.responseDone = true
-		x.release(reasonCompleted)
+		x.completed()
 		return false, x.send(continueTrailers(false))
 	}
 }
 
 func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (bool, error) {
 	x.state = readingRequest
+	x.arrived = x.s.opts.Now()
 	x.subset = readSubset(req.GetMetadataContext())
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch hv.GetKey() {
@@ -157,6 +167,7 @@ func (x *exchange) route() (bool, error) {
 			return x.reject(400, err.Error())
 		}
 		x.pick = policy.Request{Model: x.parsed.Model, CacheSalt: string(x.parsed.CacheSalt), Prompt: x.parsed.Prompt}
+		x.series = x.s.upstream.Model(x.parsed.Model)
 	}
 	// The registry's snapshot is immutable and the policy copies what it
 	// keeps, so candidates are only copied when the subset hint narrows them.
@@ -172,6 +183,9 @@ func (x *exchange) route() (bool, error) {
 		return x.reject(503, "the pool has no ready endpoint")
 	}
 	picked, err := x.s.picker.Pick(&x.pick, candidates, 1+x.s.opts.Fallbacks)
+	if err != nil || len(picked) == 0 {
+		x.s.upstream.ScheduleFailed(x.pick.Model)
+	}
 	switch {
 	case errors.Is(err, policy.ErrSaturated):
 		return x.reject(429, "every endpoint of the pool is saturated")
@@ -181,8 +195,15 @@ func (x *exchange) route() (bool, error) {
 	x.picked = picked
 	x.guard = x.picked[0].Admit()
 	x.routedAt = x.s.opts.Now()
-	x.s.metrics.pick.Observe(x.routedAt.Sub(start).Seconds())
+	took := x.routedAt.Sub(start)
+	x.s.metrics.pick.Observe(took.Seconds())
 	x.s.metrics.request(200)
+	ep := x.picked[0].Endpoint()
+	x.s.upstream.Scheduled(took, x.pick.Model, ep.Name, ep.Namespace, ep.Key.Port)
+	if x.series != nil {
+		x.series.Routed(0, len(x.body))
+		x.running = true
+	}
 
 	x.dest = joinAddresses(x.picked)
 	if err := x.send(routeHeaders(x.dest, len(x.body), hasBody)); err != nil {
@@ -211,6 +232,7 @@ func joinAddresses(ws []*registry.Worker) string {
 // reject answers with a local reply and ends the exchange.
 func (x *exchange) reject(code int, reason string) (bool, error) {
 	x.s.metrics.request(code)
+	x.s.upstream.Failed(x.series, epmetrics.CodeOf(code))
 	x.s.opts.Log.Info("Rejected request", "status", code, "reason", reason, "path", x.path)
 	return true, x.send(immediate(code, reason))
 }
@@ -241,10 +263,12 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	switch {
 	case x.status < 200 || x.status > 299:
 		// The model server refused or failed: it holds no work for us.
+		if x.guard != nil {
+			x.s.upstream.Failed(x.series, epmetrics.CodeModelServerError)
+		}
 		x.release(reasonError)
 	case h.GetEndOfStream():
-		x.responseDone = true
-		x.release(reasonCompleted)
+		x.completed()
 	case !streaming:
 		// A non-streaming reply is sent whole: the output exists.
 		x.firstToken()
@@ -281,6 +305,7 @@ func (x *exchange) followServed(md *corev3.Metadata) {
 }
 
 func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
+	x.respBytes += len(b.GetBody())
 	ev := x.scanner.Feed(b.GetBody())
 	if b.GetEndOfStream() {
 		ev |= x.scanner.End()
@@ -292,14 +317,31 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 		x.state = finished
 	}
 	if ev.Has(openai.Done) || b.GetEndOfStream() {
-		x.responseDone = true
-		x.release(reasonCompleted)
+		x.completed()
 	}
 	return x.send(streamedBody(b.GetBody(), b.GetEndOfStream(), false))
 }
 
 func (x *exchange) firstToken() {
 	if x.guard.FirstToken() {
-		x.s.metrics.ttft.Observe(x.s.opts.Now().Sub(x.routedAt).Seconds())
+		now := x.s.opts.Now()
+		x.s.metrics.ttft.Observe(now.Sub(x.routedAt).Seconds())
+		if x.series != nil {
+			x.series.FirstToken(now.Sub(x.arrived))
+		}
 	}
+}
+
+// completed ends a response that finished normally ([DONE], end of stream
+// or trailers): the first time, it records the upstream series of the
+// request and releases its guard.
+func (x *exchange) completed() {
+	if x.responseDone {
+		return
+	}
+	x.responseDone = true
+	if x.running {
+		x.series.Completed(x.s.opts.Now().Sub(x.arrived), x.respBytes, x.scanner.Usage())
+	}
+	x.release(reasonCompleted)
 }

@@ -12,6 +12,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
@@ -107,6 +108,7 @@ type fuzzWorld struct {
 	srv     *Server
 	eps     []registry.Endpoint
 	removed bool
+	prom    *prometheus.Registry
 }
 
 func newFuzzWorld(t testing.TB) *fuzzWorld {
@@ -121,7 +123,8 @@ func newFuzzWorld(t testing.TB) *fuzzWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.srv = New(w.reg, pol, Options{Fallbacks: 2, MaxBodyBytes: 4 << 10, MaxBufferedBodyBytes: 6 << 10})
+	w.prom = prometheus.NewRegistry()
+	w.srv = New(w.reg, pol, Options{Fallbacks: 2, MaxBodyBytes: 4 << 10, MaxBufferedBodyBytes: 6 << 10, Registerer: w.prom})
 	return w
 }
 
@@ -319,6 +322,20 @@ func (w *fuzzWorld) check(t testing.TB, seen map[*registry.Worker]bool) {
 	}
 	if n := testutil.ToFloat64(m.releases.WithLabelValues(reasonPanic)); n != 0 {
 		t.Fatalf("%v releases after a panic", n)
+	}
+	families, err := w.prom.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "inference_objective_running_requests" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if v := m.GetGauge().GetValue(); v != 0 {
+				t.Fatalf("inference_objective_running_requests %v = %v after every stream ended", m.GetLabel(), v)
+			}
+		}
 	}
 	if used := w.srv.budget.Used(); used != 0 {
 		t.Fatalf("%d bytes of the body budget still reserved after every stream ended", used)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/inferpick/inferpick/picker/epmetrics"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
 )
@@ -51,12 +52,13 @@ const DefaultMaxBodyBytes = 16 << 20
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	reg     *registry.Registry
-	picker  Picker
-	opts    Options
-	metrics *serverMetrics
-	budget  *bodyBudget
-	states  sync.Pool
+	reg      *registry.Registry
+	picker   Picker
+	opts     Options
+	metrics  *serverMetrics
+	upstream *epmetrics.Recorder
+	budget   *bodyBudget
+	states   sync.Pool
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
@@ -76,10 +78,14 @@ func New(reg *registry.Registry, picker Picker, opts Options) *Server {
 		opts.Log = logr.Discard()
 	}
 	budget := &bodyBudget{limit: int64(opts.MaxBufferedBodyBytes)}
-	s := &Server{reg: reg, picker: picker, opts: opts, budget: budget, metrics: newServerMetrics(opts.Registerer, budget)}
+	s := &Server{reg: reg, picker: picker, opts: opts, budget: budget,
+		metrics: newServerMetrics(opts.Registerer, budget), upstream: epmetrics.NewRecorder(opts.Registerer)}
 	s.states.New = func() any { return &exchange{} }
 	return s
 }
+
+// RecordBuildInfo sets the upstream-compatible build info series.
+func (s *Server) RecordBuildInfo(commit, buildRef string) { s.upstream.Info(commit, buildRef) }
 
 // Process handles one HTTP request's ext_proc stream. Whatever way the
 // stream ends, the request's guard is released before Process returns (see

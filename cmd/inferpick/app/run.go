@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/inferpick/inferpick/picker/epmetrics"
 	"github.com/inferpick/inferpick/picker/extproc"
 	"github.com/inferpick/inferpick/picker/health"
 	"github.com/inferpick/inferpick/picker/observe"
@@ -116,9 +117,20 @@ func buildPicker(o *Options, log logr.Logger, elected func() bool) (*picker, err
 		Log:                  log.WithName("extproc"),
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
+	var indexSize func() (int, bool)
 	if ix, ok := pol.(observe.IndexStatser); ok {
 		promReg.MustRegister(observe.NewIndexCollector(ix))
+		indexSize = func() (int, bool) {
+			st, ok := ix.IndexStats()
+			return st.Blocks, ok
+		}
 	}
+	poolName := o.PoolName
+	if len(o.static) > 0 {
+		poolName = "static"
+	}
+	promReg.MustRegister(epmetrics.NewPoolCollector(poolName, reg, indexSize))
+	srv.RecordBuildInfo(buildInfo())
 
 	var grpcOpts []grpc.ServerOption
 	var runnables []manager.Runnable

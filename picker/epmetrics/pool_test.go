@@ -1,0 +1,65 @@
+package epmetrics
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+func TestPoolCollector(t *testing.T) {
+	reg := registry.New()
+	reg.Replace([]registry.Endpoint{
+		{Key: registry.Key{UID: "a", Port: 8000}, Name: "pod-a", Address: netip.MustParseAddrPort("10.0.0.1:8000")},
+		{Key: registry.Key{UID: "b", Port: 8000}, Name: "pod-b", Address: netip.MustParseAddrPort("10.0.0.2:8000")},
+		{Key: registry.Key{UID: "c", Port: 8000}, Name: "pod-c", Address: netip.MustParseAddrPort("10.0.0.3:8000")},
+	})
+	now := time.Now()
+	for _, w := range reg.Workers() {
+		switch w.Endpoint().Name {
+		case "pod-a":
+			w.SetMetrics(&registry.Metrics{Waiting: 4, Running: 2, KVUsage: 0.5, Scraped: now})
+		case "pod-b":
+			w.SetMetrics(&registry.Metrics{Waiting: 0, Running: 6, KVUsage: 0.25, Scraped: now})
+		}
+	}
+	c := NewPoolCollector("pool", reg, func() (int, bool) { return 42, true })
+	want := `
+# HELP inference_extension_prefix_indexer_size Entries (prompt blocks) held by the prefix index.
+# TYPE inference_extension_prefix_indexer_size gauge
+inference_extension_prefix_indexer_size 42
+# HELP inference_pool_average_kv_cache_utilization Mean KV-cache usage of the pool's model servers.
+# TYPE inference_pool_average_kv_cache_utilization gauge
+inference_pool_average_kv_cache_utilization{name="pool"} 0.375
+# HELP inference_pool_average_queue_size Mean requests waiting in the pool's model servers.
+# TYPE inference_pool_average_queue_size gauge
+inference_pool_average_queue_size{name="pool"} 2
+# HELP inference_pool_average_running_requests Mean requests running in the pool's model servers.
+# TYPE inference_pool_average_running_requests gauge
+inference_pool_average_running_requests{name="pool"} 4
+# HELP inference_pool_per_pod_queue_size Requests waiting in each model server of the pool.
+# TYPE inference_pool_per_pod_queue_size gauge
+inference_pool_per_pod_queue_size{model_server_pod="pod-a",name="pool"} 4
+inference_pool_per_pod_queue_size{model_server_pod="pod-b",name="pool"} 0
+# HELP inference_pool_ready_pods Ready pods (endpoints) of the pool.
+# TYPE inference_pool_ready_pods gauge
+inference_pool_ready_pods{name="pool"} 3
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestModelsAreBounded(t *testing.T) {
+	r := NewRecorder(nil)
+	for i := range maxModels + 50 {
+		r.Model(strings.Repeat("m", i+1)).Routed(0, 10)
+	}
+	if got := testutil.CollectAndCount(r.requests); got != maxModels+1 {
+		t.Errorf("%d request_total series after %d models, want %d (the rest under %s)", got, maxModels+50, maxModels+1, otherModel)
+	}
+}

@@ -1,0 +1,168 @@
+package epmetrics
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Label values of inference_objective_request_error_total{error_code}, as
+// the upstream picker names them.
+const (
+	CodeBadRequest         = "BadRequest"
+	CodeNotFound           = "NotFound"
+	CodeInternal           = "Internal"
+	CodeServiceUnavailable = "ServiceUnavailable"
+	CodeModelServerError   = "ModelServerError"
+	CodeResourceExhausted  = "ResourceExhausted"
+)
+
+// CodeOf is the error_code of a local reply with HTTP status code.
+func CodeOf(status int) string {
+	switch status {
+	case 400, 413:
+		return CodeBadRequest
+	case 404:
+		return CodeNotFound
+	case 429:
+		return CodeResourceExhausted
+	case 503:
+		return CodeServiceUnavailable
+	default:
+		return CodeInternal
+	}
+}
+
+// maxModels bounds the model names that get series of their own: model
+// names come from request bodies, and a client must not be able to grow
+// the series without bound. Past it requests count under otherModel.
+const (
+	maxModels  = 256
+	otherModel = "__other__"
+)
+
+// Recorder holds the upstream request series.
+type Recorder struct {
+	requests  *prometheus.CounterVec
+	errors    *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	ttft      *prometheus.HistogramVec
+	ntpot     *prometheus.HistogramVec
+	reqSizes  *prometheus.HistogramVec
+	respSizes *prometheus.HistogramVec
+	inTokens  *prometheus.HistogramVec
+	outTokens *prometheus.HistogramVec
+	cached    *prometheus.HistogramVec
+	running   *prometheus.GaugeVec
+	schedule  prometheus.Histogram
+	attempts  *prometheus.CounterVec
+	info      *prometheus.GaugeVec
+
+	mu     sync.RWMutex
+	models map[string]*Series
+}
+
+// NewRecorder returns a recorder registered with reg (nil registers
+// nothing).
+func NewRecorder(reg prometheus.Registerer) *Recorder {
+	model := []string{"model_name", "target_model_name"}
+	hist := func(name, help string, buckets []float64) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: "inference_objective", Name: name, Help: help, Buckets: buckets}, model)
+	}
+	r := &Recorder{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "inference_objective", Name: "request_total",
+			Help: "Requests routed, by model, target model and priority."}, append(model, "priority")),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "inference_objective", Name: "request_error_total",
+			Help: "Requests that failed, by model, target model and error code."}, append(model, "error_code")),
+		duration:  hist("request_duration_seconds", "Time from the request's arrival to the end of its response, in seconds.", latencyBuckets),
+		ttft:      hist("request_ttft_seconds", "Time from the request's arrival to its first output token, in seconds.", latencyBuckets),
+		ntpot:     hist("normalized_time_per_output_token_seconds", "Request duration divided by the output tokens the model server reported, in seconds.", ntpotBuckets),
+		reqSizes:  hist("request_sizes", "Request body sizes in bytes.", requestSizeBuckets),
+		respSizes: hist("response_sizes", "Response body sizes in bytes.", responseSizeBuckets),
+		inTokens:  hist("input_tokens", "Prompt tokens the model server reported per request.", inputTokenBuckets),
+		outTokens: hist("output_tokens", "Output tokens the model server reported per request.", outputTokenBuckets),
+		cached:    hist("prompt_cached_tokens", "Prompt tokens served from the model server's prefix cache, per request.", inputTokenBuckets),
+		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "inference_objective", Name: "running_requests",
+			Help: "Requests routed whose response has not ended, by model."}, []string{"model_name"}),
+		schedule: prometheus.NewHistogram(prometheus.HistogramOpts{Subsystem: "inference_extension", Name: "scheduler_e2e_duration_seconds",
+			Help: "Time to parse a request and pick its endpoints, in seconds.", Buckets: schedulerBuckets}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "inference_extension", Name: "scheduler_attempts_total",
+			Help: "Picks attempted, by outcome and by the endpoint picked."}, []string{"status", "target_model_name", "pod_name", "namespace", "port"}),
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "inference_extension", Name: "info",
+			Help: "The running build: always 1."}, []string{"commit", "build_ref"}),
+		models: map[string]*Series{},
+	}
+	if reg != nil {
+		reg.MustRegister(r.requests, r.errors, r.duration, r.ttft, r.ntpot, r.reqSizes, r.respSizes,
+			r.inTokens, r.outTokens, r.cached, r.running, r.schedule, r.attempts, r.info)
+	}
+	return r
+}
+
+// Info sets the build info series.
+func (r *Recorder) Info(commit, buildRef string) { r.info.WithLabelValues(commit, buildRef).Set(1) }
+
+// Model returns the series of a model (the request's model is also its
+// target while no rewrite applies).
+func (r *Recorder) Model(model string) *Series {
+	r.mu.RLock()
+	s, ok := r.models[model]
+	r.mu.RUnlock()
+	if ok {
+		return s
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.models[model]; ok {
+		return s
+	}
+	name := model
+	if len(r.models) >= maxModels {
+		name = otherModel
+		if s, ok := r.models[name]; ok {
+			return s
+		}
+	}
+	s = r.newSeries(name)
+	r.models[name] = s
+	return s
+}
+
+func (r *Recorder) newSeries(model string) *Series {
+	return &Series{
+		r: r, model: model,
+		requests:  r.requests.WithLabelValues(model, model, "0"),
+		duration:  r.duration.WithLabelValues(model, model),
+		ttft:      r.ttft.WithLabelValues(model, model),
+		ntpot:     r.ntpot.WithLabelValues(model, model),
+		reqSizes:  r.reqSizes.WithLabelValues(model, model),
+		respSizes: r.respSizes.WithLabelValues(model, model),
+		inTokens:  r.inTokens.WithLabelValues(model, model),
+		outTokens: r.outTokens.WithLabelValues(model, model),
+		cached:    r.cached.WithLabelValues(model, model),
+		running:   r.running.WithLabelValues(model),
+	}
+}
+
+// Scheduled records a successful pick: its duration and the endpoint.
+func (r *Recorder) Scheduled(took time.Duration, target, pod, namespace string, port int32) {
+	r.schedule.Observe(took.Seconds())
+	r.attempts.WithLabelValues("success", target, pod, namespace, strconv.Itoa(int(port))).Inc()
+}
+
+// ScheduleFailed records a pick that found no endpoint.
+func (r *Recorder) ScheduleFailed(target string) {
+	r.attempts.WithLabelValues("failure", target, "", "", "").Inc()
+}
+
+// Failed counts a request that failed with code, before or after routing.
+// A request whose model is not known yet counts under an empty model.
+func (r *Recorder) Failed(s *Series, code string) {
+	model := ""
+	if s != nil {
+		model = s.model
+	}
+	r.errors.WithLabelValues(model, model, code).Inc()
+}

@@ -1,0 +1,64 @@
+package epmetrics
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inferpick/inferpick/picker/openai"
+)
+
+// Series are one model's request series.
+type Series struct {
+	r     *Recorder
+	model string
+
+	requests  prometheus.Counter
+	duration  prometheus.Observer
+	ttft      prometheus.Observer
+	ntpot     prometheus.Observer
+	reqSizes  prometheus.Observer
+	respSizes prometheus.Observer
+	inTokens  prometheus.Observer
+	outTokens prometheus.Observer
+	cached    prometheus.Observer
+	running   prometheus.Gauge
+}
+
+// Routed counts a routed request of bodyBytes and marks it running.
+// Every Routed is followed by exactly one Ended.
+func (s *Series) Routed(priority, bodyBytes int) {
+	if priority == 0 {
+		s.requests.Inc()
+	} else {
+		s.r.requests.WithLabelValues(s.model, s.model, strconv.Itoa(priority)).Inc()
+	}
+	s.reqSizes.Observe(float64(bodyBytes))
+	s.running.Inc()
+}
+
+// FirstToken records the time from arrival to the first output.
+func (s *Series) FirstToken(sinceArrival time.Duration) { s.ttft.Observe(sinceArrival.Seconds()) }
+
+// Ended marks a routed request as no longer running.
+func (s *Series) Ended() { s.running.Dec() }
+
+// Completed records a response that ended normally: its duration since the
+// request arrived, its size, and the usage the model server reported.
+func (s *Series) Completed(sinceArrival time.Duration, responseBytes int, u openai.Usage) {
+	s.duration.Observe(sinceArrival.Seconds())
+	s.respSizes.Observe(float64(responseBytes))
+	if u.PromptTokens > 0 {
+		s.inTokens.Observe(float64(u.PromptTokens))
+	}
+	if u.CachedTokens > 0 {
+		s.cached.Observe(float64(u.CachedTokens))
+	}
+	if u.CompletionTokens > 0 {
+		s.outTokens.Observe(float64(u.CompletionTokens))
+		if sinceArrival > 0 {
+			s.ntpot.Observe(sinceArrival.Seconds() / float64(u.CompletionTokens))
+		}
+	}
+}

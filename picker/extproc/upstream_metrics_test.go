@@ -1,0 +1,92 @@
+package extproc
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// A dashboard written for the upstream picker sees a streamed request with
+// usage, a rejected one and a model-server failure.
+func TestUpstreamSeries(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	body := chatBody("m", "hello")
+
+	s := e.open()
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+	s.requestBody(body, true)
+	s.routed(true)
+	s.responseHeaders(200, "text/event-stream", false, "")
+	s.recv()
+	s.responseBody(sse("hi"), false)
+	s.recv()
+	s.responseBody(`data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":8}}}`+"\n\n"+sseDone, true)
+	s.recv()
+
+	bad := e.open()
+	bad.requestHeaders("/v1/completions", 5, false, nil)
+	bad.requestBody(`{"x":`, true)
+	bad.immediateReply()
+
+	failed := e.open()
+	failed.requestHeaders("/v1/chat/completions", len(body), false, nil)
+	failed.requestBody(body, true)
+	failed.routed(true)
+	failed.responseHeaders(500, "application/json", false, "")
+	failed.recv()
+
+	want := `
+# HELP inference_objective_request_total Requests routed, by model, target model and priority.
+# TYPE inference_objective_request_total counter
+inference_objective_request_total{model_name="m",priority="0",target_model_name="m"} 2
+# HELP inference_objective_request_error_total Requests that failed, by model, target model and error code.
+# TYPE inference_objective_request_error_total counter
+inference_objective_request_error_total{error_code="BadRequest",model_name="",target_model_name=""} 1
+inference_objective_request_error_total{error_code="ModelServerError",model_name="m",target_model_name="m"} 1
+# HELP inference_objective_running_requests Requests routed whose response has not ended, by model.
+# TYPE inference_objective_running_requests gauge
+inference_objective_running_requests{model_name="m"} 0
+`
+	if err := testutil.GatherAndCompare(e.metrics, strings.NewReader(want),
+		"inference_objective_request_total", "inference_objective_request_error_total", "inference_objective_running_requests"); err != nil {
+		t.Error(err)
+	}
+	for name, n := range map[string]int{
+		"inference_objective_input_tokens":                             1,
+		"inference_objective_output_tokens":                            1,
+		"inference_objective_prompt_cached_tokens":                     1,
+		"inference_objective_normalized_time_per_output_token_seconds": 1,
+		"inference_objective_request_duration_seconds":                 1,
+		"inference_objective_request_ttft_seconds":                     1,
+		"inference_objective_request_sizes":                            1,
+		"inference_objective_response_sizes":                           1,
+		"inference_extension_scheduler_e2e_duration_seconds":           1,
+		"inference_extension_scheduler_attempts_total":                 1,
+	} {
+		if got, err := testutil.GatherAndCount(e.metrics, name); err != nil || got != n {
+			t.Errorf("%s: %d series (%v), want %d", name, got, err, n)
+		}
+	}
+	families, err := e.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if h := m.GetHistogram(); h != nil {
+				sums[f.GetName()] += h.GetSampleSum()
+			}
+		}
+	}
+	for name, want := range map[string]float64{
+		"inference_objective_input_tokens":         12,
+		"inference_objective_output_tokens":        4,
+		"inference_objective_prompt_cached_tokens": 8,
+	} {
+		if sums[name] != want {
+			t.Errorf("%s sums to %v, want the usage's %v", name, sums[name], want)
+		}
+	}
+}
