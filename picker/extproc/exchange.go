@@ -24,22 +24,24 @@ type exchange struct {
 	state  state
 
 	// request side
-	kind     openai.Kind
-	path     string
-	subset   subset
-	declared int // content-length, 0 when absent
-	body     []byte
-	reserved int // bytes of the body budget this stream holds
-	parsed   openai.Request
-	pick     policy.Request
-	allowed  []*registry.Worker // the subset hint's candidates, when there is one
-	picked   []*registry.Worker // primary, then fallbacks; owned by this exchange
-	dest     string
-	guard    *registry.Guard
-	arrived  time.Time
-	routedAt time.Time
-	series   *epmetrics.Series // the upstream series of the request's model
-	running  bool              // counted in the model's running requests
+	kind      openai.Kind
+	path      string
+	requestID string
+	madeID    bool // requestID was made here: the routed request carries it
+	subset    subset
+	declared  int // content-length, 0 when absent
+	body      []byte
+	reserved  int // bytes of the body budget this stream holds
+	parsed    openai.Request
+	pick      policy.Request
+	allowed   []*registry.Worker // the subset hint's candidates, when there is one
+	picked    []*registry.Worker // primary, then fallbacks; owned by this exchange
+	dest      string
+	guard     *registry.Guard
+	arrived   time.Time
+	routedAt  time.Time
+	series    *epmetrics.Series // the upstream series of the request's model
+	running   bool              // counted in the model's running requests
 
 	// response side
 	respBytes    int
@@ -122,7 +124,12 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 			if n, err := strconv.Atoi(headerValue(hv)); err == nil && n > 0 {
 				x.declared = n
 			}
+		case RequestIDHeader:
+			x.requestID = headerValue(hv)
 		}
+	}
+	if x.requestID == "" {
+		x.requestID, x.madeID = newRequestID(), true
 	}
 	x.kind = openai.KindOf(x.path)
 	if x.declared > x.s.opts.MaxBodyBytes {
@@ -206,7 +213,11 @@ func (x *exchange) route() (bool, error) {
 	}
 
 	x.dest = joinAddresses(x.picked)
-	if err := x.send(routeHeaders(x.dest, len(x.body), hasBody)); err != nil {
+	madeID := ""
+	if x.madeID {
+		madeID = x.requestID
+	}
+	if err := x.send(routeHeaders(x.dest, len(x.body), hasBody, madeID)); err != nil {
 		return false, err
 	}
 	if !hasBody {
@@ -233,7 +244,7 @@ func joinAddresses(ws []*registry.Worker) string {
 func (x *exchange) reject(code int, reason string) (bool, error) {
 	x.s.metrics.request(code)
 	x.s.upstream.Failed(x.series, epmetrics.CodeOf(code))
-	x.s.opts.Log.Info("Rejected request", "status", code, "reason", reason, "path", x.path)
+	x.s.opts.Log.Info("Rejected request", "status", code, "reason", reason, "path", x.path, "requestID", x.requestID)
 	return true, x.send(immediate(code, reason))
 }
 

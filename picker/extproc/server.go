@@ -96,7 +96,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 	defer func() {
 		if p := recover(); p != nil {
 			x.release(reasonPanic)
-			s.opts.Log.Error(fmt.Errorf("%v", p), "Recovered from a panic in the ext_proc handler", "stack", string(debug.Stack()))
+			s.opts.Log.Error(fmt.Errorf("%v", p), "Recovered from a panic in the ext_proc handler", "requestID", x.requestID, "stack", string(debug.Stack()))
 			err = status.Error(codes.Internal, "internal error")
 		}
 		x.finish()
@@ -116,7 +116,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 		if errors.As(err, &v) {
 			x.release(reasonViolation)
 			s.metrics.violation(v)
-			s.opts.Log.Info("Ended a stream that broke the ext_proc protocol", "message", v.msg.String(), "state", v.state.String(), "path", x.path)
+			s.opts.Log.Info("Ended a stream that broke the ext_proc protocol", "message", v.msg.String(), "state", v.state.String(), "path", x.path, "requestID", x.requestID)
 			return status.Error(codes.InvalidArgument, v.Error())
 		}
 		if err != nil {

@@ -1,8 +1,12 @@
 package extproc
 
 import (
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -88,5 +92,49 @@ inference_objective_running_requests{model_name="m"} 0
 		if sums[name] != want {
 			t.Errorf("%s sums to %v, want the usage's %v", name, sums[name], want)
 		}
+	}
+}
+
+func TestRequestID(t *testing.T) {
+	var mu sync.Mutex
+	var logs []string
+	e := newEnv(t, twoWorkers, func(o *Options) {
+		o.Log = funcr.New(func(prefix, args string) {
+			mu.Lock()
+			logs = append(logs, args)
+			mu.Unlock()
+		}, funcr.Options{})
+	})
+	body := chatBody("m", "hi")
+
+	s := e.open()
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+	s.requestBody(body, true)
+	made := s.routed(true).set[RequestIDHeader]
+	if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(made) {
+		t.Errorf("request without an id: routed with x-request-id %q, want a new UUID", made)
+	}
+
+	s = e.open()
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil, RequestIDHeader, "gw-42")
+	s.requestBody(body, true)
+	if got, ok := s.routed(true).set[RequestIDHeader]; ok {
+		t.Errorf("request with an id: the picker set x-request-id %q, want it left as the gateway sent it", got)
+	}
+
+	s = e.open()
+	s.requestHeaders("/v1/completions", 5, false, nil, RequestIDHeader, "gw-43")
+	s.requestBody(`{"x":`, true)
+	s.immediateReply()
+	mu.Lock()
+	defer mu.Unlock()
+	found := false
+	for _, l := range logs {
+		if strings.Contains(l, "Rejected request") && strings.Contains(l, `"requestID"="gw-43"`) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no rejection log line carries the request id; logs:\n%s", strings.Join(logs, "\n"))
 	}
 }
