@@ -99,7 +99,7 @@ func TestRequestID(t *testing.T) {
 	var mu sync.Mutex
 	var logs []string
 	e := newEnv(t, twoWorkers, func(o *Options) {
-		o.Log = funcr.New(func(prefix, args string) {
+		o.Log = funcr.New(func(_, args string) {
 			mu.Lock()
 			logs = append(logs, args)
 			mu.Unlock()
