@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -8,6 +9,9 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inferpick/inferpick/picker/epmetrics"
 	"github.com/inferpick/inferpick/picker/openai"
@@ -40,6 +44,8 @@ type exchange struct {
 	guard     *registry.Guard
 	arrived   time.Time
 	routedAt  time.Time
+	span      trace.Span        // the request's span when tracing is on
+	spanCtx   context.Context   // carries span
 	series    *epmetrics.Series // the upstream series of the request's model
 	running   bool              // counted in the model's running requests
 
@@ -79,6 +85,9 @@ func (x *exchange) release(reason string) {
 	if x.running && reason != reasonFallback {
 		x.running = false
 		x.series.Ended()
+	}
+	if reason != reasonFallback {
+		x.endSpan(reason)
 	}
 }
 
@@ -131,6 +140,7 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 	if x.requestID == "" {
 		x.requestID, x.madeID = newRequestID(), true
 	}
+	x.startSpan(h.GetHeaders().GetHeaders())
 	x.kind = openai.KindOf(x.path)
 	if x.declared > x.s.opts.MaxBodyBytes {
 		return x.reject(413, "request body of "+strconv.Itoa(x.declared)+" bytes is over the limit of "+strconv.Itoa(x.s.opts.MaxBodyBytes))
@@ -189,7 +199,21 @@ func (x *exchange) route() (bool, error) {
 		}
 		return x.reject(503, "the pool has no ready endpoint")
 	}
+	var pickSpan trace.Span
+	if x.span != nil {
+		_, pickSpan = x.s.opts.Tracer.Start(x.spanCtx, spanPick, trace.WithTimestamp(start),
+			trace.WithAttributes(attribute.String("gen_ai.request.model", x.pick.Model), attribute.Int("inferpick.candidates", len(candidates))))
+	}
 	picked, err := x.s.picker.Pick(&x.pick, candidates, 1+x.s.opts.Fallbacks)
+	if pickSpan != nil {
+		if len(picked) > 0 {
+			pickSpan.SetAttributes(attribute.String("inferpick.endpoint", picked[0].Address()))
+		}
+		if err != nil {
+			pickSpan.SetStatus(otelcodes.Error, err.Error())
+		}
+		pickSpan.End()
+	}
 	if err != nil || len(picked) == 0 {
 		x.s.upstream.ScheduleFailed(x.pick.Model)
 	}
@@ -213,11 +237,11 @@ func (x *exchange) route() (bool, error) {
 	}
 
 	x.dest = joinAddresses(x.picked)
-	madeID := ""
+	extra := x.traceHeaders()
 	if x.madeID {
-		madeID = x.requestID
+		extra = append(extra, [2]string{RequestIDHeader, x.requestID})
 	}
-	if err := x.send(routeHeaders(x.dest, len(x.body), hasBody, madeID)); err != nil {
+	if err := x.send(routeHeaders(x.dest, len(x.body), hasBody, extra)); err != nil {
 		return false, err
 	}
 	if !hasBody {
@@ -244,6 +268,10 @@ func joinAddresses(ws []*registry.Worker) string {
 func (x *exchange) reject(code int, reason string) (bool, error) {
 	x.s.metrics.request(code)
 	x.s.upstream.Failed(x.series, epmetrics.CodeOf(code))
+	if x.span != nil {
+		x.span.SetAttributes(attribute.Int("http.response.status_code", code))
+		x.endSpan("rejected")
+	}
 	x.s.opts.Log.Info("Rejected request", "status", code, "reason", reason, "path", x.path, "requestID", x.requestID)
 	return true, x.send(immediate(code, reason))
 }

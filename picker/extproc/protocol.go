@@ -49,16 +49,16 @@ func setHeader(key, value string) *corev3.HeaderValueOption {
 
 // routeHeaders is the reply to the request headers once a destination is
 // known: the destination header, the corrected content length, the removal of
-// picker-owned headers, the request id when the picker made it, and the
-// same destination in envoy.lb metadata.
-func routeHeaders(dest string, bodyLen int, hasBody bool, requestID string) *extprocv3.ProcessingResponse {
-	set := make([]*corev3.HeaderValueOption, 1, 3)
+// picker-owned headers, extra headers (the request id when the picker made
+// it, trace context), and the same destination in envoy.lb metadata.
+func routeHeaders(dest string, bodyLen int, hasBody bool, extra [][2]string) *extprocv3.ProcessingResponse {
+	set := make([]*corev3.HeaderValueOption, 1, 2+len(extra))
 	set[0] = setHeader(DestinationHeader, dest)
 	if hasBody {
 		set = append(set, setHeader("content-length", strconv.Itoa(bodyLen)))
 	}
-	if requestID != "" {
-		set = append(set, setHeader(RequestIDHeader, requestID))
+	for _, kv := range extra {
+		set = append(set, setHeader(kv[0], kv[1]))
 	}
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{

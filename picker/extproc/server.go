@@ -14,6 +14,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -41,6 +42,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Log receives one line per rejected request and per recovered panic.
 	Log logr.Logger
+	// Tracer, when set, traces each request (a span, with the pick as a
+	// child) as part of the trace its headers carry; nil traces nothing.
+	Tracer trace.Tracer
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }

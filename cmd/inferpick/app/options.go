@@ -38,6 +38,9 @@ type Options struct {
 	CertPath            string
 	MetricsEndpointAuth bool
 
+	// Tracing exports a span per request over OTLP (see tracing.go).
+	Tracing bool
+
 	LeaderElection              bool
 	LeaderElectionLeaseDuration time.Duration
 	LeaderElectionRenewDeadline time.Duration
@@ -104,6 +107,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.SecureServing, "secure-serving", o.SecureServing, "Serve ext_proc over TLS (self-signed unless --cert-path).")
 	fs.StringVar(&o.CertPath, "cert-path", o.CertPath, "Directory holding tls.crt and tls.key for the ext_proc service; reloaded on change.")
 	fs.BoolVar(&o.MetricsEndpointAuth, "metrics-endpoint-auth", o.MetricsEndpointAuth, "In a cluster, require an authenticated and authorized caller (TokenReview, SubjectAccessReview) on the metrics port.")
+	fs.BoolVar(&o.Tracing, "tracing", o.Tracing, "Export a trace span per request (the pick as a child span) over OTLP/gRPC, configured by the standard OTEL_* environment variables; trace context is taken from the request's traceparent.")
 	fs.BoolVar(&o.LeaderElection, "ha-enable-leader-election", o.LeaderElection, "Run several replicas; only the elected one reports ready.")
 	fs.DurationVar(&o.LeaderElectionLeaseDuration, "leader-election-lease-duration", o.LeaderElectionLeaseDuration, "How long a replica waits before taking over a lease that is not renewed.")
 	fs.DurationVar(&o.LeaderElectionRenewDeadline, "leader-election-renew-deadline", o.LeaderElectionRenewDeadline, "How long the leader keeps trying to renew its lease before giving it up.")

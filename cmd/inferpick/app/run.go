@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"k8s.io/klog/v2"
@@ -45,8 +46,21 @@ func Run(ctx context.Context, o *Options) error {
 	ctrl.SetLogger(log)
 	ctx = logr.NewContext(ctx, log)
 
+	tracer, stopTracing, err := startTracing(ctx, o.Tracing)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Flush what is buffered; the run's context is over by now.
+		flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flush); err != nil {
+			log.Error(err, "Stopping the trace exporter")
+		}
+	}()
+
 	elected := func() bool { return true }
-	p, err := buildPicker(o, log, func() bool { return elected() })
+	p, err := buildPicker(o, log, tracer, func() bool { return elected() })
 	if err != nil {
 		return err
 	}
@@ -83,7 +97,7 @@ func Run(ctx context.Context, o *Options) error {
 	return mgr.Start(ctx)
 }
 
-func buildPicker(o *Options, log logr.Logger, elected func() bool) (*picker, error) {
+func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func() bool) (*picker, error) {
 	reg := registry.New()
 	promReg := crmetrics.Registry.(*prometheus.Registry)
 
@@ -115,6 +129,7 @@ func buildPicker(o *Options, log logr.Logger, elected func() bool) (*picker, err
 		MaxBufferedBodyBytes: o.MaxBufferedBodyBytes,
 		Registerer:           promReg,
 		Log:                  log.WithName("extproc"),
+		Tracer:               tracer,
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
 	var indexSize func() (int, bool)

@@ -1,0 +1,109 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
+)
+
+// collector is an OTLP trace collector on loopback that keeps what it gets.
+type collector struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	spans map[string]string // span name → trace id (hex)
+}
+
+func (c *collector) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				c.spans[s.GetName()] = fmt.Sprintf("%x", s.GetTraceId())
+			}
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+func (c *collector) trace(name string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.spans[name]
+}
+
+// TestTracingExportsOverOTLP runs the picker with --tracing and the OTLP
+// endpoint in the environment: a request's spans reach the collector in the
+// trace the request's traceparent named.
+func TestTracingExportsOverOTLP(t *testing.T) {
+	col := &collector{spans: map[string]string{}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(gs, col)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+lis.Addr().String())
+	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "10") // milliseconds
+
+	o, err := parse(t, "--static-endpoints", "127.0.0.1:1", "--bind-address", "127.0.0.1", "--tracing",
+		"--secure-serving=false", "--refresh-metrics-interval", "1h",
+		"--grpc-port", fmt.Sprint(freePort(t)), "--grpc-health-port", fmt.Sprint(freePort(t)), "--metrics-port", fmt.Sprint(freePort(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	client := extprocv3.NewExternalProcessorClient(dial(t, o.GRPCPort))
+	var stream extprocv3.ExternalProcessor_ProcessClient
+	until(t, "the ext_proc server", func() bool {
+		stream, err = client.Process(t.Context())
+		return err == nil
+	})
+	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":path", RawValue: []byte("/v1/completions")},
+		{Key: "traceparent", RawValue: []byte("00-" + traceID + "-b7ad6b7169203331-01")},
+	}}
+	for _, r := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"m","prompt":"hi"}`), EndOfStream: true}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}}}, EndOfStream: true}}},
+	} {
+		if err := stream.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 { // route reply, body, response-headers reply
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	until(t, "both spans at the collector", func() bool {
+		return col.trace("inferpick.request") != "" && col.trace("inferpick.pick") != ""
+	})
+	for _, name := range []string{"inferpick.request", "inferpick.pick"} {
+		if got := col.trace(name); got != traceID {
+			t.Errorf("span %s in trace %s, want the request's %s", name, got, traceID)
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package extproc
+
+import (
+	"strings"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+func TestTracing(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	e := newEnv(t, twoWorkers, func(o *Options) { o.Tracer = tp.Tracer("inferpick") })
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	body := chatBody("m", "hello")
+
+	s := e.open()
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil, "traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	s.requestBody(body, true)
+	r := s.routed(true)
+	if tp := r.set["traceparent"]; !strings.Contains(tp, traceID) {
+		t.Errorf("routed request carries traceparent %q, want the incoming trace %s", tp, traceID)
+	}
+	s.responseHeaders(200, "text/event-stream", false, "")
+	s.recv()
+	if n := len(spans.Ended()); n != 1 {
+		t.Fatalf("%d spans ended before the response ended, want the pick only", n)
+	}
+	s.responseBody(sse("x")+sseDone, true)
+	s.recv()
+
+	ended := spans.Ended()
+	if len(ended) != 2 {
+		t.Fatalf("%d spans ended, want the pick and the request", len(ended))
+	}
+	pick, req := ended[0], ended[1]
+	if pick.Name() != spanPick || req.Name() != spanRequest {
+		t.Fatalf("spans %q, %q; want %q then %q", pick.Name(), req.Name(), spanPick, spanRequest)
+	}
+	if got := req.Parent().TraceID().String(); got != traceID {
+		t.Errorf("request span's parent trace %s, want %s", got, traceID)
+	}
+	if pick.Parent().SpanID() != req.SpanContext().SpanID() {
+		t.Error("the pick span is not a child of the request span")
+	}
+	if !strings.Contains(r.set["traceparent"], req.SpanContext().SpanID().String()) {
+		t.Errorf("routed traceparent %q does not name the request span %s", r.set["traceparent"], req.SpanContext().SpanID())
+	}
+	attrs := map[string]string{}
+	for _, a := range pick.Attributes() {
+		attrs[string(a.Key)] = a.Value.String()
+	}
+	if attrs["inferpick.endpoint"] != "127.0.0.1:8000" || attrs["gen_ai.request.model"] != "m" {
+		t.Errorf("pick span attributes %v, want the endpoint and model", attrs)
+	}
+}
+
+func TestTracingOffAddsNoHeaders(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	body := chatBody("m", "hello")
+	s := e.open()
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil, "traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", RequestIDHeader, "r1")
+	s.requestBody(body, true)
+	if r := s.routed(true); r.set["traceparent"] != "" || len(r.set) != 2 {
+		t.Errorf("tracing off: routed with headers %v, want the destination and content-length only", r.set)
+	}
+}
