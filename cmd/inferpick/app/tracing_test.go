@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"testing"
 
@@ -11,6 +12,10 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
+
+	"github.com/inferpick/inferpick/picker/extproc"
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // collector is an OTLP trace collector on loopback that keeps what it gets.
@@ -39,9 +44,10 @@ func (c *collector) trace(name string) string {
 	return c.spans[name]
 }
 
-// TestTracingExportsOverOTLP runs the picker with --tracing and the OTLP
-// endpoint in the environment: a request's spans reach the collector in the
-// trace the request's traceparent named.
+// TestTracingExportsOverOTLP starts tracing as --tracing does, with the OTLP
+// endpoint in the environment, and serves ext_proc with its tracer: a
+// request's spans reach the collector in the trace the request's
+// traceparent named.
 func TestTracingExportsOverOTLP(t *testing.T) {
 	col := &collector{spans: map[string]string{}}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -56,29 +62,35 @@ func TestTracingExportsOverOTLP(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "10") // milliseconds
 
-	o, err := parse(t, "--static-endpoints", "127.0.0.1:1", "--bind-address", "127.0.0.1", "--tracing",
-		"--secure-serving=false", "--refresh-metrics-interval", "1h",
-		"--grpc-port", fmt.Sprint(freePort(t)), "--grpc-health-port", fmt.Sprint(freePort(t)), "--metrics-port", fmt.Sprint(freePort(t)))
+	tracer, stopTracing, err := startTracing(t.Context(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, o) }()
 	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
+		if err := stopTracing(context.WithoutCancel(t.Context())); err != nil {
+			t.Errorf("stop tracing: %v", err)
 		}
 	})
+	reg := registry.New()
+	reg.Replace([]registry.Endpoint{{Key: registry.Key{UID: "a", Port: 1}, Name: "a", Address: netip.MustParseAddrPort("127.0.0.1:1")}})
+	pol, err := policy.Build(policy.Config{}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(ext, extproc.New(reg, pol, extproc.Options{Tracer: tracer}))
+	extLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = ext.Serve(extLis) }()
+	t.Cleanup(ext.Stop)
 
 	const traceID = "0af7651916cd43dd8448eb211c80319c"
-	client := extprocv3.NewExternalProcessorClient(dial(t, o.GRPCPort))
-	var stream extprocv3.ExternalProcessor_ProcessClient
-	until(t, "the ext_proc server", func() bool {
-		stream, err = client.Process(t.Context())
-		return err == nil
-	})
+	stream, err := extprocv3.NewExternalProcessorClient(dial(t, extLis.Addr().(*net.TCPAddr).Port)).Process(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
 		{Key: ":path", RawValue: []byte("/v1/completions")},
 		{Key: "traceparent", RawValue: []byte("00-" + traceID + "-b7ad6b7169203331-01")},
