@@ -23,6 +23,7 @@ type serverMetrics struct {
 	ttft       prometheus.Histogram
 	violations *prometheus.CounterVec
 	buffered   prometheus.GaugeFunc
+	budget     prometheus.Gauge
 	codes      map[int]prometheus.Counter
 }
 
@@ -54,8 +55,13 @@ func newServerMetrics(reg prometheus.Registerer, budget *bodyBudget) *serverMetr
 			Name: "inferpick_request_body_buffered_bytes",
 			Help: "Bytes of request bodies buffered across all streams (reserved from the body budget).",
 		}, func() float64 { return float64(budget.Used()) }),
+		budget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "inferpick_request_body_budget_bytes",
+			Help: "The budget for request bodies buffered across all streams (--max-buffered-body-bytes).",
+		}),
 		codes: map[int]prometheus.Counter{},
 	}
+	m.budget.Set(float64(budget.limit))
 	for _, code := range []int{200, 400, 413, 429, 500, 503} {
 		m.codes[code] = m.requests.WithLabelValues(strconv.Itoa(code))
 	}
@@ -63,7 +69,7 @@ func newServerMetrics(reg prometheus.Registerer, budget *bodyBudget) *serverMetr
 		m.releases.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.pick, m.releases, m.ttft, m.violations, m.buffered)
+		reg.MustRegister(m.requests, m.pick, m.releases, m.ttft, m.violations, m.buffered, m.budget)
 	}
 	return m
 }
