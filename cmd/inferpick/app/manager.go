@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"time"
 
@@ -29,6 +30,7 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 		BindAddress:   hostPort(o.BindAddress, o.MetricsPort),
 		ExtraHandlers: map[string]http.Handler{"/debug/workers": observe.WorkersHandler(p.reg, time.Now)},
 	}
+	maps.Copy(metrics.ExtraHandlers, pprofHandlers(o))
 	if o.MetricsEndpointAuth {
 		metrics.SecureServing = true
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization

@@ -40,9 +40,10 @@ type picker struct {
 
 // Run starts inferpick and blocks until ctx ends and everything has stopped.
 func Run(ctx context.Context, o *Options) error {
-	log := klog.NewKlogr()
+	log := o.logging.logger()
 	ctrl.SetLogger(log)
 	ctx = logr.NewContext(ctx, log)
+	logWarnings(log, o.Warnings)
 
 	elected := func() bool { return true }
 	p, err := buildPicker(o, log, func() bool { return elected() })
@@ -120,7 +121,7 @@ func buildPicker(o *Options, log logr.Logger, elected func() bool) (*picker, err
 		promReg.MustRegister(observe.NewIndexCollector(ix))
 	}
 
-	var grpcOpts []grpc.ServerOption
+	grpcOpts := extProcOptions(o)
 	var runnables []manager.Runnable
 	if o.SecureServing {
 		cfg, watcher, err := serverTLS(o.CertPath)
@@ -130,6 +131,7 @@ func buildPicker(o *Options, log logr.Logger, elected func() bool) (*picker, err
 		if watcher != nil {
 			runnables = append(runnables, watcher)
 		}
+		applyTLSFlags(cfg, o)
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(cfg)))
 	}
 	extSrv := grpc.NewServer(grpcOpts...)
@@ -161,6 +163,9 @@ func runStatic(ctx context.Context, o *Options, p *picker) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(p.promReg, promhttp.HandlerOpts{}))
 	mux.Handle("/debug/workers", observe.WorkersHandler(p.reg, time.Now))
+	for path, h := range pprofHandlers(o) {
+		mux.Handle(path, h)
+	}
 	metrics := &httpServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, addr: hostPort(o.BindAddress, o.MetricsPort)}
 	return runAll(ctx, append(p.servers, metrics))
 }
