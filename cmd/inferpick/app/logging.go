@@ -12,14 +12,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
-// logging holds the zap flags (controller-runtime's --zap-*) and the
-// verbosity -v shared with klog.
+// logging holds the zap flags (controller-runtime's --zap-*), the
+// verbosity -v and klog's other flags.
 type logging struct {
 	zap zap.Options
 	// levelSet is whether --zap-log-level was given; without it the level
 	// follows -v: -v=N logs V(N) and below.
 	levelSet bool
-	verbose  *flag.Flag
+	verbose  int
+	klog     *flag.FlagSet
 }
 
 func (l *logging) addFlags(fs *flag.FlagSet) {
@@ -27,8 +28,16 @@ func (l *logging) addFlags(fs *flag.FlagSet) {
 	// otherwise.
 	l.zap.NewEncoder = consoleEncoder
 	l.zap.BindFlags(fs)
-	klog.InitFlags(fs)
-	l.verbose = fs.Lookup("v")
+	fs.IntVar(&l.verbose, "v", l.verbose, "Log verbosity: V(n) lines are written for n up to this; --zap-log-level, when given, decides instead.")
+	// klog's flags but -v, which complete passes on to klog, stay
+	// accepted (--vmodule for client-go's lines).
+	l.klog = flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(l.klog)
+	l.klog.VisitAll(func(f *flag.Flag) {
+		if f.Name != "v" && fs.Lookup(f.Name) == nil {
+			fs.Var(f.Value, f.Name, f.Usage)
+		}
+	})
 }
 
 // complete applies -v when --zap-log-level was not given.
@@ -38,19 +47,13 @@ func (l *logging) complete(fs *flag.FlagSet) error {
 			l.levelSet = true
 		}
 	})
-	if l.levelSet {
-		return nil
+	v := min(max(l.verbose, 0), 127)
+	if err := l.klog.Set("v", strconv.Itoa(v)); err != nil {
+		return fmt.Errorf("-v: %w", err)
 	}
-	v := 0
-	if l.verbose != nil {
-		n, err := strconv.Atoi(l.verbose.Value.String())
-		if err != nil {
-			return fmt.Errorf("-v: %w", err)
-		}
-		v = n
+	if !l.levelSet {
+		l.zap.Level = uberzap.NewAtomicLevelAt(zapcore.Level(-v))
 	}
-	lvl := uberzap.NewAtomicLevelAt(zapcore.Level(-min(max(v, 0), 127)))
-	l.zap.Level = lvl
 	return nil
 }
 
