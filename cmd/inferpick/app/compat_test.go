@@ -98,7 +98,8 @@ func TestUpstreamFlags(t *testing.T) {
 		"bad selector":                  {args: []string{"--endpoint-selector", "app==="}, wantErr: "--endpoint-selector"},
 		"selector and pool":             {args: []string{"--endpoint-selector", "a=b", "--endpoint-target-ports", "1", "--pool-name", "p"}, wantErr: "exclude"},
 		"selector without static endpoints": {
-			args: []string{"--endpoint-selector", "a=b", "--endpoint-target-ports", "1"}, wantErr: "not implemented yet", bare: true,
+			args: []string{"--endpoint-selector", "a=b", "--endpoint-target-ports", "1"}, bare: true,
+			got: func(o *Options) any { return o.leaderElectionID() }, want: "inferpick-selector-0ab0bc73",
 		},
 		"pool name with static endpoints":     {args: []string{"--pool-name", "p"}, warned: []string{"--pool-name"}},
 		"tracing, whatever the value":         {args: []string{"--tracing=false"}, warned: []string{"--tracing"}},

@@ -55,6 +55,101 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+var (
+	buildOnce sync.Once
+	binDir    string
+	binPath   string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// inferpickBinary builds the binary once for the package's tests.
+func inferpickBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	buildOnce.Do(func() {
+		if binDir, buildErr = os.MkdirTemp("", "inferpick-bin"); buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "inferpick")
+		build := exec.Command("go", "build", "-o", binPath, "github.com/inferpick/inferpick/cmd/inferpick")
+		build.Env = append(os.Environ(), "GOTOOLCHAIN=local")
+		if out, err := build.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// process is a running inferpick binary.
+type process struct {
+	cmd    *exec.Cmd
+	args   []string
+	stderr *syncBuffer
+	exited chan error
+}
+
+// startBinary starts inferpick with args and waits until it reports ready
+// on the gRPC health service readiness at healthPort. It fails the test if
+// the process exits first.
+func startBinary(t *testing.T, healthPort int, args ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(inferpickBinary(t), args...), args: args, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	p.cmd.Stdout, p.cmd.Stderr = p.stderr, p.stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() { _ = p.cmd.Process.Kill() })
+
+	health := healthpb.NewHealthClient(dial(t, healthPort))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-p.exited:
+			t.Fatalf("inferpick exited (%v) with %q:\n%s", err, args, p.stderr)
+		default:
+		}
+		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
+		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready on readiness:\n%s", p.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.stderr)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("still running a minute after SIGTERM:\n%s", p.stderr)
+	}
+}
+
 // TestChartArgsStartTheBinary starts the inferpick binary with the exact
 // args the upstream inferencepool chart and llm-d's router chart render. No
 // cluster is reachable, so --static-endpoints is added for the picker to
@@ -62,15 +157,6 @@ func (s *syncBuffer) String() string {
 // ones. It must keep running, report ready, log its lines as JSON
 // (--zap-encoder json) and warn once for each flag that has no effect.
 func TestChartArgsStartTheBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "inferpick")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/inferpick/inferpick/cmd/inferpick")
-	build.Env = append(os.Environ(), "GOTOOLCHAIN=local")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	cases := map[string]struct {
 		args, config string
 		warned       []string
@@ -101,52 +187,10 @@ func TestChartArgsStartTheBinary(t *testing.T) {
 				"--grpc-port", fmt.Sprint(freePort(t)),
 				"--grpc-health-port", fmt.Sprint(healthPort),
 				"--metrics-port", fmt.Sprint(freePort(t)))
-			stderr := &syncBuffer{}
-			cmd := exec.Command(bin, args...)
-			cmd.Stdout, cmd.Stderr = stderr, stderr
-			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
-			t.Cleanup(func() {
-				if cmd.ProcessState == nil {
-					_ = cmd.Process.Kill()
-				}
-			})
-
-			health := healthpb.NewHealthClient(dial(t, healthPort))
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				select {
-				case err := <-exited:
-					t.Fatalf("inferpick exited (%v) with %q:\n%s", err, args, stderr)
-				default:
-				}
-				r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
-				if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("not ready on readiness:\n%s", stderr)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-
-			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-exited:
-				if err != nil {
-					t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr)
-				}
-			case <-time.After(60 * time.Second):
-				t.Fatalf("still running a minute after SIGTERM:\n%s", stderr)
-			}
-			if diff := cmp.Diff(tc.warned, warnedFlags(t, stderr.String())); diff != "" {
-				t.Errorf("flags warned about (-want +got):\n%s\nlog:\n%s", diff, stderr)
+			p := startBinary(t, healthPort, args...)
+			p.stop(t)
+			if diff := cmp.Diff(tc.warned, warnedFlags(t, p.stderr.String())); diff != "" {
+				t.Errorf("flags warned about (-want +got):\n%s\nlog:\n%s", diff, p.stderr)
 			}
 		})
 	}

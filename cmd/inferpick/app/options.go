@@ -123,7 +123,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	} else {
 		fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig; in-cluster configuration when empty.")
 	}
-	fs.StringVar(&o.EndpointSelector, "endpoint-selector", o.EndpointSelector, "Label selector of the model-server pods to serve without an InferencePool (not implemented yet: use --pool-name or --static-endpoints).")
+	fs.StringVar(&o.EndpointSelector, "endpoint-selector", o.EndpointSelector, "Label selector (Kubernetes syntax) of the model-server pods of --pool-namespace to serve without an InferencePool object; excludes --pool-name.")
 	fs.Var(&o.EndpointTargetPorts, "endpoint-target-ports", "Comma-separated target ports of the pods --endpoint-selector selects (1 to 8).")
 	fs.StringVar(&o.StaticEndpoints, "static-endpoints", o.StaticEndpoints, "Comma-separated ip:port list to route over, with no Kubernetes at all.")
 	fs.IntVar(&o.GRPCPort, "grpc-port", o.GRPCPort, "Port of the ext_proc gRPC service.")
@@ -258,9 +258,6 @@ func (o *Options) Validate() error {
 	if o.EndpointSelector != "" {
 		if n := len(o.EndpointTargetPorts); n < 1 || n > 8 {
 			errs = append(errs, fmt.Errorf("--endpoint-selector needs 1 to 8 --endpoint-target-ports, got %d", n))
-		}
-		if len(o.static) == 0 {
-			errs = append(errs, errors.New("--endpoint-selector: serving pods without an InferencePool is not implemented yet; use --pool-name, or --static-endpoints with the pods' addresses"))
 		}
 	}
 	if len(o.static) > 0 && o.LeaderElection {

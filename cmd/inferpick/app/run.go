@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -79,7 +78,7 @@ func Run(ctx context.Context, o *Options) error {
 			}
 		}
 	}
-	log.Info("Serving InferencePool", "pool", klog.KRef(o.PoolNamespace, o.PoolName))
+	logServing(log, o)
 	return mgr.Start(ctx)
 }
 

@@ -2,12 +2,47 @@ package app
 
 import (
 	"crypto/tls"
+	"fmt"
+	"hash/fnv"
 	"net/http"
 	"net/http/pprof"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+
+	"github.com/inferpick/inferpick/controllers"
 )
+
+// selectorOptions are --endpoint-selector, --endpoint-target-ports and the
+// namespace.
+func (o *Options) selectorOptions() controllers.SelectorOptions {
+	ports := make([]int32, 0, len(o.EndpointTargetPorts))
+	for _, p := range o.EndpointTargetPorts {
+		ports = append(ports, int32(p)) //nolint:gosec // validated to be a port
+	}
+	return controllers.SelectorOptions{Namespace: o.PoolNamespace, Selector: o.selector, Ports: ports}
+}
+
+// leaderElectionID names the lease: after the pool, or after a hash of the
+// endpoint selector.
+func (o *Options) leaderElectionID() string {
+	if o.selector == nil {
+		return "inferpick-" + o.PoolName
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(o.selector.String()))
+	return fmt.Sprintf("inferpick-selector-%08x", h.Sum32())
+}
+
+// logServing says what the picker serves in a cluster.
+func logServing(log logr.Logger, o *Options) {
+	if o.selector != nil {
+		log.Info("Serving pods by label", "namespace", o.PoolNamespace, "selector", o.selector.String(), "ports", o.EndpointTargetPorts.String())
+		return
+	}
+	log.Info("Serving InferencePool", "pool", klog.KRef(o.PoolNamespace, o.PoolName))
+}
 
 // warningMessage is the message of a no-effect warning.
 const warningMessage = "Warning: accepted setting has no effect"

@@ -13,37 +13,21 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
 
-// TestServingFlags runs the picker with the upstream serving flags and
+// TestServingFlags runs the binary with the upstream serving flags and
 // checks what a client sees: pprof on the metrics port, TLS below the
 // minimum version refused, messages above the receive limit refused.
 func TestServingFlags(t *testing.T) {
-	o, err := parse(t, "--static-endpoints", "127.0.0.1:1", "--bind-address", "127.0.0.1",
+	grpcPort, healthPort, metricsPort := freePort(t), freePort(t), freePort(t)
+	p := startBinary(t, healthPort, "--static-endpoints", "127.0.0.1:1", "--bind-address", "127.0.0.1",
 		"--refresh-metrics-interval", "1h", "--enable-pprof",
 		"--tls-min-version", "VersionTLS13", "--grpc-max-recv-msg-size", "1Ki",
-		"--grpc-port", fmt.Sprint(freePort(t)), "--grpc-health-port", fmt.Sprint(freePort(t)), "--metrics-port", fmt.Sprint(freePort(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, o) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	health := healthpb.NewHealthClient(dial(t, o.GRPCHealthPort))
-	until(t, "readiness", func() bool {
-		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
-		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
-	})
+		"--grpc-port", fmt.Sprint(grpcPort), "--grpc-health-port", fmt.Sprint(healthPort), "--metrics-port", fmt.Sprint(metricsPort))
+	defer p.stop(t)
 
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/cmdline", o.MetricsPort))
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/cmdline", metricsPort))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +36,7 @@ func TestServingFlags(t *testing.T) {
 		t.Errorf("/debug/pprof/cmdline: %s, want 200", resp.Status)
 	}
 
-	addr := fmt.Sprintf("127.0.0.1:%d", o.GRPCPort)
+	addr := fmt.Sprintf("127.0.0.1:%d", grpcPort)
 	for version, wantOK := range map[uint16]bool{tls.VersionTLS12: false, tls.VersionTLS13: true} {
 		//nolint:gosec // the server's certificate is self-signed.
 		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: version, MaxVersion: version, NextProtos: []string{"h2"}})
