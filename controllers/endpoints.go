@@ -35,6 +35,16 @@ func selectorOf(pool *inferencev1.InferencePool) (labels.Selector, error) {
 // pod name and then by the order of the pool's target ports. The pods are
 // assumed to match the pool's selector already.
 func endpointsOf(pool *inferencev1.InferencePool, pods []corev1.Pod) []registry.Endpoint {
+	ports := make([]int32, 0, len(pool.Spec.TargetPorts))
+	for _, p := range pool.Spec.TargetPorts {
+		ports = append(ports, int32(p.Number))
+	}
+	return endpointsFor(ports, pods)
+}
+
+// endpointsFor returns one endpoint per (ready pod, port), ordered by pod
+// name and then by the order of ports.
+func endpointsFor(ports []int32, pods []corev1.Pod) []registry.Endpoint {
 	ready := make([]*corev1.Pod, 0, len(pods))
 	for i := range pods {
 		if podServes(&pods[i]) {
@@ -43,14 +53,13 @@ func endpointsOf(pool *inferencev1.InferencePool, pods []corev1.Pod) []registry.
 	}
 	slices.SortFunc(ready, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 
-	eps := make([]registry.Endpoint, 0, len(ready)*len(pool.Spec.TargetPorts))
+	eps := make([]registry.Endpoint, 0, len(ready)*len(ports))
 	for _, pod := range ready {
 		addr, err := netip.ParseAddr(pod.Status.PodIP)
 		if err != nil {
 			continue
 		}
-		for _, port := range pool.Spec.TargetPorts {
-			n := int32(port.Number)
+		for _, n := range ports {
 			if n < 1 || n > 65535 {
 				continue
 			}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"time"
 
@@ -29,6 +30,7 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 		BindAddress:   hostPort(o.BindAddress, o.MetricsPort),
 		ExtraHandlers: map[string]http.Handler{"/debug/workers": observe.WorkersHandler(p.reg, time.Now)},
 	}
+	maps.Copy(metrics.ExtraHandlers, pprofHandlers(o))
 	if o.MetricsEndpointAuth {
 		metrics.SecureServing = true
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
@@ -38,13 +40,17 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 		return nil, err
 	}
 	pool := types.NamespacedName{Namespace: o.PoolNamespace, Name: o.PoolName}
+	cacheOpts := controllers.CacheOptions(pool)
+	if o.selector != nil {
+		cacheOpts = controllers.SelectorCacheOptions(o.selectorOptions())
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Cache:                         controllers.CacheOptions(pool),
+		Cache:                         cacheOpts,
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                o.LeaderElection,
-		LeaderElectionID:              "inferpick-" + o.PoolName,
+		LeaderElectionID:              o.leaderElectionID(),
 		LeaderElectionNamespace:       o.PoolNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		LeaseDuration:                 &o.LeaderElectionLeaseDuration,
@@ -55,9 +61,15 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
-	opts := controllers.PoolReconcilerOptions{Pool: pool, Group: o.PoolGroup}
-	if err := controllers.SetupWithManager(mgr, opts, p.reg); err != nil {
-		return nil, fmt.Errorf("set up the pool controller: %w", err)
+	if o.selector != nil {
+		if err := controllers.SetupSelectorWithManager(mgr, o.selectorOptions(), p.reg); err != nil {
+			return nil, fmt.Errorf("set up the endpoint selector controller: %w", err)
+		}
+	} else {
+		opts := controllers.PoolReconcilerOptions{Pool: pool, Group: o.PoolGroup}
+		if err := controllers.SetupWithManager(mgr, opts, p.reg); err != nil {
+			return nil, fmt.Errorf("set up the pool controller: %w", err)
+		}
 	}
 	for _, r := range p.servers {
 		if err := mgr.Add(r); err != nil {

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/klog/v2"
-	"sigs.k8s.io/yaml"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/inferpick/inferpick/picker/extproc"
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/policy/fileconfig"
 )
 
 // Options are inferpick's settings. Flag names follow the upstream endpoint
@@ -29,6 +29,12 @@ type Options struct {
 	StaticEndpoints string
 	static          []netip.AddrPort
 
+	// EndpointSelector and EndpointTargetPorts select model-server pods
+	// by label, with no InferencePool object.
+	EndpointSelector    string
+	EndpointTargetPorts portList
+	selector            labels.Selector
+
 	GRPCPort       int
 	GRPCHealthPort int
 	MetricsPort    int
@@ -36,7 +42,17 @@ type Options struct {
 
 	SecureServing       bool
 	CertPath            string
+	TLSMinVersion       string
+	TLSCipherSuites     string
+	tlsMinVersion       uint16
+	tlsCipherSuites     []uint16
 	MetricsEndpointAuth bool
+	EnablePprof         bool
+
+	// GRPCMaxRecvMsgSize and GRPCMaxSendMsgSize bound the ext_proc
+	// server's messages; 0 keeps gRPC's defaults (4 MiB received).
+	GRPCMaxRecvMsgSize byteSize
+	GRPCMaxSendMsgSize byteSize
 
 	// Tracing exports a span per request over OTLP (see tracing.go).
 	Tracing bool
@@ -52,6 +68,7 @@ type Options struct {
 	ModelServerMetricsPath string
 
 	ConfigFile   string
+	ConfigText   string
 	PolicyName   string
 	Fallbacks    int
 	MaxBodyBytes int
@@ -60,8 +77,16 @@ type Options struct {
 	MaxBufferedBodyBytes int
 	DrainTimeout         time.Duration
 
-	// Policy is the configuration built from ConfigFile and PolicyName.
+	// Policy is the configuration built from ConfigFile (or ConfigText)
+	// and PolicyName.
 	Policy policy.Config
+
+	// Warnings are the flags and configuration that have no effect here,
+	// logged once at start.
+	Warnings []Warning
+
+	logging logging
+	fs      *flag.FlagSet
 }
 
 // NewOptions returns the defaults.
@@ -88,8 +113,10 @@ func NewOptions() *Options {
 	}
 }
 
-// AddFlags registers the flags on fs, klog's among them.
+// AddFlags registers the flags on fs: inferpick's, the upstream endpoint
+// picker's it accepts, and the logging flags (-v and klog's, --zap-*).
 func (o *Options) AddFlags(fs *flag.FlagSet) {
+	o.fs = fs
 	fs.StringVar(&o.PoolName, "pool-name", o.PoolName, "Name of the InferencePool this picker serves.")
 	fs.StringVar(&o.PoolNamespace, "pool-namespace", o.PoolNamespace, "Namespace of the InferencePool (default: $NAMESPACE, else \"default\").")
 	fs.StringVar(&o.PoolGroup, "pool-group", o.PoolGroup, "API group of the InferencePool.")
@@ -99,6 +126,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	} else {
 		fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig; in-cluster configuration when empty.")
 	}
+	fs.StringVar(&o.EndpointSelector, "endpoint-selector", o.EndpointSelector, "Label selector (Kubernetes syntax) of the model-server pods of --pool-namespace to serve without an InferencePool object; excludes --pool-name.")
+	fs.Var(&o.EndpointTargetPorts, "endpoint-target-ports", "Comma-separated target ports of the pods --endpoint-selector selects (1 to 8).")
 	fs.StringVar(&o.StaticEndpoints, "static-endpoints", o.StaticEndpoints, "Comma-separated ip:port list to route over, with no Kubernetes at all.")
 	fs.IntVar(&o.GRPCPort, "grpc-port", o.GRPCPort, "Port of the ext_proc gRPC service.")
 	fs.IntVar(&o.GRPCHealthPort, "grpc-health-port", o.GRPCHealthPort, "Port of the gRPC health service (liveness, readiness, ext_proc).")
@@ -106,6 +135,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Address the servers listen on (all interfaces when empty).")
 	fs.BoolVar(&o.SecureServing, "secure-serving", o.SecureServing, "Serve ext_proc over TLS (self-signed unless --cert-path).")
 	fs.StringVar(&o.CertPath, "cert-path", o.CertPath, "Directory holding tls.crt and tls.key for the ext_proc service; reloaded on change.")
+	fs.StringVar(&o.TLSMinVersion, "tls-min-version", o.TLSMinVersion, "Lowest TLS version the ext_proc service accepts: VersionTLS12 (when empty) or VersionTLS13; VersionTLS10 and VersionTLS11 are accepted too.")
+	fs.StringVar(&o.TLSCipherSuites, "tls-cipher-suites", o.TLSCipherSuites, "Comma-separated crypto/tls cipher suite names the ext_proc service offers up to TLS 1.2 (TLS 1.3 suites are fixed); Go's defaults when empty.")
+	fs.Var(&o.GRPCMaxRecvMsgSize, "grpc-max-recv-msg-size", "Largest gRPC message the ext_proc service accepts (e.g. 8Mi, 10MiB); gRPC's 4 MiB when empty.")
+	fs.Var(&o.GRPCMaxSendMsgSize, "grpc-max-send-msg-size", "Largest gRPC message the ext_proc service sends (e.g. 8Mi); unbounded when empty.")
+	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof, "Serve Go's pprof handlers under /debug/pprof/ on the metrics port (behind --metrics-endpoint-auth in a cluster).")
 	fs.BoolVar(&o.MetricsEndpointAuth, "metrics-endpoint-auth", o.MetricsEndpointAuth, "In a cluster, require an authenticated and authorized caller (TokenReview, SubjectAccessReview) on the metrics port.")
 	fs.BoolVar(&o.Tracing, "tracing", o.Tracing, "Export a trace span per request (the pick as a child span) over OTLP/gRPC, configured by the standard OTEL_* environment variables; trace context is taken from the request's traceparent.")
 	fs.BoolVar(&o.LeaderElection, "ha-enable-leader-election", o.LeaderElection, "Run several replicas; only the elected one reports ready.")
@@ -116,18 +150,15 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.MetricsStaleness, "metrics-staleness-threshold", o.MetricsStaleness, "Scraped metrics older than this are not trusted by the policy.")
 	fs.IntVar(&o.ModelServerMetricsPort, "model-server-metrics-port", o.ModelServerMetricsPort, "Port of the model servers' /metrics (0: the serving port).")
 	fs.StringVar(&o.ModelServerMetricsPath, "model-server-metrics-path", o.ModelServerMetricsPath, "Path of the model servers' metrics.")
-	fs.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "YAML file with the policy configuration (see docs/policy.md).")
+	fs.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "YAML file with the policy configuration, inferpick's own or an EndpointPickerConfig (see docs/policy.md).")
+	fs.StringVar(&o.ConfigText, "config-text", o.ConfigText, "The --config-file document given inline.")
 	fs.StringVar(&o.PolicyName, "policy", o.PolicyName, "Routing policy, overriding the config file's: cache-aware, least-load, round-robin, random, power-of-two, weighted-scorer.")
 	fs.IntVar(&o.Fallbacks, "fallbacks", o.Fallbacks, "Endpoints listed after the primary for the gateway to fall back on.")
 	fs.IntVar(&o.MaxBodyBytes, "max-request-body-bytes", o.MaxBodyBytes, "Largest request body accepted; larger ones get 413.")
 	fs.IntVar(&o.MaxBufferedBodyBytes, "max-buffered-body-bytes", o.MaxBufferedBodyBytes, "Request-body bytes buffered across all streams at once; a request that would pass it gets 429. Keep it well under the container's memory limit.")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "On SIGTERM, how long in-flight streams may finish before they are cut.")
-	klog.InitFlags(fs)
-}
-
-// fileConfig is the --config-file document.
-type fileConfig struct {
-	Policy policy.Config `json:"policy"`
+	addInertFlags(fs)
+	o.logging.addFlags(fs)
 }
 
 // Complete fills what the flags leave implicit: the namespace from the
@@ -142,6 +173,9 @@ func (o *Options) Complete() error {
 	if o.PoolNamespace == "" {
 		o.PoolNamespace = "default"
 	}
+	if err := o.logging.complete(o.fs); err != nil {
+		return err
+	}
 	if o.StaticEndpoints != "" {
 		for e := range strings.SplitSeq(o.StaticEndpoints, ",") {
 			ap, err := netip.ParseAddrPort(strings.TrimSpace(e))
@@ -151,31 +185,84 @@ func (o *Options) Complete() error {
 			o.static = append(o.static, ap)
 		}
 	}
-	if o.ConfigFile != "" {
-		raw, err := os.ReadFile(o.ConfigFile)
+	if o.EndpointSelector != "" {
+		sel, err := labels.Parse(o.EndpointSelector)
 		if err != nil {
-			return fmt.Errorf("--config-file: %w", err)
+			return fmt.Errorf("--endpoint-selector: %w", err)
 		}
-		var fc fileConfig
-		if err := yaml.UnmarshalStrict(raw, &fc); err != nil {
-			return fmt.Errorf("--config-file %s: %w", o.ConfigFile, err)
-		}
-		o.Policy = fc.Policy
+		o.selector = sel
+	}
+	var err error
+	if o.tlsMinVersion, err = parseTLSVersion(o.TLSMinVersion); err != nil {
+		return fmt.Errorf("--tls-min-version: %w", err)
+	}
+	if o.tlsCipherSuites, err = parseCipherSuites(o.TLSCipherSuites); err != nil {
+		return fmt.Errorf("--tls-cipher-suites: %w", err)
+	}
+	if err := o.readConfig(); err != nil {
+		return err
 	}
 	if o.PolicyName != "" {
 		o.Policy.Name = o.PolicyName
 	}
+	o.Warnings = append(o.Warnings, inertWarnings(o.fs)...)
+	if len(o.static) > 0 && o.PoolName != "" {
+		o.Warnings = append(o.Warnings, Warning{Flag: "--pool-name", Value: o.PoolName,
+			Reason: "--static-endpoints is given: requests are routed over that list, not the pool's pods"})
+	}
 	return nil
+}
+
+// readConfig reads --config-file or --config-text.
+func (o *Options) readConfig() error {
+	src, raw := "--config-text", []byte(o.ConfigText)
+	if o.ConfigFile != "" {
+		if o.ConfigText != "" {
+			return errors.New("--config-file and --config-text exclude each other")
+		}
+		src = "--config-file " + o.ConfigFile
+		var err error
+		if raw, err = os.ReadFile(o.ConfigFile); err != nil {
+			return fmt.Errorf("--config-file: %w", err)
+		}
+	}
+	if len(raw) == 0 {
+		return nil
+	}
+	f, err := fileconfig.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%s: %w", src, err)
+	}
+	o.Policy = f.Policy
+	if f.MetricsPath != "" && !o.flagSet("model-server-metrics-path") {
+		o.ModelServerMetricsPath = f.MetricsPath
+	}
+	for _, w := range f.Warnings {
+		o.Warnings = append(o.Warnings, Warning{Flag: src, Reason: w})
+	}
+	return nil
+}
+
+// flagSet reports whether the flag name was given.
+func (o *Options) flagSet(name string) bool {
+	set := false
+	o.fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // Validate reports settings that cannot work together.
 func (o *Options) Validate() error {
 	var errs []error
-	if len(o.static) == 0 && o.PoolName == "" {
-		errs = append(errs, errors.New("either --pool-name or --static-endpoints is required"))
+	if len(o.static) == 0 && o.PoolName == "" && o.EndpointSelector == "" {
+		errs = append(errs, errors.New("one of --pool-name, --endpoint-selector or --static-endpoints is required"))
 	}
-	if len(o.static) > 0 && o.PoolName != "" {
-		errs = append(errs, errors.New("--pool-name and --static-endpoints exclude each other"))
+	if o.PoolName != "" && o.EndpointSelector != "" {
+		errs = append(errs, errors.New("--pool-name and --endpoint-selector exclude each other"))
+	}
+	if o.EndpointSelector != "" {
+		if n := len(o.EndpointTargetPorts); n < 1 || n > 8 {
+			errs = append(errs, fmt.Errorf("--endpoint-selector needs 1 to 8 --endpoint-target-ports, got %d", n))
+		}
 	}
 	if len(o.static) > 0 && o.LeaderElection {
 		errs = append(errs, errors.New("--ha-enable-leader-election needs a cluster, not --static-endpoints"))

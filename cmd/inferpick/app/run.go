@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -42,9 +41,10 @@ type picker struct {
 
 // Run starts inferpick and blocks until ctx ends and everything has stopped.
 func Run(ctx context.Context, o *Options) error {
-	log := klog.NewKlogr()
+	log := o.logging.logger()
 	ctrl.SetLogger(log)
 	ctx = logr.NewContext(ctx, log)
+	logWarnings(log, o.Warnings)
 
 	tracer, stopTracing, err := startTracing(ctx, o.Tracing)
 	if err != nil {
@@ -93,7 +93,7 @@ func Run(ctx context.Context, o *Options) error {
 			}
 		}
 	}
-	log.Info("Serving InferencePool", "pool", klog.KRef(o.PoolNamespace, o.PoolName))
+	logServing(log, o)
 	return mgr.Start(ctx)
 }
 
@@ -147,7 +147,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 	promReg.MustRegister(epmetrics.NewPoolCollector(poolName, reg, indexSize))
 	srv.RecordBuildInfo(buildInfo())
 
-	var grpcOpts []grpc.ServerOption
+	grpcOpts := extProcOptions(o)
 	var runnables []manager.Runnable
 	if o.SecureServing {
 		cfg, watcher, err := serverTLS(o.CertPath)
@@ -157,6 +157,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		if watcher != nil {
 			runnables = append(runnables, watcher)
 		}
+		applyTLSFlags(cfg, o)
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(cfg)))
 	}
 	extSrv := grpc.NewServer(grpcOpts...)
@@ -188,6 +189,9 @@ func runStatic(ctx context.Context, o *Options, p *picker) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(p.promReg, promhttp.HandlerOpts{}))
 	mux.Handle("/debug/workers", observe.WorkersHandler(p.reg, time.Now))
+	for path, h := range pprofHandlers(o) {
+		mux.Handle(path, h)
+	}
 	metrics := &httpServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, addr: hostPort(o.BindAddress, o.MetricsPort)}
 	return runAll(ctx, append(p.servers, metrics))
 }

@@ -1,0 +1,225 @@
+package app
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/inferpick/inferpick/picker/policy"
+)
+
+const upstreamConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: metrics-data-source
+  parameters: {path: /custom}
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 4
+`
+
+// TestUpstreamFlags parses each upstream endpoint picker and llm-d flag:
+// implemented ones change the options, inert ones warn or not depending on
+// whether their value asks for what inferpick does anyway.
+func TestUpstreamFlags(t *testing.T) {
+	cfgFile := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(cfgFile, []byte(upstreamConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	static := []string{"--static-endpoints", "127.0.0.1:1"}
+	cases := map[string]struct {
+		args    []string
+		got     func(o *Options) any
+		want    any
+		warned  []string // flags warned about, in flag name order
+		wantErr string
+		bare    bool // without --static-endpoints
+	}{
+		"tls min version": {
+			args: []string{"--tls-min-version", "VersionTLS13"},
+			got:  func(o *Options) any { return o.tlsMinVersion }, want: uint16(tls.VersionTLS13),
+		},
+		"tls min version defaults to 1.2": {
+			got: func(o *Options) any { return o.tlsMinVersion }, want: uint16(tls.VersionTLS12),
+		},
+		"unknown tls version": {args: []string{"--tls-min-version", "TLS1.3"}, wantErr: "--tls-min-version"},
+		"cipher suites": {
+			args: []string{"--tls-cipher-suites", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"},
+			got:  func(o *Options) any { return o.tlsCipherSuites },
+			want: []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384},
+		},
+		"unknown cipher suite": {args: []string{"--tls-cipher-suites", "TLS_NOPE"}, wantErr: `"TLS_NOPE"`},
+		"grpc sizes with a B suffix": {
+			args: []string{"--grpc-max-recv-msg-size", "10MiB", "--grpc-max-send-msg-size", "25MB"},
+			got:  func(o *Options) any { return []int{o.GRPCMaxRecvMsgSize.n, o.GRPCMaxSendMsgSize.n} },
+			want: []int{10 << 20, 25_000_000},
+		},
+		"grpc size as a quantity": {
+			args: []string{"--grpc-max-recv-msg-size", "8Mi"},
+			got:  func(o *Options) any { return len(extProcOptions(o)) }, want: 1,
+		},
+		"bad grpc size":  {args: []string{"--grpc-max-recv-msg-size", "lots"}, wantErr: "grpc-max-recv-msg-size"},
+		"huge grpc size": {args: []string{"--grpc-max-send-msg-size", "3Gi"}, wantErr: "grpc-max-send-msg-size"},
+		"pprof":          {args: []string{"--enable-pprof"}, got: func(o *Options) any { return len(pprofHandlers(o)) }, want: 5},
+		"pprof off":      {got: func(o *Options) any { return len(pprofHandlers(o)) }, want: 0},
+		"config text": {
+			args: []string{"--config-text", upstreamConfig},
+			got: func(o *Options) any {
+				return []any{o.Policy.Name, o.Policy.WeightedScorer.QueueWeight, o.ModelServerMetricsPath}
+			},
+			want: []any{policy.WeightedScorer, 4.0, "/custom"},
+		},
+		"config file, the metrics path flag wins": {
+			args: []string{"--config-file", cfgFile, "--model-server-metrics-path", "/m"},
+			got:  func(o *Options) any { return []any{o.Policy.Name, o.ModelServerMetricsPath} },
+			want: []any{policy.WeightedScorer, "/m"},
+		},
+		"config file and text":   {args: []string{"--config-file", cfgFile, "--config-text", "policy: {}"}, wantErr: "exclude"},
+		"config text error line": {args: []string{"--config-text", "policy:\n  name: random\n  nmae: x\n"}, wantErr: "line 3"},
+		"endpoint selector": {
+			args: []string{"--endpoint-selector", "app=vllm,env in (prod)", "--endpoint-target-ports", "8000,8001,8000"},
+			got: func(o *Options) any {
+				return []any{o.selector.String(), []int(o.EndpointTargetPorts)}
+			},
+			want: []any{"app=vllm,env in (prod)", []int{8000, 8001}},
+		},
+		"endpoint selector needs ports": {args: []string{"--endpoint-selector", "app=vllm"}, wantErr: "1 to 8 --endpoint-target-ports"},
+		"too many ports":                {args: []string{"--endpoint-selector", "app=vllm", "--endpoint-target-ports", "1,2,3,4,5,6,7,8,9"}, wantErr: "got 9"},
+		"bad port":                      {args: []string{"--endpoint-target-ports", "0"}, wantErr: "not a port"},
+		"bad selector":                  {args: []string{"--endpoint-selector", "app==="}, wantErr: "--endpoint-selector"},
+		"selector and pool":             {args: []string{"--endpoint-selector", "a=b", "--endpoint-target-ports", "1", "--pool-name", "p"}, wantErr: "exclude"},
+		"selector without static endpoints": {
+			args: []string{"--endpoint-selector", "a=b", "--endpoint-target-ports", "1"}, bare: true,
+			got: func(o *Options) any { return o.leaderElectionID() }, want: "inferpick-selector-0ab0bc73",
+		},
+		"pool name with static endpoints":      {args: []string{"--pool-name", "p"}, warned: []string{"--pool-name"}},
+		"tracing off, as the charts render it": {args: []string{"--tracing=false"}, got: func(o *Options) any { return o.Tracing }, want: false},
+		"health checking without a value":      {args: []string{"--health-checking"}, warned: []string{"--health-checking"}},
+		"cert reload on: what inferpick does":  {args: []string{"--enable-cert-reload"}},
+		"cert reload off":                      {args: []string{"--enable-cert-reload=false"}, warned: []string{"--enable-cert-reload"}},
+		"prometheus refresh interval":          {args: []string{"--refresh-prometheus-metrics-interval", "5s"}, warned: []string{"--refresh-prometheus-metrics-interval"}},
+		"bad duration":                         {args: []string{"--refresh-prometheus-metrics-interval", "soon"}, wantErr: "soon"},
+		"bad bool":                             {args: []string{"--health-checking=maybe"}, wantErr: "maybe"},
+		"http scheme":                          {args: []string{"--model-server-metrics-scheme", "http"}},
+		"https scheme":                         {args: []string{"--model-server-metrics-scheme", "https"}, warned: []string{"--model-server-metrics-scheme"}},
+		"insecure skip verify":                 {args: []string{"--model-server-metrics-https-insecure-skip-verify=true"}, warned: []string{"--model-server-metrics-https-insecure-skip-verify"}},
+		"sglang metric names, quoted as charts render them": {
+			args: []string{`--total-queued-requests-metric="sglang:num_queue_reqs"`, "--total-running-requests-metric", "sglang:num_running_reqs", "--kv-cache-usage-percentage-metric", "sglang:token_usage"},
+		},
+		"vllm metric names": {
+			args: []string{"--kv-cache-usage-percentage-metric", "vllm:gpu_cache_usage_perc", "--cache-info-metric", "vllm:cache_config_info", "--total-queued-requests-metric", "vllm:num_requests_waiting"},
+		},
+		"triton metric names": {
+			args:   []string{"--total-queued-requests-metric", "nv_trt_llm_request_metrics{request_type=waiting}", "--lora-info-metric", ""},
+			warned: []string{"--total-queued-requests-metric"},
+		},
+		"lora metric":        {args: []string{"--lora-info-metric", "vllm:lora_requests_info"}, warned: []string{"--lora-info-metric"}},
+		"cache info metric":  {args: []string{"--cache-info-metric", "trtllm_cache_config_info"}, warned: []string{"--cache-info-metric"}},
+		"running metric":     {args: []string{"--total-running-requests-metric", "x"}, warned: []string{"--total-running-requests-metric"}},
+		"subset filter off":  {args: []string{"--disable-endpoint-subset-filter"}, warned: []string{"--disable-endpoint-subset-filter"}},
+		"subset filter kept": {args: []string{"--disable-endpoint-subset-filter=false"}},
+		"endpoint scores":    {args: []string{"--emit-endpoint-scores"}, warned: []string{"--emit-endpoint-scores"}},
+		"stream metrics on":  {args: []string{"--enable-grpc-stream-metrics"}},
+		"stream metrics off": {args: []string{"--enable-grpc-stream-metrics=false"}, warned: []string{"--enable-grpc-stream-metrics"}},
+		"experimental":       {args: []string{"--allow-experimental-plugins"}, warned: []string{"--allow-experimental-plugins"}},
+		"metrics mTLS": {
+			args:   []string{"--metrics-client-ca-file", "/ca.pem", "--metrics-cert-dir", "/certs"},
+			warned: []string{"--metrics-cert-dir", "--metrics-client-ca-file"},
+		},
+		"lora scorer in the config": {
+			args:   []string{"--config-text", "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: lora-affinity-scorer\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: lora-affinity-scorer\n"},
+			warned: []string{"--config-text"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			args := tc.args
+			if !tc.bare {
+				args = append(append([]string{}, static...), tc.args...)
+			}
+			o, err := parse(t, args...)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one mentioning %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.got != nil {
+				if diff := cmp.Diff(tc.want, tc.got(o)); diff != "" {
+					t.Errorf("options (-want +got):\n%s", diff)
+				}
+			}
+			var warned []string
+			for _, w := range o.Warnings {
+				warned = append(warned, w.Flag)
+			}
+			if diff := cmp.Diff(tc.warned, warned); diff != "" {
+				t.Errorf("flags warned about (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestLogging checks the zap flags and -v: which lines a logger built from
+// the flags writes, and in which encoding.
+func TestLogging(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		want []string // messages written, of "v0", "v1", "v2", "v3", "error"
+		json bool
+	}{
+		"defaults: console, V(0)":            {want: []string{"v0", "error"}},
+		"-v 2 logs V(2)":                     {args: []string{"-v", "2"}, want: []string{"v0", "v1", "v2", "error"}},
+		"json":                               {args: []string{"--zap-encoder", "json"}, want: []string{"v0", "error"}, json: true},
+		"zap log level wins over -v":         {args: []string{"-v", "3", "--zap-log-level", "error"}, want: []string{"error"}},
+		"numeric zap log level":              {args: []string{"--zap-log-level", "3", "--zap-encoder=json"}, want: []string{"v0", "v1", "v2", "v3", "error"}, json: true},
+		"devel follows -v, console":          {args: []string{"--zap-devel", "-v", "1"}, want: []string{"v0", "v1", "error"}},
+		"stacktrace level and time encoding": {args: []string{"--zap-stacktrace-level", "panic", "--zap-time-encoding", "epoch"}, want: []string{"v0", "error"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			o, err := parse(t, append([]string{"--static-endpoints", "127.0.0.1:1"}, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			o.logging.zap.DestWriter = &buf
+			log := o.logging.logger()
+			for v := range 4 {
+				log.V(v).Info("v" + string(rune('0'+v)))
+			}
+			log.Error(nil, "error")
+
+			var got []string
+			for line := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
+				var entry struct {
+					Msg string `json:"msg"`
+				}
+				isJSON := json.Unmarshal([]byte(line), &entry) == nil
+				if isJSON != tc.json {
+					t.Errorf("line %q: JSON %v, want %v", line, isJSON, tc.json)
+				}
+				for _, m := range []string{"v0", "v1", "v2", "v3", "error"} {
+					if entry.Msg == m || (!isJSON && strings.Contains(line, "\t"+m)) {
+						got = append(got, m)
+					}
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("messages written (-want +got):\n%s\n%s", diff, buf.String())
+			}
+		})
+	}
+}

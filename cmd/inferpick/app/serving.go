@@ -1,0 +1,90 @@
+package app
+
+import (
+	"crypto/tls"
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"net/http/pprof"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+
+	"github.com/inferpick/inferpick/controllers"
+)
+
+// selectorOptions are --endpoint-selector, --endpoint-target-ports and the
+// namespace.
+func (o *Options) selectorOptions() controllers.SelectorOptions {
+	ports := make([]int32, 0, len(o.EndpointTargetPorts))
+	for _, p := range o.EndpointTargetPorts {
+		ports = append(ports, int32(p)) //nolint:gosec // validated to be a port
+	}
+	return controllers.SelectorOptions{Namespace: o.PoolNamespace, Selector: o.selector, Ports: ports}
+}
+
+// leaderElectionID names the lease: after the pool, or after a hash of the
+// endpoint selector.
+func (o *Options) leaderElectionID() string {
+	if o.selector == nil {
+		return "inferpick-" + o.PoolName
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(o.selector.String()))
+	return fmt.Sprintf("inferpick-selector-%08x", h.Sum32())
+}
+
+// logServing says what the picker serves in a cluster.
+func logServing(log logr.Logger, o *Options) {
+	if o.selector != nil {
+		log.Info("Serving pods by label", "namespace", o.PoolNamespace, "selector", o.selector.String(), "ports", o.EndpointTargetPorts.String())
+		return
+	}
+	log.Info("Serving InferencePool", "pool", klog.KRef(o.PoolNamespace, o.PoolName))
+}
+
+// warningMessage is the message of a no-effect warning.
+const warningMessage = "Warning: accepted setting has no effect"
+
+// logWarnings logs, once each, the flags and configuration that were
+// accepted but have no effect.
+func logWarnings(log logr.Logger, ws []Warning) {
+	for _, w := range ws {
+		log.Info(warningMessage, "flag", w.Flag, "value", w.Value, "reason", w.Reason)
+	}
+}
+
+// extProcOptions are the ext_proc server's message size limits.
+func extProcOptions(o *Options) []grpc.ServerOption {
+	var opts []grpc.ServerOption
+	if o.GRPCMaxRecvMsgSize.raw != "" {
+		opts = append(opts, grpc.MaxRecvMsgSize(o.GRPCMaxRecvMsgSize.n))
+	}
+	if o.GRPCMaxSendMsgSize.raw != "" {
+		opts = append(opts, grpc.MaxSendMsgSize(o.GRPCMaxSendMsgSize.n))
+	}
+	return opts
+}
+
+// applyTLSFlags sets --tls-min-version and --tls-cipher-suites on the
+// ext_proc TLS configuration.
+func applyTLSFlags(cfg *tls.Config, o *Options) {
+	cfg.MinVersion = o.tlsMinVersion
+	cfg.CipherSuites = o.tlsCipherSuites
+}
+
+// pprofHandlers are Go's profiling handlers under /debug/pprof/, when
+// --enable-pprof is set.
+func pprofHandlers(o *Options) map[string]http.Handler {
+	if !o.EnablePprof {
+		return nil
+	}
+	return map[string]http.Handler{
+		"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+		"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
+		"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+		"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
+		"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+	}
+}

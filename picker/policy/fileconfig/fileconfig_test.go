@@ -1,0 +1,223 @@
+package fileconfig
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// The charts' default configurations are kept with the binary's tests,
+// which start inferpick with them.
+const chartData = "../../../cmd/inferpick/app/testdata"
+
+func readChartConfig(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(chartData, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+const header = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+
+func TestParse(t *testing.T) {
+	chartDefault := File{
+		Policy:      policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3}},
+		MetricsPath: "/metrics",
+	}
+	cases := map[string]struct {
+		in   string
+		want File
+	}{
+		"upstream inferencepool chart default": {
+			in:   readChartConfig(t, "gie-v1.5.0-default-plugins.yaml"),
+			want: chartDefault,
+		},
+		"llm-d router chart default": {
+			in:   readChartConfig(t, "llm-d-router-default-plugins.yaml"),
+			want: chartDefault,
+		},
+		"inferpick's own document": {
+			in:   "policy:\n  name: cache-aware\n  metricsStaleness: 150ms\n  cacheAware:\n    mode: threshold\n",
+			want: File{Policy: policy.Config{Name: policy.CacheAware, MetricsStaleness: policy.Duration{Duration: 150 * time.Millisecond}, CacheAware: policy.CacheAwareConfig{Mode: policy.ModeThreshold}}},
+		},
+		"empty document": {in: "", want: File{}},
+		"named plugins, weights default to 1, picker and handler": {
+			in: header + `plugins:
+- {name: q, type: queue-scorer}
+- {name: p, type: prefix-cache-scorer, parameters: {blockSize: 16}}
+- type: max-score-picker
+- type: single-profile-handler
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: q
+  - pluginRef: p
+    weight: 5
+  - pluginRef: max-score-picker
+`,
+			want: File{
+				Policy:   policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, PrefixWeight: 5}},
+				Warnings: []string{"parameters of prefix-cache-scorer have no effect: the prefix index uses 64-byte blocks and sizes itself from vllm:cache_config_info"},
+			},
+		},
+		"only a picker: ties broken at random": {
+			in:   header + "plugins:\n- type: max-score-picker\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: max-score-picker\n",
+			want: File{Policy: policy.Config{Name: policy.Random}},
+		},
+		"lora scorer accepted with a warning": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: lora-affinity-scorer\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: lora-affinity-scorer\n",
+			want: File{
+				Policy:   policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}},
+				Warnings: []string{"plugin lora-affinity-scorer has no effect: LoRA adapters loaded on model servers are not tracked"},
+			},
+		},
+		"saturation thresholds from the utilization detector": {
+			in: header + `plugins:
+- type: kv-cache-utilization-scorer
+- name: sat
+  type: utilization-detector
+  parameters: {queueDepthThreshold: 7, kvCacheUtilThreshold: 0.9, metricsStalenessThreshold: 300ms}
+saturationDetector:
+  pluginRef: sat
+schedulingProfiles:
+- name: d
+  plugins:
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 1.5
+`,
+			want: File{Policy: policy.Config{
+				Name: policy.WeightedScorer, QueueThreshold: 7, KVCacheThreshold: 0.9,
+				MetricsStaleness: policy.Duration{Duration: 300 * time.Millisecond},
+				WeightedScorer:   policy.WeightedScorerConfig{KVWeight: 1.5},
+			}},
+		},
+		"openai parser": {
+			in:   header + "plugins:\n- type: openai-parser\n- type: queue-scorer\nparser:\n  pluginRef: openai-parser\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := Parse([]byte(tc.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Parse (-want +got):\n%s", diff)
+			}
+			// What Parse returns is a policy inferpick can build.
+			if _, err := policy.Build(got.Policy, registry.New()); err != nil {
+				t.Errorf("Build: %v", err)
+			}
+		})
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	profile := "schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n"
+	cases := map[string]struct {
+		in   string
+		want []string // what the error must say
+	}{
+		"unknown field of our own document": {
+			in:   "policy:\n  name: random\n  nmae: typo\n",
+			want: []string{"line 3", "nmae"},
+		},
+		"wrong type": {
+			in:   "policy:\n  name: random\n  queueThreshold: many\n",
+			want: []string{"line 3"},
+		},
+		"unknown plugin type": {
+			in:   header + "plugins:\n- type: queue-scorer\n- type: my-scorer\n" + profile,
+			want: []string{"line 5", `"my-scorer"`, "docs/policy.md"},
+		},
+		"upstream plugin with an alternative": {
+			in:   header + "plugins:\n- type: active-request-scorer\n",
+			want: []string{"line 4", `"active-request-scorer"`, "least-load"},
+		},
+		"disaggregation profiles": {
+			in:   header + "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: prefill\n  plugins: [{pluginRef: queue-scorer}]\n- name: decode\n  plugins: [{pluginRef: queue-scorer}]\n",
+			want: []string{"line 8", "one profile"},
+		},
+		"dangling pluginRef": {
+			in:   header + "plugins:\n- type: max-score-picker\n" + profile,
+			want: []string{"line 8", `"queue-scorer"`},
+		},
+		"negative weight": {
+			in:   header + "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n    weight: -1\n",
+			want: []string{"line 9", "weight"},
+		},
+		"unknown top-level field": {
+			in:   header + "plugns: []\n",
+			want: []string{"line 3", `"plugns"`},
+		},
+		"other kind": {
+			in:   "apiVersion: v1\nkind: ConfigMap\n",
+			want: []string{"line 2", "ConfigMap"},
+		},
+		"unsupported api version": {
+			in:   "apiVersion: example.com/v9\nkind: EndpointPickerConfig\n",
+			want: []string{"line 1", "example.com/v9"},
+		},
+		"https metrics": {
+			in:   header + "plugins:\n- type: metrics-data-source\n  parameters: {scheme: https}\n",
+			want: []string{"line 5", "https"},
+		},
+		"flow control": {
+			in:   header + "flowControl: {}\n",
+			want: []string{"line 3", "flowControl"},
+		},
+		"no profile": {
+			in:   header + "plugins:\n- type: queue-scorer\n",
+			want: []string{"schedulingProfiles"},
+		},
+		"scalar document": {
+			in:   "just text\n",
+			want: []string{"line 1", "mapping"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.in))
+			if err == nil {
+				t.Fatalf("Parse accepted:\n%s", tc.in)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// FuzzParse checks that any input either fails with an error or yields a
+// configuration: it never panics.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(header + "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n    weight: 2\n"))
+	f.Add([]byte("policy:\n  name: least-load\n"))
+	f.Add([]byte(header + "plugins:\n- {name: s, type: utilization-detector, parameters: {queueDepthThreshold: 3}}\nsaturationDetector: {pluginRef: s}\n"))
+	f.Add([]byte(header + "requestHandler:\n  parsers:\n  - pluginRef: p\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := Parse(data)
+		if err != nil {
+			return
+		}
+		ws := got.Policy.WeightedScorer
+		for _, w := range []float64{ws.QueueWeight, ws.KVWeight, ws.PrefixWeight} {
+			if !(w >= 0) || math.IsInf(w, 0) {
+				t.Fatalf("weight %v accepted from:\n%s", w, data)
+			}
+		}
+	})
+}

@@ -1,0 +1,114 @@
+package fileconfig
+
+import (
+	"fmt"
+
+	"github.com/inferpick/inferpick/picker/policy"
+)
+
+// role is what a known plugin type becomes here.
+type role struct {
+	// weight selects the weighted scorer's weight a scorer adds to.
+	weight func(*policy.WeightedScorerConfig) *float64
+	// inProfile: the plugin may be listed in a scheduling profile.
+	inProfile bool
+}
+
+// known are the plugin types translated; any other is rejected by
+// checkPlugin with what to use instead.
+var known = map[string]role{
+	"queue-scorer": {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.QueueWeight }},
+	"kv-cache-utilization-scorer": {weight: func(w *policy.WeightedScorerConfig) *float64 {
+		return &w.KVWeight
+	}},
+	"prefix-cache-scorer":    {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.PrefixWeight }},
+	"lora-affinity-scorer":   {inProfile: true},
+	"max-score-picker":       {inProfile: true},
+	"single-profile-handler": {},
+	"metrics-data-source":    {},
+	"core-metrics-extractor": {},
+	"utilization-detector":   {},
+	"openai-parser":          {},
+}
+
+// instead says what to use for plugin types that are not translated.
+var instead = map[string]string{
+	"random-picker":                "policy: {name: random}",
+	"weighted-random-picker":       "policy: {name: power-of-two} or random",
+	"active-request-scorer":        "policy: {name: least-load}",
+	"running-requests-size-scorer": "policy: {name: least-load}",
+	"token-load-scorer":            "policy: {name: least-load}",
+	"session-affinity-scorer":      "policy: {name: cache-aware}, which keeps a conversation where its prefix is cached",
+	"prefix-cache-affinity-filter": "policy: {name: cache-aware} with cacheAware.mode threshold and matchThreshold",
+	"pd-profile-handler":           "one profile: prefill/decode disaggregation is not supported",
+	"prefill-header-handler":       "one profile: prefill/decode disaggregation is not supported",
+	"prefill-filter":               "one profile: prefill/decode disaggregation is not supported",
+	"decode-filter":                "one profile: prefill/decode disaggregation is not supported",
+	"passthrough-parser":           "openai-parser",
+	"vllmgrpc-parser":              "openai-parser over HTTP",
+}
+
+// checkPlugin validates a plugin entry and records what its parameters ask.
+func (u *upstream) checkPlugin(p plugin) error {
+	if _, ok := known[p.typ]; !ok {
+		if alt, ok := instead[p.typ]; ok {
+			return fmt.Errorf("line %d: plugin type %q is not supported: use %s", p.line, p.typ, alt)
+		}
+		return fmt.Errorf("line %d: plugin type %q is not supported: use inferpick's own policy block (see docs/policy.md)", p.line, p.typ)
+	}
+	switch p.typ {
+	case "lora-affinity-scorer":
+		u.warn("plugin lora-affinity-scorer has no effect: LoRA adapters loaded on model servers are not tracked")
+	case "prefix-cache-scorer":
+		if p.params != nil && len(p.params.Content) > 0 {
+			u.warn("parameters of prefix-cache-scorer have no effect: the prefix index uses 64-byte blocks and sizes itself from vllm:cache_config_info")
+		}
+	case "utilization-detector":
+		return u.readDetector(p)
+	case "metrics-data-source":
+		return u.readDataSource(p)
+	case "core-metrics-extractor":
+		return u.readExtractor(p)
+	}
+	return nil
+}
+
+func (u *upstream) readDataSource(p plugin) error {
+	if p.params == nil {
+		return nil
+	}
+	for i := 0; i+1 < len(p.params.Content); i += 2 {
+		k, v := p.params.Content[i], p.params.Content[i+1]
+		switch k.Value {
+		case "path":
+			u.out.MetricsPath = v.Value
+		case "scheme":
+			if v.Value != "http" {
+				return fmt.Errorf("line %d: metrics-data-source scheme %q is not supported: model servers are scraped over http", v.Line, v.Value)
+			}
+		case "insecureSkipVerify":
+			// Only meaningful with https.
+		default:
+			return fmt.Errorf("line %d: unknown metrics-data-source parameter %q", k.Line, k.Value)
+		}
+	}
+	return nil
+}
+
+func (u *upstream) readExtractor(p plugin) error {
+	if p.params == nil {
+		return nil
+	}
+	for i := 0; i+1 < len(p.params.Content); i += 2 {
+		k, v := p.params.Content[i], p.params.Content[i+1]
+		if k.Value != "defaultEngine" {
+			return fmt.Errorf("line %d: core-metrics-extractor parameter %q is not supported: the scraper reads vLLM and SGLang metric names", k.Line, k.Value)
+		}
+		switch v.Value {
+		case "vllm", "sglang", "default":
+		default:
+			return fmt.Errorf("line %d: core-metrics-extractor engine %q is not supported: use vllm or sglang", v.Line, v.Value)
+		}
+	}
+	return nil
+}

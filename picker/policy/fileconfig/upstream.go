@@ -1,0 +1,279 @@
+package fileconfig
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/inferpick/inferpick/picker/policy"
+)
+
+const endpointPickerKind = "EndpointPickerConfig"
+
+// API versions of EndpointPickerConfig read here: the upstream endpoint
+// picker's and llm-d's router's.
+var apiVersions = map[string]bool{
+	"inference.networking.x-k8s.io/v1alpha1": true,
+	"llm-d.ai/v1alpha1":                      true,
+}
+
+// plugin is one entry of the plugins list.
+type plugin struct {
+	name, typ string
+	params    *yaml.Node
+	line      int
+}
+
+// upstream collects what the document's fields ask for.
+type upstream struct {
+	out     File
+	plugins map[string]plugin
+}
+
+// fromUpstream translates an EndpointPickerConfig: one scheduling profile of
+// the queue, KV-cache and prefix-cache scorers and a max-score picker
+// becomes the weighted-scorer policy with the profile's weights.
+func fromUpstream(doc *yaml.Node) (File, error) {
+	u := &upstream{plugins: map[string]plugin{}}
+	var profiles *yaml.Node
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		k, v := doc.Content[i], doc.Content[i+1]
+		var err error
+		switch k.Value {
+		case "kind":
+		case "apiVersion":
+			if !apiVersions[v.Value] {
+				err = fmt.Errorf("line %d: apiVersion %q is not supported: use inference.networking.x-k8s.io/v1alpha1", v.Line, v.Value)
+			}
+		case "plugins":
+			err = u.readPlugins(v)
+		case "schedulingProfiles":
+			profiles = v
+		case "featureGates":
+			if len(v.Content) > 0 {
+				err = fmt.Errorf("line %d: featureGates are not supported: remove them", v.Line)
+			}
+		case "saturationDetector":
+			err = u.readSaturation(v)
+		case "parser":
+			err = u.readParserRef(v)
+		case "requestHandler":
+			err = u.readRequestHandler(v)
+		case "dataLayer":
+			err = fmt.Errorf("line %d: dataLayer is not supported: inferpick scrapes the model servers' metrics itself (see --model-server-metrics-path)", k.Line)
+		case "flowControl":
+			err = fmt.Errorf("line %d: flowControl is not supported: use the policy's saturation thresholds and --max-buffered-body-bytes", k.Line)
+		default:
+			err = fmt.Errorf("line %d: unknown field %q in %s", k.Line, k.Value, endpointPickerKind)
+		}
+		if err != nil {
+			return File{}, err
+		}
+	}
+	if err := u.readProfiles(profiles); err != nil {
+		return File{}, err
+	}
+	return u.out, nil
+}
+
+func (u *upstream) readPlugins(list *yaml.Node) error {
+	if list.Kind != yaml.SequenceNode {
+		return fmt.Errorf("line %d: plugins must be a list", list.Line)
+	}
+	for _, item := range list.Content {
+		if item.Kind != yaml.MappingNode {
+			return fmt.Errorf("line %d: a plugin must be a mapping with a type", item.Line)
+		}
+		p := plugin{line: item.Line}
+		for i := 0; i+1 < len(item.Content); i += 2 {
+			k, v := item.Content[i], item.Content[i+1]
+			switch k.Value {
+			case "name":
+				p.name = v.Value
+			case "type":
+				p.typ = v.Value
+			case "parameters":
+				p.params = v
+			default:
+				return fmt.Errorf("line %d: unknown plugin field %q", k.Line, k.Value)
+			}
+		}
+		if p.typ == "" {
+			return fmt.Errorf("line %d: plugin has no type", p.line)
+		}
+		if p.name == "" {
+			p.name = p.typ
+		}
+		if _, dup := u.plugins[p.name]; dup {
+			return fmt.Errorf("line %d: plugin name %q is used twice", p.line, p.name)
+		}
+		if err := u.checkPlugin(p); err != nil {
+			return err
+		}
+		u.plugins[p.name] = p
+	}
+	return nil
+}
+
+// readProfiles maps the single scheduling profile onto the weighted scorer.
+func (u *upstream) readProfiles(list *yaml.Node) error {
+	if list == nil || len(list.Content) == 0 {
+		return fmt.Errorf("%s has no schedulingProfiles: give one profile of scorers and a picker", endpointPickerKind)
+	}
+	if list.Kind != yaml.SequenceNode {
+		return fmt.Errorf("line %d: schedulingProfiles must be a list", list.Line)
+	}
+	if len(list.Content) > 1 {
+		return fmt.Errorf("line %d: %d scheduling profiles: inferpick runs one profile (single-profile-handler); prefill/decode disaggregation is not supported", list.Content[1].Line, len(list.Content))
+	}
+	prof := list.Content[0]
+	refs := lookup(prof, "plugins")
+	if prof.Kind != yaml.MappingNode || refs == nil || refs.Kind != yaml.SequenceNode {
+		return fmt.Errorf("line %d: a scheduling profile needs a list of plugins", prof.Line)
+	}
+	var ws policy.WeightedScorerConfig
+	scorers := 0
+	for _, ref := range refs.Content {
+		name, weight, err := readRef(ref)
+		if err != nil {
+			return err
+		}
+		p, ok := u.plugins[name]
+		if !ok {
+			return fmt.Errorf("line %d: pluginRef %q names no plugin in plugins", ref.Line, name)
+		}
+		role := known[p.typ]
+		if role.weight != nil {
+			*role.weight(&ws) += weight
+			scorers++
+			continue
+		}
+		if !role.inProfile {
+			return fmt.Errorf("line %d: plugin %q (%s) cannot be in a scheduling profile", ref.Line, name, p.typ)
+		}
+	}
+	u.out.Policy.Name = policy.WeightedScorer
+	if scorers == 0 || ws == (policy.WeightedScorerConfig{}) {
+		// No scorer, or all weighted 0: every endpoint ties, and the
+		// max-score picker breaks ties at random.
+		u.out.Policy.Name = policy.Random
+		return nil
+	}
+	u.out.Policy.WeightedScorer = ws
+	return nil
+}
+
+// readRef reads {pluginRef, weight}; the weight defaults to 1.
+func readRef(ref *yaml.Node) (string, float64, error) {
+	if ref.Kind != yaml.MappingNode {
+		return "", 0, fmt.Errorf("line %d: a profile plugin must be a mapping with a pluginRef", ref.Line)
+	}
+	name, weight := "", 1.0
+	for i := 0; i+1 < len(ref.Content); i += 2 {
+		k, v := ref.Content[i], ref.Content[i+1]
+		switch k.Value {
+		case "pluginRef":
+			name = v.Value
+		case "weight":
+			w, err := strconv.ParseFloat(v.Value, 64)
+			if err != nil || !(w >= 0) || math.IsInf(w, 0) {
+				return "", 0, fmt.Errorf("line %d: weight %q must be a number ≥ 0", v.Line, v.Value)
+			}
+			weight = w
+		default:
+			return "", 0, fmt.Errorf("line %d: unknown profile plugin field %q", k.Line, k.Value)
+		}
+	}
+	if name == "" {
+		return "", 0, fmt.Errorf("line %d: profile plugin has no pluginRef", ref.Line)
+	}
+	return name, weight, nil
+}
+
+// readSaturation maps saturationDetector.pluginRef, which must name a
+// utilization-detector, onto the policy's saturation thresholds.
+func (u *upstream) readSaturation(n *yaml.Node) error {
+	ref := lookup(n, "pluginRef")
+	if ref == nil {
+		return nil // the upstream default is the utilization detector
+	}
+	p, ok := u.plugins[ref.Value]
+	if !ok {
+		return fmt.Errorf("line %d: saturationDetector.pluginRef %q names no plugin (plugins must come before saturationDetector)", ref.Line, ref.Value)
+	}
+	if p.typ != "utilization-detector" {
+		return fmt.Errorf("line %d: saturation detector %q (%s) is not supported: use a utilization-detector", ref.Line, p.name, p.typ)
+	}
+	return nil
+}
+
+// readDetector maps a utilization-detector's thresholds.
+func (u *upstream) readDetector(p plugin) error {
+	if p.params == nil {
+		return nil
+	}
+	for i := 0; i+1 < len(p.params.Content); i += 2 {
+		k, v := p.params.Content[i], p.params.Content[i+1]
+		var err error
+		switch k.Value {
+		case "queueDepthThreshold":
+			u.out.Policy.QueueThreshold, err = strconv.Atoi(v.Value)
+		case "kvCacheUtilThreshold":
+			u.out.Policy.KVCacheThreshold, err = strconv.ParseFloat(v.Value, 64)
+		case "metricsStalenessThreshold":
+			u.out.Policy.MetricsStaleness.Duration, err = time.ParseDuration(v.Value)
+		case "headroom":
+			u.warn("utilization-detector parameter headroom has no effect: a saturated worker is never a candidate")
+		default:
+			return fmt.Errorf("line %d: unknown utilization-detector parameter %q", k.Line, k.Value)
+		}
+		if err != nil {
+			return fmt.Errorf("line %d: utilization-detector %s: %w", v.Line, k.Value, err)
+		}
+	}
+	return nil
+}
+
+func (u *upstream) readParserRef(n *yaml.Node) error {
+	ref := lookup(n, "pluginRef")
+	if ref == nil {
+		return fmt.Errorf("line %d: parser needs a pluginRef", n.Line)
+	}
+	return u.checkParser(ref)
+}
+
+// readRequestHandler reads llm-d's requestHandler.parsers list.
+func (u *upstream) readRequestHandler(n *yaml.Node) error {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Value != "parsers" {
+			return fmt.Errorf("line %d: unknown requestHandler field %q", k.Line, k.Value)
+		}
+		for _, item := range v.Content {
+			ref := lookup(item, "pluginRef")
+			if ref == nil {
+				return fmt.Errorf("line %d: parser needs a pluginRef", item.Line)
+			}
+			if err := u.checkParser(ref); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (u *upstream) checkParser(ref *yaml.Node) error {
+	p, ok := u.plugins[ref.Value]
+	if !ok {
+		return fmt.Errorf("line %d: parser pluginRef %q names no plugin (plugins must come first)", ref.Line, ref.Value)
+	}
+	if p.typ != "openai-parser" {
+		return fmt.Errorf("line %d: parser %q (%s) is not supported: inferpick reads OpenAI-style bodies (openai-parser)", ref.Line, p.name, p.typ)
+	}
+	return nil
+}
+
+func (u *upstream) warn(msg string) { u.out.Warnings = append(u.out.Warnings, msg) }
