@@ -54,6 +54,18 @@ type Options struct {
 	GRPCMaxRecvMsgSize byteSize
 	GRPCMaxSendMsgSize byteSize
 
+	// Keepalive of the ext_proc server: it pings a connection silent for
+	// KeepaliveTime and closes it (cancelling its streams, so their guards
+	// are released) when no answer comes within KeepaliveTimeout. Clients
+	// may ping no more often than KeepaliveMinTime.
+	KeepaliveTime    time.Duration
+	KeepaliveTimeout time.Duration
+	KeepaliveMinTime time.Duration
+
+	// ClientCAPath, when set, makes the ext_proc server require client
+	// certificates signed by the CAs in this PEM file (reloaded on change).
+	ClientCAPath string
+
 	// Tracing exports a span per request over OTLP (see tracing.go).
 	Tracing bool
 
@@ -105,6 +117,9 @@ func NewOptions() *Options {
 		MaxBodyBytes:           extproc.DefaultMaxBodyBytes,
 		MaxBufferedBodyBytes:   extproc.DefaultMaxBufferedBodyBytes,
 		DrainTimeout:           30 * time.Second,
+		KeepaliveTime:          30 * time.Second,
+		KeepaliveTimeout:       10 * time.Second,
+		KeepaliveMinTime:       5 * time.Second,
 
 		// controller-runtime's defaults.
 		LeaderElectionLeaseDuration: 15 * time.Second,
@@ -156,6 +171,10 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Fallbacks, "fallbacks", o.Fallbacks, "Endpoints listed after the primary for the gateway to fall back on.")
 	fs.IntVar(&o.MaxBodyBytes, "max-request-body-bytes", o.MaxBodyBytes, "Largest request body accepted; larger ones get 413.")
 	fs.IntVar(&o.MaxBufferedBodyBytes, "max-buffered-body-bytes", o.MaxBufferedBodyBytes, "Request-body bytes buffered across all streams at once; a request that would pass it gets 429. Keep it well under the container's memory limit.")
+	fs.DurationVar(&o.KeepaliveTime, "grpc-keepalive-time", o.KeepaliveTime, "The ext_proc server pings a gateway connection that has been silent this long.")
+	fs.DurationVar(&o.KeepaliveTimeout, "grpc-keepalive-timeout", o.KeepaliveTimeout, "A connection that does not answer a ping within this is closed; its streams end and their load is released.")
+	fs.DurationVar(&o.KeepaliveMinTime, "grpc-keepalive-min-time", o.KeepaliveMinTime, "Gateways may ping the ext_proc server at most this often (more often closes the connection), with or without streams.")
+	fs.StringVar(&o.ClientCAPath, "client-ca-path", o.ClientCAPath, "PEM file of the CAs whose client certificates the ext_proc server requires (mTLS); reloaded when it changes. Needs --secure-serving.")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "On SIGTERM, how long in-flight streams may finish before they are cut.")
 	addInertFlags(fs)
 	o.logging.addFlags(fs)
@@ -284,6 +303,13 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxBufferedBodyBytes < o.MaxBodyBytes {
 		errs = append(errs, fmt.Errorf("--max-buffered-body-bytes %d must be at least --max-request-body-bytes %d", o.MaxBufferedBodyBytes, o.MaxBodyBytes))
+	}
+	if o.KeepaliveTime <= 0 || o.KeepaliveTimeout <= 0 || o.KeepaliveMinTime <= 0 {
+		errs = append(errs, fmt.Errorf("--grpc-keepalive-time %s, --grpc-keepalive-timeout %s and --grpc-keepalive-min-time %s must be positive",
+			o.KeepaliveTime, o.KeepaliveTimeout, o.KeepaliveMinTime))
+	}
+	if o.ClientCAPath != "" && !o.SecureServing {
+		errs = append(errs, errors.New("--client-ca-path needs --secure-serving"))
 	}
 	if o.RefreshMetricsInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--refresh-metrics-interval %s must be positive", o.RefreshMetricsInterval))

@@ -158,6 +158,14 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 			runnables = append(runnables, watcher)
 		}
 		applyTLSFlags(cfg, o)
+		if o.ClientCAPath != "" {
+			cas, err := newClientCAs(o.ClientCAPath, 10*time.Second, log.WithName("tls"))
+			if err != nil {
+				return nil, err
+			}
+			cas.require(cfg)
+			runnables = append(runnables, cas)
+		}
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(cfg)))
 	}
 	extSrv := grpc.NewServer(grpcOpts...)

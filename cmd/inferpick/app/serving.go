@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 	"k8s.io/klog/v2"
 
 	"github.com/inferpick/inferpick/controllers"
@@ -55,9 +56,13 @@ func logWarnings(log logr.Logger, ws []Warning) {
 	}
 }
 
-// extProcOptions are the ext_proc server's message size limits.
+// extProcOptions are the ext_proc server's keepalive and message size
+// limits.
 func extProcOptions(o *Options) []grpc.ServerOption {
-	var opts []grpc.ServerOption
+	opts := []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: o.KeepaliveMinTime, PermitWithoutStream: true}),
+	}
 	if o.GRPCMaxRecvMsgSize.raw != "" {
 		opts = append(opts, grpc.MaxRecvMsgSize(o.GRPCMaxRecvMsgSize.n))
 	}
