@@ -93,8 +93,7 @@ func (r *relay) pipe(dst, src net.Conn) {
 				return
 			}
 		}
-		var ne net.Error
-		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+		if err != nil && !isTimeout(err) {
 			return // a side closed
 		}
 	}
@@ -153,4 +152,9 @@ func TestKeepaliveReleasesASilentGateway(t *testing.T) {
 		return p == 0 && d == 0
 	})
 	t.Logf("released %s after the relay froze (keepalive 200ms + 200ms)", time.Since(start).Round(time.Millisecond))
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
