@@ -90,7 +90,8 @@ func TestUpstreamFlags(t *testing.T) {
 			got: func(o *Options) any {
 				return []any{o.selector.String(), []int(o.EndpointTargetPorts)}
 			},
-			want: []any{"app=vllm,env in (prod)", []int{8000, 8001}},
+			want:   []any{"app=vllm,env in (prod)", []int{8000, 8001}},
+			warned: []string{"--endpoint-selector"},
 		},
 		"endpoint selector needs ports": {args: []string{"--endpoint-selector", "app=vllm"}, wantErr: "1 to 8 --endpoint-target-ports"},
 		"too many ports":                {args: []string{"--endpoint-selector", "app=vllm", "--endpoint-target-ports", "1,2,3,4,5,6,7,8,9"}, wantErr: "got 9"},
