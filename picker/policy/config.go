@@ -214,8 +214,13 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// UnmarshalText reads a duration string, for YAML and flag decoders.
+// UnmarshalText reads a duration string, for YAML and flag decoders; a
+// bare integer is nanoseconds, as in JSON.
 func (d *Duration) UnmarshalText(b []byte) error {
+	if n, err := strconv.ParseInt(string(b), 10, 64); err == nil {
+		d.Duration = time.Duration(n)
+		return nil
+	}
 	v, err := time.ParseDuration(string(b))
 	if err != nil {
 		return fmt.Errorf("duration: %w", err)

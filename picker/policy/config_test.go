@@ -86,4 +86,10 @@ func TestConfigFromJSON(t *testing.T) {
 	if err := d.UnmarshalText([]byte("250ms")); err != nil || d.Duration != 250*time.Millisecond {
 		t.Errorf("UnmarshalText(250ms) = %v, %v", d, err)
 	}
+	if err := d.UnmarshalText([]byte("1000")); err != nil || d.Duration != time.Microsecond {
+		t.Errorf("UnmarshalText(1000) = %v, %v; want 1µs", d, err)
+	}
+	if err := d.UnmarshalText([]byte("soon")); err == nil {
+		t.Errorf("UnmarshalText(soon) succeeded")
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,13 +91,19 @@ func TestUpstreamFlags(t *testing.T) {
 			got: func(o *Options) any {
 				return []any{o.selector.String(), []int(o.EndpointTargetPorts)}
 			},
-			want: []any{"app=vllm,env in (prod)", []int{8000, 8001}},
+			want:   []any{"app=vllm,env in (prod)", []int{8000, 8001}},
+			warned: []string{"--endpoint-selector"},
 		},
 		"endpoint selector needs ports": {args: []string{"--endpoint-selector", "app=vllm"}, wantErr: "1 to 8 --endpoint-target-ports"},
 		"too many ports":                {args: []string{"--endpoint-selector", "app=vllm", "--endpoint-target-ports", "1,2,3,4,5,6,7,8,9"}, wantErr: "got 9"},
-		"bad port":                      {args: []string{"--endpoint-target-ports", "0"}, wantErr: "not a port"},
-		"bad selector":                  {args: []string{"--endpoint-selector", "app==="}, wantErr: "--endpoint-selector"},
-		"selector and pool":             {args: []string{"--endpoint-selector", "a=b", "--endpoint-target-ports", "1", "--pool-name", "p"}, wantErr: "exclude"},
+		"repeated ports flag": {
+			args: []string{"--endpoint-selector", "a=b", "--endpoint-target-ports", "8000", "--endpoint-target-ports", "8001,8000"},
+			got:  func(o *Options) any { return []int(o.EndpointTargetPorts) }, want: []int{8000, 8001},
+			warned: []string{"--endpoint-selector"},
+		},
+		"bad port":          {args: []string{"--endpoint-target-ports", "0"}, wantErr: "not a port"},
+		"bad selector":      {args: []string{"--endpoint-selector", "app==="}, wantErr: "--endpoint-selector"},
+		"selector and pool": {args: []string{"--endpoint-selector", "a=b", "--endpoint-target-ports", "1", "--pool-name", "p"}, wantErr: "exclude"},
 		"selector without static endpoints": {
 			args: []string{"--endpoint-selector", "a=b", "--endpoint-target-ports", "1"}, bare: true,
 			got: func(o *Options) any { return o.leaderElectionID() }, want: "inferpick-selector-0ab0bc73",
@@ -221,5 +228,34 @@ func TestLogging(t *testing.T) {
 				t.Errorf("messages written (-want +got):\n%s\n%s", diff, buf.String())
 			}
 		})
+	}
+}
+
+// upstreamFlagNames are the flags of the upstream endpoint picker v1.5.0
+// (cmd/epp) and of llm-d's router.
+var upstreamFlagNames = []string{
+	"grpc-port", "ha-enable-leader-election", "pool-group", "pool-namespace", "pool-name",
+	"endpoint-selector", "endpoint-target-ports", "disable-endpoint-subset-filter",
+	"model-server-metrics-scheme", "model-server-metrics-path", "model-server-metrics-port",
+	"model-server-metrics-https-insecure-skip-verify", "refresh-metrics-interval",
+	"refresh-prometheus-metrics-interval", "metrics-staleness-threshold",
+	"total-queued-requests-metric", "total-running-requests-metric", "kv-cache-usage-percentage-metric",
+	"lora-info-metric", "cache-info-metric", "v", "zap-devel", "zap-encoder", "zap-log-level",
+	"zap-stacktrace-level", "zap-time-encoding", "tracing", "health-checking", "metrics-port",
+	"grpc-health-port", "enable-pprof", "cert-path", "enable-cert-reload", "secure-serving",
+	"metrics-endpoint-auth", "config-file", "config-text", "kubeconfig",
+	// llm-d's router.
+	"drain-timeout", "grpc-max-recv-msg-size", "grpc-max-send-msg-size", "emit-endpoint-scores",
+	"enable-grpc-stream-metrics", "tls-min-version", "tls-cipher-suites", "metrics-client-ca-file",
+	"metrics-cert-dir", "allow-experimental-plugins",
+}
+
+func TestEveryUpstreamFlagIsAccepted(t *testing.T) {
+	fs := flag.NewFlagSet("inferpick", flag.ContinueOnError)
+	NewOptions().AddFlags(fs)
+	for _, name := range upstreamFlagNames {
+		if fs.Lookup(name) == nil {
+			t.Errorf("--%s is not accepted", name)
+		}
 	}
 }

@@ -46,7 +46,8 @@ func parseSize(s string) (int, error) {
 	return int(v), nil
 }
 
-// portList is a comma-separated list of ports, duplicates dropped.
+// portList is a comma-separated list of ports, duplicates dropped. A
+// repeated flag adds to the list.
 type portList []int
 
 func (p *portList) String() string {
@@ -58,7 +59,7 @@ func (p *portList) String() string {
 }
 
 func (p *portList) Set(s string) error {
-	var out portList
+	out := *p
 	for f := range strings.SplitSeq(s, ",") {
 		f = strings.TrimSpace(f)
 		if f == "" {

@@ -229,6 +229,10 @@ func (o *Options) Complete() error {
 		o.Warnings = append(o.Warnings, Warning{Flag: "--pool-name", Value: o.PoolName,
 			Reason: "--static-endpoints is given: requests are routed over that list, not the pool's pods"})
 	}
+	if len(o.static) > 0 && o.EndpointSelector != "" {
+		o.Warnings = append(o.Warnings, Warning{Flag: "--endpoint-selector", Value: o.EndpointSelector,
+			Reason: "--static-endpoints is given: requests are routed over that list, not the selected pods"})
+	}
 	return nil
 }
 
