@@ -15,6 +15,7 @@ import (
 
 	"github.com/inferpick/inferpick/picker/extproc"
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/prefix"
 )
 
 // Options are inferpick's settings. Flag names follow the upstream endpoint
@@ -53,6 +54,10 @@ type Options struct {
 	Fallbacks    int
 	MaxBodyBytes int
 	DrainTimeout time.Duration
+
+	// PrefixIndexMaxBlocks, when positive, overrides the policy config's
+	// index.maxBlocks.
+	PrefixIndexMaxBlocks int
 
 	// Policy is the configuration built from ConfigFile and PolicyName.
 	Policy policy.Config
@@ -112,6 +117,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PolicyName, "policy", o.PolicyName, "Routing policy, overriding the config file's: cache-aware, least-load, round-robin, random, power-of-two, weighted-scorer.")
 	fs.IntVar(&o.Fallbacks, "fallbacks", o.Fallbacks, "Endpoints listed after the primary for the gateway to fall back on.")
 	fs.IntVar(&o.MaxBodyBytes, "max-request-body-bytes", o.MaxBodyBytes, "Largest request body accepted; larger ones get 413.")
+	fs.IntVar(&o.PrefixIndexMaxBlocks, "prefix-index-max-blocks", o.PrefixIndexMaxBlocks,
+		fmt.Sprintf("Hard cap on the prefix index's (block, worker) entries, whatever the model servers report (0: the config file's index.maxBlocks, else %d).", prefix.DefaultMaxBlocks))
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "On SIGTERM, how long in-flight streams may finish before they are cut.")
 	klog.InitFlags(fs)
 }
@@ -156,6 +163,9 @@ func (o *Options) Complete() error {
 	if o.PolicyName != "" {
 		o.Policy.Name = o.PolicyName
 	}
+	if o.PrefixIndexMaxBlocks > 0 {
+		o.Policy.Index.MaxBlocks = o.PrefixIndexMaxBlocks
+	}
 	return nil
 }
 
@@ -185,6 +195,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--max-request-body-bytes %d must be positive", o.MaxBodyBytes))
+	}
+	if o.PrefixIndexMaxBlocks < 0 {
+		errs = append(errs, fmt.Errorf("--prefix-index-max-blocks %d is negative", o.PrefixIndexMaxBlocks))
 	}
 	if o.RefreshMetricsInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--refresh-metrics-interval %s must be positive", o.RefreshMetricsInterval))
