@@ -55,6 +55,9 @@ type Options struct {
 	MaxBodyBytes int
 	DrainTimeout time.Duration
 
+	// PrintVersion asks for the version line instead of a run.
+	PrintVersion bool
+
 	// PrefixIndexMaxBlocks, when positive, overrides the policy config's
 	// index.maxBlocks.
 	PrefixIndexMaxBlocks int
@@ -120,6 +123,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.PrefixIndexMaxBlocks, "prefix-index-max-blocks", o.PrefixIndexMaxBlocks,
 		fmt.Sprintf("Hard cap on the prefix index's (block, worker) entries, whatever the model servers report (0: the config file's index.maxBlocks, else %d).", prefix.DefaultMaxBlocks))
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "On SIGTERM, how long in-flight streams may finish before they are cut.")
+	fs.BoolVar(&o.PrintVersion, "version", o.PrintVersion, "Print the version and source revision, then exit.")
 	klog.InitFlags(fs)
 }
 
