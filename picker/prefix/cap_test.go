@@ -14,7 +14,7 @@ const hugeCapacity = 1_000_000_000 * 16 * 4 / BlockSize
 func TestCapBoundsIndexWhateverWorkersClaim(t *testing.T) {
 	cases := map[string]struct {
 		shards, maxBlocks, workers int
-		wantCapacity              int
+		wantCapacity               int
 	}{
 		"one shard":             {shards: 1, maxBlocks: 1000, workers: 3, wantCapacity: 1000},
 		"sharded, rounded down": {shards: 4, maxBlocks: 1002, workers: 3, wantCapacity: 1000},
