@@ -102,7 +102,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&o.StaticEndpoints, "static-endpoints", o.StaticEndpoints, "Comma-separated ip:port list to route over, with no Kubernetes at all.")
 	fs.IntVar(&o.GRPCPort, "grpc-port", o.GRPCPort, "Port of the ext_proc gRPC service.")
-	fs.IntVar(&o.GRPCHealthPort, "grpc-health-port", o.GRPCHealthPort, "Port of the gRPC health service (liveness, readiness, ext_proc).")
+	fs.IntVar(&o.GRPCHealthPort, "grpc-health-port", o.GRPCHealthPort, "Port of the gRPC health service (liveness, readiness, inference-extension, ext_proc).")
 	fs.IntVar(&o.MetricsPort, "metrics-port", o.MetricsPort, "Port of the Prometheus metrics and /debug/workers.")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Address the servers listen on (all interfaces when empty).")
 	fs.BoolVar(&o.SecureServing, "secure-serving", o.SecureServing, "Serve ext_proc over TLS (self-signed unless --cert-path).")
