@@ -130,6 +130,17 @@ test-e2e: $(HELM) ## helm install into a real API server, run the picker as the 
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" HELM="$(HELM)" $(GO) test -timeout $(E2E_TIMEOUT) \
 		./test/e2e/ $(E2E_FLAGS)
 
+##@ Image
+
+# `make image` needs no Docker and no registry: hack/image cross-compiles
+# and writes OCI layouts and archives, named as the chart expects.
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+
+.PHONY: image
+image: ## Build the inferpick and vllm-sim images (IMAGE_PLATFORMS) into bin/image/ as OCI layouts and .tar archives, with Go alone.
+	$(GO) run ./hack/image --out $(LOCALBIN)/image --platforms $(IMAGE_PLATFORMS) \
+		--revision "$$(git rev-parse HEAD)" --created "$$(git log -1 --format=%cI)"
+
 ##@ Benchmarks
 
 BENCH_FLAGS ?=

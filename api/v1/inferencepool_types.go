@@ -10,11 +10,12 @@ import (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:metadata:annotations="api-approved.kubernetes.io=https://github.com/kubernetes-sigs/gateway-api-inference-extension/pull/1173"
+// +kubebuilder:metadata:annotations="inference.networking.k8s.io/bundle-version=v1.5.0"
 // +kubebuilder:resource:shortName=infpool
 // +kubebuilder:subresource:status
 // +kubebuilder:storageversion
 // +kubebuilder:printcolumn:name="Selector",type=string,JSONPath=`.spec.selector.matchLabels`,priority=1
-// +kubebuilder:printcolumn:name="Ports",type=string,JSONPath=`.spec.targetPorts[*].number`
+// +kubebuilder:printcolumn:name="Ports",type=string,JSONPath=`.spec.targetPorts`
 // +kubebuilder:printcolumn:name="Picker",type=string,JSONPath=`.spec.endpointPickerRef.name`
 // +kubebuilder:printcolumn:name="Failure Mode",type=string,JSONPath=`.spec.endpointPickerRef.failureMode`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

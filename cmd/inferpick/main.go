@@ -11,12 +11,17 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/inferpick/inferpick/cmd/inferpick/app"
+	"github.com/inferpick/inferpick/cmd/internal/version"
 )
 
 func main() {
 	opts := app.NewOptions()
 	opts.AddFlags(flag.CommandLine)
 	flag.Parse()
+	if opts.PrintVersion {
+		fmt.Println(version.String("inferpick"))
+		return
+	}
 	if err := opts.Complete(); err != nil {
 		fmt.Fprintln(os.Stderr, "inferpick:", err)
 		os.Exit(2)

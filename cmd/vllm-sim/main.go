@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/inferpick/inferpick/cmd/internal/version"
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/app"
 )
 
@@ -23,7 +24,12 @@ func main() {
 func run() int {
 	opts := app.NewOptions()
 	opts.AddFlags(flag.CommandLine)
+	printVersion := flag.Bool("version", false, "Print the version and source revision, then exit.")
 	flag.Parse()
+	if *printVersion {
+		fmt.Println(version.String("vllm-sim"))
+		return 0
+	}
 	if err := opts.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "vllm-sim:", err)
 		return 2

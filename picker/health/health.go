@@ -17,11 +17,14 @@ const (
 	Liveness  = "liveness"
 	Readiness = "readiness"
 	ExtProc   = "envoy.service.ext_proc.v3.ExternalProcessor"
+	// InferenceExtension is the name the upstream endpoint picker's probes
+	// ask for; it means the same as Readiness.
+	InferenceExtension = "inference-extension"
 )
 
 // Checker keeps the health statuses current. Liveness is SERVING while the
-// process runs; readiness, the ext_proc name and the empty (overall) name are
-// SERVING while ready() holds.
+// process runs; readiness, inference-extension, the ext_proc name and the
+// empty (overall) name are SERVING while ready() holds.
 type Checker struct {
 	srv      *health.Server
 	ready    func() bool
@@ -45,7 +48,7 @@ func (c *Checker) set(ready bool) {
 	if ready {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
-	for _, name := range []string{"", Readiness, ExtProc} {
+	for _, name := range []string{"", Readiness, InferenceExtension, ExtProc} {
 		c.srv.SetServingStatus(name, st)
 	}
 }

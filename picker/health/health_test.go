@@ -62,20 +62,22 @@ func TestReadinessFollowsSyncAndDrain(t *testing.T) {
 	if got := status(t, hc, Liveness); got != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("liveness %v before sync, want SERVING", got)
 	}
-	for _, svc := range []string{Readiness, ExtProc, ""} {
+	for _, svc := range []string{Readiness, InferenceExtension, ExtProc, ""} {
 		if got := status(t, hc, svc); got != healthpb.HealthCheckResponse_NOT_SERVING {
 			t.Errorf("%q %v before sync, want NOT_SERVING", svc, got)
 		}
 	}
 
 	synced.Store(true)
-	for _, svc := range []string{Readiness, ExtProc, ""} {
+	for _, svc := range []string{Readiness, InferenceExtension, ExtProc, ""} {
 		waitFor(t, hc, svc, healthpb.HealthCheckResponse_SERVING)
 	}
 
 	c.Drain()
-	if got := status(t, hc, Readiness); got != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Errorf("readiness %v after Drain, want NOT_SERVING", got)
+	for _, svc := range []string{Readiness, InferenceExtension} {
+		if got := status(t, hc, svc); got != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("%q %v after Drain, want NOT_SERVING", svc, got)
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {

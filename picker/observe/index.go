@@ -16,6 +16,7 @@ type IndexCollector struct {
 	src     IndexStatser
 	blocks  *prometheus.Desc
 	entries *prometheus.Desc
+	cap     *prometheus.Desc
 	lookups *prometheus.Desc
 	hits    *prometheus.Desc
 }
@@ -30,6 +31,8 @@ func NewIndexCollector(src IndexStatser) *IndexCollector {
 			"Distinct prompt blocks the prefix index holds.", nil, nil),
 		entries: prometheus.NewDesc("inferpick_prefix_index_entries",
 			"(block, worker) pairs the prefix index holds.", nil, nil),
+		cap: prometheus.NewDesc("inferpick_prefix_index_capacity_blocks",
+			"Hard cap on the (block, worker) pairs the prefix index holds, whatever the model servers report.", nil, nil),
 		lookups: prometheus.NewDesc("inferpick_prefix_index_lookup_blocks_total",
 			"Prompt blocks looked up in the prefix index.", nil, nil),
 		hits: prometheus.NewDesc("inferpick_prefix_index_hit_blocks_total",
@@ -41,6 +44,7 @@ func NewIndexCollector(src IndexStatser) *IndexCollector {
 func (c *IndexCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.blocks
 	ch <- c.entries
+	ch <- c.cap
 	ch <- c.lookups
 	ch <- c.hits
 }
@@ -53,6 +57,7 @@ func (c *IndexCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.blocks, prometheus.GaugeValue, float64(s.Blocks))
 	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(s.Entries))
+	ch <- prometheus.MustNewConstMetric(c.cap, prometheus.GaugeValue, float64(s.Capacity))
 	ch <- prometheus.MustNewConstMetric(c.lookups, prometheus.CounterValue, float64(s.Lookups))
 	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(s.Hits))
 }

@@ -83,16 +83,23 @@ type fakeIndex struct{ s prefix.Stats }
 func (f fakeIndex) IndexStats() (prefix.Stats, bool) { return f.s, true }
 
 func TestIndexCollector(t *testing.T) {
-	c := NewIndexCollector(fakeIndex{prefix.Stats{Blocks: 10, Entries: 12, Lookups: 40, Hits: 30}})
+	c := NewIndexCollector(fakeIndex{prefix.Stats{Blocks: 10, Entries: 12, Capacity: 64, Lookups: 40, Hits: 30}})
 	want := `
 # HELP inferpick_prefix_index_blocks Distinct prompt blocks the prefix index holds.
 # TYPE inferpick_prefix_index_blocks gauge
 inferpick_prefix_index_blocks 10
+# HELP inferpick_prefix_index_capacity_blocks Hard cap on the (block, worker) pairs the prefix index holds, whatever the model servers report.
+# TYPE inferpick_prefix_index_capacity_blocks gauge
+inferpick_prefix_index_capacity_blocks 64
+# HELP inferpick_prefix_index_entries (block, worker) pairs the prefix index holds.
+# TYPE inferpick_prefix_index_entries gauge
+inferpick_prefix_index_entries 12
 `
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "inferpick_prefix_index_blocks"); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"inferpick_prefix_index_blocks", "inferpick_prefix_index_capacity_blocks", "inferpick_prefix_index_entries"); err != nil {
 		t.Error(err)
 	}
-	if got := testutil.CollectAndCount(c); got != 4 {
-		t.Errorf("%d series, want 4", got)
+	if got := testutil.CollectAndCount(c); got != 5 {
+		t.Errorf("%d series, want 5", got)
 	}
 }

@@ -85,6 +85,10 @@ type IndexConfig struct {
 	DefaultCapacityBlocks int `json:"defaultCapacityBlocks,omitempty" yaml:"defaultCapacityBlocks,omitempty"`
 	// MaxHolders is how many workers one block remembers.
 	MaxHolders int `json:"maxHolders,omitempty" yaml:"maxHolders,omitempty"`
+	// MaxBlocks is the hard cap on the index's (block, worker) entries,
+	// whatever KV capacity the model servers report; each worker holds at
+	// most its fair share of it.
+	MaxBlocks int `json:"maxBlocks,omitempty" yaml:"maxBlocks,omitempty"`
 }
 
 // Defaults.
@@ -184,6 +188,9 @@ func (c Config) Validate() error {
 	}
 	if c.Index.MaxHolders < 0 {
 		bad("index.maxHolders", c.Index.MaxHolders, "≥ 0")
+	}
+	if c.Index.MaxBlocks < 0 {
+		bad("index.maxBlocks", c.Index.MaxBlocks, "≥ 0")
 	}
 	return errors.Join(errs...)
 }

@@ -29,6 +29,7 @@ func TestBuildRejectsBadConfig(t *testing.T) {
 		"negative weight":     {Config{WeightedScorer: WeightedScorerConfig{PrefixWeight: -3}}, "weightedScorer.prefixWeight"},
 		"negative capacity":   {Config{Index: IndexConfig{DefaultCapacityBlocks: -1}}, "index.defaultCapacityBlocks"},
 		"negative holders":    {Config{Index: IndexConfig{MaxHolders: -1}}, "index.maxHolders"},
+		"negative max blocks": {Config{Index: IndexConfig{MaxBlocks: -1}}, "index.maxBlocks"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

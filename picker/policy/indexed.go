@@ -16,6 +16,7 @@ func newIndexed(cfg IndexConfig, reg *registry.Registry) indexed {
 	ix := prefix.New(
 		prefix.WithDefaultCapacity(cfg.DefaultCapacityBlocks),
 		prefix.WithMaxHolders(cfg.MaxHolders),
+		prefix.WithMaxBlocks(cfg.MaxBlocks),
 	)
 	reg.AddListener(indexListener{ix})
 	return indexed{ix: ix}

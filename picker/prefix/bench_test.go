@@ -84,3 +84,33 @@ func BenchmarkIndexMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkIndexAtCap reports the heap of an index driven past its default
+// cap by workers claiming 10^9 KV blocks: 400 unique 1 MiB prompts (6.5M
+// blocks) over 8 workers. The index holds DefaultMaxBlocks entries at most.
+func BenchmarkIndexAtCap(b *testing.B) {
+	const workers, prompts, perPrompt = 8, 400, 1 << 20 / BlockSize
+	hs := make([]uint64, perPrompt)
+	for b.Loop() {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		ix := New()
+		for w := uint32(1); w <= workers; w++ {
+			ix.AddWorker(w)
+		}
+		for p := range prompts {
+			for i := range hs {
+				hs[i] = mix(uint64(p*perPrompt+i)+k1, k2)
+			}
+			ix.Insert(uint32(p%workers)+1, hugeCapacity, hs)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		st := ix.Stats()
+		b.ReportMetric(float64(st.Entries), "entries")
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heap-MiB")
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(st.Entries), "B/entry")
+		runtime.KeepAlive(ix)
+	}
+}

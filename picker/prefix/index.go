@@ -4,7 +4,8 @@
 // A prompt is cut into blocks of BlockSize bytes, and block i is named by a
 // hash chained over blocks 0..i, seeded by the model and cache salt. The index
 // maps a block hash to the workers that were sent it, each worker's blocks
-// kept in least-recently-used order and bounded by that worker's KV capacity.
+// kept in least-recently-used order and bounded by that worker's KV capacity
+// and by its fair share of a hard cap on the whole index.
 // The index is split into shards by groups of 64 consecutive blocks; every
 // operation locks one shard for at most one group at a time, so no lock is
 // held across a whole pick.
@@ -23,6 +24,9 @@ type Index struct {
 	shardMask uint64
 	defCap    int
 	holders   int
+	maxBlocks int
+	shardCap  int          // most nodes one shard holds: maxBlocks / shards
+	workers   atomic.Int64 // workers added and not removed
 
 	mu     sync.RWMutex      // guards slotOf, free and nslots
 	slotOf map[uint32]uint32 // worker ID → slot
@@ -50,6 +54,12 @@ const DefaultCapacity = 1 << 14
 
 // DefaultMaxHolders is how many workers a block remembers by default.
 const DefaultMaxHolders = 8
+
+// DefaultMaxBlocks is the default hard cap on the index, in (block, worker)
+// entries: 4Mi entries take about 130–210 MiB at the index's 32–51 bytes an
+// entry (BenchmarkIndexMemory; the low figure just before its tables double,
+// the high one just after, with slack in the node slabs).
+const DefaultMaxBlocks = 1 << 22
 
 // Option configures an Index.
 type Option func(*Index)
@@ -88,20 +98,35 @@ func WithMaxHolders(n int) Option {
 	}
 }
 
+// WithMaxBlocks sets the hard cap on the index: the (block, worker) entries
+// it holds, whatever capacity the workers claim. Each worker is bounded by
+// the smaller of its capacity and its fair share of the cap (cap / workers),
+// and a shard that is full evicts before it grows. The cap is rounded down
+// to a multiple of the shard count, and is at least one entry per shard.
+func WithMaxBlocks(n int) Option {
+	return func(ix *Index) {
+		if n > 0 {
+			ix.maxBlocks = n
+		}
+	}
+}
+
 // New returns an empty index. Its hashes are keyed by a random secret, so
 // they mean nothing to another index or another process.
 func New(opts ...Option) *Index {
 	ix := &Index{
-		key:     rand.Uint64(),
-		shards:  make([]shard, 16),
-		defCap:  DefaultCapacity,
-		holders: DefaultMaxHolders,
-		slotOf:  map[uint32]uint32{},
+		key:       rand.Uint64(),
+		shards:    make([]shard, 16),
+		defCap:    DefaultCapacity,
+		holders:   DefaultMaxHolders,
+		maxBlocks: DefaultMaxBlocks,
+		slotOf:    map[uint32]uint32{},
 	}
 	for _, o := range opts {
 		o(ix)
 	}
 	ix.shardMask = uint64(len(ix.shards) - 1)
+	ix.shardCap = max(1, ix.maxBlocks/len(ix.shards))
 	return ix
 }
 
@@ -123,11 +148,16 @@ func (ix *Index) state(slot uint32) *atomic.Uint64 {
 	return &ix.states[slot>>slotChunkBits].Load()[slot&slotChunkMask]
 }
 
-// Bound returns the most blocks a worker given capacity may hold: capacity
-// rounded up to a multiple of the shard count, since each shard keeps its
-// own share of the worker's LRU. A capacity ≤ 0 means the default. Since a
-// shard takes groups of 64 blocks, a worker may lose a block before it holds
-// its full capacity, when its groups fall unevenly over the shards.
+// Capacity returns the hard cap on the entries the index holds.
+func (ix *Index) Capacity() int { return ix.shardCap * len(ix.shards) }
+
+// Bound returns the most blocks a worker given capacity may hold now: the
+// smaller of capacity and its fair share of the cap among the workers
+// present, rounded up to a multiple of the shard count, since each shard
+// keeps its own share of the worker's LRU. A capacity ≤ 0 means the
+// default. Since a shard takes groups of 64 blocks, a worker may lose a
+// block before it holds its full bound, when its groups fall unevenly over
+// the shards.
 func (ix *Index) Bound(capacity int) int { return ix.shardBound(capacity) * len(ix.shards) }
 
 func (ix *Index) shardBound(capacity int) int {
@@ -135,7 +165,8 @@ func (ix *Index) shardBound(capacity int) int {
 		capacity = ix.defCap
 	}
 	s := len(ix.shards)
-	return (capacity + s - 1) / s
+	share := ix.shardCap / int(max(1, ix.workers.Load()))
+	return max(1, min((capacity+s-1)/s, share))
 }
 
 // AddWorker lets the index hold blocks for the worker. Insert ignores workers
@@ -158,6 +189,7 @@ func (ix *Index) AddWorker(id uint32) {
 	}
 	ix.state(slot).Store(aliveBit | uint64(id))
 	ix.slotOf[id] = slot
+	ix.workers.Add(1)
 }
 
 // RemoveWorker drops every block the worker holds. From the moment it is
@@ -168,6 +200,7 @@ func (ix *Index) RemoveWorker(id uint32) {
 	if ok {
 		delete(ix.slotOf, id)
 		ix.state(slot).Store(0)
+		ix.workers.Add(-1)
 	}
 	ix.mu.Unlock()
 	if !ok {
@@ -186,9 +219,12 @@ func (ix *Index) RemoveWorker(id uint32) {
 
 // Insert records that the worker was sent a prompt with these block hashes
 // (a whole chain from Hashes, block 0 first): it now holds them all, most
-// recently used. capacity is the
-// worker's KV capacity in blocks (≤ 0: the default); its least recently used
-// blocks beyond that are forgotten.
+// recently used. capacity is the worker's KV capacity in blocks (≤ 0: the
+// default); its least recently used blocks beyond Bound(capacity) are
+// forgotten. When a shard is at the index's cap, the worker's own least
+// recently used block there makes room if it holds its bound, else that of
+// the worker holding the most there (which happens when workers joined
+// since others filled their larger shares).
 func (ix *Index) Insert(id uint32, capacity int, hashes []uint64) {
 	ix.mu.RLock()
 	slot, ok := ix.slotOf[id]
@@ -213,7 +249,7 @@ func (ix *Index) Insert(id uint32, capacity int, hashes []uint64) {
 		}
 		hint := uint32(0)
 		for i := min(g+groupBlocks, len(hashes)) - 1; i >= g; i-- {
-			hint = sh.touch(slot, hashes[i], hint, bound, ix.holders)
+			hint = sh.touch(slot, hashes[i], hint, bound, ix.holders, ix.shardCap)
 		}
 		sh.mu.Unlock()
 	}

@@ -112,7 +112,9 @@ func (ix *Index) collect(hashes []uint64, i int, s *Scratch) {
 type Stats struct {
 	Blocks  int // distinct blocks held by some worker
 	Entries int // (block, worker) pairs
-	Workers int
+	// Capacity is the hard cap on Entries.
+	Capacity int
+	Workers  int
 	// Lookups counts prompt blocks passed to Match; Hits those of them some
 	// worker held as part of a matched prefix.
 	Lookups, Hits uint64
@@ -139,6 +141,7 @@ func (ix *Index) Stats() Stats {
 	ix.mu.RLock()
 	st.Workers = len(ix.slotOf)
 	ix.mu.RUnlock()
+	st.Capacity = ix.Capacity()
 	st.Lookups, st.Hits = ix.lookups.Load(), ix.hits.Load()
 	return st
 }

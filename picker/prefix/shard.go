@@ -36,14 +36,15 @@ func (sh *shard) holders(h uint64) uint32 {
 // most recently used, and its least recently used blocks are evicted while
 // the worker holds more than bound blocks in this shard. A block keeps at
 // most maxHolders holders, newest first; a new holder beyond that pushes out
-// the one at the end. (A touch through the hint leaves the holders' order
+// the one at the end. A shard holding shardCap nodes makes room first (see
+// evict). (A touch through the hint leaves the holders' order
 // alone, so the order is by first arrival more than by last use.)
 //
 // hint may name the worker's node for h: when a prompt is inserted again in
 // the same order, the node of block i-1 sits just before that of block i in
 // the worker's list, which spares the table lookup. touch returns the hint
 // for the block before h.
-func (sh *shard) touch(slot uint32, h uint64, hint uint32, bound, maxHolders int) uint32 {
+func (sh *shard) touch(slot uint32, h uint64, hint uint32, bound, maxHolders, shardCap int) uint32 {
 	l := sh.list(slot)
 	if hint != 0 {
 		if n := sh.nodes.at(hint); n.hash == h && n.slot == slot {
@@ -78,6 +79,11 @@ func (sh *shard) touch(slot uint32, h uint64, hint uint32, bound, maxHolders int
 		l = sh.list(slot)
 		pos, head = sh.tab.find(h, &sh.nodes)
 	}
+	if sh.nodes.live >= shardCap {
+		sh.evict(slot, bound)
+		l = sh.list(slot)
+		pos, head = sh.tab.find(h, &sh.nodes)
+	}
 	if sh.nodes.full() {
 		return 0
 	}
@@ -94,6 +100,25 @@ func (sh *shard) touch(slot uint32, h uint64, hint uint32, bound, maxHolders int
 		sh.drop(l, l.tail)
 	}
 	return 0
+}
+
+// evict drops one node of a full shard: the least recently used of the
+// worker in slot when it holds its bound here, else the least recently used
+// of the worker holding the most here. The scan over workers happens only
+// when the fair shares add up to more than the shard holds, after workers
+// joined.
+func (sh *shard) evict(slot uint32, bound int) {
+	victim := slot
+	if sh.list(slot).n < bound {
+		for s := range sh.lrus {
+			if sh.lrus[s].n > sh.lrus[victim].n {
+				victim = uint32(s)
+			}
+		}
+	}
+	if l := &sh.lrus[victim]; l.tail != 0 {
+		sh.drop(l, l.tail)
+	}
 }
 
 // purge drops every block the worker in slot holds in this shard.

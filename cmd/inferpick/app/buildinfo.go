@@ -1,20 +1,10 @@
 package app
 
-import "runtime/debug"
+import "github.com/inferpick/inferpick/cmd/internal/version"
 
-// buildInfo returns the VCS revision the binary was built from and its
-// module version ("(devel)" for a build from a work tree).
+// buildInfo returns the source revision and the version, the labels of the
+// build info series.
 func buildInfo() (commit, ref string) {
-	commit, ref = "unknown", "unknown"
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return commit, ref
-	}
-	ref = bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" {
-			commit = s.Value
-		}
-	}
-	return commit, ref
+	v, r := version.Get()
+	return r, v
 }

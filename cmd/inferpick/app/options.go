@@ -15,6 +15,7 @@ import (
 	"github.com/inferpick/inferpick/picker/extproc"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/policy/fileconfig"
+	"github.com/inferpick/inferpick/picker/prefix"
 )
 
 // Options are inferpick's settings. Flag names follow the upstream endpoint
@@ -89,6 +90,13 @@ type Options struct {
 	MaxBufferedBodyBytes int
 	DrainTimeout         time.Duration
 
+	// PrintVersion asks for the version line instead of a run.
+	PrintVersion bool
+
+	// PrefixIndexMaxBlocks, when positive, overrides the policy config's
+	// index.maxBlocks.
+	PrefixIndexMaxBlocks int
+
 	// Policy is the configuration built from ConfigFile (or ConfigText)
 	// and PolicyName.
 	Policy policy.Config
@@ -145,7 +153,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Var(&o.EndpointTargetPorts, "endpoint-target-ports", "Comma-separated target ports of the pods --endpoint-selector selects (1 to 8).")
 	fs.StringVar(&o.StaticEndpoints, "static-endpoints", o.StaticEndpoints, "Comma-separated ip:port list to route over, with no Kubernetes at all.")
 	fs.IntVar(&o.GRPCPort, "grpc-port", o.GRPCPort, "Port of the ext_proc gRPC service.")
-	fs.IntVar(&o.GRPCHealthPort, "grpc-health-port", o.GRPCHealthPort, "Port of the gRPC health service (liveness, readiness, ext_proc).")
+	fs.IntVar(&o.GRPCHealthPort, "grpc-health-port", o.GRPCHealthPort, "Port of the gRPC health service (liveness, readiness, inference-extension, ext_proc).")
 	fs.IntVar(&o.MetricsPort, "metrics-port", o.MetricsPort, "Port of the Prometheus metrics and /debug/workers.")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Address the servers listen on (all interfaces when empty).")
 	fs.BoolVar(&o.SecureServing, "secure-serving", o.SecureServing, "Serve ext_proc over TLS (self-signed unless --cert-path).")
@@ -175,6 +183,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.KeepaliveTimeout, "grpc-keepalive-timeout", o.KeepaliveTimeout, "A connection that does not answer a ping within this is closed; its streams end and their load is released.")
 	fs.DurationVar(&o.KeepaliveMinTime, "grpc-keepalive-min-time", o.KeepaliveMinTime, "Gateways may ping the ext_proc server at most this often (more often closes the connection), with or without streams.")
 	fs.StringVar(&o.ClientCAPath, "client-ca-path", o.ClientCAPath, "PEM file of the CAs whose client certificates the ext_proc server requires (mTLS); reloaded when it changes. Needs --secure-serving.")
+	fs.IntVar(&o.PrefixIndexMaxBlocks, "prefix-index-max-blocks", o.PrefixIndexMaxBlocks,
+		fmt.Sprintf("Hard cap on the prefix index's (block, worker) entries, whatever the model servers report (0: the config file's index.maxBlocks, else %d).", prefix.DefaultMaxBlocks))
+	fs.BoolVar(&o.PrintVersion, "version", o.PrintVersion, "Print the version and source revision, then exit.")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "On SIGTERM, how long in-flight streams may finish before they are cut.")
 	addInertFlags(fs)
 	o.logging.addFlags(fs)
@@ -223,6 +234,9 @@ func (o *Options) Complete() error {
 	}
 	if o.PolicyName != "" {
 		o.Policy.Name = o.PolicyName
+	}
+	if o.PrefixIndexMaxBlocks > 0 {
+		o.Policy.Index.MaxBlocks = o.PrefixIndexMaxBlocks
 	}
 	o.Warnings = append(o.Warnings, inertWarnings(o.fs)...)
 	if len(o.static) > 0 && o.PoolName != "" {
@@ -314,6 +328,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ClientCAPath != "" && !o.SecureServing {
 		errs = append(errs, errors.New("--client-ca-path needs --secure-serving"))
+	}
+	if o.PrefixIndexMaxBlocks < 0 {
+		errs = append(errs, fmt.Errorf("--prefix-index-max-blocks %d is negative", o.PrefixIndexMaxBlocks))
 	}
 	if o.RefreshMetricsInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--refresh-metrics-interval %s must be positive", o.RefreshMetricsInterval))

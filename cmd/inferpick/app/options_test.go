@@ -28,7 +28,7 @@ func parse(t *testing.T, args ...string) (*Options, error) {
 func TestOptions(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(cfg, []byte("policy:\n  name: least-load\n  queueThreshold: 9\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("policy:\n  name: least-load\n  queueThreshold: 9\n  index:\n    maxBlocks: 5000\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bad := filepath.Join(dir, "bad.yaml")
@@ -66,6 +66,23 @@ func TestOptions(t *testing.T) {
 				}
 			},
 		},
+		"config file sets the index cap": {
+			args: []string{"--static-endpoints", "127.0.0.1:1", "--config-file", cfg},
+			check: func(t *testing.T, o *Options) {
+				if o.Policy.Index.MaxBlocks != 5000 {
+					t.Errorf("index.maxBlocks %d, want 5000 from the file", o.Policy.Index.MaxBlocks)
+				}
+			},
+		},
+		"flag overrides the index cap": {
+			args: []string{"--static-endpoints", "127.0.0.1:1", "--config-file", cfg, "--prefix-index-max-blocks", "7000"},
+			check: func(t *testing.T, o *Options) {
+				if o.Policy.Index.MaxBlocks != 7000 {
+					t.Errorf("index.maxBlocks %d, want 7000 from the flag", o.Policy.Index.MaxBlocks)
+				}
+			},
+		},
+		"negative index cap":         {args: []string{"--pool-name", "p", "--prefix-index-max-blocks", "-1"}, wantErr: "--prefix-index-max-blocks"},
 		"unknown config field":       {args: []string{"--pool-name", "p", "--config-file", bad}, wantErr: "nmae"},
 		"neither pool nor endpoints": {args: nil, wantErr: "one of --pool-name, --endpoint-selector or --static-endpoints"},
 		"bad endpoint":               {args: []string{"--static-endpoints", "localhost"}, wantErr: "not ip:port"},
