@@ -124,7 +124,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (bool, error) {
 	x.state = readingRequest
 	x.arrived = x.s.opts.Now()
-	x.subset = readSubset(req.GetMetadataContext())
+	if !x.s.opts.IgnoreSubsetHint {
+		x.subset = readSubset(req.GetMetadataContext())
+	}
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch hv.GetKey() {
 		case ":path":

@@ -174,3 +174,12 @@ func TestErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestIgnoreSubsetHint(t *testing.T) {
+	e := newEnv(t, twoWorkers, func(o *Options) { o.IgnoreSubsetHint = true })
+	s := e.open()
+	s.requestHeaders("/v1/models", -1, true, subsetHint(structpb.NewStringValue("10.9.9.9:80")))
+	if r := s.routed(false); r.dest != "127.0.0.1:8000,127.0.0.2:8000" {
+		t.Errorf("destination %q with the hint ignored, want the pool's endpoints", r.dest)
+	}
+}

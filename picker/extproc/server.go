@@ -42,6 +42,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Log receives one line per rejected request and per recovered panic.
 	Log logr.Logger
+	// IgnoreSubsetHint makes every endpoint of the pool a candidate,
+	// whatever subset the gateway's metadata names.
+	IgnoreSubsetHint bool
 	// Tracer, when set, traces each request (a span, with the pick as a
 	// child) as part of the trace its headers carry; nil traces nothing.
 	Tracer trace.Tracer

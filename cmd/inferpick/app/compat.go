@@ -74,8 +74,6 @@ var inertFlags = []inert{
 		unless("LoRA adapters are not used in routing", "")},
 	{"cache-info-metric", "Accepted for compatibility: " + scrapedNames + ".", stringValue,
 		unless(scrapedNames, "vllm:cache_config_info")},
-	{"disable-endpoint-subset-filter", "Accepted for compatibility: the gateway's subset hint is always honoured.", boolValue,
-		unless("the gateway's endpoint subset hint is always honoured", "false")},
 	{"emit-endpoint-scores", "Accepted for compatibility: per-endpoint scores are not emitted.", boolValue,
 		unless("per-endpoint scores are not emitted", "false")},
 	{"enable-grpc-stream-metrics", "Accepted for compatibility: ext_proc stream metrics are always exported.", boolValue,

@@ -90,6 +90,9 @@ type Options struct {
 	MaxBufferedBodyBytes int
 	DrainTimeout         time.Duration
 
+	// DisableSubsetFilter ignores the gateway's subset hint.
+	DisableSubsetFilter bool
+
 	// PrintVersion asks for the version line instead of a run.
 	PrintVersion bool
 
@@ -185,6 +188,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ClientCAPath, "client-ca-path", o.ClientCAPath, "PEM file of the CAs whose client certificates the ext_proc server requires (mTLS); reloaded when it changes. Needs --secure-serving.")
 	fs.IntVar(&o.PrefixIndexMaxBlocks, "prefix-index-max-blocks", o.PrefixIndexMaxBlocks,
 		fmt.Sprintf("Hard cap on the prefix index's (block, worker) entries, whatever the model servers report (0: the config file's index.maxBlocks, else %d).", prefix.DefaultMaxBlocks))
+	fs.BoolVar(&o.DisableSubsetFilter, "disable-endpoint-subset-filter", o.DisableSubsetFilter, "Ignore the gateway's endpoint subset hint (envoy.lb.subset_hint): pick among all of the pool's endpoints.")
 	fs.BoolVar(&o.PrintVersion, "version", o.PrintVersion, "Print the version and source revision, then exit.")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "On SIGTERM, how long in-flight streams may finish before they are cut.")
 	addInertFlags(fs)

@@ -130,6 +130,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		Registerer:           promReg,
 		Log:                  log.WithName("extproc"),
 		Tracer:               tracer,
+		IgnoreSubsetHint:     o.DisableSubsetFilter,
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
 	var indexSize func() (int, bool)
