@@ -202,7 +202,25 @@ func runStatic(ctx context.Context, o *Options, p *picker) error {
 		mux.Handle(path, h)
 	}
 	metrics := &httpServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, addr: hostPort(o.BindAddress, o.MetricsPort)}
-	return runAll(ctx, append(p.servers, metrics))
+
+	// The metrics port serves until every other server has stopped, so a
+	// drain can be watched on /metrics and /debug/workers. (In a cluster the
+	// manager stops its HTTP servers last, to the same effect.)
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	served := make(chan error, 1)
+	go func() {
+		err := metrics.Start(serveCtx)
+		if err != nil {
+			stopRun()
+		}
+		served <- err
+	}()
+	err := runAll(runCtx, p.servers)
+	stopServing()
+	return errors.Join(err, <-served)
 }
 
 // runAll starts every runnable; the first to fail stops the others. It

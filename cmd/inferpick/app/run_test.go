@@ -100,9 +100,21 @@ func TestStaticRunServesAndDrains(t *testing.T) {
 		t.Fatalf("/debug/workers does not show the request in flight:\n%s", got)
 	}
 
-	// SIGTERM: not ready at once, the stream in flight still completes.
+	// SIGTERM: not ready at once, the stream in flight still completes,
+	// and the drain can be watched on the metrics port.
 	stop()
 	until(t, "not ready", func() bool { return !ready() })
+	if got := debugWorkers(t, o.MetricsPort); !strings.Contains(got, `"load": 1`) {
+		t.Fatalf("/debug/workers during the drain does not show the request in flight:\n%s", got)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", o.MetricsPort))
+	if err != nil {
+		t.Fatalf("/metrics during the drain: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics during the drain: %s", resp.Status)
+	}
 	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}}}, EndOfStream: true},
 	}}); err != nil {
