@@ -171,3 +171,48 @@ func TestShortBodyResetsDownstream(t *testing.T) {
 	default:
 	}
 }
+
+// An upstream that dies in the middle of its response body: Envoy resets the
+// downstream stream (the client sees its response cut, at once) and ends the
+// ext_proc stream, so the picker releases the request.
+func TestUpstreamDeathMidBodyResetsDownstream(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			_ = conn.Close() // the model server's process died
+		}
+	}))
+	t.Cleanup(srv.Close)
+	picker := &fakePicker{endpoints: srv.Listener.Addr().String()}
+	_, url, records := startGateway(t, newFakePicker(t, picker))
+
+	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", strings.NewReader(`{"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("client read %q with error %v (deadline passed: %v), want the response reset at once", got, err, ctx.Err() != nil)
+	}
+	// What the picker had not returned yet when the upstream died is lost
+	// with the stream, as in Envoy: the client sees a prefix of the body.
+	if !strings.HasPrefix("data: one\n\n", string(got)) {
+		t.Errorf("client got %q before the reset, want a prefix of what the upstream sent", got)
+	}
+	if rec := waitFor(t, records); !rec.Reset || !rec.UpstreamReset || rec.ProcessingError != nil {
+		t.Errorf("record = %+v, want a downstream reset caused by the upstream", rec)
+	}
+	if err := waitFor(t, picker.ended); err == nil {
+		t.Error("the picker's stream ended cleanly, want it cancelled")
+	}
+}

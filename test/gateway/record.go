@@ -31,6 +31,9 @@ type Record struct {
 	ClientGone bool
 	// Reset is true when the downstream stream was reset after headers were sent.
 	Reset bool
+	// UpstreamReset is true when the upstream connection ended in the middle
+	// of its response (the cause of the downstream reset).
+	UpstreamReset bool
 	// TimeToFirstByte runs from the request's arrival to the first body byte written
 	// to the client (zero when there was none).
 	TimeToFirstByte time.Duration

@@ -47,13 +47,20 @@ func (f *flow) respond(ctx context.Context, resp *http.Response, served string) 
 		return
 	}
 
+	// An upstream that dies mid-body stops the exchange at once: the client's
+	// stream is reset and the ext_proc stream ends, as Envoy does, rather
+	// than both waiting for chunks that will never come.
 	pumped := make(chan error, 1)
-	go func() { pumped <- x.pumpResponse(resp.Body, resp.ContentLength, f.g.o.chunkSize) }()
+	go func() {
+		err := x.pumpResponse(resp.Body, resp.ContentLength, f.g.o.chunkSize)
+		if err != nil && !errors.Is(err, errProcessingStopped) {
+			x.stop(nil, &upstreamResetError{err})
+		}
+		pumped <- err
+	}()
 	upstreamDone := func() {
 		_ = resp.Body.Close()
-		if err := <-pumped; err != nil && !errors.Is(err, errProcessingStopped) {
-			x.stop(nil, err)
-		}
+		<-pumped
 	}
 	for i := 0; ; i++ {
 		b, err := x.respBody.next(ctx, i)
@@ -97,7 +104,11 @@ func (f *flow) resetAfterHeaders() {
 		return
 	}
 	imm, err := f.x.outcome()
-	if err != nil {
+	var upstream *upstreamResetError
+	switch {
+	case errors.As(err, &upstream):
+		f.rec.UpstreamReset = true
+	case err != nil:
 		f.rec.ProcessingError = err
 		f.g.c.procErrors.Add(1)
 	}
@@ -105,6 +116,13 @@ func (f *flow) resetAfterHeaders() {
 	f.rec.Reset = true
 	panic(http.ErrAbortHandler)
 }
+
+// upstreamResetError is an upstream connection that ended before its
+// response did.
+type upstreamResetError struct{ err error }
+
+func (e *upstreamResetError) Error() string { return "upstream reset mid-response: " + e.err.Error() }
+func (e *upstreamResetError) Unwrap() error { return e.err }
 
 // passthrough forwards a response without processing.
 func (f *flow) passthrough(resp *http.Response, served string) {
