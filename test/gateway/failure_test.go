@@ -206,7 +206,7 @@ func TestUpstreamDeathMidBodyResetsDownstream(t *testing.T) {
 	}
 	// What the picker had not returned yet when the upstream died is lost
 	// with the stream, as in Envoy: the client sees a prefix of the body.
-	if !strings.HasPrefix("data: one\n\n", string(got)) {
+	if sent := "data: one\n\n"; sent[:min(len(got), len(sent))] != string(got) {
 		t.Errorf("client got %q before the reset, want a prefix of what the upstream sent", got)
 	}
 	if rec := waitFor(t, records); !rec.Reset || !rec.UpstreamReset || rec.ProcessingError != nil {

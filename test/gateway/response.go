@@ -60,7 +60,7 @@ func (f *flow) respond(ctx context.Context, resp *http.Response, served string) 
 	}()
 	upstreamDone := func() {
 		_ = resp.Body.Close()
-		<-pumped
+		_ = <-pumped // a failure already stopped the exchange
 	}
 	for i := 0; ; i++ {
 		b, err := x.respBody.next(ctx, i)
