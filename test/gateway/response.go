@@ -50,17 +50,17 @@ func (f *flow) respond(ctx context.Context, resp *http.Response, served string) 
 	// An upstream that dies mid-body stops the exchange at once: the client's
 	// stream is reset and the ext_proc stream ends, as Envoy does, rather
 	// than both waiting for chunks that will never come.
-	pumped := make(chan error, 1)
+	pumped := make(chan struct{})
 	go func() {
+		defer close(pumped)
 		err := x.pumpResponse(resp.Body, resp.ContentLength, f.g.o.chunkSize)
 		if err != nil && !errors.Is(err, errProcessingStopped) {
 			x.stop(nil, &upstreamResetError{err})
 		}
-		pumped <- err
 	}()
 	upstreamDone := func() {
 		_ = resp.Body.Close()
-		_ = <-pumped // a failure already stopped the exchange
+		<-pumped
 	}
 	for i := 0; ; i++ {
 		b, err := x.respBody.next(ctx, i)
