@@ -85,6 +85,7 @@ var cases = map[string][]string{
 	"httproute":     {"httproute.yaml"},
 	"existing-pool": {"existing-pool.yaml"},
 	"tls-secret":    {"tls-secret.yaml"},
+	"hardened":      {"hardened.yaml"},
 }
 
 func TestLint(t *testing.T) {
@@ -170,6 +171,14 @@ func TestBadValues(t *testing.T) {
 		"bad duration": {
 			sets: []string{"picker.refreshMetricsInterval=fast"},
 			want: []string{"refreshMetricsInterval"},
+		},
+		"bad keepalive": {
+			sets: []string{"picker.keepalive.time=often"},
+			want: []string{"keepalive", "time"},
+		},
+		"network policy peer typo": {
+			sets: []string{"networkPolicy.metricsFrom[0].namespaceSelectr.matchLabels.a=b"},
+			want: []string{"namespaceSelectr", "additional properties"},
 		},
 		"empty selector": {
 			sets: []string{"pool.selector.matchLabels=null"},
