@@ -170,14 +170,14 @@ picker:
 			"kubectl describe infpool llama -n " + ns,
 			"kubectl logs -n " + ns + " deploy/" + fullname,
 			"kubectl port-forward -n " + ns + " svc/" + fullname + " 9090:9090",
-			"https://127.0.0.1:9090/debug/workers",
+			"http://127.0.0.1:9090/debug/workers",
 			ns + "-" + fullname + "-metrics-reader",
 		} {
 			Expect(notes).To(ContainSubstring(cmd), "NOTES.txt")
 		}
 		out := run(ctx, suite.kubectl, "get", "infpool", "--namespace", ns)
 		Expect(out).To(MatchRegexp(`(?m)^NAME\s+PORTS\s+PICKER\s+FAILURE MODE\s+AGE$`))
-		Expect(out).To(MatchRegexp(`(?m)^%s\s+%d\s+%s\s+FailClose\s`, poolName, port, fullname))
+		Expect(out).To(MatchRegexp(`(?m)^%s\s+\[\{"number":%d\}\]\s+%s\s+FailClose\s`, poolName, port, fullname))
 	})
 
 	It("grants the ServiceAccount what the picker needs and nothing more", func(ctx SpecContext) {

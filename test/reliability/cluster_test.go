@@ -1,7 +1,6 @@
 package reliability
 
 import (
-	"crypto/tls"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -147,8 +146,9 @@ func TestLeaderElection(t *testing.T) {
 	follower.WaitIdle(t, 30*time.Second)
 }
 
-// TestMetricsEndpointAuth checks that in a cluster the metrics port,
-// /debug/workers included, refuses callers without valid credentials:
+// TestMetricsEndpointAuth checks that in a cluster the metrics port (plain
+// HTTP, as the upstream picker serves it), /debug/workers included, refuses
+// callers without valid credentials:
 // 401/403 without a token. An invalid token is refused too, with the 500
 // controller-runtime's authentication filter answers when the TokenReview
 // reports an error.
@@ -159,13 +159,11 @@ func TestMetricsEndpointAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startClusterPicker(t, c, ns, "pool", "--metrics-endpoint-auth=true")
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the test checks authentication, not the certificate
-	}}
+	hc := &http.Client{Timeout: 10 * time.Second}
 	for _, path := range []string{"/metrics", "/debug/workers"} {
 		for name, token := range map[string]string{"no token": "", "bad token": "not-a-token"} {
 			eventually(t, 30*time.Second, func() error {
-				req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://127.0.0.1:"+strconv.Itoa(p.metrics)+path, http.NoBody)
+				req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(p.metrics)+path, http.NoBody)
 				if token != "" {
 					req.Header.Set("Authorization", "Bearer "+token)
 				}
@@ -185,10 +183,6 @@ func TestMetricsEndpointAuth(t *testing.T) {
 				return nil
 			})
 		}
-	}
-	// Plain HTTP is not served either.
-	if _, err := p.Workers(); err == nil {
-		t.Errorf("/debug/workers answered over plain HTTP")
 	}
 }
 

@@ -31,8 +31,10 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 		ExtraHandlers: map[string]http.Handler{"/debug/workers": observe.WorkersHandler(p.reg, time.Now)},
 	}
 	maps.Copy(metrics.ExtraHandlers, pprofHandlers(o))
+	// Plain HTTP with token authentication, as the upstream endpoint picker
+	// serves it, unless HTTPS is asked for.
+	metrics.SecureServing = o.MetricsSecureServing
 	if o.MetricsEndpointAuth {
-		metrics.SecureServing = true
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	scheme, err := controllers.NewScheme()

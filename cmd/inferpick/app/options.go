@@ -48,7 +48,9 @@ type Options struct {
 	tlsMinVersion       uint16
 	tlsCipherSuites     []uint16
 	MetricsEndpointAuth bool
-	EnablePprof         bool
+	// MetricsSecureServing serves the metrics port over HTTPS.
+	MetricsSecureServing bool
+	EnablePprof          bool
 
 	// GRPCMaxRecvMsgSize and GRPCMaxSendMsgSize bound the ext_proc
 	// server's messages; 0 keeps gRPC's defaults (4 MiB received).
@@ -167,6 +169,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Var(&o.GRPCMaxSendMsgSize, "grpc-max-send-msg-size", "Largest gRPC message the ext_proc service sends (e.g. 8Mi); unbounded when empty.")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof, "Serve Go's pprof handlers under /debug/pprof/ on the metrics port (behind --metrics-endpoint-auth in a cluster).")
 	fs.BoolVar(&o.MetricsEndpointAuth, "metrics-endpoint-auth", o.MetricsEndpointAuth, "In a cluster, require an authenticated and authorized caller (TokenReview, SubjectAccessReview) on the metrics port.")
+	fs.BoolVar(&o.MetricsSecureServing, "metrics-secure-serving", o.MetricsSecureServing, "In a cluster, serve the metrics port over HTTPS (self-signed); plain HTTP otherwise, as the upstream endpoint picker does.")
 	fs.BoolVar(&o.Tracing, "tracing", o.Tracing, "Export a trace span per request (the pick as a child span) over OTLP/gRPC, configured by the standard OTEL_* environment variables; trace context is taken from the request's traceparent.")
 	fs.BoolVar(&o.LeaderElection, "ha-enable-leader-election", o.LeaderElection, "Run several replicas; only the elected one reports ready.")
 	fs.DurationVar(&o.LeaderElectionLeaseDuration, "leader-election-lease-duration", o.LeaderElectionLeaseDuration, "How long a replica waits before taking over a lease that is not renewed.")
