@@ -30,6 +30,9 @@ type EndpointSink interface {
 	Replace(eps []registry.Endpoint)
 	// MarkSynced records that the sink reflects the API server's view.
 	MarkSynced()
+	// MarkUnsynced records that the served pool does not exist: the picker
+	// is not ready.
+	MarkUnsynced()
 }
 
 var _ EndpointSink = (*registry.Registry)(nil)
@@ -44,6 +47,9 @@ const (
 	ReasonNoReadyEndpoints = "NoReadyEndpoints"
 	// ReasonInvalidSelector: the pool's selector cannot be used.
 	ReasonInvalidSelector = "InvalidSelector"
+	// ReasonPoolNotFound, on the picker's own Pod: the pool it serves does
+	// not exist.
+	ReasonPoolNotFound = "PoolNotFound"
 )
 
 // Log verbosity of the reconciler's messages.
@@ -61,6 +67,10 @@ type PoolReconciler struct {
 	sink     EndpointSink
 	recorder record.EventRecorder
 	pool     types.NamespacedName
+	self     *corev1.ObjectReference // the picker's Pod, for Events about a missing pool
+
+	// missing is true once the pool's absence was announced.
+	missing bool
 
 	// reported is the endpoint count last announced in an Event, or -1 when
 	// nothing was announced for the current pool object.
@@ -83,9 +93,22 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ct
 		if err := client.IgnoreNotFound(err); err != nil {
 			return ctrl.Result{}, fmt.Errorf("get pool %s: %w", r.pool, err)
 		}
-		log.V(logChanges).Info("Pool not found; serving no endpoints", "pool", r.pool)
 		r.clear()
+		r.sink.MarkUnsynced()
+		if !r.missing {
+			r.missing = true
+			log.Info("InferencePool not found: not ready and serving no endpoints until it exists. Create it (the chart does with pool.create=true) or point --pool-name and --pool-namespace at an existing pool",
+				"pool", r.pool)
+			if r.self != nil {
+				r.recorder.Eventf(r.self, corev1.EventTypeWarning, ReasonPoolNotFound,
+					"InferencePool %s not found: create it, or set --pool-name and --pool-namespace to an existing pool", r.pool)
+			}
+		}
 		return ctrl.Result{}, nil
+	}
+	if r.missing {
+		r.missing = false
+		log.Info("InferencePool found", "pool", klog.KObj(pool))
 	}
 	if !pool.DeletionTimestamp.IsZero() {
 		log.V(logChanges).Info("Pool is being deleted; serving no endpoints", "pool", klog.KObj(pool))

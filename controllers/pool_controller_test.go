@@ -24,6 +24,7 @@ type recordingSink struct {
 
 func (s *recordingSink) Replace(eps []registry.Endpoint) { s.eps = eps; s.calls++ }
 func (s *recordingSink) MarkSynced()                     { s.synced = true }
+func (s *recordingSink) MarkUnsynced()                   { s.synced = false }
 
 type fixture struct {
 	client   client.Client
@@ -75,11 +76,11 @@ func TestReconcileMissingPool(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
-	if len(f.sink.eps) != 0 || !f.sink.synced {
-		t.Errorf("sink = %v, synced %v; want empty and synced", f.sink.eps, f.sink.synced)
+	if len(f.sink.eps) != 0 || f.sink.synced {
+		t.Errorf("sink = %v, synced %v; want empty and not synced (not ready)", f.sink.eps, f.sink.synced)
 	}
 	if len(evs) != 0 {
-		t.Errorf("events = %q, want none for a missing pool", evs)
+		t.Errorf("events = %q, want none without the picker's Pod to record them on", evs)
 	}
 }
 

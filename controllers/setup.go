@@ -35,6 +35,9 @@ type PoolReconcilerOptions struct {
 	// Group is the pool's API group. Empty means inferencev1.GroupName, the
 	// only group served.
 	Group string
+	// Self is the picker's own Pod, which gets the Events about a pool that
+	// does not exist (an absent pool can carry none). Nil records none.
+	Self *corev1.ObjectReference
 }
 
 // Validate reports what is missing or unsupported in o.
@@ -100,6 +103,7 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 		recorder: mgr.GetEventRecorderFor(Name), //nolint:staticcheck // deliberate: core Events keep each message
 
 		pool:     opts.Pool,
+		self:     opts.Self,
 		reported: -1,
 	}
 	toPool := func(context.Context, client.Object) []reconcile.Request {
@@ -109,8 +113,7 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 		return o.GetNamespace() == opts.Pool.Namespace && o.GetName() == opts.Pool.Name
 	})
 	// One reconcile at start, so that a pool that does not exist yet is
-	// confirmed absent and the registry marked synced: no object event would
-	// ever trigger it.
+	// confirmed absent and announced: no object event would ever trigger it.
 	initial := source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 		q.Add(reconcile.Request{NamespacedName: opts.Pool})
 		return nil

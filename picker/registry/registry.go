@@ -61,7 +61,11 @@ func (r *Registry) Lookup(key Key) (*Worker, bool) {
 // view, or the static list). Readiness waits for it.
 func (r *Registry) MarkSynced() { r.synced.Store(true) }
 
-// Synced reports whether MarkSynced was called.
+// MarkUnsynced records that the registry no longer reflects its source (the
+// served pool is gone): readiness turns false until MarkSynced.
+func (r *Registry) MarkUnsynced() { r.synced.Store(false) }
+
+// Synced reports whether MarkSynced was called (and MarkUnsynced not since).
 func (r *Registry) Synced() bool { return r.synced.Load() }
 
 // Upsert adds the endpoint, or keeps the existing worker when nothing that

@@ -23,6 +23,12 @@ import (
 // ends.
 func startPicker(pool types.NamespacedName) *registry.Registry {
 	GinkgoHelper()
+	return startPickerAs(pool, nil)
+}
+
+// startPickerAs is startPicker for a picker running as the Pod self.
+func startPickerAs(pool types.NamespacedName, self *corev1.ObjectReference) *registry.Registry {
+	GinkgoHelper()
 	scheme, err := controllers.NewScheme()
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
@@ -35,7 +41,7 @@ func startPicker(pool types.NamespacedName) *registry.Registry {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	reg := registry.New()
-	Expect(controllers.SetupWithManager(mgr, controllers.PoolReconcilerOptions{Pool: pool}, reg)).To(Succeed())
+	Expect(controllers.SetupWithManager(mgr, controllers.PoolReconcilerOptions{Pool: pool, Self: self}, reg)).To(Succeed())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -78,13 +84,18 @@ func workerAt(reg *registry.Registry, addr string) func() *registry.Worker {
 // poolEvents returns "type reason" of the Events recorded on the pool, once
 // per occurrence (repeated Events are one object with a count).
 func poolEvents(ctx context.Context, pool types.NamespacedName) func(Gomega) []string {
+	return objectEvents(ctx, "InferencePool", pool)
+}
+
+// objectEvents lists "Type Reason" of the Events on the object of kind named key.
+func objectEvents(ctx context.Context, kind string, key types.NamespacedName) func(Gomega) []string {
 	return func(g Gomega) []string {
 		var list corev1.EventList
-		g.Expect(env.Client.List(ctx, &list, client.InNamespace(pool.Namespace))).To(Succeed())
+		g.Expect(env.Client.List(ctx, &list, client.InNamespace(key.Namespace))).To(Succeed())
 		var out []string
 		for i := range list.Items {
 			e := &list.Items[i]
-			if e.InvolvedObject.Kind != "InferencePool" || e.InvolvedObject.Name != pool.Name {
+			if e.InvolvedObject.Kind != kind || e.InvolvedObject.Name != key.Name {
 				continue
 			}
 			for range max(e.Count, 1) {

@@ -37,10 +37,17 @@ var _ = Describe("Pool controller", func() {
 		return pod
 	}
 
-	It("marks the registry synced when the pool does not exist", func() {
-		reg := startPicker(poolKey)
-		Eventually(reg.Synced).Should(BeTrue())
+	It("is not ready while the pool does not exist, and says so on its own Pod", func(ctx SpecContext) {
+		self := framework.MakePod(ns, "picker").Obj()
+		Expect(env.Client.Create(ctx, self)).To(Succeed())
+		reg := startPickerAs(poolKey, &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: self.Name, UID: self.UID})
+		Eventually(objectEvents(ctx, "Pod", client.ObjectKeyFromObject(self))).Should(ConsistOf("Warning " + controllers.ReasonPoolNotFound))
+		Expect(reg.Synced()).To(BeFalse())
 		Expect(reg.Len()).To(BeZero())
+
+		By("the pool is created")
+		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
+		Eventually(reg.Synced).Should(BeTrue())
 	})
 
 	It("adds a pod when it becomes ready and removes it when it stops being ready or is deleted", func(ctx SpecContext) {
@@ -184,7 +191,7 @@ var _ = Describe("Pool controller", func() {
 
 		Expect(env.Client.Delete(ctx, pool)).To(Succeed())
 		Eventually(workers(reg)).Should(BeEmpty())
-		Expect(reg.Synced()).To(BeTrue())
+		Eventually(reg.Synced).Should(BeFalse(), "not ready without the pool")
 
 		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
 		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
