@@ -2,10 +2,12 @@ package app
 
 import (
 	"fmt"
+	"os"
 	"maps"
 	"net/http"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -68,7 +70,7 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 			return nil, fmt.Errorf("set up the endpoint selector controller: %w", err)
 		}
 	} else {
-		opts := controllers.PoolReconcilerOptions{Pool: pool, Group: o.PoolGroup}
+		opts := controllers.PoolReconcilerOptions{Pool: pool, Group: o.PoolGroup, Self: selfPod()}
 		if err := controllers.SetupWithManager(mgr, opts, p.reg); err != nil {
 			return nil, fmt.Errorf("set up the pool controller: %w", err)
 		}
@@ -97,3 +99,13 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// selfPod is the picker's own Pod, from the POD_NAME, POD_UID and NAMESPACE
+// variables the chart sets with the downward API; nil outside a Pod.
+func selfPod() *corev1.ObjectReference {
+	name, uid, ns := os.Getenv("POD_NAME"), os.Getenv("POD_UID"), os.Getenv("NAMESPACE")
+	if name == "" || ns == "" {
+		return nil
+	}
+	return &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: types.UID(uid)}
+}
