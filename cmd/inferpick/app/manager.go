@@ -2,9 +2,9 @@ package app
 
 import (
 	"fmt"
-	"os"
 	"maps"
 	"net/http"
+	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
