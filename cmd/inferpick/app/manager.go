@@ -59,6 +59,9 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 	if err := controllers.SetupWithManager(mgr, opts, p.reg); err != nil {
 		return nil, fmt.Errorf("set up the pool controller: %w", err)
 	}
+	if err := controllers.SetupObjectivesWithManager(mgr, opts, p.priorities); err != nil {
+		return nil, fmt.Errorf("set up the objective controller: %w", err)
+	}
 	for _, r := range p.servers {
 		if err := mgr.Add(r); err != nil {
 			return nil, fmt.Errorf("add runnable: %w", err)
