@@ -68,8 +68,8 @@ type InferenceObjectiveConditionReason string
 const (
 	// ObjectiveConditionAccepted says whether the objective was accepted.
 	ObjectiveConditionAccepted InferenceObjectiveConditionType = "Accepted"
-	// ObjectiveReasonAccepted: the objective is accepted.
+	// ObjectiveReasonAccepted means the objective is accepted.
 	ObjectiveReasonAccepted InferenceObjectiveConditionReason = "Accepted"
-	// ObjectiveReasonPending: no controller has looked at the objective yet.
+	// ObjectiveReasonPending means no controller has looked at the objective yet.
 	ObjectiveReasonPending InferenceObjectiveConditionReason = "Pending"
 )

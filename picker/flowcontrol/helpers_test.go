@@ -145,3 +145,18 @@ var gaugeNames = []string{
 	"inference_extension_flow_control_queue_size",
 	"inference_extension_flow_control_queue_bytes",
 }
+
+// seriesCount counts the series of the named family.
+func (h *harness) seriesCount(t *testing.T, name string) int {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return len(mf.GetMetric())
+		}
+	}
+	return 0
+}

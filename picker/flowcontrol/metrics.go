@@ -92,3 +92,11 @@ func (m *metrics) done(it Item, outcome string, waited float64) {
 	}
 	m.upWait.WithLabelValues(it.FlowID, p, up, m.pool, it.Model, it.Model).Observe(waited)
 }
+
+// forget drops the per-flow upstream series of a flow that has no waiters
+// left, so fairness ids seen once do not stay exported forever.
+func (m *metrics) forget(it Item) {
+	p := strconv.Itoa(it.Priority)
+	m.upSize.DeleteLabelValues(it.FlowID, p, m.pool, it.Model, it.Model)
+	m.upBytes.DeleteLabelValues(it.FlowID, p, m.pool, it.Model, it.Model)
+}

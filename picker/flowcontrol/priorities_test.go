@@ -1,7 +1,9 @@
 package flowcontrol
 
 import (
+	"flag"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -25,5 +27,18 @@ func TestPriorities(t *testing.T) {
 	want := map[string]lookup{"chat": {5, true}, "batch": {}, "never-set": {}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("lookups (-want +got):\n%s", diff)
+	}
+}
+
+func TestAddFlags(t *testing.T) {
+	var o Options
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--flow-control-max-requests=10", "--flow-control-max-wait=2s"}); err != nil {
+		t.Fatal(err)
+	}
+	want := Options{MaxBandLen: DefaultMaxBandLen, MaxLen: 10, MaxBytes: DefaultMaxBytes, MaxWait: 2 * time.Second}
+	if diff := cmp.Diff(want, o); diff != "" {
+		t.Errorf("options (-want +got):\n%s", diff)
 	}
 }

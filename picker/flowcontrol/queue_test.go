@@ -319,6 +319,9 @@ func TestCancellationStorm(t *testing.T) {
 			t.Errorf("%s = %v, want 0", name, got)
 		}
 	}
+	if got := h.seriesCount(t, "inference_extension_flow_control_queue_size"); got != 0 {
+		t.Errorf("per-flow series left after every flow emptied: %d", got)
+	}
 }
 
 func TestStopReleasesWaiters(t *testing.T) {

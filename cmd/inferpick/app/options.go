@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/inferpick/inferpick/picker/extproc"
+	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/policy"
 )
 
@@ -53,6 +54,8 @@ type Options struct {
 	Fallbacks    int
 	MaxBodyBytes int
 	DrainTimeout time.Duration
+	// FlowControl bounds the queue of requests waiting for capacity.
+	FlowControl flowcontrol.Options
 
 	// Policy is the configuration built from ConfigFile and PolicyName.
 	Policy policy.Config
@@ -113,6 +116,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Fallbacks, "fallbacks", o.Fallbacks, "Endpoints listed after the primary for the gateway to fall back on.")
 	fs.IntVar(&o.MaxBodyBytes, "max-request-body-bytes", o.MaxBodyBytes, "Largest request body accepted; larger ones get 413.")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "On SIGTERM, how long in-flight streams may finish before they are cut.")
+	o.FlowControl.AddFlags(fs)
 	klog.InitFlags(fs)
 }
 
