@@ -160,3 +160,33 @@ func (h *harness) seriesCount(t *testing.T, name string) int {
 	}
 	return 0
 }
+
+// samples counts the observations (histograms) or the value (counters) of
+// the named family's series whose labels include want.
+func (h *harness) samples(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if got[k] != v {
+					continue series
+				}
+			}
+			sum += float64(m.GetHistogram().GetSampleCount()) + m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}

@@ -6,12 +6,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Outcome values of the upstream EPP's request_queue_duration series.
-const (
-	upstreamDispatched = "Dispatched"
-	upstreamRejected   = "Rejected"
-	upstreamEvicted    = "Evicted"
-)
+// upstreamOutcomes maps outcomes to the values of the upstream EPP's
+// request_queue_duration series.
+var upstreamOutcomes = map[string]string{
+	outcomeDispatched: "Dispatched",
+	outcomeShed:       "RejectedCapacity",
+	outcomeFull:       "RejectedCapacity",
+	outcomeError:      "RejectedOther",
+	outcomeTimeout:    "EvictedTTL",
+	outcomeCancelled:  "EvictedContextCancelled",
+	outcomeEvicted:    "EvictedOther",
+}
 
 type metrics struct {
 	pool     string
@@ -75,28 +80,21 @@ func (m *metrics) queued(it Item, sign float64) {
 	p := strconv.Itoa(it.Priority)
 	m.length.WithLabelValues(p).Add(sign)
 	m.bytes.WithLabelValues(p).Add(sign * float64(it.Bytes))
-	m.upSize.WithLabelValues(it.FlowID, p, m.pool, it.Model, it.Model).Add(sign)
-	m.upBytes.WithLabelValues(it.FlowID, p, m.pool, it.Model, it.Model).Add(sign * float64(it.Bytes))
+	m.upSize.WithLabelValues(it.FlowID, p, m.pool, it.Model, it.TargetModel).Add(sign)
+	m.upBytes.WithLabelValues(it.FlowID, p, m.pool, it.Model, it.TargetModel).Add(sign * float64(it.Bytes))
 }
 
 func (m *metrics) done(it Item, outcome string, waited float64) {
 	p := strconv.Itoa(it.Priority)
 	m.outcomes.WithLabelValues(p, outcome).Inc()
 	m.wait.WithLabelValues(p, outcome).Observe(waited)
-	up := upstreamRejected
-	switch outcome {
-	case outcomeDispatched:
-		up = upstreamDispatched
-	case outcomeEvicted, outcomeTimeout, outcomeCancelled:
-		up = upstreamEvicted
-	}
-	m.upWait.WithLabelValues(it.FlowID, p, up, m.pool, it.Model, it.Model).Observe(waited)
+	m.upWait.WithLabelValues(it.FlowID, p, upstreamOutcomes[outcome], m.pool, it.Model, it.TargetModel).Observe(waited)
 }
 
 // forget drops the per-flow upstream series of a flow that has no waiters
 // left, so fairness ids seen once do not stay exported forever.
 func (m *metrics) forget(it Item) {
 	p := strconv.Itoa(it.Priority)
-	m.upSize.DeleteLabelValues(it.FlowID, p, m.pool, it.Model, it.Model)
-	m.upBytes.DeleteLabelValues(it.FlowID, p, m.pool, it.Model, it.Model)
+	m.upSize.DeleteLabelValues(it.FlowID, p, m.pool, it.Model, it.TargetModel)
+	m.upBytes.DeleteLabelValues(it.FlowID, p, m.pool, it.Model, it.TargetModel)
 }

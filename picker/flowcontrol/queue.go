@@ -20,8 +20,9 @@ type Item struct {
 	FlowID string
 	// Bytes is the size of the buffered request, counted against MaxBytes.
 	Bytes int64
-	// Model labels the upstream-compatible series; may be empty.
-	Model string
+	// Model and TargetModel (the model asked for, and the one served after
+	// any rewrite) label the upstream-compatible series; may be empty.
+	Model, TargetModel string
 }
 
 // TryFunc attempts to dispatch a request: pick an endpoint and take its load

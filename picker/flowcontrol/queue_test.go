@@ -231,6 +231,9 @@ func TestNegativePriorityIsShed(t *testing.T) {
 	if !errors.Is(err, ErrShed) {
 		t.Errorf("Admit = %v, want %v", err, ErrShed)
 	}
+	if got := h.samples(t, "inference_extension_flow_control_request_queue_duration_seconds", map[string]string{"outcome": "RejectedCapacity", "priority": "-1"}); got != 1 {
+		t.Errorf("upstream RejectedCapacity observations = %v, want 1", got)
+	}
 	if got := h.q.Len(); got != 0 {
 		t.Errorf("Len = %d, want 0", got)
 	}
@@ -251,6 +254,15 @@ func TestTimeout(t *testing.T) {
 	h.waitLen(1)
 	if got := h.gaugeSum(t, "inferpick_flowcontrol_queue_bytes"); got != 0 {
 		t.Errorf("queued bytes = %v, want 0", got)
+	}
+	got := map[string]float64{
+		"timeouts":            h.samples(t, "inferpick_flowcontrol_requests_total", map[string]string{"outcome": "timeout"}),
+		"waits":               h.samples(t, "inferpick_flowcontrol_wait_seconds", map[string]string{"outcome": "timeout"}),
+		"upstream EvictedTTL": h.samples(t, "inference_extension_flow_control_request_queue_duration_seconds", map[string]string{"outcome": "EvictedTTL", "inference_pool": "pool"}),
+	}
+	want := map[string]float64{"timeouts": 1, "waits": 1, "upstream EvictedTTL": 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("recorded outcomes (-want +got):\n%s", diff)
 	}
 }
 
