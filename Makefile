@@ -118,8 +118,8 @@ $(HELM): $(HELM_DEPS)
 	cd hack/tools/helm && $(GO) build -trimpath -ldflags '$(HELM_LDFLAGS)' -o $@ helm.sh/helm/v3/cmd/helm
 
 .PHONY: chart-crds
-chart-crds: ## Copy the generated InferencePool CRD into the chart's crds/.
-	cp config/crd/bases/inference.networking.k8s.io_inferencepools.yaml charts/inferpick/crds/
+chart-crds: ## Copy every generated CRD into the chart's crds/.
+	cp config/crd/bases/*.yaml charts/inferpick/crds/
 
 .PHONY: test-chart
 test-chart: $(HELM) ## Lint the chart, check its schema and golden renderings (UPDATE=1 rewrites them).

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
+	inferencev1alpha2 "github.com/inferpick/inferpick/api/v1alpha2"
 )
 
 // Name is the controller's name, and the reporting component of its Events.
@@ -56,7 +57,7 @@ func (o PoolReconcilerOptions) Validate() error {
 }
 
 // NewScheme returns a scheme that knows the built-in Kubernetes types and the
-// InferencePool: what the manager, its cache and its event recorder need.
+// InferencePool and InferenceObjective: what the manager, its cache and its event recorder need.
 func NewScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
@@ -64,6 +65,9 @@ func NewScheme() (*runtime.Scheme, error) {
 	}
 	if err := inferencev1.AddToScheme(s); err != nil {
 		return nil, fmt.Errorf("add %s to scheme: %w", inferencev1.GroupVersion, err)
+	}
+	if err := inferencev1alpha2.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("add %s to scheme: %w", inferencev1alpha2.GroupVersion, err)
 	}
 	return s, nil
 }

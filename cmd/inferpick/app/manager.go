@@ -74,6 +74,10 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 		if err := controllers.SetupWithManager(mgr, opts, p.reg); err != nil {
 			return nil, fmt.Errorf("set up the pool controller: %w", err)
 		}
+		// InferenceObjectives name a pool: without one there are none to read.
+		if err := controllers.SetupObjectivesWithManager(mgr, opts, p.priorities); err != nil {
+			return nil, fmt.Errorf("set up the objective controller: %w", err)
+		}
 	}
 	for _, r := range p.servers {
 		if err := mgr.Add(r); err != nil {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/inferpick/inferpick/picker/extproc"
+	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/policy/fileconfig"
 	"github.com/inferpick/inferpick/picker/prefix"
@@ -91,6 +92,8 @@ type Options struct {
 	// across all streams.
 	MaxBufferedBodyBytes int
 	DrainTimeout         time.Duration
+	// FlowControl bounds the queue of requests waiting for capacity.
+	FlowControl flowcontrol.Options
 
 	// DisableSubsetFilter ignores the gateway's subset hint.
 	DisableSubsetFilter bool
@@ -196,6 +199,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "On SIGTERM, how long in-flight streams may finish before they are cut.")
 	addInertFlags(fs)
 	o.logging.addFlags(fs)
+	o.FlowControl.AddFlags(fs)
 }
 
 // Complete fills what the flags leave implicit: the namespace from the

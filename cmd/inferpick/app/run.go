@@ -23,6 +23,7 @@ import (
 
 	"github.com/inferpick/inferpick/picker/epmetrics"
 	"github.com/inferpick/inferpick/picker/extproc"
+	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/health"
 	"github.com/inferpick/inferpick/picker/observe"
 	"github.com/inferpick/inferpick/picker/policy"
@@ -37,6 +38,8 @@ type picker struct {
 	health  *health.Checker
 	servers []manager.Runnable
 	promReg *prometheus.Registry
+	// priorities maps InferenceObjective names to priorities for flow control.
+	priorities *flowcontrol.Priorities
 }
 
 // Run starts inferpick and blocks until ctx ends and everything has stopped.
@@ -182,7 +185,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		&grpcServer{name: "ext_proc", srv: extSrv, addr: hostPort(o.BindAddress, o.GRPCPort), drain: o.DrainTimeout, onDrain: hc.Drain},
 		&grpcServer{name: "health", srv: healthSrv, addr: hostPort(o.BindAddress, o.GRPCHealthPort), drain: time.Second},
 	)
-	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg}, nil
+	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg, priorities: flowcontrol.NewPriorities()}, nil
 }
 
 type healthRunnable struct{ c *health.Checker }

@@ -1,0 +1,154 @@
+package flowcontrol
+
+import "sort"
+
+// waiter is one queued request. Its fields are guarded by Queue.mu, except
+// done, which receives the outcome exactly once.
+type waiter struct {
+	item    Item
+	try     TryFunc
+	seq     uint64
+	flow    *flow
+	trying  bool // the dispatcher is running try without the lock
+	left    bool // the request stopped waiting while try was running
+	removed bool
+	done    chan error
+}
+
+// flow is the FCFS line of one fairness id within one band.
+type flow struct {
+	id      string
+	waiters []*waiter
+	band    *band
+}
+
+// band holds the flows of one priority, served round-robin.
+type band struct {
+	priority int
+	flows    map[string]*flow
+	ring     []*flow // flows with waiters, in the order they are served
+	next     int
+	len      int
+	bytes    int64
+}
+
+// bands keeps every band ordered by priority, highest first.
+type bands struct {
+	byPrio map[int]*band
+	order  []*band
+	len    int
+	bytes  int64
+}
+
+func newBands() bands { return bands{byPrio: map[int]*band{}} }
+
+func (bs *bands) band(prio int) *band {
+	if b, ok := bs.byPrio[prio]; ok {
+		return b
+	}
+	b := &band{priority: prio, flows: map[string]*flow{}}
+	bs.byPrio[prio] = b
+	bs.order = append(bs.order, b)
+	sort.Slice(bs.order, func(i, j int) bool { return bs.order[i].priority > bs.order[j].priority })
+	return b
+}
+
+func (bs *bands) push(w *waiter) {
+	b := bs.band(w.item.Priority)
+	f, ok := b.flows[w.item.FlowID]
+	if !ok {
+		f = &flow{id: w.item.FlowID, band: b}
+		b.flows[w.item.FlowID] = f
+	}
+	if len(f.waiters) == 0 {
+		b.ring = append(b.ring, f)
+	}
+	f.waiters = append(f.waiters, w)
+	w.flow = f
+	b.len++
+	b.bytes += w.item.Bytes
+	bs.len++
+	bs.bytes += w.item.Bytes
+}
+
+// head returns the next waiter to dispatch: the highest band with waiters,
+// its current flow in the ring, that flow's oldest waiter.
+func (bs *bands) head() *waiter {
+	for _, b := range bs.order {
+		if len(b.ring) == 0 {
+			continue
+		}
+		if b.next >= len(b.ring) {
+			b.next = 0
+		}
+		return b.ring[b.next].waiters[0]
+	}
+	return nil
+}
+
+// remove takes w out of its flow; the band's ring moves on to the next flow
+// when w was dispatched from the head (advance), so flows take turns.
+func (bs *bands) remove(w *waiter, advance bool) {
+	if w.removed {
+		return
+	}
+	w.removed = true
+	f := w.flow
+	b := f.band
+	for i, x := range f.waiters {
+		if x == w {
+			f.waiters = append(f.waiters[:i], f.waiters[i+1:]...)
+			break
+		}
+	}
+	b.len--
+	b.bytes -= w.item.Bytes
+	bs.len--
+	bs.bytes -= w.item.Bytes
+	idx := -1
+	for i, x := range b.ring {
+		if x == f {
+			idx = i
+			break
+		}
+	}
+	if len(f.waiters) == 0 {
+		b.ring = append(b.ring[:idx], b.ring[idx+1:]...)
+		delete(b.flows, f.id)
+		if idx < b.next {
+			b.next--
+		}
+		return
+	}
+	if advance && idx == b.next {
+		b.next++
+	}
+}
+
+// victim returns the newest waiter of the lowest band below prio that has
+// one and is not being tried, or nil.
+func (bs *bands) victim(prio int) *waiter {
+	for i := len(bs.order) - 1; i >= 0; i-- {
+		b := bs.order[i]
+		if b.priority >= prio {
+			return nil
+		}
+		var newest *waiter
+		for _, f := range b.ring {
+			for j := len(f.waiters) - 1; j >= 0; j-- {
+				w := f.waiters[j]
+				if w.trying {
+					continue
+				}
+				if newest == nil || w.seq > newest.seq {
+					newest = w
+				}
+				break
+			}
+		}
+		if newest != nil {
+			return newest
+		}
+	}
+	return nil
+}

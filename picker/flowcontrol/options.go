@@ -1,0 +1,63 @@
+// Package flowcontrol holds requests the pool cannot serve right now in a
+// bounded, priority-ordered queue instead of rejecting them at once.
+package flowcontrol
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxBandLen = 256
+	DefaultMaxLen     = 1024
+	DefaultMaxBytes   = 64 << 20
+	DefaultMaxWait    = 30 * time.Second
+)
+
+// Options are the bounds of the queue. A zero field takes its default.
+type Options struct {
+	// MaxBandLen bounds the waiters of one priority.
+	MaxBandLen int
+	// MaxLen bounds the waiters of all priorities together.
+	MaxLen int
+	// MaxBytes bounds the request bytes held by all waiters together.
+	MaxBytes int64
+	// MaxWait bounds how long one request waits before it is turned away.
+	MaxWait time.Duration
+}
+
+// Complete fills zero fields with their defaults.
+func (o *Options) Complete() {
+	if o.MaxBandLen == 0 {
+		o.MaxBandLen = DefaultMaxBandLen
+	}
+	if o.MaxLen == 0 {
+		o.MaxLen = DefaultMaxLen
+	}
+	if o.MaxBytes == 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.MaxWait == 0 {
+		o.MaxWait = DefaultMaxWait
+	}
+}
+
+// Validate reports bounds that cannot work.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.MaxBandLen < 0 {
+		errs = append(errs, fmt.Errorf("max band length %d is negative", o.MaxBandLen))
+	}
+	if o.MaxLen < 0 {
+		errs = append(errs, fmt.Errorf("max length %d is negative", o.MaxLen))
+	}
+	if o.MaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("max bytes %d is negative", o.MaxBytes))
+	}
+	if o.MaxWait < 0 {
+		errs = append(errs, fmt.Errorf("max wait %s is negative", o.MaxWait))
+	}
+	return errors.Join(errs...)
+}

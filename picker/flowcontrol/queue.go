@@ -1,0 +1,199 @@
+package flowcontrol
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+)
+
+// Item describes a request to the queue.
+type Item struct {
+	// Priority orders bands: higher first. Negative priorities are shed,
+	// never queued, when the pool is saturated.
+	Priority int
+	// FlowID is the fairness id (x-gateway-inference-fairness-id); flows of
+	// one band take turns.
+	FlowID string
+	// Bytes is the size of the buffered request, counted against MaxBytes.
+	Bytes int64
+	// Model and TargetModel (the model asked for, and the one served after
+	// any rewrite) label the upstream-compatible series; may be empty.
+	Model, TargetModel string
+}
+
+// TryFunc attempts to dispatch a request: pick an endpoint and take its load
+// guard. ok=false means no capacity right now (the request may wait); an
+// error ends the request with that error. It is called without any lock of
+// the queue held, from the caller of Admit or from the dispatcher, and never
+// concurrently for the same request.
+type TryFunc func() (ok bool, err error)
+
+// Queue is the flow-control queue between parsing a request and picking its
+// endpoint. A queued request holds no load guard: the guard is taken inside
+// the successful TryFunc.
+type Queue struct {
+	opts    Options
+	clock   clock.WithTicker
+	metrics *metrics
+
+	waiting atomic.Int64  // waiters queued; 0 lets Admit try without the lock
+	kick    chan struct{} // capacity may have freed; capacity 1
+	stopped chan struct{}
+
+	mu    sync.Mutex
+	bands bands
+	seq   uint64
+	down  bool
+}
+
+// Option configures a Queue.
+type Option func(*Queue)
+
+// WithClock sets the clock used for MaxWait and wait times.
+func WithClock(c clock.WithTicker) Option { return func(q *Queue) { q.clock = c } }
+
+// WithRegisterer registers the queue's metrics; labels series with pool.
+func WithRegisterer(reg prometheus.Registerer, pool string) Option {
+	return func(q *Queue) { q.metrics = newMetrics(reg, pool) }
+}
+
+// New returns a queue with the given bounds; zero bounds take defaults.
+func New(opts Options, o ...Option) (*Queue, error) {
+	opts.Complete()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("flow control options: %w", err)
+	}
+	q := &Queue{
+		opts:    opts,
+		clock:   clock.RealClock{},
+		kick:    make(chan struct{}, 1),
+		stopped: make(chan struct{}),
+		bands:   newBands(),
+	}
+	for _, f := range o {
+		f(q)
+	}
+	if q.metrics == nil {
+		q.metrics = newMetrics(nil, "")
+	}
+	return q, nil
+}
+
+// Admit returns nil once try has succeeded for this request, so the caller
+// owns whatever try took (the load guard). When nothing waits, try runs at
+// once and the request never enters the queue. Otherwise the request waits
+// until a dispatch attempt succeeds, or returns ctx.Err() (the request left
+// the queue at once), ErrTimeout, ErrEvicted, ErrQueueFull, ErrShed,
+// ErrStopped, or the error try returned.
+func (q *Queue) Admit(ctx context.Context, it Item, try TryFunc) error {
+	if q.waiting.Load() == 0 {
+		ok, err := try()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+	}
+	if it.Priority < 0 {
+		q.metrics.done(it, outcomeShed, 0)
+		return ErrShed
+	}
+	start := q.clock.Now()
+	w, err := q.enqueue(it, try)
+	if err != nil {
+		q.metrics.done(it, outcomeOf(err), 0)
+		return err
+	}
+	q.Notify()
+	timer := q.clock.NewTimer(q.opts.MaxWait)
+	defer timer.Stop()
+	var res error
+	select {
+	case res = <-w.done:
+	case <-ctx.Done():
+		res = q.leave(w, ctx.Err())
+	case <-timer.C():
+		res = q.leave(w, ErrTimeout)
+	case <-q.stopped:
+		res = q.leave(w, ErrStopped)
+	}
+	q.metrics.done(it, outcomeOf(res), q.clock.Since(start).Seconds())
+	return res
+}
+
+// Notify tells the queue that capacity may have freed: a load guard was
+// released, a scrape showed room, an endpoint joined. It never blocks.
+func (q *Queue) Notify() {
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Len returns the number of waiting requests.
+func (q *Queue) Len() int { return int(q.waiting.Load()) }
+
+func (q *Queue) enqueue(it Item, try TryFunc) (*waiter, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.down {
+		return nil, ErrStopped
+	}
+	if q.bands.band(it.Priority).len >= q.opts.MaxBandLen {
+		return nil, ErrQueueFull
+	}
+	for q.bands.len+1 > q.opts.MaxLen || q.bands.bytes+it.Bytes > q.opts.MaxBytes {
+		v := q.bands.victim(it.Priority)
+		if v == nil || it.Bytes > q.opts.MaxBytes {
+			return nil, ErrQueueFull
+		}
+		q.removeLocked(v, false)
+		v.done <- ErrEvicted
+	}
+	q.seq++
+	w := &waiter{item: it, try: try, seq: q.seq, done: make(chan error, 1)}
+	q.bands.push(w)
+	q.waiting.Add(1)
+	q.metrics.queued(it, 1)
+	return w, nil
+}
+
+func (q *Queue) removeLocked(w *waiter, advance bool) {
+	if w.removed {
+		return
+	}
+	q.bands.remove(w, advance)
+	q.waiting.Add(-1)
+	q.metrics.queued(w.item, -1)
+	if len(w.flow.waiters) == 0 {
+		q.metrics.forget(w.item)
+	}
+}
+
+// leave takes a waiter out of the queue because its request stopped
+// waiting. If the dispatcher is running its try, leave waits for that
+// outcome: a success wins, since the caller then owns a guard.
+func (q *Queue) leave(w *waiter, reason error) error {
+	q.mu.Lock()
+	if w.trying {
+		w.left = true
+		q.mu.Unlock()
+		if err := <-w.done; err == nil {
+			return nil
+		}
+		return reason
+	}
+	if w.removed {
+		// Dispatched or evicted just before the request left.
+		q.mu.Unlock()
+		return <-w.done
+	}
+	q.removeLocked(w, false)
+	q.mu.Unlock()
+	return reason
+}

@@ -1,0 +1,363 @@
+package flowcontrol
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestAdmitFastPath(t *testing.T) {
+	h := newHarness(t, Options{})
+	h.gate.open(1)
+	if err := h.q.Admit(t.Context(), Item{Priority: -1}, h.gate.try("now")); err != nil {
+		t.Fatalf("Admit: %v", err)
+	}
+	if diff := cmp.Diff([]string{"now"}, h.gate.dispatched()); diff != "" {
+		t.Errorf("dispatched (-want +got):\n%s", diff)
+	}
+	if got := h.q.Len(); got != 0 {
+		t.Errorf("Len = %d, want 0", got)
+	}
+}
+
+func TestAdmitTryError(t *testing.T) {
+	h := newHarness(t, Options{})
+	boom := errors.New("no candidate")
+	err := h.q.Admit(t.Context(), Item{}, func() (bool, error) { return false, boom })
+	if !errors.Is(err, boom) {
+		t.Errorf("Admit = %v, want %v", err, boom)
+	}
+}
+
+func TestDispatchOrder(t *testing.T) {
+	type req struct {
+		name string
+		item Item
+	}
+	cases := map[string]struct {
+		reqs []req
+		want []string
+	}{
+		"higher priority first": {
+			reqs: []req{
+				{"low", Item{Priority: 0}},
+				{"high", Item{Priority: 10}},
+				{"mid", Item{Priority: 5}},
+			},
+			want: []string{"high", "mid", "low"},
+		},
+		"first come first served within a flow": {
+			reqs: []req{
+				{"a1", Item{FlowID: "a"}},
+				{"a2", Item{FlowID: "a"}},
+				{"a3", Item{FlowID: "a"}},
+			},
+			want: []string{"a1", "a2", "a3"},
+		},
+		"flows of a band take turns": {
+			reqs: []req{
+				{"a1", Item{FlowID: "a"}},
+				{"a2", Item{FlowID: "a"}},
+				{"a3", Item{FlowID: "a"}},
+				{"b1", Item{FlowID: "b"}},
+				{"c1", Item{FlowID: "c"}},
+				{"b2", Item{FlowID: "b"}},
+			},
+			want: []string{"a1", "b1", "c1", "a2", "b2", "a3"},
+		},
+		"bands are strict, flows fair inside each": {
+			reqs: []req{
+				{"a1", Item{FlowID: "a"}},
+				{"a2", Item{FlowID: "a"}},
+				{"b1", Item{FlowID: "b"}},
+				{"x1", Item{FlowID: "x", Priority: 1}},
+				{"x2", Item{FlowID: "x", Priority: 1}},
+				{"y1", Item{FlowID: "y", Priority: 1}},
+			},
+			want: []string{"x1", "y1", "x2", "a1", "b1", "a2"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, Options{})
+			for _, r := range tc.reqs {
+				h.admit(t.Context(), r.name, r.item)
+			}
+			h.gate.open(len(tc.reqs))
+			h.q.Notify()
+			for _, r := range tc.reqs {
+				if err := h.result(r.name); err != nil {
+					t.Errorf("%s: Admit = %v", r.name, err)
+				}
+			}
+			if diff := cmp.Diff(tc.want, h.gate.dispatched()); diff != "" {
+				t.Errorf("dispatch order (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDispatchStopsAtNoCapacity(t *testing.T) {
+	h := newHarness(t, Options{})
+	for _, n := range []string{"r1", "r2", "r3"} {
+		h.admit(t.Context(), n, Item{})
+	}
+	h.gate.open(1)
+	h.q.Notify()
+	if err := h.result("r1"); err != nil {
+		t.Fatalf("r1: %v", err)
+	}
+	h.waitLen(2)
+	h.gate.open(2)
+	h.q.Notify()
+	for _, n := range []string{"r2", "r3"} {
+		if err := h.result(n); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+	if diff := cmp.Diff([]string{"r1", "r2", "r3"}, h.gate.dispatched()); diff != "" {
+		t.Errorf("dispatch order (-want +got):\n%s", diff)
+	}
+}
+
+func TestBounds(t *testing.T) {
+	type req struct {
+		name string
+		item Item
+	}
+	cases := map[string]struct {
+		opts     Options
+		queued   []req
+		next     Item
+		wantErr  error
+		evicted  string
+		wantLen  int
+		wantByte float64
+	}{
+		"band length": {
+			opts:     Options{MaxBandLen: 2},
+			queued:   []req{{"a", Item{Bytes: 1}}, {"b", Item{Bytes: 1}}},
+			next:     Item{Bytes: 1},
+			wantErr:  ErrQueueFull,
+			wantLen:  2,
+			wantByte: 2,
+		},
+		"total length, same priority": {
+			opts:     Options{MaxLen: 2},
+			queued:   []req{{"a", Item{Bytes: 1}}, {"b", Item{Bytes: 1, Priority: 1}}},
+			next:     Item{Bytes: 1},
+			wantErr:  ErrQueueFull,
+			wantLen:  2,
+			wantByte: 2,
+		},
+		"total bytes": {
+			opts:     Options{MaxBytes: 100},
+			queued:   []req{{"a", Item{Bytes: 60}}},
+			next:     Item{Bytes: 50},
+			wantErr:  ErrQueueFull,
+			wantLen:  1,
+			wantByte: 60,
+		},
+		"request larger than the byte bound": {
+			opts:     Options{MaxBytes: 100},
+			queued:   []req{{"a", Item{Bytes: 10}}},
+			next:     Item{Bytes: 101, Priority: 9},
+			wantErr:  ErrQueueFull,
+			wantLen:  1,
+			wantByte: 10,
+		},
+		"higher priority evicts the newest of the lowest band": {
+			opts: Options{MaxLen: 3},
+			queued: []req{
+				{"old-low", Item{Bytes: 1}},
+				{"new-low", Item{Bytes: 2, FlowID: "other"}},
+				{"mid", Item{Bytes: 3, Priority: 5}},
+			},
+			next:     Item{Bytes: 4, Priority: 10},
+			evicted:  "new-low",
+			wantLen:  3,
+			wantByte: 8,
+		},
+		"bytes over the bound evict lower waiters": {
+			opts: Options{MaxBytes: 100},
+			queued: []req{
+				{"old-low", Item{Bytes: 40}},
+				{"new-low", Item{Bytes: 40}},
+			},
+			next:     Item{Bytes: 50, Priority: 1},
+			evicted:  "new-low",
+			wantLen:  2,
+			wantByte: 90,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, tc.opts)
+			for _, r := range tc.queued {
+				h.admit(t.Context(), r.name, r.item)
+			}
+			if tc.wantErr != nil {
+				err := h.q.Admit(t.Context(), tc.next, h.gate.try("next"))
+				if !errors.Is(err, tc.wantErr) {
+					t.Errorf("Admit = %v, want %v", err, tc.wantErr)
+				}
+			} else {
+				h.admitAsync(t.Context(), "next", tc.next)
+			}
+			if tc.evicted != "" {
+				if err := h.result(tc.evicted); !errors.Is(err, ErrEvicted) {
+					t.Errorf("%s: Admit = %v, want %v", tc.evicted, err, ErrEvicted)
+				}
+			}
+			h.waitLen(tc.wantLen)
+			if got := h.gaugeSum(t, "inferpick_flowcontrol_queue_bytes"); got != tc.wantByte {
+				t.Errorf("queued bytes = %v, want %v", got, tc.wantByte)
+			}
+			if got := h.gaugeSum(t, "inference_extension_flow_control_queue_size"); got != float64(tc.wantLen) {
+				t.Errorf("upstream queue size = %v, want %v", got, tc.wantLen)
+			}
+		})
+	}
+}
+
+func TestNegativePriorityIsShed(t *testing.T) {
+	h := newHarness(t, Options{})
+	err := h.q.Admit(t.Context(), Item{Priority: -1}, h.gate.try("sheddable"))
+	if !errors.Is(err, ErrShed) {
+		t.Errorf("Admit = %v, want %v", err, ErrShed)
+	}
+	if got := h.samples(t, "inference_extension_flow_control_request_queue_duration_seconds", map[string]string{"outcome": "RejectedCapacity", "priority": "-1"}); got != 1 {
+		t.Errorf("upstream RejectedCapacity observations = %v, want 1", got)
+	}
+	if got := h.q.Len(); got != 0 {
+		t.Errorf("Len = %d, want 0", got)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	h := newHarness(t, Options{MaxWait: time.Second})
+	h.admit(t.Context(), "slow", Item{Bytes: 7})
+	for !h.clock.HasWaiters() { // the waiter arms its MaxWait timer right after queueing
+		runtime.Gosched()
+	}
+	h.clock.Step(999 * time.Millisecond)
+	h.admit(t.Context(), "second", Item{})
+	h.clock.Step(time.Millisecond)
+	if err := h.result("slow"); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Admit = %v, want %v", err, ErrTimeout)
+	}
+	h.waitLen(1)
+	if got := h.gaugeSum(t, "inferpick_flowcontrol_queue_bytes"); got != 0 {
+		t.Errorf("queued bytes = %v, want 0", got)
+	}
+	got := map[string]float64{
+		"timeouts":            h.samples(t, "inferpick_flowcontrol_requests_total", map[string]string{"outcome": "timeout"}),
+		"waits":               h.samples(t, "inferpick_flowcontrol_wait_seconds", map[string]string{"outcome": "timeout"}),
+		"upstream EvictedTTL": h.samples(t, "inference_extension_flow_control_request_queue_duration_seconds", map[string]string{"outcome": "EvictedTTL", "inference_pool": "pool"}),
+	}
+	want := map[string]float64{"timeouts": 1, "waits": 1, "upstream EvictedTTL": 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("recorded outcomes (-want +got):\n%s", diff)
+	}
+}
+
+func TestCancelLeavesAtOnce(t *testing.T) {
+	h := newHarness(t, Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	h.admit(ctx, "gone", Item{Bytes: 5})
+	h.admit(t.Context(), "stays", Item{Bytes: 3})
+	cancel()
+	if err := h.result("gone"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Admit = %v, want %v", err, context.Canceled)
+	}
+	h.waitLen(1)
+	if got := h.gaugeSum(t, "inferpick_flowcontrol_queue_bytes"); got != 3 {
+		t.Errorf("queued bytes = %v, want 3", got)
+	}
+	h.gate.open(1)
+	h.q.Notify()
+	if err := h.result("stays"); err != nil {
+		t.Errorf("stays: %v", err)
+	}
+	if diff := cmp.Diff([]string{"stays"}, h.gate.dispatched()); diff != "" {
+		t.Errorf("dispatched (-want +got):\n%s", diff)
+	}
+}
+
+func TestCancellationStorm(t *testing.T) {
+	h := newHarness(t, Options{MaxLen: 64, MaxBandLen: 32, MaxBytes: 4096})
+	ctx, cancel := context.WithCancel(t.Context())
+	const n = 400
+	for i := range n {
+		it := Item{Priority: i % 4, FlowID: fmt.Sprint(i % 7), Bytes: int64(i % 100)}
+		h.admitAsync(ctx, fmt.Sprint(i), it)
+	}
+	// Every request is either queued or turned away before the cancel;
+	// dispatch attempts run meanwhile and none can succeed.
+	for {
+		h.q.Notify()
+		h.mu.Lock()
+		settled := len(h.errs) + h.q.Len()
+		h.mu.Unlock()
+		if settled == n {
+			break
+		}
+		runtime.Gosched()
+	}
+	if h.q.Len() == 0 {
+		t.Fatal("nothing queued before the cancel")
+	}
+	cancel()
+	h.wg.Wait()
+	for i := range n {
+		err := h.result(fmt.Sprint(i))
+		if err == nil {
+			t.Fatalf("request %d was dispatched with no capacity", i)
+		}
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, ErrQueueFull) && !errors.Is(err, ErrEvicted) {
+			t.Errorf("request %d: Admit = %v", i, err)
+		}
+	}
+	if got := h.q.Len(); got != 0 {
+		t.Errorf("Len = %d, want 0", got)
+	}
+	for _, name := range gaugeNames {
+		if got := h.gaugeSum(t, name); got != 0 {
+			t.Errorf("%s = %v, want 0", name, got)
+		}
+	}
+	if got := h.seriesCount(t, "inference_extension_flow_control_queue_size"); got != 0 {
+		t.Errorf("per-flow series left after every flow emptied: %d", got)
+	}
+}
+
+func TestStopReleasesWaiters(t *testing.T) {
+	h := newHarness(t, Options{})
+	q, err := New(Options{}, WithClock(h.clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	started := make(chan error, 1)
+	go func() { started <- q.Start(ctx) }()
+	res := make(chan error, 1)
+	go func() { res <- q.Admit(t.Context(), Item{}, h.gate.try("w")) }()
+	for q.Len() != 1 {
+		runtime.Gosched()
+	}
+	cancel()
+	if err := <-res; !errors.Is(err, ErrStopped) {
+		t.Errorf("Admit = %v, want %v", err, ErrStopped)
+	}
+	if err := <-started; err != nil {
+		t.Errorf("Start = %v", err)
+	}
+	if got := q.Len(); got != 0 {
+		t.Errorf("Len = %d, want 0", got)
+	}
+}

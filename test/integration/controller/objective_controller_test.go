@@ -1,0 +1,124 @@
+package controller
+
+import (
+	"context"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	inferencev1alpha2 "github.com/inferpick/inferpick/api/v1alpha2"
+	"github.com/inferpick/inferpick/controllers"
+	"github.com/inferpick/inferpick/picker/flowcontrol"
+)
+
+var _ = Describe("Objective controller", func() {
+	var (
+		ns      string
+		poolKey types.NamespacedName
+	)
+
+	BeforeEach(func(ctx SpecContext) {
+		n, err := env.CreateNamespace(ctx, "objective")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(env.DeleteNamespace(ctx, n)).To(Succeed())
+		})
+		ns = n.Name
+		poolKey = types.NamespacedName{Namespace: ns, Name: "pool"}
+	})
+
+	objective := func(name, pool string, prio *int) *inferencev1alpha2.InferenceObjective {
+		return &inferencev1alpha2.InferenceObjective{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: inferencev1alpha2.InferenceObjectiveSpec{
+				Priority: prio,
+				PoolRef:  inferencev1alpha2.PoolObjectReference{Name: inferencev1alpha2.ObjectName(pool)},
+			},
+		}
+	}
+
+	It("tracks the priorities of the served pool's objectives", func(ctx SpecContext) {
+		prios := startObjectives(poolKey)
+
+		By("an objective for the served pool appears with its priority")
+		chat := objective("chat", "pool", ptr.To(10))
+		Expect(env.Client.Create(ctx, chat)).To(Succeed())
+		Eventually(priorityOf(prios, "chat")).Should(Equal(known(10)))
+
+		By("an objective without a priority counts as 0")
+		Expect(env.Client.Create(ctx, objective("plain", "pool", nil))).To(Succeed())
+		Eventually(priorityOf(prios, "plain")).Should(Equal(known(0)))
+
+		By("an objective for another pool is ignored")
+		Expect(env.Client.Create(ctx, objective("elsewhere", "other-pool", ptr.To(5)))).To(Succeed())
+		// The objective created after it is seen, so the ignored one was reconciled too.
+		Expect(env.Client.Create(ctx, objective("marker", "pool", ptr.To(1)))).To(Succeed())
+		Eventually(priorityOf(prios, "marker")).Should(Equal(known(1)))
+		Consistently(priorityOf(prios, "elsewhere")).Should(Equal(lookup{}))
+
+		By("a priority update is reflected")
+		chat.Spec.Priority = ptr.To(-3)
+		Expect(env.Client.Update(ctx, chat)).To(Succeed())
+		Eventually(priorityOf(prios, "chat")).Should(Equal(known(-3)))
+
+		By("pointing the objective at another pool removes it")
+		chat.Spec.PoolRef.Name = "other-pool"
+		Expect(env.Client.Update(ctx, chat)).To(Succeed())
+		Eventually(priorityOf(prios, "chat")).Should(Equal(lookup{}))
+
+		By("a deleted objective is forgotten")
+		Expect(env.Client.Delete(ctx, objective("plain", "pool", nil))).To(Succeed())
+		Eventually(priorityOf(prios, "plain")).Should(Equal(lookup{}))
+		Expect(priorityOf(prios, "marker")()).To(Equal(known(1)))
+	})
+})
+
+type lookup struct {
+	Priority int
+	Known    bool
+}
+
+func known(p int) lookup { return lookup{Priority: p, Known: true} }
+
+func priorityOf(p *flowcontrol.Priorities, name string) func() lookup {
+	return func() lookup {
+		v, ok := p.Priority(name)
+		return lookup{v, ok}
+	}
+}
+
+// startObjectives runs a manager with only the objective controller.
+func startObjectives(pool types.NamespacedName) *flowcontrol.Priorities {
+	GinkgoHelper()
+	scheme, err := controllers.NewScheme()
+	Expect(err).NotTo(HaveOccurred())
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  controllers.CacheOptions(pool),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	prios := flowcontrol.NewPriorities()
+	Expect(controllers.SetupObjectivesWithManager(mgr, controllers.PoolReconcilerOptions{Pool: pool}, prios)).To(Succeed())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+	DeferCleanup(func() {
+		cancel()
+		Eventually(done).Should(BeClosed())
+	})
+	return prios
+}
