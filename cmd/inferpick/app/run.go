@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/inferpick/inferpick/controllers"
 	"github.com/inferpick/inferpick/picker/epmetrics"
 	"github.com/inferpick/inferpick/picker/extproc"
 	"github.com/inferpick/inferpick/picker/flowcontrol"
@@ -84,6 +85,17 @@ func Run(ctx context.Context, o *Options) error {
 	mgr, err := newManager(o, p)
 	if err != nil {
 		return err
+	}
+	if o.selector == nil {
+		if err := controllers.CheckCRD(mgr.GetConfig()); err != nil {
+			if errors.Is(err, controllers.ErrCRDMissing) {
+				log.Error(err, "Cannot serve an InferencePool")
+				if rerr := controllers.RecordOnSelf(ctx, mgr.GetClient(), selfPod(), controllers.ReasonCRDMissing, err.Error()); rerr != nil {
+					log.Error(rerr, "Recording the Event")
+				}
+			}
+			return err
+		}
 	}
 	if o.LeaderElection {
 		ch := mgr.Elected()
