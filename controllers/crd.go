@@ -15,8 +15,8 @@ import (
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
 )
 
-// ReasonCRDMissing, on the picker's own Pod: the InferencePool CRD is not
-// installed.
+// ReasonCRDMissing is the reason of the Event on the picker's own Pod when
+// the InferencePool CRD is not installed.
 const ReasonCRDMissing = "InferencePoolCRDMissing"
 
 // ErrCRDMissing explains what to do when the InferencePool CRD is not
@@ -45,8 +45,8 @@ func CheckServed(cfg *rest.Config, gv schema.GroupVersion, resource string) erro
 	case err != nil:
 		return fmt.Errorf("discover %s: %w", gv, err)
 	}
-	for _, r := range list.APIResources {
-		if r.Name == resource {
+	for i := range list.APIResources {
+		if list.APIResources[i].Name == resource {
 			return nil
 		}
 	}
