@@ -2,7 +2,6 @@ package extproc
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -10,7 +9,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.opentelemetry.io/otel/attribute"
-	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inferpick/inferpick/picker/epmetrics"
@@ -42,12 +40,16 @@ type exchange struct {
 	picked    []*registry.Worker // primary, then fallbacks; owned by this exchange
 	dest      string
 	guard     *registry.Guard
-	arrived   time.Time
-	routedAt  time.Time
-	span      trace.Span        // the request's span when tracing is on
-	spanCtx   context.Context   // carries span
-	series    *epmetrics.Series // the upstream series of the request's model
-	running   bool              // counted in the model's running requests
+	pickTook  time.Duration // the successful pick's duration
+
+	priority   int    // from the request's InferenceObjective
+	fairnessID string // the request's flow within its priority
+	arrived    time.Time
+	routedAt   time.Time
+	span       trace.Span        // the request's span when tracing is on
+	spanCtx    context.Context   // carries span
+	series     *epmetrics.Series // the upstream series of the request's model
+	running    bool              // counted in the model's running requests
 
 	// response side
 	respBytes    int
@@ -81,6 +83,9 @@ func (x *exchange) finish() {
 func (x *exchange) release(reason string) {
 	if _, ok := x.guard.Release(); ok {
 		x.s.metrics.releases.WithLabelValues(reason).Inc()
+		if q := x.s.opts.Queue; q != nil {
+			q.Notify() // capacity may have freed for a waiting request
+		}
 	}
 	if x.running && reason != reasonFallback {
 		x.running = false
@@ -137,6 +142,10 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 			}
 		case RequestIDHeader:
 			x.requestID = headerValue(hv)
+		case ObjectiveHeader:
+			x.readPriority(headerValue(hv))
+		case FairnessHeader:
+			x.fairnessID = headerValue(hv)
 		}
 	}
 	if x.requestID == "" {
@@ -176,7 +185,6 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 func (x *exchange) route() (bool, error) {
 	x.state = awaitingResponse
 	hasBody := len(x.body) > 0
-	start := x.s.opts.Now()
 	x.pick = policy.Request{}
 	// Bodies of paths other than the OpenAI inference endpoints (tokenize,
 	// score, audio uploads, ...) are not ours to judge: they are routed by
@@ -188,53 +196,22 @@ func (x *exchange) route() (bool, error) {
 		x.pick = policy.Request{Model: x.parsed.Model, CacheSalt: string(x.parsed.CacheSalt), Prompt: x.parsed.Prompt}
 		x.series = x.s.upstream.Model(x.parsed.Model)
 	}
-	// The registry's snapshot is immutable and the policy copies what it
-	// keeps, so candidates are only copied when the subset hint narrows them.
-	candidates := x.s.reg.Workers()
-	if x.subset.present {
-		x.allowed = x.subset.appendAllowed(x.allowed[:0], candidates)
-		candidates = x.allowed
-	}
-	if len(candidates) == 0 {
-		if x.subset.present {
-			return x.reject(503, "no endpoint of the pool is in the gateway's subset")
-		}
-		return x.reject(503, "the pool has no ready endpoint")
-	}
-	var pickSpan trace.Span
-	if x.span != nil {
-		_, pickSpan = x.s.opts.Tracer.Start(x.spanCtx, spanPick, trace.WithTimestamp(start),
-			trace.WithAttributes(attribute.String("gen_ai.request.model", x.pick.Model), attribute.Int("inferpick.candidates", len(candidates))))
-	}
-	picked, err := x.s.picker.Pick(&x.pick, candidates, 1+x.s.opts.Fallbacks)
-	if pickSpan != nil {
-		if len(picked) > 0 {
-			pickSpan.SetAttributes(attribute.String("inferpick.endpoint", picked[0].Address()))
-		}
-		if err != nil {
-			pickSpan.SetStatus(otelcodes.Error, err.Error())
-		}
-		pickSpan.End()
-	}
-	if err != nil || len(picked) == 0 {
+	if err := x.admit(); err != nil {
 		x.s.upstream.ScheduleFailed(x.pick.Model)
+		status, reason, ok := refusal(err)
+		if !ok {
+			return false, err // the gateway cancelled the stream while the request waited
+		}
+		return x.reject(status, reason)
 	}
-	switch {
-	case errors.Is(err, policy.ErrSaturated):
-		return x.reject(429, "every endpoint of the pool is saturated")
-	case err != nil || len(picked) == 0:
-		return x.reject(503, "no endpoint could be picked")
-	}
-	x.picked = picked
-	x.guard = x.picked[0].Admit()
 	x.routedAt = x.s.opts.Now()
-	took := x.routedAt.Sub(start)
+	took := x.pickTook
 	x.s.metrics.pick.Observe(took.Seconds())
 	x.s.metrics.request(200)
 	ep := x.picked[0].Endpoint()
 	x.s.upstream.Scheduled(took, x.pick.Model, ep.Name, ep.Namespace, ep.Key.Port)
 	if x.series != nil {
-		x.series.Routed(0, len(x.body))
+		x.series.Routed(x.priority, len(x.body))
 		x.running = true
 	}
 

@@ -24,7 +24,9 @@ type serverMetrics struct {
 	violations *prometheus.CounterVec
 	buffered   prometheus.GaugeFunc
 	budget     prometheus.Gauge
-	codes      map[int]prometheus.Counter
+
+	unknownObjectives prometheus.Counter
+	codes             map[int]prometheus.Counter
 }
 
 func newServerMetrics(reg prometheus.Registerer, budget *bodyBudget) *serverMetrics {
@@ -59,6 +61,10 @@ func newServerMetrics(reg prometheus.Registerer, budget *bodyBudget) *serverMetr
 			Name: "inferpick_request_body_budget_bytes",
 			Help: "The budget for request bodies buffered across all streams (--max-buffered-body-bytes).",
 		}),
+		unknownObjectives: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "inferpick_unknown_objectives_total",
+			Help: "Requests naming an InferenceObjective the picker does not know; they get priority 0.",
+		}),
 		codes: map[int]prometheus.Counter{},
 	}
 	m.budget.Set(float64(budget.limit))
@@ -69,7 +75,7 @@ func newServerMetrics(reg prometheus.Registerer, budget *bodyBudget) *serverMetr
 		m.releases.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.pick, m.releases, m.ttft, m.violations, m.buffered, m.budget)
+		reg.MustRegister(m.requests, m.pick, m.releases, m.ttft, m.violations, m.buffered, m.budget, m.unknownObjectives)
 	}
 	return m
 }

@@ -28,9 +28,10 @@ const (
 	maxChunk = 62000
 )
 
-// ownedHeaders are request headers only the picker may set. A client that
-// sends them has them removed (or overwritten, for the destination).
-var ownedHeaders = []string{ServedHeader, SubsetKey}
+// ownedHeaders are request headers removed before the request goes
+// upstream: those only the picker may set (the destination is overwritten),
+// and the objective and fairness headers the picker consumes.
+var ownedHeaders = []string{ServedHeader, SubsetKey, ObjectiveHeader, FairnessHeader}
 
 // headerValue returns a header's value, preferring raw_value as Envoy sends it.
 func headerValue(h *corev3.HeaderValue) string {

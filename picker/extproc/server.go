@@ -42,6 +42,12 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Log receives one line per rejected request and per recovered panic.
 	Log logr.Logger
+	// Queue, when set, holds requests that find the pool saturated until
+	// capacity frees, instead of answering 429 at once.
+	Queue Admitter
+	// Priorities maps the x-gateway-inference-objective header to a
+	// priority for the queue; unknown objectives get 0.
+	Priorities Priorities
 	// IgnoreSubsetHint makes every endpoint of the pool a candidate,
 	// whatever subset the gateway's metadata names.
 	IgnoreSubsetHint bool

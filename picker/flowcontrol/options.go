@@ -18,6 +18,9 @@ const (
 
 // Options are the bounds of the queue. A zero field takes its default.
 type Options struct {
+	// Enabled puts the queue in the request path (the picker's
+	// --flow-control); the bounds below apply only then.
+	Enabled bool
 	// MaxBandLen bounds the waiters of one priority.
 	MaxBandLen int
 	// MaxLen bounds the waiters of all priorities together.

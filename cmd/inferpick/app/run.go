@@ -138,6 +138,17 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
+	priorities := flowcontrol.NewPriorities()
+	var queue *flowcontrol.Queue
+	var runnables []manager.Runnable
+	if o.FlowControl.Enabled {
+		queue, err = flowcontrol.New(o.FlowControl, flowcontrol.WithRegisterer(promReg, poolLabel(o)))
+		if err != nil {
+			return nil, err
+		}
+		reg.AddListener(queueNotifier{queue})
+		runnables = append(runnables, replicaRunnable{queue}, &notifyTicker{q: queue, every: o.RefreshMetricsInterval})
+	}
 	srv := extproc.New(reg, pol, extproc.Options{
 		Fallbacks:            o.Fallbacks,
 		MaxBodyBytes:         o.MaxBodyBytes,
@@ -146,6 +157,8 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		Log:                  log.WithName("extproc"),
 		Tracer:               tracer,
 		IgnoreSubsetHint:     o.DisableSubsetFilter,
+		Priorities:           priorities,
+		Queue:                admitterOf(queue),
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
 	var indexSize func() (int, bool)
@@ -156,15 +169,10 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 			return st.Blocks, ok
 		}
 	}
-	poolName := o.PoolName
-	if len(o.static) > 0 {
-		poolName = "static"
-	}
-	promReg.MustRegister(epmetrics.NewPoolCollector(poolName, reg, indexSize))
+	promReg.MustRegister(epmetrics.NewPoolCollector(poolLabel(o), reg, indexSize))
 	srv.RecordBuildInfo(buildInfo())
 
 	grpcOpts := extProcOptions(o)
-	var runnables []manager.Runnable
 	if o.SecureServing {
 		cfg, watcher, err := serverTLS(o.CertPath)
 		if err != nil {
@@ -197,7 +205,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		&grpcServer{name: "ext_proc", srv: extSrv, addr: hostPort(o.BindAddress, o.GRPCPort), drain: o.DrainTimeout, onDrain: hc.Drain},
 		&grpcServer{name: "health", srv: healthSrv, addr: hostPort(o.BindAddress, o.GRPCHealthPort), drain: time.Second},
 	)
-	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg, priorities: flowcontrol.NewPriorities()}, nil
+	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg, priorities: priorities}, nil
 }
 
 type healthRunnable struct{ c *health.Checker }
@@ -289,3 +297,56 @@ func (h *httpServer) Start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// poolLabel names the served pool in metric labels: "static" with
+// --static-endpoints.
+func poolLabel(o *Options) string {
+	if len(o.static) > 0 {
+		return "static"
+	}
+	return o.PoolName
+}
+
+// admitterOf keeps a nil queue a nil interface.
+func admitterOf(q *flowcontrol.Queue) extproc.Admitter {
+	if q == nil {
+		return nil
+	}
+	return q
+}
+
+// queueNotifier tells the queue an endpoint joined: capacity may have freed.
+type queueNotifier struct{ q *flowcontrol.Queue }
+
+func (n queueNotifier) WorkerAdded(*registry.Worker)   { n.q.Notify() }
+func (n queueNotifier) WorkerRemoved(*registry.Worker) {}
+
+// notifyTicker wakes the queue every scrape interval, so that a scrape that
+// shows room dispatches waiting requests.
+type notifyTicker struct {
+	q     *flowcontrol.Queue
+	every time.Duration
+}
+
+func (n *notifyTicker) Start(ctx context.Context) error {
+	t := time.NewTicker(n.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			n.q.Notify()
+		}
+	}
+}
+
+func (n *notifyTicker) NeedLeaderElection() bool { return false }
+
+// replicaRunnable runs on every replica, leader or not.
+type replicaRunnable struct {
+	r interface{ Start(context.Context) error }
+}
+
+func (r replicaRunnable) Start(ctx context.Context) error { return r.r.Start(ctx) }
+func (replicaRunnable) NeedLeaderElection() bool          { return false }

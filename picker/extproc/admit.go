@@ -1,0 +1,138 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/inferpick/inferpick/picker/flowcontrol"
+	"github.com/inferpick/inferpick/picker/policy"
+)
+
+// Request headers of the upstream endpoint-picker protocol that select the
+// request's priority and fairness flow. Both are removed before the request
+// goes upstream.
+const (
+	ObjectiveHeader = "x-gateway-inference-objective"
+	FairnessHeader  = "x-gateway-inference-fairness-id"
+)
+
+// Admitter queues requests while the pool is saturated (flowcontrol.Queue).
+type Admitter interface {
+	Admit(ctx context.Context, it flowcontrol.Item, try flowcontrol.TryFunc) error
+	Notify()
+}
+
+// Priorities maps an InferenceObjective name to its priority.
+type Priorities interface {
+	Priority(name string) (int, bool)
+}
+
+var (
+	_ Admitter   = (*flowcontrol.Queue)(nil)
+	_ Priorities = (*flowcontrol.Priorities)(nil)
+)
+
+// Reasons a request could not be admitted.
+var (
+	errSaturated    = errors.New("every endpoint of the pool is saturated")
+	errNoPick       = errors.New("no endpoint could be picked")
+	errNoEndpoints  = errors.New("the pool has no ready endpoint")
+	errEmptySubset  = errors.New("no endpoint of the pool is in the gateway's subset")
+	errNotAdmitted  = []error{flowcontrol.ErrQueueFull, flowcontrol.ErrTimeout, flowcontrol.ErrEvicted, flowcontrol.ErrShed, flowcontrol.ErrStopped}
+	errStatusByKind = map[error]int{errSaturated: 429, errNoPick: 503, errNoEndpoints: 503, errEmptySubset: 503}
+)
+
+// admit picks the request's endpoints and takes the load guard on the
+// primary, through the flow-control queue when there is one: a request
+// that finds the pool saturated then waits, holding no guard, until
+// capacity frees.
+func (x *exchange) admit() error {
+	if x.s.opts.Queue == nil {
+		ok, err := x.tryPick()
+		if err == nil && !ok {
+			err = errSaturated
+		}
+		return err
+	}
+	it := flowcontrol.Item{Priority: x.priority, FlowID: x.fairnessID, Bytes: int64(len(x.body)), Model: x.pick.Model, TargetModel: x.pick.Model}
+	return x.s.opts.Queue.Admit(x.stream.Context(), it, x.tryPick)
+}
+
+// tryPick runs the policy over the current candidates. It reports false when
+// every candidate is saturated; on success x.picked and x.guard are set.
+func (x *exchange) tryPick() (bool, error) {
+	start := x.s.opts.Now()
+	// The registry's snapshot is immutable and the policy copies what it
+	// keeps, so candidates are only copied when the subset hint narrows them.
+	candidates := x.s.reg.Workers()
+	if x.subset.present {
+		x.allowed = x.subset.appendAllowed(x.allowed[:0], candidates)
+		candidates = x.allowed
+	}
+	if len(candidates) == 0 {
+		if x.subset.present {
+			return false, errEmptySubset
+		}
+		return false, errNoEndpoints
+	}
+	var span trace.Span
+	if x.span != nil {
+		_, span = x.s.opts.Tracer.Start(x.spanCtx, spanPick, trace.WithTimestamp(start),
+			trace.WithAttributes(attribute.String("gen_ai.request.model", x.pick.Model), attribute.Int("inferpick.candidates", len(candidates))))
+	}
+	picked, err := x.s.picker.Pick(&x.pick, candidates, 1+x.s.opts.Fallbacks)
+	if span != nil {
+		if len(picked) > 0 {
+			span.SetAttributes(attribute.String("inferpick.endpoint", picked[0].Address()))
+		}
+		if err != nil {
+			span.SetStatus(otelcodes.Error, err.Error())
+		}
+		span.End()
+	}
+	switch {
+	case errors.Is(err, policy.ErrSaturated):
+		return false, nil
+	case err != nil || len(picked) == 0:
+		return false, errNoPick
+	}
+	x.picked = picked
+	x.guard = picked[0].Admit()
+	x.pickTook = x.s.opts.Now().Sub(start)
+	return true, nil
+}
+
+// refusal is the local reply to a request admit refused, or ok false when
+// the stream itself ended (the client went away while the request waited).
+func refusal(err error) (status int, reason string, ok bool) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return 0, "", false
+	}
+	for _, e := range errNotAdmitted {
+		if errors.Is(err, e) {
+			return 429, "the pool is saturated: " + err.Error(), true
+		}
+	}
+	if s, found := errStatusByKind[err]; found {
+		return s, err.Error(), true
+	}
+	return 503, err.Error(), true
+}
+
+// readPriority sets the request's priority from its objective header.
+func (x *exchange) readPriority(objective string) {
+	x.priority = 0
+	if objective == "" || x.s.opts.Priorities == nil {
+		return
+	}
+	p, ok := x.s.opts.Priorities.Priority(objective)
+	if !ok {
+		x.s.metrics.unknownObjectives.Inc()
+		return
+	}
+	x.priority = p
+}

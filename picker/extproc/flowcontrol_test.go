@@ -1,0 +1,147 @@
+package extproc
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inferpick/inferpick/picker/flowcontrol"
+	"github.com/inferpick/inferpick/picker/policy"
+)
+
+// queueEnv serves ext_proc over one worker that takes one request at a time
+// (maxInFlight 1, the real cache-aware policy), with the flow-control queue.
+func queueEnv(t *testing.T, opts flowcontrol.Options) (*env, *flowcontrol.Queue, *prometheus.Registry) {
+	t.Helper()
+	qreg := prometheus.NewRegistry()
+	q, err := flowcontrol.New(opts, flowcontrol.WithRegisterer(qreg, "pool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = q.Start(t.Context()) }()
+	prios := flowcontrol.NewPriorities()
+	prios.Set("interactive", 10)
+	prios.Set("batch", -1)
+	e := newEnv(t, []string{"127.0.0.1:8000"}, func(o *Options) {
+		o.Queue, o.Priorities = q, prios
+	})
+	pol, err := policy.Build(policy.Config{MaxInFlight: 1}, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.picker = pol
+	return e, q, qreg
+}
+
+func (s *session) sendRequest(objective string) {
+	body := chatBody("m", "hello")
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil, ObjectiveHeader, objective)
+	s.requestBody(body, true)
+}
+
+func TestSaturatedRequestWaitsAndIsDispatchedWhenCapacityFrees(t *testing.T) {
+	e, q, _ := queueEnv(t, flowcontrol.Options{})
+	first := e.open()
+	first.sendRequest("interactive")
+	first.routed(true)
+
+	second := e.open()
+	second.sendRequest("interactive")
+	eventually(t, "the second request queued", func() bool { return q.Len() == 1 })
+	if p, _ := e.worker("127.0.0.1:8000").Load(); p != 1 {
+		t.Fatalf("load %d while one request waits, want 1: a queued request holds no guard", p)
+	}
+
+	first.responseHeaders(200, "application/json", true, "")
+	first.recv()
+	r := second.routed(true)
+	if r.dest != "127.0.0.1:8000" {
+		t.Errorf("the waiting request was routed to %q", r.dest)
+	}
+	if _, ok := r.set[ObjectiveHeader]; ok {
+		t.Error("the objective header was set on the request, want it removed")
+	}
+}
+
+func TestNegativePriorityIsShedUnderSaturation(t *testing.T) {
+	e, q, _ := queueEnv(t, flowcontrol.Options{})
+	first := e.open()
+	first.sendRequest("interactive")
+	first.routed(true)
+
+	batch := e.open()
+	batch.sendRequest("batch")
+	code, msg := batch.immediateReply()
+	if code != 429 || !strings.Contains(msg, "shed") {
+		t.Errorf("batch request under saturation: %d %s, want 429 shed", code, msg)
+	}
+	if q.Len() != 0 {
+		t.Errorf("%d queued, want the shed request not queued", q.Len())
+	}
+}
+
+func TestUnknownObjectiveGetsPriorityZero(t *testing.T) {
+	e, _, _ := queueEnv(t, flowcontrol.Options{})
+	s := e.open()
+	s.sendRequest("no-such-objective")
+	s.routed(true)
+	if n := testutil.ToFloat64(e.server.metrics.unknownObjectives); n != 1 {
+		t.Errorf("unknown objectives counted %v, want 1", n)
+	}
+}
+
+func TestQueueTimeoutAnswers429(t *testing.T) {
+	e, _, _ := queueEnv(t, flowcontrol.Options{MaxWait: 50 * time.Millisecond})
+	first := e.open()
+	first.sendRequest("interactive")
+	first.routed(true)
+
+	second := e.open()
+	second.sendRequest("interactive")
+	code, msg := second.immediateReply()
+	if code != 429 || !strings.Contains(msg, "timed out") {
+		t.Errorf("waited past max wait: %d %s, want 429", code, msg)
+	}
+}
+
+// Clients that go away while queued leave the queue at once: every queue
+// gauge and every load ends at zero.
+func TestCancellationStormIntoAFullQueue(t *testing.T) {
+	e, q, qreg := queueEnv(t, flowcontrol.Options{MaxLen: 64, MaxBandLen: 64})
+	holder := e.open()
+	holder.sendRequest("interactive")
+	holder.routed(true)
+
+	const waiters = 200
+	sessions := make([]*session, waiters)
+	for i := range sessions {
+		sessions[i] = e.open()
+		sessions[i].sendRequest("interactive")
+	}
+	eventually(t, "the queue full", func() bool { return q.Len() == 64 })
+	var wg sync.WaitGroup
+	for _, s := range sessions {
+		wg.Go(s.cancel)
+	}
+	wg.Wait()
+	holder.cancel()
+	eventually(t, "queue empty and load released", func() bool {
+		p, d := e.worker("127.0.0.1:8000").Load()
+		return q.Len() == 0 && p == 0 && d == 0
+	})
+	families, err := qreg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if g := m.GetGauge(); g != nil && g.GetValue() != 0 {
+				t.Errorf("%s %v = %v after the storm, want 0", f.GetName(), m.GetLabel(), g.GetValue())
+			}
+		}
+	}
+}
