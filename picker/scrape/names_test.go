@@ -127,6 +127,7 @@ func TestNewSchemaRejects(t *testing.T) {
 		"bad label name":  {names: Names{KVUsage: []Series{{Name: "m", Labels: []LabelMatch{{"a:b", "x"}}}}}, wantErr: "invalid label name"},
 		"too many series": {names: Names{LoRA: many}, wantErr: "more than 32 series"},
 		"cache info":      {names: Names{CacheInfo: []CacheInfo{{}}}, wantErr: "cache info series"},
+		"nothing to read": {names: Names{}, wantErr: "no series"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

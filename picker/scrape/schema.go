@@ -59,8 +59,8 @@ var defaultSchema = func() *Schema {
 }()
 
 // NewSchema compiles n. It fails on a series without a valid name, with
-// an invalid label name or more than 8 matchers, and when n lists more
-// than 32 series in all.
+// an invalid label name or more than 8 matchers, and when n lists no
+// series or more than 32 in all.
 func NewSchema(n Names) (*Schema, error) {
 	s := &Schema{byName: map[string][]target{}}
 	var errs []error
@@ -98,6 +98,9 @@ func NewSchema(n Names) (*Schema, error) {
 			t.numBlocksLabel = defaultNumBlocksLabel
 		}
 		add(fieldCacheInfo, ci.Series, t)
+	}
+	if len(errs) == 0 && len(s.byName) == 0 {
+		errs = append(errs, errors.New("no series to read"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
