@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/scrape"
 )
 
 const upstreamConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
@@ -119,12 +120,23 @@ func TestUpstreamFlags(t *testing.T) {
 		"http scheme":                          {args: []string{"--model-server-metrics-scheme", "http"}},
 		"https scheme":                         {args: []string{"--model-server-metrics-scheme", "https"}, warned: []string{"--model-server-metrics-scheme"}},
 		"insecure skip verify":                 {args: []string{"--model-server-metrics-https-insecure-skip-verify=true"}, warned: []string{"--model-server-metrics-https-insecure-skip-verify"}},
-		"subset filter off":                    {args: []string{"--disable-endpoint-subset-filter"}, got: func(o *Options) any { return o.DisableSubsetFilter }, want: true},
-		"subset filter kept":                   {args: []string{"--disable-endpoint-subset-filter=false"}, got: func(o *Options) any { return o.DisableSubsetFilter }, want: false},
-		"endpoint scores":                      {args: []string{"--emit-endpoint-scores"}, warned: []string{"--emit-endpoint-scores"}},
-		"stream metrics on":                    {args: []string{"--enable-grpc-stream-metrics"}},
-		"stream metrics off":                   {args: []string{"--enable-grpc-stream-metrics=false"}, warned: []string{"--enable-grpc-stream-metrics"}},
-		"experimental":                         {args: []string{"--allow-experimental-plugins"}, warned: []string{"--allow-experimental-plugins"}},
+		"triton metric flags are real, not warned about": {
+			args: []string{"--total-queued-requests-metric", "nv_trt_llm_request_metrics{request_type=waiting}", "--lora-info-metric", ""},
+			got:  func(o *Options) any { return []any{o.ModelServer.names.Waiting, o.ModelServer.names.LoRA} },
+			want: []any{[]scrape.Series{{Name: "nv_trt_llm_request_metrics", Labels: []scrape.LabelMatch{{Name: "request_type", Value: "waiting"}}}}, []scrape.Series(nil)},
+		},
+		"sglang cache info flag, quoted as charts render it": {
+			args: []string{`--cache-info-metric="sglang:cache_config_info"`},
+			got:  func(o *Options) any { return o.ModelServer.names.CacheInfo },
+			want: []scrape.CacheInfo{{Series: scrape.Series{Name: "sglang:cache_config_info"}, BlockSizeLabel: "page_size", NumBlocksLabel: "num_pages"}},
+		},
+		"bad metric spec":    {args: []string{"--total-running-requests-metric", "m{a!=b}"}, wantErr: "--total-running-requests-metric"},
+		"subset filter off":  {args: []string{"--disable-endpoint-subset-filter"}, got: func(o *Options) any { return o.DisableSubsetFilter }, want: true},
+		"subset filter kept": {args: []string{"--disable-endpoint-subset-filter=false"}, got: func(o *Options) any { return o.DisableSubsetFilter }, want: false},
+		"endpoint scores":    {args: []string{"--emit-endpoint-scores"}, warned: []string{"--emit-endpoint-scores"}},
+		"stream metrics on":  {args: []string{"--enable-grpc-stream-metrics"}},
+		"stream metrics off": {args: []string{"--enable-grpc-stream-metrics=false"}, warned: []string{"--enable-grpc-stream-metrics"}},
+		"experimental":       {args: []string{"--allow-experimental-plugins"}, warned: []string{"--allow-experimental-plugins"}},
 		"metrics mTLS": {
 			args:   []string{"--metrics-client-ca-file", "/ca.pem", "--metrics-cert-dir", "/certs"},
 			warned: []string{"--metrics-cert-dir", "--metrics-client-ca-file"},
