@@ -38,6 +38,31 @@ func BenchmarkParse(b *testing.B) {
 	reportCPU(b, start)
 }
 
+// BenchmarkParsePresets parses each server's page with its preset.
+func BenchmarkParsePresets(b *testing.B) {
+	for name, tc := range map[string]struct{ kind, page string }{
+		"vllm":         {VLLM, pageWith(4, 12, 0.37)},
+		"sglang":       {SGLang, sglangCachePage},
+		"trtllm-serve": {TRTLLM, trtllmServePage},
+		"triton":       {TRTLLM, tritonPage},
+	} {
+		b.Run(name, func(b *testing.B) {
+			s, err := NewSchema(mustPreset(b, tc.kind))
+			if err != nil {
+				b.Fatal(err)
+			}
+			page := []byte(tc.page)
+			b.SetBytes(int64(len(page)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Parse(page); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // reportCPU reports the process CPU time per iteration since start: on a
 // shared machine it is steadier than the wall-clock ns/op.
 func reportCPU(b *testing.B, start time.Duration) {

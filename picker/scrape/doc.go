@@ -15,8 +15,12 @@
 //	reg.AddListener(s) // announces the workers already there
 //	mgr.Add(s)         // Start polls until the manager stops
 //
-// Parse reads the text exposition format for the handful of vLLM and SGLang
-// series the picker uses (see Report) and skips everything else cheaply,
-// allocating nothing but LoRA adapter names. vLLM's LoRA adapter state,
-// which registry.Metrics does not carry, is available from Scraper.Status.
+// Parse reads the text exposition format for the handful of series the
+// picker uses (see Report) and skips everything else cheaply, allocating
+// nothing but LoRA adapter names. Which series those are is a Names value
+// (WithNames): by default vLLM's and SGLang's; Preset has them for vLLM,
+// SGLang and TensorRT-LLM (trtllm-serve and Triton's backend), and
+// ParseSeries reads the upstream endpoint picker's metric flags. vLLM's
+// LoRA adapter state, which registry.Metrics does not carry, is available
+// from Scraper.Status.
 package scrape

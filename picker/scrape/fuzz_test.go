@@ -33,54 +33,87 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		got, err := Parse(body)
-		if err != nil && !errors.Is(err, ErrNoMetrics) {
-			t.Fatalf("Parse() error = %v, want nil or ErrNoMetrics", err)
-		}
-		if got.Waiting < 0 || got.Running < 0 || got.Waiting > maxCount || got.Running > maxCount {
-			t.Fatalf("counts out of range: %+v", got)
-		}
-		if !(got.KVUsage >= 0 && got.KVUsage <= 1) {
-			t.Fatalf("KVUsage %v out of [0,1]", got.KVUsage)
-		}
-		if got.BlockSize < 0 || got.NumGPUBlocks < 0 || got.Malformed < 0 {
-			t.Fatalf("negative field: %+v", got)
-		}
-
-		p := expfmt.NewTextParser(model.UTF8Validation)
-		families, perr := p.TextToMetricFamilies(bytes.NewReader(body))
-		if perr != nil {
-			return
-		}
-		want, checkable := reportFromFamilies(families)
-		if !checkable {
-			return
-		}
-		if got.Malformed != 0 {
-			t.Errorf("Parse() skipped %d lines the reference parser accepts", got.Malformed)
-		}
-		got.Malformed = 0
-		if (err == nil) != (want != nil) {
-			t.Fatalf("Parse() error = %v, reference found metrics: %v", err, want != nil)
-		}
-		if want == nil {
-			return
-		}
-		if diff := cmp.Diff(*want, got); diff != "" {
-			t.Errorf("Parse() disagrees with the reference parser (-want +got):\n%s", diff)
-		}
+		checkParse(t, defaultSchema, body)
 	})
+}
+
+// FuzzParseSchema checks every preset's schema as FuzzParse checks the
+// default one; the first byte picks the preset.
+func FuzzParseSchema(f *testing.F) {
+	for i, page := range []string{vllmV0Page, sglangPage, trtllmServePage, tritonPage,
+		"trtllm_num_requests_waiting{engine_type=\"trtllm\"} 3\nnv_trt_llm_request_metrics{request_type=waiting} 1\n",
+		"nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"fraction\",kv_cache_block_type=\"max\"} 1\n",
+		"{\"nv_trt_llm_request_metrics\",request_type=\"sched\\\"uled\"} 2\n",
+		"sglang:cache_config_info{page_size=\"1\",num_pages=\"9\"} 1\n",
+	} {
+		f.Add(uint8(i), []byte(page))
+	}
+	schemas := make([]*Schema, len(Kinds))
+	for i, kind := range Kinds {
+		names, err := Preset(kind)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if schemas[i], err = NewSchema(names); err != nil {
+			f.Fatal(err)
+		}
+	}
+	f.Fuzz(func(t *testing.T, pick uint8, body []byte) {
+		checkParse(t, schemas[int(pick)%len(schemas)], body)
+	})
+}
+
+// checkParse checks that s.Parse keeps its results in range and reads what
+// the reference parser reads whenever the reference parser accepts body.
+func checkParse(t *testing.T, s *Schema, body []byte) {
+	t.Helper()
+	got, err := s.Parse(body)
+	if err != nil && !errors.Is(err, ErrNoMetrics) {
+		t.Fatalf("Parse() error = %v, want nil or ErrNoMetrics", err)
+	}
+	if got.Waiting < 0 || got.Running < 0 || got.Waiting > maxCount || got.Running > maxCount {
+		t.Fatalf("counts out of range: %+v", got)
+	}
+	if !(got.KVUsage >= 0 && got.KVUsage <= 1) {
+		t.Fatalf("KVUsage %v out of [0,1]", got.KVUsage)
+	}
+	if got.BlockSize < 0 || got.NumGPUBlocks < 0 || got.Malformed < 0 {
+		t.Fatalf("negative field: %+v", got)
+	}
+
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, perr := p.TextToMetricFamilies(bytes.NewReader(body))
+	if perr != nil {
+		return
+	}
+	want, checkable := reportFromFamilies(s, families)
+	if !checkable {
+		return
+	}
+	if got.Malformed != 0 {
+		t.Errorf("Parse() skipped %d lines the reference parser accepts", got.Malformed)
+	}
+	got.Malformed = 0
+	if (err == nil) != (want != nil) {
+		t.Fatalf("Parse() error = %v, reference found metrics: %v", err, want != nil)
+	}
+	if want == nil {
+		return
+	}
+	if diff := cmp.Diff(*want, got); diff != "" {
+		t.Errorf("Parse() disagrees with the reference parser (-want +got):\n%s", diff)
+	}
 }
 
 // reportFromFamilies computes, from the reference parser's output, the
 // report Parse should return. It returns nil when none of the series is
 // present, and false when one of them is typed as a summary or histogram,
 // whose samples the reference parser regroups.
-func reportFromFamilies(families map[string]*dto.MetricFamily) (*Report, bool) {
+func reportFromFamilies(s *Schema, families map[string]*dto.MetricFamily) (*Report, bool) {
 	var a accumulator
 	for name, family := range families {
-		m := lookup([]byte(name))
-		if m == otherMetric {
+		ts := s.byName[name]
+		if len(ts) == 0 {
 			continue
 		}
 		switch family.GetType() {
@@ -88,42 +121,56 @@ func reportFromFamilies(families map[string]*dto.MetricFamily) (*Report, bool) {
 			return nil, false
 		}
 		for _, series := range family.GetMetric() {
-			a.seen[m] = true
 			v := series.GetGauge().GetValue() + series.GetCounter().GetValue() + series.GetUntyped().GetValue()
 			labels := map[string]string{}
 			for _, l := range series.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			switch m {
-			case vllmWaiting, vllmRunning, sglangWaiting, sglangRunning:
-				if !math.IsNaN(v) {
-					a.sum[m] += v
-				}
-			case vllmKVUsage, vllmGPUCacheUsage, sglangUsage:
-				if !math.IsNaN(v) {
-					a.max[m] = math.Max(a.max[m], v)
-				}
-			case vllmCacheConfig:
-				a.blockSize = max(a.blockSize, intOf(labels["block_size"]))
-				a.numBlocks = max(a.numBlocks, intOf(labels["num_gpu_blocks"]))
-			case vllmLoRA:
-				if math.IsNaN(v) || a.lora != nil && v < a.loraAt {
+			for _, tg := range ts {
+				if !matchesMap(labels, tg.match) {
 					continue
 				}
-				a.loraAt = v
-				a.lora = &LoRAInfo{
-					MaxLoRA: intOf(labels["max_lora"]),
-					Running: adapterList(labels["running_lora_adapters"]),
-					Waiting: adapterList(labels["waiting_lora_adapters"]),
+				a.seen[tg.slot] = true
+				switch tg.field {
+				case fieldWaiting, fieldRunning:
+					if !math.IsNaN(v) {
+						a.val[tg.slot] += v
+					}
+				case fieldKVUsage, fieldBlockSize, fieldNumBlocks:
+					if !math.IsNaN(v) {
+						a.val[tg.slot] = math.Max(a.val[tg.slot], v)
+					}
+				case fieldCacheInfo:
+					a.blockSize[tg.slot] = max(a.blockSize[tg.slot], intOf(labels[tg.blockSizeLabel]))
+					a.numBlocks[tg.slot] = max(a.numBlocks[tg.slot], intOf(labels[tg.numBlocksLabel]))
+				case fieldLoRA:
+					if math.IsNaN(v) || a.lora != nil && v < a.loraAt {
+						continue
+					}
+					a.loraAt = v
+					a.lora = &LoRAInfo{
+						MaxLoRA: intOf(labels["max_lora"]),
+						Running: adapterList(labels["running_lora_adapters"]),
+						Waiting: adapterList(labels["waiting_lora_adapters"]),
+					}
 				}
 			}
 		}
 	}
-	r, err := a.report()
+	r, err := a.report(s)
 	if err != nil {
 		return nil, true
 	}
 	return &r, true
+}
+
+func matchesMap(labels map[string]string, want []LabelMatch) bool {
+	for _, w := range want {
+		if v, ok := labels[w.Name]; !ok || v != w.Value {
+			return false
+		}
+	}
+	return true
 }
 
 func intOf(s string) int {

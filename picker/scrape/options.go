@@ -42,6 +42,8 @@ type options struct {
 	maxBody     int64
 	clock       Clock
 	client      *http.Client
+	names       *Names
+	schema      *Schema // compiled names; the Auto preset's by default
 }
 
 // WithInterval sets the time between two scrapes of one worker
@@ -62,6 +64,10 @@ func WithMetricsPort(port uint16) Option { return func(o *options) { o.metricsPo
 // WithMaxBodySize caps a /metrics body; a bigger one is a failed scrape.
 // Default 4 MiB.
 func WithMaxBodySize(n int64) Option { return func(o *options) { o.maxBody = n } }
+
+// WithNames sets the series read from each page, e.g. a Preset. Default:
+// the Auto preset, vLLM's and SGLang's names.
+func WithNames(n Names) Option { return func(o *options) { o.names = &n } }
 
 // WithClock sets the clock that stamps scrapes and measures staleness.
 func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
@@ -89,6 +95,14 @@ func (o *options) complete() error {
 	}
 	if o.clock == nil {
 		o.clock = realClock{}
+	}
+	o.schema = defaultSchema
+	if o.names != nil {
+		s, err := NewSchema(*o.names)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("metric names: %w", err))
+		}
+		o.schema = s
 	}
 	return errors.Join(errs...)
 }

@@ -12,29 +12,30 @@ import (
 // it looks for: the page is not a model server's, or is garbage.
 var ErrNoMetrics = errors.New("no model-server metrics in body")
 
-// Report is what one /metrics page says about a worker. Zero values mean
-// "not reported".
+// Report is what one /metrics page says about a worker, read through a
+// Schema; each value comes from the first of its series (Names) present on
+// the page. Zero values mean "not reported".
 type Report struct {
-	// Waiting is the number of queued requests: vllm:num_requests_waiting,
-	// or sglang:num_queue_reqs; the sum over all series.
+	// Waiting is the number of queued requests (vllm:num_requests_waiting
+	// by default), summed over the samples.
 	Waiting int
-	// Running is the number of requests being processed:
-	// vllm:num_requests_running, or sglang:num_running_reqs; the sum over
-	// all series.
+	// Running is the number of requests being processed
+	// (vllm:num_requests_running by default), summed over the samples.
 	Running int
-	// KVUsage is the KV-cache usage in [0,1]: vllm:kv_cache_usage_perc,
-	// else the older vllm:gpu_cache_usage_perc, else sglang:token_usage;
-	// the largest over all series.
+	// KVUsage is the KV-cache usage in [0,1] (vllm:kv_cache_usage_perc by
+	// default), the largest over the samples.
 	KVUsage float64
-	// BlockSize and NumGPUBlocks are the block_size and num_gpu_blocks
-	// labels of vllm:cache_config_info (largest over its series).
+	// BlockSize and NumGPUBlocks are the KV-cache block size in tokens and
+	// the number of blocks: labels of an info gauge such as
+	// vllm:cache_config_info, or gauges of their own (largest over the
+	// samples).
 	BlockSize    int
 	NumGPUBlocks int
 	// LoRA is read from vllm:lora_requests_info; nil when absent.
 	LoRA *LoRAInfo
 	// Malformed counts the sample lines that could not be read and were
-	// skipped. Only lines of the series above are read in full; other lines
-	// are checked no further than their first byte.
+	// skipped. Only lines of the series read are read in full; other lines
+	// are checked no further than their name.
 	Malformed int
 }
 
@@ -48,52 +49,15 @@ type LoRAInfo struct {
 	Waiting []string // waiting_lora_adapters
 }
 
-// metric names the series Parse reads.
-type metric uint8
+// Parse reads a Prometheus text exposition body for the names of the Auto
+// preset. Lines end in LF or CRLF; the last may lack its end. It never
+// fails on a malformed line (it skips and counts it) and returns
+// ErrNoMetrics when none of the series it reads is present.
+func Parse(body []byte) (Report, error) { return defaultSchema.Parse(body) }
 
-const (
-	otherMetric metric = iota
-	vllmWaiting
-	vllmRunning
-	vllmKVUsage
-	vllmGPUCacheUsage
-	vllmCacheConfig
-	vllmLoRA
-	sglangWaiting
-	sglangRunning
-	sglangUsage
-	numMetrics
-)
-
-func lookup(name []byte) metric {
-	switch string(name) {
-	case "vllm:num_requests_waiting":
-		return vllmWaiting
-	case "vllm:num_requests_running":
-		return vllmRunning
-	case "vllm:kv_cache_usage_perc":
-		return vllmKVUsage
-	case "vllm:gpu_cache_usage_perc":
-		return vllmGPUCacheUsage
-	case "vllm:cache_config_info":
-		return vllmCacheConfig
-	case "vllm:lora_requests_info":
-		return vllmLoRA
-	case "sglang:num_queue_reqs":
-		return sglangWaiting
-	case "sglang:num_running_reqs":
-		return sglangRunning
-	case "sglang:token_usage":
-		return sglangUsage
-	}
-	return otherMetric
-}
-
-// Parse reads a Prometheus text exposition body. Lines end in LF or CRLF;
-// the last may lack its end. It never fails on a malformed line (it skips
-// and counts it) and returns ErrNoMetrics when none of the series it reads
-// is present.
-func Parse(body []byte) (Report, error) {
+// Parse reads a Prometheus text exposition body for the schema's names, as
+// the package's Parse does.
+func (s *Schema) Parse(body []byte) (Report, error) {
 	var a accumulator
 	var scratch [maxName]byte
 	for len(body) > 0 {
@@ -103,24 +67,23 @@ func Parse(body []byte) (Report, error) {
 		} else {
 			body = nil
 		}
-		a.line(line, &scratch)
+		a.line(s, line, &scratch)
 	}
-	return a.report()
+	return a.report(s)
 }
 
-// accumulator folds the samples of one body.
+// accumulator folds the samples of one body, a slot per series read.
 type accumulator struct {
-	seen      [numMetrics]bool
-	sum       [numMetrics]float64 // request gauges: sum of non-NaN values
-	max       [numMetrics]float64 // usage gauges: largest value, at least 0
-	blockSize int
-	numBlocks int
+	seen      [maxTargets]bool
+	val       [maxTargets]float64 // request gauges: sum of non-NaN values; others: largest value, at least 0
+	blockSize [maxTargets]int     // cache info
+	numBlocks [maxTargets]int     // cache info
 	lora      *LoRAInfo
 	loraAt    float64
 	malformed int
 }
 
-func (a *accumulator) line(line []byte, scratch *[maxName]byte) {
+func (a *accumulator) line(s *Schema, line []byte, scratch *[maxName]byte) {
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]
 	}
@@ -133,7 +96,7 @@ func (a *accumulator) line(line []byte, scratch *[maxName]byte) {
 	}
 	line = line[i:]
 	switch first := line[0]; {
-	case first == 'v' || first == 's':
+	case s.first[first]:
 		// Possibly ours: look at the whole name before reading further.
 		c := cursor{b: line}
 		name, ok := c.name(false, scratch)
@@ -141,7 +104,7 @@ func (a *accumulator) line(line []byte, scratch *[maxName]byte) {
 			a.malformed++
 			return
 		}
-		if lookup(name) == otherMetric {
+		if s.targets(name) == nil {
 			return
 		}
 	case first == '{' || first == '"':
@@ -151,54 +114,56 @@ func (a *accumulator) line(line []byte, scratch *[maxName]byte) {
 		a.malformed++
 		return
 	}
-	s, ok := parseSample(line, scratch)
+	smp, ok := parseSample(line, scratch)
 	if !ok {
 		a.malformed++
 		return
 	}
-	a.add(lookup(s.name), &s)
+	ts := s.targets(smp.name)
+	for i := range ts {
+		if matches(smp.labels, ts[i].match) {
+			a.add(&ts[i], &smp)
+		}
+	}
 }
 
-func (a *accumulator) add(m metric, s *sample) {
-	if m == otherMetric {
-		return
-	}
-	a.seen[m] = true
-	v := s.value
-	switch m {
-	case vllmWaiting, vllmRunning, sglangWaiting, sglangRunning:
+func (a *accumulator) add(t *target, smp *sample) {
+	a.seen[t.slot] = true
+	v := smp.value
+	switch t.field {
+	case fieldWaiting, fieldRunning:
 		if !math.IsNaN(v) {
-			a.sum[m] += v
+			a.val[t.slot] += v
 		}
-	case vllmKVUsage, vllmGPUCacheUsage, sglangUsage:
-		if v > a.max[m] {
-			a.max[m] = v
+	case fieldKVUsage, fieldBlockSize, fieldNumBlocks:
+		if v > a.val[t.slot] {
+			a.val[t.slot] = v
 		}
-	case vllmCacheConfig:
-		it := labelIter{c: cursor{b: s.labels}}
-		a.cacheConfig(&it)
-	case vllmLoRA:
+	case fieldCacheInfo:
+		it := labelIter{c: cursor{b: smp.labels}}
+		a.cacheConfig(t, &it)
+	case fieldLoRA:
 		if math.IsNaN(v) || a.lora != nil && v < a.loraAt {
 			return
 		}
-		it := labelIter{c: cursor{b: s.labels}}
+		it := labelIter{c: cursor{b: smp.labels}}
 		a.lora, a.loraAt = loraInfo(&it), v
 	}
 }
 
-// cacheConfig takes block_size and num_gpu_blocks from one series of
-// vllm:cache_config_info.
-func (a *accumulator) cacheConfig(it *labelIter) {
+// cacheConfig takes the block size and count from the labels of one
+// sample of an info gauge such as vllm:cache_config_info.
+func (a *accumulator) cacheConfig(t *target, it *labelIter) {
 	for {
 		l, ok := it.next()
 		if !ok {
 			return
 		}
 		switch string(l.key) {
-		case "block_size":
-			a.blockSize = max(a.blockSize, labelInt(l))
-		case "num_gpu_blocks":
-			a.numBlocks = max(a.numBlocks, labelInt(l))
+		case t.blockSizeLabel:
+			a.blockSize[t.slot] = max(a.blockSize[t.slot], labelInt(l))
+		case t.numBlocksLabel:
+			a.numBlocks[t.slot] = max(a.numBlocks[t.slot], labelInt(l))
 		}
 	}
 }
@@ -244,7 +209,7 @@ func adapterList(s string) []string {
 	return out
 }
 
-func (a *accumulator) report() (Report, error) {
+func (a *accumulator) report(s *Schema) (Report, error) {
 	r := Report{Malformed: a.malformed}
 	found := false
 	for _, seen := range a.seen {
@@ -253,22 +218,37 @@ func (a *accumulator) report() (Report, error) {
 	if !found {
 		return r, ErrNoMetrics
 	}
-	r.Waiting = toCount(a.pick(a.sum, vllmWaiting, sglangWaiting))
-	r.Running = toCount(a.pick(a.sum, vllmRunning, sglangRunning))
-	r.KVUsage = toUnit(a.pick(a.max, vllmKVUsage, vllmGPUCacheUsage, sglangUsage))
-	r.BlockSize, r.NumGPUBlocks = a.blockSize, a.numBlocks
+	if slot, ok := a.first(s, fieldWaiting); ok {
+		r.Waiting = toCount(a.val[slot])
+	}
+	if slot, ok := a.first(s, fieldRunning); ok {
+		r.Running = toCount(a.val[slot])
+	}
+	if slot, ok := a.first(s, fieldKVUsage); ok {
+		r.KVUsage = toUnit(a.val[slot])
+	}
+	if slot, ok := a.first(s, fieldCacheInfo); ok {
+		r.BlockSize, r.NumGPUBlocks = a.blockSize[slot], a.numBlocks[slot]
+	} else {
+		if slot, ok := a.first(s, fieldBlockSize); ok {
+			r.BlockSize = toCount(a.val[slot])
+		}
+		if slot, ok := a.first(s, fieldNumBlocks); ok {
+			r.NumGPUBlocks = toCount(a.val[slot])
+		}
+	}
 	r.LoRA = a.lora
 	return r, nil
 }
 
-// pick returns the value of the first of ms that was seen.
-func (a *accumulator) pick(vals [numMetrics]float64, ms ...metric) float64 {
-	for _, m := range ms {
-		if a.seen[m] {
-			return vals[m]
+// first returns the slot of the first of f's series that was seen.
+func (a *accumulator) first(s *Schema, f field) (uint8, bool) {
+	for _, slot := range s.slots[f] {
+		if a.seen[slot] {
+			return slot, true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // maxCount bounds request counts, so that absurd values stay comparable.

@@ -183,7 +183,7 @@ func (p *poller) fetch(ctx context.Context) (Report, error) {
 	if n > limit {
 		return fail(reasonTooLarge, fmt.Errorf("body is over the %d byte cap", limit))
 	}
-	rep, err := Parse(p.buf.Bytes())
+	rep, err := p.s.opts.schema.Parse(p.buf.Bytes())
 	if err != nil {
 		return fail(reasonParse, err)
 	}

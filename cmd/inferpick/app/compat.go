@@ -49,8 +49,6 @@ func unless(reason string, ok ...string) func(string) string {
 	}
 }
 
-const scrapedNames = "the scraper reads the vLLM and SGLang metric names (docs/operations.md)"
-
 // inertFlags lists every accepted flag without effect; docs/operations.md
 // carries the same list.
 var inertFlags = []inert{
@@ -64,16 +62,6 @@ var inertFlags = []inert{
 		unless("model servers are scraped over http only", "http")},
 	{"model-server-metrics-https-insecure-skip-verify", "Accepted for compatibility: model servers are scraped over http.", boolValue,
 		always("model servers are scraped over http only")},
-	{"total-queued-requests-metric", "Accepted for compatibility: " + scrapedNames + ".", stringValue,
-		unless(scrapedNames, "vllm:num_requests_waiting", "sglang:num_queue_reqs")},
-	{"total-running-requests-metric", "Accepted for compatibility: " + scrapedNames + ".", stringValue,
-		unless(scrapedNames, "vllm:num_requests_running", "sglang:num_running_reqs")},
-	{"kv-cache-usage-percentage-metric", "Accepted for compatibility: " + scrapedNames + ".", stringValue,
-		unless(scrapedNames, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")},
-	{"lora-info-metric", "Accepted for compatibility: LoRA adapters are not used in routing.", stringValue,
-		unless("LoRA adapters are not used in routing", "")},
-	{"cache-info-metric", "Accepted for compatibility: " + scrapedNames + ".", stringValue,
-		unless(scrapedNames, "vllm:cache_config_info")},
 	{"emit-endpoint-scores", "Accepted for compatibility: per-endpoint scores are not emitted.", boolValue,
 		unless("per-endpoint scores are not emitted", "false")},
 	{"enable-grpc-stream-metrics", "Accepted for compatibility: ext_proc stream metrics are always exported.", boolValue,

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/scrape"
 )
 
 const upstreamConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
@@ -119,19 +120,17 @@ func TestUpstreamFlags(t *testing.T) {
 		"http scheme":                          {args: []string{"--model-server-metrics-scheme", "http"}},
 		"https scheme":                         {args: []string{"--model-server-metrics-scheme", "https"}, warned: []string{"--model-server-metrics-scheme"}},
 		"insecure skip verify":                 {args: []string{"--model-server-metrics-https-insecure-skip-verify=true"}, warned: []string{"--model-server-metrics-https-insecure-skip-verify"}},
-		"sglang metric names, quoted as charts render them": {
-			args: []string{`--total-queued-requests-metric="sglang:num_queue_reqs"`, "--total-running-requests-metric", "sglang:num_running_reqs", "--kv-cache-usage-percentage-metric", "sglang:token_usage"},
+		"triton metric flags are real, not warned about": {
+			args: []string{"--total-queued-requests-metric", "nv_trt_llm_request_metrics{request_type=waiting}", "--lora-info-metric", ""},
+			got:  func(o *Options) any { return []any{o.ModelServer.names.Waiting, o.ModelServer.names.LoRA} },
+			want: []any{[]scrape.Series{{Name: "nv_trt_llm_request_metrics", Labels: []scrape.LabelMatch{{Name: "request_type", Value: "waiting"}}}}, []scrape.Series(nil)},
 		},
-		"vllm metric names": {
-			args: []string{"--kv-cache-usage-percentage-metric", "vllm:gpu_cache_usage_perc", "--cache-info-metric", "vllm:cache_config_info", "--total-queued-requests-metric", "vllm:num_requests_waiting"},
+		"sglang cache info flag, quoted as charts render it": {
+			args: []string{`--cache-info-metric="sglang:cache_config_info"`},
+			got:  func(o *Options) any { return o.ModelServer.names.CacheInfo },
+			want: []scrape.CacheInfo{{Series: scrape.Series{Name: "sglang:cache_config_info"}, BlockSizeLabel: "page_size", NumBlocksLabel: "num_pages"}},
 		},
-		"triton metric names": {
-			args:   []string{"--total-queued-requests-metric", "nv_trt_llm_request_metrics{request_type=waiting}", "--lora-info-metric", ""},
-			warned: []string{"--total-queued-requests-metric"},
-		},
-		"lora metric":        {args: []string{"--lora-info-metric", "vllm:lora_requests_info"}, warned: []string{"--lora-info-metric"}},
-		"cache info metric":  {args: []string{"--cache-info-metric", "trtllm_cache_config_info"}, warned: []string{"--cache-info-metric"}},
-		"running metric":     {args: []string{"--total-running-requests-metric", "x"}, warned: []string{"--total-running-requests-metric"}},
+		"bad metric spec":    {args: []string{"--total-running-requests-metric", "m{a!=b}"}, wantErr: "--total-running-requests-metric"},
 		"subset filter off":  {args: []string{"--disable-endpoint-subset-filter"}, got: func(o *Options) any { return o.DisableSubsetFilter }, want: true},
 		"subset filter kept": {args: []string{"--disable-endpoint-subset-filter=false"}, got: func(o *Options) any { return o.DisableSubsetFilter }, want: false},
 		"endpoint scores":    {args: []string{"--emit-endpoint-scores"}, warned: []string{"--emit-endpoint-scores"}},

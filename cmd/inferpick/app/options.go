@@ -82,6 +82,8 @@ type Options struct {
 	MetricsStaleness       time.Duration
 	ModelServerMetricsPort int
 	ModelServerMetricsPath string
+	// ModelServer says which series of the metrics pages are read.
+	ModelServer modelServer
 
 	ConfigFile   string
 	ConfigText   string
@@ -129,6 +131,7 @@ func NewOptions() *Options {
 		RefreshMetricsInterval: 50 * time.Millisecond,
 		MetricsStaleness:       2 * time.Second,
 		ModelServerMetricsPath: "/metrics",
+		ModelServer:            newModelServer(),
 		Fallbacks:              2,
 		MaxBodyBytes:           extproc.DefaultMaxBodyBytes,
 		MaxBufferedBodyBytes:   extproc.DefaultMaxBufferedBodyBytes,
@@ -182,6 +185,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.MetricsStaleness, "metrics-staleness-threshold", o.MetricsStaleness, "Scraped metrics older than this are not trusted by the policy.")
 	fs.IntVar(&o.ModelServerMetricsPort, "model-server-metrics-port", o.ModelServerMetricsPort, "Port of the model servers' /metrics (0: the serving port).")
 	fs.StringVar(&o.ModelServerMetricsPath, "model-server-metrics-path", o.ModelServerMetricsPath, "Path of the model servers' metrics.")
+	o.ModelServer.addFlags(fs)
 	fs.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "YAML file with the policy configuration, inferpick's own or an EndpointPickerConfig (see docs/policy.md).")
 	fs.StringVar(&o.ConfigText, "config-text", o.ConfigText, "The --config-file document given inline.")
 	fs.StringVar(&o.PolicyName, "policy", o.PolicyName, "Routing policy, overriding the config file's: cache-aware, least-load, round-robin, random, power-of-two, weighted-scorer.")
@@ -239,6 +243,9 @@ func (o *Options) Complete() error {
 	}
 	if o.tlsCipherSuites, err = parseCipherSuites(o.TLSCipherSuites); err != nil {
 		return fmt.Errorf("--tls-cipher-suites: %w", err)
+	}
+	if err := o.ModelServer.complete(o.flagSet); err != nil {
+		return err
 	}
 	if err := o.readConfig(); err != nil {
 		return err

@@ -124,6 +124,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		scrape.WithTimeout(min(time.Second, o.MetricsStaleness)),
 		scrape.WithMetricsPort(uint16(o.ModelServerMetricsPort)),
 		scrape.WithPath(o.ModelServerMetricsPath),
+		scrape.WithNames(o.ModelServer.names),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("metrics scraper: %w", err)
