@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/inferpick/inferpick/picker/registry"
@@ -61,5 +63,28 @@ func TestModelsAreBounded(t *testing.T) {
 	}
 	if got := testutil.CollectAndCount(r.requests); got != maxModels+1 {
 		t.Errorf("%d request_total series after %d models, want %d (the rest under %s)", got, maxModels+50, maxModels+1, otherModel)
+	}
+}
+
+func TestPrefixMatches(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	p := NewPrefixMatches(reg)
+	p.Observe(3, 4)
+	p.Observe(0, 2)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][2]float64{}
+	for _, f := range families {
+		h := f.GetMetric()[0].GetHistogram()
+		got[f.GetName()] = [2]float64{float64(h.GetSampleCount()), h.GetSampleSum()}
+	}
+	want := map[string][2]float64{
+		"inference_extension_prefix_indexer_hit_ratio": {2, 0.75},
+		"inference_extension_prefix_indexer_hit_bytes": {2, 192},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
 	}
 }

@@ -13,8 +13,16 @@ import (
 type Option func(*options)
 
 type options struct {
-	now  func() time.Time
-	rand *rand.Rand
+	now     func() time.Time
+	rand    *rand.Rand
+	matched func(matched, total int)
+}
+
+// WithMatchObserver is told, for each pick of a policy that keeps a prefix
+// index, how many of the prompt's blocks the best-matching worker holds and
+// how many the prompt has.
+func WithMatchObserver(f func(matched, total int)) Option {
+	return func(o *options) { o.matched = f }
 }
 
 // WithClock sets the clock metric freshness is judged by.
@@ -46,9 +54,9 @@ func Build(cfg Config, reg *registry.Registry, opts ...Option) (Policy, error) {
 			return nil, fmt.Errorf("policy %s: %w", cfg.Name, errNoRegistry)
 		}
 		if cfg.Name == CacheAware {
-			r = &cacheAware{indexed: newIndexed(cfg.Index, reg), cfg: cfg.CacheAware}
+			r = &cacheAware{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.CacheAware}
 		} else {
-			r = &weightedScorer{indexed: newIndexed(cfg.Index, reg), cfg: cfg.WeightedScorer}
+			r = &weightedScorer{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.WeightedScorer}
 		}
 	case LeastLoad:
 		r = leastLoad{}

@@ -9,17 +9,18 @@ import (
 // decisions. The index follows the registry: a worker's entries vanish when
 // it leaves.
 type indexed struct {
-	ix *prefix.Index
+	ix      *prefix.Index
+	matched func(matched, total int) // nil: nobody asked
 }
 
-func newIndexed(cfg IndexConfig, reg *registry.Registry) indexed {
+func newIndexed(cfg IndexConfig, reg *registry.Registry, matched func(matched, total int)) indexed {
 	ix := prefix.New(
 		prefix.WithDefaultCapacity(cfg.DefaultCapacityBlocks),
 		prefix.WithMaxHolders(cfg.MaxHolders),
 		prefix.WithMaxBlocks(cfg.MaxBlocks),
 	)
 	reg.AddListener(indexListener{ix})
-	return indexed{ix: ix}
+	return indexed{ix: ix, matched: matched}
 }
 
 // indexListener keeps the index's worker set equal to the registry's.
@@ -33,6 +34,13 @@ func (x indexed) match(p *pick) {
 	p.hashes = x.ix.Hashes(p.hashes, p.req.Model, p.req.CacheSalt, p.req.Prompt)
 	p.blocks = len(p.hashes)
 	ms := x.ix.Match(p.hashes, &p.scratch)
+	if x.matched != nil && p.blocks > 0 {
+		best := 0
+		for _, m := range ms {
+			best = max(best, m.Blocks)
+		}
+		x.matched(best, p.blocks)
+	}
 	switch {
 	case len(ms) == 0:
 		return

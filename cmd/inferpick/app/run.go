@@ -135,7 +135,8 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 	if cfg.MetricsStaleness.Duration == 0 {
 		cfg.MetricsStaleness.Duration = o.MetricsStaleness
 	}
-	pol, err := policy.Build(cfg, reg)
+	matches := epmetrics.NewPrefixMatches(promReg)
+	pol, err := policy.Build(cfg, reg, policy.WithMatchObserver(matches.Observe))
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
