@@ -29,7 +29,7 @@ var metricName = regexp.MustCompile(`\b(?:inferpick|inference_objective|inferenc
 func monitoringMetrics(t *testing.T) []string {
 	t.Helper()
 	var exprs []string
-	raw, err := os.ReadFile(filepath.Join(repoRoot(), "charts/inferpick/files/grafana-dashboard.json"))
+	raw, err := os.ReadFile(filepath.Join(repoRoot(), "charts", "inferpick", "files", "grafana-dashboard.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func monitoringMetrics(t *testing.T) []string {
 			exprs = append(exprs, tg.Expr)
 		}
 	}
-	raw, err = os.ReadFile(filepath.Join(repoRoot(), "charts/inferpick/files/prometheus-rules.yaml"))
+	raw, err = os.ReadFile(filepath.Join(repoRoot(), "charts", "inferpick", "files", "prometheus-rules.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
