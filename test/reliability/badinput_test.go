@@ -103,7 +103,7 @@ func TestBadInput(t *testing.T) {
 				}
 				rejected[tc.status]++
 				eventually(t, 10*time.Second, func() error {
-					if !strings.Contains(p.Output(), fmt.Sprintf("status=%d", tc.status)) {
+					if !strings.Contains(p.Output(), fmt.Sprintf(`"status": %d`, tc.status)) {
 						return fmt.Errorf("no log line for the %d rejection", tc.status)
 					}
 					return nil
@@ -136,7 +136,8 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("answer is not the OpenAI error document with code %d: %s", tc.status, answer)
 			}
 			eventually(t, 10*time.Second, func() error {
-				if !strings.Contains(p.Output(), fmt.Sprintf("status=%d reason=%q", tc.status, doc.Error.Message)) {
+				reason, _ := json.Marshal(doc.Error.Message)
+				if !strings.Contains(p.Output(), fmt.Sprintf(`"status": %d, "reason": %s`, tc.status, reason)) {
 					return fmt.Errorf("no log line for the rejection %q", doc.Error.Message)
 				}
 				return nil
