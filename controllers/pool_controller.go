@@ -35,7 +35,12 @@ type EndpointSink interface {
 	MarkUnsynced()
 }
 
-var _ EndpointSink = (*registry.Registry)(nil)
+var (
+	_ EndpointSink         = (*registry.Registry)(nil)
+	_ reconcile.Reconciler = (*PoolReconciler)(nil)
+	_ reconcile.Reconciler = (*SelectorReconciler)(nil)
+	_ reconcile.Reconciler = (*ObjectiveReconciler)(nil)
+)
 
 // Reasons of the Events recorded on the served pool.
 const (

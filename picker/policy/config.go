@@ -95,7 +95,7 @@ type IndexConfig struct {
 const (
 	DefaultQueueThreshold   = 5
 	DefaultKVCacheThreshold = 0.8
-	DefaultMetricsStaleness = time.Second
+	DefaultMetricsStaleness = 2 * time.Second // the same as --metrics-staleness-threshold
 	DefaultPrefillWeight    = 2
 	DefaultBlocksPerLoad    = 8
 	DefaultMatchThreshold   = 0.5

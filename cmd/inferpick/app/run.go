@@ -210,6 +210,16 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg, priorities: priorities}, nil
 }
 
+// The runnables every replica runs, leader or not.
+var (
+	_ manager.LeaderElectionRunnable = (*grpcServer)(nil)
+	_ manager.LeaderElectionRunnable = (*healthRunnable)(nil)
+	_ manager.LeaderElectionRunnable = (*clientCAs)(nil)
+	_ manager.LeaderElectionRunnable = (*notifyTicker)(nil)
+	_ manager.LeaderElectionRunnable = replicaRunnable{}
+	_ manager.Runnable               = (*httpServer)(nil)
+)
+
 type healthRunnable struct{ c *health.Checker }
 
 func (h *healthRunnable) Start(ctx context.Context) error { return h.c.Start(ctx) }
