@@ -251,7 +251,13 @@ func (x *exchange) reject(code int, reason string) (bool, error) {
 		x.span.SetAttributes(attribute.Int("http.response.status_code", code))
 		x.endSpan("rejected")
 	}
-	x.s.opts.Log.Info("Rejected request", "status", code, "reason", reason, "path", x.path, "requestID", x.requestID)
+	log := x.s.opts.Log
+	if code == 429 {
+		// Expected under load, and counted in inferpick_requests_total: at
+		// the default verbosity they would flood the log.
+		log = log.V(1)
+	}
+	log.Info("Rejected request", "status", code, "reason", reason, "path", x.path, "requestID", x.requestID)
 	return true, x.send(immediate(code, reason))
 }
 
