@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -198,11 +199,12 @@ func labelInt(l label) int {
 	return n
 }
 
-// adapterList splits vLLM's comma-separated adapter names.
+// adapterList splits vLLM's comma-separated adapter names into a set: blank
+// entries dropped, each name once, in the order first seen.
 func adapterList(s string) []string {
 	var out []string
 	for name := range strings.SplitSeq(s, ",") {
-		if name = strings.TrimSpace(name); name != "" {
+		if name = strings.TrimSpace(name); name != "" && !slices.Contains(out, name) {
 			out = append(out, name)
 		}
 	}

@@ -76,6 +76,11 @@ func TestParse(t *testing.T) {
 			body: sglangPage,
 			want: Report{Waiting: 2, Running: 5, KVUsage: 0.28},
 		},
+		"lora info: adapter lists are sets": {
+			body: `vllm:lora_requests_info{max_lora="4",running_lora_adapters="a,,b, a,b",waiting_lora_adapters="c,c"} 1.75e+09
+`,
+			want: Report{LoRA: &LoRAInfo{MaxLoRA: 4, Running: []string{"a", "b"}, Waiting: []string{"c"}}},
+		},
 		"lora info: the latest series is current": {
 			body: `vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql-lora,chat-lora",waiting_lora_adapters=""} 1.7500000001e+09
 vllm:lora_requests_info{max_lora="4",running_lora_adapters="",waiting_lora_adapters="old"} 1.7e+09
