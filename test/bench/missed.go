@@ -14,6 +14,13 @@ func missedBecause(target string) (string, bool) {
 }
 
 var explanations = map[string]string{
+	"priority-mix: interactive TTFT p90": "with flow control no interactive request is refused (without it more " +
+		"than half are), and batch absorbs the overload in the queue, but an interactive arrival still finds every " +
+		"slot held by batch requests admitted before it: it waits for the next release (one every few tens of " +
+		"milliseconds here) and is then prefilled in the same engine steps as the batch requests dispatched with it. " +
+		"Strict priority orders the queue, not the slots. The next step is headroom per priority: admit a band below " +
+		"the highest only while a pod has fewer than maxInFlight − reserve requests in flight, so an interactive " +
+		"arrival finds a free slot at once.",
 	"whole pick, 400 KB": "the cost is the one pass over the body. A CPU profile " +
 		"(`go test -run '^$' -bench 'Handle/body=400KB/workers=100' -cpuprofile cpu.out ./picker/extproc/`, " +
 		"then `go tool pprof -top`) puts it in the parser's string scan (`lexer.str`: `bytes.IndexByte` for the " +

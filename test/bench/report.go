@@ -24,6 +24,7 @@ type report struct {
 	spec      routing.SimSpec
 	workloads []*routing.Workload
 	routing   []*routing.Result
+	flow      []flowRun
 }
 
 type machine struct {
@@ -170,6 +171,7 @@ func (r *report) markdown(plotDir string) string {
 	if len(r.routing) > 0 {
 		r.routingSection(w, plotDir)
 	}
+	w("%s", flowMarkdown(r.flow))
 	return b.String()
 }
 

@@ -51,6 +51,9 @@ func (r *report) verdicts() []verdict {
 	}
 	out = append(out, v)
 
+	if len(r.flow) > 0 {
+		out = append(out, flowVerdict(r.flow))
+	}
 	if len(r.routing) == 0 {
 		return out
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -96,6 +97,10 @@ type Options struct {
 	DrainTimeout         time.Duration
 	// FlowControl bounds the queue of requests waiting for capacity.
 	FlowControl flowcontrol.Options
+	// ObjectivePriorities ("name=priority,...") gives objectives priorities
+	// without InferenceObjective objects (static mode, or on top of them).
+	ObjectivePriorities string
+	objectives          map[string]int
 
 	// DisableSubsetFilter ignores the gateway's subset hint.
 	DisableSubsetFilter bool
@@ -204,6 +209,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	addInertFlags(fs)
 	o.logging.addFlags(fs)
 	o.FlowControl.AddFlags(fs)
+	fs.StringVar(&o.ObjectivePriorities, "objective-priorities", o.ObjectivePriorities, "Priorities of objectives named by x-gateway-inference-objective, as name=priority,...; for use without InferenceObjective objects (e.g. with --static-endpoints).")
 }
 
 // Complete fills what the flags leave implicit: the namespace from the
@@ -252,6 +258,17 @@ func (o *Options) Complete() error {
 	}
 	if o.PolicyName != "" {
 		o.Policy.Name = o.PolicyName
+	}
+	if o.ObjectivePriorities != "" {
+		o.objectives = map[string]int{}
+		for e := range strings.SplitSeq(o.ObjectivePriorities, ",") {
+			name, prio, ok := strings.Cut(strings.TrimSpace(e), "=")
+			n, err := strconv.Atoi(prio)
+			if !ok || name == "" || err != nil {
+				return fmt.Errorf("--objective-priorities: %q is not name=priority", e)
+			}
+			o.objectives[name] = n
+		}
 	}
 	if o.PrefixIndexMaxBlocks > 0 {
 		o.Policy.Index.MaxBlocks = o.PrefixIndexMaxBlocks

@@ -107,3 +107,16 @@ func TestOptions(t *testing.T) {
 		})
 	}
 }
+
+func TestObjectivePriorities(t *testing.T) {
+	o, err := parse(t, "--static-endpoints", "127.0.0.1:1", "--objective-priorities", "interactive=10, batch=-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int{"interactive": 10, "batch": -1}, o.objectives); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if _, err := parse(t, "--static-endpoints", "127.0.0.1:1", "--objective-priorities", "interactive"); err == nil || !strings.Contains(err.Error(), "name=priority") {
+		t.Errorf("a pair without a priority: %v, want an error naming the form", err)
+	}
+}

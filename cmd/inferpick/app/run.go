@@ -141,6 +141,9 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	priorities := flowcontrol.NewPriorities()
+	for name, prio := range o.objectives {
+		priorities.Set(name, prio)
+	}
 	var queue *flowcontrol.Queue
 	var runnables []manager.Runnable
 	if o.FlowControl.Enabled {

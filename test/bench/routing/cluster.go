@@ -34,6 +34,8 @@ type SimSpec struct {
 	MaxTokens     int
 	ScrapeEvery   time.Duration
 	StartupWindow time.Duration
+	// PickerArgs are more flags for the picker.
+	PickerArgs []string
 }
 
 // Args returns the vllm-sim flags of pod i.
@@ -138,13 +140,15 @@ func (c *Cluster) startPicker(bin string, addrs []string, cfg policy.Config) err
 	}
 	c.grpcAddr = "127.0.0.1:" + strconv.Itoa(ports[0])
 	c.debug = "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/debug/workers"
-	c.picker, err = proc.Start("inferpick", bin,
+	args := []string{
 		"--static-endpoints", strings.Join(addrs, ","),
 		"--config-file", file,
 		"--secure-serving=false", "--bind-address", "127.0.0.1",
 		"--grpc-port", strconv.Itoa(ports[0]), "--grpc-health-port", strconv.Itoa(ports[1]),
 		"--metrics-port", strconv.Itoa(ports[2]),
-		"--refresh-metrics-interval", c.spec.ScrapeEvery.String())
+		"--refresh-metrics-interval", c.spec.ScrapeEvery.String(),
+	}
+	c.picker, err = proc.Start("inferpick", bin, append(args, c.spec.PickerArgs...)...)
 	if err != nil {
 		return err
 	}

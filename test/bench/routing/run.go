@@ -42,6 +42,21 @@ type Result struct {
 	Load []LoadSample
 	// PodRequests is how many requests each simulator received.
 	PodRequests []int64
+	// TTFTBy and RefusedBy split TTFT and the 429 answers by the requests'
+	// objective (workloads that set one).
+	TTFTBy    map[string][]float64
+	RefusedBy map[string]int
+}
+
+// QuantileOf returns the q-quantile of v (nearest rank).
+func QuantileOf(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	i := int(q*float64(len(s)) + 0.5)
+	return s[min(max(i-1, 0), len(s)-1)]
 }
 
 // LoadSample is the picker's view of per-pod requests in flight at At
@@ -52,15 +67,7 @@ type LoadSample struct {
 }
 
 // Quantile returns the q-quantile of TTFT (nearest rank).
-func (r *Result) Quantile(q float64) float64 {
-	if len(r.TTFT) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), r.TTFT...)
-	sort.Float64s(s)
-	i := int(q*float64(len(s)) + 0.5)
-	return s[min(max(i-1, 0), len(s)-1)]
-}
+func (r *Result) Quantile(q float64) float64 { return QuantileOf(r.TTFT, q) }
 
 // driver sends a workload's requests through the cluster's gateway.
 type driver struct {
@@ -72,12 +79,14 @@ type driver struct {
 	ttft   []float64
 	ok     int
 	last   time.Time
+	ttftBy map[string][]float64
+	refBy  map[string]int
 }
 
 // Run drives w through c and gathers the result. Requests still open at
 // the deadline (simulated time after the last arrival) are cancelled.
 func Run(ctx context.Context, c *Cluster, w *Workload, deadline time.Duration) (*Result, error) {
-	d := &driver{c: c, scale: c.spec.TimeScale, client: &http.Client{Transport: &http.Transport{
+	d := &driver{c: c, scale: c.spec.TimeScale, ttftBy: map[string][]float64{}, refBy: map[string]int{}, client: &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: 1024, DisableCompression: true,
 	}}}
 	defer d.client.CloseIdleConnections()
@@ -139,6 +148,7 @@ func Run(ctx context.Context, c *Cluster, w *Workload, deadline time.Duration) (
 
 	d.mu.Lock()
 	res.TTFT, res.OK = d.ttft, d.ok
+	res.TTFTBy, res.RefusedBy = d.ttftBy, d.refBy
 	span := d.last.Sub(d.start).Seconds() / d.scale
 	d.mu.Unlock()
 	res.Completed = res.OK == res.Sent
@@ -197,6 +207,9 @@ func (d *driver) send(ctx context.Context, r Request) bool {
 		return false
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if r.Objective != "" {
+		req.Header.Set("x-gateway-inference-objective", r.Objective)
+	}
 	begin := time.Now()
 	resp, err := d.client.Do(req)
 	if err != nil {
@@ -204,6 +217,11 @@ func (d *driver) send(ctx context.Context, r Request) bool {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		if resp.StatusCode == http.StatusTooManyRequests {
+			d.mu.Lock()
+			d.refBy[r.Objective]++
+			d.mu.Unlock()
+		}
 		return false
 	}
 	var first time.Duration
@@ -230,6 +248,7 @@ func (d *driver) send(ctx context.Context, r Request) bool {
 	}
 	d.mu.Lock()
 	d.ttft = append(d.ttft, first.Seconds()/d.scale)
+	d.ttftBy[r.Objective] = append(d.ttftBy[r.Objective], first.Seconds()/d.scale)
 	d.ok++
 	d.last = time.Now()
 	d.mu.Unlock()

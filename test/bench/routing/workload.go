@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"time"
 )
@@ -20,6 +21,8 @@ type Request struct {
 	// (open-loop workloads).
 	At       time.Duration
 	Messages []Message
+	// Objective, when set, is sent as x-gateway-inference-objective.
+	Objective string
 }
 
 // Kind says how a workload's requests are issued.
@@ -223,4 +226,27 @@ func Oracle(w *Workload, blockSize int) float64 {
 		return 0
 	}
 	return float64(cached) / float64(prompt)
+}
+
+// PriorityMix is two open-loop streams of unrelated prompts: interactive
+// requests at rateI and batch requests at rateB (requests per simulated
+// second) for window, each tagged with its objective.
+func PriorityMix(rateI, rateB float64, window time.Duration, bytes int, seed uint64) *Workload {
+	r := rand.New(rand.NewPCG(seed, 5))
+	w := &Workload{Name: fmt.Sprintf("priority-mix@%g+%g", rateI, rateB), Kind: Open, Rate: rateI + rateB}
+	add := func(objective string, rate float64) {
+		if rate <= 0 {
+			return
+		}
+		n := int(rate * window.Seconds())
+		for i, at := range poisson(r, n, rate) {
+			w.Requests = append(w.Requests, Request{At: at, Objective: objective, Messages: []Message{
+				{Role: "user", Content: prose(fmt.Sprintf("%s request %d:", objective, i), bytes)},
+			}})
+		}
+	}
+	add("interactive", rateI)
+	add("batch", rateB)
+	sort.Slice(w.Requests, func(i, j int) bool { return w.Requests[i].At < w.Requests[j].At })
+	return w
 }

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/test/bench/routing"
+)
+
+// flowRun is one run of the priority-mix benchmark.
+type flowRun struct {
+	Label  string
+	Result *routing.Result
+}
+
+// flowSpec is the priority-mix cluster: two pods of four sequences each,
+// and a picker that counts a pod saturated at four requests in flight, so
+// that an arrival rate above capacity meets a saturated pool.
+func flowSpec() routing.SimSpec {
+	s := simSpec()
+	s.Pods, s.FirstIP, s.Port, s.MaxNumSeqs = 2, 61, 18100, 4
+	return s
+}
+
+// Interactive and batch arrival rates (requests per simulated second), and
+// the simulated window of arrivals.
+const (
+	flowInteractiveRate = 3.0
+	flowBatchRate       = 40.0
+)
+
+// flowBench runs the priority-mix workload unloaded (interactive only),
+// then overloaded without and with flow control.
+func flowBench(ctx context.Context, bins routing.Binaries, quick bool) ([]flowRun, error) {
+	window := 12 * time.Second
+	if quick {
+		window = 6 * time.Second
+	}
+	workdir, err := os.MkdirTemp("", "inferpick-flow-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(workdir)
+	cfg := policy.Config{Name: policy.CacheAware, MaxInFlight: 4}
+	fc := []string{"--flow-control", "--objective-priorities", "interactive=10,batch=0", "--flow-control-max-wait", "3s"}
+	runs := []struct {
+		label string
+		args  []string
+		w     *routing.Workload
+	}{
+		{"unloaded (interactive only)", fc, routing.PriorityMix(flowInteractiveRate, 0, window, 1000, 3)},
+		{"overloaded, flow control off", nil, routing.PriorityMix(flowInteractiveRate, flowBatchRate, window, 1000, 3)},
+		{"overloaded, flow control on", fc, routing.PriorityMix(flowInteractiveRate, flowBatchRate, window, 1000, 3)},
+	}
+	var out []flowRun
+	for _, r := range runs {
+		spec := flowSpec()
+		spec.PickerArgs = r.args
+		c, err := routing.Start(ctx, bins, spec, cfg, workdir)
+		if err != nil {
+			return nil, fmt.Errorf("priority-mix %s: %w", r.label, err)
+		}
+		res, err := routing.Run(ctx, c, r.w, deadline(r.w))
+		c.Stop()
+		if err != nil {
+			return nil, fmt.Errorf("priority-mix %s: %w", r.label, err)
+		}
+		log.Printf("priority-mix %-30s interactive p90 %.3fs refused %d; batch ok %d refused %d",
+			r.label, routing.QuantileOf(res.TTFTBy["interactive"], 0.9), res.RefusedBy["interactive"],
+			len(res.TTFTBy["batch"]), res.RefusedBy["batch"])
+		out = append(out, flowRun{Label: r.label, Result: res})
+	}
+	return out, nil
+}
+
+// flowMarkdown is the priority-mix section of the report.
+func flowMarkdown(runs []flowRun) string {
+	if len(runs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("## Priorities and flow control (`priority-mix`)\n\n")
+	w("Two pods of four sequences (`maxInFlight: 4`), unrelated 1,000-byte prompts: interactive requests\n")
+	w("(objective `interactive`, priority 10) at %g/s and batch requests (`batch`, priority 0) at %g/s, more\n", flowInteractiveRate, flowBatchRate)
+	w("than the pool holds at once. Flow control on: `--flow-control --objective-priorities interactive=10,batch=0\n")
+	w("--flow-control-max-wait 3s`. TTFT in simulated seconds, measured by the client.\n\n")
+	w("| run | band | sent | served | 429 | TTFT p50 | TTFT p90 |\n|---|---|---:|---:|---:|---:|---:|\n")
+	for _, r := range runs {
+		for _, band := range []string{"interactive", "batch"} {
+			served := len(r.Result.TTFTBy[band])
+			sent := served + r.Result.RefusedBy[band]
+			if sent == 0 {
+				continue
+			}
+			w("| %s | %s | %d | %d | %d | %.3f | %.3f |\n", r.Label, band, sent, served, r.Result.RefusedBy[band],
+				routing.QuantileOf(r.Result.TTFTBy[band], 0.5), routing.QuantileOf(r.Result.TTFTBy[band], 0.9))
+		}
+	}
+	w("\n")
+	return b.String()
+}
+
+// flowVerdict checks interactive TTFT p90 under overload with flow control
+// against the unloaded pool.
+func flowVerdict(runs []flowRun) verdict {
+	v := verdict{target: "priority-mix: interactive TTFT p90 with flow control ≤ 1.2 × unloaded"}
+	var unloaded, on *routing.Result
+	for _, r := range runs {
+		switch {
+		case strings.HasPrefix(r.Label, "unloaded"):
+			unloaded = r.Result
+		case strings.HasSuffix(r.Label, "flow control on"):
+			on = r.Result
+		}
+	}
+	if unloaded == nil || on == nil {
+		return v
+	}
+	base := routing.QuantileOf(unloaded.TTFTBy["interactive"], 0.9)
+	got := routing.QuantileOf(on.TTFTBy["interactive"], 0.9)
+	if base > 0 {
+		v.known, v.met = true, got <= 1.2*base
+		v.observed = fmt.Sprintf("%.3f s vs %.3f s unloaded (%.2f×); interactive refused %d", got, base, got/base, on.RefusedBy["interactive"])
+	}
+	return v
+}
