@@ -14,8 +14,8 @@ func missedBecause(target string) (string, bool) {
 }
 
 var explanations = map[string]string{
-	"priority-mix: interactive TTFT p90": "with flow control no interactive request is refused (without it more " +
-		"than half are), and batch absorbs the overload in the queue, but an interactive arrival still finds every " +
+	"priority-mix: interactive TTFT p90": "with flow control no interactive request is refused (without it many are, " +
+		"see the table), and batch absorbs the overload in the queue, but an interactive arrival still finds every " +
 		"slot held by batch requests admitted before it: it waits for the next release (one every few tens of " +
 		"milliseconds here) and is then prefilled in the same engine steps as the batch requests dispatched with it. " +
 		"Strict priority orders the queue, not the slots. The next step is headroom per priority: admit a band below " +
