@@ -8,6 +8,10 @@ import "sync/atomic"
 // length reserves nothing a client has not sent.
 const initialBodyBytes = 64 << 10
 
+// maxPooledBody is the largest body buffer kept for the next stream: reusing
+// it spares large requests their growth copies.
+const maxPooledBody = 1 << 20
+
 // DefaultMaxBufferedBodyBytes is the budget for request bodies buffered
 // across all streams when Options.MaxBufferedBodyBytes is 0: a quarter of
 // the chart's 1 GiB memory limit.
@@ -49,14 +53,15 @@ func (b *bodyBudget) Used() int64 { return b.used.Load() }
 func (b *bodyBudget) grow(body []byte, reserved, n, hint int) (out []byte, newReserved int, ok bool) {
 	need := len(body) + n
 	if need <= cap(body) {
-		if cap(body) > reserved {
-			// A pooled buffer, used for the first time by this stream.
-			if !b.take(cap(body) - reserved) {
-				return body, reserved, false
-			}
-			reserved = cap(body)
+		if cap(body) <= reserved {
+			return body, reserved, true
 		}
-		return body, reserved, true
+		// A pooled buffer, used for the first time by this stream: hold it
+		// if the budget covers it, else leave it and start a small one.
+		if b.take(cap(body) - reserved) {
+			return body, cap(body), true
+		}
+		body = body[:len(body):len(body)]
 	}
 	target := max(need, 2*cap(body))
 	if cap(body) == 0 {

@@ -63,14 +63,15 @@ func (x *exchange) start(s *Server, stream extprocv3.ExternalProcessor_ProcessSe
 }
 
 // finish releases the guard (if a path before did not), gives the body's
-// memory back to the budget and forgets the request. A small body buffer
-// keeps its capacity for the next stream.
+// memory back to the budget and forgets the request. A body buffer up to
+// maxPooledBody keeps its capacity for the next stream, which reserves it
+// from the budget when it first buffers a byte.
 func (x *exchange) finish() {
 	x.release(reasonCancelled)
 	x.s.budget.give(x.reserved)
 	body, allowed := x.body[:0], x.allowed[:0]
-	if cap(body) > initialBodyBytes {
-		body = nil // don't pin a large buffer in the pool
+	if cap(body) > maxPooledBody {
+		body = nil // don't pin a huge buffer in the pool
 	}
 	clear(x.allowed[:cap(x.allowed)])
 	x.parsed.Reset()

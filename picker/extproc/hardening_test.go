@@ -294,3 +294,19 @@ func TestBudgetGrowsWithBytesReceived(t *testing.T) {
 		})
 	}
 }
+
+func TestPooledBufferYieldsToTheBudget(t *testing.T) {
+	pooled := make([]byte, 0, 1<<20)
+
+	roomy := &bodyBudget{limit: 1 << 30}
+	body, reserved, ok := roomy.grow(pooled, 0, 100, 0)
+	if !ok || reserved != 1<<20 || cap(body) != 1<<20 || roomy.Used() != 1<<20 {
+		t.Errorf("roomy budget: ok %v, reserved %d, buffer %d, used %d; want the pooled MiB held and reserved", ok, reserved, cap(body), roomy.Used())
+	}
+
+	tight := &bodyBudget{limit: 64 << 10}
+	body, reserved, ok = tight.grow(pooled, 0, 100, 0)
+	if !ok || reserved != 100 || cap(body) != 100 || tight.Used() != 100 {
+		t.Errorf("tight budget: ok %v, reserved %d, buffer %d, used %d; want a fresh 100-byte buffer", ok, reserved, cap(body), tight.Used())
+	}
+}

@@ -125,14 +125,13 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 			return err
 		}
 		done, err := x.handle(req)
-		var v *violation
-		if errors.As(err, &v) {
-			x.release(reasonViolation)
-			s.metrics.violation(v)
-			s.opts.Log.Info("Ended a stream that broke the ext_proc protocol", "message", v.msg.String(), "state", v.state.String(), "path", x.path, "requestID", x.requestID)
-			return status.Error(codes.InvalidArgument, v.Error())
-		}
 		if err != nil {
+			if v := asViolation(err); v != nil {
+				x.release(reasonViolation)
+				s.metrics.violation(v)
+				s.opts.Log.Info("Ended a stream that broke the ext_proc protocol", "message", v.msg.String(), "state", v.state.String(), "path", x.path, "requestID", x.requestID)
+				return status.Error(codes.InvalidArgument, v.Error())
+			}
 			// A send fails when the gateway has cancelled the stream.
 			if stream.Context().Err() != nil {
 				x.release(reasonCancelled)
@@ -145,6 +144,16 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 			return nil
 		}
 	}
+}
+
+// asViolation returns the protocol violation err carries, or nil. It is
+// called only on the error path: the target of errors.As escapes.
+func asViolation(err error) *violation {
+	var v *violation
+	if errors.As(err, &v) {
+		return v
+	}
+	return nil
 }
 
 // endReason names why a stream ended: cleanly after a complete response,
