@@ -17,6 +17,14 @@ import (
 // (maxInFlight 1, the real cache-aware policy), with the flow-control queue.
 func queueEnv(t *testing.T, opts flowcontrol.Options) (*env, *flowcontrol.Queue, *prometheus.Registry) {
 	t.Helper()
+	return queueEnvWith(t, opts, 1)
+}
+
+// queueEnvWith is queueEnv over a worker that takes maxInFlight requests,
+// reserving opts.ReservedSlots of them for prioritized requests.
+func queueEnvWith(t *testing.T, opts flowcontrol.Options, maxInFlight int) (*env, *flowcontrol.Queue, *prometheus.Registry) {
+	t.Helper()
+	opts.Enabled = true
 	qreg := prometheus.NewRegistry()
 	q, err := flowcontrol.New(opts, flowcontrol.WithRegisterer(qreg, "pool"))
 	if err != nil {
@@ -27,9 +35,9 @@ func queueEnv(t *testing.T, opts flowcontrol.Options) (*env, *flowcontrol.Queue,
 	prios.Set("interactive", 10)
 	prios.Set("batch", -1)
 	e := newEnv(t, []string{"127.0.0.1:8000"}, func(o *Options) {
-		o.Queue, o.Priorities = q, prios
+		o.Queue, o.Priorities, o.Reserve = q, prios, opts.Reserve
 	})
-	pol, err := policy.Build(policy.Config{MaxInFlight: 1}, e.reg)
+	pol, err := policy.Build(policy.Config{MaxInFlight: maxInFlight}, e.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,4 +152,40 @@ func TestCancellationStormIntoAFullQueue(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Requests of priority 0 leave the reserved place free: a prioritized
+// request is routed at once while they wait, and they are dispatched only
+// when the worker has room beyond the reserve again.
+func TestReservedSlotsKeepRoomForPrioritizedRequests(t *testing.T) {
+	e, q, _ := queueEnvWith(t, flowcontrol.Options{ReservedSlots: 1}, 2)
+	first := e.open()
+	first.sendRequest("")
+	first.routed(true)
+
+	second := e.open()
+	second.sendRequest("")
+	eventually(t, "the second default request queued", func() bool { return q.Len() == 1 })
+
+	interactive := e.open()
+	interactive.sendRequest("interactive")
+	interactive.routed(true)
+	if p, _ := e.worker("127.0.0.1:8000").Load(); p != 2 {
+		t.Fatalf("load %d, want 2: the default request and the interactive one", p)
+	}
+
+	first.responseHeaders(200, "application/json", true, "")
+	first.recv()
+	// One place free, but it is the reserved one: the default request waits.
+	eventually(t, "the first request's guard released", func() bool {
+		p, d := e.worker("127.0.0.1:8000").Load()
+		return p+d == 1
+	})
+	if q.Len() != 1 {
+		t.Fatalf("%d queued with only the reserved place free, want the default request still waiting", q.Len())
+	}
+
+	interactive.responseHeaders(200, "application/json", true, "")
+	interactive.recv()
+	second.routed(true)
 }

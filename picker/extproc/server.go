@@ -48,6 +48,10 @@ type Options struct {
 	// Priorities maps the x-gateway-inference-objective header to a
 	// priority for the queue; unknown objectives get 0.
 	Priorities Priorities
+	// Reserve is the capacity on each endpoint a request of the given
+	// priority leaves free for higher priorities (policy.Request.Reserve);
+	// nil reserves nothing.
+	Reserve func(priority int) int
 	// IgnoreSubsetHint makes every endpoint of the pool a candidate,
 	// whatever subset the gateway's metadata names.
 	IgnoreSubsetHint bool

@@ -29,6 +29,20 @@ type Options struct {
 	MaxBytes int64
 	// MaxWait bounds how long one request waits before it is turned away.
 	MaxWait time.Duration
+	// ReservedSlots is capacity on every endpoint that requests of priority
+	// 0 and below leave free: in-flight places under the policy's
+	// maxInFlight and waiting places under its queue threshold. Prioritized
+	// requests then find room at once while default and sheddable traffic
+	// wait; 0 reserves nothing.
+	ReservedSlots int
+}
+
+// Reserve is the capacity a request of the given priority leaves free.
+func (o *Options) Reserve(priority int) int {
+	if !o.Enabled || priority > 0 {
+		return 0
+	}
+	return o.ReservedSlots
 }
 
 // Complete fills zero fields with their defaults.
@@ -58,6 +72,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("max bytes %d is negative", o.MaxBytes))
+	}
+	if o.ReservedSlots < 0 {
+		errs = append(errs, fmt.Errorf("reserved slots %d is negative", o.ReservedSlots))
 	}
 	if o.MaxWait < 0 {
 		errs = append(errs, fmt.Errorf("max wait %s is negative", o.MaxWait))

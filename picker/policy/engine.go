@@ -99,7 +99,7 @@ func (e *engine) Pick(req *Request, candidates []*registry.Worker, n int) ([]*re
 		if m != nil && (m.Scraped.IsZero() || now.Sub(m.Scraped) > e.cfg.MetricsStaleness.Duration) {
 			m = nil
 		}
-		if e.saturated(w, m) {
+		if e.saturated(w, m, req.Reserve) {
 			saturated++
 			continue
 		}
@@ -119,13 +119,23 @@ func (e *engine) Pick(req *Request, candidates []*registry.Worker, n int) ([]*re
 	return out, nil
 }
 
-// saturated reports whether w may take no more work: its fresh metrics show
-// a full queue and a full KV cache, or it is at the in-flight cap.
-func (e *engine) saturated(w *registry.Worker, m *registry.Metrics) bool {
-	if e.cfg.MaxInFlight > 0 && w.InFlight() >= int64(e.cfg.MaxInFlight) {
+// saturated reports whether w may take no more work of a request that
+// leaves reserve places free: its fresh metrics show a full queue and a full
+// KV cache, or it is at the in-flight cap. Either bound less reserve is at
+// least 1.
+func (e *engine) saturated(w *registry.Worker, m *registry.Metrics, reserve int) bool {
+	if e.cfg.MaxInFlight > 0 && w.InFlight() >= int64(reduced(e.cfg.MaxInFlight, reserve)) {
 		return true
 	}
-	return m != nil && m.Waiting >= e.cfg.QueueThreshold && m.KVUsage >= e.cfg.KVCacheThreshold
+	return m != nil && m.Waiting >= reduced(e.cfg.QueueThreshold, reserve) && m.KVUsage >= e.cfg.KVCacheThreshold
+}
+
+// reduced is bound less reserve, never below 1 when a reserve applies.
+func reduced(bound, reserve int) int {
+	if reserve <= 0 {
+		return bound
+	}
+	return max(bound-reserve, 1)
 }
 
 // load is the work ahead of a new request on w: requests in flight, those in

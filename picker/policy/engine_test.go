@@ -73,6 +73,7 @@ func TestSaturation(t *testing.T) {
 		cfg      Config
 		metrics  []*registry.Metrics
 		inFlight []int
+		reserve  int
 		want     string // address, or "saturated"
 	}{
 		"all full": {
@@ -101,6 +102,29 @@ func TestSaturation(t *testing.T) {
 			inFlight: []int{3, 2},
 			want:     "127.0.0.2:8000",
 		},
+		"a reserve lowers the in-flight cap": {
+			cfg:      Config{MaxInFlight: 4},
+			inFlight: []int{3, 2},
+			reserve:  1,
+			want:     "127.0.0.2:8000",
+		},
+		"a reserve saturates what has room for higher priorities": {
+			cfg:      Config{MaxInFlight: 4},
+			inFlight: []int{3, 3},
+			reserve:  1,
+			want:     "saturated",
+		},
+		"a reserve leaves one place": {
+			cfg:      Config{MaxInFlight: 2},
+			inFlight: []int{1, 0},
+			reserve:  5,
+			want:     "127.0.0.2:8000",
+		},
+		"a reserve lowers the queue threshold": {
+			metrics: []*registry.Metrics{{Waiting: 3, KVUsage: 0.9, Scraped: epoch}, {Waiting: 4, KVUsage: 0.9, Scraped: epoch}},
+			reserve: 1,
+			want:    "127.0.0.1:8000",
+		},
 		"custom thresholds": {
 			cfg:     Config{QueueThreshold: 10, KVCacheThreshold: 0.95},
 			metrics: []*registry.Metrics{full(epoch), {Waiting: 10, KVUsage: 0.95, Scraped: epoch}},
@@ -120,7 +144,7 @@ func TestSaturation(t *testing.T) {
 				cfg := tc.cfg
 				cfg.Name = policy
 				p := build(t, cfg, reg, nil)
-				got, err := p.Pick(&Request{Model: "m"}, ws, 2)
+				got, err := p.Pick(&Request{Model: "m", Reserve: tc.reserve}, ws, 2)
 				if tc.want == "saturated" {
 					if !errors.Is(err, ErrSaturated) {
 						t.Fatalf("err = %v, want ErrSaturated", err)

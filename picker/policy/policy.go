@@ -19,6 +19,12 @@ type Request struct {
 	// read as one concatenated string. It may alias the request body: a
 	// policy never keeps it past the call.
 	Prompt [][]byte
+	// Reserve is capacity the request must leave free on a worker for
+	// requests of higher priority: in-flight places under Config.MaxInFlight
+	// and waiting places under Config.QueueThreshold. A worker with less
+	// room left counts as saturated for this request; at least one place
+	// always remains usable.
+	Reserve int
 }
 
 // Policy orders candidates for a request.

@@ -164,6 +164,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		IgnoreSubsetHint:     o.DisableSubsetFilter,
 		Priorities:           priorities,
 		Queue:                admitterOf(queue),
+		Reserve:              o.FlowControl.Reserve,
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
 	var indexSize func() (int, bool)
