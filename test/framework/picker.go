@@ -1,0 +1,134 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/inferpick/inferpick/picker/observe"
+)
+
+// PickerPackage is the picker's main package, for Binary.
+const PickerPackage = "./cmd/inferpick"
+
+// Picker is an inferpick process with its three ports on 127.0.0.1, plain
+// gRPC and, unless its arguments say otherwise, plain HTTP metrics.
+type Picker struct {
+	*Process
+	bin                               string
+	args                              []string
+	GRPCPort, HealthPort, MetricsPort int
+}
+
+// StartPickerT runs the picker binary bin with args added (mode flags such
+// as --static-endpoints or --kubeconfig among them); the test's cleanup
+// stops it.
+func StartPickerT(t testing.TB, bin string, args ...string) *Picker {
+	t.Helper()
+	p := &Picker{bin: bin, args: args}
+	for _, port := range []*int{&p.GRPCPort, &p.HealthPort, &p.MetricsPort} {
+		*port = FreePortT(t)
+	}
+	p.start(t)
+	return p
+}
+
+func (p *Picker) start(t testing.TB) {
+	t.Helper()
+	args := []string{
+		"--bind-address", "127.0.0.1",
+		"--grpc-port", strconv.Itoa(p.GRPCPort),
+		"--grpc-health-port", strconv.Itoa(p.HealthPort),
+		"--metrics-port", strconv.Itoa(p.MetricsPort),
+		"--secure-serving=false",
+		"--drain-timeout", "2s",
+	}
+	p.Process = StartT(t, Cmd{Name: "inferpick", Path: p.bin, Args: append(args, p.args...)})
+}
+
+// Restart stops the process (SIGKILL when kill) and starts a new one with
+// the same flags and ports.
+func (p *Picker) Restart(t testing.TB, kill bool) {
+	t.Helper()
+	if kill {
+		p.Kill()
+	} else if err := p.Stop(StopGrace); err != nil {
+		t.Error(err)
+	}
+	p.start(t)
+}
+
+// Addr is the ext_proc address.
+func (p *Picker) Addr() string { return "127.0.0.1:" + strconv.Itoa(p.GRPCPort) }
+
+// MetricsURL is the URL of path on the metrics port.
+func (p *Picker) MetricsURL(path string) string {
+	return "http://127.0.0.1:" + strconv.Itoa(p.MetricsPort) + path
+}
+
+// Workers reads /debug/workers.
+func (p *Picker) Workers(ctx context.Context) (observe.WorkersView, error) {
+	var v observe.WorkersView
+	err := GetJSON(ctx, p.MetricsURL("/debug/workers"), &v)
+	return v, err
+}
+
+// Metrics reads the Prometheus page of the metrics port.
+func (p *Picker) Metrics(ctx context.Context) (Metrics, error) {
+	return ScrapeMetrics(ctx, p.MetricsURL("/metrics"), nil)
+}
+
+// Serving asks the gRPC health service whether service is serving.
+func (p *Picker) Serving(ctx context.Context, service string) bool {
+	conn, err := grpc.NewClient("127.0.0.1:"+strconv.Itoa(p.HealthPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return false
+	}
+	defer func() { _ = conn.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+}
+
+// WaitWorkers waits until the registry has synced and lists n workers.
+func (p *Picker) WaitWorkers(t testing.TB, n int) observe.WorkersView {
+	t.Helper()
+	var v observe.WorkersView
+	Eventually(t, Timeout, "the picker's workers", func() error {
+		var err error
+		if v, err = p.Workers(context.Background()); err != nil {
+			return err
+		}
+		if !v.Synced || len(v.Workers) != n {
+			return fmt.Errorf("synced=%v with %d workers, want %d", v.Synced, len(v.Workers), n)
+		}
+		return nil
+	})
+	return v
+}
+
+// WaitIdle waits until every worker's load, prefill and decode are 0 and
+// returns how long that took.
+func (p *Picker) WaitIdle(t testing.TB, timeout time.Duration) time.Duration {
+	t.Helper()
+	return Eventually(t, timeout, "every worker idle", func() error {
+		v, err := p.Workers(context.Background())
+		if err != nil {
+			return err
+		}
+		for i := range v.Workers {
+			w := &v.Workers[i]
+			if w.Load != 0 || w.Prefill != 0 || w.Decode != 0 {
+				return fmt.Errorf("worker %s holds load %d (prefill %d, decode %d)", w.Address, w.Load, w.Prefill, w.Decode)
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,68 @@
+package framework
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+)
+
+// FreePort returns a TCP port free on host at the time of the call.
+func FreePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("free port on %s: %w", host, err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FreePortOn returns a port free on every one of hosts at the time of the
+// call (simulated pods share the pool's target port on several loopback
+// addresses).
+func FreePortOn(hosts ...string) (int, error) {
+	if len(hosts) == 0 {
+		hosts = []string{"127.0.0.1"}
+	}
+	for range 50 {
+		port, err := FreePort(hosts[0])
+		if err != nil {
+			return 0, err
+		}
+		ok := true
+		for _, h := range hosts[1:] {
+			l, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
+			if err != nil {
+				ok = false
+				break
+			}
+			_ = l.Close()
+		}
+		if ok {
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("no port free on all of %v", hosts)
+}
+
+// FreePortT is FreePortOn failing the test on error.
+func FreePortT(t testing.TB, hosts ...string) int {
+	t.Helper()
+	port, err := FreePortOn(hosts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// Loopback returns n addresses 127.0.0.first, 127.0.0.first+1, ... Linux
+// routes all of 127.0.0.0/8 to the loopback interface, so each simulated pod
+// gets its own IP with no setup. Suites pick disjoint ranges so that their
+// pods never share an address.
+func Loopback(first, n int) []string {
+	out := make([]string, n)
+	for i := range n {
+		out[i] = "127.0.0." + strconv.Itoa(first+i)
+	}
+	return out
+}
