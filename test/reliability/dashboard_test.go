@@ -126,7 +126,7 @@ func TestDashboardAndAlertsQueryExportedSeries(t *testing.T) {
 		}
 		exported := map[string]bool{}
 		for _, s := range pp {
-			n := s.name
+			n := s.Name
 			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 				n = strings.TrimSuffix(n, suffix)
 			}

@@ -23,7 +23,7 @@ func TestAnnouncedBodiesHoldNoMemory(t *testing.T) {
 	g := startGateway(t, p.Addr())
 	// No request before the streams: each then holds a new buffer of
 	// exactly perStream, none a smaller one kept from an earlier request.
-	base := rssKiB(t, p.cmd.Process.Pid)
+	base := rssKiB(t, p.Pid())
 
 	host := strings.TrimPrefix(g.URL, "http://")
 	conns := make([]net.Conn, 0, streams)
@@ -52,7 +52,7 @@ func TestAnnouncedBodiesHoldNoMemory(t *testing.T) {
 		}
 		return nil
 	})
-	grew := rssKiB(t, p.cmd.Process.Pid) - base
+	grew := rssKiB(t, p.Pid()) - base
 	t.Logf("RSS %d MiB at baseline, +%d MiB with %d streams announcing 16 MiB each", base>>10, grew>>10, streams)
 	if grew > 48<<10 {
 		t.Errorf("RSS grew by %d MiB for %d streams that sent one byte each", grew>>10, streams)

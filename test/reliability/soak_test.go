@@ -66,7 +66,7 @@ func TestSoak(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := soakSample{at: time.Since(start), rssKiB: rssKiB(t, p.cmd.Process.Pid),
+		s := soakSample{at: time.Since(start), rssKiB: rssKiB(t, p.Pid()),
 			heapInuse: pp.Sum("go_memstats_heap_inuse_bytes"), goroutines: pp.Sum("go_goroutines"), requests: sent.Load()}
 		rows = append(rows, s)
 		return s
