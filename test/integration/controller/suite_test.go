@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	testframework "github.com/inferpick/inferpick/test/framework"
 	"github.com/inferpick/inferpick/test/integration/framework"
 )
 
@@ -22,8 +23,8 @@ func TestController(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	// Deadlines, not expectations of speed: the machine may be busy.
-	SetDefaultEventuallyTimeout(30 * time.Second)
-	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+	SetDefaultEventuallyTimeout(testframework.Timeout)
+	SetDefaultEventuallyPollingInterval(testframework.PollInterval)
 	SetDefaultConsistentlyDuration(500 * time.Millisecond)
 	ctrl.SetLogger(GinkgoLogr)
 	var err error

@@ -5,11 +5,11 @@ package crd
 
 import (
 	"testing"
-	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	testframework "github.com/inferpick/inferpick/test/framework"
 	"github.com/inferpick/inferpick/test/integration/framework"
 )
 
@@ -22,8 +22,8 @@ func TestCRD(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	// Deadlines, not expectations of speed: the machine may be busy.
-	SetDefaultEventuallyTimeout(30 * time.Second)
-	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+	SetDefaultEventuallyTimeout(testframework.Timeout)
+	SetDefaultEventuallyPollingInterval(testframework.PollInterval)
 	var err error
 	env, err = framework.Start()
 	Expect(err).NotTo(HaveOccurred())

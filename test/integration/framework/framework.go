@@ -1,6 +1,6 @@
 // Package framework starts a real kube-apiserver and etcd for the
 // integration suites (one environment per suite) and gives each spec its own
-// namespace.
+// namespace. It is the integration suites' view of test/framework.
 //
 // The binaries come from KUBEBUILDER_ASSETS, which `make test-integration`
 // sets to the directory printed by hack/controlplane.sh.
@@ -8,71 +8,40 @@ package framework
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/inferpick/inferpick/controllers"
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // Env is one running control plane with the project's CRDs installed.
 type Env struct {
-	env    *envtest.Environment
+	cp     *framework.ControlPlane
 	Config *rest.Config
 	Client client.Client
 }
 
-// repoRoot is the directory holding go.mod, found from this file's path so
-// suites may run from any working directory.
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
-}
-
 // Start runs etcd and kube-apiserver, installs the CRDs from
 // config/crd/bases and returns a client that knows the project's types.
+// Nothing keeps running when it fails.
 func Start() (*Env, error) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run `make test-integration`, " +
-			"or set it to the directory printed by hack/controlplane.sh")
-	}
-	scheme, err := controllers.NewScheme()
+	cp, err := framework.StartControlPlane(framework.ControlPlaneOptions{})
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{env: &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(repoRoot(), "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                scheme,
-	}}
-	e.Config, err = e.env.Start()
-	if err != nil {
-		return nil, fmt.Errorf("start control plane: %w", err)
-	}
-	e.Client, err = client.New(e.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("client: %w", err), e.env.Stop())
-	}
-	return e, nil
+	return &Env{cp: cp, Config: cp.Config, Client: cp.Client}, nil
 }
 
 // Stop stops the control plane.
 func (e *Env) Stop() error {
-	if e == nil || e.env == nil {
+	if e == nil || e.cp == nil {
 		return nil
 	}
-	if err := e.env.Stop(); err != nil {
-		return fmt.Errorf("stop control plane: %w", err)
-	}
-	return nil
+	return e.cp.Stop()
 }
 
 // CreateNamespace creates a namespace with a generated name.
