@@ -45,4 +45,3 @@ func randomPrompt(r *rand.Rand, words int) string {
 	}
 	return b.String()
 }
-

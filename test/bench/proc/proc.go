@@ -1,6 +1,6 @@
 // Package proc runs the benchmark's helper processes (the simulators and
-// the picker binary), waits for them to serve, and reads how much CPU they
-// used from /proc.
+// the picker binary) on test/framework, waits for them to serve, and reads
+// how much CPU they used from /proc.
 package proc
 
 import (
@@ -8,85 +8,48 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // Build compiles the main package pkg (an import path or ./dir) into dir
 // and returns the binary's path.
 func Build(ctx context.Context, dir, pkg string) (string, error) {
-	out := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
-	}
-	return out, nil
+	return framework.Build(ctx, dir, pkg)
 }
 
-// Process is a started child process. Its output is kept (the last 64 KB)
-// to explain a failure.
+// Process is a started child process (test/framework's) whose log file is
+// removed when it is stopped.
 type Process struct {
-	name string
-	cmd  *exec.Cmd
-	out  *tail
-	done chan struct{}
-	err  error
+	*framework.Process
 }
 
-// Start runs bin with args.
+// Start runs bin with args, its output in a temporary log file.
 func Start(name, bin string, args ...string) (*Process, error) {
-	t := &tail{}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = t, t
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+	f, err := os.CreateTemp("", "inferpick-bench-*.log")
+	if err != nil {
+		return nil, fmt.Errorf("start %s: log: %w", name, err)
 	}
-	p := &Process{name: name, cmd: cmd, out: t, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
+	_ = f.Close()
+	p, err := framework.Start(framework.Cmd{Name: name, Path: bin, Args: args, Log: f.Name()})
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return nil, err
+	}
+	return &Process{p}, nil
 }
 
-// Pid returns the process id.
-func (p *Process) Pid() int { return p.cmd.Process.Pid }
-
-// Output returns the end of what the process wrote.
-func (p *Process) Output() string { return p.out.String() }
-
-// Exited reports whether the process has ended.
-func (p *Process) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// Stop sends SIGTERM, waits up to grace, then kills the process.
+// Stop sends SIGTERM, waits up to grace, then kills the process; it removes
+// the log file.
 func (p *Process) Stop(grace time.Duration) {
-	if p.Exited() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	_ = p.Process.Stop(grace)
+	_ = os.Remove(p.LogPath())
 }
 
 // clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat times;
@@ -132,61 +95,28 @@ func SelfCPUSeconds() float64 {
 }
 
 // FreePort returns a TCP port free on host at the time of the call.
-func FreePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func FreePort(host string) (int, error) { return framework.FreePort(host) }
 
 // WaitHTTP polls url until ok accepts the answer, p exits, or timeout.
 func WaitHTTP(p *Process, url string, timeout time.Duration, ok func(*http.Response) bool) error {
-	deadline := time.Now().Add(timeout)
 	client := &http.Client{Timeout: time.Second}
-	for {
+	return framework.Poll(context.Background(), timeout, func() error {
 		resp, err := client.Get(url)
 		if err == nil {
 			good := ok == nil && resp.StatusCode == http.StatusOK || ok != nil && ok(resp)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if good {
 				return nil
 			}
 			err = fmt.Errorf("answer %q not accepted", resp.Status)
 		}
 		if p != nil && p.Exited() {
-			exit := p.err
+			exit := p.Err()
 			if exit == nil {
 				exit = errors.New("exit status 0")
 			}
-			return fmt.Errorf("%s exited before serving %s: %w\n%s", p.name, url, exit, p.Output())
+			return framework.Stop(fmt.Errorf("%s exited before serving %s: %w\n%s", p.Name(), url, exit, p.Output()))
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not serving %s after %v: %w", p.name, url, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// tail keeps the last 64 KB written to it.
-type tail struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (t *tail) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, b...)
-	if over := len(t.buf) - 64<<10; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(b), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
+		return fmt.Errorf("%s not serving %s: %w", p.Name(), url, err)
+	})
 }
