@@ -15,55 +15,25 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/inferpick/inferpick/test/framework"
 	"k8s.io/utils/ptr"
 )
 
 // podWrapper builds model-server Pods: makePod(ns, name).Label(k, v).Obj().
-type podWrapper struct{ corev1.Pod }
+type podWrapper = framework.PodWrapper
 
-// makePod returns a Pod with one vLLM-like container.
+// makePod returns a Pod with one vLLM-like container and no labels.
 func makePod(namespace, name string) *podWrapper {
-	return &podWrapper{corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{}},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai:latest"}},
-		},
-	}}
+	return framework.MakePod(namespace, name).Labels(map[string]string{}).Image("vllm/vllm-openai:latest")
 }
-
-func (p *podWrapper) Label(k, v string) *podWrapper {
-	p.Labels[k] = v
-	return p
-}
-
-func (p *podWrapper) Obj() *corev1.Pod { return p.DeepCopy() }
 
 // createReadyPod creates pod and then writes the status a kubelet would once
 // its container is up and ready at ip.
 func createReadyPod(ctx context.Context, pod *corev1.Pod, ip string) *corev1.Pod {
 	GinkgoHelper()
 	Expect(suite.client.Create(ctx, pod)).To(Succeed())
-	now := metav1.Now()
-	pod.Status = corev1.PodStatus{
-		Phase:     corev1.PodRunning,
-		PodIP:     ip,
-		PodIPs:    []corev1.PodIP{{IP: ip}},
-		HostIP:    "127.0.0.1",
-		StartTime: &now,
-		Conditions: []corev1.PodCondition{
-			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		},
-		ContainerStatuses: []corev1.ContainerStatus{{
-			Name:    "vllm",
-			Image:   pod.Spec.Containers[0].Image,
-			Ready:   true,
-			Started: ptr.To(true),
-			State:   corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
-		}},
-	}
+	framework.SetReady(pod, ip)
 	Expect(suite.client.Status().Update(ctx, pod)).To(Succeed())
 	return pod
 }

@@ -37,6 +37,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 const repoRoot = "../.."
@@ -82,33 +83,21 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 
 	By("starting kube-apiserver and etcd with the Gateway API CRDs")
 	gatewayCRDs := moduleDir(ctx, "sigs.k8s.io/gateway-api")
-	suite.env = &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDInstallOptions: envtest.CRDInstallOptions{
-			Paths:              []string{filepath.Join(gatewayCRDs, "config", "crd", "standard")},
-			ErrorIfPathMissing: true,
-		},
-		ControlPlaneStopTimeout: time.Minute,
-	}
-	cfg, err := suite.env.Start()
+	cp, err := framework.StartControlPlane(framework.ControlPlaneOptions{
+		AssetsDir:   assets,
+		CRDPaths:    []string{filepath.Join(gatewayCRDs, "config", "crd", "standard")},
+		Scheme:      newScheme(),
+		Dir:         suite.tmp,
+		StopTimeout: time.Minute,
+	})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() {
 		By("stopping the control plane")
-		Expect(suite.env.Stop()).To(Succeed())
+		Expect(cp.Stop()).To(Succeed())
 	})
-	suite.cfg = cfg
-
-	suite.client, err = client.New(cfg, client.Options{Scheme: newScheme()})
+	suite.env, suite.cfg, suite.client, suite.kubeconfig = cp.Env, cp.Config, cp.Client, cp.Kubeconfig
+	suite.clientset, err = kubernetes.NewForConfig(cp.Config)
 	Expect(err).NotTo(HaveOccurred())
-	suite.clientset, err = kubernetes.NewForConfig(cfg)
-	Expect(err).NotTo(HaveOccurred())
-
-	admin, err := suite.env.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	kc, err := admin.KubeConfig()
-	Expect(err).NotTo(HaveOccurred())
-	suite.kubeconfig = filepath.Join(suite.tmp, "admin.kubeconfig")
-	Expect(os.WriteFile(suite.kubeconfig, kc, 0o600)).To(Succeed())
 }, NodeTimeout(5*time.Minute))
 
 // newScheme knows every kind the suite reads: built-in, CRDs, InferencePool
@@ -124,12 +113,10 @@ func newScheme() *runtime.Scheme {
 
 // goBuild builds pkg of this module into the suite's directory.
 func goBuild(ctx context.Context, pkg, name string) string {
-	out := filepath.Join(suite.tmp, name)
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Dir = absPath(repoRoot)
-	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
-	b, err := cmd.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), "go build %s:\n%s", pkg, b)
+	dir := filepath.Join(suite.tmp, "bin-"+name)
+	Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
+	out, err := framework.Build(ctx, dir, pkg)
+	Expect(err).NotTo(HaveOccurred())
 	return out
 }
 
