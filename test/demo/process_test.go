@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -8,33 +9,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-func TestAnnounceWriterFindsTextSplitAcrossWrites(t *testing.T) {
-	f, err := os.Create(filepath.Join(t.TempDir(), "log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w := &announceWriter{w: f, want: []byte("listening on"), seen: make(chan struct{})}
-	for _, part := range []string{"starting\nvllm-sim list", "en", "ing on http://127.0.0.1:1\n", "more\n"} {
-		if _, err := w.Write([]byte(part)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	select {
-	case <-w.seen:
-	default:
-		t.Fatal("announcement split over three writes was not seen")
-	}
-	got, err := os.ReadFile(f.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "starting\nvllm-sim listening on http://127.0.0.1:1\nmore\n"; string(got) != want {
-		t.Errorf("log holds %q, want %q", got, want)
-	}
-}
+	"github.com/inferpick/inferpick/test/framework"
+)
 
 // alive reports whether pid still runs (a zombie counts as gone).
 func alive(pid int) bool {
@@ -64,20 +41,23 @@ func TestStopEndsTheWholeProcessGroup(t *testing.T) {
 	if err := p.stop(10 * time.Second); err != nil {
 		t.Errorf("stop: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for alive(child) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if alive(child) {
-		_ = syscall.Kill(child, syscall.SIGKILL)
-		t.Errorf("the child's own child %d outlived stop", child)
-	}
+	t.Cleanup(func() {
+		if alive(child) {
+			_ = syscall.Kill(child, syscall.SIGKILL)
+		}
+	})
+	framework.Eventually(t, framework.Timeout, "the child's own child gone after stop", func() error {
+		if alive(child) {
+			return fmt.Errorf("pid %d still runs", child)
+		}
+		return nil
+	})
 }
 
 func TestStartProcessReportsEarlyExit(t *testing.T) {
 	dir := t.TempDir()
 	_, err := startProcess(t.Context(), "false", filepath.Join(dir, "false.log"), "never said", 30*time.Second, "false")
-	if err == nil || !strings.Contains(err.Error(), "exited before it was ready") {
+	if err == nil || !strings.Contains(err.Error(), "exited before") {
 		t.Errorf("startProcess(false) = %v, want an early-exit error", err)
 	}
 }
