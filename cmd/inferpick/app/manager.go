@@ -39,19 +39,42 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 	if o.MetricsEndpointAuth {
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	scheme, err := controllers.NewScheme()
+	mopts, err := ManagerOptions(o)
 	if err != nil {
 		return nil, err
 	}
-	pool := types.NamespacedName{Namespace: o.PoolNamespace, Name: o.PoolName}
-	cacheOpts := controllers.CacheOptions(pool)
+	mopts.Metrics = metrics
+	mgr, err := ctrl.NewManager(cfg, mopts)
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	if err := SetupControllers(mgr, o, p.reg, p.priorities, selfPod()); err != nil {
+		return nil, err
+	}
+	for _, r := range p.servers {
+		if err := mgr.Add(r); err != nil {
+			return nil, fmt.Errorf("add runnable: %w", err)
+		}
+	}
+	return mgr, nil
+}
+
+// ManagerOptions are the controller-manager options inferpick runs with for
+// o, but for the metrics server: the project's scheme, a cache limited to
+// what the pool (or the endpoint selector) needs, leader election, and the
+// shutdown bound. The integration suites start their managers from it.
+func ManagerOptions(o *Options) (ctrl.Options, error) {
+	scheme, err := controllers.NewScheme()
+	if err != nil {
+		return ctrl.Options{}, err
+	}
+	cacheOpts := controllers.CacheOptions(o.pool())
 	if o.selector != nil {
 		cacheOpts = controllers.SelectorCacheOptions(o.selectorOptions())
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	return ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         cacheOpts,
-		Metrics:                       metrics,
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                o.LeaderElection,
 		LeaderElectionID:              o.leaderElectionID(),
@@ -61,30 +84,34 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 		RenewDeadline:                 &o.LeaderElectionRenewDeadline,
 		RetryPeriod:                   &o.LeaderElectionRetryPeriod,
 		GracefulShutdownTimeout:       ptr(o.DrainTimeout + 5*time.Second),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create manager: %w", err)
-	}
+	}, nil
+}
+
+// SetupControllers adds to mgr the controllers that keep sink equal to the
+// ready endpoints of o's pool (or endpoint selector) and priorities equal to
+// the pool's InferenceObjectives. self is the picker's own Pod, nil outside
+// one.
+func SetupControllers(mgr manager.Manager, o *Options, sink controllers.EndpointSink, priorities controllers.ObjectiveSink, self *corev1.ObjectReference) error {
 	if o.selector != nil {
-		if err := controllers.SetupSelectorWithManager(mgr, o.selectorOptions(), p.reg); err != nil {
-			return nil, fmt.Errorf("set up the endpoint selector controller: %w", err)
+		if err := controllers.SetupSelectorWithManager(mgr, o.selectorOptions(), sink); err != nil {
+			return fmt.Errorf("set up the endpoint selector controller: %w", err)
 		}
-	} else {
-		opts := controllers.PoolReconcilerOptions{Pool: pool, Group: o.PoolGroup, Self: selfPod()}
-		if err := controllers.SetupWithManager(mgr, opts, p.reg); err != nil {
-			return nil, fmt.Errorf("set up the pool controller: %w", err)
-		}
-		// InferenceObjectives name a pool: without one there are none to read.
-		if err := controllers.SetupObjectivesWithManager(mgr, opts, p.priorities); err != nil {
-			return nil, fmt.Errorf("set up the objective controller: %w", err)
-		}
+		return nil
 	}
-	for _, r := range p.servers {
-		if err := mgr.Add(r); err != nil {
-			return nil, fmt.Errorf("add runnable: %w", err)
-		}
+	opts := controllers.PoolReconcilerOptions{Pool: o.pool(), Group: o.PoolGroup, Self: self}
+	if err := controllers.SetupWithManager(mgr, opts, sink); err != nil {
+		return fmt.Errorf("set up the pool controller: %w", err)
 	}
-	return mgr, nil
+	// InferenceObjectives name a pool: without one there are none to read.
+	if err := controllers.SetupObjectivesWithManager(mgr, opts, priorities); err != nil {
+		return fmt.Errorf("set up the objective controller: %w", err)
+	}
+	return nil
+}
+
+// pool is the served InferencePool's key.
+func (o *Options) pool() types.NamespacedName {
+	return types.NamespacedName{Namespace: o.PoolNamespace, Name: o.PoolName}
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

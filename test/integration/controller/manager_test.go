@@ -14,13 +14,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/inferpick/inferpick/controllers"
+	"github.com/inferpick/inferpick/cmd/inferpick/app"
+	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/registry"
 )
 
-// startPicker runs a manager wired the way cmd/inferpick wires it, serving
-// pool, and returns the registry it fills. The manager stops when the spec
-// ends.
+// startPicker runs a manager wired by the code cmd/inferpick runs
+// (app.ManagerOptions and app.SetupControllers), serving pool, and returns
+// the registry it fills. The manager stops when the spec ends.
 func startPicker(pool types.NamespacedName) *registry.Registry {
 	GinkgoHelper()
 	return startPickerAs(pool, nil)
@@ -29,19 +30,25 @@ func startPicker(pool types.NamespacedName) *registry.Registry {
 // startPickerAs is startPicker for a picker running as the Pod self.
 func startPickerAs(pool types.NamespacedName, self *corev1.ObjectReference) *registry.Registry {
 	GinkgoHelper()
-	scheme, err := controllers.NewScheme()
+	reg, _ := startManager(pool, self)
+	return reg
+}
+
+// startManager starts a manager for pool the way cmd/inferpick does and
+// returns the registry and the objective priorities its controllers fill.
+func startManager(pool types.NamespacedName, self *corev1.ObjectReference) (*registry.Registry, *flowcontrol.Priorities) {
+	GinkgoHelper()
+	o := app.NewOptions()
+	o.PoolName, o.PoolNamespace = pool.Name, pool.Namespace
+	mopts, err := app.ManagerOptions(o)
 	Expect(err).NotTo(HaveOccurred())
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  controllers.CacheOptions(pool),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		// Every spec starts its own manager in this process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	mopts.Metrics = metricsserver.Options{BindAddress: "0"}
+	// Every spec starts its own manager in this process.
+	mopts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
+	mgr, err := ctrl.NewManager(env.Config, mopts)
 	Expect(err).NotTo(HaveOccurred())
-	reg := registry.New()
-	Expect(controllers.SetupWithManager(mgr, controllers.PoolReconcilerOptions{Pool: pool, Self: self}, reg)).To(Succeed())
+	reg, prios := registry.New(), flowcontrol.NewPriorities()
+	Expect(app.SetupControllers(mgr, o, reg, prios, self)).To(Succeed())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -54,7 +61,7 @@ func startPickerAs(pool types.NamespacedName, self *corev1.ObjectReference) *reg
 		cancel()
 		Eventually(done).Should(BeClosed())
 	})
-	return reg
+	return reg, prios
 }
 
 // workers lists the registry as "pod@address" strings, sorted.

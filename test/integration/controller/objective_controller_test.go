@@ -1,19 +1,13 @@
 package controller
 
 import (
-	"context"
-
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	inferencev1alpha2 "github.com/inferpick/inferpick/api/v1alpha2"
-	"github.com/inferpick/inferpick/controllers"
 	"github.com/inferpick/inferpick/picker/flowcontrol"
 )
 
@@ -93,32 +87,10 @@ func priorityOf(p *flowcontrol.Priorities, name string) func() lookup {
 	}
 }
 
-// startObjectives runs a manager with only the objective controller.
+// startObjectives runs a manager wired the way cmd/inferpick wires it and
+// returns the objective priorities it fills.
 func startObjectives(pool types.NamespacedName) *flowcontrol.Priorities {
 	GinkgoHelper()
-	scheme, err := controllers.NewScheme()
-	Expect(err).NotTo(HaveOccurred())
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  controllers.CacheOptions(pool),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	Expect(err).NotTo(HaveOccurred())
-	prios := flowcontrol.NewPriorities()
-	Expect(controllers.SetupObjectivesWithManager(mgr, controllers.PoolReconcilerOptions{Pool: pool}, prios)).To(Succeed())
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(mgr.Start(ctx)).To(Succeed())
-	}()
-	DeferCleanup(func() {
-		cancel()
-		Eventually(done).Should(BeClosed())
-	})
+	_, prios := startManager(pool, nil)
 	return prios
 }
