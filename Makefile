@@ -10,6 +10,8 @@ LOCALBIN ?= $(CURDIR)/bin
 # Pinned tools, built from hack/tools/go.mod into bin/.
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
+KUSTOMIZE_DEPS := hack/tools/kustomize/go.mod hack/tools/kustomize/go.sum
 TOOLS_DEPS := hack/tools/go.mod hack/tools/go.sum
 
 # Paths the generators write; `make verify` fails when they drift.
@@ -41,7 +43,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy methods for the API types.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and the RBAC Role from the code markers.
 	$(CONTROLLER_GEN) crd rbac:roleName=inferpick \
-		paths="./api/..." paths="./controllers/..." \
+		paths="./api/..." paths="./controllers/..." paths="./cmd/inferpick/app/..." \
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac
 
@@ -58,18 +60,51 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: verify
-verify: generate manifests ## Regenerate, check formatting, and fail if generated files drift.
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then \
-		echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+verify: generate manifests verify-gofmt lint verify-tidy verify-shell verify-kustomize verify-chart-crds ## Regenerate and fail on drift; gofmt, golangci-lint, go mod tidy of every module, shellcheck, kustomize build, chart CRDs.
 	@git diff --exit-code -- $(GENERATED_PATHS) || { \
 		echo "generated files are stale: run 'make generate manifests' and commit"; exit 1; }
 	@untracked=$$(git ls-files --others --exclude-standard -- $(GENERATED_PATHS)); \
 		if [[ -n "$$untracked" ]]; then echo "untracked generated files:"; echo "$$untracked"; exit 1; fi
 
+.PHONY: verify-gofmt
+verify-gofmt: ## Fail when a Go file needs gofmt.
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then \
+		echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+# Every module of the repository: the project and its pinned tool modules.
+GO_MODULES = $(sort $(dir $(shell git ls-files '*go.mod')))
+
+.PHONY: verify-tidy
+verify-tidy: ## Fail when `go mod tidy` would change a module's go.mod or go.sum.
+	@for m in $(GO_MODULES); do \
+		echo "go mod tidy -diff in $$m"; \
+		(cd $$m && $(GO) mod tidy -diff) || { echo "run 'go mod tidy' in $$m"; exit 1; }; \
+	done
+
+# Shell scripts: hack/ and the CI entry point.
+SHELL_SCRIPTS = $(shell git ls-files hack '*.sh' | grep -E '\.sh$$') .ci/run
+
+.PHONY: verify-shell
+verify-shell: ## Run shellcheck on the scripts (Debian package shellcheck).
+	@command -v shellcheck >/dev/null || { echo "shellcheck not found: apt-get install shellcheck"; exit 1; }
+	shellcheck $(SHELL_SCRIPTS)
+
+.PHONY: verify-kustomize
+verify-kustomize: $(KUSTOMIZE) ## Build every kustomization under config/.
+	@for k in $$(git ls-files 'config/*kustomization.yaml'); do \
+		d=$$(dirname $$k); echo "kustomize build $$d"; \
+		$(KUSTOMIZE) build $$d >/dev/null || exit 1; \
+	done
+
+.PHONY: verify-chart-crds
+verify-chart-crds: ## Fail when the chart's CRDs differ from config/crd/bases.
+	@diff -r config/crd/bases charts/inferpick/crds || { \
+		echo "the chart's CRDs differ from config/crd/bases: run 'make chart-crds'"; exit 1; }
+
 ##@ Test
 
 .PHONY: test
-test: test-unit test-integration test-chart test-e2e test-demo test-reliability fuzz-short ## Run every suite: unit, integration, chart, end-to-end, demo, reliability, short fuzzing.
+test: verify test-unit test-integration test-chart test-e2e test-demo test-reliability fuzz-short ## Run make verify, then every suite: unit, integration, chart, end-to-end, demo, reliability, short fuzzing.
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests with the race detector.
@@ -87,13 +122,17 @@ controlplane: ## Build (once) and print the directory of etcd, kube-apiserver an
 ##@ Tools
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Build the pinned tools into bin/.
+tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(KUSTOMIZE) ## Build the pinned tools into bin/.
 
 $(CONTROLLER_GEN): $(TOOLS_DEPS)
 	cd hack/tools && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 
 $(GOLANGCI_LINT): $(TOOLS_DEPS)
 	cd hack/tools && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+# kustomize in its own module: its Kubernetes libraries differ from ours.
+$(KUSTOMIZE): $(KUSTOMIZE_DEPS)
+	cd hack/tools/kustomize && $(GO) build -o $@ sigs.k8s.io/kustomize/kustomize/v5
 
 ##@ Chart and end-to-end
 
