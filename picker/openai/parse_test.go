@@ -309,14 +309,22 @@ func TestRequestReuse(t *testing.T) {
 	}
 }
 
+// appendPrompt appends r's prompt segments, joined, to dst.
+func appendPrompt(r *Request, dst []byte) []byte {
+	for _, s := range r.Prompt {
+		dst = append(dst, s...)
+	}
+	return dst
+}
+
 func TestPromptHelpers(t *testing.T) {
 	var r Request
 	if err := Parse(ChatCompletions, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), &r); err != nil {
 		t.Fatal(err)
 	}
-	joined := string(r.AppendPrompt(nil))
+	joined := string(appendPrompt(&r, nil))
 	if want := "<|user|>\nhi"; joined != want {
-		t.Errorf("AppendPrompt = %q, want %q", joined, want)
+		t.Errorf("joined prompt = %q, want %q", joined, want)
 	}
 	if r.PromptLen() != len(joined) {
 		t.Errorf("PromptLen = %d, want %d", r.PromptLen(), len(joined))

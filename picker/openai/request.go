@@ -52,14 +52,6 @@ func (r *Request) PromptLen() int {
 	return n
 }
 
-// AppendPrompt appends the prompt segments, joined, to dst.
-func (r *Request) AppendPrompt(dst []byte) []byte {
-	for _, s := range r.Prompt {
-		dst = append(dst, s...)
-	}
-	return dst
-}
-
 // Parse reads a request body sent to an endpoint of the given kind into r,
 // which it resets first. It checks that the whole body is valid JSON (UTF-8
 // included) in the same pass. Errors wrap ErrSyntax, ErrNotObject, ErrTooDeep,
