@@ -322,9 +322,7 @@ func (x *exchange) followServed(md *corev3.Metadata) {
 			return
 		}
 		x.guard = w.Admit()
-		if o, ok := x.s.picker.(policy.Observer); ok {
-			o.Observe(&x.pick, w)
-		}
+		x.s.picker.Observe(&x.pick, w)
 		return
 	}
 }

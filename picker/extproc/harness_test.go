@@ -25,6 +25,9 @@ type inOrder struct {
 	panic bool
 }
 
+// Observe learns nothing.
+func (p *inOrder) Observe(*policy.Request, *registry.Worker) {}
+
 func (p *inOrder) Pick(_ *policy.Request, cands []*registry.Worker, n int) ([]*registry.Worker, error) {
 	if p.panic {
 		panic("policy exploded")

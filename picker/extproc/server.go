@@ -26,6 +26,9 @@ import (
 // Picker orders candidates for a request: primary first, then fallbacks.
 type Picker interface {
 	Pick(req *policy.Request, candidates []*registry.Worker, n int) ([]*registry.Worker, error)
+	// Observe records that req was served by served after the gateway
+	// fell back from the primary.
+	Observe(req *policy.Request, served *registry.Worker)
 }
 
 // Options tune the server. The zero value is usable.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -34,7 +36,7 @@ func TestWorkersHandler(t *testing.T) {
 	a.Admit()
 	reg.MarkSynced()
 
-	srv := httptest.NewServer(WorkersHandler(reg, func() time.Time { return now }))
+	srv := httptest.NewServer(WorkersHandler(reg, testingclock.NewFakePassiveClock(now)))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
 	if err != nil {

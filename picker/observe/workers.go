@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/inferpick/inferpick/picker/registry"
 )
 
@@ -57,7 +59,7 @@ func Snapshot(reg *registry.Registry, now time.Time) WorkersView {
 }
 
 // WorkersHandler serves GET /debug/workers.
-func WorkersHandler(reg *registry.Registry, now func() time.Time) http.Handler {
+func WorkersHandler(reg *registry.Registry, clk clock.PassiveClock) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
@@ -66,6 +68,6 @@ func WorkersHandler(reg *registry.Registry, now func() time.Time) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(Snapshot(reg, now()))
+		_ = enc.Encode(Snapshot(reg, clk.Now()))
 	})
 }

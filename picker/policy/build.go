@@ -4,7 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"time"
+
+	utilclock "k8s.io/utils/clock"
 
 	"github.com/inferpick/inferpick/picker/registry"
 )
@@ -13,7 +14,7 @@ import (
 type Option func(*options)
 
 type options struct {
-	now     func() time.Time
+	clock   utilclock.PassiveClock
 	rand    *rand.Rand
 	matched func(matched, total int)
 }
@@ -26,7 +27,7 @@ func WithMatchObserver(f func(matched, total int)) Option {
 }
 
 // WithClock sets the clock metric freshness is judged by.
-func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+func WithClock(c utilclock.PassiveClock) Option { return func(o *options) { o.clock = c } }
 
 // WithRand sets the random source behind tie-breaks and random choices;
 // seed it for reproducible picks. The policy serializes its use.
@@ -40,7 +41,7 @@ func Build(cfg Config, reg *registry.Registry, opts ...Option) (Policy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("policy config: %w", err)
 	}
-	o := options{now: time.Now}
+	o := options{clock: utilclock.RealClock{}}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -72,17 +73,12 @@ func Build(cfg Config, reg *registry.Registry, opts ...Option) (Policy, error) {
 
 var errNoRegistry = errors.New("a registry is required")
 
-// observer is a ranker that learns where requests were served.
-type observer interface {
-	Observe(req *Request, served *registry.Worker)
-}
-
 // Observe implements Observer: policies with a prefix index record that
 // served holds the prompt; others ignore it.
 func (e *engine) Observe(req *Request, served *registry.Worker) {
-	if o, ok := e.ranker.(observer); ok {
+	if o, ok := e.ranker.(Observer); ok {
 		o.Observe(req, served)
 	}
 }
 
-var _ Observer = (*engine)(nil)
+var _ Policy = (*engine)(nil)

@@ -182,7 +182,7 @@ func TestCacheAwareObserve(t *testing.T) {
 	}
 	primary, fallback := got[0], got[1]
 	reg.Remove(primary.Endpoint().Key)
-	p.(Observer).Observe(req, fallback)
+	p.Observe(req, fallback)
 	again, _ := p.Pick(req, ws, 1)
 	if again[0] != fallback {
 		t.Errorf("after serving on %s the prompt went to %s", fallback.Address(), again[0].Address())

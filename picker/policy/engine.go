@@ -66,7 +66,7 @@ type engine struct {
 var _ Policy = (*engine)(nil)
 
 func newEngine(cfg Config, o options, r ranker) *engine {
-	e := &engine{cfg: cfg, now: o.now, rnd: o.rand, ranker: r}
+	e := &engine{cfg: cfg, now: o.clock.Now, rnd: o.rand, ranker: r}
 	e.pool.New = func() any { return &pick{matched: map[uint32]int{}} }
 	return e
 }

@@ -16,7 +16,9 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // clock is a settable clock for WithClock.
 type clock struct{ t time.Time }
 
-func (c *clock) now() time.Time { return c.t }
+func (c *clock) Now() time.Time { return c.t }
+
+func (c *clock) Since(t time.Time) time.Duration { return c.t.Sub(t) }
 
 // pool builds a registry of n workers on loopback addresses.
 func pool(n int) (*registry.Registry, []*registry.Worker) {
@@ -38,7 +40,7 @@ func build(t *testing.T, cfg Config, reg *registry.Registry, clk *clock) Policy 
 	if clk == nil {
 		clk = &clock{t: epoch}
 	}
-	p, err := Build(cfg, reg, WithRand(rand.New(rand.NewPCG(1, 2))), WithClock(clk.now))
+	p, err := Build(cfg, reg, WithRand(rand.New(rand.NewPCG(1, 2))), WithClock(clk))
 	if err != nil {
 		t.Fatalf("Build(%+v): %v", cfg, err)
 	}

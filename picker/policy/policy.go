@@ -8,6 +8,7 @@ package policy
 import (
 	"errors"
 
+	"github.com/inferpick/inferpick/picker/prefix"
 	"github.com/inferpick/inferpick/picker/registry"
 )
 
@@ -35,10 +36,15 @@ type Policy interface {
 	// never returned, and a guard admitted on one removed later is harmless.
 	// Errors are ErrNoCandidates or ErrSaturated.
 	Pick(req *Request, candidates []*registry.Worker, n int) ([]*registry.Worker, error)
+	Observer
+	// IndexStats returns the prefix index's statistics, and false for a
+	// policy that keeps no index.
+	IndexStats() (prefix.Stats, bool)
 }
 
-// Observer is implemented by policies that learn from where a request was
-// actually served, when the gateway fell back from the primary.
+// Observer learns from where a request was actually served, when the
+// gateway fell back from the primary. Policies without anything to learn
+// ignore it.
 type Observer interface {
 	Observe(req *Request, served *registry.Worker)
 }

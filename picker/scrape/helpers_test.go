@@ -17,7 +17,7 @@ import (
 	"github.com/inferpick/inferpick/picker/registry"
 )
 
-// fakeClock is a Clock that moves only when told.
+// fakeClock is a clock.PassiveClock that moves only when told.
 type fakeClock struct {
 	mu  sync.Mutex
 	now time.Time
@@ -32,6 +32,8 @@ func (c *fakeClock) Now() time.Time {
 	defer c.mu.Unlock()
 	return c.now
 }
+
+func (c *fakeClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
 func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // Defaults of a Scraper.
@@ -22,15 +24,6 @@ const (
 	maxTimeout = time.Second
 )
 
-// Clock tells the time stamped on scrapes and used for staleness.
-type Clock interface {
-	Now() time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
 // Option configures a Scraper.
 type Option func(*options)
 
@@ -40,7 +33,7 @@ type options struct {
 	path        string
 	metricsPort uint16
 	maxBody     int64
-	clock       Clock
+	clock       clock.PassiveClock
 	client      *http.Client
 	names       *Names
 	schema      *Schema // compiled names; the Auto preset's by default
@@ -70,7 +63,7 @@ func WithMaxBodySize(n int64) Option { return func(o *options) { o.maxBody = n }
 func WithNames(n Names) Option { return func(o *options) { o.names = &n } }
 
 // WithClock sets the clock that stamps scrapes and measures staleness.
-func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+func WithClock(c clock.PassiveClock) Option { return func(o *options) { o.clock = c } }
 
 // WithHTTPClient replaces the Scraper's own client. The Scraper then leaves
 // the client's idle connections alone when it stops.
@@ -94,7 +87,7 @@ func (o *options) complete() error {
 		errs = append(errs, fmt.Errorf("path %q does not start with /", o.path))
 	}
 	if o.clock == nil {
-		o.clock = realClock{}
+		o.clock = clock.RealClock{}
 	}
 	o.schema = defaultSchema
 	if o.names != nil {

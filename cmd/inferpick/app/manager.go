@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -30,7 +31,7 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 	}
 	metrics := metricsserver.Options{
 		BindAddress:   hostPort(o.BindAddress, o.MetricsPort),
-		ExtraHandlers: map[string]http.Handler{"/debug/workers": observe.WorkersHandler(p.reg, time.Now)},
+		ExtraHandlers: map[string]http.Handler{"/debug/workers": observe.WorkersHandler(p.reg, clock.RealClock{})},
 	}
 	maps.Copy(metrics.ExtraHandlers, pprofHandlers(o))
 	// Plain HTTP with token authentication, as the upstream endpoint picker

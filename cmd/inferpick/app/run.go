@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -15,8 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -168,10 +169,10 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
 	var indexSize func() (int, bool)
-	if ix, ok := pol.(observe.IndexStatser); ok {
-		promReg.MustRegister(observe.NewIndexCollector(ix))
+	if _, ok := pol.IndexStats(); ok {
+		promReg.MustRegister(observe.NewIndexCollector(pol))
 		indexSize = func() (int, bool) {
-			st, ok := ix.IndexStats()
+			st, ok := pol.IndexStats()
 			return st.Blocks, ok
 		}
 	}
@@ -236,7 +237,7 @@ func hostPort(host string, port int) string { return net.JoinHostPort(host, strc
 func runStatic(ctx context.Context, o *Options, p *picker) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(p.promReg, promhttp.HandlerOpts{}))
-	mux.Handle("/debug/workers", observe.WorkersHandler(p.reg, time.Now))
+	mux.Handle("/debug/workers", observe.WorkersHandler(p.reg, clock.RealClock{}))
 	for path, h := range pprofHandlers(o) {
 		mux.Handle(path, h)
 	}
@@ -263,29 +264,13 @@ func runStatic(ctx context.Context, o *Options, p *picker) error {
 }
 
 // runAll starts every runnable; the first to fail stops the others. It
-// returns once all have returned.
+// returns once all have returned, with the first error.
 func runAll(ctx context.Context, rs []manager.Runnable) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
+	g, ctx := errgroup.WithContext(ctx)
 	for _, r := range rs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := r.Start(ctx); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-				cancel()
-			}
-		}()
+		g.Go(func() error { return r.Start(ctx) })
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return g.Wait()
 }
 
 // httpServer runs an HTTP server until its context ends.
