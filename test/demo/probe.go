@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/inferpick/inferpick/picker/observe"
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // getJSON fetches url and decodes its JSON body into v.
@@ -51,35 +52,23 @@ func workersURL(metricsAddr string) string { return "http://" + metricsAddr + "/
 // errGaveUp marks an error after which polling is pointless.
 var errGaveUp = errors.New("gave up")
 
-// poll calls check every interval until it reports done, returns an error
-// wrapping errGaveUp, or deadline passes; it then returns check's last
-// error, if any.
-func poll(ctx context.Context, interval, deadline time.Duration, check func(context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, deadline)
-	defer cancel()
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	var last error
-	for {
+// poll calls check until it reports done, returns an error wrapping
+// errGaveUp, or deadline passes (test/framework's Poll, which checks every
+// framework.PollInterval); it then returns check's last error, if any.
+func poll(ctx context.Context, _, deadline time.Duration, check func(context.Context) (bool, error)) error {
+	return framework.Poll(ctx, deadline, func() error {
 		done, err := check(ctx)
-		if done {
+		switch {
+		case done:
 			return nil
-		}
-		if errors.Is(err, errGaveUp) {
+		case errors.Is(err, errGaveUp):
+			return framework.Stop(err)
+		case err != nil:
 			return err
+		default:
+			return errors.New("not yet")
 		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			if last != nil {
-				return fmt.Errorf("%w (last: %w)", ctx.Err(), last)
-			}
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
+	})
 }
 
 // waitSynced waits until inferpick's registry has synced with the API

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/inferpick/inferpick/test/framework"
 	"github.com/inferpick/inferpick/test/gateway"
 )
 
@@ -196,24 +197,7 @@ func (s *system) stop() error {
 }
 
 // freePorts returns n addresses on host whose ports were free a moment ago.
-func freePorts(host string, n int) ([]string, error) {
-	addrs := make([]string, 0, n)
-	var open []net.Listener
-	defer func() {
-		for _, l := range open {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		open = append(open, l)
-		addrs = append(addrs, l.Addr().String())
-	}
-	return addrs, nil
-}
+func freePorts(host string, n int) ([]string, error) { return framework.FreeAddrs(host, n) }
 
 // servedLog remembers which endpoint served each planned request, from the
 // gateway's records.

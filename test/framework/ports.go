@@ -66,3 +66,25 @@ func Loopback(first, n int) []string {
 	}
 	return out
 }
+
+// FreeAddrs returns n distinct host:port addresses whose ports were free a
+// moment ago (all held open together while they are chosen, so no two are
+// the same).
+func FreeAddrs(host string, n int) ([]string, error) {
+	addrs := make([]string, 0, n)
+	var open []net.Listener
+	defer func() {
+		for _, l := range open {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("free port on %s: %w", host, err)
+		}
+		open = append(open, l)
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs, nil
+}
