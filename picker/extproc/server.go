@@ -72,7 +72,7 @@ const DefaultMaxBodyBytes = 16 << 20
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	reg      *registry.Registry
+	reg      Workers
 	picker   Picker
 	opts     Options
 	metrics  *serverMetrics
@@ -83,8 +83,16 @@ type Server struct {
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
 
+// Workers is the part of the worker registry the server reads: the
+// candidates of each pick.
+type Workers interface {
+	Workers() []*registry.Worker
+}
+
+var _ Workers = (*registry.Registry)(nil)
+
 // New returns a server routing over reg's workers with picker.
-func New(reg *registry.Registry, picker Picker, opts Options) *Server {
+func New(reg Workers, picker Picker, opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}

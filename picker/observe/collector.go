@@ -2,15 +2,13 @@ package observe
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // WorkerCollector exports each worker's in-flight load and scraped state,
 // read from the registry at scrape time: a worker that left the registry
 // has no series.
 type WorkerCollector struct {
-	reg      *registry.Registry
+	reg      Workers
 	inflight *prometheus.Desc
 	waiting  *prometheus.Desc
 	kv       *prometheus.Desc
@@ -20,7 +18,7 @@ type WorkerCollector struct {
 var _ prometheus.Collector = (*WorkerCollector)(nil)
 
 // NewWorkerCollector returns a collector over reg.
-func NewWorkerCollector(reg *registry.Registry) *WorkerCollector {
+func NewWorkerCollector(reg Workers) *WorkerCollector {
 	labels := []string{"worker", "address"}
 	return &WorkerCollector{
 		reg: reg,

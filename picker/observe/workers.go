@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
-
-	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // WorkerView is one worker as /debug/workers shows it.
@@ -37,7 +35,7 @@ type WorkersView struct {
 }
 
 // Snapshot returns the registry as /debug/workers shows it.
-func Snapshot(reg *registry.Registry, now time.Time) WorkersView {
+func Snapshot(reg SyncedWorkers, now time.Time) WorkersView {
 	ws := reg.Workers()
 	v := WorkersView{Synced: reg.Synced(), Workers: make([]WorkerView, 0, len(ws))}
 	for _, w := range ws {
@@ -59,7 +57,7 @@ func Snapshot(reg *registry.Registry, now time.Time) WorkersView {
 }
 
 // WorkersHandler serves GET /debug/workers.
-func WorkersHandler(reg *registry.Registry, clk clock.PassiveClock) http.Handler {
+func WorkersHandler(reg SyncedWorkers, clk clock.PassiveClock) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
