@@ -8,4 +8,3 @@ package prefix
 // block before it holds its full bound, when its groups fall unevenly over
 // the shards.
 func (ix *Index) bound(capacity int) int { return ix.shardBound(capacity) * len(ix.shards) }
-

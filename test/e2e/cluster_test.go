@@ -16,8 +16,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/inferpick/inferpick/test/framework"
 	"k8s.io/utils/ptr"
+
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // podWrapper builds model-server Pods: makePod(ns, name).Label(k, v).Obj().

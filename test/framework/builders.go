@@ -117,7 +117,8 @@ func setStatus(pod *corev1.Pod, ip string, ready corev1.ConditionStatus) {
 		{Type: corev1.PodReady, Status: ready, LastTransitionTime: now},
 	}
 	pod.Status.ContainerStatuses = nil
-	for _, c := range pod.Spec.Containers {
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
 		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{
 			Name: c.Name, Image: c.Image, Ready: ready == corev1.ConditionTrue, Started: ptr.To(true),
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},

@@ -64,3 +64,26 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 	}
 	return time.Since(start)
 }
+
+// PollTimeout is Poll for callers without a context (the benchmark's
+// process start-up): it ends only on cond or timeout.
+func PollTimeout(timeout time.Duration, cond func() error) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(PollInterval)
+	defer tick.Stop()
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if s, ok := errors.AsType[stopError](err); ok {
+			return s.err
+		}
+		select {
+		case <-deadline.C:
+			return fmt.Errorf("after %s: %w", timeout, err)
+		case <-tick.C:
+		}
+	}
+}

@@ -18,7 +18,7 @@ type gw struct {
 }
 
 // timedRecord is a gateway record with the wall time the request arrived.
-type timedRecord = framework.Record
+type timedRecord = framework.Record //nolint:unused // kept for tests written against the old harness
 
 // startGateway runs a gateway in front of the picker at pickerAddr. The
 // message timeout is off (Envoy's behaviour in full-duplex mode) unless an

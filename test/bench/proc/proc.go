@@ -100,7 +100,7 @@ func FreePort(host string) (int, error) { return framework.FreePort(host) }
 // WaitHTTP polls url until ok accepts the answer, p exits, or timeout.
 func WaitHTTP(p *Process, url string, timeout time.Duration, ok func(*http.Response) bool) error {
 	client := &http.Client{Timeout: time.Second}
-	return framework.Poll(context.Background(), timeout, func() error {
+	return framework.PollTimeout(timeout, func() error {
 		resp, err := client.Get(url)
 		if err == nil {
 			good := ok == nil && resp.StatusCode == http.StatusOK || ok != nil && ok(resp)
