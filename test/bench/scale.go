@@ -12,10 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
 	"github.com/inferpick/inferpick/controllers"
@@ -64,6 +66,7 @@ func scaleBench(ctx context.Context, pickerBin string, quick bool) ([]scaleResul
 		}
 		os.Setenv("KUBEBUILDER_ASSETS", strings.TrimSpace(string(out)))
 	}
+	ctrllog.SetLogger(logr.Discard())
 	scheme, err := controllers.NewScheme()
 	if err != nil {
 		return nil, err
@@ -221,16 +224,18 @@ func scaleOnce(ctx context.Context, c client.Client, pickerBin, kubeconfig strin
 		churnFor = 5 * time.Second
 	}
 	rng := rand.New(rand.NewPCG(uint64(n), 17))
-	churn := func(ctx context.Context) error {
+	// churn flips pods until stop ends; each write runs to completion so
+	// that the fleet knows what the API server holds.
+	churn := func(stop context.Context) error {
 		tick := time.NewTicker(time.Second / scaleChurnRate)
 		defer tick.Stop()
 		for {
 			select {
-			case <-ctx.Done():
+			case <-stop.Done():
 				return nil
 			case <-tick.C:
 			}
-			if err := fleet.flip(ctx, rng); err != nil && ctx.Err() == nil {
+			if err := fleet.flip(ctx, rng); err != nil {
 				return err
 			}
 		}

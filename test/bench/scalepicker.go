@@ -240,8 +240,12 @@ func (l latencies) quantile(q float64) float64 {
 // pickLatencies routes one request every 10 ms for d, while background
 // (when not nil) runs, and returns the sorted latencies.
 func (pk *clusterPicker) pickLatencies(ctx context.Context, d time.Duration, background func(context.Context) error) (latencies, error) {
-	ctx, cancel := context.WithTimeout(ctx, d)
+	// A cancel rather than a deadline, which would travel to the picker as
+	// grpc-timeout and might end a stream there before this side notices.
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	stopAt := time.AfterFunc(d, cancel)
+	defer stopAt.Stop()
 	bg := make(chan error, 1)
 	if background != nil {
 		go func() { bg <- background(ctx) }()
