@@ -44,11 +44,11 @@ func (o SelectorOptions) Validate() error {
 }
 
 // SelectorCacheOptions limits the manager's cache to the pods the selector
-// matches in its namespace.
+// matches in its namespace, each trimmed to what the controller reads.
 func SelectorCacheOptions(o SelectorOptions) cache.Options {
 	return cache.Options{
 		DefaultNamespaces: map[string]cache.Config{o.Namespace: {}},
-		ByObject:          map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: o.Selector}},
+		ByObject:          map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: o.Selector, Transform: trimPod}},
 		DefaultTransform:  cache.TransformStripManagedFields(),
 	}
 }

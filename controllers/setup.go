@@ -77,7 +77,8 @@ func NewScheme() (*runtime.Scheme, error) {
 
 // CacheOptions limits the manager's cache to what the reconciler reads: the
 // pool's namespace, and of the InferencePools there only the served one.
-// Managed fields are dropped from cached objects.
+// Managed fields are dropped from cached objects, and pods keep only what
+// the controllers read.
 func CacheOptions(pool types.NamespacedName) cache.Options {
 	return cache.Options{
 		DefaultNamespaces: map[string]cache.Config{pool.Namespace: {}},
@@ -85,6 +86,7 @@ func CacheOptions(pool types.NamespacedName) cache.Options {
 			&inferencev1.InferencePool{}: {
 				Field: fields.OneTermEqualSelector("metadata.name", pool.Name),
 			},
+			&corev1.Pod{}: {Transform: trimPod},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	}

@@ -31,7 +31,7 @@ func execute() int {
 	flag.StringVar(&o.plots, "plots", "docs/bench", "directory of the PNG plots")
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs")
 	flag.IntVar(&o.count, "count", 5, "go test -count for the micro-benchmarks")
-	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,routing,flow (default all)")
+	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,scaling,routing,flow (default all)")
 	flag.StringVar(&o.policies, "policies", "", "comma-separated policy labels for the routing benchmark (default all)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -97,6 +97,12 @@ func run(ctx context.Context, o options) error {
 	if o.want("scale") {
 		log.Print("controller at scale")
 		if rep.scale, err = scaleBench(ctx, picker, o.quick); err != nil {
+			return err
+		}
+	}
+	if o.want("scaling") {
+		log.Print("scaling table")
+		if rep.scaling, err = scalingTable(ctx); err != nil {
 			return err
 		}
 	}
