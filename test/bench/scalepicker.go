@@ -129,7 +129,10 @@ func (pk *clusterPicker) waitRoutable(ctx context.Context, ip string, timeout ti
 			return fmt.Errorf("picker exited:\n%s", pk.p.Output())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s %w after %v (last error %v)", want, errNotRoutable, timeout, err)
+			if err == nil {
+				err = fmt.Errorf("routed to %q", dest)
+			}
+			return fmt.Errorf("%s %w after %v: %w", want, errNotRoutable, timeout, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -176,7 +179,7 @@ func (pk *clusterPicker) idleRate(ctx context.Context, d time.Duration) (float64
 // memory returns the picker's live heap right after a collection and its
 // resident set, in bytes.
 func (pk *clusterPicker) memory(ctx context.Context) (heap, rss int64, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, pk.metrics+"/debug/pprof/heap?gc=1&debug=1", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, pk.metrics+"/debug/pprof/heap?gc=1&debug=1", http.NoBody)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -192,8 +195,11 @@ func (pk *clusterPicker) memory(ctx context.Context) (heap, rss int64, err error
 			heap, err = strconv.ParseInt(v, 10, 64)
 		}
 	}
-	if err := errors.Join(err, sc.Err()); err != nil || heap == 0 {
-		return 0, 0, fmt.Errorf("heap profile: no HeapAlloc (%v)", err)
+	if err := errors.Join(err, sc.Err()); err != nil {
+		return 0, 0, fmt.Errorf("heap profile: %w", err)
+	}
+	if heap == 0 {
+		return 0, 0, errors.New("heap profile: no HeapAlloc")
 	}
 	status, err := os.ReadFile("/proc/" + strconv.Itoa(pk.p.Pid()) + "/status")
 	if err != nil {
@@ -216,7 +222,7 @@ func (pk *clusterPicker) waitWorkers(ctx context.Context, n int, timeout time.Du
 	deadline := time.Now().Add(timeout)
 	got := -1
 	for time.Now().Before(deadline) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, pk.metrics+"/debug/workers", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, pk.metrics+"/debug/workers", http.NoBody)
 		if err != nil {
 			return err
 		}

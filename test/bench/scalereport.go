@@ -13,7 +13,8 @@ func scaleVerdicts(rs []scaleResult) []verdict {
 	}
 	v := verdict{target: "controller at scale: picker CPU per pod event ≤ 1 ms (every phase, every pool size)", known: true, met: true}
 	var obs []string
-	for _, r := range rs {
+	for i := range rs {
+		r := &rs[i]
 		worst := 0.0
 		for _, ph := range r.phases() {
 			worst = max(worst, ph.cpuPerEvent())
@@ -42,7 +43,7 @@ func scaleVerdicts(rs []scaleResult) []verdict {
 	return append(out, v)
 }
 
-func (r scaleResult) phases() []scalePhase { return []scalePhase{r.Create, r.Restart, r.Steady} }
+func (r *scaleResult) phases() []scalePhase { return []scalePhase{r.Create, r.Restart, r.Steady} }
 
 // scaleMarkdown is the controller-at-scale section of the report.
 func scaleMarkdown(rs []scaleResult) string {
@@ -64,14 +65,16 @@ func scaleMarkdown(rs []scaleResult) string {
 	w("is the time from the end of a 1 KB request body to the routing reply, one request every 10 ms, on a quiet pool\n")
 	w("and during steady churn.\n\n")
 	w("| pods | phase | events | wall | picker CPU | CPU per event |\n|---:|---|---:|---:|---:|---:|\n")
-	for _, r := range rs {
+	for j := range rs {
+		r := &rs[j]
 		for i, ph := range r.phases() {
 			w("| %d | %s | %d | %.1f s | %.2f s | %s |\n", r.Pods, []string{"create", "restart", "steady"}[i],
 				ph.Events, ph.Seconds, ph.CPU, human(ph.cpuPerEvent()*1e9))
 		}
 	}
 	w("\n| pods | heap per pod | RSS per pod | pick p50 quiet | p99 quiet | p50 churn | p99 churn |\n|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, r := range rs {
+	for i := range rs {
+		r := &rs[i]
 		w("| %d | %.1f KB | %.1f KB | %s | %s | %s | %s |\n", r.Pods, r.HeapPerPod/1024, r.RSSPerPod/1024,
 			human(r.PickQuiet.quantile(0.5)*1e9), human(r.PickQuiet.quantile(0.99)*1e9),
 			human(r.PickChurn.quantile(0.5)*1e9), human(r.PickChurn.quantile(0.99)*1e9))

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -18,6 +17,14 @@ import (
 	"github.com/inferpick/inferpick/picker/extproc"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/test/bench/proc"
+)
+
+// Each point of the scaling table is the median of scalingRounds rounds of
+// scalingCPU seconds of CPU each.
+const (
+	scalingRounds = 3
+	scalingCPU    = 0.3
 )
 
 // scalingPoint is the cost of one pick, and the memory of everything a
@@ -81,7 +88,7 @@ func scalingOnce(ctx context.Context, workers, size int) (scalingPoint, error) {
 		streams[i] = newMemStream(ctx, loadBody(i%16, i, size))
 	}
 	var failed error
-	run := func(st *memStream) {
+	run := func(st *memStream) { //nolint:contextcheck // the stream carries the context
 		st.next, st.replies = 0, 0
 		if err := srv.Process(st); err != nil && failed == nil {
 			failed = err
@@ -96,18 +103,30 @@ func scalingOnce(ctx context.Context, workers, size int) (scalingPoint, error) {
 	if failed != nil {
 		return p, failed
 	}
-	rounds := 0
-	res := testing.Benchmark(func(b *testing.B) {
-		b.ReportAllocs()
-		for range b.N {
-			run(streams[rounds%len(streams)])
-			rounds++
+	// CPU time of this process, not wall time: the machine is shared, and
+	// nothing else in this process runs meanwhile. The median of a few
+	// rounds, as a collection may land in any of them.
+	var perOp []float64
+	var before, after runtime.MemStats
+	ops := 0
+	for range scalingRounds {
+		runtime.ReadMemStats(&before)
+		cpu0, n := proc.SelfCPUSeconds(), 0
+		for proc.SelfCPUSeconds()-cpu0 < scalingCPU {
+			for range 8 {
+				run(streams[ops%len(streams)])
+				ops++
+				n++
+			}
 		}
-	})
+		perOp = append(perOp, (proc.SelfCPUSeconds()-cpu0)*1e9/float64(n))
+		runtime.ReadMemStats(&after)
+		p.AllocsPerPick = int64(after.Mallocs-before.Mallocs) / int64(n)
+	}
 	if failed != nil {
 		return p, failed
 	}
-	p.NsPerPick, p.AllocsPerPick = float64(res.T.Nanoseconds())/float64(max(res.N, 1)), res.AllocsPerOp()
+	p.NsPerPick = median(perOp)
 
 	runtime.GC()
 	var m1 runtime.MemStats
@@ -183,7 +202,8 @@ func scalingMarkdown(ps []scalingPoint, plotDir string) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("## Scaling: cost per request and memory vs workers and body size\n\n")
-	w("The whole pick in this process (`testing.Benchmark`): the ext_proc handler on an in-memory stream (request\n")
+	w("The whole pick in this process, CPU time per request (`getrusage`; the median of %d rounds of %g s of CPU, so\n", scalingRounds, scalingCPU)
+	w("that the shared machine's other work does not count): the ext_proc handler on an in-memory stream (request\n")
 	w("headers, the body in 16 KB chunks, body parse, cache-aware pick on a warm prefix index, guard, replies), 64\n")
 	w("chat bodies from 16 tenants (half the body a tenant's system prompt), no transport. Memory is the live heap,\n")
 	w("after a collection, of the registry, the policy with its index warm with that traffic, and the server.\n\n")
