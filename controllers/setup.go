@@ -170,17 +170,15 @@ func inNamespace(ns string) predicate.Predicate {
 	return predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == ns })
 }
 
-// requestLogger names the pod, or the whole (of kind whole), a reconcile is
-// about.
+// requestLogger names the whole (of kind whole) in the logger of its
+// reconciles. A pod's reconcile gets the base logger: naming the pod would
+// encode it on every pod event, a good part of the event's cost, and the
+// pod reconcile logs nothing itself (its errors name the pod).
 func requestLogger(base logr.Logger, whole string) func(*request) logr.Logger {
 	return func(req *request) logr.Logger {
-		switch {
-		case req == nil:
+		if req == nil || req.pod {
 			return base
-		case req.pod:
-			return base.WithValues("Pod", klog.KRef(req.Namespace, req.Name))
-		default:
-			return base.WithValues(whole, klog.KRef(req.Namespace, req.Name))
 		}
+		return base.WithValues(whole, klog.KRef(req.Namespace, req.Name))
 	}
 }
