@@ -211,11 +211,12 @@ func scalingMarkdown(ps []scalingPoint, plotDir string) string {
 	for _, size := range scalingBodies {
 		w(" pick, %d KB | allocs |", size>>10)
 	}
-	w(" live heap (1 KB traffic) | per worker |\n|---:|")
+	w(" live heap (1 KB traffic) | per worker beyond %d |\n|---:|", scalingWorkers[0])
 	for range scalingBodies {
 		w("---:|---:|")
 	}
 	w("---:|---:|\n")
+	base, _ := findPoint(ps, scalingWorkers[0], scalingBodies[0])
 	for _, n := range scalingWorkers {
 		var heap int64 = -1
 		w("| %d |", n)
@@ -230,9 +231,12 @@ func scalingMarkdown(ps []scalingPoint, plotDir string) string {
 				heap = p.HeapBytes
 			}
 		}
-		if heap >= 0 {
-			w(" %.2f MB | %.0f B |\n", float64(heap)/(1<<20), float64(heap)/float64(n))
-		} else {
+		switch {
+		case heap >= 0 && n > base.Workers:
+			w(" %.2f MB | %.0f B |\n", float64(heap)/(1<<20), float64(heap-base.HeapBytes)/float64(n-base.Workers))
+		case heap >= 0:
+			w(" %.2f MB | – |\n", float64(heap)/(1<<20))
+		default:
 			w(" – | – |\n")
 		}
 	}
