@@ -1,10 +1,14 @@
 // Command bench runs inferpick's benchmarks and writes BENCHMARKS.md and
 // the plots in docs/bench/: the Go micro-benchmarks of the hot path, an
 // ext_proc load test against the inferpick binary, the scrape cost of 100
-// endpoints, and the routing benchmark on a cluster of vLLM simulators.
+// endpoints, the controllers at 1,000 and 5,000 pods on a real API server
+// (KUBEBUILDER_ASSETS, else hack/controlplane.sh), the pick's scaling with
+// workers and body size, and the routing benchmark on a cluster of vLLM
+// simulators.
 //
-//	go run ./test/bench            # everything, about 12 minutes on 2 cores
-//	go run ./test/bench -quick     # shorter runs, for a smoke check
+//	go run ./test/bench              # everything, about 18 minutes on 2 cores
+//	go run ./test/bench -quick       # shorter runs, for a smoke check
+//	go run ./test/bench -only scale  # one part (see -only)
 package main
 
 import (
