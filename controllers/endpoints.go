@@ -1,13 +1,17 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
 	"github.com/inferpick/inferpick/picker/registry"
@@ -35,11 +39,33 @@ func selectorOf(pool *inferencev1.InferencePool) (labels.Selector, error) {
 // pod name and then by the order of the pool's target ports. The pods are
 // assumed to match the pool's selector already.
 func endpointsOf(pool *inferencev1.InferencePool, pods []corev1.Pod) []registry.Endpoint {
+	return endpointsFor(portsOf(pool), pods)
+}
+
+// portsOf returns the pool's target ports, in order.
+func portsOf(pool *inferencev1.InferencePool) []int32 {
 	ports := make([]int32, 0, len(pool.Spec.TargetPorts))
 	for _, p := range pool.Spec.TargetPorts {
 		ports = append(ports, int32(p.Number))
 	}
-	return endpointsFor(ports, pods)
+	return ports
+}
+
+// readPodEndpoints reads the pod key from the cache, without copying it, and
+// returns its endpoints: none when it is gone, does not match sel (nil
+// matches every pod) or does not serve.
+func readPodEndpoints(ctx context.Context, reader client.Reader, key types.NamespacedName, sel labels.Selector, ports []int32) ([]registry.Endpoint, error) {
+	pod := &corev1.Pod{}
+	if err := reader.Get(ctx, key, pod, client.UnsafeDisableDeepCopy); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("get pod %s: %w", key, err)
+	}
+	if sel != nil && !sel.Matches(labels.Set(pod.Labels)) {
+		return nil, nil
+	}
+	return podEndpoints(ports, pod), nil
 }
 
 // endpointsFor returns one endpoint per (ready pod, port), ordered by pod
@@ -55,21 +81,33 @@ func endpointsFor(ports []int32, pods []corev1.Pod) []registry.Endpoint {
 
 	eps := make([]registry.Endpoint, 0, len(ready)*len(ports))
 	for _, pod := range ready {
-		addr, err := netip.ParseAddr(pod.Status.PodIP)
-		if err != nil {
+		eps = append(eps, podEndpoints(ports, pod)...)
+	}
+	return eps
+}
+
+// podEndpoints returns the pod's endpoints, one per valid port, in the
+// order of ports; none when the pod does not serve or its IP does not
+// parse. The pod is assumed to match the selector.
+func podEndpoints(ports []int32, pod *corev1.Pod) []registry.Endpoint {
+	if !podServes(pod) {
+		return nil
+	}
+	addr, err := netip.ParseAddr(pod.Status.PodIP)
+	if err != nil {
+		return nil
+	}
+	eps := make([]registry.Endpoint, 0, len(ports))
+	for _, n := range ports {
+		if n < 1 || n > 65535 {
 			continue
 		}
-		for _, n := range ports {
-			if n < 1 || n > 65535 {
-				continue
-			}
-			eps = append(eps, registry.Endpoint{
-				Key:       registry.Key{UID: string(pod.UID), Port: n},
-				Namespace: pod.Namespace,
-				Name:      pod.Name,
-				Address:   netip.AddrPortFrom(addr.Unmap(), uint16(n)),
-			})
-		}
+		eps = append(eps, registry.Endpoint{
+			Key:       registry.Key{UID: string(pod.UID), Port: n},
+			Namespace: pod.Namespace,
+			Name:      pod.Name,
+			Address:   netip.AddrPortFrom(addr.Unmap(), uint16(n)),
+		})
 	}
 	return eps
 }

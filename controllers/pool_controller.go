@@ -1,17 +1,23 @@
 // Package controllers keeps the picker's worker registry equal to the ready
 // Pods of the one InferencePool the picker serves.
 //
-// A single reconciler watches that pool and the Pods of its namespace. Every
-// reconcile recomputes the full endpoint set from the cache and hands it to
-// the registry, which keeps unchanged workers (and their load) and detaches
-// the rest. The picker only reads the pool: it never writes its status.
+// A single reconciler watches that pool and the Pods of its namespace. A pod
+// event reconciles that pod alone: its endpoints are recomputed from the
+// cache (read without a copy) and only they are upserted into or removed
+// from the registry, so the work of an event does not grow with the pool.
+// The whole endpoint set is listed only when the pool itself appears or its
+// selector or ports change. The registry keeps unchanged workers (and their
+// load) and detaches the rest. The picker only reads the pool: it never
+// writes its status.
 package controllers
 
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -28,6 +34,9 @@ import (
 type EndpointSink interface {
 	// Replace makes the sink hold exactly eps.
 	Replace(eps []registry.Endpoint)
+	// Update removes the endpoints keyed remove, then adds or updates
+	// upsert, leaving every other endpoint untouched.
+	Update(upsert []registry.Endpoint, remove []registry.Key)
 	// MarkSynced records that the sink reflects the API server's view.
 	MarkSynced()
 	// MarkUnsynced records that the served pool does not exist: the picker
@@ -36,10 +45,10 @@ type EndpointSink interface {
 }
 
 var (
-	_ EndpointSink         = (*registry.Registry)(nil)
-	_ reconcile.Reconciler = (*PoolReconciler)(nil)
-	_ reconcile.Reconciler = (*SelectorReconciler)(nil)
-	_ reconcile.Reconciler = (*ObjectiveReconciler)(nil)
+	_ EndpointSink                       = (*registry.Registry)(nil)
+	_ reconcile.TypedReconciler[request] = (*PoolReconciler)(nil)
+	_ reconcile.TypedReconciler[request] = (*SelectorReconciler)(nil)
+	_ reconcile.Reconciler               = (*ObjectiveReconciler)(nil)
 )
 
 // Reasons of the Events recorded on the served pool.
@@ -65,8 +74,8 @@ const (
 
 // PoolReconciler syncs the served pool's ready endpoints into a sink.
 //
-// The controller runs with a single worker and one request key, so reconciles
-// never overlap and the fields below need no lock.
+// The controller runs with a single worker, so reconciles never overlap and
+// the fields below need no lock.
 type PoolReconciler struct {
 	reader   client.Reader
 	sink     EndpointSink
@@ -82,15 +91,59 @@ type PoolReconciler struct {
 	reported int
 	// invalid is the selector error last announced, or "".
 	invalid string
+
+	// served is what the endpoints were computed from; nil while no usable
+	// pool is served, when pod requests are left to the pool's next list.
+	served *poolView
+	pods   podSet
+	// announce asks for a reconcile of the pool, soon, so that the endpoint
+	// count is reported after pod changes without an Event for each. Nil
+	// reports nothing until the pool's next reconcile.
+	announce func()
+}
+
+// poolView is the part of the pool its endpoints depend on.
+type poolView struct {
+	uid      types.UID
+	selector labels.Selector
+	ports    []int32
+}
+
+func (v *poolView) same(o *poolView) bool {
+	return v != nil && o != nil && v.uid == o.uid && v.selector.String() == o.selector.String() && slices.Equal(v.ports, o.ports)
 }
 
 // +kubebuilder:rbac:groups="",namespace=inferpick-system,resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=inference.networking.k8s.io,namespace=inferpick-system,resources=inferencepools,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",namespace=inferpick-system,resources=events,verbs=create;patch
 
-// Reconcile lists the pool's ready Pods from the cache and replaces the sink's
-// endpoints with them. A missing pool empties the sink.
-func (r *PoolReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
+// Reconcile handles one pod of the pool's namespace, or the pool itself.
+func (r *PoolReconciler) Reconcile(ctx context.Context, req request) (ctrl.Result, error) {
+	if req.pod {
+		return r.reconcilePod(ctx, req.NamespacedName)
+	}
+	return r.reconcilePool(ctx)
+}
+
+// reconcilePod upserts or removes the endpoints of one pod, and only them.
+func (r *PoolReconciler) reconcilePod(ctx context.Context, key types.NamespacedName) (ctrl.Result, error) {
+	if r.served == nil || key.Namespace != r.pool.Namespace {
+		return ctrl.Result{}, nil
+	}
+	eps, err := readPodEndpoints(ctx, r.reader, key, r.served.selector, r.served.ports)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if r.pods.sync(key, eps) && r.announce != nil {
+		r.announce()
+	}
+	return ctrl.Result{}, nil
+}
+
+// reconcilePool follows the pool: when it appears or its selector or ports
+// change, every pod is listed from the cache and the sink replaced; in any
+// case the endpoint count is reported. A missing pool empties the sink.
+func (r *PoolReconciler) reconcilePool(ctx context.Context) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 
 	pool := &inferencev1.InferencePool{}
@@ -123,7 +176,8 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ct
 
 	sel, err := selectorOf(pool)
 	if err != nil {
-		r.sink.Replace(nil)
+		r.served = nil
+		r.pods.clear()
 		r.sink.MarkSynced()
 		r.reported = -1
 		if r.invalid != err.Error() {
@@ -135,23 +189,27 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ct
 	}
 	r.invalid = ""
 
-	pods := &corev1.PodList{}
-	if err := r.reader.List(ctx, pods, client.InNamespace(pool.Namespace),
-		client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list pods of pool %s: %w", r.pool, err)
+	view := &poolView{uid: pool.UID, selector: sel, ports: portsOf(pool)}
+	if !view.same(r.served) {
+		pods := &corev1.PodList{}
+		if err := r.reader.List(ctx, pods, client.InNamespace(pool.Namespace),
+			client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
+			return ctrl.Result{}, fmt.Errorf("list pods of pool %s: %w", r.pool, err)
+		}
+		r.pods.reset(view.ports, pods.Items)
+		r.served = view
+		log.V(logSyncs).Info("Synced pool endpoints", "pool", klog.KObj(pool), "endpoints", r.pods.count)
 	}
-	eps := endpointsOf(pool, pods.Items)
-	r.sink.Replace(eps)
 	r.sink.MarkSynced()
-	log.V(logSyncs).Info("Synced pool endpoints", "pool", klog.KObj(pool), "endpoints", len(eps))
-	r.report(pool, len(eps))
+	r.report(pool, r.pods.count)
 	return ctrl.Result{}, nil
 }
 
 // clear empties the sink for an absent pool and forgets what was announced,
 // so a re-created pool gets fresh Events.
 func (r *PoolReconciler) clear() {
-	r.sink.Replace(nil)
+	r.served = nil
+	r.pods.clear()
 	r.sink.MarkSynced()
 	r.reported = -1
 	r.invalid = ""

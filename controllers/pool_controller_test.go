@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,16 +16,37 @@ import (
 	"github.com/inferpick/inferpick/picker/registry"
 )
 
-// recordingSink remembers what the reconciler handed it.
+// recordingSink remembers what the reconciler handed it, its endpoints
+// ordered by address.
 type recordingSink struct {
-	eps    []registry.Endpoint
-	calls  int
-	synced bool
+	eps      []registry.Endpoint
+	replaces int
+	updates  int
+	synced   bool
 }
 
-func (s *recordingSink) Replace(eps []registry.Endpoint) { s.eps = eps; s.calls++ }
-func (s *recordingSink) MarkSynced()                     { s.synced = true }
-func (s *recordingSink) MarkUnsynced()                   { s.synced = false }
+func (s *recordingSink) Replace(eps []registry.Endpoint) {
+	s.eps = slices.Clone(eps)
+	s.replaces++
+	s.sort()
+}
+
+func (s *recordingSink) Update(upsert []registry.Endpoint, remove []registry.Key) {
+	s.eps = slices.DeleteFunc(s.eps, func(e registry.Endpoint) bool {
+		return slices.Contains(remove, e.Key) ||
+			slices.ContainsFunc(upsert, func(u registry.Endpoint) bool { return u.Key == e.Key })
+	})
+	s.eps = append(s.eps, upsert...)
+	s.updates++
+	s.sort()
+}
+
+func (s *recordingSink) sort() {
+	slices.SortFunc(s.eps, func(a, b registry.Endpoint) int { return a.Address.Compare(b.Address) })
+}
+
+func (s *recordingSink) MarkSynced()   { s.synced = true }
+func (s *recordingSink) MarkUnsynced() { s.synced = false }
 
 type fixture struct {
 	client   client.Client
@@ -47,14 +69,21 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 		recorder: f.recorder,
 		pool:     types.NamespacedName{Namespace: "ns", Name: "pool"},
 		reported: -1,
+		pods:     newPodSet(f.sink),
 	}
 	return f
 }
 
-// reconcile runs one reconcile and returns the Events it recorded.
-func (f *fixture) reconcile(t *testing.T) ([]string, error) {
+// reconcile reconciles the named pods, then the pool, and returns the
+// Events recorded.
+func (f *fixture) reconcile(t *testing.T, pods ...string) ([]string, error) {
 	t.Helper()
-	_, err := f.r.Reconcile(t.Context(), reconcile.Request{NamespacedName: f.r.pool})
+	for _, name := range pods {
+		if _, err := f.r.Reconcile(t.Context(), request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}, pod: true}); err != nil {
+			t.Fatalf("reconcile pod %s: %v", name, err)
+		}
+	}
+	_, err := f.r.Reconcile(t.Context(), request{NamespacedName: f.r.pool})
 	var got []string
 	for {
 		select {
@@ -91,6 +120,7 @@ func TestReconcileEventsOnlyOnChange(t *testing.T) {
 	steps := []struct {
 		name   string
 		change func(t *testing.T)
+		pods   []string // pod requests before the pool's
 		want   []string
 	}{
 		{name: "first sync announces the count", want: []string{"Normal EndpointsChanged 1 ready endpoints"}},
@@ -100,6 +130,7 @@ func TestReconcileEventsOnlyOnChange(t *testing.T) {
 			change: func(t *testing.T) {
 				create(t, f.client, podPtr(makePod("b").ready().ip("127.0.0.2").obj()))
 			},
+			pods: []string{"b"},
 			want: []string{"Normal EndpointsChanged 2 ready endpoints (was 1)"},
 		},
 		{
@@ -108,6 +139,7 @@ func TestReconcileEventsOnlyOnChange(t *testing.T) {
 				del(t, f.client, pod)
 				del(t, f.client, podPtr(makePod("b").obj()))
 			},
+			pods: []string{"a", "b"},
 			want: []string{"Warning NoReadyEndpoints No ready pod matches the selector; requests to the pool cannot be served"},
 		},
 		{name: "still none", want: nil},
@@ -116,7 +148,7 @@ func TestReconcileEventsOnlyOnChange(t *testing.T) {
 		if s.change != nil {
 			s.change(t)
 		}
-		got, err := f.reconcile(t)
+		got, err := f.reconcile(t, s.pods...)
 		if err != nil {
 			t.Fatalf("%s: Reconcile: %v", s.name, err)
 		}

@@ -16,8 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
@@ -46,35 +44,52 @@ func (o SelectorOptions) Validate() error {
 }
 
 // SelectorCacheOptions limits the manager's cache to the pods the selector
-// matches in its namespace.
+// matches in its namespace, each trimmed to what the controller reads.
 func SelectorCacheOptions(o SelectorOptions) cache.Options {
 	return cache.Options{
 		DefaultNamespaces: map[string]cache.Config{o.Namespace: {}},
-		ByObject:          map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: o.Selector}},
+		ByObject:          map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: o.Selector, Transform: trimPod}},
 		DefaultTransform:  cache.TransformStripManagedFields(),
 	}
 }
 
 // SelectorReconciler syncs the ready endpoints of the selected pods into a
-// sink. It runs with one worker and one request key, like PoolReconciler.
+// sink. Like PoolReconciler it runs with one worker and reconciles one pod
+// per pod event; the whole set is listed once, at start.
 type SelectorReconciler struct {
 	reader client.Reader
 	sink   EndpointSink
 	opts   SelectorOptions
+	pods   podSet
+	// listed is true once the whole set was listed; pod requests before
+	// that are covered by the list.
+	listed bool
 }
 
-// Reconcile lists the selected pods from the cache and replaces the sink's
-// endpoints with their ready ones.
-func (r *SelectorReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
+// Reconcile lists the selected pods and replaces the sink's endpoints with
+// their ready ones (the request for the whole set), or upserts or removes
+// the endpoints of one pod.
+func (r *SelectorReconciler) Reconcile(ctx context.Context, req request) (ctrl.Result, error) {
+	if req.pod {
+		if !r.listed {
+			return ctrl.Result{}, nil
+		}
+		eps, err := readPodEndpoints(ctx, r.reader, req.NamespacedName, r.opts.Selector, r.opts.Ports)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		r.pods.sync(req.NamespacedName, eps)
+		return ctrl.Result{}, nil
+	}
 	pods := &corev1.PodList{}
 	if err := r.reader.List(ctx, pods, client.InNamespace(r.opts.Namespace),
-		client.MatchingLabelsSelector{Selector: r.opts.Selector}); err != nil {
+		client.MatchingLabelsSelector{Selector: r.opts.Selector}, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list pods matching %s: %w", r.opts.Selector, err)
 	}
-	eps := endpointsFor(r.opts.Ports, pods.Items)
-	r.sink.Replace(eps)
+	r.pods.reset(r.opts.Ports, pods.Items)
+	r.listed = true
 	r.sink.MarkSynced()
-	ctrl.LoggerFrom(ctx).V(logSyncs).Info("Synced selected endpoints", "selector", r.opts.Selector.String(), "endpoints", len(eps))
+	ctrl.LoggerFrom(ctx).V(logSyncs).Info("Synced selected endpoints", "selector", r.opts.Selector.String(), "endpoints", r.pods.count)
 	return ctrl.Result{}, nil
 }
 
@@ -87,27 +102,24 @@ func SetupSelectorWithManager(mgr ctrl.Manager, opts SelectorOptions, sink Endpo
 	if sink == nil {
 		return errors.New("selector reconciler: nil endpoint sink")
 	}
-	r := &SelectorReconciler{reader: mgr.GetClient(), sink: sink, opts: opts}
-	key := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: opts.Namespace, Name: "selected-pods"}}
-	toKey := func(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{key} }
-	// One reconcile at start marks the sink synced when no pod matches.
-	initial := source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		q.Add(key)
+	r := &SelectorReconciler{reader: mgr.GetClient(), sink: sink, opts: opts, pods: newPodSet(sink)}
+	all := request{NamespacedName: types.NamespacedName{Namespace: opts.Namespace, Name: "selected-pods"}}
+	// One list at start marks the sink synced, even when no pod matches.
+	initial := source.TypedFunc[request](func(_ context.Context, q workqueue.TypedRateLimitingInterface[request]) error {
+		q.Add(all)
 		return nil
 	})
 	// The cache holds only the selected pods: a pod whose labels stop
 	// matching arrives as a deletion.
-	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetNamespace() == opts.Namespace
-	})
-	err := ctrl.NewControllerManagedBy(mgr).
+	err := builder.TypedControllerManagedBy[request](mgr).
 		Named(Name+"-selector").
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(toKey), builder.WithPredicates(inNamespace)).
+		Watches(&corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(toPod), builder.WithPredicates(inNamespace(opts.Namespace))).
 		WatchesRawSource(initial).
-		WithOptions(controller.Options{
+		WithOptions(controller.TypedOptions[request]{
 			MaxConcurrentReconciles: 1,
 			NeedLeaderElection:      ptr.To(false),
 		}).
+		WithLogConstructor(requestLogger(mgr.GetLogger().WithValues("controller", Name+"-selector"), "selector")).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("set up selector reconciler: %w", err)

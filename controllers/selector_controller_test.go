@@ -7,7 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 func TestSelectorReconcile(t *testing.T) {
@@ -48,8 +47,8 @@ func TestSelectorReconcile(t *testing.T) {
 			}
 			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.pods...).Build()
 			sink := &recordingSink{}
-			r := &SelectorReconciler{reader: c, sink: sink, opts: SelectorOptions{Namespace: "ns", Selector: sel, Ports: []int32{8000, 8001}}}
-			if _, err := r.Reconcile(t.Context(), reconcile.Request{}); err != nil {
+			r := &SelectorReconciler{reader: c, sink: sink, pods: newPodSet(sink), opts: SelectorOptions{Namespace: "ns", Selector: sel, Ports: []int32{8000, 8001}}}
+			if _, err := r.Reconcile(t.Context(), request{}); err != nil {
 				t.Fatal(err)
 			}
 			var got []string

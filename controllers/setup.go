@@ -4,22 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
@@ -74,7 +77,8 @@ func NewScheme() (*runtime.Scheme, error) {
 
 // CacheOptions limits the manager's cache to what the reconciler reads: the
 // pool's namespace, and of the InferencePools there only the served one.
-// Managed fields are dropped from cached objects.
+// Managed fields are dropped from cached objects, and pods keep only what
+// the controllers read.
 func CacheOptions(pool types.NamespacedName) cache.Options {
 	return cache.Options{
 		DefaultNamespaces: map[string]cache.Config{pool.Namespace: {}},
@@ -82,6 +86,7 @@ func CacheOptions(pool types.NamespacedName) cache.Options {
 			&inferencev1.InferencePool{}: {
 				Field: fields.OneTermEqualSelector("metadata.name", pool.Name),
 			},
+			&corev1.Pod{}: {Transform: trimPod},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	}
@@ -109,34 +114,71 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 		pool:     opts.Pool,
 		self:     opts.Self,
 		reported: -1,
+		pods:     newPodSet(sink),
 	}
-	toPool := func(context.Context, client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: opts.Pool}}
-	}
+	poolReq := request{NamespacedName: opts.Pool}
+	toPool := func(context.Context, client.Object) []request { return []request{poolReq} }
 	isPool := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetNamespace() == opts.Pool.Namespace && o.GetName() == opts.Pool.Name
 	})
 	// One reconcile at start, so that a pool that does not exist yet is
 	// confirmed absent and announced: no object event would ever trigger it.
-	initial := source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		q.Add(reconcile.Request{NamespacedName: opts.Pool})
+	initial := source.TypedFunc[request](func(_ context.Context, q workqueue.TypedRateLimitingInterface[request]) error {
+		q.Add(poolReq)
 		return nil
 	})
-	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetNamespace() == opts.Pool.Namespace
+	// After pod changes the pool is reconciled once, a little later, to
+	// report the new endpoint count: a burst of changes makes one Event.
+	announce := make(chan event.TypedGenericEvent[struct{}], 1)
+	r.announce = func() {
+		select {
+		case announce <- event.TypedGenericEvent[struct{}]{}:
+		default: // one is pending already
+		}
+	}
+	announced := source.TypedChannel(announce, handler.TypedFuncs[struct{}, request]{
+		GenericFunc: func(_ context.Context, _ event.TypedGenericEvent[struct{}], q workqueue.TypedRateLimitingInterface[request]) {
+			q.AddAfter(poolReq, announceDelay)
+		},
 	})
-	err := ctrl.NewControllerManagedBy(mgr).
+	err := builder.TypedControllerManagedBy[request](mgr).
 		Named(Name).
-		For(&inferencev1.InferencePool{}, builder.WithPredicates(isPool)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(toPool), builder.WithPredicates(inNamespace)).
+		Watches(&inferencev1.InferencePool{}, handler.TypedEnqueueRequestsFromMapFunc(toPool), builder.WithPredicates(isPool)).
+		Watches(&corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(toPod), builder.WithPredicates(inNamespace(opts.Pool.Namespace))).
 		WatchesRawSource(initial).
-		WithOptions(controller.Options{
+		WatchesRawSource(announced).
+		WithOptions(controller.TypedOptions[request]{
 			MaxConcurrentReconciles: 1,
 			NeedLeaderElection:      ptr.To(false),
 		}).
+		WithLogConstructor(requestLogger(mgr.GetLogger().WithValues("controller", Name), "InferencePool")).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("set up pool reconciler: %w", err)
 	}
 	return nil
+}
+
+// announceDelay is how long after a pod change the pool's endpoint count is
+// reported: changes within it make one Event.
+const announceDelay = time.Second
+
+// toPod maps a pod event to that pod's own request.
+func toPod(_ context.Context, o client.Object) []request { return []request{podRequest(o)} }
+
+func inNamespace(ns string) predicate.Predicate {
+	return predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == ns })
+}
+
+// requestLogger names the whole (of kind whole) in the logger of its
+// reconciles. A pod's reconcile gets the base logger: naming the pod would
+// encode it on every pod event, a good part of the event's cost, and the
+// pod reconcile logs nothing itself (its errors name the pod).
+func requestLogger(base logr.Logger, whole string) func(*request) logr.Logger {
+	return func(req *request) logr.Logger {
+		if req == nil || req.pod {
+			return base
+		}
+		return base.WithValues(whole, klog.KRef(req.Namespace, req.Name))
+	}
 }

@@ -82,14 +82,27 @@ func (r *Registry) Upsert(ep Endpoint) *Worker {
 
 // Remove detaches the worker for key, if present.
 func (r *Registry) Remove(key Key) {
+	r.Update(nil, []Key{key})
+}
+
+// Update removes the workers of remove, then upserts upsert, and publishes
+// one snapshot for the whole change (none when nothing changed). Its cost
+// follows the change, not the size of the registry: workers not named are
+// untouched, the same objects in the same places.
+func (r *Registry) Update(upsert []Endpoint, remove []Key) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w, ok := r.byKey[key]
-	if !ok {
-		return
+	var added, removed []*Worker
+	for _, k := range remove {
+		if w, ok := r.byKey[k]; ok {
+			delete(r.byKey, k)
+			removed = append(removed, w)
+		}
 	}
-	delete(r.byKey, key)
-	r.publishLocked(nil, []*Worker{w})
+	for _, ep := range upsert {
+		r.upsertLocked(ep, &added, &removed)
+	}
+	r.publishLocked(added, removed)
 }
 
 // Replace makes the registry hold exactly eps: missing workers are removed,
@@ -128,23 +141,51 @@ func (r *Registry) upsertLocked(ep Endpoint, added, removed *[]*Worker) *Worker 
 // publishLocked installs a new snapshot and tells the listeners. Removed
 // workers are marked before the snapshot changes hands, so a pick that still
 // holds the old snapshot can see the mark.
+//
+// The new snapshot is the old one with the removed workers cut out and the
+// added ones spliced in at their places, found by binary search: one copy
+// of the slice, touching only the workers that changed, never a sort of the
+// whole set.
 func (r *Registry) publishLocked(added, removed []*Worker) {
-	if len(added) == 0 && len(removed) == 0 {
-		return
-	}
 	for _, w := range removed {
 		w.removed.Store(true)
 	}
-	ws := make([]*Worker, 0, len(r.byKey))
-	for _, w := range r.byKey {
-		ws = append(ws, w)
-	}
-	slices.SortFunc(ws, func(a, b *Worker) int {
-		if c := strings.Compare(a.addr, b.addr); c != 0 {
-			return c
+	// A worker added and replaced within one change was never published.
+	added = slices.DeleteFunc(added, (*Worker).Removed)
+	old := *r.snapshot.Load()
+	cut := make([]int, 0, len(removed))
+	for _, w := range removed {
+		if i, ok := slices.BinarySearchFunc(old, w, compareWorkers); ok && old[i] == w {
+			cut = append(cut, i)
 		}
-		return strings.Compare(a.ep.Key.UID, b.ep.Key.UID)
-	})
+	}
+	if len(added) == 0 && len(cut) == 0 {
+		return
+	}
+	ws := old
+	if len(cut) > 0 {
+		slices.Sort(cut)
+		ws = make([]*Worker, 0, len(old)-len(cut)+len(added))
+		prev := 0
+		for _, i := range cut {
+			ws = append(ws, old[prev:i]...)
+			prev = i + 1
+		}
+		ws = append(ws, old[prev:]...)
+	}
+	if len(added) > 0 {
+		slices.SortFunc(added, compareWorkers)
+		base := ws
+		ws = make([]*Worker, 0, len(base)+len(added))
+		prev := 0
+		for _, w := range added {
+			i, _ := slices.BinarySearchFunc(base[prev:], w, compareWorkers)
+			ws = append(ws, base[prev:prev+i]...)
+			ws = append(ws, w)
+			prev += i
+		}
+		ws = append(ws, base[prev:]...)
+	}
 	r.snapshot.Store(&ws)
 	for _, l := range r.listeners {
 		for _, w := range removed {
@@ -154,4 +195,12 @@ func (r *Registry) publishLocked(added, removed []*Worker) {
 			l.WorkerAdded(w)
 		}
 	}
+}
+
+// compareWorkers orders the snapshot: by address, then by pod UID.
+func compareWorkers(a, b *Worker) int {
+	if c := strings.Compare(a.addr, b.addr); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ep.Key.UID, b.ep.Key.UID)
 }

@@ -44,6 +44,7 @@ func benchSets(quick bool) []benchSet {
 		{"./picker/prefix", "^Benchmark(Hashes|MatchInsert)$", bt},
 		{"./picker/prefix", "^BenchmarkIndexMemory$", "1x"},
 		{"./picker/policy", "^BenchmarkPick$", bt},
+		{"./picker/registry", "^BenchmarkPublish$", bt},
 		{"./picker/scrape", "^Benchmark", bt},
 		{"./picker/extproc", "^Benchmark(Handle|Exchange)$", bt},
 	}

@@ -1,10 +1,14 @@
 // Command bench runs inferpick's benchmarks and writes BENCHMARKS.md and
 // the plots in docs/bench/: the Go micro-benchmarks of the hot path, an
 // ext_proc load test against the inferpick binary, the scrape cost of 100
-// endpoints, and the routing benchmark on a cluster of vLLM simulators.
+// endpoints, the controllers at 1,000 and 5,000 pods on a real API server
+// (KUBEBUILDER_ASSETS, else hack/controlplane.sh), the pick's scaling with
+// workers and body size, and the routing benchmark on a cluster of vLLM
+// simulators.
 //
-//	go run ./test/bench            # everything, about 12 minutes on 2 cores
-//	go run ./test/bench -quick     # shorter runs, for a smoke check
+//	go run ./test/bench              # everything, about 18 minutes on 2 cores
+//	go run ./test/bench -quick       # shorter runs, for a smoke check
+//	go run ./test/bench -only scale  # one part (see -only)
 package main
 
 import (
@@ -31,7 +35,7 @@ func execute() int {
 	flag.StringVar(&o.plots, "plots", "docs/bench", "directory of the PNG plots")
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs")
 	flag.IntVar(&o.count, "count", 5, "go test -count for the micro-benchmarks")
-	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,routing,flow (default all)")
+	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,scaling,routing,flow (default all)")
 	flag.StringVar(&o.policies, "policies", "", "comma-separated policy labels for the routing benchmark (default all)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -91,6 +95,18 @@ func run(ctx context.Context, o options) error {
 	if o.want("scrape") {
 		log.Print("scrape cost of 100 endpoints")
 		if rep.scrape, err = scrapeCost(ctx, picker, page, o.quick); err != nil {
+			return err
+		}
+	}
+	if o.want("scale") {
+		log.Print("controller at scale")
+		if rep.scale, err = scaleBench(ctx, picker, o.quick); err != nil {
+			return err
+		}
+	}
+	if o.want("scaling") {
+		log.Print("scaling table")
+		if rep.scaling, err = scalingTable(ctx); err != nil {
 			return err
 		}
 	}

@@ -22,6 +22,9 @@ const (
 
 // plot draws the routing benchmark's figures into dir.
 func (r *report) plot(dir string) error {
+	if err := scalingPlots(r.scaling, dir); err != nil {
+		return err
+	}
 	if len(r.routing) == 0 {
 		return nil
 	}

@@ -25,6 +25,8 @@ type report struct {
 	workloads []*routing.Workload
 	routing   []*routing.Result
 	flow      []flowRun
+	scale     []scaleResult
+	scaling   []scalingPoint
 }
 
 type machine struct {
@@ -168,6 +170,8 @@ func (r *report) markdown(plotDir string) string {
 		w("The `inferpick` binary scraping %d endpoints at the default `--refresh-metrics-interval` (%v), each serving\n", s.Endpoints, s.Interval)
 		w("the simulator's /metrics page (%d bytes), no requests: %.3f cores over %.0f s (`/proc/<pid>/stat`).\n\n", s.PageBytes, s.Cores, s.Seconds)
 	}
+	w("%s", scalingMarkdown(r.scaling, plotDir))
+	w("%s", scaleMarkdown(r.scale))
 	if len(r.routing) > 0 {
 		r.routingSection(w, plotDir)
 	}

@@ -51,6 +51,7 @@ func (r *report) verdicts() []verdict {
 	}
 	out = append(out, v)
 
+	out = append(out, scaleVerdicts(r.scale)...)
 	if len(r.flow) > 0 {
 		out = append(out, flowVerdict(r.flow))
 	}

@@ -1,0 +1,56 @@
+package controllers
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// TestTrimPodKeepsWhatTheControllersRead checks that a trimmed pod gives
+// the controllers the same answers as the full one, and carries no spec.
+func TestTrimPodKeepsWhatTheControllersRead(t *testing.T) {
+	full := func(p *podWrapper) *corev1.Pod {
+		o := p.obj()
+		o.Annotations = map[string]string{"big": "annotation"}
+		o.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
+		o.Spec.Containers = []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai", Args: []string{"--model", "m"}}}
+		o.Status.Conditions = append([]corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}, o.Status.Conditions...)
+		o.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "vllm", Ready: true}}
+		return &o
+	}
+	sel := labels.SelectorFromSet(labels.Set{"app": "vllm"})
+	pods := map[string]*corev1.Pod{
+		"ready":       full(makePod("a").ready().ip("10.0.0.1")),
+		"not ready":   full(makePod("b").condition(corev1.ConditionFalse).ip("10.0.0.2")),
+		"no IP":       full(makePod("c").ready()),
+		"terminating": full(makePod("d").ready().ip("10.0.0.4").terminating()),
+		"other label": full(makePod("e").ready().ip("10.0.0.5")),
+	}
+	pods["other label"].Labels = map[string]string{"app": "other"}
+	for name, pod := range pods {
+		t.Run(name, func(t *testing.T) {
+			got, err := trimPod(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			trimmed := got.(*corev1.Pod)
+			ports := []int32{8000, 8001}
+			if diff := cmp.Diff(podEndpoints(ports, pod), podEndpoints(ports, trimmed), cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
+				t.Errorf("endpoints (-full +trimmed):\n%s", diff)
+			}
+			if a, b := sel.Matches(labels.Set(pod.Labels)), sel.Matches(labels.Set(trimmed.Labels)); a != b {
+				t.Errorf("selector matches full %v, trimmed %v", a, b)
+			}
+			if len(trimmed.Spec.Containers) != 0 || trimmed.Annotations != nil || trimmed.ManagedFields != nil || trimmed.Status.ContainerStatuses != nil {
+				t.Errorf("trimmed pod keeps what no controller reads: %+v", trimmed)
+			}
+		})
+	}
+	if got, err := trimPod("tombstone"); err != nil || got != "tombstone" {
+		t.Errorf("trimPod(non-pod) = %v, %v; want it passed through", got, err)
+	}
+}

@@ -1,0 +1,89 @@
+package controllers
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// request is what the pool and selector controllers reconcile: one pod of
+// the served namespace, or (pod false) the whole set, which the pool
+// controller keys on the pool itself.
+//
+// Per-pod requests are what keep the work of a pod event proportional to
+// that pod: its endpoints alone are recomputed and handed to the sink.
+// Only a change of the whole (the pool's selector or ports, the pool
+// appearing) lists every pod.
+type request struct {
+	types.NamespacedName
+	pod bool
+}
+
+func podRequest(o client.Object) request {
+	return request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}, pod: true}
+}
+
+// podSet is the endpoints the sink holds, by pod.
+type podSet struct {
+	sink EndpointSink
+	pods map[types.NamespacedName][]registry.Endpoint
+	// count is the number of endpoints held.
+	count int
+}
+
+func newPodSet(sink EndpointSink) podSet {
+	return podSet{sink: sink, pods: map[types.NamespacedName][]registry.Endpoint{}}
+}
+
+// sync makes the sink hold eps for the pod key: none when the pod is gone,
+// does not match or does not serve. It reports whether anything changed;
+// the endpoints of other pods are not looked at.
+func (s *podSet) sync(key types.NamespacedName, eps []registry.Endpoint) bool {
+	old := s.pods[key]
+	if slices.Equal(old, eps) {
+		return false
+	}
+	var stale []registry.Key
+	for _, ep := range old {
+		if !slices.ContainsFunc(eps, func(e registry.Endpoint) bool { return e.Key == ep.Key }) {
+			stale = append(stale, ep.Key)
+		}
+	}
+	s.sink.Update(eps, stale)
+	if len(eps) == 0 {
+		delete(s.pods, key)
+	} else {
+		s.pods[key] = eps
+	}
+	s.count += len(eps) - len(old)
+	return true
+}
+
+// reset makes the sink hold exactly the endpoints of pods on ports (all
+// assumed to match the selector).
+func (s *podSet) reset(ports []int32, pods []corev1.Pod) {
+	clear(s.pods)
+	s.count = 0
+	all := make([]registry.Endpoint, 0, len(pods)*len(ports))
+	for i := range pods {
+		eps := podEndpoints(ports, &pods[i])
+		if len(eps) == 0 {
+			continue
+		}
+		s.pods[types.NamespacedName{Namespace: pods[i].Namespace, Name: pods[i].Name}] = eps
+		s.count += len(eps)
+		all = append(all, eps...)
+	}
+	s.sink.Replace(all)
+}
+
+// clear empties the sink.
+func (s *podSet) clear() {
+	clear(s.pods)
+	s.count = 0
+	s.sink.Replace(nil)
+}
