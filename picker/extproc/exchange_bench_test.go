@@ -82,7 +82,7 @@ func benchServe(b *testing.B, s *Server) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(ServerOptions()...)
 	extprocv3.RegisterExternalProcessorServer(gs, s)
 	go func() { _ = gs.Serve(lis) }()
 	b.Cleanup(gs.Stop)

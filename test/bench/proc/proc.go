@@ -20,11 +20,15 @@ import (
 	"time"
 )
 
+// BuildTags are the tags the picker is built and benchmarked with (see the
+// Makefile's BUILD_TAGS).
+const BuildTags = "vtprotobuf"
+
 // Build compiles the main package pkg (an import path or ./dir) into dir
 // and returns the binary's path.
 func Build(ctx context.Context, dir, pkg string) (string, error) {
 	out := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", BuildTags, "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
