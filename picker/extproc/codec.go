@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"fmt"
+	"runtime"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -58,11 +59,22 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
 
+// Flow-control windows of the ext_proc server. A stream's window holds a
+// typical request body (a gateway sends it before it reads any reply), and
+// fixed windows spare each connection the pings of gRPC's window estimation.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 8 << 20
+)
+
 // ServerOptions are the gRPC server options the ext_proc service is built
 // for: its codec, and flow-control windows large enough that a request body
 // of a few hundred kilobytes arrives without waiting for window updates.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(newCodec()),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 	}
 }
