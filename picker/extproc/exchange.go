@@ -241,7 +241,12 @@ func joinAddresses(ws []*registry.Worker) string {
 	if len(ws) == 1 {
 		return ws[0].Address()
 	}
+	n := len(ws) - 1
+	for _, w := range ws {
+		n += len(w.Address())
+	}
 	var b strings.Builder
+	b.Grow(n)
 	for i, w := range ws {
 		if i > 0 {
 			b.WriteByte(',')
