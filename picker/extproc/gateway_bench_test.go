@@ -164,7 +164,7 @@ func roundTrip(ctx context.Context, client extprocv3.ExternalProcessorClient, bo
 		return err
 	}
 	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("want the stream to end, got %v", err)
+		return fmt.Errorf("want the stream to end, got %w", err)
 	}
 	return nil
 }
