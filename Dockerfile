@@ -23,7 +23,7 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     for cmd in inferpick vllm-sim; do \
-      CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
+      CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -tags vtprotobuf \
         -ldflags "-s -w -X github.com/inferpick/inferpick/cmd/internal/version.Version=${VERSION} -X github.com/inferpick/inferpick/cmd/internal/version.Revision=${REVISION}" \
         -o /out/$cmd ./cmd/$cmd || exit 1; \
     done

@@ -5,6 +5,11 @@ SHELL := /usr/bin/env bash -o pipefail
 export GOTOOLCHAIN := local
 
 GO ?= go
+# Envoy's ext_proc messages marshal through the vtprotobuf code
+# go-control-plane generates behind this tag (picker/extproc/codec.go);
+# without it they fall back to reflection.
+BUILD_TAGS ?= vtprotobuf
+export GOFLAGS := $(strip $(GOFLAGS) -tags=$(BUILD_TAGS))
 LOCALBIN ?= $(CURDIR)/bin
 
 # Pinned tools, built from hack/tools/go.mod into bin/.

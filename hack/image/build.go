@@ -103,10 +103,13 @@ func Build(ctx context.Context, s Spec, dir string) (string, error) {
 	return s.Ref(), nil
 }
 
+// buildTags are the picker's build tags (see the Makefile's BUILD_TAGS).
+const buildTags = "vtprotobuf"
+
 // compile builds a static, stripped binary of ./cmd/<command> for p.
 func compile(ctx context.Context, s Spec, p platform, out string) error {
 	ldflags := fmt.Sprintf("-s -w -X %s.Version=%s -X %s.Revision=%s", versionPkg, s.Version, versionPkg, s.Revision)
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, "./cmd/"+s.Command)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-tags", buildTags, "-ldflags", ldflags, "-o", out, "./cmd/"+s.Command)
 	cmd.Dir = moduleRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
 	if o, err := cmd.CombinedOutput(); err != nil {

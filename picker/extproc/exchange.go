@@ -24,6 +24,7 @@ type exchange struct {
 	s      *Server
 	stream extprocv3.ExternalProcessor_ProcessServer
 	state  state
+	out    *replies // kept across streams
 
 	// request side
 	kind      openai.Kind
@@ -60,6 +61,9 @@ type exchange struct {
 
 func (x *exchange) start(s *Server, stream extprocv3.ExternalProcessor_ProcessServer) {
 	x.s, x.stream = s, stream
+	if x.out == nil {
+		x.out = newReplies()
+	}
 }
 
 // finish releases the guard (if a path before did not), gives the body's
@@ -76,7 +80,10 @@ func (x *exchange) finish() {
 	clear(x.allowed[:cap(x.allowed)])
 	x.parsed.Reset()
 	x.scanner.Reset(false)
-	*x = exchange{body: body, allowed: allowed, parsed: x.parsed, scanner: x.scanner}
+	if x.out != nil {
+		x.out.clear()
+	}
+	*x = exchange{body: body, allowed: allowed, parsed: x.parsed, scanner: x.scanner, out: x.out}
 }
 
 // release ends the request's load, once, and counts why. A release to
@@ -115,7 +122,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 		if done, err := x.route(); done || err != nil {
 			return done, err
 		}
-		return false, x.send(continueTrailers(true))
+		return false, x.send(continueRequestTrailers)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return false, x.responseHeaders(req, r.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
@@ -123,7 +130,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 	default: // response trailers
 		x.state = finished
 		x.completed()
-		return false, x.send(continueTrailers(false))
+		return false, x.send(continueResponseTrailers)
 	}
 }
 
@@ -221,20 +228,25 @@ func (x *exchange) route() (bool, error) {
 	if x.madeID {
 		extra = append(extra, [2]string{RequestIDHeader, x.requestID})
 	}
-	if err := x.send(routeHeaders(x.dest, len(x.body), hasBody, extra)); err != nil {
+	if err := x.send(x.out.routeHeaders(x.dest, len(x.body), hasBody, extra)); err != nil {
 		return false, err
 	}
 	if !hasBody {
 		return false, nil
 	}
-	return false, bodyChunks(x.body, true, x.send)
+	return false, x.out.bodyChunks(x.body, true, x.send)
 }
 
 func joinAddresses(ws []*registry.Worker) string {
 	if len(ws) == 1 {
 		return ws[0].Address()
 	}
+	n := len(ws) - 1
+	for _, w := range ws {
+		n += len(w.Address())
+	}
 	var b strings.Builder
+	b.Grow(n)
 	for i, w := range ws {
 		if i > 0 {
 			b.WriteByte(',')
@@ -298,7 +310,7 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 		// A non-streaming reply is sent whole: the output exists.
 		x.firstToken()
 	}
-	return x.send(continueResponseHeaders())
+	return x.send(continueResponseHeaders)
 }
 
 // followServed moves the guard when the gateway reports that a fallback
@@ -342,7 +354,7 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 	if ev.Has(openai.Done) || b.GetEndOfStream() {
 		x.completed()
 	}
-	return x.send(streamedBody(b.GetBody(), b.GetEndOfStream(), false))
+	return x.send(x.out.streamedBody(b.GetBody(), b.GetEndOfStream(), false))
 }
 
 func (x *exchange) firstToken() {

@@ -72,7 +72,7 @@ func newEnv(t *testing.T, addrs []string, opts ...envOption) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(ServerOptions()...)
 	extprocv3.RegisterExternalProcessorServer(gs, e.server)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)

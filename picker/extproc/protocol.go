@@ -2,12 +2,10 @@ package extproc
 
 import (
 	"encoding/json"
-	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Header and metadata names of the endpoint-picker protocol.
@@ -46,84 +44,6 @@ func setHeader(key, value string) *corev3.HeaderValueOption {
 		Header:       &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
 		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 	}
-}
-
-// routeHeaders is the reply to the request headers once a destination is
-// known: the destination header, the corrected content length, the removal of
-// picker-owned headers, extra headers (the request id when the picker made
-// it, trace context), and the same destination in envoy.lb metadata.
-func routeHeaders(dest string, bodyLen int, hasBody bool, extra [][2]string) *extprocv3.ProcessingResponse {
-	set := make([]*corev3.HeaderValueOption, 1, 2+len(extra))
-	set[0] = setHeader(DestinationHeader, dest)
-	if hasBody {
-		set = append(set, setHeader("content-length", strconv.Itoa(bodyLen)))
-	}
-	for _, kv := range extra {
-		set = append(set, setHeader(kv[0], kv[1]))
-	}
-	return &extprocv3.ProcessingResponse{
-		Response: &extprocv3.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocv3.HeadersResponse{
-				Response: &extprocv3.CommonResponse{
-					HeaderMutation: &extprocv3.HeaderMutation{
-						SetHeaders:    set,
-						RemoveHeaders: ownedHeaders,
-					},
-					ClearRouteCache: true,
-				},
-			},
-		},
-		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-			lbNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				DestinationHeader: structpb.NewStringValue(dest),
-			}}),
-		}},
-	}
-}
-
-// bodyChunks sends body back in chunks of at most maxChunk bytes, the last
-// one marked end of stream. An empty body is one empty final chunk.
-func bodyChunks(body []byte, request bool, send func(*extprocv3.ProcessingResponse) error) error {
-	for {
-		n := min(len(body), maxChunk)
-		last := n == len(body)
-		if err := send(streamedBody(body[:n], last, request)); err != nil {
-			return err
-		}
-		if last {
-			return nil
-		}
-		body = body[n:]
-	}
-}
-
-func streamedBody(chunk []byte, eos, request bool) *extprocv3.ProcessingResponse {
-	br := &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
-		BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
-			StreamedResponse: &extprocv3.StreamedBodyResponse{Body: chunk, EndOfStream: eos},
-		}},
-	}}
-	if request {
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: br}}
-	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}
-}
-
-func continueResponseHeaders() *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
-	}}
-}
-
-func continueTrailers(request bool) *extprocv3.ProcessingResponse {
-	if request {
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
-			RequestTrailers: &extprocv3.TrailersResponse{},
-		}}
-	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
-		ResponseTrailers: &extprocv3.TrailersResponse{},
-	}}
 }
 
 // immediate is a local reply from the gateway with an OpenAI-style JSON error.

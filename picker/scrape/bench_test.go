@@ -127,7 +127,25 @@ func BenchmarkScrapePool(b *testing.B) {
 		b.ReportMetric(used.Seconds()/elapsed.Seconds(), "cores")
 		b.ReportMetric(float64(used.Nanoseconds())/scrapes, "cpu-ns/scrape")
 		b.ReportMetric(scrapes/elapsed.Seconds(), "scrapes/s")
+		b.ReportMetric(errorCount(b, metrics)/scrapes, "errors/scrape")
 	}
+}
+
+// errorCount is the failed scrapes, whatever the reason.
+func errorCount(b *testing.B, g prometheus.Gatherer) float64 {
+	families, err := g.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0.0
+	for _, f := range families {
+		if f.GetName() == "inferpick_scrape_errors_total" {
+			for _, m := range f.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
 }
 
 func scrapeCount(b *testing.B, g prometheus.Gatherer) float64 {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,7 @@ type poller struct {
 	created time.Time
 	cancel  context.CancelFunc // set when launched
 	done    chan struct{}      // closed when run returns
+	page    *pageConn          // the poller's connection; nil with WithHTTPClient
 	buf     bytes.Buffer       // body buffer, reused across scrapes
 	body    io.LimitedReader   // reused reader over the response body
 
@@ -58,13 +60,19 @@ type poller struct {
 }
 
 func newPoller(s *Scraper, w *registry.Worker) *poller {
-	return &poller{
+	p := &poller{
 		s:       s,
 		w:       w,
 		url:     metricsURL(w.Endpoint().Address, s.opts.metricsPort, s.opts.path),
 		created: s.opts.clock.Now(),
 		done:    make(chan struct{}),
 	}
+	if s.ownClient {
+		if u, err := url.Parse(p.url); err == nil {
+			p.page = newPageConn(u.Host, u.RequestURI(), s.opts.timeout)
+		}
+	}
+	return p
 }
 
 // metricsURL is the worker's metrics page: its IP, the metrics port (or
@@ -88,6 +96,9 @@ func (p *poller) stop() {
 // start-up) are not all scraped in the same instant.
 func (p *poller) run(ctx context.Context) {
 	defer close(p.done)
+	if p.page != nil {
+		defer p.page.close()
+	}
 	interval := p.s.opts.interval
 	first := time.NewTimer(rand.N(interval))
 	defer first.Stop()
@@ -148,10 +159,22 @@ func (p *poller) fetch(ctx context.Context) (Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.s.opts.timeout)
 	defer cancel()
 	fail := func(r reason, err error) (Report, error) {
-		if r != reasonParse && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if r != reasonParse && (errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
 			r = reasonTimeout
 		}
 		return Report{}, &scrapeError{reason: r, err: fmt.Errorf("scrape %s: %w", p.url, err)}
+	}
+	limit := p.s.opts.maxBody
+	if p.page != nil {
+		switch status, err := p.page.get(ctx, &p.buf, limit); {
+		case errors.Is(err, errTooLarge):
+			return fail(reasonTooLarge, fmt.Errorf("body is over the %d byte cap", limit))
+		case err != nil:
+			return fail(reasonConnect, err)
+		case status != http.StatusOK:
+			return fail(reasonStatus, fmt.Errorf("status %d %s", status, http.StatusText(status)))
+		}
+		return p.parse(fail)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url, http.NoBody)
 	if err != nil {
@@ -169,7 +192,6 @@ func (p *poller) fetch(ctx context.Context) (Report, error) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 		return fail(reasonStatus, fmt.Errorf("status %s", resp.Status))
 	}
-	limit := p.s.opts.maxBody
 	if resp.ContentLength > limit {
 		return fail(reasonTooLarge, fmt.Errorf("body of %d bytes is over the %d byte cap", resp.ContentLength, limit))
 	}
@@ -183,6 +205,11 @@ func (p *poller) fetch(ctx context.Context) (Report, error) {
 	if n > limit {
 		return fail(reasonTooLarge, fmt.Errorf("body is over the %d byte cap", limit))
 	}
+	return p.parse(fail)
+}
+
+// parse reads the fetched page in p.buf.
+func (p *poller) parse(fail func(reason, error) (Report, error)) (Report, error) {
 	rep, err := p.s.opts.schema.Parse(p.buf.Bytes())
 	if err != nil {
 		return fail(reasonParse, err)

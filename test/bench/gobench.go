@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/inferpick/inferpick/test/bench/proc"
 )
 
 // goBench is one micro-benchmark's medians over -count runs, by unit
@@ -57,7 +59,7 @@ func goBenchmarks(ctx context.Context, count int, quick bool) ([]goBench, error)
 	}
 	var out []goBench
 	for _, s := range benchSets(quick) {
-		args := []string{"test", "-run", "^$", "-bench", s.pattern, "-benchmem",
+		args := []string{"test", "-tags", proc.BuildTags, "-run", "^$", "-bench", s.pattern, "-benchmem",
 			"-count", strconv.Itoa(count), "-benchtime", s.benchtime, s.pkg}
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")

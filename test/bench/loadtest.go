@@ -73,7 +73,7 @@ func loadTest(ctx context.Context, pickerBin, page string, quick bool) ([]loadRe
 	idleRate := (c1 - c0) / idle.Seconds()
 
 	var out []loadResult
-	for _, size := range []int{1 << 10, 32 << 10} {
+	for _, size := range []int{1 << 10, 32 << 10, 400 << 10} {
 		r, err := loadOnce(ctx, client, pk.p, size, 32, dur, idleRate)
 		if err != nil {
 			return nil, err

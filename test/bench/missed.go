@@ -21,20 +21,39 @@ var explanations = map[string]string{
 		"Strict priority orders the queue, not the slots. The next step is headroom per priority: admit a band below " +
 		"the highest only while a pod has fewer than maxInFlight − reserve requests in flight, so an interactive " +
 		"arrival finds a free slot at once.",
-	"whole pick, 400 KB": "the cost is the one pass over the body. A CPU profile " +
-		"(`go test -run '^$' -bench 'Handle/body=400KB/workers=100' -cpuprofile cpu.out ./picker/extproc/`, " +
-		"then `go tool pprof -top`) puts it in the parser's string scan (`lexer.str`: `bytes.IndexByte` for the " +
-		"closing quote or a backslash, then `utf8.Valid` over the same bytes), the prompt's block hashing and the " +
-		"copy of the body out of the gRPC messages. Per byte it is cheaper than at 32 KB in instructions but not in " +
-		"time: a 400 KB body does not fit the L2 cache, so every pass reads memory. Fusing the UTF-8 check into the " +
-		"quote scan (one pass instead of two) is the next step.",
-	"prefix index ≤ 32 bytes": "a block costs a 24-byte node and an 8-byte table slot; the fixed per-shard part " +
-		"tips the worst point (right after a table doubles) just over 32 bytes, and between doublings it is 29–31. " +
-		"Growing the tables at a higher load factor would meet it.",
-	"scraping 100 endpoints": "parsing is a small part: `BenchmarkParse` reads a vLLM page in about 12 µs of CPU " +
-		"with no allocation (about 90× less than `expfmt`). The rest of the CPU per scrape is HTTP — building the " +
-		"request, the loopback round trip and the connection's system calls — times 100 endpoints × 20 scrapes/s. " +
-		"`--refresh-metrics-interval=100ms` halves it; the staleness bound then wants about 300 ms.",
+	"whole pick, 400 KB": "the parse and the hashing are the small part. A CPU profile " +
+		"(`go test -tags vtprotobuf -run '^$' -bench 'Handle/body=400KB/workers=100' -benchtime 3s -cpuprofile cpu.out ./picker/extproc/`, " +
+		"then `go tool pprof -top`) puts most of it in recording the pick: `prefix.(*Index).Insert` touches each of the " +
+		"prompt's ~6,400 blocks (`shard.touch`: a table probe when the hint misses, then moving the node to the front " +
+		"of the worker's recency list), each a few cache misses. The next step is a cheaper touch for long prompts: a " +
+		"recency stamp per node (CLOCK-style eviction) instead of relinking a list, so a block the worker already " +
+		"holds costs one store.",
+	"whole pick at 1,000 workers": "every pick visits every candidate: its removal flag, metrics and staleness, its " +
+		"guard-counted load, a tie key, then the cost and the selection of the primary and fallbacks — about 20–30 ns a " +
+		"worker, mostly cache misses on the worker objects, which is most of a 1 KB pick at 1,000 workers. The next step " +
+		"is a candidate set that does not grow with the pool: the workers the prefix index matched plus the few least " +
+		"loaded from a load-ordered structure the guards keep up to date.",
+	"full ext_proc exchange": "a CPU profile of `BenchmarkExchange` (its `cpu-ns/op` is the picker's own CPU) puts " +
+		"most of a 1 KB exchange in gRPC's transport: the write and read system calls, the network poller and " +
+		"goroutine wake-ups per message, and the HTTP/2 frame and header handling; the pick is a few µs. At 400 KB the " +
+		"body is copied by the proto decoder (each 16 KB chunk), into the request buffer, and into the streamed-back " +
+		"chunks, and the prefix index is updated for every block (see the 400 KB pick). Next steps: decode request " +
+		"messages without copying the body (a codec that keeps gRPC's receive buffer for the exchange), and the cheaper " +
+		"index touch.",
+	"≤ 60 allocations": "what is left is mostly not the picker's code: gRPC's server transport allocates per " +
+		"stream (the stream, its contexts, the decoded header frame, the status at the end), and the proto decoder " +
+		"allocates every received message, its oneof wrapper, each header value and a copy of each body chunk. The " +
+		"replies are reused per stream and marshalled by vtprotobuf into pooled buffers. go-control-plane generates " +
+		"no vtprotobuf unmarshalers, so the next step is decoding into per-stream messages reused across the " +
+		"stream's requests.",
+	"prefix index ≤ 24 bytes": "a block costs a 24-byte node (hash, worker slot, recency links, next holder) and an " +
+		"8-byte table slot, plus the per-shard slack. Reaching 24 bytes needs the table to hold the nodes (open " +
+		"addressing over nodes, no separate slot) or a 16-byte node (a 32-bit hash beside the table's tag).",
+	"scraping 100 endpoints": "each poller now scrapes over a keep-alive connection of its own, written and read in " +
+		"place (about a third less CPU per scrape than net/http's client in `BenchmarkScrapePool`). Parsing is a small " +
+		"part (`BenchmarkParse`: about 12 µs, no allocation); the rest is per-scrape system calls (write, read), the " +
+		"network poller and the ticker wake-ups, times 100 endpoints × 20 scrapes/s. Next: one scraping goroutine per " +
+		"few hundred connections with a shared timer, or `--refresh-metrics-interval=100ms`, which halves it.",
 	"cache-aware TTFT p90 ≤ 0.8 × weighted-scorer": "the p90 at these rates is set by the first, cold request of " +
 		"each prefix group, which no policy can serve from cache, plus the client-side transport time multiplied by " +
 		"the time scale on a loaded machine. Compare the simulators' own mean simulated TTFT (engine time only) in " +

@@ -125,7 +125,7 @@ func (r *report) markdown(plotDir string) string {
 
 	if len(r.gobench) > 0 {
 		w("## Hot-path micro-benchmarks\n\n")
-		w("`go test -run '^$' -bench <pattern> -benchmem -count N -benchtime T <pkg>`, for each row's package; medians over the runs.\n")
+		w("`go test -run '^$' -bench <pattern> -benchmem -count N -benchtime T -tags vtprotobuf <pkg>`, for each row's package; medians over the runs.\n")
 		w("`BenchmarkHandle` is the whole pick: the ext_proc handler on an in-memory stream (headers, 16 KB body chunks,\n")
 		w("body parse, cache-aware pick on a warm index, guard, reply messages). `BenchmarkExchange` adds a real gRPC\n")
 		w("stream over an in-process connection. ns/byte is ns/op per body byte (from `b.SetBytes`).\n\n")

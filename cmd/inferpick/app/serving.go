@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/inferpick/inferpick/controllers"
+	"github.com/inferpick/inferpick/picker/extproc"
 )
 
 // selectorOptions are --endpoint-selector, --endpoint-target-ports and the
@@ -59,10 +60,10 @@ func logWarnings(log logr.Logger, ws []Warning) {
 // extProcOptions are the ext_proc server's keepalive and message size
 // limits.
 func extProcOptions(o *Options) []grpc.ServerOption {
-	opts := []grpc.ServerOption{
+	opts := append(extproc.ServerOptions(),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: o.KeepaliveMinTime, PermitWithoutStream: true}),
-	}
+	)
 	if o.GRPCMaxRecvMsgSize.raw != "" {
 		opts = append(opts, grpc.MaxRecvMsgSize(o.GRPCMaxRecvMsgSize.n))
 	}

@@ -18,10 +18,14 @@ import (
 	"github.com/inferpick/inferpick/test/framework"
 )
 
+// BuildTags are the tags the picker is built and benchmarked with (see the
+// Makefile's BUILD_TAGS).
+const BuildTags = "vtprotobuf"
+
 // Build compiles the main package pkg (an import path or ./dir) into dir
 // and returns the binary's path.
 func Build(ctx context.Context, dir, pkg string) (string, error) {
-	return framework.Build(ctx, dir, pkg)
+	return framework.Build(ctx, dir, pkg, "-tags", BuildTags)
 }
 
 // Process is a started child process (test/framework's) whose log file is

@@ -1,0 +1,80 @@
+package extproc
+
+import (
+	"fmt"
+	"runtime"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+)
+
+// vtMarshaler is the marshalling code go-control-plane generates with
+// vtprotobuf for every Envoy message: no reflection, no intermediate buffer.
+type vtMarshaler interface {
+	SizeVT() int
+	MarshalToSizedBufferVTStrict(dAtA []byte) (int, error)
+}
+
+// minPooledBuffer is above gRPC's threshold for returning a buffer to its
+// pool (1 KiB), and one of the pool's sizes.
+const minPooledBuffer = 4 << 10
+
+// codec is the ext_proc server's wire codec. Replies, which are all Envoy
+// messages, are marshalled by their generated vtprotobuf code into buffers
+// of gRPC's pool; anything else, and every received message, goes through
+// the standard proto codec.
+type codec struct {
+	proto encoding.CodecV2
+}
+
+func newCodec() codec { return codec{proto: encoding.GetCodecV2(proto.Name)} }
+
+// Name is the proto codec's: the wire format is the same.
+func (codec) Name() string { return proto.Name }
+
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(vtMarshaler)
+	if !ok {
+		return c.proto.Marshal(v)
+	}
+	size := m.SizeVT()
+	pool := mem.DefaultBufferPool()
+	// Small messages take a buffer of the pool's smallest pooled size, so
+	// that it goes back to the pool once written instead of to the garbage
+	// collector.
+	buf := pool.Get(max(size, minPooledBuffer))
+	n, err := m.MarshalToSizedBufferVTStrict((*buf)[:size])
+	if err != nil || n != size {
+		pool.Put(buf)
+		if err == nil {
+			err = fmt.Errorf("marshalled %d bytes of a %d-byte message", n, size)
+		}
+		return nil, fmt.Errorf("marshal %T: %w", v, err)
+	}
+	*buf = (*buf)[:size]
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
+
+// Flow-control windows of the ext_proc server. A stream's window holds a
+// typical request body (a gateway sends it before it reads any reply), and
+// fixed windows spare each connection the pings of gRPC's window estimation.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 8 << 20
+)
+
+// ServerOptions are the gRPC server options the ext_proc service is built
+// for: its codec, and flow-control windows large enough that a request body
+// of a few hundred kilobytes arrives without waiting for window updates.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(newCodec()),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+	}
+}

@@ -1,0 +1,90 @@
+package extproc
+
+import (
+	"bytes"
+	"testing"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+)
+
+// TestCodecRoundTrip: every reply the server sends, and a message of
+// another service, reads back as what was marshalled. The replies are
+// refilled in place between sends, as a stream does.
+func TestCodecRoundTrip(t *testing.T) {
+	c := newCodec()
+	r := newReplies()
+	big := bytes.Repeat([]byte("x"), 3*maxChunk)
+	tests := map[string]func() proto.Message{
+		"route, one endpoint": func() proto.Message { return r.routeHeaders("10.0.0.1:8000", 1234, true, nil) },
+		"route, fallbacks": func() proto.Message {
+			return r.routeHeaders("10.0.0.1:8000,10.0.0.2:8000", 0, false, [][2]string{{RequestIDHeader, "id-1"}})
+		},
+		"request body chunk":  func() proto.Message { return r.streamedBody(big[:maxChunk], false, true) },
+		"last response chunk": func() proto.Message { return r.streamedBody([]byte("data: [DONE]\n\n"), true, false) },
+		"empty final chunk":   func() proto.Message { return r.streamedBody(nil, true, true) },
+		"response headers":    func() proto.Message { return continueResponseHeaders },
+		"request trailers":    func() proto.Message { return continueRequestTrailers },
+		"immediate response":  func() proto.Message { return immediate(429, "the pool is saturated") },
+		"another service": func() proto.Message {
+			return &grpc_health_v1.HealthCheckResponse{Status: grpc_health_v1.HealthCheckResponse_SERVING}
+		},
+		"route after a big one": func() proto.Message { return r.routeHeaders("10.0.0.3:8000", 7, true, nil) },
+	}
+	for name, msg := range tests {
+		t.Run(name, func(t *testing.T) {
+			m := msg()
+			data, err := c.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := proto.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := data.Materialize(); len(got) != len(want) {
+				t.Errorf("marshalled %d bytes, want %d", len(got), len(want))
+			}
+			got := m.ProtoReflect().New().Interface()
+			if err := c.Unmarshal(data, got); err != nil {
+				t.Fatal(err)
+			}
+			data.Free()
+			if diff := cmp.Diff(m, got, protocmp.Transform()); diff != "" {
+				t.Errorf("read back (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRouteRepliesAreRefilled: a reply built for one request carries
+// nothing of the one before.
+func TestRouteRepliesAreRefilled(t *testing.T) {
+	r := newReplies()
+	r.routeHeaders("10.0.0.1:8000,10.0.0.2:8000", 100, true, [][2]string{{"traceparent", "00-1"}, {RequestIDHeader, "a"}})
+	got := r.routeHeaders("10.0.0.3:8000", 0, false, nil)
+	want := &extprocv3.ProcessingResponse{}
+	if err := proto.Unmarshal(mustMarshal(t, got), want); err != nil {
+		t.Fatal(err)
+	}
+	set := want.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders()
+	if len(set) != 1 || set[0].GetHeader().GetKey() != DestinationHeader || string(set[0].GetHeader().GetRawValue()) != "10.0.0.3:8000" {
+		t.Errorf("set headers = %v, want only the destination 10.0.0.3:8000", set)
+	}
+	if v := want.GetDynamicMetadata().GetFields()[lbNamespace].GetStructValue().GetFields()[DestinationHeader].GetStringValue(); v != "10.0.0.3:8000" {
+		t.Errorf("envoy.lb destination = %q, want 10.0.0.3:8000", v)
+	}
+}
+
+func mustMarshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	data, err := newCodec().Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer data.Free()
+	return data.Materialize()
+}
