@@ -23,9 +23,13 @@ import (
 type inOrder struct {
 	err   error
 	panic bool
+	seen  func(*policy.Request) // when set, sees each request picked for
 }
 
-func (p *inOrder) Pick(_ *policy.Request, cands []*registry.Worker, n int) ([]*registry.Worker, error) {
+func (p *inOrder) Pick(req *policy.Request, cands []*registry.Worker, n int) ([]*registry.Worker, error) {
+	if p.seen != nil {
+		p.seen(req)
+	}
 	if p.panic {
 		panic("policy exploded")
 	}
