@@ -1,6 +1,7 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	inferencev1alpha2 "github.com/inferpick/inferpick/api/v1alpha2"
 	"github.com/inferpick/inferpick/controllers"
 	"github.com/inferpick/inferpick/picker/observe"
 )
@@ -78,6 +80,9 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 		if err := controllers.SetupObjectivesWithManager(mgr, opts, p.priorities); err != nil {
 			return nil, fmt.Errorf("set up the objective controller: %w", err)
 		}
+		if err := setupRewrites(mgr, opts, p); err != nil {
+			return nil, err
+		}
 	}
 	for _, r := range p.servers {
 		if err := mgr.Add(r); err != nil {
@@ -85,6 +90,24 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 		}
 	}
 	return mgr, nil
+}
+
+// setupRewrites runs the model rewrite controller when the API server serves
+// InferenceModelRewrites. Their CRD is optional: a chart upgrade does not
+// install CRDs that are new, and the picker then routes without rewrites.
+func setupRewrites(mgr manager.Manager, opts controllers.PoolReconcilerOptions, p *picker) error {
+	err := controllers.CheckServed(mgr.GetConfig(), inferencev1alpha2.GroupVersion, "inferencemodelrewrites")
+	switch {
+	case errors.Is(err, controllers.ErrCRDMissing):
+		ctrl.Log.Info("The InferenceModelRewrite CRD is not installed: requests are routed without model rewrites")
+		return nil
+	case err != nil:
+		return err
+	}
+	if err := controllers.SetupRewritesWithManager(mgr, opts, p.rewrites); err != nil {
+		return fmt.Errorf("set up the model rewrite controller: %w", err)
+	}
+	return nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
