@@ -199,7 +199,7 @@ func (x *exchange) route() (bool, error) {
 		}
 		x.pick = policy.Request{Model: x.parsed.Model, CacheSalt: string(x.parsed.CacheSalt), Prompt: x.parsed.Prompt}
 		x.rewriteModel()
-		x.series = x.s.upstream.Model(x.parsed.Model)
+		x.series = x.s.upstream.ModelTarget(x.parsed.Model, x.pick.Model)
 	}
 	if err := x.admit(); err != nil {
 		x.s.upstream.ScheduleFailed(x.pick.Model)

@@ -199,7 +199,7 @@ func TestModelRewriteFollowsRequestID(t *testing.T) {
 	}
 }
 
-func TestRewriteDecisionsCounted(t *testing.T) {
+func TestRewriteMetrics(t *testing.T) {
 	e, _ := rewriteEnv(t, canaryTable(rewrite.Target{Model: "food-review-v2"}))
 	for _, model := range []string{"food-review", "other", "food-review"} {
 		s := e.open()
@@ -208,13 +208,29 @@ func TestRewriteDecisionsCounted(t *testing.T) {
 		s.requestBody(body, true)
 		s.routed(true)
 	}
+	want := map[string]float64{"model_name=food-review,model_rewrite_name=canary,target_model=food-review-v2": 2}
+	if diff := cmp.Diff(want, counters(t, e, "inference_extension_model_rewrite_decisions_total")); diff != "" {
+		t.Errorf("rewrite decisions (-want +got):\n%s", diff)
+	}
+	want = map[string]float64{
+		"model_name=food-review,priority=0,target_model_name=food-review-v2": 2,
+		"model_name=other,priority=0,target_model_name=other":                1,
+	}
+	if diff := cmp.Diff(want, counters(t, e, "inference_objective_request_total")); diff != "" {
+		t.Errorf("requests by model and target (-want +got):\n%s", diff)
+	}
+}
+
+// counters returns the values of a counter family by their labels.
+func counters(t *testing.T, e *env, name string) map[string]float64 {
+	t.Helper()
 	mfs, err := e.metrics.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "inference_extension_model_rewrite_decisions_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -225,8 +241,5 @@ func TestRewriteDecisionsCounted(t *testing.T) {
 			got[strings.Join(labels, ",")] = m.GetCounter().GetValue()
 		}
 	}
-	want := map[string]float64{"model_name=food-review,model_rewrite_name=canary,target_model=food-review-v2": 2}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("rewrite decisions (-want +got):\n%s", diff)
-	}
+	return got
 }
