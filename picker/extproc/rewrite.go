@@ -6,10 +6,10 @@ import (
 	"github.com/inferpick/inferpick/picker/rewrite"
 )
 
-// ModelRewriteHeader, on a request, names the model to send it to instead
-// of the one its body asks for, as in the upstream endpoint-picker protocol.
-// A model rewrite rule that matches the request takes precedence. The
-// header is removed before the request goes upstream.
+// ModelRewriteHeader is the request header that names the model to send
+// the request to instead of the one its body asks for, as in the upstream
+// endpoint-picker protocol. A model rewrite rule that matches the request
+// takes precedence. The header is removed before the request goes upstream.
 const ModelRewriteHeader = "x-gateway-model-name-rewrite"
 
 // Rewriter says which model a request for model is sent to (a
@@ -62,24 +62,46 @@ func (x *exchange) bodyLen() int {
 	return len(x.body) - (x.rw.end - x.rw.start) + len(x.rw.value)
 }
 
+// maxSpliceCopy is the most bytes of the body copied to join them with the
+// new model value in one chunk: the bytes before the value when there are
+// that few (the usual case: "model" comes first), else the bytes after it.
+// A longer body on both sides goes back in separate chunks, uncopied.
+const maxSpliceCopy = 4 << 10
+
 // sendBody returns the request body to the gateway with its model
 // rewritten, if it is: the bytes before the old value, the new value, then
-// the rest. Nothing of the body is copied.
+// the bytes after it. At most maxSpliceCopy bytes of the body are copied.
 func (x *exchange) sendBody() error {
 	if x.rw.value == nil {
 		return bodyChunks(x.body, true, x.send)
 	}
-	for head := x.body[:x.rw.start]; len(head) > 0; {
-		n := min(len(head), maxChunk)
-		if err := x.send(streamedBody(head[:n], false, true)); err != nil {
-			return err
-		}
-		head = head[n:]
+	head, value, tail := x.body[:x.rw.start], x.rw.value, x.body[x.rw.end:]
+	switch {
+	case len(head) <= maxSpliceCopy:
+		return x.sendParts(join(head, value), tail)
+	case len(tail) <= maxSpliceCopy:
+		return x.sendParts(head, join(value, tail))
+	default:
+		return x.sendParts(head, value, tail)
 	}
-	if len(x.rw.value) > 0 {
-		if err := x.send(streamedBody(x.rw.value, false, true)); err != nil {
-			return err
+}
+
+func join(a, b []byte) []byte {
+	return append(append(make([]byte, 0, len(a)+len(b)), a...), b...)
+}
+
+// sendParts sends the parts as one body in chunks of at most maxChunk
+// bytes, end of stream on the last one. The last part is never empty.
+func (x *exchange) sendParts(parts ...[]byte) error {
+	last := len(parts) - 1
+	for _, p := range parts[:last] {
+		for len(p) > 0 {
+			n := min(len(p), maxChunk)
+			if err := x.send(streamedBody(p[:n], false, true)); err != nil {
+				return err
+			}
+			p = p[n:]
 		}
 	}
-	return bodyChunks(x.body[x.rw.end:], true, x.send)
+	return bodyChunks(parts[last], true, x.send)
 }

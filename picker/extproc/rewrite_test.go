@@ -76,6 +76,10 @@ func TestModelRewrite(t *testing.T) {
 			chunks:    splitAt(`{"messages":[{"role":"user","content":"`+long+`"}],"stream":true,"model":"food-review"}`, 70000, 140000),
 			wantModel: "food-review-v2",
 		},
+		"model between two long parts": {
+			chunks:    splitAt(`{"messages":[{"role":"user","content":"`+long[:9000]+`"}],"model":"food-review","tools":[{"x":"`+long[:70000]+`"}]}`, 5000, 9030, 70000),
+			wantModel: "food-review-v2",
+		},
 		"header without a rule": {
 			chunks:    []string{chatBody("other", "hi")},
 			headers:   []string{ModelRewriteHeader, "other-\"quoted\""},
