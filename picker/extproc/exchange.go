@@ -348,7 +348,7 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 	if ev.Has(openai.Done) || b.GetEndOfStream() {
 		x.completed()
 	}
-	return x.send(streamedBody(b.GetBody(), b.GetEndOfStream(), false))
+	return x.send(streamedBody(x.restoreModel(b.GetBody()), b.GetEndOfStream(), false))
 }
 
 func (x *exchange) firstToken() {

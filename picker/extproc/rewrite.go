@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"encoding/json"
 
 	"github.com/inferpick/inferpick/picker/rewrite"
@@ -27,6 +28,10 @@ type modelRewrite struct {
 	header     string // the request's ModelRewriteHeader
 	value      []byte // the new value's content, escaped; nil: body unchanged
 	start, end int    // the old value's content in the body
+
+	// from and to are the "model" member with the target's name and with
+	// the requested one (raw, escapes as the client wrote them).
+	from, to []byte
 }
 
 // rewriteModel decides the request's target model once the body is parsed,
@@ -51,6 +56,8 @@ func (x *exchange) rewriteModel() {
 		x.s.rewrites.Record(source, model, target)
 	}
 	x.rw.value, x.rw.start, x.rw.end = value, x.parsed.ModelStart, x.parsed.ModelEnd
+	x.rw.from = modelMember(value)
+	x.rw.to = modelMember(x.body[x.rw.start:x.rw.end])
 	x.pick.Model = target
 }
 
@@ -104,4 +111,24 @@ func (x *exchange) sendParts(parts ...[]byte) error {
 		}
 	}
 	return bodyChunks(parts[last], true, x.send)
+}
+
+// restoreModel gives the client back the model name it asked for: in a
+// response chunk of a rewritten request, the member "model":"<target>" (as
+// vLLM writes it) becomes "model":"<requested>". A member split between two
+// chunks is left as it is. Only a chunk that holds the member is copied.
+func (x *exchange) restoreModel(chunk []byte) []byte {
+	if x.rw.value == nil {
+		return chunk
+	}
+	if !bytes.Contains(chunk, x.rw.from) {
+		return chunk
+	}
+	return bytes.ReplaceAll(chunk, x.rw.from, x.rw.to)
+}
+
+// modelMember is the JSON member "model":"<value>", value already escaped.
+func modelMember(value []byte) []byte {
+	const key = `"model":"`
+	return append(append(append(make([]byte, 0, len(key)+len(value)+1), key...), value...), '"')
 }

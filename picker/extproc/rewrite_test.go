@@ -247,3 +247,50 @@ func counters(t *testing.T, e *env, name string) map[string]float64 {
 	}
 	return got
 }
+
+func TestResponseNamesTheRequestedModel(t *testing.T) {
+	cases := map[string]struct {
+		model    string // requested
+		response []string
+		want     []string
+	}{
+		"rewritten, streamed": {
+			model: "food-review",
+			response: []string{
+				`data: {"id":"1","model":"food-review-v2","choices":[{"delta":{"content":"a"}}]}` + "\n\n",
+				`data: {"id":"1","choices":[]}` + "\n\n",
+				`data: {"model":"food-review-v2"}` + "\n\n" + `data: {"model":"food-review-v2"}` + "\n\n" + sseDone,
+			},
+			want: []string{
+				`data: {"id":"1","model":"food-review","choices":[{"delta":{"content":"a"}}]}` + "\n\n",
+				`data: {"id":"1","choices":[]}` + "\n\n",
+				`data: {"model":"food-review"}` + "\n\n" + `data: {"model":"food-review"}` + "\n\n" + sseDone,
+			},
+		},
+		"not rewritten": {
+			model:    "other",
+			response: []string{`data: {"model":"food-review-v2"}` + "\n\n", sseDone},
+			want:     []string{`data: {"model":"food-review-v2"}` + "\n\n", sseDone},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e, _ := rewriteEnv(t, canaryTable(rewrite.Target{Model: "food-review-v2"}))
+			s := e.open()
+			body := chatBody(tc.model, "hi")
+			s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+			s.requestBody(body, true)
+			s.routed(true)
+			s.responseHeaders(200, "text/event-stream", false, "")
+			s.recv()
+			var got []string
+			for i, c := range tc.response {
+				s.responseBody(c, i == len(tc.response)-1)
+				got = append(got, string(s.recv().GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody()))
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("response chunks (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -99,7 +99,7 @@ picker:
 			g.Expect(meta.IsStatusConditionTrue(got, string(inferencev1alpha2.RewriteConditionAccepted))).To(BeTrue(), "conditions: %v", got)
 		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 
-		By("requests for food-review now reach the model server as sim-model")
+		By("requests for food-review now reach the model server as sim-model, and the client reads food-review back")
 		Eventually(func() (int, error) {
 			code, _, err := chat(ctx, base, "food-review", "")
 			return code, err
@@ -108,13 +108,14 @@ picker:
 			code, body, err := chat(ctx, base, "food-review", "")
 			Expect(err).NotTo(HaveOccurred())
 			Expect(code).To(Equal(200), body)
-			Expect(body).To(ContainSubstring(`"model":"sim-model"`))
+			Expect(body).To(ContainSubstring(`"model":"food-review"`))
 		}
 
 		By("the x-gateway-model-name-rewrite header rewrites a model no rule matches")
 		code, body, err := chat(ctx, base, "unlisted", "sim-model")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(code).To(Equal(200), body)
+		Expect(body).To(ContainSubstring(`"model":"unlisted"`))
 
 		By("deleting the rewrite stops the rewriting")
 		Expect(suite.client.Delete(ctx, toUnstructured(rw))).To(Succeed())
