@@ -68,7 +68,7 @@ picker:
 	It("sends the requests a rewrite matches to its target, and marks the rewrite Accepted", func(ctx SpecContext) {
 		By("without a rewrite the model server does not know the model")
 		Eventually(func() (int, error) {
-			code, _, err := chat(ctx, base, "food-review", "")
+			code, _, err := chat(ctx, base, "food-review", "", false)
 			return code, err
 		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Equal(404))
 
@@ -101,18 +101,26 @@ picker:
 
 		By("requests for food-review now reach the model server as sim-model, and the client reads food-review back")
 		Eventually(func() (int, error) {
-			code, _, err := chat(ctx, base, "food-review", "")
+			code, _, err := chat(ctx, base, "food-review", "", false)
 			return code, err
 		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Equal(200))
 		for range 4 {
-			code, body, err := chat(ctx, base, "food-review", "")
+			code, body, err := chat(ctx, base, "food-review", "", false)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(code).To(Equal(200), body)
 			Expect(body).To(ContainSubstring(`"model":"food-review"`))
 		}
 
+		By("each event of a streamed answer names food-review")
+		code, body, err := chat(ctx, base, "food-review", "", true)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(code).To(Equal(200), body)
+		Expect(strings.Count(body, `"model":"food-review"`)).To(BeNumerically(">=", 2), body)
+		Expect(body).NotTo(ContainSubstring("sim-model"))
+		Expect(body).To(HaveSuffix("data: [DONE]\n\n"))
+
 		By("the x-gateway-model-name-rewrite header rewrites a model no rule matches")
-		code, body, err := chat(ctx, base, "unlisted", "sim-model")
+		code, body, err = chat(ctx, base, "unlisted", "sim-model", false)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(code).To(Equal(200), body)
 		Expect(body).To(ContainSubstring(`"model":"unlisted"`))
@@ -120,7 +128,7 @@ picker:
 		By("deleting the rewrite stops the rewriting")
 		Expect(suite.client.Delete(ctx, toUnstructured(rw))).To(Succeed())
 		Eventually(func() (int, error) {
-			code, _, err := chat(ctx, base, "food-review", "")
+			code, _, err := chat(ctx, base, "food-review", "", false)
 			return code, err
 		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Equal(404))
 	})
@@ -129,8 +137,8 @@ picker:
 // chat sends one chat completion for model through the gateway, with the
 // model-rewrite header when rewriteTo is not empty, and returns the status
 // and the body.
-func chat(ctx context.Context, base, model, rewriteTo string) (int, string, error) {
-	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"rate this pizza"}],"max_tokens":4}`, model)
+func chat(ctx context.Context, base, model, rewriteTo string, stream bool) (int, string, error) {
+	body := fmt.Sprintf(`{"model":%q,"stream":%t,"messages":[{"role":"user","content":"rate this pizza"}],"max_tokens":4}`, model, stream)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
 		return 0, "", err
