@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,6 +37,10 @@ var (
 	_ RewriteSink          = (*rewrite.Table)(nil)
 	_ reconcile.Reconciler = (*RewriteReconciler)(nil)
 )
+
+// conflictRetry is how soon a rewrite whose status another replica changed
+// under this one is looked at again.
+const conflictRetry = 100 * time.Millisecond
 
 // RewriteReconciler keeps a sink equal to the InferenceModelRewrites of the
 // pool's namespace that refer to the served pool, and marks them Accepted.
@@ -68,7 +74,14 @@ func (r *RewriteReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	rw := rulesOf(obj)
 	r.sink.Set(req.Name, rw)
 	log.V(logSyncs).Info("Model rewrite synced", "modelRewrite", klog.KObj(obj), "rules", len(rw.Rules))
-	return ctrl.Result{}, r.accept(ctx, obj)
+	if err := r.accept(ctx, obj); err != nil {
+		if apierrors.IsConflict(err) {
+			// Another replica wrote the status first: look again.
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, nil
 }
 
 // accept sets the Accepted condition, writing status only when it changed.

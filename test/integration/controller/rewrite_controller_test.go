@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -91,6 +92,22 @@ var _ = Describe("Model rewrite controller", func() {
 		By("a deleted rewrite is forgotten")
 		Expect(env.Client.Delete(ctx, modelRewrite("marker", "pool", "marker"))).To(Succeed())
 		Eventually(targetOf(tbl, "marker")).Should(BeEmpty())
+	})
+
+	It("runs on every replica: each follows the rewrites, and they agree on the status", func(ctx SpecContext) {
+		replicas := []*rewrite.Table{startRewrites(poolKey), startRewrites(poolKey), startRewrites(poolKey)}
+		canary := modelRewrite("canary", "pool", "food-review", target("food-review-v1", 1))
+		Expect(env.Client.Create(ctx, canary)).To(Succeed())
+		for gen := int64(1); gen <= 3; gen++ {
+			want := fmt.Sprintf("food-review-v%d", gen)
+			for _, tbl := range replicas {
+				Eventually(targetOf(tbl, "food-review")).Should(Equal(want))
+			}
+			Eventually(acceptedGeneration(ctx, canary)).Should(Equal(gen))
+			Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(canary), canary)).To(Succeed())
+			canary.Spec.Rules[0].Targets = []inferencev1alpha2.TargetModel{target(fmt.Sprintf("food-review-v%d", gen+1), 1)}
+			Expect(env.Client.Update(ctx, canary)).To(Succeed())
+		}
 	})
 
 	It("lets the older rewrite win a model, and an exact match win over a catch-all", func(ctx SpecContext) {
