@@ -5,7 +5,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
-// GroupName is the API group of the InferenceObjective.
+// GroupName is the API group of the InferenceObjective and the
+// InferenceModelRewrite.
 const GroupName = "inference.networking.x-k8s.io"
 
 var (
@@ -20,5 +21,5 @@ var (
 )
 
 func init() {
-	SchemeBuilder.Register(&InferenceObjective{}, &InferenceObjectiveList{})
+	SchemeBuilder.Register(&InferenceObjective{}, &InferenceObjectiveList{}, &InferenceModelRewrite{}, &InferenceModelRewriteList{})
 }

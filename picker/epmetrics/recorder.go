@@ -61,8 +61,11 @@ type Recorder struct {
 	info      *prometheus.GaugeVec
 
 	mu     sync.RWMutex
-	models map[string]*Series
+	models map[modelKey]*Series
 }
+
+// modelKey is a requested model and the target it was sent as.
+type modelKey struct{ model, target string }
 
 // NewRecorder returns a recorder registered with reg (nil registers
 // nothing).
@@ -92,7 +95,7 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 			Help: "Picks attempted, by outcome and by the endpoint picked."}, []string{"status", "target_model_name", "pod_name", "namespace", "port"}),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "inference_extension", Name: "info",
 			Help: "The running build: always 1."}, []string{"commit", "build_ref"}),
-		models: map[string]*Series{},
+		models: map[modelKey]*Series{},
 	}
 	if reg != nil {
 		reg.MustRegister(r.requests, r.errors, r.duration, r.ttft, r.ntpot, r.reqSizes, r.respSizes,
@@ -104,44 +107,48 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 // Info sets the build info series.
 func (r *Recorder) Info(commit, buildRef string) { r.info.WithLabelValues(commit, buildRef).Set(1) }
 
-// Model returns the series of a model (the request's model is also its
-// target while no rewrite applies).
-func (r *Recorder) Model(model string) *Series {
+// Model returns the series of a model that no rewrite applies to: the
+// request's model is also its target.
+func (r *Recorder) Model(model string) *Series { return r.ModelTarget(model, model) }
+
+// ModelTarget returns the series of requests for model sent as target.
+func (r *Recorder) ModelTarget(model, target string) *Series {
+	k := modelKey{model, target}
 	r.mu.RLock()
-	s, ok := r.models[model]
+	s, ok := r.models[k]
 	r.mu.RUnlock()
 	if ok {
 		return s
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s, ok := r.models[model]; ok {
+	if s, ok := r.models[k]; ok {
 		return s
 	}
-	name := model
 	if len(r.models) >= maxModels {
-		name = otherModel
-		if s, ok := r.models[name]; ok {
+		k = modelKey{otherModel, otherModel}
+		if s, ok := r.models[k]; ok {
 			return s
 		}
 	}
-	s = r.newSeries(name)
-	r.models[name] = s
+	s = r.newSeries(k)
+	r.models[k] = s
 	return s
 }
 
-func (r *Recorder) newSeries(model string) *Series {
+func (r *Recorder) newSeries(k modelKey) *Series {
+	model, target := k.model, k.target
 	return &Series{
-		r: r, model: model,
-		requests:  r.requests.WithLabelValues(model, model, "0"),
-		duration:  r.duration.WithLabelValues(model, model),
-		ttft:      r.ttft.WithLabelValues(model, model),
-		ntpot:     r.ntpot.WithLabelValues(model, model),
-		reqSizes:  r.reqSizes.WithLabelValues(model, model),
-		respSizes: r.respSizes.WithLabelValues(model, model),
-		inTokens:  r.inTokens.WithLabelValues(model, model),
-		outTokens: r.outTokens.WithLabelValues(model, model),
-		cached:    r.cached.WithLabelValues(model, model),
+		r: r, model: model, target: target,
+		requests:  r.requests.WithLabelValues(model, target, "0"),
+		duration:  r.duration.WithLabelValues(model, target),
+		ttft:      r.ttft.WithLabelValues(model, target),
+		ntpot:     r.ntpot.WithLabelValues(model, target),
+		reqSizes:  r.reqSizes.WithLabelValues(model, target),
+		respSizes: r.respSizes.WithLabelValues(model, target),
+		inTokens:  r.inTokens.WithLabelValues(model, target),
+		outTokens: r.outTokens.WithLabelValues(model, target),
+		cached:    r.cached.WithLabelValues(model, target),
 		running:   r.running.WithLabelValues(model),
 	}
 }
@@ -160,9 +167,9 @@ func (r *Recorder) ScheduleFailed(target string) {
 // Failed counts a request that failed with code, before or after routing.
 // A request whose model is not known yet counts under an empty model.
 func (r *Recorder) Failed(s *Series, code string) {
-	model := ""
+	model, target := "", ""
 	if s != nil {
-		model = s.model
+		model, target = s.model, s.target
 	}
-	r.errors.WithLabelValues(model, model, code).Inc()
+	r.errors.WithLabelValues(model, target, code).Inc()
 }

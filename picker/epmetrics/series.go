@@ -9,10 +9,12 @@ import (
 	"github.com/inferpick/inferpick/picker/openai"
 )
 
-// Series are one model's request series.
+// Series are the request series of one requested model and the target
+// model it was sent as.
 type Series struct {
-	r     *Recorder
-	model string
+	r      *Recorder
+	model  string
+	target string
 
 	requests  prometheus.Counter
 	duration  prometheus.Observer
@@ -32,7 +34,7 @@ func (s *Series) Routed(priority, bodyBytes int) {
 	if priority == 0 {
 		s.requests.Inc()
 	} else {
-		s.r.requests.WithLabelValues(s.model, s.model, strconv.Itoa(priority)).Inc()
+		s.r.requests.WithLabelValues(s.model, s.target, strconv.Itoa(priority)).Inc()
 	}
 	s.reqSizes.Observe(float64(bodyBytes))
 	s.running.Inc()

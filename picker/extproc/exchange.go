@@ -36,6 +36,7 @@ type exchange struct {
 	body      []byte
 	reserved  int // bytes of the body budget this stream holds
 	parsed    openai.Request
+	rw        modelRewrite
 	pick      policy.Request
 	allowed   []*registry.Worker // the subset hint's candidates, when there is one
 	picked    []*registry.Worker // primary, then fallbacks; owned by this exchange
@@ -154,6 +155,8 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 			x.readPriority(headerValue(hv))
 		case FairnessHeader:
 			x.fairnessID = headerValue(hv)
+		case ModelRewriteHeader:
+			x.rw.header = headerValue(hv)
 		}
 	}
 	if x.requestID == "" {
@@ -202,7 +205,8 @@ func (x *exchange) route() (bool, error) {
 			return x.reject(400, err.Error())
 		}
 		x.pick = policy.Request{Model: x.parsed.Model, CacheSalt: string(x.parsed.CacheSalt), Prompt: x.parsed.Prompt}
-		x.series = x.s.upstream.Model(x.parsed.Model)
+		x.rewriteModel()
+		x.series = x.s.upstream.ModelTarget(x.parsed.Model, x.pick.Model)
 	}
 	if err := x.admit(); err != nil {
 		x.s.upstream.ScheduleFailed(x.pick.Model)
@@ -228,13 +232,13 @@ func (x *exchange) route() (bool, error) {
 	if x.madeID {
 		extra = append(extra, [2]string{RequestIDHeader, x.requestID})
 	}
-	if err := x.send(x.out.routeHeaders(x.dest, len(x.body), hasBody, extra)); err != nil {
+	if err := x.send(x.out.routeHeaders(x.dest, x.bodyLen(), hasBody, extra)); err != nil {
 		return false, err
 	}
 	if !hasBody {
 		return false, nil
 	}
-	return false, x.out.bodyChunks(x.body, true, x.send)
+	return false, x.sendBody()
 }
 
 func joinAddresses(ws []*registry.Worker) string {
@@ -354,7 +358,7 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 	if ev.Has(openai.Done) || b.GetEndOfStream() {
 		x.completed()
 	}
-	return x.send(x.out.streamedBody(b.GetBody(), b.GetEndOfStream(), false))
+	return x.send(x.out.streamedBody(x.restoreModel(b.GetBody()), b.GetEndOfStream(), false))
 }
 
 func (x *exchange) firstToken() {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/rewrite"
 )
 
 // chanStream is an in-memory ext_proc stream: Recv reads what the driver
@@ -124,7 +125,10 @@ func newFuzzWorld(t testing.TB) *fuzzWorld {
 		t.Fatal(err)
 	}
 	w.prom = prometheus.NewRegistry()
-	w.srv = New(w.reg, pol, Options{Fallbacks: 2, MaxBodyBytes: 4 << 10, MaxBufferedBodyBytes: 6 << 10, Registerer: w.prom})
+	// Requests for "m" are rewritten to one of two targets.
+	rw := rewrite.NewTable()
+	rw.Set("canary", rewrite.Object{Rules: []rewrite.Rule{{Models: []string{"m"}, Targets: []rewrite.Target{{Model: "m-v1", Weight: 3}, {Model: "m-v2", Weight: 1}}}}})
+	w.srv = New(w.reg, pol, Options{Fallbacks: 2, MaxBodyBytes: 4 << 10, MaxBufferedBodyBytes: 6 << 10, Registerer: w.prom, Rewrites: rw})
 	return w
 }
 
@@ -170,6 +174,9 @@ func fuzzMessage(op, arg byte) *extprocv3.ProcessingRequest {
 		}
 		if v&8 != 0 {
 			kv = append(kv, DestinationHeader, "192.0.2.7:80")
+		}
+		if v&32 != 0 {
+			kv = append(kv, ModelRewriteHeader, "from-header")
 		}
 		return &extprocv3.ProcessingRequest{
 			Request:         &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(kv...), EndOfStream: eos}},

@@ -23,12 +23,16 @@ import (
 type inOrder struct {
 	err   error
 	panic bool
+	seen  func(*policy.Request) // when set, sees each request picked for
 }
 
 // Observe learns nothing.
 func (p *inOrder) Observe(*policy.Request, *registry.Worker) {}
 
-func (p *inOrder) Pick(_ *policy.Request, cands []*registry.Worker, n int) ([]*registry.Worker, error) {
+func (p *inOrder) Pick(req *policy.Request, cands []*registry.Worker, n int) ([]*registry.Worker, error) {
+	if p.seen != nil {
+		p.seen(req)
+	}
 	if p.panic {
 		panic("policy exploded")
 	}

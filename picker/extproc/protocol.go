@@ -28,8 +28,8 @@ const (
 
 // ownedHeaders are request headers removed before the request goes
 // upstream: those only the picker may set (the destination is overwritten),
-// and the objective and fairness headers the picker consumes.
-var ownedHeaders = []string{ServedHeader, SubsetKey, ObjectiveHeader, FairnessHeader}
+// and the objective, fairness and model-rewrite headers the picker consumes.
+var ownedHeaders = []string{ServedHeader, SubsetKey, ObjectiveHeader, FairnessHeader, ModelRewriteHeader}
 
 // headerValue returns a header's value, preferring raw_value as Envoy sends it.
 func headerValue(h *corev3.HeaderValue) string {

@@ -58,6 +58,9 @@ type Options struct {
 	// IgnoreSubsetHint makes every endpoint of the pool a candidate,
 	// whatever subset the gateway's metadata names.
 	IgnoreSubsetHint bool
+	// Rewrites, when set, rewrites the model of the requests its rules
+	// match (InferenceModelRewrite).
+	Rewrites Rewriter
 	// Tracer, when set, traces each request (a span, with the pick as a
 	// child) as part of the trace its headers carry; nil traces nothing.
 	Tracer trace.Tracer
@@ -78,6 +81,7 @@ type Server struct {
 	metrics  *serverMetrics
 	upstream *epmetrics.Recorder
 	budget   *bodyBudget
+	rewrites *epmetrics.RewriteDecisions
 	states   sync.Pool
 }
 
@@ -107,7 +111,8 @@ func New(reg Workers, picker Picker, opts Options) *Server {
 	}
 	budget := &bodyBudget{limit: int64(opts.MaxBufferedBodyBytes)}
 	s := &Server{reg: reg, picker: picker, opts: opts, budget: budget,
-		metrics: newServerMetrics(opts.Registerer, budget), upstream: epmetrics.NewRecorder(opts.Registerer)}
+		metrics: newServerMetrics(opts.Registerer, budget), upstream: epmetrics.NewRecorder(opts.Registerer),
+		rewrites: epmetrics.NewRewriteDecisions(opts.Registerer)}
 	s.states.New = func() any { return &exchange{} }
 	return s
 }

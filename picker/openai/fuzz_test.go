@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 	"unicode/utf8"
 	"unsafe"
@@ -59,6 +60,7 @@ func FuzzParse(f *testing.F) {
 		if r.Model == "" || r.Model != doc["model"] {
 			t.Errorf("Model = %q, encoding/json read %v", r.Model, doc["model"])
 		}
+		checkModelSpan(t, body, &r)
 		if want := doc["stream"] == true; r.Stream != want {
 			t.Errorf("Stream = %v, want %v", r.Stream, want)
 		}
@@ -106,4 +108,33 @@ func FuzzStreamScanner(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkModelSpan checks that the model span holds the raw model string, and
+// that splicing another name into it gives a valid body whose model is that
+// name, everything else unchanged.
+func checkModelSpan(t *testing.T, body []byte, r *Request) {
+	t.Helper()
+	if r.ModelStart < 1 || r.ModelEnd < r.ModelStart || r.ModelEnd >= len(body) ||
+		body[r.ModelStart-1] != '"' || body[r.ModelEnd] != '"' {
+		t.Fatalf("model span [%d,%d) of a %d-byte body is not inside quotes", r.ModelStart, r.ModelEnd, len(body))
+	}
+	var s string
+	if err := json.Unmarshal(body[r.ModelStart-1:r.ModelEnd+1], &s); err != nil || s != r.Model {
+		t.Fatalf("model span holds %q (%v), Model = %q", body[r.ModelStart-1:r.ModelEnd+1], err, r.Model)
+	}
+	spliced := append(append(append([]byte{}, body[:r.ModelStart]...), `new\"name`...), body[r.ModelEnd:]...)
+	var doc, was map[string]any
+	if err := json.Unmarshal(spliced, &doc); err != nil {
+		t.Fatalf("spliced body %q is not JSON: %v", spliced, err)
+	}
+	if doc["model"] != `new"name` {
+		t.Fatalf("spliced body's model = %v", doc["model"])
+	}
+	_ = json.Unmarshal(body, &was)
+	delete(doc, "model")
+	delete(was, "model")
+	if !reflect.DeepEqual(doc, was) {
+		t.Fatalf("splicing the model changed other fields: %v, was %v", doc, was)
+	}
 }

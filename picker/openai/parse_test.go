@@ -2,6 +2,7 @@ package openai
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -328,5 +329,30 @@ func TestPromptHelpers(t *testing.T) {
 	}
 	if r.PromptLen() != len(joined) {
 		t.Errorf("PromptLen = %d, want %d", r.PromptLen(), len(joined))
+	}
+}
+
+func TestModelSpan(t *testing.T) {
+	cases := map[string]struct {
+		body string
+		want string // the raw text of the span
+	}{
+		"plain":            {`{"model":"m1","prompt":"x"}`, `m1`},
+		"spaces":           {`{ "prompt":"x" , "model" :  "llama-3" }`, `llama-3`},
+		"escaped":          {`{"model":"a\u00e9\"b","prompt":"x"}`, `a\u00e9\"b`},
+		"last of repeated": {`{"model":"first","prompt":"x","model":"second"}`, `second`},
+		"long":             {`{"model":"` + strings.Repeat("m", 40) + `","prompt":"x"}`, strings.Repeat("m", 40)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var r Request
+			if err := Parse(Completions, []byte(tc.body), &r); err != nil {
+				t.Fatal(err)
+			}
+			if got := tc.body[r.ModelStart:r.ModelEnd]; got != tc.want {
+				t.Errorf("model span = %q, want %q", got, tc.want)
+			}
+			checkModelSpan(t, []byte(tc.body), &r)
+		})
 	}
 }

@@ -16,6 +16,10 @@ type Request struct {
 	// Model is the "model" field, decoded. A Request that parses the same
 	// model again reuses the string it made the first time.
 	Model string
+	// ModelStart and ModelEnd are the offsets in the body of the raw "model"
+	// string's content, between its quotes (of the last "model" field when
+	// there are several, the one Model was read from).
+	ModelStart, ModelEnd int
 	// Stream is the "stream" field.
 	Stream bool
 	// IncludeUsage is "stream_options.include_usage".
@@ -135,9 +139,11 @@ func (p *parser) field(key []byte) error {
 			start := l.i
 			s, err := l.str()
 			p.model, p.modelTok = s, l.b[start:l.i]
+			p.r.ModelStart, p.r.ModelEnd = start+1, l.i-1
 			return err
 		case 'n':
 			p.model, p.modelTok = nil, nil
+			p.r.ModelStart, p.r.ModelEnd = 0, 0
 			return l.lit("null")
 		}
 		return fieldTypeError("model", l, "a string")

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	inferencev1alpha2 "github.com/inferpick/inferpick/api/v1alpha2"
 	"github.com/inferpick/inferpick/controllers"
 	"github.com/inferpick/inferpick/picker/observe"
 )
@@ -49,7 +51,7 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
-	if err := SetupControllers(mgr, o, p.reg, p.priorities, selfPod()); err != nil {
+	if err := SetupControllers(mgr, o, Sinks{Endpoints: p.reg, Priorities: p.priorities, Rewrites: p.rewrites}, selfPod()); err != nil {
 		return nil, err
 	}
 	for _, r := range p.servers {
@@ -88,31 +90,63 @@ func ManagerOptions(o *Options) (ctrl.Options, error) {
 	}, nil
 }
 
-// SetupControllers adds to mgr the controllers that keep sink equal to the
-// ready endpoints of o's pool (or endpoint selector) and priorities equal to
-// the pool's InferenceObjectives. self is the picker's own Pod, nil outside
-// one.
-func SetupControllers(mgr manager.Manager, o *Options, sink controllers.EndpointSink, priorities controllers.ObjectiveSink, self *corev1.ObjectReference) error {
+// Sinks are what the controllers keep up to date.
+type Sinks struct {
+	// Endpoints receives the ready endpoints of the pool (or selector).
+	Endpoints controllers.EndpointSink
+	// Priorities receives the pool's InferenceObjectives.
+	Priorities controllers.ObjectiveSink
+	// Rewrites receives the pool's InferenceModelRewrites; nil runs no
+	// rewrite controller.
+	Rewrites controllers.RewriteSink
+}
+
+// SetupControllers adds to mgr the controllers that keep sinks equal to the
+// ready endpoints of o's pool (or endpoint selector), the pool's
+// InferenceObjectives and its InferenceModelRewrites. self is the picker's
+// own Pod, nil outside one.
+func SetupControllers(mgr manager.Manager, o *Options, sinks Sinks, self *corev1.ObjectReference) error {
 	if o.selector != nil {
-		if err := controllers.SetupSelectorWithManager(mgr, o.selectorOptions(), sink); err != nil {
+		if err := controllers.SetupSelectorWithManager(mgr, o.selectorOptions(), sinks.Endpoints); err != nil {
 			return fmt.Errorf("set up the endpoint selector controller: %w", err)
 		}
 		return nil
 	}
 	opts := controllers.PoolReconcilerOptions{Pool: o.pool(), Group: o.PoolGroup, Self: self}
-	if err := controllers.SetupWithManager(mgr, opts, sink); err != nil {
+	if err := controllers.SetupWithManager(mgr, opts, sinks.Endpoints); err != nil {
 		return fmt.Errorf("set up the pool controller: %w", err)
 	}
 	// InferenceObjectives name a pool: without one there are none to read.
-	if err := controllers.SetupObjectivesWithManager(mgr, opts, priorities); err != nil {
+	if err := controllers.SetupObjectivesWithManager(mgr, opts, sinks.Priorities); err != nil {
 		return fmt.Errorf("set up the objective controller: %w", err)
 	}
-	return nil
+	if sinks.Rewrites == nil {
+		return nil
+	}
+	return setupRewrites(mgr, opts, sinks.Rewrites)
 }
 
 // pool is the served InferencePool's key.
 func (o *Options) pool() types.NamespacedName {
 	return types.NamespacedName{Namespace: o.PoolNamespace, Name: o.PoolName}
+}
+
+// setupRewrites runs the model rewrite controller when the API server serves
+// InferenceModelRewrites. Their CRD is optional: a chart upgrade does not
+// install CRDs that are new, and the picker then routes without rewrites.
+func setupRewrites(mgr manager.Manager, opts controllers.PoolReconcilerOptions, sink controllers.RewriteSink) error {
+	err := controllers.CheckServed(mgr.GetConfig(), inferencev1alpha2.GroupVersion, "inferencemodelrewrites")
+	switch {
+	case errors.Is(err, controllers.ErrCRDMissing):
+		ctrl.Log.Info("The InferenceModelRewrite CRD is not installed: requests are routed without model rewrites")
+		return nil
+	case err != nil:
+		return err
+	}
+	if err := controllers.SetupRewritesWithManager(mgr, opts, sink); err != nil {
+		return fmt.Errorf("set up the model rewrite controller: %w", err)
+	}
+	return nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

@@ -30,6 +30,7 @@ import (
 	"github.com/inferpick/inferpick/picker/observe"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/rewrite"
 	"github.com/inferpick/inferpick/picker/scrape"
 )
 
@@ -42,6 +43,8 @@ type picker struct {
 	promReg *prometheus.Registry
 	// priorities maps InferenceObjective names to priorities for flow control.
 	priorities *flowcontrol.Priorities
+	// rewrites holds the InferenceModelRewrite rules of the pool.
+	rewrites *rewrite.Table
 }
 
 // Run starts inferpick and blocks until ctx ends and everything has stopped.
@@ -145,6 +148,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 	for name, prio := range o.objectives {
 		priorities.Set(name, prio)
 	}
+	rewrites := rewrite.NewTable()
 	var queue *flowcontrol.Queue
 	var runnables []manager.Runnable
 	if o.FlowControl.Enabled {
@@ -164,6 +168,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		Tracer:               tracer,
 		IgnoreSubsetHint:     o.DisableSubsetFilter,
 		Priorities:           priorities,
+		Rewrites:             rewrites,
 		Queue:                admitterOf(queue),
 		Reserve:              o.FlowControl.Reserve,
 	})
@@ -212,7 +217,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		&grpcServer{name: "ext_proc", srv: extSrv, addr: hostPort(o.BindAddress, o.GRPCPort), drain: o.DrainTimeout, onDrain: hc.Drain},
 		&grpcServer{name: "health", srv: healthSrv, addr: hostPort(o.BindAddress, o.GRPCHealthPort), drain: time.Second},
 	)
-	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg, priorities: priorities}, nil
+	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg, priorities: priorities, rewrites: rewrites}, nil
 }
 
 // The runnables every replica runs, leader or not.

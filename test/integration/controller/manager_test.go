@@ -48,7 +48,7 @@ func startManager(pool types.NamespacedName, self *corev1.ObjectReference) (*reg
 	mgr, err := ctrl.NewManager(env.Config, mopts)
 	Expect(err).NotTo(HaveOccurred())
 	reg, prios := registry.New(), flowcontrol.NewPriorities()
-	Expect(app.SetupControllers(mgr, o, reg, prios, self)).To(Succeed())
+	Expect(app.SetupControllers(mgr, o, app.Sinks{Endpoints: reg, Priorities: prios}, self)).To(Succeed())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -1,0 +1,174 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	inferencev1 "github.com/inferpick/inferpick/api/v1"
+	inferencev1alpha2 "github.com/inferpick/inferpick/api/v1alpha2"
+	"github.com/inferpick/inferpick/picker/rewrite"
+)
+
+// RewriteSink receives the model rewrites of the served pool. The picker's
+// *rewrite.Table is one.
+type RewriteSink interface {
+	// Set records the rules of the named rewrite, replacing what it had.
+	Set(name string, obj rewrite.Object)
+	// Delete forgets the named rewrite.
+	Delete(name string)
+}
+
+var (
+	_ RewriteSink          = (*rewrite.Table)(nil)
+	_ reconcile.Reconciler = (*RewriteReconciler)(nil)
+)
+
+// conflictRetry is how soon a rewrite whose status another replica changed
+// under this one is looked at again.
+const conflictRetry = 100 * time.Millisecond
+
+// RewriteReconciler keeps a sink equal to the InferenceModelRewrites of the
+// pool's namespace that refer to the served pool, and marks them Accepted.
+type RewriteReconciler struct {
+	client client.Client
+	sink   RewriteSink
+	pool   types.NamespacedName
+	group  string
+}
+
+// +kubebuilder:rbac:groups=inference.networking.x-k8s.io,namespace=inferpick-system,resources=inferencemodelrewrites,verbs=get;list;watch
+// +kubebuilder:rbac:groups=inference.networking.x-k8s.io,namespace=inferpick-system,resources=inferencemodelrewrites/status,verbs=get;update;patch
+
+// Reconcile records the rewrite's rules, or forgets the rewrite when it is
+// gone or refers to another pool.
+func (r *RewriteReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	obj := &inferencev1alpha2.InferenceModelRewrite{}
+	if err := r.client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, fmt.Errorf("get model rewrite %s: %w", req.NamespacedName, err)
+		}
+		r.sink.Delete(req.Name)
+		log.V(logChanges).Info("Model rewrite removed", "modelRewrite", req.NamespacedName)
+		return ctrl.Result{}, nil
+	}
+	if !obj.DeletionTimestamp.IsZero() || !r.serves(obj.Spec.PoolRef) {
+		r.sink.Delete(req.Name)
+		return ctrl.Result{}, nil
+	}
+	rw := rulesOf(obj)
+	r.sink.Set(req.Name, rw)
+	log.V(logSyncs).Info("Model rewrite synced", "modelRewrite", klog.KObj(obj), "rules", len(rw.Rules))
+	if err := r.accept(ctx, obj); err != nil {
+		if apierrors.IsConflict(err) {
+			// Another replica wrote the status first: look again.
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, nil
+}
+
+// accept sets the Accepted condition, writing status only when it changed.
+func (r *RewriteReconciler) accept(ctx context.Context, obj *inferencev1alpha2.InferenceModelRewrite) error {
+	cond := metav1.Condition{
+		Type:               string(inferencev1alpha2.RewriteConditionAccepted),
+		Status:             metav1.ConditionTrue,
+		Reason:             string(inferencev1alpha2.RewriteReasonAccepted),
+		Message:            "The rules apply to the requests of pool " + r.pool.Name,
+		ObservedGeneration: obj.Generation,
+	}
+	old := meta.FindStatusCondition(obj.Status.Conditions, cond.Type)
+	if old != nil && old.Status == cond.Status && old.Reason == cond.Reason &&
+		old.Message == cond.Message && old.ObservedGeneration == cond.ObservedGeneration {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	meta.SetStatusCondition(&obj.Status.Conditions, cond)
+	if err := r.client.Status().Patch(ctx, obj, patch); err != nil {
+		return fmt.Errorf("update status of model rewrite %s: %w", klog.KObj(obj), err)
+	}
+	return nil
+}
+
+// rulesOf converts the rewrite's rules for the table.
+func rulesOf(obj *inferencev1alpha2.InferenceModelRewrite) rewrite.Object {
+	out := rewrite.Object{Created: obj.CreationTimestamp.Time, Rules: make([]rewrite.Rule, 0, len(obj.Spec.Rules))}
+	for _, rule := range obj.Spec.Rules {
+		var rr rewrite.Rule
+		for _, m := range rule.Matches {
+			if m.Model == nil || ptr.Deref(m.Model.Type, inferencev1alpha2.MatchExact) != inferencev1alpha2.MatchExact {
+				continue
+			}
+			rr.Models = append(rr.Models, m.Model.Value)
+		}
+		if len(rule.Matches) > 0 && len(rr.Models) == 0 {
+			continue // matches nothing this picker can compare
+		}
+		for _, t := range rule.Targets {
+			rr.Targets = append(rr.Targets, rewrite.Target{Model: t.ModelRewrite, Weight: t.Weight})
+		}
+		out.Rules = append(out.Rules, rr)
+	}
+	return out
+}
+
+// serves reports whether ref names the served pool; empty group and kind
+// take the API's defaults.
+func (r *RewriteReconciler) serves(ref *inferencev1alpha2.PoolObjectReference) bool {
+	if ref == nil {
+		return false
+	}
+	group, kind := string(ref.Group), string(ref.Kind)
+	if group == "" {
+		group = inferencev1.GroupName
+	}
+	if kind == "" {
+		kind = "InferencePool"
+	}
+	return group == r.group && kind == "InferencePool" && string(ref.Name) == r.pool.Name
+}
+
+// SetupRewritesWithManager registers the model-rewrite reconciler with mgr.
+// Like the pool controller it runs on every replica: each keeps its own
+// table, and all of them write the same status.
+func SetupRewritesWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink RewriteSink) error {
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("model rewrite reconciler options: %w", err)
+	}
+	if sink == nil {
+		return errors.New("model rewrite reconciler: nil sink")
+	}
+	group := opts.Group
+	if group == "" {
+		group = inferencev1.GroupName
+	}
+	r := &RewriteReconciler{client: mgr.GetClient(), sink: sink, pool: opts.Pool, group: group}
+	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.GetNamespace() == opts.Pool.Namespace
+	})
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named(Name+"-model-rewrites").
+		For(&inferencev1alpha2.InferenceModelRewrite{}, builder.WithPredicates(inNamespace, predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("set up model rewrite reconciler: %w", err)
+	}
+	return nil
+}

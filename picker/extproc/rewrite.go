@@ -1,0 +1,134 @@
+package extproc
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/inferpick/inferpick/picker/rewrite"
+)
+
+// ModelRewriteHeader is the request header that names the model to send
+// the request to instead of the one its body asks for, as in the upstream
+// endpoint-picker protocol. A model rewrite rule that matches the request
+// takes precedence. The header is removed before the request goes upstream.
+const ModelRewriteHeader = "x-gateway-model-name-rewrite"
+
+// Rewriter says which model a request for model is sent to (a
+// *rewrite.Table, fed by the InferenceModelRewrite controller).
+type Rewriter interface {
+	Rewrite(model, requestID string) (rewrite.Decision, bool)
+}
+
+var _ Rewriter = (*rewrite.Table)(nil)
+
+// modelRewrite is the rewrite of one request's "model" field. The body is
+// not changed in place (its bytes back the parsed prompt): the value is
+// replaced as the body is sent back, between the bytes before and after it.
+type modelRewrite struct {
+	header     string // the request's ModelRewriteHeader
+	value      []byte // the new value's content, escaped; nil: body unchanged
+	start, end int    // the old value's content in the body
+
+	// from and to are the "model" member with the target's name and with
+	// the requested one (raw, escapes as the client wrote them).
+	from, to []byte
+}
+
+// rewriteModel decides the request's target model once the body is parsed,
+// and makes it the model the policy picks for.
+func (x *exchange) rewriteModel() {
+	model := x.parsed.Model
+	target, value, source := "", []byte(nil), ""
+	if rw := x.s.opts.Rewrites; rw != nil {
+		if d, ok := rw.Rewrite(model, x.requestID); ok {
+			target, value, source = d.Model, d.JSON, d.Source
+		}
+	}
+	if target == "" && x.rw.header != "" {
+		target = x.rw.header
+		b, _ := json.Marshal(target) // a string always marshals
+		value = b[1 : len(b)-1]
+	}
+	if target == "" || target == model {
+		return
+	}
+	if source != "" {
+		x.s.rewrites.Record(source, model, target)
+	}
+	x.rw.value, x.rw.start, x.rw.end = value, x.parsed.ModelStart, x.parsed.ModelEnd
+	x.rw.from = modelMember(value)
+	x.rw.to = modelMember(x.body[x.rw.start:x.rw.end])
+	x.pick.Model = target
+}
+
+// bodyLen is the length of the body as it goes upstream.
+func (x *exchange) bodyLen() int {
+	if x.rw.value == nil {
+		return len(x.body)
+	}
+	return len(x.body) - (x.rw.end - x.rw.start) + len(x.rw.value)
+}
+
+// maxSpliceCopy is the most bytes of the body copied to join them with the
+// new model value in one chunk: the bytes before the value when there are
+// that few (the usual case: "model" comes first), else the bytes after it.
+// A longer body on both sides goes back in separate chunks, uncopied.
+const maxSpliceCopy = 4 << 10
+
+// sendBody returns the request body to the gateway with its model
+// rewritten, if it is: the bytes before the old value, the new value, then
+// the bytes after it. At most maxSpliceCopy bytes of the body are copied.
+func (x *exchange) sendBody() error {
+	if x.rw.value == nil {
+		return x.out.bodyChunks(x.body, true, x.send)
+	}
+	head, value, tail := x.body[:x.rw.start], x.rw.value, x.body[x.rw.end:]
+	switch {
+	case len(head) <= maxSpliceCopy:
+		return x.sendParts(join(head, value), tail)
+	case len(tail) <= maxSpliceCopy:
+		return x.sendParts(head, join(value, tail))
+	default:
+		return x.sendParts(head, value, tail)
+	}
+}
+
+func join(a, b []byte) []byte {
+	return append(append(make([]byte, 0, len(a)+len(b)), a...), b...)
+}
+
+// sendParts sends the parts as one body in chunks of at most maxChunk
+// bytes, end of stream on the last one. The last part is never empty.
+func (x *exchange) sendParts(parts ...[]byte) error {
+	last := len(parts) - 1
+	for _, p := range parts[:last] {
+		for len(p) > 0 {
+			n := min(len(p), maxChunk)
+			if err := x.send(x.out.streamedBody(p[:n], false, true)); err != nil {
+				return err
+			}
+			p = p[n:]
+		}
+	}
+	return x.out.bodyChunks(parts[last], true, x.send)
+}
+
+// restoreModel gives the client back the model name it asked for: in a
+// response chunk of a rewritten request, the member "model":"<target>" (as
+// vLLM writes it) becomes "model":"<requested>". A member split between two
+// chunks is left as it is. Only a chunk that holds the member is copied.
+func (x *exchange) restoreModel(chunk []byte) []byte {
+	if x.rw.value == nil {
+		return chunk
+	}
+	if !bytes.Contains(chunk, x.rw.from) {
+		return chunk
+	}
+	return bytes.ReplaceAll(chunk, x.rw.from, x.rw.to)
+}
+
+// modelMember is the JSON member "model":"<value>", value already escaped.
+func modelMember(value []byte) []byte {
+	const key = `"model":"`
+	return append(append(append(make([]byte, 0, len(key)+len(value)+1), key...), value...), '"')
+}

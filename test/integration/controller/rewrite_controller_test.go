@@ -1,0 +1,188 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	inferencev1alpha2 "github.com/inferpick/inferpick/api/v1alpha2"
+	"github.com/inferpick/inferpick/controllers"
+	"github.com/inferpick/inferpick/picker/rewrite"
+)
+
+var _ = Describe("Model rewrite controller", func() {
+	var (
+		ns      string
+		poolKey types.NamespacedName
+	)
+
+	BeforeEach(func(ctx SpecContext) {
+		n, err := env.CreateNamespace(ctx, "rewrite")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(env.DeleteNamespace(ctx, n)).To(Succeed())
+		})
+		ns = n.Name
+		poolKey = types.NamespacedName{Namespace: ns, Name: "pool"}
+	})
+
+	// modelRewrite sends the requests for model (every model when "") of
+	// pool to the targets.
+	modelRewrite := func(name, pool, model string, targets ...inferencev1alpha2.TargetModel) *inferencev1alpha2.InferenceModelRewrite {
+		rule := inferencev1alpha2.InferenceModelRewriteRule{Targets: targets}
+		if model != "" {
+			rule.Matches = []inferencev1alpha2.Match{{Model: &inferencev1alpha2.ModelMatch{Value: model}}}
+		}
+		return &inferencev1alpha2.InferenceModelRewrite{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: inferencev1alpha2.InferenceModelRewriteSpec{
+				PoolRef: &inferencev1alpha2.PoolObjectReference{Name: inferencev1alpha2.ObjectName(pool)},
+				Rules:   []inferencev1alpha2.InferenceModelRewriteRule{rule},
+			},
+		}
+	}
+	target := func(model string, weight int32) inferencev1alpha2.TargetModel {
+		return inferencev1alpha2.TargetModel{ModelRewrite: model, Weight: weight}
+	}
+
+	It("keeps the table equal to the served pool's rewrites", func(ctx SpecContext) {
+		tbl := startRewrites(poolKey)
+
+		By("a rewrite for the served pool applies to its model")
+		canary := modelRewrite("canary", "pool", "food-review", target("food-review-v1", 1))
+		Expect(env.Client.Create(ctx, canary)).To(Succeed())
+		Eventually(targetOf(tbl, "food-review")).Should(Equal("food-review-v1"))
+		Expect(targetOf(tbl, "other")()).To(BeEmpty())
+
+		By("the rewrite is marked Accepted for its generation")
+		Eventually(acceptedGeneration(ctx, canary)).Should(Equal(int64(1)))
+
+		By("an update of the targets is followed")
+		Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(canary), canary)).To(Succeed())
+		canary.Spec.Rules[0].Targets = []inferencev1alpha2.TargetModel{target("food-review-v2", 1)}
+		Expect(env.Client.Update(ctx, canary)).To(Succeed())
+		Eventually(targetOf(tbl, "food-review")).Should(Equal("food-review-v2"))
+		Eventually(acceptedGeneration(ctx, canary)).Should(Equal(int64(2)))
+
+		By("a rewrite for another pool is ignored and left without status")
+		elsewhere := modelRewrite("elsewhere", "other-pool", "chat", target("chat-v2", 1))
+		Expect(env.Client.Create(ctx, elsewhere)).To(Succeed())
+		// The rewrite created after it is seen, so the ignored one was reconciled too.
+		Expect(env.Client.Create(ctx, modelRewrite("marker", "pool", "marker", target("marker-v2", 1)))).To(Succeed())
+		Eventually(targetOf(tbl, "marker")).Should(Equal("marker-v2"))
+		Consistently(targetOf(tbl, "chat")).Should(BeEmpty())
+		Expect(acceptedGeneration(ctx, elsewhere)()).To(Equal(int64(-1)))
+
+		By("pointing the rewrite at another pool removes its rules")
+		Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(canary), canary)).To(Succeed())
+		canary.Spec.PoolRef.Name = "other-pool"
+		Expect(env.Client.Update(ctx, canary)).To(Succeed())
+		Eventually(targetOf(tbl, "food-review")).Should(BeEmpty())
+
+		By("a deleted rewrite is forgotten")
+		Expect(env.Client.Delete(ctx, modelRewrite("marker", "pool", "marker"))).To(Succeed())
+		Eventually(targetOf(tbl, "marker")).Should(BeEmpty())
+	})
+
+	It("runs on every replica: each follows the rewrites, and they agree on the status", func(ctx SpecContext) {
+		replicas := []*rewrite.Table{startRewrites(poolKey), startRewrites(poolKey), startRewrites(poolKey)}
+		canary := modelRewrite("canary", "pool", "food-review", target("food-review-v1", 1))
+		Expect(env.Client.Create(ctx, canary)).To(Succeed())
+		for gen := int64(1); gen <= 3; gen++ {
+			want := fmt.Sprintf("food-review-v%d", gen)
+			for _, tbl := range replicas {
+				Eventually(targetOf(tbl, "food-review")).Should(Equal(want))
+			}
+			Eventually(acceptedGeneration(ctx, canary)).Should(Equal(gen))
+			Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(canary), canary)).To(Succeed())
+			canary.Spec.Rules[0].Targets = []inferencev1alpha2.TargetModel{target(fmt.Sprintf("food-review-v%d", gen+1), 1)}
+			Expect(env.Client.Update(ctx, canary)).To(Succeed())
+		}
+	})
+
+	It("lets the older rewrite win a model, and an exact match win over a catch-all", func(ctx SpecContext) {
+		tbl := startRewrites(poolKey)
+
+		Expect(env.Client.Create(ctx, modelRewrite("first", "pool", "chat", target("chat-first", 1)))).To(Succeed())
+		Eventually(targetOf(tbl, "chat")).Should(Equal("chat-first"))
+		Expect(env.Client.Create(ctx, modelRewrite("catch-all", "pool", "", target("default-model", 1)))).To(Succeed())
+		Eventually(targetOf(tbl, "anything")).Should(Equal("default-model"))
+		// Creation timestamps have a resolution of one second.
+		Eventually(func() bool {
+			later := &inferencev1alpha2.InferenceModelRewrite{}
+			Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "catch-all"}, later)).To(Succeed())
+			return metav1.Now().Unix() > later.CreationTimestamp.Unix()
+		}).Should(BeTrue())
+		Expect(env.Client.Create(ctx, modelRewrite("second", "pool", "chat", target("chat-second", 1)))).To(Succeed())
+		Expect(env.Client.Create(ctx, modelRewrite("marker", "pool", "marker", target("marker-v2", 1)))).To(Succeed())
+		Eventually(targetOf(tbl, "marker")).Should(Equal("marker-v2"))
+		Expect(targetOf(tbl, "chat")()).To(Equal("chat-first"))
+
+		By("the newer rewrite takes over when the older one goes")
+		Expect(env.Client.Delete(ctx, modelRewrite("first", "pool", ""))).To(Succeed())
+		Eventually(targetOf(tbl, "chat")).Should(Equal("chat-second"))
+	})
+})
+
+// targetOf is the model a request for model goes to, "" when no rule
+// matches.
+func targetOf(tbl *rewrite.Table, model string) func() string {
+	return func() string {
+		d, _ := tbl.Rewrite(model, "request-1")
+		return d.Model
+	}
+}
+
+// acceptedGeneration is the generation the rewrite's Accepted=True
+// condition was set for, -1 when it has none.
+func acceptedGeneration(ctx context.Context, rw *inferencev1alpha2.InferenceModelRewrite) func() int64 {
+	return func() int64 {
+		got := &inferencev1alpha2.InferenceModelRewrite{}
+		Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(rw), got)).To(Succeed())
+		c := meta.FindStatusCondition(got.Status.Conditions, string(inferencev1alpha2.RewriteConditionAccepted))
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(inferencev1alpha2.RewriteReasonAccepted) {
+			return -1
+		}
+		return c.ObservedGeneration
+	}
+}
+
+// startRewrites runs a manager with only the model rewrite controller.
+func startRewrites(pool types.NamespacedName) *rewrite.Table {
+	GinkgoHelper()
+	scheme, err := controllers.NewScheme()
+	Expect(err).NotTo(HaveOccurred())
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  controllers.CacheOptions(pool),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	tbl := rewrite.NewTable()
+	Expect(controllers.SetupRewritesWithManager(mgr, controllers.PoolReconcilerOptions{Pool: pool}, tbl)).To(Succeed())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+	DeferCleanup(func() {
+		cancel()
+		Eventually(done).Should(BeClosed())
+	})
+	return tbl
+}
