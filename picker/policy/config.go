@@ -84,7 +84,8 @@ type WeightedScorerConfig struct {
 	PrefixWeight float64 `json:"prefixWeight,omitempty" yaml:"prefixWeight,omitempty"`
 	// LoRAWeight weighs the LoRA affinity score: 1 where the requested
 	// adapter is loaded (or none is involved), 0.5 where a slot is free, 0
-	// where every slot is taken.
+	// where every slot is taken. 0 by default, as upstream's default
+	// profile has no LoRA scorer.
 	LoRAWeight float64 `json:"loraAffinityWeight,omitempty" yaml:"loraAffinityWeight,omitempty"`
 }
 
@@ -130,7 +131,7 @@ func (c Config) Default() Config {
 	setDefault(&ca.AdapterLoadCost, DefaultAdapterLoadCost)
 	ws := &c.WeightedScorer
 	if *ws == (WeightedScorerConfig{}) {
-		*ws = WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3, LoRAWeight: 1}
+		*ws = WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3}
 	}
 	return c
 }

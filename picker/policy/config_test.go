@@ -67,7 +67,7 @@ func TestConfigFromJSON(t *testing.T) {
 			BalanceAbs:      DefaultBalanceAbs,
 			AdapterLoadCost: DefaultAdapterLoadCost,
 		},
-		WeightedScorer: WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3, LoRAWeight: 1},
+		WeightedScorer: WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3},
 	}
 	if diff := cmp.Diff(want, cfg.Default()); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)

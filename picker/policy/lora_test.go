@@ -60,7 +60,7 @@ func TestLoRAAffinityPrefersWhereTheAdapterRuns(t *testing.T) {
 				}
 				loraWorker(w, epoch, 2, active...)
 			}
-			p := build(t, Config{Name: name}, reg, nil)
+			p := build(t, Config{Name: name, WeightedScorer: WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3, LoRAWeight: 1}}, reg, nil)
 			// Some load on the holder does not move the adapter: loading it
 			// elsewhere costs more.
 			holdDecode(t, ws[2], 1)
