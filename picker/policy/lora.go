@@ -1,7 +1,7 @@
 package policy
 
 import (
-	"sync/atomic"
+	"sync"
 
 	"github.com/inferpick/inferpick/picker/registry"
 )
@@ -16,48 +16,65 @@ const (
 	adapterFull                         // not there, and every adapter slot is taken
 )
 
-// loraMemoSlots is the size of the table of recent decisions: a fixed
-// table, so it costs the same whatever the number of adapters and workers.
-// Two (worker, adapter) pairs that share a slot overwrite each other, which
-// only loses a hint.
-const loraMemoSlots = 4096
+// Sizes of the table of recent decisions, fixed so that it costs the same
+// whatever the number of adapters and workers: a row per worker (by ID
+// modulo the rows; two live workers sharing a row overwrite each other,
+// which only loses hints), each remembering the worker's most recently sent
+// adapters.
+const (
+	loraRows   = 1024
+	loraRecent = 8
+)
 
 // loraAffinity tracks where adapters are loaded: the model servers' own
 // report (vllm:lora_requests_info: adapters of running and waiting
 // requests) and the picker's recent decisions. An adapter sent to a worker
-// is taken as loaded or loading there until a scrape taken after that
-// decision leaves it out.
+// is taken as loading there, and then as loaded while it stays among the
+// max_lora adapters most recently sent there: vLLM keeps an idle adapter
+// loaded until a newer one evicts the least recently used, and its metric
+// lists only the adapters in use.
 type loraAffinity struct {
-	memo [loraMemoSlots]atomic.Pointer[loraDecision]
+	rows [loraRows]loraRow
 }
 
-// loraDecision is one remembered (worker, adapter) pair and when the last
-// request of that adapter was sent there.
-type loraDecision struct {
+// loraRow is one worker's recently sent adapters, most recent first.
+type loraRow struct {
+	mu     sync.Mutex
 	worker uint32
-	name   string
-	at     atomic.Int64 // Unix nanoseconds
+	n      int
+	recent [loraRecent]uint64 // hashes of the adapter names
 }
 
 // adapterOf sets the pick's adapter key: the hash of the requested model,
 // computed once per pick.
-func adapterOf(p *pick) {
-	if p.adapterSet {
-		return
+func adapterOf(p *pick) uint64 {
+	if !p.adapterSet {
+		p.adapterSet = true
+		h := uint64(14695981039346656037)
+		for i := 0; i < len(p.req.Model); i++ {
+			h ^= uint64(p.req.Model[i])
+			h *= 1099511628211
+		}
+		p.adapterHash = h
 	}
-	p.adapterSet = true
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(p.req.Model); i++ {
-		h ^= uint64(p.req.Model[i])
-		h *= 1099511628211
-	}
-	p.adapterHash = h
+	return p.adapterHash
 }
 
-func (a *loraAffinity) slot(p *pick, w *registry.Worker) *atomic.Pointer[loraDecision] {
-	h := p.adapterHash ^ uint64(w.ID())*0x9e3779b97f4a7c15
-	h ^= h >> 29
-	return &a.memo[h%loraMemoSlots]
+// sentRecently reports whether the adapter is among the slots most
+// recently sent adapters of w.
+func (a *loraAffinity) sentRecently(w *registry.Worker, h uint64, slots int) bool {
+	r := &a.rows[w.ID()%loraRows]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.worker != w.ID() {
+		return false
+	}
+	for i := range min(r.n, slots, loraRecent) {
+		if r.recent[i] == h {
+			return true
+		}
+	}
+	return false
 }
 
 // state classifies cd for the pick's requested model. A worker that lists
@@ -72,19 +89,17 @@ func (a *loraAffinity) state(p *pick, cd *candidate) adapterState {
 	if raw == nil || raw.LoRA == nil || raw.Served.ServesBase(model) {
 		return adapterNone
 	}
-	adapterOf(p)
 	if cd.metrics != nil && cd.metrics.LoRA.Has(model) {
-		return adapterResident
-	}
-	if d := a.slot(p, cd.w).Load(); d != nil && d.worker == cd.w.ID() && d.name == model &&
-		raw.Scraped.UnixNano() <= d.at.Load() {
 		return adapterResident
 	}
 	lora := raw.LoRA
 	if cd.metrics != nil {
 		lora = cd.metrics.LoRA
 	}
-	if lora == nil || lora.Max <= 0 || len(lora.Active) < lora.Max {
+	if a.sentRecently(cd.w, adapterOf(p), max(lora.Max, 1)) {
+		return adapterResident
+	}
+	if lora.Max <= 0 || len(lora.Active) < lora.Max {
 		return adapterFree
 	}
 	return adapterFull
@@ -115,10 +130,9 @@ func (a *loraAffinity) score(p *pick, cd *candidate) float64 {
 	return 1
 }
 
-// record remembers that the pick's adapter was sent to w at now (Unix
-// nanoseconds). Sending the same adapter to the same worker again only
-// moves the time: no allocation in steady state.
-func (a *loraAffinity) record(p *pick, w *registry.Worker, now int64) {
+// record remembers that the pick's adapter was sent to w: it becomes
+// w's most recently sent adapter. It never allocates.
+func (a *loraAffinity) record(p *pick, w *registry.Worker) {
 	model := p.req.Model
 	if model == "" {
 		return
@@ -126,27 +140,35 @@ func (a *loraAffinity) record(p *pick, w *registry.Worker, now int64) {
 	if m := w.Metrics(); m == nil || m.LoRA == nil || m.Served.ServesBase(model) {
 		return
 	}
-	adapterOf(p)
-	s := a.slot(p, w)
-	if d := s.Load(); d != nil && d.worker == w.ID() && d.name == model {
-		d.at.Store(now)
-		return
+	h := adapterOf(p)
+	r := &a.rows[w.ID()%loraRows]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.worker != w.ID() {
+		r.worker, r.n = w.ID(), 0
 	}
-	d := &loraDecision{worker: w.ID(), name: model}
-	d.at.Store(now)
-	s.Store(d)
+	i := 0
+	for i < r.n && r.recent[i] != h {
+		i++
+	}
+	if i == r.n {
+		r.n = min(r.n+1, loraRecent)
+		i = r.n - 1
+	}
+	copy(r.recent[1:i+1], r.recent[:i])
+	r.recent[0] = h
 }
 
 // chose records the primary in the prefix index and, for an adapter, in
 // the LoRA decision table.
 func (c *cacheAware) chose(e *engine, p *pick, primary *registry.Worker) {
 	c.indexed.chose(e, p, primary)
-	c.lora.record(p, primary, e.now().UnixNano())
+	c.lora.record(p, primary)
 }
 
 // chose records the primary in the prefix index and, for an adapter, in
 // the LoRA decision table.
 func (s *weightedScorer) chose(e *engine, p *pick, primary *registry.Worker) {
 	s.indexed.chose(e, p, primary)
-	s.lora.record(p, primary, e.now().UnixNano())
+	s.lora.record(p, primary)
 }

@@ -110,9 +110,10 @@ func TestLoRAAffinityHotAdapterSpreads(t *testing.T) {
 	}
 }
 
-// An adapter just sent to a worker counts as loading there until a scrape
-// taken after that decision leaves it out.
-func TestLoRAAffinityRemembersDecisionsUntilANewerScrape(t *testing.T) {
+// An adapter sent to a worker stays there, loading and then idle but
+// loaded, though newer scrapes do not list it (vLLM lists adapters in use
+// only).
+func TestLoRAAffinityRemembersDecisions(t *testing.T) {
 	reg, ws := pool(4)
 	for _, w := range ws {
 		loraWorker(w, epoch, 4)
@@ -121,30 +122,48 @@ func TestLoRAAffinityRemembersDecisionsUntilANewerScrape(t *testing.T) {
 	p := build(t, Config{}, reg, clk)
 	first := pickOne(t, p, "b", ws)
 	for i := range 10 {
-		clk.t = clk.t.Add(time.Millisecond)
-		if got := pickOne(t, p, "b", ws); got != first {
-			t.Fatalf("pick %d of b went to %s, want %s where it was sent", i, got.Address(), first.Address())
-		}
-	}
-	// A newer scrape of every worker without b: the picks spread again.
-	after := clk.t.Add(time.Millisecond)
-	for _, w := range ws {
-		loraWorker(w, after, 4)
-	}
-	clk.t = after.Add(time.Millisecond)
-	seen := map[*registry.Worker]bool{}
-	for range 40 {
-		// Each pick is remembered again, so forget it by a newer scrape.
-		got := pickOne(t, p, "b", ws)
-		seen[got] = true
+		// A newer scrape of every worker, without b.
 		clk.t = clk.t.Add(time.Millisecond)
 		for _, w := range ws {
 			loraWorker(w, clk.t, 4)
 		}
-		clk.t = clk.t.Add(time.Millisecond)
+		if got := pickOne(t, p, "b", ws); got != first {
+			t.Fatalf("pick %d of b went to %s, want %s where it was sent", i, got.Address(), first.Address())
+		}
 	}
-	if len(seen) < 2 {
-		t.Errorf("after newer scrapes without the adapter every pick still went to one worker")
+}
+
+// The adapters sent to a worker are taken as loaded while they are among
+// its max_lora most recently sent, as vLLM evicts the least recently used.
+func TestLoRARecentDecisionsFollowLRU(t *testing.T) {
+	_, ws := pool(2)
+	for _, w := range ws {
+		loraWorker(w, epoch, 2)
+	}
+	var a loraAffinity
+	send := func(w *registry.Worker, model string) {
+		a.record(&pick{req: &Request{Model: model}}, w)
+	}
+	loaded := func(w *registry.Worker, model string) bool {
+		p := &pick{req: &Request{Model: model}}
+		return a.state(p, &candidate{w: w, metrics: w.Metrics()}) == adapterResident
+	}
+	send(ws[0], "a")
+	send(ws[0], "b")
+	send(ws[0], "a") // a used again: b is now the least recently used
+	send(ws[0], "c") // evicts b
+	for model, want := range map[string]bool{"a": true, "b": false, "c": true, "d": false} {
+		if got := loaded(ws[0], model); got != want {
+			t.Errorf("adapter %s loaded on the worker = %v, want %v", model, got, want)
+		}
+	}
+	if loaded(ws[1], "a") {
+		t.Errorf("adapter a counted as loaded on a worker it was never sent to")
+	}
+	// A base model involves no adapter and is never recorded.
+	send(ws[1], "llama")
+	if st := a.state(&pick{req: &Request{Model: "llama"}}, &candidate{w: ws[1], metrics: ws[1].Metrics()}); st != adapterNone {
+		t.Errorf("base model state = %v, want adapterNone", st)
 	}
 }
 
