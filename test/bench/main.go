@@ -46,8 +46,8 @@ func execute() int {
 
 type options struct {
 	out, plots, only, policies, workloads string
-	quick                      bool
-	count                      int
+	quick                                 bool
+	count                                 int
 }
 
 func (o options) want(part string) bool {
