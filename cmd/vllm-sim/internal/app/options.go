@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -130,6 +131,15 @@ func (o *Options) Validate() error {
 	}
 	if o.Model == "" {
 		errs = append(errs, errors.New("--model must not be empty"))
+	}
+	served := o.ServedModelNames
+	if len(served) == 0 {
+		served = []string{o.Model}
+	}
+	for _, m := range o.LoRAModules {
+		if m.Base != "" && !slices.Contains(served, m.Base) {
+			errs = append(errs, fmt.Errorf("--lora-modules %s: base model %q is not a served model name", m.Name, m.Base))
+		}
 	}
 	if o.loraEnabled() && o.MaxLoRAs < 1 {
 		errs = append(errs, fmt.Errorf("--max-loras %d must be at least 1 with LoRA enabled", o.MaxLoRAs))
