@@ -2,7 +2,6 @@ package policy
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -10,15 +9,15 @@ import (
 )
 
 // loraWorker reports a complete model list (base llama and the adapters)
-// and a LoRA state of max adapter slots with active ones in use, scraped at.
-func loraWorker(w *registry.Worker, at time.Time, max int, active ...string) {
+// and a LoRA state of slots adapter slots with active ones in use, scraped at.
+func loraWorker(w *registry.Worker, at time.Time, slots int, active ...string) {
 	w.SetMetrics(&registry.Metrics{
 		Served: &registry.Served{
 			Bases:    []string{"llama"},
 			Adapters: adaptersOf("llama", "a", "b", "c", "d", "hot", "z"),
 			Complete: true,
 		},
-		LoRA:    &registry.LoRA{Max: max, Active: active},
+		LoRA:    &registry.LoRA{Max: slots, Active: active},
 		Scraped: at,
 	})
 }
@@ -225,7 +224,7 @@ func TestLoRAPickAllocations(t *testing.T) {
 	}
 	reg, ws := pool(8)
 	for i, w := range ws {
-		loraWorker(w, epoch, 4, fmt.Sprint([]string{"a", "b", "c", "d"}[i%4]))
+		loraWorker(w, epoch, 4, []string{"a", "b", "c", "d"}[i%4])
 	}
 	p := build(t, Config{}, reg, nil)
 	req := &Request{Model: "hot", Prompt: [][]byte{text("sys", 4<<10)}}

@@ -173,8 +173,7 @@ type Status struct {
 }
 
 // Status returns the worker's scrape status, or false when the Scraper does
-// not poll it. Report.LoRA is the place to read vLLM's LoRA adapter state,
-// which registry.Metrics does not carry.
+// not poll it.
 func (s *Scraper) Status(w *registry.Worker) (Status, bool) {
 	s.mu.Lock()
 	p := s.pollers[w]
