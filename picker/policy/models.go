@@ -26,22 +26,22 @@ type modelFilter struct {
 
 // newModelFilter looks at the live candidates' model lists. It fails with
 // ErrModelNotServed when every one has a complete list without the model.
+// It stops at the first worker that lists the model, the common case.
 func newModelFilter(model string, candidates []*registry.Worker) (modelFilter, error) {
 	f := modelFilter{model: model}
 	if model == "" {
 		return f, nil
 	}
-	serves, unknown, known := 0, 0, 0
+	unknown, known := 0, 0
 	for _, w := range candidates {
 		if w == nil || w.Removed() {
 			continue
 		}
 		s := servedOf(w)
 		if s.Serves(model) {
-			serves++
-		}
-		if p, ok := s.Parent(model); ok {
-			f.parent = p
+			f.want = servesModel
+			f.parent, _ = s.Parent(model)
+			return f, nil
 		}
 		if s == nil || !s.Complete {
 			unknown++
@@ -49,24 +49,32 @@ func newModelFilter(model string, candidates []*registry.Worker) (modelFilter, e
 			known++
 		}
 	}
-	if serves == 0 && f.parent != "" {
-		for _, w := range candidates {
-			if w != nil && !w.Removed() && servedOf(w).ServesBase(f.parent) {
-				serves++
+	if known == 0 {
+		return f, nil // nobody has listed its models: no filtering
+	}
+	// No worker lists the model itself: an adapter whose base model some
+	// worker reports is served where that base is.
+	for _, w := range candidates {
+		if w != nil && !w.Removed() {
+			if p, ok := servedOf(w).Parent(model); ok {
+				f.parent = p
+				break
 			}
 		}
 	}
-	switch {
-	case serves > 0:
-		f.want = servesModel
-	case known == 0:
-		f.want = servesAny // nobody has listed its models: no filtering
-	case unknown > 0:
-		f.want = servesUnknown
-	default:
-		return f, ErrModelNotServed
+	if f.parent != "" {
+		for _, w := range candidates {
+			if w != nil && !w.Removed() && servedOf(w).ServesBase(f.parent) {
+				f.want = servesModel
+				return f, nil
+			}
+		}
 	}
-	return f, nil
+	if unknown > 0 {
+		f.want = servesUnknown
+		return f, nil
+	}
+	return f, ErrModelNotServed
 }
 
 // admits reports whether w stays a candidate.
