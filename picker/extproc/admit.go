@@ -46,6 +46,14 @@ var (
 	errStatusByKind = map[error]int{errSaturated: 429, errNoPick: 503, errNoEndpoints: 503, errEmptySubset: 503}
 )
 
+// modelNotServedError reports that no ready endpoint of the pool serves the
+// requested model: a 404, as a model server answers an unknown model.
+type modelNotServedError struct{ model string }
+
+func (e modelNotServedError) Error() string {
+	return "The model `" + e.model + "` does not exist: no ready endpoint of the pool serves it."
+}
+
 // admit picks the request's endpoints and takes the load guard on the
 // primary, through the flow-control queue when there is one: a request
 // that finds the pool saturated then waits, holding no guard, until
@@ -100,6 +108,8 @@ func (x *exchange) tryPick() (bool, error) {
 	switch {
 	case errors.Is(err, policy.ErrSaturated):
 		return false, nil
+	case errors.Is(err, policy.ErrModelNotServed):
+		return false, modelNotServedError{model: x.pick.Model}
 	case err != nil || len(picked) == 0:
 		return false, errNoPick
 	}
@@ -119,6 +129,9 @@ func refusal(err error) (status int, reason string, ok bool) {
 		if errors.Is(err, e) {
 			return 429, "the pool is saturated: " + err.Error(), true
 		}
+	}
+	if nf := (modelNotServedError{}); errors.As(err, &nf) {
+		return 404, err.Error(), true
 	}
 	if s, found := errStatusByKind[err]; found {
 		return s, err.Error(), true

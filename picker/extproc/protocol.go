@@ -75,6 +75,8 @@ func errorType(status int) string {
 	switch status {
 	case 400:
 		return "invalid_request_error"
+	case 404:
+		return "not_found_error"
 	case 413:
 		return "request_too_large"
 	case 429:

@@ -140,6 +140,7 @@ func TestErrors(t *testing.T) {
 		"no endpoints":         {workers: []string{}, path: "/v1/completions", body: `{"model":"m","prompt":"x"}`, wantCode: 503},
 		"all saturated":        {picker: inOrder{err: policy.ErrSaturated}, path: "/v1/completions", body: `{"model":"m","prompt":"x"}`, wantCode: 429},
 		"policy finds nothing": {picker: inOrder{err: policy.ErrNoCandidates}, path: "/v1/completions", body: `{"model":"m","prompt":"x"}`, wantCode: 503},
+		"model not served":     {picker: inOrder{err: policy.ErrModelNotServed}, path: "/v1/completions", body: `{"model":"qwen","prompt":"x"}`, wantCode: 404, wantMsg: `"message":"The model ` + "`qwen`" + ` does not exist: no ready endpoint of the pool serves it.","type":"not_found_error","code":404`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -26,6 +26,11 @@ type WorkerView struct {
 	KVBlocks     int      `json:"kvCacheBlocks,omitempty"`
 	BlockSize    int      `json:"blockSize,omitempty"`
 	MetricsAgeMS *int64   `json:"metricsAgeMs,omitempty"`
+	// Models the worker serves (base models, then LoRA adapters as
+	// "name (parent)"), and the LoRA adapters in use with the slots.
+	Models       []string `json:"models,omitempty"`
+	LoRAAdapters []string `json:"loraAdapters,omitempty"`
+	MaxLoRA      int      `json:"maxLora,omitempty"`
 }
 
 // WorkersView is the /debug/workers document.
@@ -50,6 +55,15 @@ func Snapshot(reg SyncedWorkers, now time.Time) WorkersView {
 			age := now.Sub(m.Scraped).Milliseconds()
 			wv.Waiting, wv.Running, wv.KVUsage, wv.MetricsAgeMS = &waiting, &running, &kv, &age
 			wv.KVBlocks, wv.BlockSize = m.NumGPUBlocks, m.BlockSize
+			if s := m.Served; s != nil {
+				wv.Models = append(wv.Models, s.Bases...)
+				for _, a := range s.Adapters {
+					wv.Models = append(wv.Models, a.Name+" ("+a.Parent+")")
+				}
+			}
+			if l := m.LoRA; l != nil {
+				wv.LoRAAdapters, wv.MaxLoRA = l.Active, l.Max
+			}
 		}
 		v.Workers = append(v.Workers, wv)
 	}

@@ -3,6 +3,9 @@ package policy
 import (
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // BenchmarkPick is one whole pick of a 32 KB chat prompt (a 16 KB system
@@ -41,5 +44,45 @@ func BenchmarkPick(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkPickLoRA is a pick of an adapter request over workers that list
+// their models (a base model and 32 adapters) and report their LoRA state.
+func BenchmarkPickLoRA(b *testing.B) {
+	for _, workers := range []int{8, 100} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			reg, ws := bigPool(workers)
+			names := make([]string, 32)
+			for i := range names {
+				names[i] = fmt.Sprintf("adapter-%02d", i)
+			}
+			served := &registry.Served{Bases: []string{"llama"}, Adapters: adaptersOf("llama", names...), Complete: true}
+			for i, w := range ws {
+				w.SetMetrics(&registry.Metrics{Served: served, Scraped: time.Now(),
+					LoRA: &registry.LoRA{Max: 4, Active: []string{names[i%32], names[(i+1)%32]}}})
+			}
+			p, err := Build(Config{MetricsStaleness: Duration{time.Hour}}, reg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reqs := make([]*Request, 64)
+			for i := range reqs {
+				reqs[i] = &Request{Model: names[i%32], Prompt: [][]byte{text(fmt.Sprint("sys", i%32), 2<<10), text(fmt.Sprint("q", i), 200)}}
+			}
+			for i := range 2000 {
+				if _, err := p.Pick(reqs[i%len(reqs)], ws, 3); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, err := p.Pick(reqs[i%len(reqs)], ws, 3); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
 	}
 }

@@ -55,9 +55,9 @@ func Build(cfg Config, reg *registry.Registry, opts ...Option) (Policy, error) {
 			return nil, fmt.Errorf("policy %s: %w", cfg.Name, errNoRegistry)
 		}
 		if cfg.Name == CacheAware {
-			r = &cacheAware{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.CacheAware}
+			r = &cacheAware{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.CacheAware, lora: &loraAffinity{}}
 		} else {
-			r = &weightedScorer{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.WeightedScorer}
+			r = &weightedScorer{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.WeightedScorer, lora: &loraAffinity{}}
 		}
 	case LeastLoad:
 		r = leastLoad{}

@@ -19,7 +19,8 @@ package policy
 // otherwise the least loaded worker.
 type cacheAware struct {
 	indexed
-	cfg CacheAwareConfig
+	cfg  CacheAwareConfig
+	lora *loraAffinity
 }
 
 func (c *cacheAware) rank(_ *engine, p *pick) {
@@ -32,7 +33,7 @@ func (c *cacheAware) rank(_ *engine, p *pick) {
 	// counting only the blocks the worker does not hold.
 	for i := range p.cands {
 		cd := &p.cands[i]
-		cd.cost = cd.load + float64(p.blocks-cd.matched)/c.cfg.BlocksPerLoad
+		cd.cost = cd.load + float64(p.blocks-cd.matched)/c.cfg.BlocksPerLoad + c.lora.cost(p, cd, c.cfg.AdapterLoadCost)
 	}
 }
 

@@ -69,6 +69,12 @@ type CacheAwareConfig struct {
 	// BalanceRel and the mean + BalanceAbs (threshold mode).
 	BalanceRel float64 `json:"balanceRel,omitempty" yaml:"balanceRel,omitempty"`
 	BalanceAbs float64 `json:"balanceAbs,omitempty" yaml:"balanceAbs,omitempty"`
+	// AdapterLoadCost (cost mode) is what loading a LoRA adapter on a
+	// worker weighs, in units of load: the adapter's load time over a
+	// request's service time. A worker where the adapter is running,
+	// waiting or was just sent costs nothing more; one with a free adapter
+	// slot costs AdapterLoadCost; one with every slot taken twice that.
+	AdapterLoadCost float64 `json:"adapterLoadCost,omitempty" yaml:"adapterLoadCost,omitempty"`
 }
 
 // WeightedScorerConfig holds the weights of the weighted scorer.
@@ -76,6 +82,11 @@ type WeightedScorerConfig struct {
 	QueueWeight  float64 `json:"queueWeight,omitempty" yaml:"queueWeight,omitempty"`
 	KVWeight     float64 `json:"kvCacheWeight,omitempty" yaml:"kvCacheWeight,omitempty"`
 	PrefixWeight float64 `json:"prefixWeight,omitempty" yaml:"prefixWeight,omitempty"`
+	// LoRAWeight weighs the LoRA affinity score: 1 where the requested
+	// adapter is loaded (or none is involved), 0.5 where a slot is free, 0
+	// where every slot is taken. 0 by default, as upstream's default
+	// profile has no LoRA scorer.
+	LoRAWeight float64 `json:"loraAffinityWeight,omitempty" yaml:"loraAffinityWeight,omitempty"`
 }
 
 // IndexConfig tunes the prefix index of the policies that keep one.
@@ -101,6 +112,7 @@ const (
 	DefaultMatchThreshold   = 0.5
 	DefaultBalanceRel       = 1.5
 	DefaultBalanceAbs       = 4
+	DefaultAdapterLoadCost  = 4
 )
 
 // Default returns c with every zero field set to its default.
@@ -116,6 +128,7 @@ func (c Config) Default() Config {
 	setDefault(&ca.MatchThreshold, DefaultMatchThreshold)
 	setDefault(&ca.BalanceRel, DefaultBalanceRel)
 	setDefault(&ca.BalanceAbs, DefaultBalanceAbs)
+	setDefault(&ca.AdapterLoadCost, DefaultAdapterLoadCost)
 	ws := &c.WeightedScorer
 	if *ws == (WeightedScorerConfig{}) {
 		*ws = WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3}
@@ -173,11 +186,15 @@ func (c Config) Validate() error {
 	if ca.BalanceAbs < 0 {
 		bad("cacheAware.balanceAbs", ca.BalanceAbs, "≥ 0")
 	}
+	if ca.AdapterLoadCost < 0 {
+		bad("cacheAware.adapterLoadCost", ca.AdapterLoadCost, "≥ 0")
+	}
 	ws := c.WeightedScorer
 	for field, w := range map[string]float64{
-		"weightedScorer.queueWeight":   ws.QueueWeight,
-		"weightedScorer.kvCacheWeight": ws.KVWeight,
-		"weightedScorer.prefixWeight":  ws.PrefixWeight,
+		"weightedScorer.queueWeight":        ws.QueueWeight,
+		"weightedScorer.kvCacheWeight":      ws.KVWeight,
+		"weightedScorer.prefixWeight":       ws.PrefixWeight,
+		"weightedScorer.loraAffinityWeight": ws.LoRAWeight,
 	} {
 		if w < 0 {
 			bad(field, w, "≥ 0")

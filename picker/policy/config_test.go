@@ -60,11 +60,12 @@ func TestConfigFromJSON(t *testing.T) {
 		MetricsStaleness: Duration{150 * time.Millisecond},
 		PrefillWeight:    DefaultPrefillWeight,
 		CacheAware: CacheAwareConfig{
-			Mode:           ModeThreshold,
-			BlocksPerLoad:  DefaultBlocksPerLoad,
-			MatchThreshold: 0.7,
-			BalanceRel:     DefaultBalanceRel,
-			BalanceAbs:     DefaultBalanceAbs,
+			Mode:            ModeThreshold,
+			BlocksPerLoad:   DefaultBlocksPerLoad,
+			MatchThreshold:  0.7,
+			BalanceRel:      DefaultBalanceRel,
+			BalanceAbs:      DefaultBalanceAbs,
+			AdapterLoadCost: DefaultAdapterLoadCost,
 		},
 		WeightedScorer: WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3},
 	}

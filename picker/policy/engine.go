@@ -28,6 +28,9 @@ type pick struct {
 	blocks  int // len(hashes), when the ranker hashed the prompt
 	scratch prefix.Scratch
 	matched map[uint32]int
+	// The requested model's key in the LoRA decision table, once needed.
+	adapterHash uint64
+	adapterSet  bool
 }
 
 // rand returns the next number of the pick's private generator.
@@ -84,15 +87,19 @@ func (e *engine) Pick(req *Request, candidates []*registry.Worker, n int) ([]*re
 		p.cands = p.cands[:0]
 		e.pool.Put(p)
 	}()
-	p.req, p.blocks = req, 0
+	p.req, p.blocks, p.adapterSet = req, 0, false
 	e.mu.Lock()
 	p.rng = e.rnd.Uint64()
 	e.mu.Unlock()
 
+	filter, err := newModelFilter(req.Model, candidates)
+	if err != nil {
+		return nil, err
+	}
 	now := e.now()
 	saturated := 0
 	for _, w := range candidates {
-		if w == nil || w.Removed() {
+		if w == nil || w.Removed() || !filter.admits(w) {
 			continue
 		}
 		m := w.Metrics()

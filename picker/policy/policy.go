@@ -34,7 +34,7 @@ type Policy interface {
 	// fallbacks, all taken from candidates. A candidate may be removed from
 	// the registry concurrently: one already removed when the pick starts is
 	// never returned, and a guard admitted on one removed later is harmless.
-	// Errors are ErrNoCandidates or ErrSaturated.
+	// Errors are ErrNoCandidates, ErrSaturated or ErrModelNotServed.
 	Pick(req *Request, candidates []*registry.Worker, n int) ([]*registry.Worker, error)
 	Observer
 	// IndexStats returns the prefix index's statistics, and false for a
@@ -54,4 +54,7 @@ var (
 	ErrNoCandidates = errors.New("no candidate worker")
 	// ErrSaturated reports that every live candidate is saturated.
 	ErrSaturated = errors.New("every candidate worker is saturated")
+	// ErrModelNotServed reports that every live candidate has listed the
+	// models it serves and none serves the requested one.
+	ErrModelNotServed = errors.New("no candidate worker serves the model")
 )

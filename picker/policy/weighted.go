@@ -5,7 +5,8 @@ package policy
 // winning. The engine's part is to clamp each score to [0,1].
 type weightedScorer struct {
 	indexed
-	cfg WeightedScorerConfig
+	cfg  WeightedScorerConfig
+	lora *loraAffinity
 }
 
 func (s *weightedScorer) rank(_ *engine, p *pick) {
@@ -29,6 +30,9 @@ func (s *weightedScorer) rank(_ *engine, p *pick) {
 			pfx = float64(cd.matched) / float64(p.blocks)
 		}
 		cd.cost = -(s.cfg.QueueWeight*clamp01(queue) + s.cfg.KVWeight*clamp01(kv) + s.cfg.PrefixWeight*clamp01(pfx))
+		if s.cfg.LoRAWeight > 0 {
+			cd.cost -= s.cfg.LoRAWeight * clamp01(s.lora.score(p, cd))
+		}
 	}
 }
 

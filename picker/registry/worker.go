@@ -39,7 +39,36 @@ type Metrics struct {
 	KVUsage      float64 // KV-cache usage in [0,1]
 	BlockSize    int     // tokens per KV block
 	NumGPUBlocks int     // KV blocks the server holds
-	Scraped      time.Time
+	// Served is what models the server answers to; nil until known.
+	Served *Served
+	// LoRA is the server's LoRA adapter state; nil when not reported.
+	LoRA    *LoRA
+	Scraped time.Time
+}
+
+// Served lists the models a worker serves: the base models (served names)
+// and the LoRA adapters with their base model. Both are sorted by name and
+// shared between snapshots: never modify them.
+type Served struct {
+	Bases    []string
+	Adapters []Adapter
+	// Complete is set when the lists are all the worker serves (read from
+	// its /v1/models); model names seen on its metrics alone are not.
+	Complete bool
+}
+
+// Adapter is a LoRA adapter a worker serves.
+type Adapter struct {
+	Name   string
+	Parent string // its base model; empty when not reported
+}
+
+// LoRA is a worker's LoRA adapter state (vllm:lora_requests_info): how many
+// distinct adapters a batch may hold and those in use by running or waiting
+// requests, sorted.
+type LoRA struct {
+	Max    int
+	Active []string
 }
 
 // Worker is one endpoint of the pool. All methods are safe for concurrent use.

@@ -20,7 +20,11 @@
 // nothing but LoRA adapter names. Which series those are is a Names value
 // (WithNames): by default vLLM's and SGLang's; Preset has them for vLLM,
 // SGLang and TensorRT-LLM (trtllm-serve and Triton's backend), and
-// ParseSeries reads the upstream endpoint picker's metric flags. vLLM's
-// LoRA adapter state, which registry.Metrics does not carry, is available
-// from Scraper.Status.
+// ParseSeries reads the upstream endpoint picker's metric flags.
+//
+// Each worker's snapshot also carries what it serves (registry.Served):
+// its /v1/models, read every models interval (WithModelsInterval), base
+// models and LoRA adapters with their parent; failing that, the model_name
+// values of its metrics. vLLM's LoRA adapter state
+// (vllm:lora_requests_info) is on the snapshot too, as registry.LoRA.
 package scrape

@@ -3,7 +3,9 @@ package scrape
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -26,6 +28,13 @@ func FuzzParse(f *testing.F) {
 		"vllm:num_\"requests_waiting\" 4\n",
 		"vllm:kv_cache_usage_perc NaN\nvllm:gpu_cache_usage_perc +Inf\n",
 		"vllm:lora_requests_info{max_lora=\"1\",running_lora_adapters=\"x,y\",waiting_lora_adapters=\"\"} 5\n",
+		"vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"a,,b, a\",waiting_lora_adapters=\",\"} 1.7e+09\n" +
+			"vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"\",waiting_lora_adapters=\"c,c\"} 1.8e+09\n" +
+			"vllm:lora_requests_info{max_lora=\"\",running_lora_adapters=\"old\",waiting_lora_adapters=\"\"} 1.6e+09\n",
+		"vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"x\"} 3\nvllm:lora_requests_info{waiting_lora_adapters=\"y\\\\,z\"} 3\n",
+		"vllm:lora_requests_info{max_lora=\"None\",running_lora_adapters=\"\\\"q\\\",r\",waiting_lora_adapters=\"\"} NaN\n",
+		"vllm:num_requests_running{model_name=\"base\"} 1\nvllm:num_requests_running{model_name=\"sql\\\"x\"} 1\n" +
+			"vllm:num_requests_waiting{model_name=\"\"} 1\nvllm:num_requests_waiting{model_name=\"base\"} 1\nother{model_name=\"z\"} 1\n",
 		"# TYPE vllm:num_requests_waiting summary\nvllm:num_requests_waiting{quantile=\"0.5\"} 1\n",
 		"sglang:num_queue_reqs 1\r\nsglang:token_usage .5",
 		"<html>\n",
@@ -111,6 +120,7 @@ func checkParse(t *testing.T, s *Schema, body []byte) {
 // whose samples the reference parser regroups.
 func reportFromFamilies(s *Schema, families map[string]*dto.MetricFamily) (*Report, bool) {
 	var a accumulator
+	models := map[string]bool{}
 	for name, family := range families {
 		ts := s.byName[name]
 		if len(ts) == 0 {
@@ -131,6 +141,9 @@ func reportFromFamilies(s *Schema, families map[string]*dto.MetricFamily) (*Repo
 					continue
 				}
 				a.seen[tg.slot] = true
+				if m := labels["model_name"]; m != "" && tg.field != fieldCacheInfo {
+					models[m] = true
+				}
 				switch tg.field {
 				case fieldWaiting, fieldRunning:
 					if !math.IsNaN(v) {
@@ -160,6 +173,9 @@ func reportFromFamilies(s *Schema, families map[string]*dto.MetricFamily) (*Repo
 	r, err := a.report(s)
 	if err != nil {
 		return nil, true
+	}
+	if len(models) > 0 {
+		r.Models = slices.Sorted(maps.Keys(models))
 	}
 	return &r, true
 }

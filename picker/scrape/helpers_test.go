@@ -204,3 +204,6 @@ func describe(m *registry.Metrics) string {
 	}
 	return fmt.Sprintf("%+v", *m)
 }
+
+// bases is an incomplete served list of base models, as metrics give it.
+func bases(names ...string) *registry.Served { return &registry.Served{Bases: names} }

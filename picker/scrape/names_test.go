@@ -30,24 +30,24 @@ func TestPresets(t *testing.T) {
 	}{
 		"auto reads vLLM": {
 			kind: Auto, body: llama,
-			want: Report{Waiting: 3, Running: 12, KVUsage: 0.625, BlockSize: 16, NumGPUBlocks: 27911},
+			want: Report{Waiting: 3, Running: 12, KVUsage: 0.625, BlockSize: 16, NumGPUBlocks: 27911, Models: []string{"meta-llama/Llama-3.1-8B-Instruct"}},
 		},
 		"auto reads SGLang with its page size and count": {
 			kind: Auto, body: sglangCachePage,
-			want: Report{Waiting: 2, Running: 5, KVUsage: 0.28, BlockSize: 1, NumGPUBlocks: 215880},
+			want: Report{Waiting: 2, Running: 5, KVUsage: 0.28, BlockSize: 1, NumGPUBlocks: 215880, Models: []string{"Qwen/Qwen2.5-7B-Instruct"}},
 		},
 		"auto does not read trtllm-serve": {kind: Auto, body: trtllmServePage, wantErr: ErrNoMetrics},
-		"the empty kind is auto":          {kind: "", body: sglangPage, want: Report{Waiting: 2, Running: 5, KVUsage: 0.28}},
-		"vllm reads the older usage name": {kind: VLLM, body: vllmV0Page, want: Report{Waiting: 7, Running: 4, KVUsage: 0.4375, BlockSize: 16, NumGPUBlocks: 7281}},
+		"the empty kind is auto":          {kind: "", body: sglangPage, want: Report{Waiting: 2, Running: 5, KVUsage: 0.28, Models: []string{"Qwen/Qwen2.5-7B-Instruct"}}},
+		"vllm reads the older usage name": {kind: VLLM, body: vllmV0Page, want: Report{Waiting: 7, Running: 4, KVUsage: 0.4375, BlockSize: 16, NumGPUBlocks: 7281, Models: []string{"meta-llama/Llama-2-7b-hf"}}},
 		"vllm does not read SGLang":       {kind: VLLM, body: sglangPage, wantErr: ErrNoMetrics},
 		"sglang does not read vLLM":       {kind: SGLang, body: llama, wantErr: ErrNoMetrics},
-		"sglang reads SGLang":             {kind: SGLang, body: sglangCachePage, want: Report{Waiting: 2, Running: 5, KVUsage: 0.28, BlockSize: 1, NumGPUBlocks: 215880}},
-		"trtllm reads trtllm-serve":       {kind: TRTLLM, body: trtllmServePage, want: Report{Waiting: 2, Running: 6, KVUsage: 0.3125, BlockSize: 32, NumGPUBlocks: 12850}},
+		"sglang reads SGLang":             {kind: SGLang, body: sglangCachePage, want: Report{Waiting: 2, Running: 5, KVUsage: 0.28, BlockSize: 1, NumGPUBlocks: 215880, Models: []string{"Qwen/Qwen2.5-7B-Instruct"}}},
+		"trtllm reads trtllm-serve":       {kind: TRTLLM, body: trtllmServePage, want: Report{Waiting: 2, Running: 6, KVUsage: 0.3125, BlockSize: 32, NumGPUBlocks: 12850, Models: []string{"meta-llama/Llama-3.1-8B-Instruct"}}},
 		"trtllm reads Triton":             {kind: TRTLLM, body: tritonPage, want: Report{Waiting: 3, Running: 4, KVUsage: 0.25, BlockSize: 64, NumGPUBlocks: 8000}},
 		"triton-tensorrt-llm is trtllm":   {kind: "triton-tensorrt-llm", body: tritonPage, want: Report{Waiting: 3, Running: 4, KVUsage: 0.25, BlockSize: 64, NumGPUBlocks: 8000}},
-		"trtllm-serve is trtllm":          {kind: "trtllm-serve", body: trtllmServePage, want: Report{Waiting: 2, Running: 6, KVUsage: 0.3125, BlockSize: 32, NumGPUBlocks: 12850}},
+		"trtllm-serve is trtllm":          {kind: "trtllm-serve", body: trtllmServePage, want: Report{Waiting: 2, Running: 6, KVUsage: 0.3125, BlockSize: 32, NumGPUBlocks: 12850, Models: []string{"meta-llama/Llama-3.1-8B-Instruct"}}},
 		"trtllm does not read vLLM":       {kind: TRTLLM, body: llama, wantErr: ErrNoMetrics},
-		"trtllm-serve's names win":        {kind: TRTLLM, body: trtllmServePage + tritonPage, want: Report{Waiting: 2, Running: 6, KVUsage: 0.3125, BlockSize: 32, NumGPUBlocks: 12850}},
+		"trtllm-serve's names win":        {kind: TRTLLM, body: trtllmServePage + tritonPage, want: Report{Waiting: 2, Running: 6, KVUsage: 0.3125, BlockSize: 32, NumGPUBlocks: 12850, Models: []string{"meta-llama/Llama-3.1-8B-Instruct"}}},
 		"Triton: two models are summed and maxed": {
 			kind: TRTLLM,
 			body: tritonPage + `nv_trt_llm_request_metrics{model="other",request_type="waiting",version="1"} 5
@@ -150,9 +150,9 @@ func TestScraperPresets(t *testing.T) {
 		page string
 		want registry.Metrics
 	}{
-		"vllm":         {kind: VLLM, page: pageWith(3, 7, 0.25), want: registry.Metrics{Waiting: 3, Running: 7, KVUsage: 0.25, BlockSize: 16, NumGPUBlocks: 27911}},
-		"sglang":       {kind: SGLang, page: sglangCachePage, want: registry.Metrics{Waiting: 2, Running: 5, KVUsage: 0.28, BlockSize: 1, NumGPUBlocks: 215880}},
-		"trtllm-serve": {kind: TRTLLM, page: trtllmServePage, want: registry.Metrics{Waiting: 2, Running: 6, KVUsage: 0.3125, BlockSize: 32, NumGPUBlocks: 12850}},
+		"vllm":         {kind: VLLM, page: pageWith(3, 7, 0.25), want: registry.Metrics{Waiting: 3, Running: 7, KVUsage: 0.25, BlockSize: 16, NumGPUBlocks: 27911, Served: bases("m")}},
+		"sglang":       {kind: SGLang, page: sglangCachePage, want: registry.Metrics{Waiting: 2, Running: 5, KVUsage: 0.28, BlockSize: 1, NumGPUBlocks: 215880, Served: bases("Qwen/Qwen2.5-7B-Instruct")}},
+		"trtllm-serve": {kind: TRTLLM, page: trtllmServePage, want: registry.Metrics{Waiting: 2, Running: 6, KVUsage: 0.3125, BlockSize: 32, NumGPUBlocks: 12850, Served: bases("meta-llama/Llama-3.1-8B-Instruct")}},
 		"triton":       {kind: TRTLLM, page: tritonPage, want: registry.Metrics{Waiting: 3, Running: 4, KVUsage: 0.25, BlockSize: 64, NumGPUBlocks: 8000}},
 	}
 	for name, tc := range cases {

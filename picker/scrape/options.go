@@ -28,20 +28,27 @@ const (
 type Option func(*options)
 
 type options struct {
-	interval    time.Duration
-	timeout     time.Duration // 0: min(interval, 1s)
-	path        string
-	metricsPort uint16
-	maxBody     int64
-	clock       clock.PassiveClock
-	client      *http.Client
-	names       *Names
-	schema      *Schema // compiled names; the Auto preset's by default
+	interval       time.Duration
+	modelsInterval time.Duration
+	timeout        time.Duration // 0: min(interval, 1s)
+	path           string
+	metricsPort    uint16
+	maxBody        int64
+	clock          clock.PassiveClock
+	client         *http.Client
+	names          *Names
+	schema         *Schema // compiled names; the Auto preset's by default
 }
 
 // WithInterval sets the time between two scrapes of one worker
 // (--refresh-metrics-interval). Default 50ms.
 func WithInterval(d time.Duration) Option { return func(o *options) { o.interval = d } }
+
+// WithModelsInterval sets how often each worker's /v1/models is read for
+// the models it serves (base models and LoRA adapters with their parent).
+// Default DefaultModelsInterval; 0 or less never reads it, leaving the
+// model names on the metrics.
+func WithModelsInterval(d time.Duration) Option { return func(o *options) { o.modelsInterval = d } }
 
 // WithTimeout bounds one scrape: connect, headers and body. Default
 // min(interval, 1s).

@@ -34,6 +34,10 @@ type Report struct {
 	NumGPUBlocks int
 	// LoRA is read from vllm:lora_requests_info; nil when absent.
 	LoRA *LoRAInfo
+	// Models is the sorted set of model_name label values on the series
+	// read: the served model a vLLM or SGLang server labels its series
+	// with. Nil when no series carries the label.
+	Models []string
 	// Malformed counts the sample lines that could not be read and were
 	// skipped. Only lines of the series read are read in full; other lines
 	// are checked no further than their name.
@@ -58,8 +62,13 @@ func Parse(body []byte) (Report, error) { return defaultSchema.Parse(body) }
 
 // Parse reads a Prometheus text exposition body for the schema's names, as
 // the package's Parse does.
-func (s *Schema) Parse(body []byte) (Report, error) {
-	var a accumulator
+func (s *Schema) Parse(body []byte) (Report, error) { return s.parse(body, nil) }
+
+// parse is Parse for a worker whose previous report named prevModels: when
+// the body names the same models, the result shares prevModels instead of
+// allocating them again.
+func (s *Schema) parse(body []byte, prevModels []string) (Report, error) {
+	a := accumulator{models: modelSet{prev: prevModels}}
 	var scratch [maxName]byte
 	for len(body) > 0 {
 		line := body
@@ -81,6 +90,7 @@ type accumulator struct {
 	numBlocks [maxTargets]int     // cache info
 	lora      *LoRAInfo
 	loraAt    float64
+	models    modelSet
 	malformed int
 }
 
@@ -130,6 +140,10 @@ func (a *accumulator) line(s *Schema, line []byte, scratch *[maxName]byte) {
 
 func (a *accumulator) add(t *target, smp *sample) {
 	a.seen[t.slot] = true
+	if len(smp.labels) > 0 && t.field != fieldCacheInfo {
+		it := labelIter{c: cursor{b: smp.labels}}
+		a.modelNames(&it)
+	}
 	v := smp.value
 	switch t.field {
 	case fieldWaiting, fieldRunning:
@@ -149,6 +163,19 @@ func (a *accumulator) add(t *target, smp *sample) {
 		}
 		it := labelIter{c: cursor{b: smp.labels}}
 		a.lora, a.loraAt = loraInfo(&it), v
+	}
+}
+
+// modelNames adds the model_name label of one sample to the set.
+func (a *accumulator) modelNames(it *labelIter) {
+	for {
+		l, ok := it.next()
+		if !ok {
+			return
+		}
+		if l.hasValue && string(l.key) == "model_name" {
+			a.models.add(l)
+		}
 	}
 }
 
@@ -240,6 +267,7 @@ func (a *accumulator) report(s *Schema) (Report, error) {
 		}
 	}
 	r.LoRA = a.lora
+	r.Models = a.models.result()
 	return r, nil
 }
 

@@ -56,17 +56,17 @@ func TestParse(t *testing.T) {
 	}{
 		"vllm v1 page": {
 			body: vllmPage(pageSpec{models: []string{"meta-llama/Llama-3.1-8B-Instruct"}, waiting: 3, running: 12, kv: 0.625}),
-			want: Report{Waiting: 3, Running: 12, KVUsage: 0.625, BlockSize: 16, NumGPUBlocks: 27911},
+			want: Report{Waiting: 3, Running: 12, KVUsage: 0.625, BlockSize: 16, NumGPUBlocks: 27911, Models: []string{"meta-llama/Llama-3.1-8B-Instruct"}},
 		},
 		"vllm v1 page with two models is summed and maxed": {
 			body: vllmPage(pageSpec{models: []string{"base", "base-lora"}, waiting: 2, running: 5, kv: 0.5}),
 			// The page generator gives the n-th model n+1 times the counts
 			// and a usage of kv/(n+1).
-			want: Report{Waiting: 2 + 4, Running: 5 + 10, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 27911},
+			want: Report{Waiting: 2 + 4, Running: 5 + 10, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 27911, Models: []string{"base", "base-lora"}},
 		},
 		"vllm v0 page with the older cache usage name": {
 			body: vllmV0Page,
-			want: Report{Waiting: 7, Running: 4, KVUsage: 0.4375, BlockSize: 16, NumGPUBlocks: 7281},
+			want: Report{Waiting: 7, Running: 4, KVUsage: 0.4375, BlockSize: 16, NumGPUBlocks: 7281, Models: []string{"meta-llama/Llama-2-7b-hf"}},
 		},
 		"the newer cache usage name wins over the older": {
 			body: "vllm:gpu_cache_usage_perc 0.9\nvllm:kv_cache_usage_perc 0.1\n",
@@ -74,7 +74,7 @@ func TestParse(t *testing.T) {
 		},
 		"sglang page": {
 			body: sglangPage,
-			want: Report{Waiting: 2, Running: 5, KVUsage: 0.28},
+			want: Report{Waiting: 2, Running: 5, KVUsage: 0.28, Models: []string{"Qwen/Qwen2.5-7B-Instruct"}},
 		},
 		"lora info: adapter lists are sets": {
 			body: `vllm:lora_requests_info{max_lora="4",running_lora_adapters="a,,b, a,b",waiting_lora_adapters="c,c"} 1.75e+09
@@ -93,14 +93,14 @@ vllm:lora_requests_info{max_lora="4",running_lora_adapters="",waiting_lora_adapt
 				"vllm:num_requests_waiting{model_name=\"a \\\"quoted\\\" } name\",engine=\"0\",} 2 1700000000000\r\n" +
 				"\t vllm:num_requests_waiting { model_name = \"b\" } \t 3\r\n" +
 				"vllm:num_requests_running 1e0",
-			want: Report{Waiting: 5, Running: 1},
+			want: Report{Waiting: 5, Running: 1, Models: []string{`a "quoted" } name`, "b"}},
 		},
 		"quoted names as the UTF-8 form writes them": {
 			body: `{"vllm:num_requests_waiting",model_name="a"} 4
 "vllm:num_requests_running"{model_name="a"} 6
 {model_name="a","vllm:kv_cache_usage_perc"} 0.5
 `,
-			want: Report{Waiting: 4, Running: 6, KVUsage: 0.5},
+			want: Report{Waiting: 4, Running: 6, KVUsage: 0.5, Models: []string{"a"}},
 		},
 		"NaN and infinities": {
 			body: `vllm:num_requests_waiting{engine="0"} NaN
@@ -130,7 +130,7 @@ vllm:num_requests_waiting model_name="a" 2
 {model_name="a"} 2
 <html>
 `,
-			want: Report{Waiting: 2, Malformed: 8},
+			want: Report{Waiting: 2, Models: []string{"a"}, Malformed: 8},
 		},
 		"other metrics are ignored": {
 			body: "vllm:num_requests_waiting_total 9\nvllm:num_requests 9\nsglang:num_queue_reqs_max 9\nvllm:num_requests_waiting 1\n",
@@ -185,5 +185,33 @@ func TestParseRealisticPageSize(t *testing.T) {
 	}
 	if got := strings.Count(page, "_bucket{"); got < 100 {
 		t.Fatalf("benchmark page has %d histogram buckets, want many", got)
+	}
+}
+func TestParseModelsAgainstPrevious(t *testing.T) {
+	body := []byte(vllmPage(pageSpec{models: []string{"base", "sql-lora"}, waiting: 1, running: 1, kv: 0.5}))
+	tests := map[string]struct {
+		prev      []string
+		want      []string
+		sharePrev bool
+	}{
+		"no previous report":          {want: []string{"base", "sql-lora"}},
+		"same models share the slice": {prev: []string{"base", "sql-lora"}, want: []string{"base", "sql-lora"}, sharePrev: true},
+		"a model left":                {prev: []string{"base", "chat-lora", "sql-lora"}, want: []string{"base", "sql-lora"}},
+		"a model came":                {prev: []string{"base"}, want: []string{"base", "sql-lora"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := defaultSchema.parse(body, tc.prev)
+			if err != nil {
+				t.Fatalf("parse() error = %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got.Models); diff != "" {
+				t.Errorf("Models (-want +got):\n%s", diff)
+			}
+			shared := len(tc.prev) > 0 && &got.Models[0] == &tc.prev[0]
+			if shared != tc.sharePrev {
+				t.Errorf("Models shares the previous slice = %v, want %v", shared, tc.sharePrev)
+			}
+		})
 	}
 }

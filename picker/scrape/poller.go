@@ -54,6 +54,13 @@ type poller struct {
 	buf     bytes.Buffer       // body buffer, reused across scrapes
 	body    io.LimitedReader   // reused reader over the response body
 
+	// Served models and LoRA state, touched by the poller's goroutine only.
+	modelsURL   string
+	modelsAt    time.Time
+	models      *registry.Served // last good /v1/models answer
+	fromMetrics *registry.Served
+	lora        *registry.LoRA
+
 	status    atomic.Pointer[Status]
 	errors    [numReasons]atomic.Uint64
 	malformed atomic.Uint64
@@ -61,11 +68,12 @@ type poller struct {
 
 func newPoller(s *Scraper, w *registry.Worker) *poller {
 	p := &poller{
-		s:       s,
-		w:       w,
-		url:     metricsURL(w.Endpoint().Address, s.opts.metricsPort, s.opts.path),
-		created: s.opts.clock.Now(),
-		done:    make(chan struct{}),
+		s:         s,
+		w:         w,
+		url:       metricsURL(w.Endpoint().Address, s.opts.metricsPort, s.opts.path),
+		modelsURL: modelsURL(w),
+		created:   s.opts.clock.Now(),
+		done:      make(chan struct{}),
 	}
 	if s.ownClient {
 		if u, err := url.Parse(p.url); err == nil {
@@ -150,6 +158,8 @@ func (p *poller) scrape(ctx context.Context) {
 		KVUsage:      rep.KVUsage,
 		BlockSize:    rep.BlockSize,
 		NumGPUBlocks: rep.NumGPUBlocks,
+		Served:       p.served(ctx, &rep, now),
+		LoRA:         p.loraState(rep.LoRA),
 		Scraped:      now,
 	})
 }
@@ -208,9 +218,14 @@ func (p *poller) fetch(ctx context.Context) (Report, error) {
 	return p.parse(fail)
 }
 
-// parse reads the fetched page in p.buf.
+// parse reads the fetched page in p.buf, sharing the last report's model
+// list when the page names the same models.
 func (p *poller) parse(fail func(reason, error) (Report, error)) (Report, error) {
-	rep, err := p.s.opts.schema.Parse(p.buf.Bytes())
+	var prevModels []string
+	if st := p.status.Load(); st != nil {
+		prevModels = st.Report.Models
+	}
+	rep, err := p.s.opts.schema.parse(p.buf.Bytes(), prevModels)
 	if err != nil {
 		return fail(reasonParse, err)
 	}

@@ -50,7 +50,7 @@ var _ registry.Listener = (*Scraper)(nil)
 // inferpick_scrape_staleness_seconds{address} (series of a worker vanish
 // when it leaves) and inferpick_scrape_duration_seconds.
 func New(reg prometheus.Registerer, opts ...Option) (*Scraper, error) {
-	o := options{interval: DefaultInterval, path: DefaultPath, maxBody: DefaultMaxBodySize}
+	o := options{interval: DefaultInterval, modelsInterval: DefaultModelsInterval, path: DefaultPath, maxBody: DefaultMaxBodySize}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -173,8 +173,7 @@ type Status struct {
 }
 
 // Status returns the worker's scrape status, or false when the Scraper does
-// not poll it. Report.LoRA is the place to read vLLM's LoRA adapter state,
-// which registry.Metrics does not carry.
+// not poll it.
 func (s *Scraper) Status(w *registry.Worker) (Status, bool) {
 	s.mu.Lock()
 	p := s.pollers[w]

@@ -37,6 +37,7 @@ func execute() int {
 	flag.IntVar(&o.count, "count", 5, "go test -count for the micro-benchmarks")
 	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,scaling,routing,flow (default all)")
 	flag.StringVar(&o.policies, "policies", "", "comma-separated policy labels for the routing benchmark (default all)")
+	flag.StringVar(&o.workloads, "workloads", "", "comma-separated workload name prefixes for the routing benchmark, e.g. shared-prefix,multi-lora (default all)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -48,9 +49,9 @@ func execute() int {
 }
 
 type options struct {
-	out, plots, only, policies string
-	quick                      bool
-	count                      int
+	out, plots, only, policies, workloads string
+	quick                                 bool
+	count                                 int
 }
 
 func (o options) want(part string) bool {
@@ -124,6 +125,18 @@ func run(ctx context.Context, o options) error {
 			pols = keep
 		}
 		rep.workloads = workloads(o.quick)
+		if o.workloads != "" {
+			var keep []*routing.Workload
+			for _, wl := range rep.workloads {
+				for _, prefix := range strings.Split(o.workloads, ",") {
+					if prefix != "" && strings.HasPrefix(wl.Name, prefix) {
+						keep = append(keep, wl)
+						break
+					}
+				}
+			}
+			rep.workloads = keep
+		}
 		rep.routing, err = routing.Suite(ctx, routing.Binaries{Sim: sim, Picker: picker}, rep.spec, pols, rep.workloads, deadline)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"path/filepath"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -48,6 +49,9 @@ func (r *report) plot(dir string) error {
 }
 
 func (r *report) ttftPlot() (*plot.Plot, error) {
+	if !r.anyShared() {
+		return nil, nil // no shared-prefix run (-workloads left them out)
+	}
 	p := plot.New()
 	p.Title.Text = "Shared prefix: TTFT p90 vs arrival rate"
 	p.X.Label.Text = "arrival rate (requests per simulated second)"
@@ -185,4 +189,14 @@ func (r *report) find(pol, workload string) *routing.Result {
 		}
 	}
 	return nil
+}
+
+// anyShared reports whether some run is a shared-prefix run.
+func (r *report) anyShared() bool {
+	for _, res := range r.routing {
+		if strings.HasPrefix(res.Workload, "shared-prefix") {
+			return true
+		}
+	}
+	return false
 }

@@ -194,7 +194,10 @@ func (r *report) routingSection(w func(string, ...any), plotDir string) {
 	w("- `multi-turn`: 24 sessions × 6 turns; a 4,000-byte system prompt per session, each turn adds a 300-byte user\n")
 	w("  message and resends the history with a 200-byte assistant reply; 1 s think time; sessions run in parallel.\n")
 	w("- `burst`: one request warms one pod with an 8,000-byte prefix, then 64 requests on that prefix at once.\n")
-	w("- `no-sharing@12`: 2,000-byte prompts with nothing in common (do-no-harm check).\n\n")
+	w("- `no-sharing@12`: 2,000-byte prompts with nothing in common (do-no-harm check).\n")
+	w("- `multi-lora@%g`: requests for %d LoRA adapters registered on every pod (at most %d loaded and in a batch per pod,\n", multiLoRARate, len(s.LoRAAdapters), s.MaxLoRAs)
+	w("  %g ms of simulated time per load, during which the pod's whole batch waits), Zipf popularity (s = 1.1), each\n", s.LoRALoadMs)
+	w("  with its adapter's 2,000-byte system prompt and a 200-byte question; Poisson arrivals over %g simulated seconds.\n\n", multiLoRAWindow)
 	w("Measures: **hit** = cached / prompt tokens summed over the simulators' `/sim/stats`; **oracle** = the hit rate of a\n")
 	w("perfect router with unbounded caches (every full block an earlier prompt began with is cached; computed from the\n")
 	w("workload); **TTFT p50/p90/p99** = client-measured time to the first content token through the gateway, divided by\n")
@@ -217,6 +220,7 @@ func (r *report) routingSection(w func(string, ...any), plotDir string) {
 		}
 	}
 	w("\n")
+	r.loraTable(w)
 	rel := func(name string) string { return filepath.ToSlash(filepath.Join(plotDir, name)) }
 	w("![TTFT p90 vs arrival rate](%s)\n\n![hit rate per policy](%s)\n\n![burst load over time](%s)\n\n",
 		rel(plotTTFT), rel(plotHit), rel(plotBurst))
@@ -234,4 +238,38 @@ func human(ns float64) string {
 	default:
 		return fmt.Sprintf("%.0f ns", ns)
 	}
+}
+
+// loraTable reports the multi-lora runs: adapter loads (summed over the
+// simulators' /sim/stats), the share of adapter requests that found their
+// adapter loaded, and TTFT.
+func (r *report) loraTable(w func(string, ...any)) {
+	var rows []*routing.Result
+	for _, pol := range r.policyLabels() {
+		for _, res := range r.routing {
+			if res.Policy == pol && strings.HasPrefix(res.Workload, "multi-lora") {
+				rows = append(rows, res)
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	w("LoRA adapters (`multi-lora`): **loads** = adapters the simulators loaded (the %d registered last are loaded at\n", r.spec.MaxLoRAs)
+	w("start and not counted); **adapter hit** = 1 − loads / requests, the share of requests that found their adapter\n")
+	w("loaded; **prefix hit** = cached / prompt tokens.\n\n")
+	w("| policy | ok | loads | adapter hit | prefix hit | TTFT p50 | p90 | p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, res := range rows {
+		w("| %s | %d/%d | %d | %.3f | %.3f | %.3f | %.3f | %.3f |\n", res.Policy, res.OK, res.Sent, res.LoRALoads,
+			adapterHit(res), res.HitRate, res.Quantile(0.5), res.Quantile(0.9), res.Quantile(0.99))
+	}
+	w("\n")
+}
+
+// adapterHit is the share of adapter requests that loaded no adapter.
+func adapterHit(res *routing.Result) float64 {
+	if res.LoRARequests == 0 {
+		return 0
+	}
+	return max(0, 1-float64(res.LoRALoads)/float64(res.LoRARequests))
 }

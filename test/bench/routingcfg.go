@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/inferpick/inferpick/test/bench/routing"
@@ -24,8 +25,30 @@ func simSpec() routing.SimSpec {
 		MaxTokens:     8,
 		ScrapeEvery:   50 * time.Millisecond,
 		StartupWindow: 30 * time.Second,
+		LoRAAdapters:  loraAdapters(),
+		MaxLoRAs:      4,
+		LoRALoadMs:    250,
 	}
 }
+
+// loraAdapters are the multi-lora workload's adapters, registered on every
+// pod: 32 of them for 4 slots a pod, so a router that ignores adapters
+// keeps loading them.
+func loraAdapters() []string {
+	out := make([]string, 32)
+	for i := range out {
+		out[i] = fmt.Sprintf("adapter-%02d", i)
+	}
+	return out
+}
+
+// multiLoRARate is the multi-lora arrival rate, requests per simulated
+// second, over a fixed window (quick or not) long enough for adapter
+// loads to be more than the first load of each.
+const (
+	multiLoRARate   = 24.0
+	multiLoRAWindow = 16.0
+)
 
 // sharedRates are the shared-prefix arrival rates, requests per simulated
 // second.
@@ -48,6 +71,10 @@ func workloads(quick bool) []*routing.Workload {
 		routing.MultiTurn(24, 6, 4000, 300, 200, time.Second),
 		routing.BurstOnPrefix(64, 8000, 200),
 		routing.NoSharing(max(int(12*window), 60), 2000, 12, 3),
+		routing.MultiLoRA(routing.MultiLoRASpec{
+			Adapters: loraAdapters(), Zipf: 1.1, SystemBytes: 2000, QuestionBytes: 200,
+			Requests: int(multiLoRARate * multiLoRAWindow), Rate: multiLoRARate, Seed: 4,
+		}),
 	)
 	return out
 }

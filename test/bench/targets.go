@@ -122,6 +122,8 @@ func (r *report) verdicts() []verdict {
 	}
 	out = append(out, v)
 
+	out = append(out, r.loraVerdicts()...)
+
 	v = verdict{target: "cache-aware no-sharing TTFT p90 within 5% of least-load"}
 	a, b := r.find(ca, "no-sharing"), r.find("least-load", "no-sharing")
 	if a != nil && b != nil {
@@ -151,4 +153,37 @@ func (r *report) pickGrowth(factor float64) verdict {
 		}
 	}
 	return v
+}
+
+// loraVerdicts compares cache-aware with least-load on multi-lora: adapter
+// loads ≤ 0.3× and TTFT p90 ≤ 0.7×.
+func (r *report) loraVerdicts() []verdict {
+	var ca, ll *routing.Result
+	for _, res := range r.routing {
+		if !strings.HasPrefix(res.Workload, "multi-lora") {
+			continue
+		}
+		switch res.Policy {
+		case "cache-aware":
+			ca = res
+		case "least-load":
+			ll = res
+		}
+	}
+	loads := verdict{target: "cache-aware multi-lora adapter loads ≤ 0.3 × least-load"}
+	ttft := verdict{target: "cache-aware multi-lora TTFT p90 ≤ 0.7 × least-load"}
+	if ca == nil || ll == nil {
+		return []verdict{loads, ttft}
+	}
+	if ll.LoRALoads > 0 {
+		ratio := float64(ca.LoRALoads) / float64(ll.LoRALoads)
+		loads.known, loads.met = true, ratio <= 0.3
+		loads.observed = fmt.Sprintf("%d vs %d loads (ratio %.2f)", ca.LoRALoads, ll.LoRALoads, ratio)
+	}
+	if p := ll.Quantile(0.9); p > 0 {
+		ratio := ca.Quantile(0.9) / p
+		ttft.known, ttft.met = true, ratio <= 0.7
+		ttft.observed = fmt.Sprintf("%.3f s vs %.3f s (ratio %.2f)", ca.Quantile(0.9), p, ratio)
+	}
+	return []verdict{loads, ttft}
 }

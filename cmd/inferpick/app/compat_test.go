@@ -141,9 +141,8 @@ func TestUpstreamFlags(t *testing.T) {
 			args:   []string{"--metrics-client-ca-file", "/ca.pem", "--metrics-cert-dir", "/certs"},
 			warned: []string{"--metrics-cert-dir", "--metrics-client-ca-file"},
 		},
-		"lora scorer in the config": {
-			args:   []string{"--config-text", "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: lora-affinity-scorer\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: lora-affinity-scorer\n"},
-			warned: []string{"--config-text"},
+		"lora scorer in the config is taken without warning": {
+			args: []string{"--config-text", "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: lora-affinity-scorer\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: lora-affinity-scorer\n"},
 		},
 	}
 	for name, tc := range cases {

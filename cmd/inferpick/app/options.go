@@ -18,6 +18,7 @@ import (
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/policy/fileconfig"
 	"github.com/inferpick/inferpick/picker/prefix"
+	"github.com/inferpick/inferpick/picker/scrape"
 )
 
 // Options are inferpick's settings. Flag names follow the upstream endpoint
@@ -80,6 +81,7 @@ type Options struct {
 	LeaderElectionRetryPeriod   time.Duration
 
 	RefreshMetricsInterval time.Duration
+	RefreshModelsInterval  time.Duration
 	MetricsStaleness       time.Duration
 	ModelServerMetricsPort int
 	ModelServerMetricsPath string
@@ -134,6 +136,7 @@ func NewOptions() *Options {
 		SecureServing:          true,
 		MetricsEndpointAuth:    true,
 		RefreshMetricsInterval: 50 * time.Millisecond,
+		RefreshModelsInterval:  scrape.DefaultModelsInterval,
 		MetricsStaleness:       2 * time.Second,
 		ModelServerMetricsPath: "/metrics",
 		ModelServer:            newModelServer(),
@@ -187,6 +190,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaderElectionRenewDeadline, "leader-election-renew-deadline", o.LeaderElectionRenewDeadline, "How long the leader keeps trying to renew its lease before giving it up.")
 	fs.DurationVar(&o.LeaderElectionRetryPeriod, "leader-election-retry-period", o.LeaderElectionRetryPeriod, "How often replicas try to acquire or renew the lease.")
 	fs.DurationVar(&o.RefreshMetricsInterval, "refresh-metrics-interval", o.RefreshMetricsInterval, "How often each model server's /metrics is scraped.")
+	fs.DurationVar(&o.RefreshModelsInterval, "refresh-models-interval", o.RefreshModelsInterval, "How often each model server's /v1/models is read for the base models and LoRA adapters it serves; 0 never reads it (the model_name label of the metrics is used).")
 	fs.DurationVar(&o.MetricsStaleness, "metrics-staleness-threshold", o.MetricsStaleness, "Scraped metrics older than this are not trusted by the policy.")
 	fs.IntVar(&o.ModelServerMetricsPort, "model-server-metrics-port", o.ModelServerMetricsPort, "Port of the model servers' /metrics (0: the serving port).")
 	fs.StringVar(&o.ModelServerMetricsPath, "model-server-metrics-path", o.ModelServerMetricsPath, "Path of the model servers' metrics.")

@@ -122,6 +122,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 
 	scraper, err := scrape.New(promReg,
 		scrape.WithInterval(o.RefreshMetricsInterval),
+		scrape.WithModelsInterval(o.RefreshModelsInterval),
 		// A loaded model server can be slow to answer: give it up to a second,
 		// within the staleness bound. Pollers are per worker, so a slow one
 		// delays nobody else.

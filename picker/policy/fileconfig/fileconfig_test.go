@@ -74,11 +74,10 @@ schedulingProfiles:
 			in:   header + "plugins:\n- type: max-score-picker\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: max-score-picker\n",
 			want: File{Policy: policy.Config{Name: policy.Random}},
 		},
-		"lora scorer accepted with a warning": {
-			in: header + "plugins:\n- type: queue-scorer\n- type: lora-affinity-scorer\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: lora-affinity-scorer\n",
+		"lora scorer weighs LoRA affinity": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: lora-affinity-scorer\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: lora-affinity-scorer\n    weight: 2\n",
 			want: File{
-				Policy:   policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}},
-				Warnings: []string{"plugin lora-affinity-scorer has no effect: LoRA adapters loaded on model servers are not tracked"},
+				Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, LoRAWeight: 2}},
 			},
 		},
 		"saturation thresholds from the utilization detector": {

@@ -22,7 +22,7 @@ var known = map[string]role{
 		return &w.KVWeight
 	}},
 	"prefix-cache-scorer":    {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.PrefixWeight }},
-	"lora-affinity-scorer":   {inProfile: true},
+	"lora-affinity-scorer":   {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.LoRAWeight }},
 	"max-score-picker":       {inProfile: true},
 	"single-profile-handler": {},
 	"metrics-data-source":    {},
@@ -57,8 +57,6 @@ func (u *upstream) checkPlugin(p plugin) error {
 		return fmt.Errorf("line %d: plugin type %q is not supported: use inferpick's own policy block (see docs/policy.md)", p.line, p.typ)
 	}
 	switch p.typ {
-	case "lora-affinity-scorer":
-		u.warn("plugin lora-affinity-scorer has no effect: LoRA adapters loaded on model servers are not tracked")
 	case "prefix-cache-scorer":
 		if p.params != nil && len(p.params.Content) > 0 {
 			u.warn("parameters of prefix-cache-scorer have no effect: the prefix index uses 64-byte blocks and sizes itself from vllm:cache_config_info")

@@ -34,13 +34,19 @@ type SimSpec struct {
 	MaxTokens     int
 	ScrapeEvery   time.Duration
 	StartupWindow time.Duration
+	// LoRAAdapters are registered on every pod (--lora-modules), at most
+	// MaxLoRAs of them in a batch and loaded at once, each load costing
+	// LoRALoadMs of simulated time.
+	LoRAAdapters []string
+	MaxLoRAs     int
+	LoRALoadMs   float64
 	// PickerArgs are more flags for the picker.
 	PickerArgs []string
 }
 
 // Args returns the vllm-sim flags of pod i.
 func (s SimSpec) Args(i int) []string {
-	return []string{
+	args := []string{
 		"--host", s.host(i), "--port", strconv.Itoa(s.Port),
 		"--time-scale", fmt.Sprint(s.TimeScale),
 		"--num-gpu-blocks", strconv.Itoa(s.NumGPUBlocks),
@@ -50,6 +56,16 @@ func (s SimSpec) Args(i int) []string {
 		"--decode-ms-per-token", fmt.Sprint(s.DecodeMsTok),
 		"--seed", strconv.Itoa(i + 1),
 	}
+	if len(s.LoRAAdapters) > 0 {
+		modules := make([]string, len(s.LoRAAdapters))
+		for j, a := range s.LoRAAdapters {
+			modules[j] = a + "=/adapters/" + a
+		}
+		args = append(args, "--lora-modules", strings.Join(modules, " "),
+			"--max-loras", strconv.Itoa(s.MaxLoRAs), "--max-cpu-loras", strconv.Itoa(s.MaxLoRAs),
+			"--lora-load-ms", fmt.Sprint(s.LoRALoadMs))
+	}
+	return args
 }
 
 func (s SimSpec) host(i int) string { return "127.0.0." + strconv.Itoa(s.FirstIP+i) }
@@ -205,4 +221,5 @@ type simStats struct {
 	PromptTokens int64   `json:"prompt_tokens"`
 	CachedTokens int64   `json:"cached_tokens"`
 	MeanTTFT     float64 `json:"mean_simulated_ttft_seconds"`
+	LoRALoads    int64   `json:"lora_loads"`
 }

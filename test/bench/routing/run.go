@@ -42,6 +42,10 @@ type Result struct {
 	Load []LoadSample
 	// PodRequests is how many requests each simulator received.
 	PodRequests []int64
+	// LoRALoads is how many LoRA adapters the simulators loaded, and
+	// LoRARequests how many requests named an adapter.
+	LoRALoads    int64
+	LoRARequests int
 	// TTFTBy and RefusedBy split TTFT and the 429 answers by the requests'
 	// objective (workloads that set one).
 	TTFTBy    map[string][]float64
@@ -91,6 +95,11 @@ func Run(ctx context.Context, c *Cluster, w *Workload, deadline time.Duration) (
 	}}}
 	defer d.client.CloseIdleConnections()
 	res := &Result{Workload: w.Name, Rate: w.Rate, Sent: w.Len(), Oracle: Oracle(w, c.spec.BlockSize)}
+	for _, r := range w.order() {
+		if r.Model != "" {
+			res.LoRARequests++
+		}
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -195,8 +204,12 @@ type chunk struct {
 // send issues one streamed chat completion and records its TTFT. It
 // reports whether the request succeeded.
 func (d *driver) send(ctx context.Context, r Request) bool {
+	model := r.Model
+	if model == "" {
+		model = "sim-model"
+	}
 	body, err := json.Marshal(map[string]any{
-		"model": "sim-model", "messages": r.Messages, "stream": true,
+		"model": model, "messages": r.Messages, "stream": true,
 		"max_tokens": d.c.spec.MaxTokens,
 	})
 	if err != nil {
@@ -339,6 +352,7 @@ func (d *driver) collectSims(ctx context.Context, res *Result) error {
 		cached += s.CachedTokens
 		finished += s.Finished
 		ttftSum += s.MeanTTFT * float64(s.Finished)
+		res.LoRALoads += s.LoRALoads
 		res.PodRequests = append(res.PodRequests, s.Requests)
 	}
 	if prompt > 0 {

@@ -52,9 +52,9 @@ func Suite(ctx context.Context, bins Binaries, spec SimSpec, policies []Policy, 
 				return nil, fmt.Errorf("%s / %s: %w", p.Label, w.Name, err)
 			}
 			res.Policy = p.Label
-			log.Printf("routing %-22s %-20s ok %d/%d hit %.2f (oracle %.2f) ttft p50 %.3fs p90 %.3fs p99 %.3fs sim-mean %.3fs skew %.2f/%.2f  [%.1fs]",
+			log.Printf("routing %-22s %-20s ok %d/%d hit %.2f (oracle %.2f) ttft p50 %.3fs p90 %.3fs p99 %.3fs sim-mean %.3fs skew %.2f/%.2f lora loads %d  [%.1fs]",
 				p.Label, w.Name, res.OK, res.Sent, res.HitRate, res.Oracle, res.Quantile(0.5), res.Quantile(0.9), res.Quantile(0.99),
-				res.SimMeanTTFT, res.SkewAvg, res.SkewPeak, time.Since(start).Seconds())
+				res.SimMeanTTFT, res.SkewAvg, res.SkewPeak, res.LoRALoads, time.Since(start).Seconds())
 			out = append(out, res)
 			if ctx.Err() != nil {
 				return out, ctx.Err()

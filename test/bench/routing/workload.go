@@ -23,6 +23,9 @@ type Request struct {
 	Messages []Message
 	// Objective, when set, is sent as x-gateway-inference-objective.
 	Objective string
+	// Model is the request's model, a LoRA adapter's name for example;
+	// empty is the base model.
+	Model string
 }
 
 // Kind says how a workload's requests are issued.
@@ -248,5 +251,34 @@ func PriorityMix(rateI, rateB float64, window time.Duration, bytes int, seed uin
 	add("interactive", rateI)
 	add("batch", rateB)
 	sort.Slice(w.Requests, func(i, j int) bool { return w.Requests[i].At < w.Requests[j].At })
+	return w
+}
+
+// MultiLoRASpec shapes the multi-lora workload.
+type MultiLoRASpec struct {
+	Adapters      []string // adapter names, the most popular first
+	Zipf          float64  // popularity exponent, > 1
+	SystemBytes   int      // a system prompt per adapter
+	QuestionBytes int
+	Requests      int
+	Rate          float64
+	Seed          uint64
+}
+
+// MultiLoRA is requests for LoRA adapters of Zipf popularity, each with its
+// adapter's system prompt and a question of its own, arriving as a Poisson
+// process.
+func MultiLoRA(s MultiLoRASpec) *Workload {
+	r := rand.New(rand.NewPCG(s.Seed, 6))
+	z := rand.NewZipf(r, s.Zipf, 1, uint64(len(s.Adapters)-1))
+	at := poisson(r, s.Requests, s.Rate)
+	w := &Workload{Name: fmt.Sprintf("multi-lora@%g", s.Rate), Kind: Open, Rate: s.Rate}
+	for i := range s.Requests {
+		a := s.Adapters[z.Uint64()]
+		w.Requests = append(w.Requests, Request{At: at[i], Model: a, Messages: []Message{
+			{Role: "system", Content: prose(fmt.Sprintf("instructions of adapter %s.", a), s.SystemBytes)},
+			{Role: "user", Content: prose(fmt.Sprintf("question %d for %s:", i, a), s.QuestionBytes)},
+		}})
+	}
 	return w
 }

@@ -58,13 +58,17 @@ func TestValidate(t *testing.T) {
 		args    []string
 		wantErr bool
 	}{
-		"defaults":       {},
-		"bad host":       {args: []string{"--host", "example.com"}, wantErr: true},
-		"zero blocks":    {args: []string{"--num-gpu-blocks", "0"}, wantErr: true},
-		"negative scale": {args: []string{"--time-scale", "-1"}, wantErr: true},
-		"bad fault rate": {args: []string{"--fault-error-rate", "2"}, wantErr: true},
-		"faults on":      {args: []string{"--fault-stall-after-chunks", "3", "--fault-error-status", "503"}},
-		"empty model":    {args: []string{"--model", ""}, wantErr: true},
+		"defaults":             {},
+		"bad host":             {args: []string{"--host", "example.com"}, wantErr: true},
+		"zero blocks":          {args: []string{"--num-gpu-blocks", "0"}, wantErr: true},
+		"negative scale":       {args: []string{"--time-scale", "-1"}, wantErr: true},
+		"bad fault rate":       {args: []string{"--fault-error-rate", "2"}, wantErr: true},
+		"faults on":            {args: []string{"--fault-stall-after-chunks", "3", "--fault-error-status", "503"}},
+		"empty model":          {args: []string{"--model", ""}, wantErr: true},
+		"lora modules":         {args: []string{"--served-model-name", "llama,alias", "--lora-modules", "sql=/a/sql chat=/a/chat", "--lora-modules", `{"name":"x","path":"/a/x","base_model_name":"alias"}`, "--max-loras", "2"}},
+		"lora base not served": {args: []string{"--lora-modules", `{"name":"x","path":"/a/x","base_model_name":"qwen"}`}, wantErr: true},
+		"cpu loras below max":  {args: []string{"--enable-lora", "--max-loras", "4", "--max-cpu-loras", "2"}, wantErr: true},
+		"no lora slots":        {args: []string{"--enable-lora", "--max-loras", "0"}, wantErr: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

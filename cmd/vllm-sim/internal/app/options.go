@@ -7,10 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/engine"
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/faults"
+	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/server"
 )
 
 // Options are the simulator's settings.
@@ -30,6 +33,15 @@ type Options struct {
 	DefaultMaxTokens int
 	MaxTokensCap     int
 	Faults           faults.Config
+	// ServedModelNames replace Model as the names the base model answers
+	// to when set (the first one is echoed and labels the metrics).
+	ServedModelNames []string
+	// EnableLoRA serves LoRA adapters; LoRAModules enable it too.
+	EnableLoRA  bool
+	MaxLoRAs    int
+	MaxCPULoRAs int
+	LoRALoadMs  float64
+	LoRAModules []server.LoRAModule
 }
 
 // NewOptions returns the defaults.
@@ -51,6 +63,8 @@ func NewOptions() *Options {
 		DefaultMaxTokens: 16,
 		MaxTokensCap:     4096,
 		Faults:           faults.None(),
+		MaxLoRAs:         1,
+		LoRALoadMs:       float64(DefaultLoRALoad) / float64(time.Millisecond),
 	}
 }
 
@@ -58,7 +72,35 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Host, "host", o.Host, "address to listen on (a loopback address such as 127.0.0.7 is fine)")
 	fs.IntVar(&o.Port, "port", o.Port, "port to listen on; 0 picks a free one")
-	fs.StringVar(&o.Model, "model", o.Model, "served model name")
+	fs.StringVar(&o.Model, "model", o.Model, "the model; also its served name unless --served-model-name is given")
+	fs.Func("served-model-name", "names the base model answers to, comma-separated or repeated; the first is echoed in responses and labels the metrics",
+		func(v string) error {
+			for n := range strings.SplitSeq(v, ",") {
+				if n = strings.TrimSpace(n); n != "" {
+					o.ServedModelNames = append(o.ServedModelNames, n)
+				}
+			}
+			return nil
+		})
+	fs.BoolVar(&o.EnableLoRA, "enable-lora", o.EnableLoRA, "serve LoRA adapters (implied by --lora-modules)")
+	fs.IntVar(&o.MaxLoRAs, "max-loras", o.MaxLoRAs, "most distinct LoRA adapters in one batch")
+	fs.IntVar(&o.MaxCPULoRAs, "max-cpu-loras", o.MaxCPULoRAs, "LoRA adapters kept loaded, least recently used evicted first (0: --max-loras)")
+	fs.Float64Var(&o.LoRALoadMs, "lora-load-ms", o.LoRALoadMs, "simulated milliseconds to load an adapter that is not loaded; the whole batch waits")
+	fs.Func("lora-modules", "adapters registered at start: name=path entries separated by spaces, or a JSON object {\"name\",\"path\",\"base_model_name\"}; repeatable",
+		func(v string) error {
+			entries := strings.Fields(v)
+			if strings.HasPrefix(strings.TrimSpace(v), "{") {
+				entries = []string{v}
+			}
+			for _, e := range entries {
+				m, err := server.ParseLoRAModule(e)
+				if err != nil {
+					return err
+				}
+				o.LoRAModules = append(o.LoRAModules, m)
+			}
+			return nil
+		})
 	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "tokens per KV block")
 	fs.IntVar(&o.NumGPUBlocks, "num-gpu-blocks", o.NumGPUBlocks, "KV blocks in the pool")
 	fs.IntVar(&o.MaxNumSeqs, "max-num-seqs", o.MaxNumSeqs, "maximum running sequences")
@@ -90,7 +132,19 @@ func (o *Options) Validate() error {
 	if o.Model == "" {
 		errs = append(errs, errors.New("--model must not be empty"))
 	}
-	if o.TimeScale < 0 || o.PrefillUsPerTok < 0 || o.DecodeMsPerTok < 0 || o.StepOverheadMs < 0 {
+	served := o.ServedModelNames
+	if len(served) == 0 {
+		served = []string{o.Model}
+	}
+	for _, m := range o.LoRAModules {
+		if m.Base != "" && !slices.Contains(served, m.Base) {
+			errs = append(errs, fmt.Errorf("--lora-modules %s: base model %q is not a served model name", m.Name, m.Base))
+		}
+	}
+	if o.loraEnabled() && o.MaxLoRAs < 1 {
+		errs = append(errs, fmt.Errorf("--max-loras %d must be at least 1 with LoRA enabled", o.MaxLoRAs))
+	}
+	if o.TimeScale < 0 || o.PrefillUsPerTok < 0 || o.DecodeMsPerTok < 0 || o.StepOverheadMs < 0 || o.LoRALoadMs < 0 {
 		errs = append(errs, errors.New("times and --time-scale must not be negative"))
 	}
 	if o.DefaultMaxTokens < 1 || o.MaxTokensCap < 1 {
@@ -105,8 +159,22 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// DefaultLoRALoad is the simulated time to load a LoRA adapter: reading a
+// rank-16 adapter of a 7-8B model (tens of MB of safetensors) and moving it
+// to the GPU takes vLLM a few hundred milliseconds.
+const DefaultLoRALoad = 250 * time.Millisecond
+
+func (o *Options) loraEnabled() bool { return o.EnableLoRA || len(o.LoRAModules) > 0 }
+
 func (o *Options) engineConfig() engine.Config {
+	maxLoRAs, maxCPU := 0, 0
+	if o.loraEnabled() {
+		maxLoRAs, maxCPU = o.MaxLoRAs, o.MaxCPULoRAs
+	}
 	return engine.Config{
+		MaxLoRAs:         maxLoRAs,
+		MaxCPULoRAs:      maxCPU,
+		LoRALoadCost:     time.Duration(o.LoRALoadMs * float64(time.Millisecond)),
 		BlockSize:        o.BlockSize,
 		NumGPUBlocks:     o.NumGPUBlocks,
 		MaxNumSeqs:       o.MaxNumSeqs,

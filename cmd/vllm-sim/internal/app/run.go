@@ -28,6 +28,8 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 	}
 	srv, err := server.New(server.Config{
 		Model:            o.Model,
+		ServedModelNames: o.ServedModelNames,
+		LoRAModules:      o.LoRAModules,
 		Engine:           eng,
 		Faults:           faults.NewState(o.Faults, o.Seed),
 		DefaultMaxTokens: o.DefaultMaxTokens,

@@ -36,6 +36,15 @@ type Config struct {
 	DecodePerToken time.Duration
 	// StepOverhead is the fixed cost of every step.
 	StepOverhead time.Duration
+	// MaxLoRAs is how many distinct LoRA adapters one batch may hold (vLLM's
+	// --max-loras); 0 serves no adapters.
+	MaxLoRAs int
+	// MaxCPULoRAs is how many adapters stay loaded (vLLM's --max-cpu-loras),
+	// least recently used evicted first; at least MaxLoRAs.
+	MaxCPULoRAs int
+	// LoRALoadCost is the simulated time a step spends loading an adapter
+	// that is not loaded; the whole batch waits for it, as in vLLM.
+	LoRALoadCost time.Duration
 }
 
 // DefaultConfig is a small GPU serving a small model.
@@ -67,7 +76,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", f.name, f.value))
 		}
 	}
-	if c.PrefillPerToken < 0 || c.DecodePerToken < 0 || c.StepOverhead < 0 {
+	if c.MaxLoRAs < 0 || c.MaxCPULoRAs < 0 {
+		errs = append(errs, fmt.Errorf("max loras (%d) and max cpu loras (%d) must not be negative", c.MaxLoRAs, c.MaxCPULoRAs))
+	} else if c.MaxCPULoRAs > 0 && c.MaxCPULoRAs < c.MaxLoRAs {
+		errs = append(errs, fmt.Errorf("max cpu loras (%d) must be at least max loras (%d)", c.MaxCPULoRAs, c.MaxLoRAs))
+	}
+	if c.PrefillPerToken < 0 || c.DecodePerToken < 0 || c.StepOverhead < 0 || c.LoRALoadCost < 0 {
 		errs = append(errs, errors.New("step costs must not be negative"))
 	}
 	return errors.Join(errs...)

@@ -34,6 +34,7 @@ type Engine struct {
 	simNow  time.Duration
 	totals  totals
 	stopped bool
+	lora    adapters
 }
 
 // Option configures an Engine.
@@ -70,6 +71,13 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Sequence, error) {
 	}
 	bs := e.cfg.BlockSize
 	hashes := kvcache.BlockHashes(req.Prompt, bs)
+	if req.LoRA != "" {
+		// An adapter's KV blocks are its own, as vLLM keys them.
+		h := loraSalt(req.LoRA)
+		for i := range hashes {
+			hashes[i] ^= h
+		}
+	}
 	blocks := (tokens + req.MaxTokens + bs - 1) / bs
 	if blocks > e.cfg.NumGPUBlocks {
 		return nil, fmt.Errorf("%w: %d prompt + %d output tokens need %d blocks of %d",
@@ -82,6 +90,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Sequence, error) {
 		hashes:       hashes,
 		anonymous:    blocks - len(hashes),
 		maxTokens:    req.MaxTokens,
+		lora:         req.LoRA,
 	}
 	if s.notify == nil {
 		s.notify = make(chan struct{}, 1)
@@ -162,19 +171,29 @@ func (e *Engine) plan() (step, bool) {
 			chunk(s)
 		}
 	}
-	for len(e.waiting) > 0 && len(e.running) < e.cfg.MaxNumSeqs && budget > 0 {
-		s := e.waiting[0]
+	e.lora.planBatch(e.running)
+	loads := 0
+	for i := 0; i < len(e.waiting) && len(e.running) < e.cfg.MaxNumSeqs && budget > 0; {
+		s := e.waiting[i]
+		if !e.lora.fits(s.lora, e.cfg.MaxLoRAs) {
+			i++ // its adapter would pass max loras: it waits, the rest go on
+			continue
+		}
 		if !e.admit(s) {
 			break // first come, first served: the head blocks the rest
 		}
-		e.waiting[0] = nil
-		e.waiting = e.waiting[1:]
+		if s.lora != "" && e.lora.use(s.lora, e.cfg.loraCapacity()) {
+			loads++
+		}
+		e.waiting = slices.Delete(e.waiting, i, i+1)
 		chunk(s)
 	}
 	if len(st.work) == 0 {
 		return step{}, false
 	}
-	st.cost = e.cfg.StepOverhead + time.Duration(prefill)*e.cfg.PrefillPerToken
+	st.cost = e.cfg.StepOverhead + time.Duration(prefill)*e.cfg.PrefillPerToken +
+		time.Duration(loads)*e.cfg.LoRALoadCost + e.lora.debt
+	e.lora.debt = 0
 	if decoding {
 		st.cost += e.cfg.DecodePerToken
 	}

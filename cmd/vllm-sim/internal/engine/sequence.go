@@ -22,6 +22,9 @@ type Request struct {
 	Prompt string
 	// MaxTokens is the exact number of tokens to generate (at least 1).
 	MaxTokens int
+	// LoRA names the adapter the sequence runs with; empty for the base
+	// model. Adapters load on demand (Config.LoRALoadCost).
+	LoRA string
 	// Notify, if set, receives a value (without blocking; give it a buffer)
 	// whenever the sequence makes progress. Several sequences may share it.
 	Notify chan struct{}
@@ -53,6 +56,7 @@ type Sequence struct {
 	hashes       []uint64
 	anonymous    int // KV blocks needed beyond the hashed prompt blocks
 	maxTokens    int
+	lora         string
 
 	// Guarded by e.mu.
 	phase      phase

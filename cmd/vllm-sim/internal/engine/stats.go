@@ -1,6 +1,9 @@
 package engine
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 type totals struct {
 	requests, finished, aborted                  int64
@@ -30,6 +33,12 @@ type Stats struct {
 	// SimulatedTTFTSum sums their simulated times to first token.
 	FirstTokens      int64
 	SimulatedTTFTSum time.Duration
+	// LoRALoads counts adapter loads (preloading at start not counted).
+	LoRALoads int64
+	// RunningLoRAs and WaitingLoRAs are the sorted adapters of the running
+	// and the waiting sequences; LoadedLoRAs those in memory, least
+	// recently used first.
+	RunningLoRAs, WaitingLoRAs, LoadedLoRAs []string
 }
 
 // Stats returns the current counters.
@@ -51,5 +60,9 @@ func (e *Engine) Stats() Stats {
 		SimulatedTime:    e.simNow,
 		FirstTokens:      t.firstTokens,
 		SimulatedTTFTSum: t.ttftSum,
+		LoRALoads:        e.lora.loads,
+		RunningLoRAs:     distinctAdapters(e.running),
+		WaitingLoRAs:     distinctAdapters(e.waiting),
+		LoadedLoRAs:      slices.Clone(e.lora.loaded),
 	}
 }

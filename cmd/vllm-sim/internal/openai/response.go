@@ -94,12 +94,14 @@ type ModelList struct {
 
 // Model is one served model.
 type Model struct {
-	ID          string `json:"id"`
-	Object      string `json:"object"`
-	Created     int64  `json:"created"`
-	OwnedBy     string `json:"owned_by"`
-	Root        string `json:"root"`
-	MaxModelLen int    `json:"max_model_len"`
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	Root    string `json:"root"`
+	// Parent is the base model of a LoRA adapter, null for a base model.
+	Parent      *string `json:"parent"`
+	MaxModelLen int     `json:"max_model_len"`
 }
 
 // ErrorResponse is the body of every error answer.

@@ -15,7 +15,8 @@ import (
 // job is one parsed generation request.
 type job struct {
 	chat         bool
-	model        string
+	model        string // echoed in responses
+	lora         string // adapter to run with; empty for the base model
 	prompts      []string
 	maxTokens    int
 	stream       bool
@@ -77,11 +78,12 @@ type run struct {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, j job) {
-	if j.model != "" && j.model != s.cfg.Model {
+	echo, lora, ok := s.resolve(j.model)
+	if !ok {
 		writeError(w, http.StatusNotFound, "model", "The model `"+j.model+"` does not exist.")
 		return
 	}
-	j.model = s.cfg.Model
+	j.model, j.lora = echo, lora
 	fc, failWith := s.cfg.Faults.Roll()
 	if failWith != 0 {
 		s.injected.Add(1)
@@ -133,7 +135,7 @@ func (s *Server) start(ctx context.Context, j job) (*run, error) {
 		sent:    make([]int, len(j.prompts)),
 	}
 	for _, p := range j.prompts {
-		seq, err := s.cfg.Engine.Submit(ctx, engine.Request{Prompt: p, MaxTokens: j.maxTokens, Notify: rn.notify})
+		seq, err := s.cfg.Engine.Submit(ctx, engine.Request{Prompt: p, MaxTokens: j.maxTokens, LoRA: j.lora, Notify: rn.notify})
 		if err != nil {
 			rn.abort()
 			return nil, fmt.Errorf("submit: %w", err)
@@ -252,7 +254,8 @@ func (rn *run) chatResponse() openai.ChatCompletion {
 	return resp
 }
 
-// model is the name echoed in responses: the served model.
+// model is the name echoed in responses: the adapter, or the first served
+// name of the base model.
 func (rn *run) model() string { return rn.job.model }
 
 func finishLength() *string {

@@ -27,6 +27,9 @@ type simOptions struct {
 	engine engine.Config
 	scale  float64
 	faults faults.Config
+	// served and lora replace the single served name testModel.
+	served []string
+	lora   []LoRAModule
 }
 
 func defaultSim() simOptions {
@@ -44,7 +47,7 @@ func startSim(t *testing.T, o simOptions) string {
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
 	}
-	srv, err := New(Config{Model: testModel, Engine: eng, Faults: faults.NewState(o.faults, 1)})
+	srv, err := New(Config{Model: testModel, ServedModelNames: o.served, LoRAModules: o.lora, Engine: eng, Faults: faults.NewState(o.faults, 1)})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -92,6 +92,9 @@ func newMetrics(model string, src statsSource) *metrics {
 		ConstLabels: labels, Buckets: e2eBuckets,
 	})
 	reg.MustRegister(ttft, e2e)
+	if cfg.MaxLoRAs > 0 {
+		reg.MustRegister(newLoRAInfo(src))
+	}
 
 	return &metrics{
 		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),

@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,8 +30,15 @@ const maxBodyBytes = 16 << 20
 
 // Config is what a Server serves.
 type Config struct {
-	// Model is the served model name.
+	// Model is the served model name. Ignored when ServedModelNames is set.
 	Model string
+	// ServedModelNames are the names the base model answers to, the first
+	// one echoed in responses and used as the metrics' model_name (vLLM's
+	// --served-model-name).
+	ServedModelNames []string
+	// LoRAModules are the adapters registered at start (vLLM's
+	// --lora-modules); they need an engine with MaxLoRAs > 0.
+	LoRAModules []LoRAModule
 	// Engine runs the sequences; its Run loop is owned by the caller.
 	Engine *engine.Engine
 	// Faults is the fault state (default: no faults).
@@ -47,12 +56,23 @@ type Server struct {
 	metrics  *metrics
 	ids      atomic.Uint64
 	injected atomic.Int64
+	started  int64 // Unix time, the created time of the base models
+
+	mu       sync.Mutex
+	adapters []adapter // registered, in registration order
 }
 
 // New returns a server for cfg.
 func New(cfg Config) (*Server, error) {
-	if cfg.Engine == nil || cfg.Model == "" {
+	if len(cfg.ServedModelNames) == 0 && cfg.Model != "" {
+		cfg.ServedModelNames = []string{cfg.Model}
+	}
+	if cfg.Engine == nil || len(cfg.ServedModelNames) == 0 || slices.Contains(cfg.ServedModelNames, "") {
 		return nil, errors.New("server: engine and model are required")
+	}
+	cfg.Model = cfg.ServedModelNames[0]
+	if len(cfg.LoRAModules) > 0 && cfg.Engine.Config().MaxLoRAs == 0 {
+		return nil, errors.New("server: LoRA modules need max loras > 0")
 	}
 	if cfg.Faults == nil {
 		cfg.Faults = faults.NewState(faults.None(), 0)
@@ -63,8 +83,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxTokensCap <= 0 {
 		cfg.MaxTokensCap = 4096
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), started: time.Now().Unix()}
+	for _, m := range cfg.LoRAModules {
+		if err := s.register(m); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	s.metrics = newMetrics(cfg.Model, cfg.Engine)
+	if cfg.Engine.Config().MaxLoRAs > 0 {
+		s.mux.HandleFunc("POST /v1/load_lora_adapter", s.handleLoadLoRA)
+		s.mux.HandleFunc("POST /v1/unload_lora_adapter", s.handleUnloadLoRA)
+	}
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion)
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
@@ -79,21 +108,6 @@ func New(cfg Config) (*Server, error) {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
-
-func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
-	ecfg := s.cfg.Engine.Config()
-	writeJSON(w, http.StatusOK, openai.ModelList{
-		Object: "list",
-		Data: []openai.Model{{
-			ID:          s.cfg.Model,
-			Object:      "model",
-			Created:     time.Now().Unix(),
-			OwnedBy:     "vllm",
-			Root:        s.cfg.Model,
-			MaxModelLen: ecfg.NumGPUBlocks * ecfg.BlockSize,
-		}},
-	})
-}
 
 // readBody reads a bounded request body.
 func readBody(r *http.Request, w http.ResponseWriter) ([]byte, error) {

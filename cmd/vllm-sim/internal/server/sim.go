@@ -29,6 +29,11 @@ type Stats struct {
 	// MeanSimulatedTTFTSeconds averages the simulated time to first token.
 	SimulatedSeconds         float64 `json:"simulated_seconds"`
 	MeanSimulatedTTFTSeconds float64 `json:"mean_simulated_ttft_seconds"`
+	// LoRALoads counts adapter loads since start (those registered at
+	// start not counted); LoadedLoRAs are the adapters in memory, least
+	// recently used first.
+	LoRALoads   int64    `json:"lora_loads"`
+	LoadedLoRAs []string `json:"loaded_lora_adapters"`
 }
 
 func (s *Server) stats() Stats {
@@ -47,6 +52,8 @@ func (s *Server) stats() Stats {
 		KVCacheUsage:     es.KVCacheUsage,
 		CachedBlocks:     es.CachedBlocks,
 		SimulatedSeconds: es.SimulatedTime.Seconds(),
+		LoRALoads:        es.LoRALoads,
+		LoadedLoRAs:      es.LoadedLoRAs,
 	}
 	if es.PromptTokens > 0 {
 		st.HitRate = float64(es.CachedTokens) / float64(es.PromptTokens)

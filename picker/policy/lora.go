@@ -1,0 +1,174 @@
+package policy
+
+import (
+	"sync"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// adapterState is where a worker stands with the adapter a request names.
+type adapterState uint8
+
+const (
+	adapterNone     adapterState = iota // no adapter involved: a base model, or no LoRA on the worker
+	adapterResident                     // running or waiting there, or recently sent there
+	adapterFree                         // not there, and a batch has room for one more adapter
+	adapterFull                         // not there, and every adapter slot is taken
+)
+
+// Sizes of the table of recent decisions, fixed so that it costs the same
+// whatever the number of adapters and workers: a row per worker (by ID
+// modulo the rows; two live workers sharing a row overwrite each other,
+// which only loses hints), each remembering the worker's most recently sent
+// adapters.
+const (
+	loraRows   = 1024
+	loraRecent = 8
+)
+
+// loraAffinity tracks where adapters are loaded: the model servers' own
+// report (vllm:lora_requests_info: adapters of running and waiting
+// requests) and the picker's recent decisions. An adapter sent to a worker
+// is taken as loading there, and then as loaded while it stays among the
+// max_lora adapters most recently sent there: vLLM keeps an idle adapter
+// loaded until a newer one evicts the least recently used, and its metric
+// lists only the adapters in use.
+type loraAffinity struct {
+	rows [loraRows]loraRow
+}
+
+// loraRow is one worker's recently sent adapters, most recent first.
+type loraRow struct {
+	mu     sync.Mutex
+	worker uint32
+	n      int
+	recent [loraRecent]uint64 // hashes of the adapter names
+}
+
+// adapterOf sets the pick's adapter key: the hash of the requested model,
+// computed once per pick.
+func adapterOf(p *pick) uint64 {
+	if !p.adapterSet {
+		p.adapterSet = true
+		h := uint64(14695981039346656037)
+		for i := 0; i < len(p.req.Model); i++ {
+			h ^= uint64(p.req.Model[i])
+			h *= 1099511628211
+		}
+		p.adapterHash = h
+	}
+	return p.adapterHash
+}
+
+// sentRecently reports whether the adapter is among the slots most
+// recently sent adapters of w.
+func (a *loraAffinity) sentRecently(w *registry.Worker, h uint64, slots int) bool {
+	r := &a.rows[w.ID()%loraRows]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.worker != w.ID() {
+		return false
+	}
+	for i := range min(r.n, slots, loraRecent) {
+		if r.recent[i] == h {
+			return true
+		}
+	}
+	return false
+}
+
+// state classifies cd for the pick's requested model. A worker that lists
+// the model as a base model, or reports no LoRA state at all, is
+// adapterNone.
+func (a *loraAffinity) state(p *pick, cd *candidate) adapterState {
+	model := p.req.Model
+	if model == "" {
+		return adapterNone
+	}
+	raw := cd.w.Metrics()
+	if raw == nil || raw.LoRA == nil || raw.Served.ServesBase(model) {
+		return adapterNone
+	}
+	if cd.metrics != nil && cd.metrics.LoRA.Has(model) {
+		return adapterResident
+	}
+	lora := raw.LoRA
+	if cd.metrics != nil {
+		lora = cd.metrics.LoRA
+	}
+	if a.sentRecently(cd.w, adapterOf(p), max(lora.Max, 1)) {
+		return adapterResident
+	}
+	if lora.Max <= 0 || len(lora.Active) < lora.Max {
+		return adapterFree
+	}
+	return adapterFull
+}
+
+// cost is the adapter's part of cd's cost in units of load: nothing where
+// it is loaded, loadCost where it must be loaded into a free slot, twice
+// that where it must also wait for a slot.
+func (a *loraAffinity) cost(p *pick, cd *candidate, loadCost float64) float64 {
+	switch a.state(p, cd) {
+	case adapterFree:
+		return loadCost
+	case adapterFull:
+		return 2 * loadCost
+	}
+	return 0
+}
+
+// score is the adapter affinity in [0,1] for the weighted scorer: 1 where
+// loaded or no adapter is involved, 0.5 with a free slot, 0 when full.
+func (a *loraAffinity) score(p *pick, cd *candidate) float64 {
+	switch a.state(p, cd) {
+	case adapterFree:
+		return 0.5
+	case adapterFull:
+		return 0
+	}
+	return 1
+}
+
+// record remembers that the pick's adapter was sent to w: it becomes
+// w's most recently sent adapter. It never allocates.
+func (a *loraAffinity) record(p *pick, w *registry.Worker) {
+	model := p.req.Model
+	if model == "" {
+		return
+	}
+	if m := w.Metrics(); m == nil || m.LoRA == nil || m.Served.ServesBase(model) {
+		return
+	}
+	h := adapterOf(p)
+	r := &a.rows[w.ID()%loraRows]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.worker != w.ID() {
+		r.worker, r.n = w.ID(), 0
+	}
+	i := 0
+	for i < r.n && r.recent[i] != h {
+		i++
+	}
+	if i == r.n {
+		r.n = min(r.n+1, loraRecent)
+		i = r.n - 1
+	}
+	copy(r.recent[1:i+1], r.recent[:i])
+	r.recent[0] = h
+}
+
+// chose records the primary in the prefix index and, for an adapter, in
+// the LoRA decision table.
+func (c *cacheAware) chose(e *engine, p *pick, primary *registry.Worker) {
+	c.indexed.chose(e, p, primary)
+	c.lora.record(p, primary)
+}
+
+// chose records the primary in the prefix index and, for an adapter, in
+// the LoRA decision table.
+func (s *weightedScorer) chose(e *engine, p *pick, primary *registry.Worker) {
+	s.indexed.chose(e, p, primary)
+	s.lora.record(p, primary)
+}

@@ -1,0 +1,244 @@
+package policy
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// loraWorker reports a complete model list (base llama and the adapters)
+// and a LoRA state of slots adapter slots with active ones in use, scraped at.
+func loraWorker(w *registry.Worker, at time.Time, slots int, active ...string) {
+	w.SetMetrics(&registry.Metrics{
+		Served: &registry.Served{
+			Bases:    []string{"llama"},
+			Adapters: adaptersOf("llama", "a", "b", "c", "d", "hot", "z"),
+			Complete: true,
+		},
+		LoRA:    &registry.LoRA{Max: slots, Active: active},
+		Scraped: at,
+	})
+}
+
+func adaptersOf(parent string, names ...string) []registry.Adapter {
+	out := make([]registry.Adapter, len(names))
+	for i, n := range names {
+		out[i] = registry.Adapter{Name: n, Parent: parent}
+	}
+	return out
+}
+
+func pickOne(t *testing.T, p Policy, model string, ws []*registry.Worker) *registry.Worker {
+	t.Helper()
+	got, err := p.Pick(&Request{Model: model, Prompt: [][]byte{[]byte("hello")}}, ws, 1)
+	if err != nil {
+		t.Fatalf("Pick(%s): %v", model, err)
+	}
+	return got[0]
+}
+
+// holdDecode keeps n decoding requests on w until the test ends.
+func holdDecode(t *testing.T, w *registry.Worker, n int) {
+	for range n {
+		g := w.Admit()
+		g.FirstToken()
+		t.Cleanup(func() { g.Release() })
+	}
+}
+
+func TestLoRAAffinityPrefersWhereTheAdapterRuns(t *testing.T) {
+	for _, name := range []string{CacheAware, WeightedScorer} {
+		t.Run(name, func(t *testing.T) {
+			reg, ws := pool(4)
+			for i, w := range ws {
+				active := []string{}
+				if i == 2 {
+					active = []string{"a"}
+				}
+				loraWorker(w, epoch, 2, active...)
+			}
+			p := build(t, Config{Name: name, WeightedScorer: WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3, LoRAWeight: 1}}, reg, nil)
+			// Some load on the holder does not move the adapter: loading it
+			// elsewhere costs more.
+			holdDecode(t, ws[2], 1)
+			for i := range 5 {
+				if got := pickOne(t, p, "a", ws); got != ws[2] {
+					t.Fatalf("pick %d of adapter a went to %s, want %s where it runs", i, got.Address(), ws[2].Address())
+				}
+			}
+		})
+	}
+}
+
+func TestLoRAAffinityPrefersAFreeSlot(t *testing.T) {
+	reg, ws := pool(3)
+	loraWorker(ws[0], epoch, 2, "a", "b")
+	loraWorker(ws[1], epoch, 2, "c")
+	loraWorker(ws[2], epoch, 2, "c", "d")
+	p := build(t, Config{}, reg, nil)
+	if got := pickOne(t, p, "z", ws); got != ws[1] {
+		t.Errorf("adapter z went to %s, want %s, the only worker with a free slot", got.Address(), ws[1].Address())
+	}
+}
+
+// A loaded adapter keeps its requests until the load there outweighs a
+// load elsewhere; then it spreads.
+func TestLoRAAffinityHotAdapterSpreads(t *testing.T) {
+	reg, ws := pool(4)
+	for _, w := range ws {
+		loraWorker(w, epoch, 4)
+	}
+	p := build(t, Config{}, reg, nil)
+	used := map[string]int{}
+	var first *registry.Worker
+	for i := range 40 {
+		got := pickOne(t, p, "hot", ws)
+		if i == 0 {
+			first = got
+		}
+		used[got.Address()]++
+		holdDecode(t, got, 1)
+	}
+	if used[first.Address()] < 4 {
+		t.Errorf("the first worker took %d of 40, want the adapter kept there while lightly loaded: %v", used[first.Address()], used)
+	}
+	if len(used) < 3 {
+		t.Errorf("the hot adapter stayed on %d workers with 40 requests in flight, want it spread: %v", len(used), used)
+	}
+}
+
+// An adapter sent to a worker stays there, loading and then idle but
+// loaded, though newer scrapes do not list it (vLLM lists adapters in use
+// only).
+func TestLoRAAffinityRemembersDecisions(t *testing.T) {
+	reg, ws := pool(4)
+	for _, w := range ws {
+		loraWorker(w, epoch, 4)
+	}
+	clk := &clock{t: epoch.Add(time.Second)}
+	p := build(t, Config{}, reg, clk)
+	first := pickOne(t, p, "b", ws)
+	for i := range 10 {
+		// A newer scrape of every worker, without b.
+		clk.t = clk.t.Add(time.Millisecond)
+		for _, w := range ws {
+			loraWorker(w, clk.t, 4)
+		}
+		if got := pickOne(t, p, "b", ws); got != first {
+			t.Fatalf("pick %d of b went to %s, want %s where it was sent", i, got.Address(), first.Address())
+		}
+	}
+}
+
+// The adapters sent to a worker are taken as loaded while they are among
+// its max_lora most recently sent, as vLLM evicts the least recently used.
+func TestLoRARecentDecisionsFollowLRU(t *testing.T) {
+	_, ws := pool(2)
+	for _, w := range ws {
+		loraWorker(w, epoch, 2)
+	}
+	var a loraAffinity
+	send := func(w *registry.Worker, model string) {
+		a.record(&pick{req: &Request{Model: model}}, w)
+	}
+	loaded := func(w *registry.Worker, model string) bool {
+		p := &pick{req: &Request{Model: model}}
+		return a.state(p, &candidate{w: w, metrics: w.Metrics()}) == adapterResident
+	}
+	send(ws[0], "a")
+	send(ws[0], "b")
+	send(ws[0], "a") // a used again: b is now the least recently used
+	send(ws[0], "c") // evicts b
+	for model, want := range map[string]bool{"a": true, "b": false, "c": true, "d": false} {
+		if got := loaded(ws[0], model); got != want {
+			t.Errorf("adapter %s loaded on the worker = %v, want %v", model, got, want)
+		}
+	}
+	if loaded(ws[1], "a") {
+		t.Errorf("adapter a counted as loaded on a worker it was never sent to")
+	}
+	// A base model involves no adapter and is never recorded.
+	send(ws[1], "llama")
+	if st := a.state(&pick{req: &Request{Model: "llama"}}, &candidate{w: ws[1], metrics: ws[1].Metrics()}); st != adapterNone {
+		t.Errorf("base model state = %v, want adapterNone", st)
+	}
+}
+
+func TestModelFilter(t *testing.T) {
+	llama := &registry.Served{Bases: []string{"llama"}, Adapters: adaptersOf("llama", "sql"), Complete: true}
+	llamaOnly := &registry.Served{Bases: []string{"llama"}, Complete: true}
+	qwen := &registry.Served{Bases: []string{"qwen"}, Adapters: adaptersOf("qwen", "tool"), Complete: true}
+	fromMetrics := &registry.Served{Bases: []string{"qwen"}}
+	tests := map[string]struct {
+		served  []*registry.Served
+		model   string
+		want    []int // workers the picks may land on; nil with wantErr
+		wantErr error
+	}{
+		"base model":                     {served: []*registry.Served{llama, llama, qwen, qwen}, model: "qwen", want: []int{2, 3}},
+		"adapter listed":                 {served: []*registry.Served{llama, llama, qwen, qwen}, model: "tool", want: []int{2, 3}},
+		"adapter by its parent":          {served: []*registry.Served{llama, llamaOnly, qwen, qwen}, model: "sql", want: []int{0, 1}},
+		"nobody serves it":               {served: []*registry.Served{llama, llama, qwen, qwen}, model: "mistral", wantErr: ErrModelNotServed},
+		"nobody reported: no filter":     {served: []*registry.Served{nil, nil, nil, nil}, model: "mistral", want: []int{0, 1, 2, 3}},
+		"unknown lists when none serves": {served: []*registry.Served{llama, nil, fromMetrics, qwen}, model: "mistral", want: []int{1, 2}},
+		"metrics names count":            {served: []*registry.Served{nil, llama, fromMetrics, nil}, model: "qwen", want: []int{2}},
+		"no model: no filter":            {served: []*registry.Served{llama, llama, qwen, qwen}, model: "", want: []int{0, 1, 2, 3}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			reg, ws := pool(len(tc.served))
+			for i, s := range tc.served {
+				ws[i].SetMetrics(&registry.Metrics{Served: s, Scraped: epoch})
+			}
+			p := build(t, Config{Name: LeastLoad}, reg, nil)
+			allowed := map[*registry.Worker]bool{}
+			for _, i := range tc.want {
+				allowed[ws[i]] = true
+			}
+			seen := map[*registry.Worker]bool{}
+			for i := range 40 {
+				got, err := p.Pick(&Request{Model: tc.model}, ws, 2)
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("Pick() error = %v, want %v", err, tc.wantErr)
+				}
+				for _, w := range got {
+					if !allowed[w] {
+						t.Fatalf("pick %d returned %s, which does not serve %q", i, w.Address(), tc.model)
+					}
+					seen[w] = true
+				}
+			}
+			if tc.wantErr == nil && len(seen) != len(allowed) {
+				t.Errorf("picks used %d workers, want all %d serving %q", len(seen), len(allowed), tc.model)
+			}
+		})
+	}
+}
+
+// A pick for an adapter allocates nothing but its result in steady state.
+func TestLoRAPickAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops pooled picks at random under the race detector")
+	}
+	reg, ws := pool(8)
+	for i, w := range ws {
+		loraWorker(w, epoch, 4, []string{"a", "b", "c", "d"}[i%4])
+	}
+	p := build(t, Config{}, reg, nil)
+	req := &Request{Model: "hot", Prompt: [][]byte{text("sys", 4<<10)}}
+	for range 10 {
+		if _, err := p.Pick(req, ws, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := p.Pick(req, ws, 3); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 1 {
+		t.Errorf("a steady-state pick allocates %v times, want at most 1 (the result)", allocs)
+	}
+}

@@ -1,0 +1,104 @@
+package policy
+
+import "github.com/inferpick/inferpick/picker/registry"
+
+// served is how a worker stands to a requested model.
+type served uint8
+
+const (
+	servesAny     served = iota // no filtering: every live worker is a candidate
+	servesModel                 // it lists the model, or the base of that adapter
+	servesUnknown               // it has not listed all its models
+	servesNot                   // its complete list lacks the model
+)
+
+// modelFilter keeps the candidates that serve the requested model. A
+// worker serves a model it lists as a base or an adapter (from /v1/models
+// or the model_name of its metrics), and an adapter whose base model, as
+// some worker's /v1/models gives it, it lists. When some worker serves the
+// model only those are candidates; else those whose lists are incomplete
+// (nothing reported yet, or metrics only); else no worker serves it.
+type modelFilter struct {
+	model  string
+	parent string // the adapter's base model, when some worker reports it
+	want   served
+}
+
+// newModelFilter looks at the live candidates' model lists. It fails with
+// ErrModelNotServed when every one has a complete list without the model.
+// It stops at the first worker that lists the model, the common case.
+func newModelFilter(model string, candidates []*registry.Worker) (modelFilter, error) {
+	f := modelFilter{model: model}
+	if model == "" {
+		return f, nil
+	}
+	unknown, known := 0, 0
+	for _, w := range candidates {
+		if w == nil || w.Removed() {
+			continue
+		}
+		s := servedOf(w)
+		if s.Serves(model) {
+			f.want = servesModel
+			f.parent, _ = s.Parent(model)
+			return f, nil
+		}
+		if s == nil || !s.Complete {
+			unknown++
+		} else {
+			known++
+		}
+	}
+	if known == 0 {
+		return f, nil // nobody has listed its models: no filtering
+	}
+	// No worker lists the model itself: an adapter whose base model some
+	// worker reports is served where that base is.
+	for _, w := range candidates {
+		if w != nil && !w.Removed() {
+			if p, ok := servedOf(w).Parent(model); ok {
+				f.parent = p
+				break
+			}
+		}
+	}
+	if f.parent != "" {
+		for _, w := range candidates {
+			if w != nil && !w.Removed() && servedOf(w).ServesBase(f.parent) {
+				f.want = servesModel
+				return f, nil
+			}
+		}
+	}
+	if unknown > 0 {
+		f.want = servesUnknown
+		return f, nil
+	}
+	return f, ErrModelNotServed
+}
+
+// admits reports whether w stays a candidate.
+func (f *modelFilter) admits(w *registry.Worker) bool {
+	if f.want == servesAny {
+		return true
+	}
+	return f.class(servedOf(w)) == f.want
+}
+
+func (f *modelFilter) class(s *registry.Served) served {
+	switch {
+	case s.Serves(f.model) || f.parent != "" && s.ServesBase(f.parent):
+		return servesModel
+	case s == nil || !s.Complete:
+		return servesUnknown
+	}
+	return servesNot
+}
+
+// servedOf returns w's model lists, of any age: they are configuration.
+func servedOf(w *registry.Worker) *registry.Served {
+	if m := w.Metrics(); m != nil {
+		return m.Served
+	}
+	return nil
+}
