@@ -25,6 +25,8 @@ type report struct {
 	workloads []*routing.Workload
 	routing   []*routing.Result
 	flow      []flowRun
+	repro     []*routing.Result
+	matrix    []matrixRun
 }
 
 type machine struct {
@@ -172,6 +174,8 @@ func (r *report) markdown(plotDir string) string {
 		r.routingSection(w, plotDir)
 	}
 	w("%s", flowMarkdown(r.flow))
+	w("%s", reproMarkdown(r.repro))
+	w("%s", matrixMarkdown(r.matrix, filepath.ToSlash(plotDir)))
 	return b.String()
 }
 
