@@ -39,7 +39,22 @@ type Metrics struct {
 	KVUsage      float64 // KV-cache usage in [0,1]
 	BlockSize    int     // tokens per KV block
 	NumGPUBlocks int     // KV blocks the server holds
-	Scraped      time.Time
+	// Counters are the server's cumulative counters the policies calibrate
+	// their cost model from; 0 means not reported.
+	Counters Counters
+	Scraped  time.Time
+}
+
+// Counters are a model server's cumulative counters (vLLM's names in
+// parentheses).
+type Counters struct {
+	PromptTokens  float64 // prompt tokens scheduled (vllm:prompt_tokens_total)
+	PrefixQueries float64 // prompt tokens looked up in the prefix cache (vllm:prefix_cache_queries_total)
+	PrefixHits    float64 // of those, tokens found (vllm:prefix_cache_hits_total)
+	// PrefillSeconds over Prefills requests (vllm:request_prefill_time_seconds).
+	PrefillSeconds, Prefills float64
+	// DecodeSeconds over DecodeTokens output tokens (vllm:inter_token_latency_seconds).
+	DecodeSeconds, DecodeTokens float64
 }
 
 // Worker is one endpoint of the pool. All methods are safe for concurrent use.

@@ -30,7 +30,7 @@ func TestPresets(t *testing.T) {
 	}{
 		"auto reads vLLM": {
 			kind: Auto, body: llama,
-			want: Report{Waiting: 3, Running: 12, KVUsage: 0.625, BlockSize: 16, NumGPUBlocks: 27911},
+			want: Report{Waiting: 3, Running: 12, KVUsage: 0.625, BlockSize: 16, NumGPUBlocks: 27911, Counters: v1Counters(1)},
 		},
 		"auto reads SGLang with its page size and count": {
 			kind: Auto, body: sglangCachePage,

@@ -139,6 +139,7 @@ func (p *poller) scrape(ctx context.Context) {
 		KVUsage:      rep.KVUsage,
 		BlockSize:    rep.BlockSize,
 		NumGPUBlocks: rep.NumGPUBlocks,
+		Counters:     registry.Counters(rep.Counters),
 		Scraped:      now,
 	})
 }
