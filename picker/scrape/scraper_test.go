@@ -23,7 +23,8 @@ func TestScraperStoresMetrics(t *testing.T) {
 	startScraper(t, reg, WithClock(clock))
 
 	eventually(t, "metrics on the worker", func() bool { return w.Metrics() != nil })
-	want := &registry.Metrics{Waiting: 3, Running: 7, KVUsage: 0.25, BlockSize: 16, NumGPUBlocks: 27911, Scraped: clock.Now()}
+	want := &registry.Metrics{Waiting: 3, Running: 7, KVUsage: 0.25, BlockSize: 16, NumGPUBlocks: 27911,
+		Counters: registry.Counters(v1Counters(1)), Scraped: clock.Now()}
 	if diff := cmp.Diff(want, w.Metrics()); diff != "" {
 		t.Errorf("Metrics() (-want +got):\n%s", diff)
 	}
