@@ -26,6 +26,36 @@ type WorkerView struct {
 	KVBlocks     int      `json:"kvCacheBlocks,omitempty"`
 	BlockSize    int      `json:"blockSize,omitempty"`
 	MetricsAgeMS *int64   `json:"metricsAgeMs,omitempty"`
+	// Calibration is what the policy learned of the worker's model
+	// server; absent for policies that keep no prefix index.
+	Calibration *CalibrationView `json:"calibration,omitempty"`
+}
+
+// CalibrationView is a worker's calibration as /debug/workers shows it:
+// each figure with the signal it came from.
+type CalibrationView struct {
+	PrefillUSPerToken  float64 `json:"prefillUsPerToken"`
+	PrefillSource      string  `json:"prefillSource"`
+	DecodeMSPerToken   float64 `json:"decodeMsPerToken"`
+	DecodeSource       string  `json:"decodeSource"`
+	BlocksPerLoadScale float64 `json:"blocksPerLoadScale"`
+	BytesPerToken      float64 `json:"bytesPerToken"`
+	CapacityBlocks     int     `json:"capacityBlocks"`
+	CapacityScale      float64 `json:"capacityScale"`
+	CapacitySource     string  `json:"capacitySource"`
+	HitRatio           float64 `json:"prefixHitsOverPredicted"`
+	MaxSeqs            int     `json:"maxNumSeqs"`
+	MaxSeqsSource      string  `json:"maxNumSeqsSource"`
+}
+
+func calibrationView(c *registry.Calibration) *CalibrationView {
+	return &CalibrationView{
+		PrefillUSPerToken: float64(c.PrefillPerToken) / float64(time.Microsecond), PrefillSource: c.PrefillSource,
+		DecodeMSPerToken: float64(c.DecodePerToken) / float64(time.Millisecond), DecodeSource: c.DecodeSource,
+		BlocksPerLoadScale: c.BlocksPerLoadScale, BytesPerToken: c.BytesPerToken,
+		CapacityBlocks: c.CapacityBlocks, CapacityScale: c.CapacityScale, CapacitySource: c.CapacitySource,
+		HitRatio: c.HitRatio, MaxSeqs: c.MaxSeqs, MaxSeqsSource: c.MaxSeqsSource,
+	}
 }
 
 // WorkersView is the /debug/workers document.
@@ -50,6 +80,9 @@ func Snapshot(reg *registry.Registry, now time.Time) WorkersView {
 			age := now.Sub(m.Scraped).Milliseconds()
 			wv.Waiting, wv.Running, wv.KVUsage, wv.MetricsAgeMS = &waiting, &running, &kv, &age
 			wv.KVBlocks, wv.BlockSize = m.NumGPUBlocks, m.BlockSize
+		}
+		if c := w.Calibration(); c != nil {
+			wv.Calibration = calibrationView(c)
 		}
 		v.Workers = append(v.Workers, wv)
 	}

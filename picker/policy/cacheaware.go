@@ -22,7 +22,7 @@ type cacheAware struct {
 	cfg CacheAwareConfig
 }
 
-func (c *cacheAware) rank(_ *engine, p *pick) {
+func (c *cacheAware) rank(e *engine, p *pick) {
 	c.match(p)
 	if c.cfg.Mode == ModeThreshold {
 		c.rankThreshold(p)
@@ -30,9 +30,17 @@ func (c *cacheAware) rank(_ *engine, p *pick) {
 	}
 	// Cost: the work queued ahead plus the prefill this request brings,
 	// counting only the blocks the worker does not hold.
+	// Calibrated per worker (calibrate.go).
+	stickiest := poolRate(c.cfg.BlocksPerLoad, p.cands)
 	for i := range p.cands {
 		cd := &p.cands[i]
-		cd.cost = cd.load + float64(p.blocks-cd.matched)/c.cfg.BlocksPerLoad
+		rate, cal := c.cfg.BlocksPerLoad, cd.w.Calibration()
+		if r, ok := blocksPerLoad(rate, cal); ok {
+			rate = r
+		} else {
+			rate = stickiest
+		}
+		cd.cost = cd.load + queued(cd.w, cal, e.cfg.PrefillWeight) + float64(p.blocks-cd.matched)/rate
 	}
 }
 

@@ -66,6 +66,7 @@ type Worker struct {
 	prefill atomic.Int64
 	decode  atomic.Int64
 	metrics atomic.Pointer[Metrics]
+	calib   atomic.Pointer[Calibration]
 	removed atomic.Bool
 }
 

@@ -121,7 +121,7 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.want("repro") {
 		log.Print("tight-cache benchmark")
-		if rep.repro, err = reproBench(ctx, routing.Binaries{Sim: sim, Picker: picker}); err != nil {
+		if rep.repro, err = reproBench(ctx, routing.Binaries{Sim: sim, Picker: picker}, o.policies); err != nil {
 			return err
 		}
 	}

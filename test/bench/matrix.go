@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/inferpick/inferpick/picker/policy"
@@ -295,8 +296,13 @@ func reproWorkload() *routing.Workload {
 }
 
 // reproBench runs the tight-cache setting under the matrix policies.
-func reproBench(ctx context.Context, bins routing.Binaries) ([]*routing.Result, error) {
-	pols := append([]routing.Policy(nil), matrixPolicies...)
+func reproBench(ctx context.Context, bins routing.Binaries, only string) ([]*routing.Result, error) {
+	var pols []routing.Policy
+	for _, p := range matrixPolicies {
+		if only == "" || strings.Contains(","+only+",", ","+p.Label+",") {
+			pols = append(pols, p)
+		}
+	}
 	w := reproWorkload()
 	return routing.Suite(ctx, bins, reproSpec(), pols, []*routing.Workload{w}, deadline)
 }

@@ -1,0 +1,277 @@
+package policy
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/prefix"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// The cost model's constants were tuned on servers that prefill a token in
+// refPrefill and step decoding in refDecode. A server whose prefill costs
+// more decode steps per token makes a cache miss dearer in units of load,
+// so BlocksPerLoad shrinks in proportion: calibrated, it is
+// BlocksPerLoad × (refPrefill/refDecode) / (prefill/decode). The ratio of two
+// wall times is free of any time scale the servers run at.
+const (
+	refPrefill = 300 * time.Microsecond
+	refDecode  = 20 * time.Millisecond
+)
+
+// Calibration bounds and rates.
+const (
+	// calibAlpha is the weight of a new sample in the moving averages: a
+	// figure follows a change within about ten samples.
+	calibAlpha = 0.2
+	// minPrefillTokens, minDecodeTokens and minPromptTokens are the
+	// smallest counts a sample is taken from.
+	minPrefillTokens = 256
+	minDecodeTokens  = 16
+	minPromptTokens  = 256
+	// minPredicted is the predicted prefix hits, in tokens, a hit-ratio
+	// check waits for.
+	minPredicted = 2048
+	// hitShortfall: hits below this share of the prediction shrink the
+	// capacity by shrinkStep, down to minScale; hits at or above
+	// hitRecovered grow it back by growStep, up to 1.
+	hitShortfall = 0.8
+	hitRecovered = 0.95
+	shrinkStep   = 0.85
+	growStep     = 1.1
+	minScale     = 0.25
+	// bytesPerToken is the prompt bytes per token assumed until measured.
+	bytesPerToken = 4
+)
+
+// calibrator learns each worker's prefill and decode cost, prompt bytes
+// per token, KV capacity and concurrency limit from its scraped counters and
+// from what the index predicted, and stores the result on the worker.
+type calibrator struct {
+	byID sync.Map // worker ID → *workerCal
+}
+
+// workerCal is the learning state of one worker.
+type workerCal struct {
+	mu        sync.Mutex
+	prev      *registry.Metrics // last snapshot folded in
+	hitBase   registry.Counters // counters at the last hit-ratio check
+	prefill   float64           // seconds per computed prompt token; 0 unknown
+	decode    float64           // seconds per output token; 0 unknown
+	bpt       float64           // prompt bytes per token; 0 unknown
+	scale     float64
+	hitRatio  float64
+	maxSeqs   int
+	sentBytes atomic.Int64 // prompt bytes routed here since the last prompt-token sample
+	predicted atomic.Int64 // prompt bytes the index said were cached here, since hitBase
+}
+
+func (c *calibrator) state(w *registry.Worker) *workerCal {
+	if v, ok := c.byID.Load(w.ID()); ok {
+		return v.(*workerCal)
+	}
+	v, _ := c.byID.LoadOrStore(w.ID(), &workerCal{scale: 1})
+	return v.(*workerCal)
+}
+
+func (c *calibrator) forget(w *registry.Worker) { c.byID.Delete(w.ID()) }
+
+// refresh folds w's metrics into its calibration when they are newer than
+// the last folded; a pick calls it for every candidate, and it costs one
+// atomic load when nothing changed.
+func (c *calibrator) refresh(w *registry.Worker) {
+	m := w.Metrics()
+	if m == nil {
+		return
+	}
+	if cur := w.Calibration(); cur != nil && !cur.Scraped.Before(m.Scraped) {
+		return
+	}
+	s := c.state(w)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.prev == m {
+		return
+	}
+	s.fold(m)
+	w.SetCalibration(s.snapshot(m))
+}
+
+// sent records a pick: prompt bytes routed to w, of which the index
+// predicted cachedBytes to be in its cache.
+func (c *calibrator) sent(w *registry.Worker, promptBytes, cachedBytes int) {
+	s := c.state(w)
+	s.sentBytes.Add(int64(promptBytes))
+	s.predicted.Add(int64(cachedBytes))
+}
+
+// fold takes the samples between s.prev and m. Called with s.mu held.
+func (s *workerCal) fold(m *registry.Metrics) {
+	prev := s.prev
+	s.prev = m
+	if m.Waiting > 0 && m.Running > s.maxSeqs {
+		s.maxSeqs = m.Running
+	}
+	if prev == nil {
+		s.hitBase = m.Counters
+		s.sentBytes.Store(0)
+		s.predicted.Store(0)
+		return
+	}
+	a, b := prev.Counters, m.Counters
+	queries := b.PrefixQueries - a.PrefixQueries
+	if b.PrefixQueries == 0 {
+		queries = b.PromptTokens - a.PromptTokens
+	}
+	hits := b.PrefixHits - a.PrefixHits
+	if queries < 0 || hits < 0 || b.PrefillSeconds < a.PrefillSeconds || b.DecodeSeconds < a.DecodeSeconds {
+		// A counter went back: the server restarted. Start over.
+		s.hitBase = b
+		s.sentBytes.Store(0)
+		s.predicted.Store(0)
+		return
+	}
+	if computed := queries - hits; computed >= minPrefillTokens && b.Prefills > a.Prefills {
+		s.prefill = ewma(s.prefill, (b.PrefillSeconds-a.PrefillSeconds)/computed)
+	}
+	if n := b.DecodeTokens - a.DecodeTokens; n >= minDecodeTokens {
+		s.decode = ewma(s.decode, (b.DecodeSeconds-a.DecodeSeconds)/n)
+	}
+	if queries >= minPromptTokens {
+		if sent := s.sentBytes.Swap(0); sent > 0 {
+			// Other clients of the server make the figure smaller, which
+			// only ever shrinks the capacity it implies.
+			s.bpt = ewma(s.bpt, min(16, max(1, float64(sent)/queries)))
+		}
+	}
+	s.checkHits(b)
+}
+
+// checkHits compares the server's prefix hits since the last check with
+// what the index predicted, once the prediction is large enough to judge.
+func (s *workerCal) checkHits(now registry.Counters) {
+	bpt := s.bytesPerToken()
+	predicted := float64(s.predicted.Load()) / bpt
+	if predicted < minPredicted || now.PrefixHits == 0 && now.PrefixQueries == 0 {
+		return
+	}
+	hits := now.PrefixHits - s.hitBase.PrefixHits
+	s.hitBase = now
+	s.predicted.Store(0)
+	s.hitRatio = hits / predicted
+	switch {
+	case s.hitRatio < hitShortfall:
+		s.scale = max(minScale, s.scale*shrinkStep)
+	case s.hitRatio >= hitRecovered:
+		s.scale = min(1, s.scale*growStep)
+	}
+}
+
+func (s *workerCal) bytesPerToken() float64 {
+	if s.bpt > 0 {
+		return s.bpt
+	}
+	return bytesPerToken
+}
+
+// snapshot is the calibration the cost model reads. Called with s.mu held.
+func (s *workerCal) snapshot(m *registry.Metrics) *registry.Calibration {
+	c := &registry.Calibration{
+		PrefillPerToken: seconds(s.prefill), DecodePerToken: seconds(s.decode),
+		BytesPerToken: s.bytesPerToken(), CapacityScale: s.scale, HitRatio: s.hitRatio,
+		MaxSeqs: s.maxSeqs, Scraped: m.Scraped,
+	}
+	if f, ok := blocksPerLoad(1, c); ok {
+		c.BlocksPerLoadScale = f
+	}
+	c.PrefillSource = source(s.prefill, "vllm:request_prefill_time_seconds / (prefix_cache_queries - hits)",
+		"none yet: the configured blocksPerLoad (or a stickier one) applies")
+	c.DecodeSource = source(s.decode, "vllm:inter_token_latency_seconds",
+		"none yet: the configured blocksPerLoad (or a stickier one) applies")
+	if s.maxSeqs > 0 {
+		c.MaxSeqsSource = "vllm:num_requests_running while requests wait"
+	} else {
+		c.MaxSeqsSource = "not learned: no queue seen"
+	}
+	if m.NumGPUBlocks > 0 && m.BlockSize > 0 {
+		tokens := float64(m.NumGPUBlocks) * float64(m.BlockSize)
+		c.CapacityBlocks = max(1, int(tokens*c.BytesPerToken*s.scale/prefix.BlockSize))
+		c.CapacitySource = "vllm:cache_config_info num_gpu_blocks × block_size"
+		if s.bpt == 0 {
+			c.CapacitySource += ", 4 bytes a token assumed"
+		}
+		if s.scale < 1 {
+			c.CapacitySource += ", shrunk: prefix hits below the index's prediction"
+		}
+	} else {
+		c.CapacitySource = "not reported: the index's default capacity"
+	}
+	return c
+}
+
+func source(v float64, from, missing string) string {
+	if v > 0 {
+		return from
+	}
+	return missing
+}
+
+func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
+
+func ewma(old, sample float64) float64 {
+	if math.IsNaN(sample) || math.IsInf(sample, 0) || sample <= 0 {
+		return old
+	}
+	if old == 0 {
+		return sample
+	}
+	return old + calibAlpha*(sample-old)
+}
+
+// blocksPerLoad is the calibrated exchange rate between uncached blocks and
+// load on a worker. With both costs measured it scales the configured rate
+// by how many decode steps a prefilled token costs relative to the servers
+// the constant was tuned on; with only the prefill cost measured it may
+// only grow stickier; with neither it is the configured rate, and
+// stickiest is the smallest rate calibrated in the pool, which applies to
+// uncalibrated workers when any worker has one (a missing signal falls
+// back to the stickier choice).
+func blocksPerLoad(cfg float64, c *registry.Calibration) (float64, bool) {
+	if c == nil || c.PrefillPerToken <= 0 {
+		return cfg, false
+	}
+	if c.DecodePerToken <= 0 {
+		ref := float64(refPrefill) / float64(c.PrefillPerToken)
+		return cfg * min(1, ref), true
+	}
+	ratio := (float64(refPrefill) / float64(refDecode)) / (float64(c.PrefillPerToken) / float64(c.DecodePerToken))
+	return cfg * min(4, max(1.0/32, ratio)), true
+}
+
+// queued is the extra load of a worker at its concurrency limit: a new
+// request waits for a slot behind every request beyond the limit, each as
+// costly as one in prefill.
+func queued(w *registry.Worker, c *registry.Calibration, prefillWeight float64) float64 {
+	if c == nil || c.MaxSeqs <= 0 {
+		return 0
+	}
+	over := w.InFlight() + 1 - int64(c.MaxSeqs)
+	if over <= 0 {
+		return 0
+	}
+	return prefillWeight * float64(over)
+}
+
+// poolRate is the rate for a worker without a calibrated one: the
+// smallest (stickiest) calibrated in the pick, or cfg when none is.
+func poolRate(cfg float64, cands []candidate) float64 {
+	rate := cfg
+	for i := range cands {
+		if r, ok := blocksPerLoad(cfg, cands[i].w.Calibration()); ok {
+			rate = min(rate, r)
+		}
+	}
+	return rate
+}
