@@ -55,17 +55,18 @@ type calibrator struct {
 
 // workerCal is the learning state of one worker.
 type workerCal struct {
-	mu        sync.Mutex
-	prev      *registry.Metrics // last snapshot folded in
-	hitBase   registry.Counters // counters at the last hit-ratio check
-	prefill   float64           // seconds per computed prompt token; 0 unknown
-	decode    float64           // seconds per output token; 0 unknown
-	bpt       float64           // prompt bytes per token; 0 unknown
-	scale     float64
-	hitRatio  float64
-	maxSeqs   int
-	sentBytes atomic.Int64 // prompt bytes routed here since the last prompt-token sample
-	predicted atomic.Int64 // prompt bytes the index said were cached here, since hitBase
+	mu   sync.Mutex
+	prev *registry.Metrics // last snapshot folded in
+	// Counters at the last sample of each figure.
+	prefillBase, decodeBase, promptBase, hitBase registry.Counters
+	prefill                                      float64 // seconds per computed prompt token; 0 unknown
+	decode                                       float64 // seconds per output token; 0 unknown
+	bpt                                          float64 // prompt bytes per token; 0 unknown
+	scale                                        float64
+	hitRatio                                     float64
+	maxSeqs                                      int
+	sentBytes                                    atomic.Int64 // prompt bytes routed here since the last prompt-token sample
+	predicted                                    atomic.Int64 // prompt bytes the index said were cached here, since hitBase
 }
 
 func (c *calibrator) state(w *registry.Worker) *workerCal {
@@ -107,46 +108,53 @@ func (c *calibrator) sent(w *registry.Worker, promptBytes, cachedBytes int) {
 	s.predicted.Add(int64(cachedBytes))
 }
 
-// fold takes the samples between s.prev and m. Called with s.mu held.
+// fold takes the samples m completes: each figure is sampled once its
+// counters moved enough since the last sample. Called with s.mu held.
 func (s *workerCal) fold(m *registry.Metrics) {
-	prev := s.prev
+	first := s.prev == nil
 	s.prev = m
 	if m.Waiting > 0 && m.Running > s.maxSeqs {
 		s.maxSeqs = m.Running
 	}
-	if prev == nil {
-		s.hitBase = m.Counters
+	b := m.Counters
+	if first || b.PrefixQueries < s.prefillBase.PrefixQueries || b.PrefixHits < s.prefillBase.PrefixHits ||
+		b.PromptTokens < s.prefillBase.PromptTokens || b.PrefillSeconds < s.prefillBase.PrefillSeconds ||
+		b.DecodeSeconds < s.decodeBase.DecodeSeconds || b.PrefixHits < s.hitBase.PrefixHits {
+		// The first snapshot, or a counter went back (the server
+		// restarted): start over from here.
+		s.prefillBase, s.decodeBase, s.promptBase, s.hitBase = b, b, b, b
 		s.sentBytes.Store(0)
 		s.predicted.Store(0)
 		return
 	}
-	a, b := prev.Counters, m.Counters
-	queries := b.PrefixQueries - a.PrefixQueries
-	if b.PrefixQueries == 0 {
-		queries = b.PromptTokens - a.PromptTokens
+	if a := s.prefillBase; b.Prefills > a.Prefills {
+		if computed := queried(b) - queried(a) - (b.PrefixHits - a.PrefixHits); computed >= minPrefillTokens {
+			s.prefill = ewma(s.prefill, (b.PrefillSeconds-a.PrefillSeconds)/computed)
+			s.prefillBase = b
+		}
 	}
-	hits := b.PrefixHits - a.PrefixHits
-	if queries < 0 || hits < 0 || b.PrefillSeconds < a.PrefillSeconds || b.DecodeSeconds < a.DecodeSeconds {
-		// A counter went back: the server restarted. Start over.
-		s.hitBase = b
-		s.sentBytes.Store(0)
-		s.predicted.Store(0)
-		return
+	if a := s.decodeBase; b.DecodeTokens-a.DecodeTokens >= minDecodeTokens {
+		s.decode = ewma(s.decode, (b.DecodeSeconds-a.DecodeSeconds)/(b.DecodeTokens-a.DecodeTokens))
+		s.decodeBase = b
 	}
-	if computed := queries - hits; computed >= minPrefillTokens && b.Prefills > a.Prefills {
-		s.prefill = ewma(s.prefill, (b.PrefillSeconds-a.PrefillSeconds)/computed)
-	}
-	if n := b.DecodeTokens - a.DecodeTokens; n >= minDecodeTokens {
-		s.decode = ewma(s.decode, (b.DecodeSeconds-a.DecodeSeconds)/n)
-	}
-	if queries >= minPromptTokens {
+	if q := queried(b) - queried(s.promptBase); q >= minPromptTokens {
 		if sent := s.sentBytes.Swap(0); sent > 0 {
 			// Other clients of the server make the figure smaller, which
 			// only ever shrinks the capacity it implies.
-			s.bpt = ewma(s.bpt, min(16, max(1, float64(sent)/queries)))
+			s.bpt = ewma(s.bpt, min(16, max(1, float64(sent)/q)))
 		}
+		s.promptBase = b
 	}
 	s.checkHits(b)
+}
+
+// queried is the prompt tokens looked up in the prefix cache, or the prompt
+// tokens when the server does not count lookups.
+func queried(c registry.Counters) float64 {
+	if c.PrefixQueries > 0 {
+		return c.PrefixQueries
+	}
+	return c.PromptTokens
 }
 
 // checkHits compares the server's prefix hits since the last check with

@@ -150,7 +150,7 @@ func TestScraperPresets(t *testing.T) {
 		page string
 		want registry.Metrics
 	}{
-		"vllm":         {kind: VLLM, page: pageWith(3, 7, 0.25), want: registry.Metrics{Waiting: 3, Running: 7, KVUsage: 0.25, BlockSize: 16, NumGPUBlocks: 27911,
+		"vllm": {kind: VLLM, page: pageWith(3, 7, 0.25), want: registry.Metrics{Waiting: 3, Running: 7, KVUsage: 0.25, BlockSize: 16, NumGPUBlocks: 27911,
 			Counters: registry.Counters(v1Counters(1))}},
 		"sglang":       {kind: SGLang, page: sglangCachePage, want: registry.Metrics{Waiting: 2, Running: 5, KVUsage: 0.28, BlockSize: 1, NumGPUBlocks: 215880}},
 		"trtllm-serve": {kind: TRTLLM, page: trtllmServePage, want: registry.Metrics{Waiting: 2, Running: 6, KVUsage: 0.3125, BlockSize: 32, NumGPUBlocks: 12850}},

@@ -1,0 +1,182 @@
+package policy
+
+import (
+	"testing"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/prefix"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// serverSide feeds a worker the metrics a model server would report as it
+// serves: cumulative counters advanced by each scrape.
+type serverSide struct {
+	w   *registry.Worker
+	m   registry.Metrics
+	clk *clock
+}
+
+func newServerSide(w *registry.Worker, clk *clock, blocks int) *serverSide {
+	s := &serverSide{w: w, clk: clk, m: registry.Metrics{BlockSize: 16, NumGPUBlocks: blocks}}
+	s.scrape()
+	return s
+}
+
+// serve advances the counters by requests that queried prompt tokens, hit
+// hits of them, prefilled the rest at prefill a token and decoded out
+// tokens at decode a token.
+func (s *serverSide) serve(requests int, prompt, hits float64, prefill, decode time.Duration, out float64) {
+	c := &s.m.Counters
+	c.PromptTokens += prompt
+	c.PrefixQueries += prompt
+	c.PrefixHits += hits
+	c.Prefills += float64(requests)
+	c.PrefillSeconds += (prompt - hits) * prefill.Seconds()
+	c.DecodeTokens += out
+	c.DecodeSeconds += out * decode.Seconds()
+}
+
+func (s *serverSide) scrape() {
+	s.clk.t = s.clk.t.Add(100 * time.Millisecond)
+	m := s.m
+	m.Scraped = s.clk.t
+	s.w.SetMetrics(&m)
+}
+
+func TestCalibrationLearnsServerCostsAndShowsSources(t *testing.T) {
+	reg, ws := pool(1)
+	clk := &clock{t: epoch}
+	p := build(t, Config{}, reg, clk)
+	srv := newServerSide(ws[0], clk, 272)
+	req := chat("sys", "q", 8000, 200)
+
+	pickOne(t, p, ws, req)
+	c := ws[0].Calibration()
+	if c == nil || c.PrefillPerToken != 0 || c.CapacityBlocks != 272*16*4/prefix.BlockSize {
+		t.Fatalf("before any traffic: calibration %+v, want no prefill figure and capacity from cache_config_info at 4 bytes a token", c)
+	}
+	for range 20 {
+		pickOne(t, p, ws, req) // 8,200 bytes routed a pick
+		srv.serve(1, 2050, 0, time.Millisecond, 25*time.Millisecond, 8)
+		srv.scrape()
+	}
+	pickOne(t, p, ws, req)
+	c = ws[0].Calibration()
+	if got := c.PrefillPerToken; got < 990*time.Microsecond || got > 1010*time.Microsecond {
+		t.Errorf("prefill per token = %v, want 1ms (%s)", got, c.PrefillSource)
+	}
+	if got := c.DecodePerToken; got < 24*time.Millisecond || got > 26*time.Millisecond {
+		t.Errorf("decode per token = %v, want 25ms (%s)", got, c.DecodeSource)
+	}
+	if c.BytesPerToken < 3.5 || c.BytesPerToken > 4.5 {
+		t.Errorf("bytes per token = %.2f, want about 8,200/2,050 = 4", c.BytesPerToken)
+	}
+	// 1 ms of prefill against 25 ms decode steps is 2.67× the reference
+	// 0.3/20: a miss weighs that much more.
+	if want := (0.3 / 20) / (1.0 / 25); c.BlocksPerLoadScale < want*0.95 || c.BlocksPerLoadScale > want*1.05 {
+		t.Errorf("blocksPerLoad scale = %.3f, want %.3f", c.BlocksPerLoadScale, want)
+	}
+	for _, s := range []string{c.PrefillSource, c.DecodeSource, c.CapacitySource, c.MaxSeqsSource} {
+		if s == "" {
+			t.Errorf("calibration %+v leaves a source empty", c)
+		}
+	}
+}
+
+// On a server whose prefix hits keep falling short of what the index
+// predicted (it evicts sooner than its reported capacity suggests), the
+// index is granted less capacity; it never grants more than the server's
+// KV tokens, and it grows back once the hits match again.
+func TestCapacityShrinksWhenPredictedHitsFail(t *testing.T) {
+	reg, ws := pool(1)
+	clk := &clock{t: epoch}
+	p := build(t, Config{}, reg, clk)
+	srv := newServerSide(ws[0], clk, 272)
+	req := chat("sys", "q", 8000, 200)
+	full := 272 * 16 * 4 / prefix.BlockSize
+
+	pickOne(t, p, ws, req) // cold: the index learns the prompt
+	for range 40 {
+		pickOne(t, p, ws, req) // the index predicts 125 blocks cached
+		srv.serve(1, 2050, 0, time.Millisecond, 20*time.Millisecond, 8)
+		srv.scrape()
+	}
+	pickOne(t, p, ws, req)
+	c := ws[0].Calibration()
+	if c.CapacityBlocks >= full || c.CapacityScale >= 1 {
+		t.Fatalf("no hits where the index predicted 125 blocks: capacity %d blocks (scale %.2f), want below %d (%s)",
+			c.CapacityBlocks, c.CapacityScale, full, c.CapacitySource)
+	}
+	shrunk := c.CapacityBlocks
+	for range 200 {
+		pickOne(t, p, ws, req)
+		srv.serve(1, 2050, 2000, time.Millisecond, 20*time.Millisecond, 8)
+		srv.scrape()
+	}
+	pickOne(t, p, ws, req)
+	c = ws[0].Calibration()
+	if c.CapacityBlocks <= shrunk || c.CapacityBlocks > full {
+		t.Errorf("hits back at the prediction: capacity %d blocks, want above %d and at most the server's %d", c.CapacityBlocks, shrunk, full)
+	}
+}
+
+func TestConcurrencyLimitLearnedFromQueue(t *testing.T) {
+	reg, ws := pool(1)
+	clk := &clock{t: epoch}
+	p := build(t, Config{}, reg, clk)
+	srv := newServerSide(ws[0], clk, 1000)
+	srv.m.Running, srv.m.Waiting = 3, 0
+	srv.scrape()
+	pickOne(t, p, ws, chat("a", "b", 100, 10))
+	if got := ws[0].Calibration().MaxSeqs; got != 0 {
+		t.Errorf("no queue seen: max seqs = %d, want 0 (unknown)", got)
+	}
+	srv.m.Running, srv.m.Waiting = 2, 4
+	srv.scrape()
+	pickOne(t, p, ws, chat("a", "b", 100, 10))
+	if got := ws[0].Calibration().MaxSeqs; got != 2 {
+		t.Errorf("2 running while 4 wait: max seqs = %d, want 2", got)
+	}
+}
+
+// A worker warm with a long prompt keeps it under a load that sends the
+// prompt elsewhere on the default constants, once its server reports that
+// prefill costs three times more per decode step than on the servers the
+// constants were tuned on.
+func TestSlowPrefillMakesCacheStickier(t *testing.T) {
+	req := chat("sys", "q", 8000, 200)
+	spills := func(calibrated bool) bool {
+		reg, ws := pool(2)
+		clk := &clock{t: epoch}
+		p := build(t, Config{}, reg, clk)
+		srvs := []*serverSide{newServerSide(ws[0], clk, 5000), newServerSide(ws[1], clk, 5000)}
+		pickOne(t, p, ws, chat("other", "q", 100, 10)) // the first look at the counters
+		if calibrated {
+			for range 10 {
+				for _, s := range srvs {
+					s.serve(1, 2050, 0, 900*time.Microsecond, 20*time.Millisecond, 8)
+					s.scrape()
+				}
+			}
+		}
+		first := pickOne(t, p, ws, req)
+		admit(t, first, 10) // 10 requests in prefill: load 20
+		return pickOne(t, p, ws, req) != first
+	}
+	if !spills(false) {
+		t.Fatalf("default constants: a load of 20 does not spill a 125-block prompt (the premise of this test)")
+	}
+	if spills(true) {
+		t.Errorf("prefill at 0.9 ms against 20 ms decode: the prompt spilled at a load of 20, want it kept")
+	}
+}
+
+// pickOne returns the primary p picks for req among ws.
+func pickOne(t *testing.T, p Policy, ws []*registry.Worker, req *Request) *registry.Worker {
+	t.Helper()
+	got, err := p.Pick(req, ws, 1)
+	if err != nil {
+		t.Fatalf("Pick: %v", err)
+	}
+	return got[0]
+}
