@@ -35,6 +35,7 @@ type WorkerView struct {
 // each figure with the signal it came from.
 type CalibrationView struct {
 	PrefillUSPerToken  float64 `json:"prefillUsPerToken"`
+	MeanPrefillMS      float64 `json:"meanPrefillMs"`
 	PrefillSource      string  `json:"prefillSource"`
 	DecodeMSPerToken   float64 `json:"decodeMsPerToken"`
 	DecodeSource       string  `json:"decodeSource"`
@@ -51,6 +52,7 @@ type CalibrationView struct {
 func calibrationView(c *registry.Calibration) *CalibrationView {
 	return &CalibrationView{
 		PrefillUSPerToken: float64(c.PrefillPerToken) / float64(time.Microsecond), PrefillSource: c.PrefillSource,
+		MeanPrefillMS:    float64(c.MeanPrefill) / float64(time.Millisecond),
 		DecodeMSPerToken: float64(c.DecodePerToken) / float64(time.Millisecond), DecodeSource: c.DecodeSource,
 		BlocksPerLoadScale: c.BlocksPerLoadScale, BytesPerToken: c.BytesPerToken,
 		CapacityBlocks: c.CapacityBlocks, CapacityScale: c.CapacityScale, CapacitySource: c.CapacitySource,

@@ -31,16 +31,14 @@ func (c *cacheAware) rank(e *engine, p *pick) {
 	// Cost: the work queued ahead plus the prefill this request brings,
 	// counting only the blocks the worker does not hold.
 	// Calibrated per worker (calibrate.go).
-	stickiest := poolRate(c.cfg.BlocksPerLoad, p.cands)
+	stickiest := poolRate(c.cfg.BlocksPerLoad, e.cfg.PrefillWeight, p.cands)
 	for i := range p.cands {
 		cd := &p.cands[i]
-		rate, cal := c.cfg.BlocksPerLoad, cd.w.Calibration()
-		if r, ok := blocksPerLoad(rate, cal); ok {
-			rate = r
-		} else {
+		rate, ok := blocksPerLoad(c.cfg.BlocksPerLoad, e.cfg.PrefillWeight, cd.w.Calibration())
+		if !ok {
 			rate = stickiest
 		}
-		cd.cost = cd.load + queued(cd.w, cal, e.cfg.PrefillWeight) + float64(p.blocks-cd.matched)/rate
+		cd.cost = cd.load + float64(p.blocks-cd.matched)/rate
 	}
 }
 

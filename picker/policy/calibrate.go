@@ -10,17 +10,6 @@ import (
 	"github.com/inferpick/inferpick/picker/registry"
 )
 
-// The cost model's constants were tuned on servers that prefill a token in
-// refPrefill and step decoding in refDecode. A server whose prefill costs
-// more decode steps per token makes a cache miss dearer in units of load,
-// so BlocksPerLoad shrinks in proportion: calibrated, it is
-// BlocksPerLoad × (refPrefill/refDecode) / (prefill/decode). The ratio of two
-// wall times is free of any time scale the servers run at.
-const (
-	refPrefill = 300 * time.Microsecond
-	refDecode  = 20 * time.Millisecond
-)
-
 // Calibration bounds and rates.
 const (
 	// calibAlpha is the weight of a new sample in the moving averages: a
@@ -30,10 +19,11 @@ const (
 	// smallest counts a sample is taken from.
 	minPrefillTokens = 256
 	minDecodeTokens  = 16
-	minPromptTokens  = 256
+	minPromptTokens  = 16384
 	// minPredicted is the predicted prefix hits, in tokens, a hit-ratio
-	// check waits for.
-	minPredicted = 2048
+	// check waits for: enough requests that the ones in flight at either
+	// end of the window weigh little.
+	minPredicted = 16384
 	// hitShortfall: hits below this share of the prediction shrink the
 	// capacity by shrinkStep, down to minScale; hits at or above
 	// hitRecovered grow it back by growStep, up to 1.
@@ -42,7 +32,9 @@ const (
 	shrinkStep   = 0.85
 	growStep     = 1.1
 	minScale     = 0.25
-	// bytesPerToken is the prompt bytes per token assumed until measured.
+	// bytesPerToken is the prompt bytes per token assumed until measured,
+	// and the most the capacity is computed with: a measured figure only
+	// ever shrinks it.
 	bytesPerToken = 4
 )
 
@@ -60,6 +52,7 @@ type workerCal struct {
 	// Counters at the last sample of each figure.
 	prefillBase, decodeBase, promptBase, hitBase registry.Counters
 	prefill                                      float64 // seconds per computed prompt token; 0 unknown
+	meanPrefill                                  float64 // seconds of prefill per request; 0 unknown
 	decode                                       float64 // seconds per output token; 0 unknown
 	bpt                                          float64 // prompt bytes per token; 0 unknown
 	scale                                        float64
@@ -112,10 +105,13 @@ func (c *calibrator) sent(w *registry.Worker, promptBytes, cachedBytes int) {
 // counters moved enough since the last sample. Called with s.mu held.
 func (s *workerCal) fold(m *registry.Metrics) {
 	first := s.prev == nil
-	s.prev = m
-	if m.Waiting > 0 && m.Running > s.maxSeqs {
-		s.maxSeqs = m.Running
+	// Requests waiting at two scrapes in a row with as many running: the
+	// server holds no more at once. (One waiting request may only be
+	// waiting for the next step.)
+	if prev := s.prev; prev != nil && m.Waiting > 0 && prev.Waiting > 0 && m.Running == prev.Running {
+		s.maxSeqs = max(s.maxSeqs, m.Running)
 	}
+	s.prev = m
 	b := m.Counters
 	if first || b.PrefixQueries < s.prefillBase.PrefixQueries || b.PrefixHits < s.prefillBase.PrefixHits ||
 		b.PromptTokens < s.prefillBase.PromptTokens || b.PrefillSeconds < s.prefillBase.PrefillSeconds ||
@@ -130,6 +126,7 @@ func (s *workerCal) fold(m *registry.Metrics) {
 	if a := s.prefillBase; b.Prefills > a.Prefills {
 		if computed := queried(b) - queried(a) - (b.PrefixHits - a.PrefixHits); computed >= minPrefillTokens {
 			s.prefill = ewma(s.prefill, (b.PrefillSeconds-a.PrefillSeconds)/computed)
+			s.meanPrefill = ewma(s.meanPrefill, (b.PrefillSeconds-a.PrefillSeconds)/(b.Prefills-a.Prefills))
 			s.prefillBase = b
 		}
 	}
@@ -191,7 +188,8 @@ func (s *workerCal) snapshot(m *registry.Metrics) *registry.Calibration {
 		BytesPerToken: s.bytesPerToken(), CapacityScale: s.scale, HitRatio: s.hitRatio,
 		MaxSeqs: s.maxSeqs, Scraped: m.Scraped,
 	}
-	if f, ok := blocksPerLoad(1, c); ok {
+	c.MeanPrefill = seconds(s.meanPrefill)
+	if f, ok := blocksPerLoad(1, DefaultPrefillWeight, c); ok {
 		c.BlocksPerLoadScale = f
 	}
 	c.PrefillSource = source(s.prefill, "vllm:request_prefill_time_seconds / (prefix_cache_queries - hits)",
@@ -205,10 +203,12 @@ func (s *workerCal) snapshot(m *registry.Metrics) *registry.Calibration {
 	}
 	if m.NumGPUBlocks > 0 && m.BlockSize > 0 {
 		tokens := float64(m.NumGPUBlocks) * float64(m.BlockSize)
-		c.CapacityBlocks = max(1, int(tokens*c.BytesPerToken*s.scale/prefix.BlockSize))
+		c.CapacityBlocks = max(1, int(tokens*min(c.BytesPerToken, bytesPerToken)*s.scale/prefix.BlockSize))
 		c.CapacitySource = "vllm:cache_config_info num_gpu_blocks × block_size"
-		if s.bpt == 0 {
-			c.CapacitySource += ", 4 bytes a token assumed"
+		if s.bpt == 0 || s.bpt > bytesPerToken {
+			c.CapacitySource += ", at most 4 bytes a token"
+		} else {
+			c.CapacitySource += ", measured bytes a token"
 		}
 		if s.scale < 1 {
 			c.CapacitySource += ", shrunk: prefix hits below the index's prediction"
@@ -239,45 +239,30 @@ func ewma(old, sample float64) float64 {
 }
 
 // blocksPerLoad is the calibrated exchange rate between uncached blocks and
-// load on a worker. With both costs measured it scales the configured rate
-// by how many decode steps a prefilled token costs relative to the servers
-// the constant was tuned on; with only the prefill cost measured it may
-// only grow stickier; with neither it is the configured rate, and
-// stickiest is the smallest rate calibrated in the pool, which applies to
-// uncalibrated workers when any worker has one (a missing signal falls
-// back to the stickier choice).
-func blocksPerLoad(cfg float64, c *registry.Calibration) (float64, bool) {
-	if c == nil || c.PrefillPerToken <= 0 {
+// load on a worker, from a time model of the wait: a request in prefill
+// ahead costs the server's mean prefill time (PrefillWeight units of load),
+// and an uncached block costs its tokens × the prefill time per token. The
+// rate is then the mean prefill time over PrefillWeight × a block's prefill
+// time; prefill speed cancels out, and what is left is how many tokens the
+// server computes for the requests it prefills. It is bounded by cfg/4 and
+// cfg: never less sticky than configured. Without the figures it is cfg,
+// and poolRate gives uncalibrated workers the stickiest rate of the pool (a
+// missing signal falls back to the stickier choice).
+func blocksPerLoad(cfg, prefillWeight float64, c *registry.Calibration) (float64, bool) {
+	if c == nil || c.PrefillPerToken <= 0 || c.MeanPrefill <= 0 || prefillWeight <= 0 {
 		return cfg, false
 	}
-	if c.DecodePerToken <= 0 {
-		ref := float64(refPrefill) / float64(c.PrefillPerToken)
-		return cfg * min(1, ref), true
-	}
-	ratio := (float64(refPrefill) / float64(refDecode)) / (float64(c.PrefillPerToken) / float64(c.DecodePerToken))
-	return cfg * min(4, max(1.0/32, ratio)), true
-}
-
-// queued is the extra load of a worker at its concurrency limit: a new
-// request waits for a slot behind every request beyond the limit, each as
-// costly as one in prefill.
-func queued(w *registry.Worker, c *registry.Calibration, prefillWeight float64) float64 {
-	if c == nil || c.MaxSeqs <= 0 {
-		return 0
-	}
-	over := w.InFlight() + 1 - int64(c.MaxSeqs)
-	if over <= 0 {
-		return 0
-	}
-	return prefillWeight * float64(over)
+	blockTokens := prefix.BlockSize / min(c.BytesPerToken, bytesPerToken)
+	rate := float64(c.MeanPrefill) / (prefillWeight * blockTokens * float64(c.PrefillPerToken))
+	return min(cfg, max(cfg/4, rate)), true
 }
 
 // poolRate is the rate for a worker without a calibrated one: the
 // smallest (stickiest) calibrated in the pick, or cfg when none is.
-func poolRate(cfg float64, cands []candidate) float64 {
+func poolRate(cfg, prefillWeight float64, cands []candidate) float64 {
 	rate := cfg
 	for i := range cands {
-		if r, ok := blocksPerLoad(cfg, cands[i].w.Calibration()); ok {
+		if r, ok := blocksPerLoad(cfg, prefillWeight, cands[i].w.Calibration()); ok {
 			rate = min(rate, r)
 		}
 	}

@@ -9,13 +9,16 @@ import "time"
 type Calibration struct {
 	// PrefillPerToken is the wall time to prefill one uncached prompt token.
 	PrefillPerToken time.Duration
-	PrefillSource   string
+	// MeanPrefill is the mean prefill time of a request.
+	MeanPrefill   time.Duration
+	PrefillSource string
 	// DecodePerToken is the wall time between two output tokens.
 	DecodePerToken time.Duration
 	DecodeSource   string
 	// BlocksPerLoadScale is the factor the cost model applies to its
-	// configured exchange rate between uncached prompt blocks and load,
-	// from the two figures above; 0 when they are not known.
+	// configured exchange rate between uncached prompt blocks and load
+	// (with the default prefill weight), from the prefill figures; 0 when
+	// they are not known.
 	BlocksPerLoadScale float64
 	// BytesPerToken is prompt bytes sent per prompt token the server
 	// counted.
