@@ -22,7 +22,7 @@ type cacheAware struct {
 	cfg CacheAwareConfig
 }
 
-func (c *cacheAware) rank(e *engine, p *pick) {
+func (c *cacheAware) rank(_ *engine, p *pick) {
 	c.match(p)
 	if c.cfg.Mode == ModeThreshold {
 		c.rankThreshold(p)
@@ -30,15 +30,9 @@ func (c *cacheAware) rank(e *engine, p *pick) {
 	}
 	// Cost: the work queued ahead plus the prefill this request brings,
 	// counting only the blocks the worker does not hold.
-	// Calibrated per worker (calibrate.go).
-	stickiest := poolRate(c.cfg.BlocksPerLoad, e.cfg.PrefillWeight, p.cands)
 	for i := range p.cands {
 		cd := &p.cands[i]
-		rate, ok := blocksPerLoad(c.cfg.BlocksPerLoad, e.cfg.PrefillWeight, cd.w.Calibration())
-		if !ok {
-			rate = stickiest
-		}
-		cd.cost = cd.load + float64(p.blocks-cd.matched)/rate
+		cd.cost = cd.load + float64(p.blocks-cd.matched)/c.cfg.BlocksPerLoad
 	}
 }
 

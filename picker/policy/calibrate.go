@@ -245,9 +245,11 @@ func ewma(old, sample float64) float64 {
 // rate is then the mean prefill time over PrefillWeight × a block's prefill
 // time; prefill speed cancels out, and what is left is how many tokens the
 // server computes for the requests it prefills. It is bounded by cfg/4 and
-// cfg: never less sticky than configured. Without the figures it is cfg,
-// and poolRate gives uncalibrated workers the stickiest rate of the pool (a
-// missing signal falls back to the stickier choice).
+// cfg: never less sticky than configured. Without the figures it is cfg.
+// It is shown in /debug/workers and not yet applied to picks: applied, it
+// piled bursts and multi-turn sessions onto their warm worker, because a
+// request ahead costs more than its prefill (it holds a running slot and
+// decode steps), which the model leaves out.
 func blocksPerLoad(cfg, prefillWeight float64, c *registry.Calibration) (float64, bool) {
 	if c == nil || c.PrefillPerToken <= 0 || c.MeanPrefill <= 0 || prefillWeight <= 0 {
 		return cfg, false
@@ -255,16 +257,4 @@ func blocksPerLoad(cfg, prefillWeight float64, c *registry.Calibration) (float64
 	blockTokens := prefix.BlockSize / min(c.BytesPerToken, bytesPerToken)
 	rate := float64(c.MeanPrefill) / (prefillWeight * blockTokens * float64(c.PrefillPerToken))
 	return min(cfg, max(cfg/4, rate)), true
-}
-
-// poolRate is the rate for a worker without a calibrated one: the
-// smallest (stickiest) calibrated in the pick, or cfg when none is.
-func poolRate(cfg, prefillWeight float64, cands []candidate) float64 {
-	rate := cfg
-	for i := range cands {
-		if r, ok := blocksPerLoad(cfg, prefillWeight, cands[i].w.Calibration()); ok {
-			rate = min(rate, r)
-		}
-	}
-	return rate
 }

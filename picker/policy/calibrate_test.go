@@ -152,38 +152,6 @@ func TestConcurrencyLimitLearnedFromQueue(t *testing.T) {
 	}
 }
 
-// A worker warm with a long prompt keeps it under a load that sends the
-// prompt elsewhere on the default constants, once its server reports that
-// the requests it serves prefill little (they are mostly cache hits): a
-// request ahead then costs little next to the prompt's prefill.
-func TestShortPrefillsMakeCacheStickier(t *testing.T) {
-	req := chat("sys", "q", 8000, 200)
-	spills := func(calibrated bool) bool {
-		reg, ws := pool(2)
-		clk := &clock{t: epoch}
-		p := build(t, Config{}, reg, clk)
-		srvs := []*serverSide{newServerSide(ws[0], clk, 5000), newServerSide(ws[1], clk, 5000)}
-		pickOne(t, p, ws, chat("other", "q", 100, 10)) // the first look at the counters
-		if calibrated {
-			for range 10 {
-				for _, s := range srvs {
-					s.serve(1, 2050, 1950, time.Millisecond, 20*time.Millisecond, 8)
-					s.scrape()
-				}
-			}
-		}
-		first := pickOne(t, p, ws, req)
-		admit(t, first, 10) // 10 requests in prefill: load 20
-		return pickOne(t, p, ws, req) != first
-	}
-	if !spills(false) {
-		t.Fatalf("default constants: a load of 20 does not spill a 125-block prompt (the premise of this test)")
-	}
-	if spills(true) {
-		t.Errorf("100 tokens prefilled a request: the prompt spilled at a load of 20, want it kept")
-	}
-}
-
 // pickOne returns the primary p picks for req among ws.
 func pickOne(t *testing.T, p Policy, ws []*registry.Worker, req *Request) *registry.Worker {
 	t.Helper()
