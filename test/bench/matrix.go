@@ -110,7 +110,8 @@ func matrixBench(ctx context.Context, bins routing.Binaries, quick bool) ([]matr
 	for _, cell := range matrixCells(quick) {
 		for _, w := range matrixWorkloads() {
 			run := matrixRun{Cell: cell, Workload: w.Name, Results: map[string]*routing.Result{}}
-			for _, p := range matrixPolicies {
+			for i := range matrixPolicies {
+				p := &matrixPolicies[i]
 				if w.Name == "no-sharing@4" && p.Label != "cache-aware" && p.Label != "least-load" {
 					continue
 				}
@@ -137,23 +138,23 @@ func matrixBench(ctx context.Context, bins routing.Binaries, quick bool) ([]matr
 	return out, nil
 }
 
-// bestHit is the matrix's oracle for a run: the unbounded-cache oracle
+// oracle is the matrix's oracle for a run: the unbounded-cache oracle
 // when the pool's caches together hold every distinct prompt, else the best
 // hit rate any policy reached in the cell, since with fewer slots than
 // prompts no router reaches the unbounded figure and the best achieved is
 // the only reachable bound known.
 func (m matrixRun) oracle() float64 {
-	var any *routing.Result
+	var some *routing.Result
 	best := 0.0
 	for _, r := range m.Results {
-		any = r
+		some = r
 		best = max(best, r.HitRate)
 	}
-	if any == nil {
+	if some == nil {
 		return 0
 	}
 	if m.Cell.Cache*8 >= 16 {
-		return any.Oracle
+		return some.Oracle
 	}
 	return best
 }
@@ -298,9 +299,9 @@ func reproWorkload() *routing.Workload {
 // reproBench runs the tight-cache setting under the matrix policies.
 func reproBench(ctx context.Context, bins routing.Binaries, only string) ([]*routing.Result, error) {
 	var pols []routing.Policy
-	for _, p := range matrixPolicies {
-		if only == "" || strings.Contains(","+only+",", ","+p.Label+",") {
-			pols = append(pols, p)
+	for i := range matrixPolicies {
+		if only == "" || strings.Contains(","+only+",", ","+matrixPolicies[i].Label+",") {
+			pols = append(pols, matrixPolicies[i])
 		}
 	}
 	w := reproWorkload()
