@@ -161,3 +161,44 @@ func pickOne(t *testing.T, p Policy, ws []*registry.Worker, req *Request) *regis
 	}
 	return got[0]
 }
+
+// With prefixes being reused, a prompt no worker holds goes to a worker
+// whose cache has room rather than to an equally idle one that would have
+// to evict a prompt it holds; with nothing reused, load alone decides.
+func TestMissGoesWhereItEvictsNothing(t *testing.T) {
+	reg, ws := pool(2)
+	clk := &clock{t: epoch}
+	p := build(t, Config{}, reg, clk)
+	// Each server holds about two 8,200-byte prompts (272 × 16 tokens).
+	newServerSide(ws[0], clk, 272)
+	newServerSide(ws[1], clk, 272)
+	a, b, c := chat("a", "q", 8000, 200), chat("b", "q", 8000, 200), chat("c", "q", 8000, 200)
+	first := pickOne(t, p, ws, a)
+	other := ws[0]
+	if first == ws[0] {
+		other = ws[1]
+	}
+	// b lands where a is not (the holder of a would evict nothing, but
+	// the index has seen no reuse yet); then reuse a and b.
+	g := first.Admit()
+	if got := pickOne(t, p, ws, b); got != other {
+		t.Fatalf("b went to %s, want the idle %s", got.Address(), other.Address())
+	}
+	g.Release()
+	for range 5 {
+		pickOne(t, p, ws, a)
+		pickOne(t, p, ws, b)
+	}
+	// other holds b and has room for c; fill first with a second prompt
+	// so that c would evict there.
+	d := chat("d", "q", 8000, 200)
+	reg2 := []*registry.Worker{first}
+	pickOne(t, p, reg2, d)
+	pickOne(t, p, reg2, a)
+	// A request in flight on other: on load alone c would go to first.
+	admit(t, other, 1)
+	got := pickOne(t, p, ws, c)
+	if got != other {
+		t.Errorf("c went to %s, which holds two prompts and would evict one; want %s, which has room (one request in flight)", got.Address(), other.Address())
+	}
+}
