@@ -34,6 +34,11 @@ func TestWorkersHandler(t *testing.T) {
 	g := a.Admit()
 	g.FirstToken()
 	a.Admit()
+	a.SetCalibration(&registry.Calibration{
+		PrefillPerToken: 1500 * time.Microsecond, MeanPrefill: 90 * time.Millisecond, PrefillSource: "prefill histogram",
+		DecodeSource: "none yet", BlocksPerLoadScale: 0.5, BytesPerToken: 4, CapacityBlocks: 80, CapacityScale: 0.8,
+		CapacitySource: "cache_config_info, shrunk", HitRatio: 0.6, MaxSeqs: 2, MaxSeqsSource: "queue",
+	})
 	reg.MarkSynced()
 
 	srv := httptest.NewServer(WorkersHandler(reg, testingclock.NewFakePassiveClock(now)))
@@ -50,7 +55,10 @@ func TestWorkersHandler(t *testing.T) {
 	waiting, running, kv, age := 3, 2, 0.5, int64(250)
 	want := WorkersView{Synced: true, Workers: []WorkerView{
 		{Name: "pod-a", Namespace: "ns", UID: "a", Address: "127.0.0.1:8000", Load: 2, Prefill: 1, Decode: 1,
-			Waiting: &waiting, Running: &running, KVUsage: &kv, KVBlocks: 100, BlockSize: 16, MetricsAgeMS: &age},
+			Waiting: &waiting, Running: &running, KVUsage: &kv, KVBlocks: 100, BlockSize: 16, MetricsAgeMS: &age,
+			Calibration: &CalibrationView{PrefillUSPerToken: 1500, MeanPrefillMS: 90, PrefillSource: "prefill histogram",
+				DecodeSource: "none yet", BlocksPerLoadScale: 0.5, BytesPerToken: 4, CapacityBlocks: 80, CapacityScale: 0.8,
+				CapacitySource: "cache_config_info, shrunk", HitRatio: 0.6, MaxSeqs: 2, MaxSeqsSource: "queue"}},
 		{Name: "pod-b", Namespace: "ns", UID: "b", Address: "127.0.0.2:8000"},
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {

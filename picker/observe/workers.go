@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // WorkerView is one worker as /debug/workers shows it.
@@ -31,6 +33,38 @@ type WorkerView struct {
 	Models       []string `json:"models,omitempty"`
 	LoRAAdapters []string `json:"loraAdapters,omitempty"`
 	MaxLoRA      int      `json:"maxLora,omitempty"`
+	// Calibration is what the policy learned of the worker's model
+	// server; absent for policies that keep no prefix index.
+	Calibration *CalibrationView `json:"calibration,omitempty"`
+}
+
+// CalibrationView is a worker's calibration as /debug/workers shows it:
+// each figure with the signal it came from.
+type CalibrationView struct {
+	PrefillUSPerToken  float64 `json:"prefillUsPerToken"`
+	MeanPrefillMS      float64 `json:"meanPrefillMs"`
+	PrefillSource      string  `json:"prefillSource"`
+	DecodeMSPerToken   float64 `json:"decodeMsPerToken"`
+	DecodeSource       string  `json:"decodeSource"`
+	BlocksPerLoadScale float64 `json:"blocksPerLoadScale"`
+	BytesPerToken      float64 `json:"bytesPerToken"`
+	CapacityBlocks     int     `json:"capacityBlocks"`
+	CapacityScale      float64 `json:"capacityScale"`
+	CapacitySource     string  `json:"capacitySource"`
+	HitRatio           float64 `json:"prefixHitsOverPredicted"`
+	MaxSeqs            int     `json:"maxNumSeqs"`
+	MaxSeqsSource      string  `json:"maxNumSeqsSource"`
+}
+
+func calibrationView(c *registry.Calibration) *CalibrationView {
+	return &CalibrationView{
+		PrefillUSPerToken: float64(c.PrefillPerToken) / float64(time.Microsecond), PrefillSource: c.PrefillSource,
+		MeanPrefillMS:    float64(c.MeanPrefill) / float64(time.Millisecond),
+		DecodeMSPerToken: float64(c.DecodePerToken) / float64(time.Millisecond), DecodeSource: c.DecodeSource,
+		BlocksPerLoadScale: c.BlocksPerLoadScale, BytesPerToken: c.BytesPerToken,
+		CapacityBlocks: c.CapacityBlocks, CapacityScale: c.CapacityScale, CapacitySource: c.CapacitySource,
+		HitRatio: c.HitRatio, MaxSeqs: c.MaxSeqs, MaxSeqsSource: c.MaxSeqsSource,
+	}
 }
 
 // WorkersView is the /debug/workers document.
@@ -64,6 +98,9 @@ func Snapshot(reg SyncedWorkers, now time.Time) WorkersView {
 			if l := m.LoRA; l != nil {
 				wv.LoRAAdapters, wv.MaxLoRA = l.Active, l.Max
 			}
+		}
+		if c := w.Calibration(); c != nil {
+			wv.Calibration = calibrationView(c)
 		}
 		v.Workers = append(v.Workers, wv)
 	}

@@ -30,10 +30,13 @@ func (c *cacheAware) rank(_ *engine, p *pick) {
 		return
 	}
 	// Cost: the work queued ahead plus the prefill this request brings,
-	// counting only the blocks the worker does not hold.
+	// counting only the blocks the worker does not hold, and the blocks
+	// they would evict from a full worker (calibrate.go).
+	reuse := c.ix.HitRatio()
 	for i := range p.cands {
 		cd := &p.cands[i]
-		cd.cost = cd.load + float64(p.blocks-cd.matched)/c.cfg.BlocksPerLoad + c.lora.cost(p, cd, c.cfg.AdapterLoadCost)
+		uncached := p.blocks - cd.matched
+		cd.cost = cd.load + (float64(uncached)+c.evicted(cd.w, uncached, reuse))/c.cfg.BlocksPerLoad + c.lora.cost(p, cd, c.cfg.AdapterLoadCost)
 	}
 }
 

@@ -194,10 +194,14 @@ func contains(ws []*registry.Worker, w *registry.Worker) bool {
 }
 
 // capacityBlocks is the worker's KV capacity in prefix blocks: its KV blocks
-// × tokens per block × about 4 bytes of prompt per token; 0 when unknown
-// (the index then uses its default). Metrics of any age will do: the
-// capacity is configuration, not load.
+// × tokens per block × the prompt bytes per token, as calibrated (see
+// calibrate.go), else assuming about 4 bytes a token; 0 when unknown (the
+// index then uses its default). Metrics of any age will do: the capacity is
+// configuration, not load.
 func capacityBlocks(w *registry.Worker) int {
+	if c := w.Calibration(); c != nil && c.CapacityBlocks > 0 {
+		return c.CapacityBlocks
+	}
 	m := w.Metrics()
 	if m == nil || m.NumGPUBlocks <= 0 || m.BlockSize <= 0 {
 		return 0

@@ -10,6 +10,7 @@ import (
 // it leaves.
 type indexed struct {
 	ix      *prefix.Index
+	cal     *calibrator
 	matched func(matched, total int) // nil: nobody asked
 }
 
@@ -19,18 +20,28 @@ func newIndexed(cfg IndexConfig, reg *registry.Registry, matched func(matched, t
 		prefix.WithMaxHolders(cfg.MaxHolders),
 		prefix.WithMaxBlocks(cfg.MaxBlocks),
 	)
-	reg.AddListener(indexListener{ix})
-	return indexed{ix: ix, matched: matched}
+	cal := &calibrator{}
+	reg.AddListener(indexListener{ix, cal})
+	return indexed{ix: ix, cal: cal, matched: matched}
 }
 
 // indexListener keeps the index's worker set equal to the registry's.
-type indexListener struct{ ix *prefix.Index }
+type indexListener struct {
+	ix  *prefix.Index
+	cal *calibrator
+}
 
-func (l indexListener) WorkerAdded(w *registry.Worker)   { l.ix.AddWorker(w.ID()) }
-func (l indexListener) WorkerRemoved(w *registry.Worker) { l.ix.RemoveWorker(w.ID()) }
+func (l indexListener) WorkerAdded(w *registry.Worker) { l.ix.AddWorker(w.ID()) }
+func (l indexListener) WorkerRemoved(w *registry.Worker) {
+	l.ix.RemoveWorker(w.ID())
+	l.cal.forget(w)
+}
 
 // match hashes the prompt once and sets each candidate's matched blocks.
 func (x indexed) match(p *pick) {
+	for i := range p.cands {
+		x.cal.refresh(p.cands[i].w)
+	}
 	p.hashes = x.ix.Hashes(p.hashes, p.req.Model, p.req.CacheSalt, p.req.Prompt)
 	p.blocks = len(p.hashes)
 	ms := x.ix.Match(p.hashes, &p.scratch)
@@ -68,6 +79,15 @@ func (x indexed) match(p *pick) {
 // chose records that the primary now holds the prompt.
 func (x indexed) chose(_ *engine, p *pick, primary *registry.Worker) {
 	x.ix.Insert(primary.ID(), capacityBlocks(primary), p.hashes)
+	n := 0
+	for _, seg := range p.req.Prompt {
+		n += len(seg)
+	}
+	cached := 0
+	if len(p.cands) > 0 && p.cands[0].w == primary { // cheapest put the primary first
+		cached = p.cands[0].matched * prefix.BlockSize
+	}
+	x.cal.sent(primary, n, cached)
 }
 
 // Observe records that served, not the primary, holds the prompt now.

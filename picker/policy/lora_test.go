@@ -30,7 +30,7 @@ func adaptersOf(parent string, names ...string) []registry.Adapter {
 	return out
 }
 
-func pickOne(t *testing.T, p Policy, model string, ws []*registry.Worker) *registry.Worker {
+func pickModel(t *testing.T, p Policy, model string, ws []*registry.Worker) *registry.Worker {
 	t.Helper()
 	got, err := p.Pick(&Request{Model: model, Prompt: [][]byte{[]byte("hello")}}, ws, 1)
 	if err != nil {
@@ -64,7 +64,7 @@ func TestLoRAAffinityPrefersWhereTheAdapterRuns(t *testing.T) {
 			// elsewhere costs more.
 			holdDecode(t, ws[2], 1)
 			for i := range 5 {
-				if got := pickOne(t, p, "a", ws); got != ws[2] {
+				if got := pickModel(t, p, "a", ws); got != ws[2] {
 					t.Fatalf("pick %d of adapter a went to %s, want %s where it runs", i, got.Address(), ws[2].Address())
 				}
 			}
@@ -78,7 +78,7 @@ func TestLoRAAffinityPrefersAFreeSlot(t *testing.T) {
 	loraWorker(ws[1], epoch, 2, "c")
 	loraWorker(ws[2], epoch, 2, "c", "d")
 	p := build(t, Config{}, reg, nil)
-	if got := pickOne(t, p, "z", ws); got != ws[1] {
+	if got := pickModel(t, p, "z", ws); got != ws[1] {
 		t.Errorf("adapter z went to %s, want %s, the only worker with a free slot", got.Address(), ws[1].Address())
 	}
 }
@@ -94,7 +94,7 @@ func TestLoRAAffinityHotAdapterSpreads(t *testing.T) {
 	used := map[string]int{}
 	var first *registry.Worker
 	for i := range 40 {
-		got := pickOne(t, p, "hot", ws)
+		got := pickModel(t, p, "hot", ws)
 		if i == 0 {
 			first = got
 		}
@@ -119,14 +119,14 @@ func TestLoRAAffinityRemembersDecisions(t *testing.T) {
 	}
 	clk := &clock{t: epoch.Add(time.Second)}
 	p := build(t, Config{}, reg, clk)
-	first := pickOne(t, p, "b", ws)
+	first := pickModel(t, p, "b", ws)
 	for i := range 10 {
 		// A newer scrape of every worker, without b.
 		clk.t = clk.t.Add(time.Millisecond)
 		for _, w := range ws {
 			loraWorker(w, clk.t, 4)
 		}
-		if got := pickOne(t, p, "b", ws); got != first {
+		if got := pickModel(t, p, "b", ws); got != first {
 			t.Fatalf("pick %d of b went to %s, want %s where it was sent", i, got.Address(), first.Address())
 		}
 	}

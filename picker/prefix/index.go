@@ -35,6 +35,9 @@ type Index struct {
 	// states[slot>>slotChunkBits][slot&slotChunkMask] holds alive<<32|workerID.
 	// Chunks are never moved, so a state can be read without mu.
 	states [maxSlotChunks]atomic.Pointer[[slotChunkSize]atomic.Uint64]
+	// held counts the blocks of each slot over all shards, chunked as states.
+	held [maxSlotChunks]atomic.Pointer[[slotChunkSize]atomic.Int64]
+	tick atomic.Uint64 // inserts so far: the recency of a shard's list
 
 	lookups atomic.Uint64 // prompt blocks looked up by Match
 	hits    atomic.Uint64 // of those, blocks some worker held
@@ -126,6 +129,9 @@ func New(opts ...Option) *Index {
 		o(ix)
 	}
 	ix.shardMask = uint64(len(ix.shards) - 1)
+	for i := range ix.shards {
+		ix.shards[i].held = ix
+	}
 	ix.shardCap = max(1, ix.maxBlocks/len(ix.shards))
 	return ix
 }
@@ -148,16 +154,37 @@ func (ix *Index) state(slot uint32) *atomic.Uint64 {
 	return &ix.states[slot>>slotChunkBits].Load()[slot&slotChunkMask]
 }
 
+// heldBy returns the count of blocks the worker in slot holds.
+func (ix *Index) heldBy(slot uint32) *atomic.Int64 {
+	return &ix.held[slot>>slotChunkBits].Load()[slot&slotChunkMask]
+}
+
 // Capacity returns the hard cap on the entries the index holds.
 func (ix *Index) Capacity() int { return ix.shardCap * len(ix.shards) }
 
+// Bound returns the most blocks a worker given capacity may hold now: the
+// smaller of capacity and its fair share of the cap among the workers
+// present, the share rounded up to a multiple of the shard count, since each
+// shard keeps its own share of the worker's blocks. A capacity ≤ 0 means
+// the default.
+func (ix *Index) Bound(capacity int) int {
+	if capacity <= 0 {
+		capacity = ix.defCap
+	}
+	return max(1, min(capacity, ix.shardBound(capacity)*len(ix.shards)))
+}
+
+// shardBound is the most blocks a worker may hold in one shard: its whole
+// capacity, within its fair share of the shard. The capacity over all
+// shards is enforced by Insert, which evicts across shards, so that a
+// worker whose capacity is small next to a group of 64 blocks still holds
+// whole prompts rather than the head of each group.
 func (ix *Index) shardBound(capacity int) int {
 	if capacity <= 0 {
 		capacity = ix.defCap
 	}
-	s := len(ix.shards)
 	share := ix.shardCap / int(max(1, ix.workers.Load()))
-	return max(1, min((capacity+s-1)/s, share))
+	return max(1, min(capacity, share))
 }
 
 // AddWorker lets the index hold blocks for the worker. Insert ignores workers
@@ -175,6 +202,7 @@ func (ix *Index) AddWorker(id uint32) {
 		slot = ix.nslots
 		ix.nslots++
 		if c := &ix.states[slot>>slotChunkBits]; c.Load() == nil {
+			ix.held[slot>>slotChunkBits].Store(new([slotChunkSize]atomic.Int64))
 			c.Store(new([slotChunkSize]atomic.Uint64))
 		}
 	}
@@ -226,6 +254,7 @@ func (ix *Index) Insert(id uint32, capacity int, hashes []uint64) {
 	want := aliveBit | uint64(id)
 	st := ix.state(slot)
 	bound := ix.shardBound(capacity)
+	tick := ix.tick.Add(1)
 	// Last block first, so the prompt's head ends up most recent and is
 	// evicted last: a prefix is useless once an earlier block is gone.
 	for g := (len(hashes) - 1) &^ (groupBlocks - 1); g >= 0; g -= groupBlocks {
@@ -242,6 +271,47 @@ func (ix *Index) Insert(id uint32, capacity int, hashes []uint64) {
 		for i := min(g+groupBlocks, len(hashes)) - 1; i >= g; i-- {
 			hint = sh.touch(slot, hashes[i], hint, bound, ix.holders, ix.shardCap)
 		}
+		sh.list(slot).used = tick
 		sh.mu.Unlock()
+	}
+	if limit := ix.Bound(capacity); ix.heldBy(slot).Load() > int64(limit) {
+		ix.shrink(slot, want, limit, tick)
+	}
+}
+
+// shrink evicts the worker's least recently used blocks until it holds at
+// most limit: whole shard lists, the one least recently added to first,
+// tail first, and the lists this insert (tick) touched last of all.
+func (ix *Index) shrink(slot uint32, want uint64, limit int, tick uint64) {
+	st, held := ix.state(slot), ix.heldBy(slot)
+	for held.Load() > int64(limit) {
+		victim, oldest := -1, uint64(0)
+		for i := range ix.shards {
+			sh := &ix.shards[i]
+			sh.mu.Lock()
+			if int(slot) < len(sh.lrus) {
+				if l := sh.lrus[slot]; l.n > 0 && (victim < 0 || l.used < oldest) {
+					victim, oldest = i, l.used
+				}
+			}
+			sh.mu.Unlock()
+		}
+		if victim < 0 {
+			return
+		}
+		sh := &ix.shards[victim]
+		sh.mu.Lock()
+		if st.Load() != want {
+			sh.mu.Unlock()
+			return
+		}
+		l := sh.list(slot)
+		for held.Load() > int64(limit) && l.tail != 0 {
+			sh.drop(l, l.tail)
+		}
+		sh.mu.Unlock()
+		if oldest == tick {
+			return // only this prompt's own blocks were left to evict
+		}
 	}
 }

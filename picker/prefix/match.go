@@ -168,3 +168,25 @@ func (ix *Index) WorkerBlocks(id uint32) int {
 	}
 	return total
 }
+
+// Held returns how many blocks the worker holds, 0 if it is unknown: a
+// counter read, unlike WorkerBlocks, which visits every shard.
+func (ix *Index) Held(id uint32) int {
+	ix.mu.RLock()
+	slot, ok := ix.slotOf[id]
+	ix.mu.RUnlock()
+	if !ok {
+		return 0
+	}
+	return int(ix.heldBy(slot).Load())
+}
+
+// HitRatio returns the share of looked-up blocks some worker held, over
+// the index's life: how much the traffic reuses prefixes at all.
+func (ix *Index) HitRatio() float64 {
+	l := ix.lookups.Load()
+	if l == 0 {
+		return 0
+	}
+	return float64(ix.hits.Load()) / float64(l)
+}

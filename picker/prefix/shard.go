@@ -7,6 +7,7 @@ import "sync"
 type lru struct {
 	head, tail uint32
 	n          int
+	used       uint64 // the index's insert tick when the list last gained a block
 }
 
 // shard holds the blocks whose hash falls in it. Every method expects mu to
@@ -15,7 +16,8 @@ type shard struct {
 	mu    sync.Mutex
 	tab   table
 	nodes slab
-	lrus  []lru // by worker slot
+	lrus  []lru  // by worker slot
+	held  *Index // counts every worker's blocks over all shards
 	_     [64]byte
 }
 
@@ -96,6 +98,7 @@ func (sh *shard) touch(slot uint32, h uint64, hint uint32, bound, maxHolders, sh
 		sh.tab.insert(idx, &sh.nodes)
 	}
 	sh.pushFront(l, idx)
+	sh.held.heldBy(slot).Add(1)
 	for l.n > bound && l.tail != 0 {
 		sh.drop(l, l.tail)
 	}
@@ -149,6 +152,7 @@ func (sh *shard) drop(l *lru, idx uint32) {
 		}
 		sh.nodes.at(p).same = n.same
 	}
+	sh.held.heldBy(n.slot).Add(-1)
 	sh.nodes.release(idx)
 }
 

@@ -42,8 +42,23 @@ type Metrics struct {
 	// Served is what models the server answers to; nil until known.
 	Served *Served
 	// LoRA is the server's LoRA adapter state; nil when not reported.
-	LoRA    *LoRA
-	Scraped time.Time
+	LoRA *LoRA
+	// Counters are the server's cumulative counters the policies calibrate
+	// their cost model from; 0 means not reported.
+	Counters Counters
+	Scraped  time.Time
+}
+
+// Counters are a model server's cumulative counters (vLLM's names in
+// parentheses).
+type Counters struct {
+	PromptTokens  float64 // prompt tokens scheduled (vllm:prompt_tokens_total)
+	PrefixQueries float64 // prompt tokens looked up in the prefix cache (vllm:prefix_cache_queries_total)
+	PrefixHits    float64 // of those, tokens found (vllm:prefix_cache_hits_total)
+	// PrefillSeconds over Prefills requests (vllm:request_prefill_time_seconds).
+	PrefillSeconds, Prefills float64
+	// DecodeSeconds over DecodeTokens output tokens (vllm:inter_token_latency_seconds).
+	DecodeSeconds, DecodeTokens float64
 }
 
 // Served lists the models a worker serves: the base models (served names)
@@ -80,6 +95,7 @@ type Worker struct {
 	prefill atomic.Int64
 	decode  atomic.Int64
 	metrics atomic.Pointer[Metrics]
+	calib   atomic.Pointer[Calibration]
 	removed atomic.Bool
 }
 

@@ -38,6 +38,9 @@ func FuzzParse(f *testing.F) {
 		"# TYPE vllm:num_requests_waiting summary\nvllm:num_requests_waiting{quantile=\"0.5\"} 1\n",
 		"sglang:num_queue_reqs 1\r\nsglang:token_usage .5",
 		"<html>\n",
+		"vllm:prefix_cache_hits_total -Inf\nvllm:gpu_prefix_cache_queries_total 1e300\nvllm:prompt_tokens_total{a=\"b\"} 7\n",
+		"# TYPE vllm:request_prefill_time_seconds histogram\nvllm:request_prefill_time_seconds_sum 2.5\nvllm:request_prefill_time_seconds_count 3\n",
+		"vllm:time_per_output_token_seconds_sum 1\nvllm:inter_token_latency_seconds_count NaN\n",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -122,6 +125,32 @@ func reportFromFamilies(s *Schema, families map[string]*dto.MetricFamily) (*Repo
 	var a accumulator
 	models := map[string]bool{}
 	for name, family := range families {
+		if family.GetType() == dto.MetricType_HISTOGRAM && len(s.byName[name]) == 0 {
+			// The reference regroups a histogram's _sum and _count lines,
+			// which Parse reads as series of their own.
+			for _, suffix := range []string{"_sum", "_count"} {
+				for _, series := range family.GetMetric() {
+					h := series.GetHistogram()
+					v := h.GetSampleSum()
+					if suffix == "_count" {
+						v = float64(h.GetSampleCount())
+					}
+					labels := map[string]string{}
+					for _, l := range series.GetLabel() {
+						labels[l.GetName()] = l.GetValue()
+					}
+					for _, tg := range s.byName[name+suffix] {
+						if matchesMap(labels, tg.match) {
+							a.seen[tg.slot] = true
+							if !math.IsNaN(v) && !math.IsInf(v, 0) && v > 0 {
+								a.val[tg.slot] += v
+							}
+						}
+					}
+				}
+			}
+			continue
+		}
 		ts := s.byName[name]
 		if len(ts) == 0 {
 			continue
@@ -147,6 +176,10 @@ func reportFromFamilies(s *Schema, families map[string]*dto.MetricFamily) (*Repo
 				switch tg.field {
 				case fieldWaiting, fieldRunning:
 					if !math.IsNaN(v) {
+						a.val[tg.slot] += v
+					}
+				case fieldPromptTokens, fieldPrefixQueries, fieldPrefixHits, fieldPrefillSum, fieldPrefillCount, fieldDecodeSum, fieldDecodeCount:
+					if !math.IsNaN(v) && !math.IsInf(v, 0) && v > 0 {
 						a.val[tg.slot] += v
 					}
 				case fieldKVUsage, fieldBlockSize, fieldNumBlocks:

@@ -74,6 +74,17 @@ type Names struct {
 	// running_lora_adapters, waiting_lora_adapters), valued with the time
 	// of their last update.
 	LoRA []Series
+	// Counters the cost model calibrates itself from, summed over the
+	// samples: prompt tokens, prefix-cache queries and hits (in tokens),
+	// and the _sum and _count series of the prefill-time and inter-token
+	// latency histograms.
+	PromptTokens  []Series
+	PrefixQueries []Series
+	PrefixHits    []Series
+	PrefillSum    []Series
+	PrefillCount  []Series
+	DecodeSum     []Series
+	DecodeCount   []Series
 }
 
 // Model-server kinds that have presets.
@@ -120,6 +131,14 @@ func vllmNames() Names {
 		KVUsage:   plain("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
 		CacheInfo: []CacheInfo{{Series: Series{Name: "vllm:cache_config_info"}}},
 		LoRA:      plain("vllm:lora_requests_info"),
+		// vLLM V1 names first, then those of the releases before them.
+		PromptTokens:  plain("vllm:prompt_tokens_total"),
+		PrefixQueries: plain("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+		PrefixHits:    plain("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+		PrefillSum:    plain("vllm:request_prefill_time_seconds_sum"),
+		PrefillCount:  plain("vllm:request_prefill_time_seconds_count"),
+		DecodeSum:     plain("vllm:inter_token_latency_seconds_sum", "vllm:time_per_output_token_seconds_sum"),
+		DecodeCount:   plain("vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_count"),
 	}
 }
 
@@ -154,6 +173,14 @@ func join(a, b Names) Names {
 		BlockSize: slices.Concat(a.BlockSize, b.BlockSize),
 		NumBlocks: slices.Concat(a.NumBlocks, b.NumBlocks),
 		LoRA:      slices.Concat(a.LoRA, b.LoRA),
+
+		PromptTokens:  slices.Concat(a.PromptTokens, b.PromptTokens),
+		PrefixQueries: slices.Concat(a.PrefixQueries, b.PrefixQueries),
+		PrefixHits:    slices.Concat(a.PrefixHits, b.PrefixHits),
+		PrefillSum:    slices.Concat(a.PrefillSum, b.PrefillSum),
+		PrefillCount:  slices.Concat(a.PrefillCount, b.PrefillCount),
+		DecodeSum:     slices.Concat(a.DecodeSum, b.DecodeSum),
+		DecodeCount:   slices.Concat(a.DecodeCount, b.DecodeCount),
 	}
 }
 

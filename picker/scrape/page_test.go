@@ -107,3 +107,16 @@ vllm:cache_config_info{block_size="16",cache_dtype="auto",calculate_kv_scales="F
 	histogram("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", latencyBuckets)
 	return b.String()
 }
+
+// v1Counters is what vllmPage's counters and histograms read as for n
+// models: every counter 48213, every histogram sum 6328.12… over 40 samples
+// a bucket.
+func v1Counters(n int) Counters {
+	f := float64(n)
+	const sum = 6328.120468378067
+	return Counters{
+		PromptTokens: 48213 * f, PrefixQueries: 48213 * f, PrefixHits: 48213 * f,
+		PrefillSeconds: sum * f, Prefills: float64(40*len(latencyBuckets)) * f,
+		DecodeSeconds: sum * f, DecodeTokens: float64(40*len(itlBuckets)) * f,
+	}
+}

@@ -38,10 +38,30 @@ type Report struct {
 	// read: the served model a vLLM or SGLang server labels its series
 	// with. Nil when no series carries the label.
 	Models []string
+	// Counters are the cumulative counters the cost model calibrates
+	// itself from.
+	Counters Counters
 	// Malformed counts the sample lines that could not be read and were
 	// skipped. Only lines of the series read are read in full; other lines
 	// are checked no further than their name.
 	Malformed int
+}
+
+// Counters are cumulative model-server counters, each summed over its
+// samples; 0 means not reported (or nothing counted yet). Consumers use
+// differences between two scrapes, so a counter reset shows as a negative
+// difference.
+type Counters struct {
+	PromptTokens  float64 // vllm:prompt_tokens_total
+	PrefixQueries float64 // vllm:prefix_cache_queries_total, in tokens
+	PrefixHits    float64 // vllm:prefix_cache_hits_total, in tokens
+	// PrefillSeconds and Prefills are the sum and count of
+	// vllm:request_prefill_time_seconds.
+	PrefillSeconds, Prefills float64
+	// DecodeSeconds and DecodeTokens are the sum and count of
+	// vllm:inter_token_latency_seconds (vllm:time_per_output_token_seconds
+	// before it).
+	DecodeSeconds, DecodeTokens float64
 }
 
 // LoRAInfo is the adapter state a vLLM server reports in
@@ -148,6 +168,10 @@ func (a *accumulator) add(t *target, smp *sample) {
 	switch t.field {
 	case fieldWaiting, fieldRunning:
 		if !math.IsNaN(v) {
+			a.val[t.slot] += v
+		}
+	case fieldPromptTokens, fieldPrefixQueries, fieldPrefixHits, fieldPrefillSum, fieldPrefillCount, fieldDecodeSum, fieldDecodeCount:
+		if !math.IsNaN(v) && !math.IsInf(v, 0) && v > 0 {
 			a.val[t.slot] += v
 		}
 	case fieldKVUsage, fieldBlockSize, fieldNumBlocks:
@@ -268,6 +292,17 @@ func (a *accumulator) report(s *Schema) (Report, error) {
 	}
 	r.LoRA = a.lora
 	r.Models = a.models.result()
+	counter := func(f field) float64 {
+		if slot, ok := a.first(s, f); ok {
+			return min(a.val[slot], maxCounter)
+		}
+		return 0
+	}
+	r.Counters = Counters{
+		PromptTokens: counter(fieldPromptTokens), PrefixQueries: counter(fieldPrefixQueries), PrefixHits: counter(fieldPrefixHits),
+		PrefillSeconds: counter(fieldPrefillSum), Prefills: counter(fieldPrefillCount),
+		DecodeSeconds: counter(fieldDecodeSum), DecodeTokens: counter(fieldDecodeCount),
+	}
 	return r, nil
 }
 
@@ -280,6 +315,9 @@ func (a *accumulator) first(s *Schema, f field) (uint8, bool) {
 	}
 	return 0, false
 }
+
+// maxCounter bounds a summed counter, so that absurd values stay finite.
+const maxCounter = 1e18
 
 // maxCount bounds request counts, so that absurd values stay comparable.
 const maxCount = 1 << 30

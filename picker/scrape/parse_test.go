@@ -56,17 +56,26 @@ func TestParse(t *testing.T) {
 	}{
 		"vllm v1 page": {
 			body: vllmPage(pageSpec{models: []string{"meta-llama/Llama-3.1-8B-Instruct"}, waiting: 3, running: 12, kv: 0.625}),
-			want: Report{Waiting: 3, Running: 12, KVUsage: 0.625, BlockSize: 16, NumGPUBlocks: 27911, Models: []string{"meta-llama/Llama-3.1-8B-Instruct"}},
+			want: Report{Waiting: 3, Running: 12, KVUsage: 0.625, BlockSize: 16, NumGPUBlocks: 27911, Models: []string{"meta-llama/Llama-3.1-8B-Instruct"}, Counters: v1Counters(1)},
 		},
 		"vllm v1 page with two models is summed and maxed": {
 			body: vllmPage(pageSpec{models: []string{"base", "base-lora"}, waiting: 2, running: 5, kv: 0.5}),
 			// The page generator gives the n-th model n+1 times the counts
 			// and a usage of kv/(n+1).
-			want: Report{Waiting: 2 + 4, Running: 5 + 10, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 27911, Models: []string{"base", "base-lora"}},
+			want: Report{Waiting: 2 + 4, Running: 5 + 10, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 27911, Models: []string{"base", "base-lora"}, Counters: v1Counters(2)},
 		},
 		"vllm v0 page with the older cache usage name": {
 			body: vllmV0Page,
 			want: Report{Waiting: 7, Running: 4, KVUsage: 0.4375, BlockSize: 16, NumGPUBlocks: 7281, Models: []string{"meta-llama/Llama-2-7b-hf"}},
+		},
+		"calibration counters: the V1 names win, older ones are read alone, NaN and negatives ignored": {
+			body: "vllm:prefix_cache_hits_total 10\nvllm:gpu_prefix_cache_hits_total 99\n" +
+				"vllm:gpu_prefix_cache_queries_total 40\nvllm:prompt_tokens_total{model_name=\"a\"} 30\n" +
+				"vllm:prompt_tokens_total{model_name=\"b\"} NaN\nvllm:request_prefill_time_seconds_sum -3\n" +
+				"vllm:request_prefill_time_seconds_count 2\nvllm:time_per_output_token_seconds_sum 0.5\n" +
+				"vllm:time_per_output_token_seconds_count 25\n",
+			want: Report{Models: []string{"a", "b"}, Counters: Counters{PromptTokens: 30, PrefixQueries: 40, PrefixHits: 10, Prefills: 2,
+				DecodeSeconds: 0.5, DecodeTokens: 25}},
 		},
 		"the newer cache usage name wins over the older": {
 			body: "vllm:gpu_cache_usage_perc 0.9\nvllm:kv_cache_usage_perc 0.1\n",

@@ -160,6 +160,7 @@ func (p *poller) scrape(ctx context.Context) {
 		NumGPUBlocks: rep.NumGPUBlocks,
 		Served:       p.served(ctx, &rep, now),
 		LoRA:         p.loraState(rep.LoRA),
+		Counters:     registry.Counters(rep.Counters),
 		Scraped:      now,
 	})
 }

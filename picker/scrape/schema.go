@@ -16,10 +16,19 @@ const (
 	fieldBlockSize
 	fieldNumBlocks
 	fieldLoRA
+	fieldPromptTokens
+	fieldPrefixQueries
+	fieldPrefixHits
+	fieldPrefillSum
+	fieldPrefillCount
+	fieldDecodeSum
+	fieldDecodeCount
 	numFields
 )
 
-var fieldNames = [numFields]string{"waiting", "running", "KV usage", "cache info", "block size", "block count", "LoRA"}
+var fieldNames = [numFields]string{"waiting", "running", "KV usage", "cache info", "block size", "block count", "LoRA",
+	"prompt tokens", "prefix-cache queries", "prefix-cache hits", "prefill time sum", "prefill time count",
+	"inter-token latency sum", "inter-token latency count"}
 
 // Bounds of a Schema, which keep the parser's state on the stack.
 const (
@@ -84,7 +93,10 @@ func NewSchema(n Names) (*Schema, error) {
 		s.lens |= 1 << (len(series.Name) - 1)
 	}
 	for f, list := range [...][]Series{fieldWaiting: n.Waiting, fieldRunning: n.Running, fieldKVUsage: n.KVUsage,
-		fieldBlockSize: n.BlockSize, fieldNumBlocks: n.NumBlocks, fieldLoRA: n.LoRA} {
+		fieldBlockSize: n.BlockSize, fieldNumBlocks: n.NumBlocks, fieldLoRA: n.LoRA,
+		fieldPromptTokens: n.PromptTokens, fieldPrefixQueries: n.PrefixQueries, fieldPrefixHits: n.PrefixHits,
+		fieldPrefillSum: n.PrefillSum, fieldPrefillCount: n.PrefillCount,
+		fieldDecodeSum: n.DecodeSum, fieldDecodeCount: n.DecodeCount} {
 		for _, series := range list {
 			add(field(f), series, target{})
 		}

@@ -35,7 +35,7 @@ func execute() int {
 	flag.StringVar(&o.plots, "plots", "docs/bench", "directory of the PNG plots")
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs")
 	flag.IntVar(&o.count, "count", 5, "go test -count for the micro-benchmarks")
-	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,scaling,routing,flow (default all)")
+	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,scaling,routing,flow,repro,matrix (default all)")
 	flag.StringVar(&o.policies, "policies", "", "comma-separated policy labels for the routing benchmark (default all)")
 	flag.StringVar(&o.workloads, "workloads", "", "comma-separated workload name prefixes for the routing benchmark, e.g. shared-prefix,multi-lora (default all)")
 	flag.Parse()
@@ -145,6 +145,18 @@ func run(ctx context.Context, o options) error {
 	if o.want("flow") {
 		log.Print("priority-mix benchmark")
 		if rep.flow, err = flowBench(ctx, routing.Binaries{Sim: sim, Picker: picker}, o.quick); err != nil {
+			return err
+		}
+	}
+	if o.want("repro") {
+		log.Print("tight-cache benchmark")
+		if rep.repro, err = reproBench(ctx, routing.Binaries{Sim: sim, Picker: picker}, o.policies); err != nil {
+			return err
+		}
+	}
+	if o.want("matrix") {
+		log.Print("routing matrix")
+		if rep.matrix, err = matrixBench(ctx, routing.Binaries{Sim: sim, Picker: picker}, o.quick); err != nil {
 			return err
 		}
 	}

@@ -26,6 +26,15 @@ func (r *report) plot(dir string) error {
 	if err := scalingPlots(r.scaling, dir); err != nil {
 		return err
 	}
+	if len(r.matrix) > 0 {
+		p, err := matrixPlot(r.matrix)
+		if err != nil {
+			return err
+		}
+		if err := p.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, plotMatrix)); err != nil {
+			return fmt.Errorf("plot %s: %w", plotMatrix, err)
+		}
+	}
 	if len(r.routing) == 0 {
 		return nil
 	}

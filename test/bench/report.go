@@ -27,6 +27,8 @@ type report struct {
 	flow      []flowRun
 	scale     []scaleResult
 	scaling   []scalingPoint
+	repro     []*routing.Result
+	matrix    []matrixRun
 }
 
 type machine struct {
@@ -176,6 +178,8 @@ func (r *report) markdown(plotDir string) string {
 		r.routingSection(w, plotDir)
 	}
 	w("%s", flowMarkdown(r.flow))
+	w("%s", reproMarkdown(r.repro))
+	w("%s", matrixMarkdown(r.matrix, filepath.ToSlash(plotDir)))
 	return b.String()
 }
 

@@ -73,6 +73,7 @@ func (r *report) verdicts() []verdict {
 	if len(r.flow) > 0 {
 		out = append(out, flowVerdict(r.flow))
 	}
+	out = append(out, matrixVerdicts(r.matrix)...)
 	if len(r.routing) == 0 {
 		return out
 	}

@@ -168,17 +168,18 @@ func (rn *run) statuses() (sts []engine.Status, done, aborted bool) {
 // false if the client left or the engine stopped.
 func (s *Server) wait(ctx context.Context, rn *run) bool {
 	firstSeen := false
+	var firstAt time.Time
 	for {
 		sts, done, aborted := rn.statuses()
 		if !firstSeen && anyGenerated(sts) {
 			firstSeen = true
-			s.metrics.ttft.Observe(time.Since(rn.start).Seconds())
+			firstAt = s.metrics.firstToken(rn.start, sts)
 		}
 		if aborted {
 			return false
 		}
 		if done {
-			s.metrics.e2e.Observe(time.Since(rn.start).Seconds())
+			s.metrics.finished(rn.start, firstAt, sts)
 			return true
 		}
 		select {

@@ -17,6 +17,8 @@ var (
 		0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
 	e2eBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
 		30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+	itlBuckets = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+		0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
 )
 
 // statsSource is what the metrics read on every scrape.
@@ -30,6 +32,47 @@ type metrics struct {
 	handler http.Handler
 	ttft    prometheus.Observer
 	e2e     prometheus.Observer
+	prefill prometheus.Observer
+	itl     prometheus.Observer
+}
+
+// firstToken records a request's time to first token and its prefill time
+// (the part of it not spent queued, as vLLM counts from scheduling), both
+// in wall seconds; it returns the time of the first token.
+func (m *metrics) firstToken(start time.Time, sts []engine.Status) time.Time {
+	now := time.Now()
+	ttft := now.Sub(start).Seconds()
+	m.ttft.Observe(ttft)
+	// The engine's simulated times give the queued share of the wall TTFT,
+	// whatever the time scale.
+	for _, st := range sts {
+		if st.Generated > 0 {
+			if st.TTFT > 0 {
+				ttft *= float64(st.TTFT-st.QueueTime) / float64(st.TTFT)
+			}
+			break
+		}
+	}
+	m.prefill.Observe(max(ttft, 0))
+	return now
+}
+
+// finished records a request's end-to-end latency and, once per output
+// token after the first, the mean wall time between its tokens.
+func (m *metrics) finished(start, first time.Time, sts []engine.Status) {
+	now := time.Now()
+	m.e2e.Observe(now.Sub(start).Seconds())
+	gen := 0
+	for _, st := range sts {
+		gen = max(gen, st.Generated)
+	}
+	if first.IsZero() || gen < 2 {
+		return
+	}
+	itl := now.Sub(first).Seconds() / float64(gen-1)
+	for range gen - 1 {
+		m.itl.Observe(itl)
+	}
 }
 
 func newMetrics(model string, src statsSource) *metrics {
@@ -91,7 +134,15 @@ func newMetrics(model string, src statsSource) *metrics {
 		Name: "vllm:e2e_request_latency_seconds", Help: "Histogram of end to end request latency in seconds (wall clock).",
 		ConstLabels: labels, Buckets: e2eBuckets,
 	})
-	reg.MustRegister(ttft, e2e)
+	prefill := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "vllm:request_prefill_time_seconds", Help: "Histogram of time spent in PREFILL phase for request.",
+		ConstLabels: labels, Buckets: e2eBuckets,
+	})
+	itl := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "vllm:inter_token_latency_seconds", Help: "Histogram of inter-token latency in seconds.",
+		ConstLabels: labels, Buckets: itlBuckets,
+	})
+	reg.MustRegister(ttft, e2e, prefill, itl)
 	if cfg.MaxLoRAs > 0 {
 		reg.MustRegister(newLoRAInfo(src))
 	}
@@ -100,6 +151,8 @@ func newMetrics(model string, src statsSource) *metrics {
 		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		ttft:    ttft,
 		e2e:     e2e,
+		prefill: prefill,
+		itl:     itl,
 	}
 }
 

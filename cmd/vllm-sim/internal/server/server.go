@@ -4,7 +4,8 @@
 // and flip faults.
 //
 // Latency histograms (vllm:time_to_first_token_seconds,
-// vllm:e2e_request_latency_seconds) are in real wall-clock seconds as the
+// vllm:e2e_request_latency_seconds, vllm:request_prefill_time_seconds,
+// vllm:inter_token_latency_seconds) are in real wall-clock seconds as the
 // HTTP handler sees them, so with a time scale of 0.01 they read 100× lower
 // than the simulated times; /sim/stats reports simulated time separately.
 package server

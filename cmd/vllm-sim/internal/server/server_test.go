@@ -49,9 +49,16 @@ func TestSecondRequestWithSamePrefixIsCached(t *testing.T) {
 	got := map[string]float64{
 		"hits": m["vllm:prefix_cache_hits_total"], "queries": m["vllm:prefix_cache_queries_total"],
 		"success": m["vllm:request_success_total"], "ttft": m["vllm:time_to_first_token_seconds_count"],
+		"prefills": m["vllm:request_prefill_time_seconds_count"], "itl": m["vllm:inter_token_latency_seconds_count"],
 	}
-	if diff := cmp.Diff(map[string]float64{"hits": 144, "queries": 294, "success": 2, "ttft": 2}, got); diff != "" {
+	// Two requests of 3 tokens: two prefills, two gaps between tokens each.
+	wantM := map[string]float64{"hits": 144, "queries": 294, "success": 2, "ttft": 2, "prefills": 2, "itl": 4}
+	if diff := cmp.Diff(wantM, got); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+	// No prefill outlasts its time to first token.
+	if pre, ttft := m["vllm:request_prefill_time_seconds_sum"], m["vllm:time_to_first_token_seconds_sum"]; pre < 0 || pre > ttft {
+		t.Errorf("prefill time sum %g, want in [0, TTFT sum %g]", pre, ttft)
 	}
 }
 

@@ -71,12 +71,13 @@ func (e *sse) json(v any) bool {
 func (s *Server) stream(ctx context.Context, w http.ResponseWriter, rn *run, fc faults.Config) {
 	out := newSSE(ctx, w, fc)
 	firstSeen := false
+	var firstAt time.Time
 	for {
 		sts, done, aborted := rn.statuses()
 		for i, st := range sts {
 			if st.Generated > rn.sent[i] && !firstSeen {
 				firstSeen = true
-				s.metrics.ttft.Observe(time.Since(rn.start).Seconds())
+				firstAt = s.metrics.firstToken(rn.start, sts)
 			}
 			for rn.sent[i] < st.Generated {
 				if !out.json(rn.chunk(i, rn.sent[i])) {
@@ -89,7 +90,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, rn *run, fc 
 			return
 		}
 		if done {
-			s.metrics.e2e.Observe(time.Since(rn.start).Seconds())
+			s.metrics.finished(rn.start, firstAt, sts)
 			if rn.includeUsage && !out.json(rn.usageChunk(rn.usage(sts))) {
 				return
 			}

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/test/bench/routing"
+)
+
+// The routing matrix runs the cache-aware policy and its anchors on model
+// servers with other constants than the routing benchmark's: every
+// combination of a prefill cost, a KV cache size and a concurrency limit,
+// on the shared-prefix and multi-turn workloads (and no-sharing, the
+// do-no-harm check). It is time-scaled harder and sends fewer requests than
+// the routing benchmark so that the 27 server shapes run in bounded time.
+var (
+	matrixPrefillUs    = []float64{300, 1000, 2000}
+	matrixCachePrompts = []float64{1.5, 4, 10} // 2,000-token prompts one pod's KV cache holds
+	matrixSeqs         = []int{2, 16, 64}
+)
+
+// Matrix workload shape: the issue's setting, 16 shared 8,000-byte system
+// prompts at 4 requests per simulated second.
+const (
+	matrixRate       = 4.0
+	matrixRequests   = 120
+	matrixPromptToks = 2000
+	matrixTimeScale  = 0.1
+)
+
+// matrixCell is one server shape.
+type matrixCell struct {
+	PrefillUs float64
+	Cache     float64
+	Seqs      int
+}
+
+func (c matrixCell) String() string {
+	return fmt.Sprintf("prefill %gms, cache %g prompts, %d seqs", c.PrefillUs/1000, c.Cache, c.Seqs)
+}
+
+// blocks is the cell's KV pool in 16-token blocks.
+func (c matrixCell) blocks() int { return int(c.Cache * matrixPromptToks / 16) }
+
+// matrixRun is every policy's result on one workload of one cell.
+type matrixRun struct {
+	Cell     matrixCell
+	Workload string
+	Results  map[string]*routing.Result // by policy label
+}
+
+// matrixPolicies are the policies each cell runs.
+var matrixPolicies = []routing.Policy{
+	{Label: "round-robin", Config: policy.Config{Name: policy.RoundRobin}},
+	{Label: "least-load", Config: policy.Config{Name: policy.LeastLoad}},
+	{Label: "weighted-scorer", Config: policy.Config{Name: policy.WeightedScorer}},
+	{Label: "cache-aware", Config: policy.Config{Name: policy.CacheAware}},
+}
+
+// matrixCells returns the cells to run: all 27, or with quick the corners
+// that differ most from the routing benchmark plus the issue's setting.
+func matrixCells(quick bool) []matrixCell {
+	if quick {
+		return []matrixCell{{1000, 1.5, 2}, {2000, 4, 16}, {300, 10, 64}, {2000, 1.5, 64}}
+	}
+	var out []matrixCell
+	for _, p := range matrixPrefillUs {
+		for _, c := range matrixCachePrompts {
+			for _, s := range matrixSeqs {
+				out = append(out, matrixCell{p, c, s})
+			}
+		}
+	}
+	return out
+}
+
+func matrixSpec(c matrixCell) routing.SimSpec {
+	s := simSpec()
+	s.FirstIP, s.Port = 71, 18200
+	s.TimeScale = matrixTimeScale
+	s.NumGPUBlocks, s.BlockSize, s.MaxNumSeqs = c.blocks(), 16, c.Seqs
+	s.PrefillUsTok = c.PrefillUs
+	return s
+}
+
+// matrixWorkloads are the workloads of every cell: a short prompt with no
+// sharing checks that cache-aware does no harm.
+func matrixWorkloads() []*routing.Workload {
+	return []*routing.Workload{
+		routing.SharedPrefix(routing.SharedPrefixSpec{Groups: 16, SystemBytes: 8000, QuestionByte: 200,
+			Requests: matrixRequests, Rate: matrixRate, Seed: 18}),
+		routing.MultiTurn(16, 6, 4000, 300, 200, 2*time.Second),
+		routing.NoSharing(matrixRequests, 2000, matrixRate, 19),
+	}
+}
+
+// matrixBench runs the matrix.
+func matrixBench(ctx context.Context, bins routing.Binaries, quick bool) ([]matrixRun, error) {
+	workdir, err := os.MkdirTemp("", "inferpick-matrix-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(workdir)
+	var out []matrixRun
+	for _, cell := range matrixCells(quick) {
+		for _, w := range matrixWorkloads() {
+			run := matrixRun{Cell: cell, Workload: w.Name, Results: map[string]*routing.Result{}}
+			for i := range matrixPolicies {
+				p := &matrixPolicies[i]
+				if w.Name == "no-sharing@4" && p.Label != "cache-aware" && p.Label != "least-load" {
+					continue
+				}
+				c, err := routing.Start(ctx, bins, matrixSpec(cell), p.Config, workdir)
+				if err != nil {
+					return out, fmt.Errorf("matrix %s / %s / %s: %w", cell, w.Name, p.Label, err)
+				}
+				res, err := routing.Run(ctx, c, w, deadline(w))
+				c.Stop()
+				if err != nil {
+					return out, fmt.Errorf("matrix %s / %s / %s: %w", cell, w.Name, p.Label, err)
+				}
+				res.Policy = p.Label
+				run.Results[p.Label] = res
+				log.Printf("matrix %-34s %-16s %-16s ok %d/%d hit %.2f (oracle %.2f) ttft p90 %.3fs",
+					cell, w.Name, p.Label, res.OK, res.Sent, res.HitRate, res.Oracle, res.Quantile(0.9))
+				if ctx.Err() != nil {
+					return out, ctx.Err()
+				}
+			}
+			out = append(out, run)
+		}
+	}
+	return out, nil
+}
+
+// oracle is the matrix's oracle for a run: the unbounded-cache oracle
+// when the pool's caches together hold every distinct prompt, else the best
+// hit rate any policy reached in the cell, since with fewer slots than
+// prompts no router reaches the unbounded figure and the best achieved is
+// the only reachable bound known.
+func (m matrixRun) oracle() float64 {
+	var some *routing.Result
+	best := 0.0
+	for _, r := range m.Results {
+		some = r
+		best = max(best, r.HitRate)
+	}
+	if some == nil {
+		return 0
+	}
+	if m.Cell.Cache*8 >= 16 {
+		return some.Oracle
+	}
+	return best
+}
+
+// matrixCheck is one cell's verdict against the matrix targets.
+type matrixCheck struct {
+	hitOK, vsWeighted, vsRR, noHarm bool
+	known                           bool
+	note                            string
+}
+
+func (m matrixRun) check() matrixCheck {
+	ca := m.Results["cache-aware"]
+	if ca == nil {
+		return matrixCheck{}
+	}
+	p90 := ca.Quantile(0.9)
+	if ll := m.Results["least-load"]; m.Workload == "no-sharing@4" && ll != nil {
+		ok := p90 <= 1.05*ll.Quantile(0.9)
+		return matrixCheck{known: true, noHarm: ok, hitOK: true, vsWeighted: true, vsRR: true,
+			note: fmt.Sprintf("p90 %.3f vs least-load %.3f", p90, ll.Quantile(0.9))}
+	}
+	ws, rr := m.Results["weighted-scorer"], m.Results["round-robin"]
+	if ws == nil || rr == nil {
+		return matrixCheck{}
+	}
+	o := m.oracle()
+	c := matrixCheck{known: true, noHarm: true,
+		hitOK:      o == 0 || ca.HitRate >= 0.95*o,
+		vsWeighted: p90 <= ws.Quantile(0.9),
+		vsRR:       p90 <= 0.5*rr.Quantile(0.9),
+	}
+	c.note = fmt.Sprintf("hit %.3f / %.3f; p90 %.3f vs weighted %.3f, rr %.3f", ca.HitRate, o, p90, ws.Quantile(0.9), rr.Quantile(0.9))
+	return c
+}
+
+func (c matrixCheck) met() bool { return c.known && c.hitOK && c.vsWeighted && c.vsRR && c.noHarm }
+
+// matrixVerdicts states the matrix targets over all cells.
+func matrixVerdicts(runs []matrixRun) []verdict {
+	if len(runs) == 0 {
+		return nil
+	}
+	type tally struct{ met, all int }
+	var hit, ws, rr, harm tally
+	for _, m := range runs {
+		c := m.check()
+		if !c.known {
+			continue
+		}
+		if m.Workload == "no-sharing@4" {
+			harm.all++
+			if c.noHarm {
+				harm.met++
+			}
+			continue
+		}
+		hit.all++
+		ws.all++
+		rr.all++
+		if c.hitOK {
+			hit.met++
+		}
+		if c.vsWeighted {
+			ws.met++
+		}
+		if c.vsRR {
+			rr.met++
+		}
+	}
+	mk := func(target string, t tally) verdict {
+		return verdict{target: target, known: t.all > 0, met: t.all > 0 && t.met == t.all,
+			observed: fmt.Sprintf("%d of %d matrix runs", t.met, t.all)}
+	}
+	return []verdict{
+		mk("matrix: cache-aware hit rate ≥ 0.95 × oracle in every cell", hit),
+		mk("matrix: cache-aware TTFT p90 ≤ weighted-scorer's in every cell", ws),
+		mk("matrix: cache-aware TTFT p90 ≤ 0.5 × round-robin's in every cell", rr),
+		mk("matrix: cache-aware no-sharing TTFT p90 within 5% of least-load in every cell", harm),
+	}
+}
+
+// matrixMarkdown writes the matrix section.
+func matrixMarkdown(runs []matrixRun, plotDir string) string {
+	if len(runs) == 0 {
+		return ""
+	}
+	out := "## Routing matrix: other model servers\n\n" +
+		fmt.Sprintf("8 `vllm-sim` pods per cell (time scale %g, decode 20 ms/step, 8 output tokens), each cell a prefill cost per\n", matrixTimeScale) +
+		"uncached token, a KV cache holding so many 2,000-token prompts (16-token blocks) and a concurrency limit\n" +
+		"(`--max-num-seqs`). Workloads at 4 requests per simulated second: `shared-prefix@4` (" + fmt.Sprint(matrixRequests) + " requests, 16 system\n" +
+		"prompts of 8,000 bytes + a 200-byte question), `multi-turn` (16 sessions × 6 turns, 2 s think time) and\n" +
+		"`no-sharing@4` (" + fmt.Sprint(matrixRequests) + " unrelated 2,000-byte prompts; cache-aware and least-load only). Every run starts cold.\n" +
+		"**oracle**: the unbounded-cache oracle where the pool's caches hold all 16 prompts (cache ≥ 2 prompts per pod), else the\n" +
+		"best hit rate any policy reached in the cell (no router reaches the unbounded figure with fewer cache slots than\n" +
+		"prompts). Targets: hit ≥ 0.95 × oracle, TTFT p90 ≤ weighted-scorer's and ≤ 0.5 × round-robin's, no-sharing p90 ≤ 1.05 ×\n" +
+		"least-load's. Times are simulated seconds.\n\n" +
+		"| cell | workload | cache-aware hit | oracle | p90 cache-aware | weighted | round-robin | least-load | verdict |\n" +
+		"|---|---|---:|---:|---:|---:|---:|---:|---|\n"
+	p90 := func(r *routing.Result) string {
+		if r == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%.3f", r.Quantile(0.9))
+	}
+	for _, m := range runs {
+		ca := m.Results["cache-aware"]
+		if ca == nil {
+			continue
+		}
+		c := m.check()
+		mark := "met"
+		if !c.met() {
+			mark = "**missed**"
+		}
+		out += fmt.Sprintf("| %s | %s | %.3f | %.3f | %s | %s | %s | %s | %s |\n", m.Cell, m.Workload, ca.HitRate, m.oracle(),
+			p90(ca), p90(m.Results["weighted-scorer"]), p90(m.Results["round-robin"]), p90(m.Results["least-load"]), mark)
+	}
+	out += fmt.Sprintf("\n![routing matrix](%s)\n\n", plotDir+"/"+plotMatrix)
+	return out
+}
+
+// reproSpec is issue 18's setting: 8 pods of 272 blocks × 16 tokens (about
+// two of the 2,000-token prompts), prefill 1 ms per uncached token and 2
+// concurrent sequences per pod.
+func reproSpec() routing.SimSpec {
+	s := simSpec()
+	s.FirstIP, s.Port = 81, 18300
+	s.NumGPUBlocks, s.BlockSize, s.MaxNumSeqs, s.PrefillUsTok = 272, 16, 2, 1000
+	return s
+}
+
+// reproWorkload is 300 streaming requests at 4 per second over 16 shared
+// 8,000-byte system prompts, each with a distinct question.
+func reproWorkload() *routing.Workload {
+	w := routing.SharedPrefix(routing.SharedPrefixSpec{Groups: 16, SystemBytes: 8000, QuestionByte: 200,
+		Requests: 300, Rate: 4, Seed: 18})
+	w.Name = "tight-cache@4"
+	return w
+}
+
+// reproBench runs the tight-cache setting under the matrix policies.
+func reproBench(ctx context.Context, bins routing.Binaries, only string) ([]*routing.Result, error) {
+	var pols []routing.Policy
+	for i := range matrixPolicies {
+		if only == "" || strings.Contains(","+only+",", ","+matrixPolicies[i].Label+",") {
+			pols = append(pols, matrixPolicies[i])
+		}
+	}
+	w := reproWorkload()
+	return routing.Suite(ctx, bins, reproSpec(), pols, []*routing.Workload{w}, deadline)
+}
+
+// reproMarkdown writes the tight-cache section.
+func reproMarkdown(res []*routing.Result) string {
+	if len(res) == 0 {
+		return ""
+	}
+	s := reproSpec()
+	out := "## Tight cache, slow prefill\n\n" +
+		fmt.Sprintf("8 `vllm-sim` pods of %d KV blocks × %d tokens (about two of the 2,000-token prompts each), prefill %g ms per\n", s.NumGPUBlocks, s.BlockSize, s.PrefillUsTok/1000) +
+		fmt.Sprintf("uncached token, %d concurrent sequences, time scale %g; 300 streaming requests at 4 per simulated second over 16\n", s.MaxNumSeqs, s.TimeScale) +
+		"shared 8,000-byte system prompts, each with its own question; the same sequence for each policy, cold caches.\n\n" +
+		"| policy | hit (server-side) | oracle | TTFT p50 | p90 | p99 | ok |\n|---|---:|---:|---:|---:|---:|---:|\n"
+	for _, r := range res {
+		out += fmt.Sprintf("| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %d/%d |\n", r.Policy, r.HitRate, r.Oracle,
+			r.Quantile(0.5), r.Quantile(0.9), r.Quantile(0.99), r.OK, r.Sent)
+	}
+	return out + "\n"
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"fmt"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+const plotMatrix = "routing_matrix.png"
+
+// matrixPlot draws, for every matrix run of a sharing workload, cache-aware's
+// TTFT p90 relative to round-robin's and to weighted-scorer's, and its hit
+// rate relative to the oracle; the targets are the lines at 0.5, 1 and 0.95.
+func matrixPlot(runs []matrixRun) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "Routing matrix: cache-aware relative to the anchors, per cell and workload"
+	p.X.Label.Text = "matrix run (cells in report order; shared-prefix and multi-turn)"
+	p.Y.Label.Text = "ratio (log)"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top = true
+	series := []struct {
+		label string
+		ratio func(m matrixRun) (float64, bool)
+	}{
+		{"p90 / round-robin p90 (target ≤ 0.5)", func(m matrixRun) (float64, bool) {
+			a, b := m.Results["cache-aware"], m.Results["round-robin"]
+			if a == nil || b == nil || b.Quantile(0.9) == 0 {
+				return 0, false
+			}
+			return a.Quantile(0.9) / b.Quantile(0.9), true
+		}},
+		{"p90 / weighted-scorer p90 (target ≤ 1)", func(m matrixRun) (float64, bool) {
+			a, b := m.Results["cache-aware"], m.Results["weighted-scorer"]
+			if a == nil || b == nil || b.Quantile(0.9) == 0 {
+				return 0, false
+			}
+			return a.Quantile(0.9) / b.Quantile(0.9), true
+		}},
+		{"hit / oracle (target ≥ 0.95)", func(m matrixRun) (float64, bool) {
+			a := m.Results["cache-aware"]
+			if a == nil || m.oracle() == 0 {
+				return 0, false
+			}
+			return a.HitRate / m.oracle(), true
+		}},
+	}
+	for i, s := range series {
+		var xy plotter.XYs
+		x := 0
+		for _, m := range runs {
+			if m.Workload == "no-sharing@4" {
+				continue
+			}
+			x++
+			if v, ok := s.ratio(m); ok {
+				xy = append(xy, plotter.XY{X: float64(x), Y: max(v, 1e-3)})
+			}
+		}
+		if len(xy) == 0 {
+			continue
+		}
+		pts, err := plotter.NewScatter(xy)
+		if err != nil {
+			return nil, fmt.Errorf("matrix plot: %w", err)
+		}
+		pts.Color = plotutil.Color(i)
+		pts.Shape = plotutil.Shape(i)
+		pts.Radius = vg.Points(3)
+		p.Add(pts)
+		p.Legend.Add(s.label, pts)
+	}
+	p.Add(plotter.NewGrid())
+	return p, nil
+}
