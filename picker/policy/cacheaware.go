@@ -22,17 +22,19 @@ type cacheAware struct {
 	cfg CacheAwareConfig
 }
 
-func (c *cacheAware) rank(_ *engine, p *pick) {
+func (c *cacheAware) rank(e *engine, p *pick) {
 	c.match(p)
 	if c.cfg.Mode == ModeThreshold {
 		c.rankThreshold(p)
 		return
 	}
 	// Cost: the work queued ahead plus the prefill this request brings,
-	// counting only the blocks the worker does not hold.
+	// counting only the blocks the worker does not hold (home.go: the
+	// prompt's home is presumed to hold them all).
+	home := c.home(e, p)
 	for i := range p.cands {
 		cd := &p.cands[i]
-		cd.cost = cd.load + float64(p.blocks-cd.matched)/c.cfg.BlocksPerLoad
+		cd.cost = cd.load + float64(p.blocks-cd.matched)/c.cfg.BlocksPerLoad - c.homeCredit(p, i, home)
 	}
 }
 

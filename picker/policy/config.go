@@ -69,6 +69,13 @@ type CacheAwareConfig struct {
 	// BalanceRel and the mean + BalanceAbs (threshold mode).
 	BalanceRel float64 `json:"balanceRel,omitempty" yaml:"balanceRel,omitempty"`
 	BalanceAbs float64 `json:"balanceAbs,omitempty" yaml:"balanceAbs,omitempty"`
+	// HomeBlocks (cost mode) is how many leading prompt blocks name the
+	// prefix whose home every replica agrees on (home.go); negative turns
+	// home hashing off.
+	HomeBlocks int `json:"homeBlocks,omitempty" yaml:"homeBlocks,omitempty"`
+	// HomeEpsilon is the load slack of the home: a worker holding more than
+	// (1+HomeEpsilon) × the mean overflows to the next in the prefix's order.
+	HomeEpsilon float64 `json:"homeEpsilon,omitempty" yaml:"homeEpsilon,omitempty"`
 }
 
 // WeightedScorerConfig holds the weights of the weighted scorer.
@@ -101,6 +108,8 @@ const (
 	DefaultMatchThreshold   = 0.5
 	DefaultBalanceRel       = 1.5
 	DefaultBalanceAbs       = 4
+	DefaultHomeBlocks       = 4
+	DefaultHomeEpsilon      = 0.25
 )
 
 // Default returns c with every zero field set to its default.
@@ -116,6 +125,8 @@ func (c Config) Default() Config {
 	setDefault(&ca.MatchThreshold, DefaultMatchThreshold)
 	setDefault(&ca.BalanceRel, DefaultBalanceRel)
 	setDefault(&ca.BalanceAbs, DefaultBalanceAbs)
+	setDefault(&ca.HomeBlocks, DefaultHomeBlocks)
+	setDefault(&ca.HomeEpsilon, DefaultHomeEpsilon)
 	ws := &c.WeightedScorer
 	if *ws == (WeightedScorerConfig{}) {
 		*ws = WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3}
@@ -172,6 +183,9 @@ func (c Config) Validate() error {
 	}
 	if ca.BalanceAbs < 0 {
 		bad("cacheAware.balanceAbs", ca.BalanceAbs, "≥ 0")
+	}
+	if ca.HomeEpsilon < 0 {
+		bad("cacheAware.homeEpsilon", ca.HomeEpsilon, "≥ 0")
 	}
 	ws := c.WeightedScorer
 	for field, w := range map[string]float64{

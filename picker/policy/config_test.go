@@ -65,6 +65,8 @@ func TestConfigFromJSON(t *testing.T) {
 			MatchThreshold: 0.7,
 			BalanceRel:     DefaultBalanceRel,
 			BalanceAbs:     DefaultBalanceAbs,
+			HomeBlocks:     DefaultHomeBlocks,
+			HomeEpsilon:    DefaultHomeEpsilon,
 		},
 		WeightedScorer: WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3},
 	}

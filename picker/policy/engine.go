@@ -138,17 +138,24 @@ func reduced(bound, reserve int) int {
 	return max(bound-reserve, 1)
 }
 
-// load is the work ahead of a new request on w: requests in flight, those in
-// prefill weighted by PrefillWeight, plus the model server's waiting queue
-// beyond what this picker already counts as prefill (requests other pickers
-// or clients sent), when the metrics are fresh.
+// load is the work ahead of a new request on w: this picker's own requests,
+// counted exactly by their guards (those in prefill weighted by
+// PrefillWeight), plus the requests others sent there (other picker
+// replicas, direct clients), when the metrics are fresh. The others' share
+// is the model server's running + waiting less what this picker has in
+// flight there, never negative, so no request is counted twice; the part of
+// it still queued beyond this picker's own prefill also weighs
+// PrefillWeight. It lags by at most one scrape interval plus the scrape
+// itself, and is dropped once older than MetricsStaleness.
 func (e *engine) load(w *registry.Worker, m *registry.Metrics) float64 {
 	pre, dec := w.Load()
 	l := e.cfg.PrefillWeight*float64(pre) + float64(dec)
-	if m != nil && int64(m.Waiting) > pre {
-		l += e.cfg.PrefillWeight * float64(int64(m.Waiting)-pre)
+	if m == nil {
+		return l
 	}
-	return l
+	others := max(int64(m.Running)+int64(m.Waiting)-pre-dec, 0)
+	queued := min(max(int64(m.Waiting)-pre, 0), others)
+	return l + e.cfg.PrefillWeight*float64(queued) + float64(others-queued)
 }
 
 // cheapest returns up to n distinct workers of cs by ascending cost, ties

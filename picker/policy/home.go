@@ -1,0 +1,81 @@
+package policy
+
+import (
+	"math"
+
+	"github.com/inferpick/inferpick/picker/prefix"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// The home of a prompt prefix is where every picker replica sends it when
+// none of them has learned better, so that replicas which share nothing
+// still agree on a prefix they have not routed before.
+//
+// The prefix is the prompt's first HomeBlocks full blocks (with the model
+// and cache salt), hashed the same way in every process. Each candidate
+// worker gets the rendezvous (highest random weight) weight of that hash and
+// of the worker's stable identity (pod UID and port, which every replica
+// reads alike from the API server); the home is the heaviest candidate whose
+// load stays within the bound of consistent hashing with bounded loads:
+// after taking the request it would hold at most ⌈(1+ε) × (total+1) / n⌉
+// requests, loads counted in units of one new request. A worker over the
+// bound overflows the prefix to the next worker in the prefix's own order.
+// Adding or removing a worker moves only the prefixes whose home it becomes
+// or was.
+//
+// The learned index refines the home: when this replica knows a candidate
+// that holds the prefix, the index decides and no home is taken, so a prefix
+// learned elsewhere stays there. Otherwise the home is credited with the
+// whole prompt, as if this replica had routed it there before: with one
+// replica the home only breaks ties the cost leaves; with several, it is
+// where the others most likely sent the prompt.
+
+// home returns the index in p.cands of the prompt's home, or -1 when there
+// is none: home hashing is off, the prompt is shorter than a block, the
+// index already knows a holder of the prefix, or every candidate is over the
+// bound.
+func (c *cacheAware) home(e *engine, p *pick) int {
+	if c.cfg.HomeBlocks <= 0 || len(p.cands) < 2 {
+		return -1
+	}
+	key, blocks := prefix.StableHash(p.req.Model, p.req.CacheSalt, p.req.Prompt, c.cfg.HomeBlocks)
+	if blocks == 0 {
+		return -1
+	}
+	unit := max(e.cfg.PrefillWeight, 1) // what the new request adds
+	total := 0.0
+	for i := range p.cands {
+		if p.cands[i].matched >= blocks {
+			return -1
+		}
+		total += p.cands[i].load
+	}
+	bound := math.Ceil((1 + c.cfg.HomeEpsilon) * (total/unit + 1) / float64(len(p.cands)))
+	best, weight := -1, uint64(0)
+	for i := range p.cands {
+		cd := &p.cands[i]
+		if cd.load/unit+1 > bound {
+			continue
+		}
+		if wt := prefix.Rendezvous(key, workerKey(cd.w)); best < 0 || wt > weight {
+			best, weight = i, wt
+		}
+	}
+	return best
+}
+
+// homeCredit is the cost taken off candidate i for being the prompt's home:
+// the prefill of the blocks it is presumed to hold beyond those the index
+// knows.
+func (c *cacheAware) homeCredit(p *pick, i, home int) float64 {
+	if i != home {
+		return 0
+	}
+	return float64(p.blocks-p.cands[i].matched) / c.cfg.BlocksPerLoad
+}
+
+// workerKey is the worker's identity as every replica sees it.
+func workerKey(w *registry.Worker) uint64 {
+	k := w.Endpoint().Key
+	return prefix.StableString(k.UID) ^ uint64(k.Port)*0x9e3779b97f4a7c15
+}
