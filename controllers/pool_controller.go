@@ -82,6 +82,12 @@ type PoolReconciler struct {
 	reported int
 	// invalid is the selector error last announced, or "".
 	invalid string
+	// announcedMissing is true once the pool's absence was announced in an
+	// Event.
+	announcedMissing bool
+	// leading reports whether this replica records Events (leader.go); nil
+	// means always.
+	leading func() bool
 }
 
 // +kubebuilder:rbac:groups="",namespace=inferpick-system,resources=pods,verbs=get;list;watch
@@ -104,13 +110,15 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ct
 			r.missing = true
 			log.Info("InferencePool not found: not ready and serving no endpoints until it exists. Create it (the chart does with pool.create=true) or point --pool-name and --pool-namespace at an existing pool",
 				"pool", r.pool)
-			if r.self != nil {
-				r.recorder.Eventf(r.self, corev1.EventTypeWarning, ReasonPoolNotFound,
-					"InferencePool %s not found: create it, or set --pool-name and --pool-namespace to an existing pool", r.pool)
-			}
+		}
+		if r.self != nil && !r.announcedMissing && r.lead() {
+			r.announcedMissing = true
+			r.recorder.Eventf(r.self, corev1.EventTypeWarning, ReasonPoolNotFound,
+				"InferencePool %s not found: create it, or set --pool-name and --pool-namespace to an existing pool", r.pool)
 		}
 		return ctrl.Result{}, nil
 	}
+	r.announcedMissing = false
 	if r.missing {
 		r.missing = false
 		log.Info("InferencePool found", "pool", klog.KObj(pool))
@@ -126,7 +134,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ct
 		r.sink.Replace(nil)
 		r.sink.MarkSynced()
 		r.reported = -1
-		if r.invalid != err.Error() {
+		if r.invalid != err.Error() && r.lead() {
 			r.invalid = err.Error()
 			r.recorder.Eventf(pool, corev1.EventTypeWarning, ReasonInvalidSelector,
 				"Selecting no pods: %v", err)
@@ -157,10 +165,15 @@ func (r *PoolReconciler) clear() {
 	r.invalid = ""
 }
 
+// lead reports whether this replica records Events: a follower announces
+// nothing and remembers nothing announced, so that on election it announces
+// the state as it then is.
+func (r *PoolReconciler) lead() bool { return r.leading == nil || r.leading() }
+
 // report records an Event when the ready endpoint count differs from the one
 // last announced.
 func (r *PoolReconciler) report(pool *inferencev1.InferencePool, n int) {
-	if n == r.reported {
+	if n == r.reported || !r.lead() {
 		return
 	}
 	was := r.reported

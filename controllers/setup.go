@@ -90,7 +90,8 @@ func CacheOptions(pool types.NamespacedName) cache.Options {
 // SetupWithManager registers the pool reconciler with mgr. It fills sink from
 // the manager's cache, and records Events on the pool with the manager's
 // recorder. The controller runs on every replica, leader or not: each
-// replica routes requests and needs its own registry.
+// replica routes requests and needs its own registry. Only the elected
+// replica records Events (leader.go).
 func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink EndpointSink) error {
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("pool reconciler options: %w", err)
@@ -109,6 +110,7 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 		pool:     opts.Pool,
 		self:     opts.Self,
 		reported: -1,
+		leading:  electedFunc(mgr.Elected()),
 	}
 	toPool := func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: opts.Pool}}
@@ -130,6 +132,7 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 		For(&inferencev1.InferencePool{}, builder.WithPredicates(isPool)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(toPool), builder.WithPredicates(inNamespace)).
 		WatchesRawSource(initial).
+		WatchesRawSource(onElection(mgr.Elected(), reconcile.Request{NamespacedName: opts.Pool})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: 1,
 			NeedLeaderElection:      ptr.To(false),

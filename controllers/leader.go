@@ -1,0 +1,44 @@
+package controllers
+
+import (
+	"context"
+
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// Routing needs no leader: every replica keeps its own registry and serves.
+// Writing to the API server does: with several replicas, only the elected
+// one records Events, so a pool gets one Event per change, not one per
+// replica. The manager closes its Elected channel when this replica wins the
+// lease (at once when leader election is off), the moment it starts the
+// runnables that need leader election.
+
+// electedFunc reports whether elected is closed.
+func electedFunc(elected <-chan struct{}) func() bool {
+	return func() bool {
+		select {
+		case <-elected:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// onElection enqueues req once elected is closed, so that a replica which
+// becomes the leader announces the current state it did not announce while
+// it followed.
+func onElection(elected <-chan struct{}, req reconcile.Request) source.Source {
+	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		go func() {
+			select {
+			case <-elected:
+				q.Add(req)
+			case <-ctx.Done():
+			}
+		}()
+		return nil
+	})
+}
