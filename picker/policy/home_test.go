@@ -39,7 +39,9 @@ func newReplica(t *testing.T, seed uint64, pods []string) *replica {
 
 func podEndpoint(name string) registry.Endpoint {
 	var i int
-	fmt.Sscanf(name, "pod-%d", &i)
+	if _, err := fmt.Sscanf(name, "pod-%d", &i); err != nil {
+		panic(err)
+	}
 	return registry.Endpoint{
 		Key:     registry.Key{UID: "uid-" + name, Port: 8000},
 		Name:    name,

@@ -18,8 +18,7 @@ import (
 // Gateway is the Envoy stand-in. It is an http.Handler; Serve runs it on a listener.
 type Gateway struct {
 	o         options
-	conn      *grpc.ClientConn
-	client    extprocv3.ExternalProcessorClient
+	pickers   *pickers
 	transport *http.Transport
 	c         counters
 
@@ -33,6 +32,16 @@ var _ http.Handler = (*Gateway)(nil)
 // New returns a gateway that sends every request through the ext_proc server at
 // picker (host:port).
 func New(picker string, opts ...Option) (*Gateway, error) {
+	return NewCluster([]string{picker}, opts...)
+}
+
+// NewCluster returns a gateway whose ext_proc service is the cluster of the
+// pickers' addresses (host:port), several replicas of one picker; see
+// cluster.go.
+func NewCluster(pickerAddrs []string, opts ...Option) (*Gateway, error) {
+	if len(pickerAddrs) == 0 {
+		return nil, errors.New("no picker address")
+	}
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
@@ -55,15 +64,20 @@ func New(picker string, opts ...Option) (*Gateway, error) {
 	if o.tls != nil {
 		creds = credentials.NewTLS(o.tls)
 	}
-	conn, err := grpc.NewClient(picker, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		return nil, fmt.Errorf("picker client %s: %w", picker, err)
+	g := &Gateway{o: o}
+	g.pickers = &pickers{cfg: o.cluster, now: o.clock.Now, c: &g.c}
+	for _, addr := range pickerAddrs {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			_ = g.pickers.close()
+			return nil, fmt.Errorf("picker client %s: %w", addr, err)
+		}
+		g.pickers.hosts = append(g.pickers.hosts, &pickerHost{addr: addr, conn: conn, client: extprocv3.NewExternalProcessorClient(conn)})
 	}
 	base, cancel := context.WithCancel(context.Background())
-	return &Gateway{
-		o:      o,
-		conn:   conn,
-		client: extprocv3.NewExternalProcessorClient(conn),
+	*g = Gateway{
+		o:       o,
+		pickers: g.pickers,
 		transport: &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: o.connectTimeout}).DialContext,
 			DisableCompression:  true,
@@ -72,7 +86,8 @@ func New(picker string, opts ...Option) (*Gateway, error) {
 		},
 		base:       base,
 		cancelBase: cancel,
-	}, nil
+	}
+	return g, nil
 }
 
 // Counters returns the running totals.
@@ -120,10 +135,7 @@ func (g *Gateway) Close() error {
 	g.cancelBase()
 	g.closers.Wait()
 	g.transport.CloseIdleConnections()
-	if err := g.conn.Close(); err != nil {
-		return fmt.Errorf("close picker connection: %w", err)
-	}
-	return nil
+	return g.pickers.close()
 }
 
 // closeStream ends a stream whose processing finished: half-close, give the
