@@ -31,7 +31,7 @@ func execute() int {
 	flag.StringVar(&o.plots, "plots", "docs/bench", "directory of the PNG plots")
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs")
 	flag.IntVar(&o.count, "count", 5, "go test -count for the micro-benchmarks")
-	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,routing,flow (default all)")
+	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,routing,replicas,flow (default all)")
 	flag.StringVar(&o.policies, "policies", "", "comma-separated policy labels for the routing benchmark (default all)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -110,6 +110,13 @@ func run(ctx context.Context, o options) error {
 		rep.workloads = workloads(o.quick)
 		rep.routing, err = routing.Suite(ctx, routing.Binaries{Sim: sim, Picker: picker}, rep.spec, pols, rep.workloads, deadline)
 		if err != nil {
+			return err
+		}
+	}
+	if o.want("replicas") {
+		log.Print("replica benchmark")
+		rep.spec = simSpec()
+		if rep.replicas, err = replicasBench(ctx, routing.Binaries{Sim: sim, Picker: picker}, workloads(o.quick)); err != nil {
 			return err
 		}
 	}

@@ -25,6 +25,7 @@ type report struct {
 	workloads []*routing.Workload
 	routing   []*routing.Result
 	flow      []flowRun
+	replicas  *replicaReport
 }
 
 type machine struct {
@@ -171,6 +172,7 @@ func (r *report) markdown(plotDir string) string {
 	if len(r.routing) > 0 {
 		r.routingSection(w, plotDir)
 	}
+	w("%s", replicasMarkdown(r.replicas))
 	w("%s", flowMarkdown(r.flow))
 	return b.String()
 }

@@ -54,6 +54,7 @@ func (r *report) verdicts() []verdict {
 	if len(r.flow) > 0 {
 		out = append(out, flowVerdict(r.flow))
 	}
+	out = append(out, replicaVerdicts(r.replicas)...)
 	if len(r.routing) == 0 {
 		return out
 	}
