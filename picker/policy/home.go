@@ -26,14 +26,16 @@ import (
 // The learned index refines the home: when this replica knows a candidate
 // that holds the prefix, the index decides and no home is taken, so a prefix
 // learned elsewhere stays there. Otherwise the home is credited with the
-// whole prompt, as if this replica had routed it there before: with one
-// replica the home only breaks ties the cost leaves; with several, it is
-// where the others most likely sent the prompt.
+// prefill of the prompt it is presumed to hold, in proportion to the chance
+// that another replica sent the prompt there (homeCredit). Whatever the
+// index knows, ties in cost are broken in the prefix's rendezvous order.
 
 // home returns the index in p.cands of the prompt's home, or -1 when there
 // is none: home hashing is off, the prompt is shorter than a block, the
 // index already knows a holder of the prefix, or every candidate is over the
-// bound.
+// bound. Whenever the prompt has a key, the candidates' tie-break follows
+// the prefix's rendezvous order, so that replicas whose costs tie (idle
+// workers, a spill off a busy holder) still choose alike.
 func (c *cacheAware) home(e *engine, p *pick) int {
 	if c.cfg.HomeBlocks <= 0 || len(p.cands) < 2 {
 		return -1
@@ -42,23 +44,23 @@ func (c *cacheAware) home(e *engine, p *pick) int {
 	if blocks == 0 {
 		return -1
 	}
-	unit := max(e.cfg.PrefillWeight, 1) // what the new request adds
-	total := 0.0
-	for i := range p.cands {
-		if p.cands[i].matched >= blocks {
-			return -1
-		}
-		total += p.cands[i].load
-	}
-	bound := math.Ceil((1 + c.cfg.HomeEpsilon) * (total/unit + 1) / float64(len(p.cands)))
-	best, weight := -1, uint64(0)
+	learned, total := false, 0.0
 	for i := range p.cands {
 		cd := &p.cands[i]
-		if cd.load/unit+1 > bound {
-			continue
-		}
-		if wt := prefix.Rendezvous(key, workerKey(cd.w)); best < 0 || wt > weight {
-			best, weight = i, wt
+		cd.tie = ^prefix.Rendezvous(key, workerKey(cd.w)) // the heaviest first
+		learned = learned || cd.matched >= blocks
+		total += cd.load
+	}
+	if learned {
+		return -1
+	}
+	unit := max(e.cfg.PrefillWeight, 1) // what the new request adds
+	bound := math.Ceil((1 + c.cfg.HomeEpsilon) * (total/unit + 1) / float64(len(p.cands)))
+	best := -1
+	for i := range p.cands {
+		cd := &p.cands[i]
+		if cd.load/unit+1 <= bound && (best < 0 || cd.tie < p.cands[best].tie) {
+			best = i
 		}
 	}
 	return best
@@ -66,12 +68,15 @@ func (c *cacheAware) home(e *engine, p *pick) int {
 
 // homeCredit is the cost taken off candidate i for being the prompt's home:
 // the prefill of the blocks it is presumed to hold beyond those the index
-// knows.
+// knows, times the chance that another replica sent the prompt there, r/(1+r)
+// with r others' requests per own (about N-1 of N replicas). A lone picker
+// (r = 0) gives no credit: the home then only breaks ties.
 func (c *cacheAware) homeCredit(p *pick, i, home int) float64 {
-	if i != home {
+	if i != home || p.others <= 0 {
 		return 0
 	}
-	return float64(p.blocks-p.cands[i].matched) / c.cfg.BlocksPerLoad
+	share := p.others / (1 + p.others)
+	return share * float64(p.blocks-p.cands[i].matched) / c.cfg.BlocksPerLoad
 }
 
 // workerKey is the worker's identity as every replica sees it.

@@ -165,19 +165,24 @@ func TestLoadCountsOthersOnce(t *testing.T) {
 	for name, tc := range map[string]struct {
 		prefill, decode int
 		m               *registry.Metrics
+		r               float64
 		want            float64
 	}{
 		"own only, no metrics": {prefill: 1, decode: 2, want: 2*1 + 2},
 		"server shows only ours": {prefill: 1, decode: 2,
-			m: &registry.Metrics{Running: 3}, want: 2*1 + 2},
+			m: &registry.Metrics{Running: 3, Own: 3, OwnPrefill: 1}, want: 2*1 + 2},
 		"others running": {prefill: 0, decode: 1,
-			m: &registry.Metrics{Running: 4}, want: 1 + 3},
+			m: &registry.Metrics{Running: 4, Own: 1}, want: 1 + 3},
 		"others queued weigh as prefill": {prefill: 1, decode: 0,
-			m: &registry.Metrics{Running: 1, Waiting: 3}, want: 2*1 + 2*2 + 1},
-		"ours not yet scraped: never negative": {prefill: 3, decode: 2,
-			m: &registry.Metrics{Running: 1}, want: 2*3 + 2},
-		"queue larger than the others' share": {prefill: 0, decode: 2,
-			m: &registry.Metrics{Waiting: 3}, want: 2 + 2*1},
+			m: &registry.Metrics{Running: 1, Waiting: 3, Own: 1, OwnPrefill: 1}, want: 2*1 + 2*2 + 1},
+		"ours finished since the scrape: not counted as theirs": {prefill: 0, decode: 0,
+			m: &registry.Metrics{Running: 2, Own: 2}, want: 0},
+		"more of ours than the server showed: never negative": {prefill: 3, decode: 2,
+			m: &registry.Metrics{Running: 1, Own: 5}, want: 2*3 + 2},
+		"others grow with ours since the scrape": {prefill: 2, decode: 0,
+			m: &registry.Metrics{Running: 4, Own: 0}, r: 2, want: 2*2 + 4 + 2*(2*2)},
+		"others shrink with ours since the scrape": {prefill: 0, decode: 1,
+			m: &registry.Metrics{Running: 6, Own: 2}, r: 1, want: 1 + (4 - 1)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, ws := pool(1)
@@ -188,8 +193,31 @@ func TestLoadCountsOthersOnce(t *testing.T) {
 					g.FirstToken()
 				}
 			}
-			if diff := cmp.Diff(tc.want, e.load(ws[0], tc.m)); diff != "" {
+			if diff := cmp.Diff(tc.want, e.load(ws[0], tc.m, tc.r)); diff != "" {
 				t.Errorf("load (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestOthersPerOwn(t *testing.T) {
+	for name, tc := range map[string]struct {
+		ms   []*registry.Metrics
+		want float64
+	}{
+		"lone picker":     {ms: []*registry.Metrics{{Running: 2, Own: 2}, {Running: 1, Own: 1}}, want: 0},
+		"two others":      {ms: []*registry.Metrics{{Running: 6, Own: 2}, {Running: 3, Own: 1}}, want: 2},
+		"nothing of ours": {ms: []*registry.Metrics{{Running: 6}}, want: 0},
+		"stale ones left": {ms: []*registry.Metrics{nil, {Running: 4, Own: 2}}, want: 1},
+		"bounded":         {ms: []*registry.Metrics{{Running: 1000, Own: 1}}, want: maxOthersPerOwn},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var cs []candidate
+			for _, m := range tc.ms {
+				cs = append(cs, candidate{metrics: m})
+			}
+			if got := othersPerOwn(cs); got != tc.want {
+				t.Errorf("othersPerOwn = %v, want %v", got, tc.want)
 			}
 		})
 	}

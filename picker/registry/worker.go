@@ -40,6 +40,10 @@ type Metrics struct {
 	BlockSize    int     // tokens per KV block
 	NumGPUBlocks int     // KV blocks the server holds
 	Scraped      time.Time
+	// Own and OwnPrefill are this picker's requests in flight on the
+	// worker (all, and those in prefill) when the page was fetched: the
+	// part of Running + Waiting that is its own.
+	Own, OwnPrefill int64
 }
 
 // Worker is one endpoint of the pool. All methods are safe for concurrent use.

@@ -112,6 +112,7 @@ func (p *poller) run(ctx context.Context) {
 // worker keeps its previous metrics, whose Scraped time then ages.
 func (p *poller) scrape(ctx context.Context) {
 	start := time.Now()
+	pre, dec := p.w.Load()
 	rep, err := p.fetch(ctx)
 	if ctx.Err() != nil {
 		return // removed or stopping: nobody wants this result
@@ -140,6 +141,8 @@ func (p *poller) scrape(ctx context.Context) {
 		BlockSize:    rep.BlockSize,
 		NumGPUBlocks: rep.NumGPUBlocks,
 		Scraped:      now,
+		Own:          pre + dec,
+		OwnPrefill:   pre,
 	})
 }
 

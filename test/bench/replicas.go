@@ -44,7 +44,11 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 	defer os.RemoveAll(workdir)
 	byName := map[string]*routing.Workload{}
 	for _, w := range all {
-		byName[w.Name] = w
+		name, _, _ := strings.Cut(w.Name, "@")
+		if name == "shared-prefix" {
+			name = w.Name
+		}
+		byName[name] = w
 	}
 	out := &replicaReport{}
 	one := func(n int, pol routing.Policy, w *routing.Workload, kill bool) error {
