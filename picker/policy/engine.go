@@ -25,7 +25,7 @@ type pick struct {
 	cands   []candidate
 	rng     uint64 // splitmix64 state, seeded per pick
 	hashes  []uint64
-	blocks  int // len(hashes), when the ranker hashed the prompt
+	blocks  int     // len(hashes), when the ranker hashed the prompt
 	others  float64 // othersPerOwn of the candidates
 	scratch prefix.Scratch
 	matched map[uint32]int

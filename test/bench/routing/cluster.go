@@ -67,16 +67,16 @@ type Binaries struct {
 
 // Cluster is one cold cluster: simulators, the pickers and the gateway.
 type Cluster struct {
-	spec     SimSpec
-	sims     []*proc.Process
-	pickers  []*pickerProc
-	gw       *gateway.Gateway
-	gwAddr   string
-	debug    string // the first picker's /debug/workers
-	stopGW   context.CancelFunc
-	gwDone   chan struct{}
-	workdir  string
-	log      recordLog
+	spec    SimSpec
+	sims    []*proc.Process
+	pickers []*pickerProc
+	gw      *gateway.Gateway
+	gwAddr  string
+	debug   string // the first picker's /debug/workers
+	stopGW  context.CancelFunc
+	gwDone  chan struct{}
+	workdir string
+	log     recordLog
 }
 
 // pickerProc is one picker replica.
