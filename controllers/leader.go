@@ -42,3 +42,31 @@ func onElection(elected <-chan struct{}, req reconcile.Request) source.Source {
 		return nil
 	})
 }
+
+// Leader is an election other than the manager's: active-active replicas
+// keep serving when they lose the lease, which the manager's election does
+// not allow.
+type Leader interface {
+	// Leading reports whether this replica holds the lease.
+	Leading() bool
+	// Gained receives a value each time this replica takes the lease.
+	Gained() <-chan struct{}
+}
+
+// onGain enqueues req each time gained receives, so that a new leader
+// announces the current state.
+func onGain(gained <-chan struct{}, req reconcile.Request) source.Source {
+	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		go func() {
+			for {
+				select {
+				case <-gained:
+					q.Add(req)
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		return nil
+	})
+}

@@ -39,6 +39,9 @@ type PoolReconcilerOptions struct {
 	// Self is the picker's own Pod, which gets the Events about a pool that
 	// does not exist (an absent pool can carry none). Nil records none.
 	Self *corev1.ObjectReference
+	// Leader, when set, decides who records Events instead of the
+	// manager's own leader election (leader.go).
+	Leader Leader
 }
 
 // Validate reports what is missing or unsupported in o.
@@ -112,6 +115,11 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 		reported: -1,
 		leading:  electedFunc(mgr.Elected()),
 	}
+	gained := onElection(mgr.Elected(), reconcile.Request{NamespacedName: opts.Pool})
+	if opts.Leader != nil {
+		r.leading = opts.Leader.Leading
+		gained = onGain(opts.Leader.Gained(), reconcile.Request{NamespacedName: opts.Pool})
+	}
 	toPool := func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: opts.Pool}}
 	}
@@ -132,7 +140,7 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 		For(&inferencev1.InferencePool{}, builder.WithPredicates(isPool)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(toPool), builder.WithPredicates(inNamespace)).
 		WatchesRawSource(initial).
-		WatchesRawSource(onElection(mgr.Elected(), reconcile.Request{NamespacedName: opts.Pool})).
+		WatchesRawSource(gained).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: 1,
 			NeedLeaderElection:      ptr.To(false),

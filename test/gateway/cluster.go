@@ -22,8 +22,10 @@ import (
 // error) for Ejection; when every host is ejected all of them are used, as
 // Envoy does under its panic threshold. A stream that cannot be opened has
 // sent nothing, so with Retry it is retried on the next host, each host at
-// most once (the GrpcService retry policy, retrying on connect failures);
-// when no host takes it the failure mode applies. A stream that breaks after
+// most once and the ejected ones last (the GrpcService retry policy,
+// retrying on connect failures); when no host takes it the failure mode
+// applies. Like Envoy's connection pools, a host that comes back is
+// reconnected to at the next stream, not after a growing backoff. A stream that breaks after
 // messages were sent is never retried: its request takes the failure mode.
 
 // PickerCluster is the outlier detection and retry of the ext_proc cluster.
@@ -90,23 +92,22 @@ func (ps *pickers) open(ctx context.Context) (extprocv3.ExternalProcessor_Proces
 }
 
 // order lists the hosts to try, starting at the next host in turn: the
-// healthy ones, or all of them when none is.
+// healthy ones, then the ejected ones as a last resort (all of them when
+// none is healthy, as Envoy's panic threshold does).
 func (ps *pickers) order() []*pickerHost {
 	start := int(ps.next.Add(1) - 1)
 	now := ps.now()
 	out := make([]*pickerHost, 0, len(ps.hosts))
+	var ejected []*pickerHost
 	for i := range ps.hosts {
 		h := ps.hosts[(start+i)%len(ps.hosts)]
-		if !h.ejected(now) {
+		if h.ejected(now) {
+			ejected = append(ejected, h)
+		} else {
 			out = append(out, h)
 		}
 	}
-	if len(out) == 0 {
-		for i := range ps.hosts {
-			out = append(out, ps.hosts[(start+i)%len(ps.hosts)])
-		}
-	}
-	return out
+	return append(out, ejected...)
 }
 
 func (h *pickerHost) ejected(now time.Time) bool {

@@ -11,6 +11,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -33,6 +34,14 @@ var _ http.Handler = (*Gateway)(nil)
 // picker (host:port).
 func New(picker string, opts ...Option) (*Gateway, error) {
 	return NewCluster([]string{picker}, opts...)
+}
+
+// reconnect makes a picker connection retry soon after a failure, as Envoy
+// opens a new connection for the next stream, instead of gRPC's backoff of
+// up to two minutes, which would leave a restarted replica unused.
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1, MaxDelay: 50 * time.Millisecond},
+	MinConnectTimeout: time.Second,
 }
 
 // NewCluster returns a gateway whose ext_proc service is the cluster of the
@@ -67,7 +76,7 @@ func NewCluster(pickerAddrs []string, opts ...Option) (*Gateway, error) {
 	g := &Gateway{o: o}
 	g.pickers = &pickers{cfg: o.cluster, now: o.clock.Now, c: &g.c}
 	for _, addr := range pickerAddrs {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect))
 		if err != nil {
 			_ = g.pickers.close()
 			return nil, fmt.Errorf("picker client %s: %w", addr, err)

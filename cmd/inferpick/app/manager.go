@@ -53,7 +53,7 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 		Cache:                         cacheOpts,
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        "0",
-		LeaderElection:                o.LeaderElection,
+		LeaderElection:                o.LeaderElection && o.HAMode == HAActivePassive,
 		LeaderElectionID:              o.leaderElectionID(),
 		LeaderElectionNamespace:       o.PoolNamespace,
 		LeaderElectionReleaseOnCancel: true,
@@ -71,6 +71,16 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 		}
 	} else {
 		opts := controllers.PoolReconcilerOptions{Pool: pool, Group: o.PoolGroup, Self: selfPod()}
+		if o.LeaderElection && o.HAMode == HAActiveActive {
+			lease, err := newLeaseElector(cfg, o)
+			if err != nil {
+				return nil, err
+			}
+			if err := mgr.Add(lease); err != nil {
+				return nil, fmt.Errorf("add leader election: %w", err)
+			}
+			opts.Leader = lease
+		}
 		if err := controllers.SetupWithManager(mgr, opts, p.reg); err != nil {
 			return nil, fmt.Errorf("set up the pool controller: %w", err)
 		}
