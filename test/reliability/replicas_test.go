@@ -284,3 +284,36 @@ func portOf(t *testing.T, s *sim) string {
 	}
 	return port
 }
+
+// TestReplicasOutliveTheirLease stops the API server for longer than the
+// lease: the leader cannot renew and loses it, yet every active-active
+// replica keeps running, ready and routing over the pods it knew.
+func TestReplicasOutliveTheirLease(t *testing.T) {
+	c := ownCluster(t)
+	rs := startReplicaSet(t, c, []string{"127.0.0.99", "127.0.0.100"}, 2)
+	apiserver := c.env.ControlPlane.GetAPIServer()
+	killProcess(t, "kube-apiserver", apiserver.CertDir)
+	if err := apiserver.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Past the lease duration (4 s) and its renew deadline (3 s), from now.
+	lost := time.Now().Add(8 * time.Second)
+	r := rand.New(rand.NewPCG(9, 9))
+	for i := 0; time.Now().Before(lost) || i < 20; i++ {
+		if code, body, err := rs.g.Complete(t.Context(), completion(randomPrompt(r, 4), 4, i%2 == 0)); err != nil || code != http.StatusOK {
+			t.Fatalf("request %d with the API server down: %d %v %s", i, code, err, body)
+		}
+	}
+	for i, p := range rs.replicas {
+		if p.Exited() {
+			t.Fatalf("replica %d exited when the lease could not be renewed:\n%s", i, p.Output())
+		}
+		if !p.Serving(t.Context(), "readiness") {
+			t.Errorf("replica %d is not ready", i)
+		}
+		p.WaitIdle(t, 30*time.Second)
+	}
+	if err := apiserver.Start(); err != nil {
+		t.Fatal(err)
+	}
+}
