@@ -65,8 +65,8 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 				return err
 			}
 			out.kill, out.killRun = rep, res
-			log.Printf("replicas %d, one killed: %s: on the killed one %d (%d failed), on the others %d (%d failed), idle: %v",
-				n, w.Name, rep.OnKilled, rep.FailedOnKilled, rep.OnOthers, rep.FailedOnOthers, rep.Idle)
+			log.Printf("replicas %d, one killed: %s: on the killed one %d (%d failed), on the others %d (%d failed: %q), idle: %v",
+				n, w.Name, rep.OnKilled, rep.FailedOnKilled, rep.OnOthers, rep.FailedOnOthers, rep.OthersFailures, rep.Idle)
 			return nil
 		}
 		res, err := routing.Run(ctx, c, w, deadline(w))
