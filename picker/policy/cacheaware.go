@@ -19,7 +19,8 @@ package policy
 // otherwise the least loaded worker.
 type cacheAware struct {
 	indexed
-	cfg CacheAwareConfig
+	cfg   CacheAwareConfig
+	reuse reuseRate // home.go
 }
 
 func (c *cacheAware) rank(e *engine, p *pick) {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math"
+	"sync/atomic"
 
 	"github.com/inferpick/inferpick/picker/prefix"
 	"github.com/inferpick/inferpick/picker/registry"
@@ -27,7 +28,8 @@ import (
 // that holds the prefix, the index decides and no home is taken, so a prefix
 // learned elsewhere stays there. Otherwise the home is credited with the
 // prefill of the prompt it is presumed to hold, in proportion to the chance
-// that another replica sent the prompt there (homeCredit). Whatever the
+// that another replica sent the prompt there (homeCredit), which is nil when
+// prompts do not share prefixes. Whatever the
 // index knows, ties in cost are broken in the prefix's rendezvous order.
 
 // home returns the index in p.cands of the prompt's home, or -1 when there
@@ -51,6 +53,7 @@ func (c *cacheAware) home(e *engine, p *pick) int {
 		learned = learned || cd.matched >= blocks
 		total += cd.load
 	}
+	c.reuse.observe(learned)
 	if learned {
 		return -1
 	}
@@ -68,15 +71,40 @@ func (c *cacheAware) home(e *engine, p *pick) int {
 
 // homeCredit is the cost taken off candidate i for being the prompt's home:
 // the prefill of the blocks it is presumed to hold beyond those the index
-// knows, times the chance that another replica sent the prompt there, r/(1+r)
-// with r others' requests per own (about N-1 of N replicas). A lone picker
-// (r = 0) gives no credit: the home then only breaks ties.
+// knows, times the chance that another replica sent the prompt there. That
+// chance is the share of prompts whose prefix recurs (reuseRate: none when
+// prompts share nothing) times the share of them another replica routed,
+// r/(1+r) with r others' requests per own (about N-1 of N replicas). A lone
+// picker (r = 0) gives no credit: the home then only breaks ties.
 func (c *cacheAware) homeCredit(p *pick, i, home int) float64 {
 	if i != home || p.others <= 0 {
 		return 0
 	}
-	share := p.others / (1 + p.others)
+	share := c.reuse.rate() * p.others / (1 + p.others)
 	return share * float64(p.blocks-p.cands[i].matched) / c.cfg.BlocksPerLoad
+}
+
+// reuseRate is the share of recent prompts whose prefix (the home key's
+// blocks) this replica's index already held: an exponentially weighted
+// average over about the last 16 prompts, lock-free.
+type reuseRate struct{ bits atomic.Uint64 }
+
+const reuseWeight = 1.0 / 16
+
+func (r *reuseRate) rate() float64 { return math.Float64frombits(r.bits.Load()) }
+
+func (r *reuseRate) observe(seen bool) {
+	x := 0.0
+	if seen {
+		x = 1
+	}
+	for {
+		old := r.bits.Load()
+		v := math.Float64frombits(old)
+		if r.bits.CompareAndSwap(old, math.Float64bits(v+reuseWeight*(x-v))) {
+			return
+		}
+	}
 }
 
 // workerKey is the worker's identity as every replica sees it.
