@@ -121,14 +121,16 @@ func RunKilling(ctx context.Context, c *Cluster, w *Workload, deadline, at time.
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, r := range c.Records() {
+	recs := c.Records()
+	for i := range recs {
+		r := &recs[i]
 		// The client leaves as soon as it has read [DONE], which the
 		// gateway may see before its last write: not a failure.
 		ok := r.Status == http.StatusOK && !r.Reset && r.ProcessingError == nil
-		switch {
-		case r.Picker == "":
+		switch r.Picker {
+		case "":
 			rep.NoStream++
-		case r.Picker == rep.Killed:
+		case rep.Killed:
 			rep.OnKilled++
 			if !ok {
 				rep.FailedOnKilled++
