@@ -83,7 +83,7 @@ type PoolReconciler struct {
 	pool     types.NamespacedName
 	self     *corev1.ObjectReference // the picker's Pod, for Events about a missing pool
 
-	// missing is true once the pool's absence was announced.
+	// missing is true once the pool's absence was logged.
 	missing bool
 
 	// reported is the endpoint count last announced in an Event, or -1 when
@@ -91,6 +91,12 @@ type PoolReconciler struct {
 	reported int
 	// invalid is the selector error last announced, or "".
 	invalid string
+	// announcedMissing is true once the pool's absence was announced in an
+	// Event.
+	announcedMissing bool
+	// leading reports whether this replica records Events (leader.go); nil
+	// means always.
+	leading func() bool
 
 	// served is what the endpoints were computed from; nil while no usable
 	// pool is served, when pod requests are left to the pool's next list.
@@ -157,13 +163,15 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context) (ctrl.Result, error)
 			r.missing = true
 			log.Info("InferencePool not found: not ready and serving no endpoints until it exists. Create it (the chart does with pool.create=true) or point --pool-name and --pool-namespace at an existing pool",
 				"pool", r.pool)
-			if r.self != nil {
-				r.recorder.Eventf(r.self, corev1.EventTypeWarning, ReasonPoolNotFound,
-					"InferencePool %s not found: create it, or set --pool-name and --pool-namespace to an existing pool", r.pool)
-			}
+		}
+		if r.self != nil && !r.announcedMissing && r.lead() {
+			r.announcedMissing = true
+			r.recorder.Eventf(r.self, corev1.EventTypeWarning, ReasonPoolNotFound,
+				"InferencePool %s not found: create it, or set --pool-name and --pool-namespace to an existing pool", r.pool)
 		}
 		return ctrl.Result{}, nil
 	}
+	r.announcedMissing = false
 	if r.missing {
 		r.missing = false
 		log.Info("InferencePool found", "pool", klog.KObj(pool))
@@ -180,7 +188,7 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context) (ctrl.Result, error)
 		r.pods.clear()
 		r.sink.MarkSynced()
 		r.reported = -1
-		if r.invalid != err.Error() {
+		if r.invalid != err.Error() && r.lead() {
 			r.invalid = err.Error()
 			r.recorder.Eventf(pool, corev1.EventTypeWarning, ReasonInvalidSelector,
 				"Selecting no pods: %v", err)
@@ -215,10 +223,15 @@ func (r *PoolReconciler) clear() {
 	r.invalid = ""
 }
 
+// lead reports whether this replica records Events: a follower announces
+// nothing and remembers nothing announced, so that on election it announces
+// the state as it then is.
+func (r *PoolReconciler) lead() bool { return r.leading == nil || r.leading() }
+
 // report records an Event when the ready endpoint count differs from the one
 // last announced.
 func (r *PoolReconciler) report(pool *inferencev1.InferencePool, n int) {
-	if n == r.reported {
+	if n == r.reported || !r.lead() {
 		return
 	}
 	was := r.reported

@@ -42,6 +42,9 @@ type PoolReconcilerOptions struct {
 	// Self is the picker's own Pod, which gets the Events about a pool that
 	// does not exist (an absent pool can carry none). Nil records none.
 	Self *corev1.ObjectReference
+	// Leader, when set, decides who records Events instead of the
+	// manager's own leader election (leader.go).
+	Leader Leader
 }
 
 // Validate reports what is missing or unsupported in o.
@@ -95,7 +98,8 @@ func CacheOptions(pool types.NamespacedName) cache.Options {
 // SetupWithManager registers the pool reconciler with mgr. It fills sink from
 // the manager's cache, and records Events on the pool with the manager's
 // recorder. The controller runs on every replica, leader or not: each
-// replica routes requests and needs its own registry.
+// replica routes requests and needs its own registry. Only the elected
+// replica records Events (leader.go).
 func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink EndpointSink) error {
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("pool reconciler options: %w", err)
@@ -115,8 +119,14 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 		self:     opts.Self,
 		reported: -1,
 		pods:     newPodSet(sink),
+		leading:  electedFunc(mgr.Elected()),
 	}
 	poolReq := request{NamespacedName: opts.Pool}
+	gained := onElection(mgr.Elected(), poolReq)
+	if opts.Leader != nil {
+		r.leading = opts.Leader.Leading
+		gained = onGain(opts.Leader.Gained(), poolReq)
+	}
 	toPool := func(context.Context, client.Object) []request { return []request{poolReq} }
 	isPool := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetNamespace() == opts.Pool.Namespace && o.GetName() == opts.Pool.Name
@@ -147,6 +157,7 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 		Watches(&corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(toPod), builder.WithPredicates(inNamespace(opts.Pool.Namespace))).
 		WatchesRawSource(initial).
 		WatchesRawSource(announced).
+		WatchesRawSource(gained).
 		WithOptions(controller.TypedOptions[request]{
 			MaxConcurrentReconciles: 1,
 			NeedLeaderElection:      ptr.To(false),

@@ -19,24 +19,29 @@ package policy
 // otherwise the least loaded worker.
 type cacheAware struct {
 	indexed
-	cfg  CacheAwareConfig
-	lora *loraAffinity
+	cfg   CacheAwareConfig
+	lora  *loraAffinity
+	reuse reuseRate // home.go
 }
 
-func (c *cacheAware) rank(_ *engine, p *pick) {
+func (c *cacheAware) rank(e *engine, p *pick) {
 	c.match(p)
 	if c.cfg.Mode == ModeThreshold {
 		c.rankThreshold(p)
 		return
 	}
 	// Cost: the work queued ahead plus the prefill this request brings,
-	// counting only the blocks the worker does not hold, and the blocks
-	// they would evict from a full worker (calibrate.go).
+	// counting only the blocks the worker does not hold (home.go: the
+	// prompt's home is presumed to hold them all), the blocks they would
+	// evict from a full worker (calibrate.go) and the adapter it would
+	// load (lora.go).
 	reuse := c.ix.HitRatio()
+	home := c.home(e, p)
 	for i := range p.cands {
 		cd := &p.cands[i]
 		uncached := p.blocks - cd.matched
-		cd.cost = cd.load + (float64(uncached)+c.evicted(cd.w, uncached, reuse))/c.cfg.BlocksPerLoad + c.lora.cost(p, cd, c.cfg.AdapterLoadCost)
+		cd.cost = cd.load + (float64(uncached)+c.evicted(cd.w, uncached, reuse))/c.cfg.BlocksPerLoad +
+			c.lora.cost(p, cd, c.cfg.AdapterLoadCost) - c.homeCredit(p, i, home)
 	}
 }
 

@@ -75,6 +75,13 @@ type CacheAwareConfig struct {
 	// waiting or was just sent costs nothing more; one with a free adapter
 	// slot costs AdapterLoadCost; one with every slot taken twice that.
 	AdapterLoadCost float64 `json:"adapterLoadCost,omitempty" yaml:"adapterLoadCost,omitempty"`
+	// HomeBlocks (cost mode) is how many leading prompt blocks name the
+	// prefix whose home every replica agrees on (home.go); negative turns
+	// home hashing off.
+	HomeBlocks int `json:"homeBlocks,omitempty" yaml:"homeBlocks,omitempty"`
+	// HomeEpsilon is the load slack of the home: a worker holding more than
+	// (1+HomeEpsilon) × the mean overflows to the next in the prefix's order.
+	HomeEpsilon float64 `json:"homeEpsilon,omitempty" yaml:"homeEpsilon,omitempty"`
 }
 
 // WeightedScorerConfig holds the weights of the weighted scorer.
@@ -113,6 +120,8 @@ const (
 	DefaultBalanceRel       = 1.5
 	DefaultBalanceAbs       = 4
 	DefaultAdapterLoadCost  = 4
+	DefaultHomeBlocks       = 4
+	DefaultHomeEpsilon      = 0.25
 )
 
 // Default returns c with every zero field set to its default.
@@ -129,6 +138,8 @@ func (c Config) Default() Config {
 	setDefault(&ca.BalanceRel, DefaultBalanceRel)
 	setDefault(&ca.BalanceAbs, DefaultBalanceAbs)
 	setDefault(&ca.AdapterLoadCost, DefaultAdapterLoadCost)
+	setDefault(&ca.HomeBlocks, DefaultHomeBlocks)
+	setDefault(&ca.HomeEpsilon, DefaultHomeEpsilon)
 	ws := &c.WeightedScorer
 	if *ws == (WeightedScorerConfig{}) {
 		*ws = WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3}
@@ -188,6 +199,9 @@ func (c Config) Validate() error {
 	}
 	if ca.AdapterLoadCost < 0 {
 		bad("cacheAware.adapterLoadCost", ca.AdapterLoadCost, "≥ 0")
+	}
+	if ca.HomeEpsilon < 0 {
+		bad("cacheAware.homeEpsilon", ca.HomeEpsilon, "≥ 0")
 	}
 	ws := c.WeightedScorer
 	for field, w := range map[string]float64{

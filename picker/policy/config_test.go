@@ -66,6 +66,8 @@ func TestConfigFromJSON(t *testing.T) {
 			BalanceRel:      DefaultBalanceRel,
 			BalanceAbs:      DefaultBalanceAbs,
 			AdapterLoadCost: DefaultAdapterLoadCost,
+			HomeBlocks:      DefaultHomeBlocks,
+			HomeEpsilon:     DefaultHomeEpsilon,
 		},
 		WeightedScorer: WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3},
 	}

@@ -25,7 +25,8 @@ type pick struct {
 	cands   []candidate
 	rng     uint64 // splitmix64 state, seeded per pick
 	hashes  []uint64
-	blocks  int // len(hashes), when the ranker hashed the prompt
+	blocks  int     // len(hashes), when the ranker hashed the prompt
+	others  float64 // othersPerOwn of the candidates
 	scratch prefix.Scratch
 	matched map[uint32]int
 	// The requested model's key in the LoRA decision table, once needed.
@@ -110,7 +111,11 @@ func (e *engine) Pick(req *Request, candidates []*registry.Worker, n int) ([]*re
 			saturated++
 			continue
 		}
-		p.cands = append(p.cands, candidate{w: w, metrics: m, load: e.load(w, m), tie: p.rand()})
+		p.cands = append(p.cands, candidate{w: w, metrics: m, tie: p.rand()})
+	}
+	p.others = othersPerOwn(p.cands)
+	for i := range p.cands {
+		p.cands[i].load = e.load(p.cands[i].w, p.cands[i].metrics, p.others)
 	}
 	if len(p.cands) == 0 {
 		if saturated > 0 {
@@ -145,17 +150,55 @@ func reduced(bound, reserve int) int {
 	return max(bound-reserve, 1)
 }
 
-// load is the work ahead of a new request on w: requests in flight, those in
-// prefill weighted by PrefillWeight, plus the model server's waiting queue
-// beyond what this picker already counts as prefill (requests other pickers
-// or clients sent), when the metrics are fresh.
-func (e *engine) load(w *registry.Worker, m *registry.Metrics) float64 {
+// load is the work ahead of a new request on w: this picker's own requests,
+// counted exactly by their guards (those in prefill weighted by
+// PrefillWeight), plus the requests others sent there (other picker
+// replicas, direct clients), when the metrics are fresh.
+//
+// The others' share is the model server's running + waiting less what this
+// picker had in flight there when the page was read, never negative, so no
+// request is counted twice; the part still queued beyond this picker's own
+// prefill weighs PrefillWeight. The figure is as old as the scrape (one
+// interval at most, and never older than MetricsStaleness). In between,
+// replicas that route alike add and finish work where this one does: the
+// others' share moves by r (othersPerOwn) times the change of this picker's
+// own count since the scrape, new work weighing as prefill.
+func (e *engine) load(w *registry.Worker, m *registry.Metrics, r float64) float64 {
 	pre, dec := w.Load()
 	l := e.cfg.PrefillWeight*float64(pre) + float64(dec)
-	if m != nil && int64(m.Waiting) > pre {
-		l += e.cfg.PrefillWeight * float64(int64(m.Waiting)-pre)
+	if m == nil {
+		return l
 	}
-	return l
+	others := max(int64(m.Running)+int64(m.Waiting)-m.Own, 0)
+	queued := min(max(int64(m.Waiting)-m.OwnPrefill, 0), others)
+	theirs := e.cfg.PrefillWeight*float64(queued) + float64(others-queued)
+	if g := r * float64(pre+dec-m.Own); g > 0 {
+		theirs += e.cfg.PrefillWeight * g
+	} else {
+		theirs = max(theirs+g, 0)
+	}
+	return l + theirs
+}
+
+// maxOthersPerOwn bounds othersPerOwn.
+const maxOthersPerOwn = 16
+
+// othersPerOwn is how many requests others had in flight for each of this
+// picker's, over the candidates with fresh metrics at their scrapes: about
+// the number of other replicas when replicas share the traffic evenly, 0
+// for a lone picker. It is 0 when this picker had nothing in flight.
+func othersPerOwn(cs []candidate) float64 {
+	var own, others int64
+	for i := range cs {
+		if m := cs[i].metrics; m != nil {
+			own += m.Own
+			others += max(int64(m.Running)+int64(m.Waiting)-m.Own, 0)
+		}
+	}
+	if own == 0 {
+		return 0
+	}
+	return min(float64(others)/float64(own), maxOthersPerOwn)
 }
 
 // cheapest returns up to n distinct workers of cs by ascending cost, ties

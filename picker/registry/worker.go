@@ -47,6 +47,10 @@ type Metrics struct {
 	// their cost model from; 0 means not reported.
 	Counters Counters
 	Scraped  time.Time
+	// Own and OwnPrefill are this picker's requests in flight on the
+	// worker (all, and those in prefill) when the page was fetched: the
+	// part of Running + Waiting that is its own.
+	Own, OwnPrefill int64
 }
 
 // Counters are a model server's cumulative counters (vLLM's names in

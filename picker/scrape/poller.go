@@ -131,6 +131,7 @@ func (p *poller) run(ctx context.Context) {
 // worker keeps its previous metrics, whose Scraped time then ages.
 func (p *poller) scrape(ctx context.Context) {
 	start := time.Now()
+	pre, dec := p.w.Load()
 	rep, err := p.fetch(ctx)
 	if ctx.Err() != nil {
 		return // removed or stopping: nobody wants this result
@@ -162,6 +163,8 @@ func (p *poller) scrape(ctx context.Context) {
 		LoRA:         p.loraState(rep.LoRA),
 		Counters:     registry.Counters(rep.Counters),
 		Scraped:      now,
+		Own:          pre + dec,
+		OwnPrefill:   pre,
 	})
 }
 

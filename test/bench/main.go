@@ -35,7 +35,7 @@ func execute() int {
 	flag.StringVar(&o.plots, "plots", "docs/bench", "directory of the PNG plots")
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs")
 	flag.IntVar(&o.count, "count", 5, "go test -count for the micro-benchmarks")
-	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,scaling,routing,flow,repro,matrix (default all)")
+	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,scaling,routing,replicas,flow,repro,matrix (default all)")
 	flag.StringVar(&o.policies, "policies", "", "comma-separated policy labels for the routing benchmark (default all)")
 	flag.StringVar(&o.workloads, "workloads", "", "comma-separated workload name prefixes for the routing benchmark, e.g. shared-prefix,multi-lora (default all)")
 	flag.Parse()
@@ -139,6 +139,13 @@ func run(ctx context.Context, o options) error {
 		}
 		rep.routing, err = routing.Suite(ctx, routing.Binaries{Sim: sim, Picker: picker}, rep.spec, pols, rep.workloads, deadline)
 		if err != nil {
+			return err
+		}
+	}
+	if o.want("replicas") {
+		log.Print("replica benchmark")
+		rep.spec = simSpec()
+		if rep.replicas, err = replicasBench(ctx, routing.Binaries{Sim: sim, Picker: picker}, workloads(o.quick)); err != nil {
 			return err
 		}
 	}

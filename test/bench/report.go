@@ -29,6 +29,7 @@ type report struct {
 	scaling   []scalingPoint
 	repro     []*routing.Result
 	matrix    []matrixRun
+	replicas  *replicaReport
 }
 
 type machine struct {
@@ -177,6 +178,7 @@ func (r *report) markdown(plotDir string) string {
 	if len(r.routing) > 0 {
 		r.routingSection(w, plotDir)
 	}
+	w("%s", replicasMarkdown(r.replicas))
 	w("%s", flowMarkdown(r.flow))
 	w("%s", reproMarkdown(r.repro))
 	w("%s", matrixMarkdown(r.matrix, filepath.ToSlash(plotDir)))

@@ -74,6 +74,7 @@ func (r *report) verdicts() []verdict {
 		out = append(out, flowVerdict(r.flow))
 	}
 	out = append(out, matrixVerdicts(r.matrix)...)
+	out = append(out, replicaVerdicts(r.replicas)...)
 	if len(r.routing) == 0 {
 		return out
 	}

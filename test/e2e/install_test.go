@@ -304,9 +304,12 @@ picker:
 		picker.stop()
 		picker = startPicker(ctx, ns, fullname, pickerKC)
 		picker.waitReady(ctx)
-		var lease coordinationv1.Lease
-		Expect(suite.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "inferpick-" + poolName}, &lease)).To(Succeed())
-		Expect(lease.Spec.HolderIdentity).To(HaveValue(Not(BeEmpty())))
+		// Active-active: ready does not wait for the lease, which follows.
+		Eventually(func(g Gomega) {
+			var lease coordinationv1.Lease
+			g.Expect(suite.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "inferpick-" + poolName}, &lease)).To(Succeed())
+			g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Not(BeEmpty())))
+		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 		Eventually(func() ([]string, error) { return picker.workerAddresses(ctx, scraper) }).
 			WithContext(ctx).WithTimeout(30 * time.Second).Should(Equal(addrs(newPort)))
 

@@ -37,6 +37,22 @@ type Record struct {
 // full-duplex mode) unless an option sets it.
 func StartGatewayT(t testing.TB, pickerAddr string, opts ...gateway.Option) *Gateway {
 	t.Helper()
+	return startGateway(t, func(opts ...gateway.Option) (*gateway.Gateway, error) {
+		return gateway.New(pickerAddr, opts...)
+	}, opts)
+}
+
+// StartClusterGatewayT is StartGatewayT in front of several picker
+// replicas, as Envoy balances an ext_proc cluster.
+func StartClusterGatewayT(t testing.TB, pickerAddrs []string, opts ...gateway.Option) *Gateway {
+	t.Helper()
+	return startGateway(t, func(opts ...gateway.Option) (*gateway.Gateway, error) {
+		return gateway.NewCluster(pickerAddrs, opts...)
+	}, opts)
+}
+
+func startGateway(t testing.TB, newGateway func(...gateway.Option) (*gateway.Gateway, error), opts []gateway.Option) *Gateway {
+	t.Helper()
 	g := &Gateway{}
 	opts = append([]gateway.Option{gateway.WithMessageTimeout(0), gateway.WithRecorder(func(r gateway.Record) {
 		g.mu.Lock()
@@ -44,7 +60,7 @@ func StartGatewayT(t testing.TB, pickerAddr string, opts ...gateway.Option) *Gat
 		g.mu.Unlock()
 	})}, opts...)
 	var err error
-	if g.Gateway, err = gateway.New(pickerAddr, opts...); err != nil {
+	if g.Gateway, err = newGateway(opts...); err != nil {
 		t.Fatal(err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -27,6 +27,8 @@ type flow struct {
 	pumpDone  chan pumpResult
 	pumped    *pumpResult
 
+	host *pickerHost // the picker replica of the stream
+
 	// unprocessed is set when FailOpen lets the request continue without the picker.
 	unprocessed bool
 	wroteHeader bool
@@ -50,13 +52,14 @@ func (f *flow) serve(ctx context.Context) {
 	streamCtx, cancel := context.WithCancel(f.g.base)
 	f.cancel = cancel
 	f.stopWatch = context.AfterFunc(ctx, cancel)
-	stream, err := f.g.client.Process(streamCtx) //nolint:contextcheck // the stream outlives the handler for the close grace; the request's end cancels it through stopWatch.
+	stream, host, err := f.g.pickers.open(streamCtx) //nolint:contextcheck // the stream outlives the handler for the close grace; the request's end cancels it through stopWatch.
 	if err != nil {
 		f.requestFailed(ctx, fmt.Errorf("open ext_proc stream: %w", err), h, hasBody)
 		return
 	}
 	f.g.c.streams.Add(1)
 	f.rec.ExtProcStreams = 1
+	f.host, f.rec.Picker = host, host.addr
 	f.x = newExchange(stream, f.g, hint, hinted)
 	go f.x.run(streamCtx) //nolint:contextcheck // bound to the stream's own context, which the request's end cancels through stopWatch.
 	f.pumpDone = make(chan pumpResult, 1)
@@ -243,6 +246,11 @@ func (f *flow) finish() {
 	if f.cancel != nil {
 		stillHere := f.stopWatch()
 		_, err := f.outcomeIfStopped()
+		if f.host != nil && err != nil && f.r.Context().Err() == nil {
+			f.g.pickers.failed(f.host, err)
+		} else if f.host != nil && err == nil {
+			f.g.pickers.succeeded(f.host)
+		}
 		if f.x != nil && stillHere && err == nil {
 			f.g.closers.Add(1)
 			go f.g.closeStream(f.x, f.cancel)

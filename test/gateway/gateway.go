@@ -11,6 +11,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -18,8 +19,7 @@ import (
 // Gateway is the Envoy stand-in. It is an http.Handler; Serve runs it on a listener.
 type Gateway struct {
 	o         options
-	conn      *grpc.ClientConn
-	client    extprocv3.ExternalProcessorClient
+	pickers   *pickers
 	transport *http.Transport
 	c         counters
 
@@ -33,6 +33,24 @@ var _ http.Handler = (*Gateway)(nil)
 // New returns a gateway that sends every request through the ext_proc server at
 // picker (host:port).
 func New(picker string, opts ...Option) (*Gateway, error) {
+	return NewCluster([]string{picker}, opts...)
+}
+
+// reconnect makes a picker connection retry soon after a failure, as Envoy
+// opens a new connection for the next stream, instead of gRPC's backoff of
+// up to two minutes, which would leave a restarted replica unused.
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1, MaxDelay: 50 * time.Millisecond},
+	MinConnectTimeout: time.Second,
+}
+
+// NewCluster returns a gateway whose ext_proc service is the cluster of the
+// pickers' addresses (host:port), several replicas of one picker; see
+// cluster.go.
+func NewCluster(pickerAddrs []string, opts ...Option) (*Gateway, error) {
+	if len(pickerAddrs) == 0 {
+		return nil, errors.New("no picker address")
+	}
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
@@ -55,15 +73,20 @@ func New(picker string, opts ...Option) (*Gateway, error) {
 	if o.tls != nil {
 		creds = credentials.NewTLS(o.tls)
 	}
-	conn, err := grpc.NewClient(picker, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		return nil, fmt.Errorf("picker client %s: %w", picker, err)
+	g := &Gateway{o: o}
+	g.pickers = &pickers{cfg: o.cluster, now: o.clock.Now, c: &g.c}
+	for _, addr := range pickerAddrs {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect))
+		if err != nil {
+			_ = g.pickers.close()
+			return nil, fmt.Errorf("picker client %s: %w", addr, err)
+		}
+		g.pickers.hosts = append(g.pickers.hosts, &pickerHost{addr: addr, conn: conn, client: extprocv3.NewExternalProcessorClient(conn)})
 	}
 	base, cancel := context.WithCancel(context.Background())
-	return &Gateway{
-		o:      o,
-		conn:   conn,
-		client: extprocv3.NewExternalProcessorClient(conn),
+	*g = Gateway{
+		o:       o,
+		pickers: g.pickers,
 		transport: &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: o.connectTimeout}).DialContext,
 			DisableCompression:  true,
@@ -72,7 +95,8 @@ func New(picker string, opts ...Option) (*Gateway, error) {
 		},
 		base:       base,
 		cancelBase: cancel,
-	}, nil
+	}
+	return g, nil
 }
 
 // Counters returns the running totals.
@@ -120,10 +144,7 @@ func (g *Gateway) Close() error {
 	g.cancelBase()
 	g.closers.Wait()
 	g.transport.CloseIdleConnections()
-	if err := g.conn.Close(); err != nil {
-		return fmt.Errorf("close picker connection: %w", err)
-	}
-	return nil
+	return g.pickers.close()
 }
 
 // closeStream ends a stream whose processing finished: half-close, give the

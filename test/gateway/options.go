@@ -67,6 +67,7 @@ type options struct {
 	clock           clock.WithTicker
 	onRecord        func(Record)
 	subsetHint      func(*http.Request) ([]string, bool)
+	cluster         PickerCluster
 }
 
 func defaultOptions() options {
@@ -78,6 +79,7 @@ func defaultOptions() options {
 		connectTimeout: DefaultConnectTimeout,
 		closeGrace:     DefaultCloseGrace,
 		clock:          clock.RealClock{},
+		cluster:        DefaultPickerCluster,
 	}
 }
 

@@ -15,6 +15,8 @@ type Record struct {
 	// ExtProcStreams is the number of ext_proc streams opened: 1, or 0 when the
 	// stream could not be opened.
 	ExtProcStreams int
+	// Picker is the address of the picker replica that took the stream.
+	Picker string
 	// Immediate is true when the picker answered with an ImmediateResponse.
 	Immediate bool
 	// Endpoints is the destination list the picker returned (primary first).
@@ -64,11 +66,14 @@ type Counters struct {
 	RejectedHeaderMutations int64
 	SpuriousMessages        int64
 	ClientDisconnects       int64
+	// PickerEjections counts picker replicas ejected by outlier detection.
+	PickerEjections int64
 }
 
 type counters struct {
 	requests, streams, immediate, procErrors, timeouts, failedOpen atomic.Int64
 	attempts, retries, connectFailures, rejected, spurious, gone   atomic.Int64
+	ejections                                                      atomic.Int64
 }
 
 func (c *counters) snapshot() Counters {
@@ -85,5 +90,6 @@ func (c *counters) snapshot() Counters {
 		RejectedHeaderMutations: c.rejected.Load(),
 		SpuriousMessages:        c.spurious.Load(),
 		ClientDisconnects:       c.gone.Load(),
+		PickerEjections:         c.ejections.Load(),
 	}
 }

@@ -86,9 +86,9 @@ func TestAPIServerRestart(t *testing.T) {
 	checkReleases(t, p)
 }
 
-// TestLeaderElection runs two replicas with leader election: only the
-// leader reports ready on `readiness`; when it is killed the other takes
-// over within the lease time and routes.
+// TestLeaderElection runs two replicas with leader election in
+// active-passive mode: only the leader reports ready on `readiness`; when it
+// is killed the other takes over within the lease time and routes.
 func TestLeaderElection(t *testing.T) {
 	c := sharedCluster(t)
 	ns := c.Namespace(t)
@@ -99,7 +99,7 @@ func TestLeaderElection(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.ReadyPod(t, framework.MakePod(ns, "vllm-0").Obj(), host)
-	lease := []string{"--ha-enable-leader-election", "--leader-election-lease-duration", "4s",
+	lease := []string{"--ha-enable-leader-election", "--ha-mode", "active-passive", "--leader-election-lease-duration", "4s",
 		"--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "500ms"}
 	replicas := []*picker{startClusterPicker(t, c, ns, "pool", lease...), startClusterPicker(t, c, ns, "pool", lease...)}
 

@@ -79,7 +79,7 @@ func ManagerOptions(o *Options) (ctrl.Options, error) {
 		Scheme:                        scheme,
 		Cache:                         cacheOpts,
 		HealthProbeBindAddress:        "0",
-		LeaderElection:                o.LeaderElection,
+		LeaderElection:                o.LeaderElection && o.HAMode == HAActivePassive,
 		LeaderElectionID:              o.leaderElectionID(),
 		LeaderElectionNamespace:       o.PoolNamespace,
 		LeaderElectionReleaseOnCancel: true,
@@ -113,6 +113,16 @@ func SetupControllers(mgr manager.Manager, o *Options, sinks Sinks, self *corev1
 		return nil
 	}
 	opts := controllers.PoolReconcilerOptions{Pool: o.pool(), Group: o.PoolGroup, Self: self}
+	if o.LeaderElection && o.HAMode == HAActiveActive {
+		lease, err := newLeaseElector(mgr.GetConfig(), o)
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(lease); err != nil {
+			return fmt.Errorf("add leader election: %w", err)
+		}
+		opts.Leader = lease
+	}
 	if err := controllers.SetupWithManager(mgr, opts, sinks.Endpoints); err != nil {
 		return fmt.Errorf("set up the pool controller: %w", err)
 	}

@@ -75,7 +75,10 @@ type Options struct {
 	// Tracing exports a span per request over OTLP (see tracing.go).
 	Tracing bool
 
-	LeaderElection              bool
+	LeaderElection bool
+	// HAMode says which replicas serve under leader election: all of them
+	// (active-active) or the leader alone (active-passive). See ha.go.
+	HAMode                      string
 	LeaderElectionLeaseDuration time.Duration
 	LeaderElectionRenewDeadline time.Duration
 	LeaderElectionRetryPeriod   time.Duration
@@ -148,6 +151,8 @@ func NewOptions() *Options {
 		KeepaliveTimeout:       10 * time.Second,
 		KeepaliveMinTime:       5 * time.Second,
 
+		HAMode: HAActiveActive,
+
 		// controller-runtime's defaults.
 		LeaderElectionLeaseDuration: 15 * time.Second,
 		LeaderElectionRenewDeadline: 10 * time.Second,
@@ -185,7 +190,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.MetricsEndpointAuth, "metrics-endpoint-auth", o.MetricsEndpointAuth, "In a cluster, require an authenticated and authorized caller (TokenReview, SubjectAccessReview) on the metrics port.")
 	fs.BoolVar(&o.MetricsSecureServing, "metrics-secure-serving", o.MetricsSecureServing, "In a cluster, serve the metrics port over HTTPS (self-signed); plain HTTP otherwise, as the upstream endpoint picker does.")
 	fs.BoolVar(&o.Tracing, "tracing", o.Tracing, "Export a trace span per request (the pick as a child span) over OTLP/gRPC, configured by the standard OTEL_* environment variables; trace context is taken from the request's traceparent.")
-	fs.BoolVar(&o.LeaderElection, "ha-enable-leader-election", o.LeaderElection, "Run several replicas; only the elected one reports ready.")
+	fs.BoolVar(&o.LeaderElection, "ha-enable-leader-election", o.LeaderElection, "Run several replicas: the elected one records the Events; which ones serve follows --ha-mode.")
+	fs.StringVar(&o.HAMode, "ha-mode", o.HAMode, "Under leader election, active-active (every replica ready and routing) or active-passive (only the leader ready).")
 	fs.DurationVar(&o.LeaderElectionLeaseDuration, "leader-election-lease-duration", o.LeaderElectionLeaseDuration, "How long a replica waits before taking over a lease that is not renewed.")
 	fs.DurationVar(&o.LeaderElectionRenewDeadline, "leader-election-renew-deadline", o.LeaderElectionRenewDeadline, "How long the leader keeps trying to renew its lease before giving it up.")
 	fs.DurationVar(&o.LeaderElectionRetryPeriod, "leader-election-retry-period", o.LeaderElectionRetryPeriod, "How often replicas try to acquire or renew the lease.")
@@ -339,6 +345,9 @@ func (o *Options) Validate() error {
 		if n := len(o.EndpointTargetPorts); n < 1 || n > 8 {
 			errs = append(errs, fmt.Errorf("--endpoint-selector needs 1 to 8 --endpoint-target-ports, got %d", n))
 		}
+	}
+	if o.HAMode != HAActiveActive && o.HAMode != HAActivePassive {
+		errs = append(errs, fmt.Errorf("--ha-mode %q is not %s or %s", o.HAMode, HAActiveActive, HAActivePassive))
 	}
 	if len(o.static) > 0 && o.LeaderElection {
 		errs = append(errs, errors.New("--ha-enable-leader-election needs a cluster, not --static-endpoints"))

@@ -87,6 +87,7 @@ func TestOptions(t *testing.T) {
 		"neither pool nor endpoints": {args: nil, wantErr: "one of --pool-name, --endpoint-selector or --static-endpoints"},
 		"bad endpoint":               {args: []string{"--static-endpoints", "localhost"}, wantErr: "not ip:port"},
 		"leader election statically": {args: []string{"--static-endpoints", "127.0.0.1:1", "--ha-enable-leader-election"}, wantErr: "needs a cluster"},
+		"unknown ha mode":            {args: []string{"--pool-name", "p", "--ha-mode", "active"}, wantErr: "--ha-mode"},
 		"negative fallbacks":         {args: []string{"--pool-name", "p", "--fallbacks", "-1"}, wantErr: "--fallbacks"},
 		"port out of range":          {args: []string{"--pool-name", "p", "--grpc-port", "70000"}, wantErr: "--grpc-port"},
 	}

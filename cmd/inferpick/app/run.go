@@ -101,7 +101,7 @@ func Run(ctx context.Context, o *Options) error {
 			return err
 		}
 	}
-	if o.LeaderElection {
+	if o.LeaderElection && o.HAMode == HAActivePassive {
 		ch := mgr.Elected()
 		elected = func() bool {
 			select {

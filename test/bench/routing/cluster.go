@@ -42,6 +42,9 @@ type SimSpec struct {
 	LoRALoadMs   float64
 	// PickerArgs are more flags for the picker.
 	PickerArgs []string
+	// Replicas is how many pickers share the pods, each with its own view,
+	// behind the gateway's ext_proc cluster; 0 means one.
+	Replicas int
 }
 
 // Args returns the vllm-sim flags of pod i.
@@ -78,18 +81,25 @@ type Binaries struct {
 	Sim, Picker string
 }
 
-// Cluster is one cold cluster: simulators, the picker and the gateway.
+// Cluster is one cold cluster: simulators, the pickers and the gateway.
 type Cluster struct {
-	spec     SimSpec
-	sims     []*proc.Process
-	picker   *proc.Process
-	gw       *gateway.Gateway
-	gwAddr   string
+	spec    SimSpec
+	sims    []*proc.Process
+	pickers []*pickerProc
+	gw      *gateway.Gateway
+	gwAddr  string
+	debug   string // the first picker's /debug/workers
+	stopGW  context.CancelFunc
+	gwDone  chan struct{}
+	workdir string
+	log     recordLog
+}
+
+// pickerProc is one picker replica.
+type pickerProc struct {
+	p        *proc.Process
 	grpcAddr string
 	debug    string
-	stopGW   context.CancelFunc
-	gwDone   chan struct{}
-	workdir  string
 }
 
 // Start brings up spec's simulators and a picker running cfg, and a
@@ -116,10 +126,17 @@ func Start(ctx context.Context, bins Binaries, spec SimSpec, cfg policy.Config, 
 			return nil, err
 		}
 	}
-	if err := c.startPicker(bins.Picker, addrs, cfg); err != nil {
-		return nil, err
+	var grpcAddrs []string
+	for i := range max(spec.Replicas, 1) {
+		p, err := c.startPicker(bins.Picker, addrs, cfg, i)
+		c.pickers = append(c.pickers, p)
+		if err != nil {
+			return nil, err
+		}
+		grpcAddrs = append(grpcAddrs, p.grpcAddr)
 	}
-	c.gw, err = gateway.New(c.grpcAddr, gateway.WithMessageTimeout(0))
+	c.debug = c.pickers[0].debug
+	c.gw, err = gateway.NewCluster(grpcAddrs, gateway.WithMessageTimeout(0), gateway.WithRecorder(c.record))
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -137,25 +154,27 @@ func Start(ctx context.Context, bins Binaries, spec SimSpec, cfg policy.Config, 
 	return c, nil
 }
 
-func (c *Cluster) startPicker(bin string, addrs []string, cfg policy.Config) error {
+func (c *Cluster) startPicker(bin string, addrs []string, cfg policy.Config, replica int) (*pickerProc, error) {
 	ports := make([]int, 3)
 	for i := range ports {
 		p, err := proc.FreePort("127.0.0.1")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ports[i] = p
 	}
 	doc, err := json.Marshal(map[string]any{"policy": cfg})
 	if err != nil {
-		return fmt.Errorf("policy config: %w", err)
+		return nil, fmt.Errorf("policy config: %w", err)
 	}
 	file := filepath.Join(c.workdir, "policy.yaml")
 	if err := os.WriteFile(file, doc, 0o600); err != nil {
-		return fmt.Errorf("policy config: %w", err)
+		return nil, fmt.Errorf("policy config: %w", err)
 	}
-	c.grpcAddr = "127.0.0.1:" + strconv.Itoa(ports[0])
-	c.debug = "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/debug/workers"
+	pp := &pickerProc{
+		grpcAddr: "127.0.0.1:" + strconv.Itoa(ports[0]),
+		debug:    "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/debug/workers",
+	}
 	args := []string{
 		"--static-endpoints", strings.Join(addrs, ","),
 		"--config-file", file,
@@ -164,13 +183,13 @@ func (c *Cluster) startPicker(bin string, addrs []string, cfg policy.Config) err
 		"--metrics-port", strconv.Itoa(ports[2]),
 		"--refresh-metrics-interval", c.spec.ScrapeEvery.String(),
 	}
-	c.picker, err = proc.Start("inferpick", bin, append(args, c.spec.PickerArgs...)...)
+	pp.p, err = proc.Start("inferpick "+strconv.Itoa(replica), bin, append(args, c.spec.PickerArgs...)...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Ready once every worker shows a scrape (the cache-aware policy then
 	// knows each pod's KV capacity).
-	return proc.WaitHTTP(c.picker, c.debug, c.spec.StartupWindow, func(r *http.Response) bool {
+	return pp, proc.WaitHTTP(pp.p, pp.debug, c.spec.StartupWindow, func(r *http.Response) bool {
 		var v workersView
 		if r.StatusCode != http.StatusOK || json.NewDecoder(r.Body).Decode(&v) != nil {
 			return false
@@ -196,8 +215,10 @@ func (c *Cluster) Stop() {
 	if c.gw != nil {
 		_ = c.gw.Close()
 	}
-	if c.picker != nil {
-		c.picker.Stop(5 * time.Second)
+	for _, p := range c.pickers {
+		if p != nil && p.p != nil {
+			p.p.Stop(5 * time.Second)
+		}
 	}
 	for _, s := range c.sims {
 		s.Stop(5 * time.Second)

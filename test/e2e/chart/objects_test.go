@@ -154,7 +154,7 @@ func TestRenderedObjects(t *testing.T) {
 				"Service/" + fullname,
 				"ServiceAccount/" + fullname,
 			},
-			args:      []string{"--ha-enable-leader-election", "--fallbacks=1", "-v=2"},
+			args:      []string{"--ha-enable-leader-election", "--ha-mode=active-active", "--fallbacks=1", "-v=2"},
 			pool:      "llama",
 			poolPorts: []int32{8000},
 		},

@@ -36,7 +36,7 @@ type options struct {
 
 func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP listen address")
-	fs.StringVar(&o.picker, "picker", "127.0.0.1:9002", "ext_proc (picker) gRPC address")
+	fs.StringVar(&o.picker, "picker", "127.0.0.1:9002", "ext_proc (picker) gRPC address; a comma-separated list makes a cluster of replicas, one stream per request spread round robin")
 	fs.BoolVar(&o.pickerTLS, "picker-tls", false, "dial the picker over TLS")
 	fs.StringVar(&o.pickerCA, "picker-ca", "", "CA bundle that signs the picker's certificate")
 	fs.BoolVar(&o.pickerInsecure, "picker-insecure", false, "skip verifying the picker's certificate")
@@ -114,7 +114,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	g, err := gateway.New(o.picker, opts...)
+	g, err := gateway.NewCluster(strings.Split(o.picker, ","), opts...)
 	if err != nil {
 		return err
 	}

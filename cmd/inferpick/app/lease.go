@@ -1,0 +1,84 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+)
+
+// leaseElector is leader election for active-active replicas. The
+// manager's own election ends the process when the lease is lost, which
+// would cut every stream of a replica that serves; here losing the lease
+// only stops this replica recording Events, and it campaigns again.
+type leaseElector struct {
+	lock                resourcelock.Interface
+	lease, renew, retry time.Duration
+	leading             atomic.Bool
+	gained              chan struct{}
+	name                string
+}
+
+var _ manager.LeaderElectionRunnable = (*leaseElector)(nil)
+
+func newLeaseElector(cfg *rest.Config, o *Options) (*leaseElector, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("leader election client: %w", err)
+	}
+	host, _ := os.Hostname()
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.PoolNamespace, o.leaderElectionID(),
+		cs.CoreV1(), cs.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: host + "_" + uuid.NewString()})
+	if err != nil {
+		return nil, fmt.Errorf("leader election lock: %w", err)
+	}
+	return &leaseElector{
+		lock: lock, name: o.leaderElectionID(),
+		lease: o.LeaderElectionLeaseDuration, renew: o.LeaderElectionRenewDeadline, retry: o.LeaderElectionRetryPeriod,
+		gained: make(chan struct{}, 1),
+	}, nil
+}
+
+// Leading reports whether this replica holds the lease.
+func (l *leaseElector) Leading() bool { return l.leading.Load() }
+
+// Gained receives a value each time this replica takes the lease.
+func (l *leaseElector) Gained() <-chan struct{} { return l.gained }
+
+// NeedLeaderElection is false: it is the election.
+func (l *leaseElector) NeedLeaderElection() bool { return false }
+
+// Start campaigns for the lease until ctx ends, again after each loss, and
+// releases it on the way out.
+func (l *leaseElector) Start(ctx context.Context) error {
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: l.lock, LeaseDuration: l.lease, RenewDeadline: l.renew, RetryPeriod: l.retry,
+			ReleaseOnCancel: true,
+			Name:            l.name,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(context.Context) {
+					l.leading.Store(true)
+					select {
+					case l.gained <- struct{}{}:
+					default:
+					}
+				},
+				OnStoppedLeading: func() { l.leading.Store(false) },
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("leader election: %w", err)
+		}
+		le.Run(ctx)
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+package policy
+
+import (
+	"math"
+	"sync/atomic"
+
+	"github.com/inferpick/inferpick/picker/prefix"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// The home of a prompt prefix is where every picker replica sends it when
+// none of them has learned better, so that replicas which share nothing
+// still agree on a prefix they have not routed before.
+//
+// The prefix is the prompt's first HomeBlocks full blocks (with the model
+// and cache salt), hashed the same way in every process. Each candidate
+// worker gets the rendezvous (highest random weight) weight of that hash and
+// of the worker's stable identity (pod UID and port, which every replica
+// reads alike from the API server); the home is the heaviest candidate whose
+// load stays within the bound of consistent hashing with bounded loads:
+// after taking the request it would hold at most ⌈(1+ε) × (total+1) / n⌉
+// requests, loads counted in units of one new request. A worker over the
+// bound overflows the prefix to the next worker in the prefix's own order.
+// Adding or removing a worker moves only the prefixes whose home it becomes
+// or was.
+//
+// The learned index refines the home: when this replica knows a candidate
+// that holds the prefix, the index decides and no home is taken, so a prefix
+// learned elsewhere stays there. Otherwise the home is credited with the
+// prefill of the prompt it is presumed to hold, in proportion to the chance
+// that another replica sent the prompt there (homeCredit), which is nil when
+// prompts do not share prefixes. Whatever the
+// index knows, ties in cost are broken in the prefix's rendezvous order.
+
+// home returns the index in p.cands of the prompt's home, or -1 when there
+// is none: home hashing is off, the prompt is shorter than a block, the
+// index already knows a holder of the prefix, or every candidate is over the
+// bound. Whenever the prompt has a key, the candidates' tie-break follows
+// the prefix's rendezvous order, so that replicas whose costs tie (idle
+// workers, a spill off a busy holder) still choose alike.
+func (c *cacheAware) home(e *engine, p *pick) int {
+	if c.cfg.HomeBlocks <= 0 || len(p.cands) < 2 {
+		return -1
+	}
+	key, blocks := prefix.StableHash(p.req.Model, p.req.CacheSalt, p.req.Prompt, c.cfg.HomeBlocks)
+	if blocks == 0 {
+		return -1
+	}
+	learned, total := false, 0.0
+	for i := range p.cands {
+		cd := &p.cands[i]
+		cd.tie = ^prefix.Rendezvous(key, workerKey(cd.w)) // the heaviest first
+		learned = learned || cd.matched >= blocks
+		total += cd.load
+	}
+	c.reuse.observe(learned)
+	if learned {
+		return -1
+	}
+	unit := max(e.cfg.PrefillWeight, 1) // what the new request adds
+	bound := math.Ceil((1 + c.cfg.HomeEpsilon) * (total/unit + 1) / float64(len(p.cands)))
+	best := -1
+	for i := range p.cands {
+		cd := &p.cands[i]
+		if cd.load/unit+1 <= bound && (best < 0 || cd.tie < p.cands[best].tie) {
+			best = i
+		}
+	}
+	return best
+}
+
+// homeCredit is the cost taken off candidate i for being the prompt's home:
+// the prefill of the blocks it is presumed to hold beyond those the index
+// knows, times the chance that another replica sent the prompt there. That
+// chance is the share of prompts whose prefix recurs (reuseRate: none when
+// prompts share nothing) times the share of them another replica routed,
+// r/(1+r) with r others' requests per own (about N-1 of N replicas). A lone
+// picker (r = 0) gives no credit: the home then only breaks ties.
+func (c *cacheAware) homeCredit(p *pick, i, home int) float64 {
+	if i != home || p.others <= 0 {
+		return 0
+	}
+	share := c.reuse.rate() * p.others / (1 + p.others)
+	return share * float64(p.blocks-p.cands[i].matched) / c.cfg.BlocksPerLoad
+}
+
+// reuseRate is the share of recent prompts whose prefix (the home key's
+// blocks) this replica's index already held: an exponentially weighted
+// average over about the last 16 prompts, lock-free.
+type reuseRate struct{ bits atomic.Uint64 }
+
+const reuseWeight = 1.0 / 16
+
+func (r *reuseRate) rate() float64 { return math.Float64frombits(r.bits.Load()) }
+
+func (r *reuseRate) observe(seen bool) {
+	x := 0.0
+	if seen {
+		x = 1
+	}
+	for {
+		old := r.bits.Load()
+		v := math.Float64frombits(old)
+		if r.bits.CompareAndSwap(old, math.Float64bits(v+reuseWeight*(x-v))) {
+			return
+		}
+	}
+}
+
+// workerKey is the worker's identity as every replica sees it.
+func workerKey(w *registry.Worker) uint64 {
+	k := w.Endpoint().Key
+	return prefix.StableString(k.UID) ^ uint64(k.Port)*0x9e3779b97f4a7c15
+}

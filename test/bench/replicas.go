@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/test/bench/routing"
+)
+
+// replicaCounts are the active-active picker replica counts compared.
+var replicaCounts = []int{1, 2, 3}
+
+// replicaWorkloads names the workloads the replica runs use.
+var replicaWorkloads = []string{"shared-prefix@18", "multi-turn", "no-sharing"}
+
+// replicaRun is one run of the replica comparison.
+type replicaRun struct {
+	Replicas int
+	Policy   string
+	*routing.Result
+}
+
+// replicaReport is the replica section's results.
+type replicaReport struct {
+	runs []replicaRun
+	kill *routing.KillReport
+	// killRun is the run during which a replica was killed.
+	killRun *routing.Result
+}
+
+// replicasBench runs the routing benchmark's cluster behind 1, 2 and 3
+// active-active picker replicas (cache-aware), least-load behind 3 on
+// no-sharing, and a 3-replica run that kills one replica half-way.
+func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Workload) (*replicaReport, error) {
+	workdir, err := os.MkdirTemp("", "inferpick-replicas-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(workdir)
+	byName := map[string]*routing.Workload{}
+	for _, w := range all {
+		name, _, _ := strings.Cut(w.Name, "@")
+		if name == "shared-prefix" {
+			name = w.Name
+		}
+		byName[name] = w
+	}
+	out := &replicaReport{}
+	one := func(n int, pol routing.Policy, w *routing.Workload, kill bool) error {
+		spec := simSpec()
+		spec.Replicas = n
+		c, err := routing.Start(ctx, bins, spec, pol.Config, workdir)
+		if err != nil {
+			return fmt.Errorf("%d replicas %s / %s: %w", n, pol.Label, w.Name, err)
+		}
+		defer c.Stop()
+		if kill {
+			res, rep, err := routing.RunKilling(ctx, c, w, deadline(w), lastArrival(w)/2, n-1)
+			if err != nil {
+				return err
+			}
+			out.kill, out.killRun = rep, res
+			log.Printf("replicas %d, one killed: %s: on the killed one %d (%d failed), on the others %d (%d failed: %q), idle: %v",
+				n, w.Name, rep.OnKilled, rep.FailedOnKilled, rep.OnOthers, rep.FailedOnOthers, rep.OthersFailures, rep.Idle)
+			return nil
+		}
+		res, err := routing.Run(ctx, c, w, deadline(w))
+		if err != nil {
+			return err
+		}
+		res.Policy = pol.Label
+		out.runs = append(out.runs, replicaRun{Replicas: n, Policy: pol.Label, Result: res})
+		log.Printf("replicas %d %-12s %-18s ok %d/%d hit %.3f ttft p50 %.3fs p90 %.3fs",
+			n, pol.Label, w.Name, res.OK, res.Sent, res.HitRate, res.Quantile(0.5), res.Quantile(0.9))
+		return nil
+	}
+	ca := routing.Policy{Label: "cache-aware", Config: policy.Config{Name: policy.CacheAware}}
+	ll := routing.Policy{Label: "least-load", Config: policy.Config{Name: policy.LeastLoad}}
+	for _, n := range replicaCounts {
+		for _, name := range replicaWorkloads {
+			w := byName[name]
+			if w == nil {
+				continue
+			}
+			if err := one(n, ca, w, false); err != nil {
+				return out, err
+			}
+		}
+	}
+	if w := byName["no-sharing"]; w != nil {
+		if err := one(3, ll, w, false); err != nil {
+			return out, err
+		}
+	}
+	if w := byName["shared-prefix@18"]; w != nil {
+		if err := one(3, ca, w, true); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+func lastArrival(w *routing.Workload) time.Duration {
+	var last time.Duration
+	for _, r := range w.Requests {
+		last = max(last, r.At)
+	}
+	return last
+}
+
+func (rr *replicaReport) find(n int, pol, workload string) *routing.Result {
+	for _, r := range rr.runs {
+		if r.Replicas == n && r.Policy == pol && (r.Workload == workload || strings.HasPrefix(r.Workload, workload+"@")) {
+			return r.Result
+		}
+	}
+	return nil
+}
+
+// replicaVerdicts checks the replica targets: with 3 replicas, hit rate ≥
+// 0.95 × and TTFT p90 ≤ 1.1 × one replica's on shared-prefix@18 and
+// multi-turn; no-sharing TTFT p90 within 5% of least-load (both behind 3
+// replicas); after a replica kill, every request on the others succeeds and
+// the survivors end idle.
+func replicaVerdicts(rr *replicaReport) []verdict {
+	if rr == nil {
+		return nil
+	}
+	var out []verdict
+	for _, name := range []string{"shared-prefix@18", "multi-turn"} {
+		one, three := rr.find(1, "cache-aware", name), rr.find(3, "cache-aware", name)
+		hit := verdict{target: fmt.Sprintf("3 replicas: %s hit rate ≥ 0.95 × one replica's", name)}
+		ttft := verdict{target: fmt.Sprintf("3 replicas: %s TTFT p90 ≤ 1.1 × one replica's", name)}
+		if one != nil && three != nil {
+			hit.known, hit.met = true, three.HitRate >= 0.95*one.HitRate
+			hit.observed = fmt.Sprintf("%.3f vs %.3f (ratio %.2f)", three.HitRate, one.HitRate, three.HitRate/one.HitRate)
+			ttft.known, ttft.met = true, three.Quantile(0.9) <= 1.1*one.Quantile(0.9)
+			ttft.observed = fmt.Sprintf("%.3f s vs %.3f s (ratio %.2f)", three.Quantile(0.9), one.Quantile(0.9), three.Quantile(0.9)/one.Quantile(0.9))
+		}
+		out = append(out, hit, ttft)
+	}
+	v := verdict{target: "3 replicas: cache-aware no-sharing TTFT p90 within 5% of least-load's"}
+	if a, b := rr.find(3, "cache-aware", "no-sharing"), rr.find(3, "least-load", "no-sharing"); a != nil && b != nil {
+		ratio := a.Quantile(0.9) / b.Quantile(0.9)
+		v.known, v.met = true, ratio <= 1.05
+		v.observed = fmt.Sprintf("%.3f s vs %.3f s (ratio %.2f)", a.Quantile(0.9), b.Quantile(0.9), ratio)
+	}
+	out = append(out, v)
+	v = verdict{target: "replica killed mid-run: every request on the others succeeds, survivors end idle"}
+	if k := rr.kill; k != nil {
+		v.known = true
+		v.met = k.FailedOnOthers == 0 && k.NoStream == 0 && k.Idle == nil && k.OnOthers > 0
+		idle := "idle"
+		if k.Idle != nil {
+			idle = k.Idle.Error()
+		}
+		v.observed = fmt.Sprintf("others: %d/%d ok; killed: %d/%d ok; no stream: %d; survivors %s",
+			k.OnOthers-k.FailedOnOthers, k.OnOthers, k.OnKilled-k.FailedOnKilled, k.OnKilled, k.NoStream, idle)
+	}
+	out = append(out, v)
+	return out
+}
+
+// replicasMarkdown is the replica section of the report.
+func replicasMarkdown(rr *replicaReport) string {
+	if rr == nil || len(rr.runs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("## Active-active replicas\n\n")
+	w("The routing cluster behind 1, 2 and 3 picker replicas (`--ha-mode=active-active`), each with its own index and\n")
+	w("guards and no shared state; the gateway stand-in spreads ext_proc streams round robin over them. Each run is cold.\n")
+	w("TTFT in simulated seconds, measured by the client.\n\n")
+	w("| replicas | policy | workload | ok/sent | hit rate | TTFT p50 | TTFT p90 | TTFT p99 |\n|---:|---|---|---:|---:|---:|---:|---:|\n")
+	for _, r := range rr.runs {
+		w("| %d | %s | %s | %d/%d | %.3f | %.3f | %.3f | %.3f |\n", r.Replicas, r.Policy, r.Workload, r.OK, r.Sent,
+			r.HitRate, r.Quantile(0.5), r.Quantile(0.9), r.Quantile(0.99))
+	}
+	if k := rr.kill; k != nil {
+		w("\nOne of %d replicas killed (SIGKILL) half-way through the arrivals of %s: of the requests whose stream the\n", k.Replicas, rr.killRun.Workload)
+		w("killed replica carried, %d of %d completed; of those on the others, %d of %d; %d found no replica.\n",
+			k.OnKilled-k.FailedOnKilled, k.OnKilled, k.OnOthers-k.FailedOnOthers, k.OnOthers, k.NoStream)
+		if k.Idle == nil {
+			w("Afterwards every surviving replica counted no request in flight on any pod.\n")
+		} else {
+			w("Afterwards the survivors were not idle: %v.\n", k.Idle)
+		}
+	}
+	w("\n")
+	return b.String()
+}

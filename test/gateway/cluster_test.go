@@ -1,0 +1,124 @@
+package gateway
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// okUpstream is a model server stand-in that answers every request 200.
+func okUpstream(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok"))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
+
+// startCluster runs a gateway over the picker addresses, with no message
+// timer (as Envoy in FULL_DUPLEX_STREAMED mode), so that a slow machine does
+// not fail requests.
+func startCluster(t *testing.T, addrs []string, opts ...Option) (*Gateway, string) {
+	t.Helper()
+	g, err := NewCluster(addrs, append([]Option{WithMessageTimeout(0)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g)
+	t.Cleanup(func() {
+		srv.Close()
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return g, srv.URL
+}
+
+func post(t *testing.T, url string) int {
+	t.Helper()
+	resp, _ := do(t, newRequest(t, http.MethodPost, url+"/v1/completions", `{"model":"m"}`))
+	return resp.StatusCode
+}
+
+func TestClusterSpreadsStreamsPerRequest(t *testing.T) {
+	up := okUpstream(t)
+	addrs := []string{
+		newFakePicker(t, &fakePicker{endpoints: up}),
+		newFakePicker(t, &fakePicker{endpoints: up}),
+		newFakePicker(t, &fakePicker{endpoints: up}),
+	}
+	g, url := startCluster(t, addrs)
+	for i := range 30 {
+		if code := post(t, url); code != http.StatusOK {
+			t.Fatalf("request %d: status %d", i, code)
+		}
+	}
+	want := map[string]int64{addrs[0]: 10, addrs[1]: 10, addrs[2]: 10}
+	if diff := cmp.Diff(want, g.PickerStreams()); diff != "" {
+		t.Errorf("streams per picker (-want +got):\n%s", diff)
+	}
+}
+
+func TestClusterEjectsADeadPickerAndRetriesElsewhere(t *testing.T) {
+	up := okUpstream(t)
+	dead := deadAddr(t)
+	addrs := []string{newFakePicker(t, &fakePicker{endpoints: up}), dead, newFakePicker(t, &fakePicker{endpoints: up})}
+	g, url := startCluster(t, addrs, WithPickerCluster(PickerCluster{Consecutive: 2, Ejection: time.Hour, Retry: true}))
+	for i := range 30 {
+		if code := post(t, url); code != http.StatusOK {
+			t.Fatalf("request %d: status %d, want every request served by a live picker", i, code)
+		}
+	}
+	streams := g.PickerStreams()
+	if streams[dead] != 0 || streams[addrs[0]]+streams[addrs[2]] != 30 {
+		t.Errorf("streams per picker %v, want all 30 on the live ones", streams)
+	}
+	if c := g.Counters(); c.PickerEjections != 1 || c.ProcessingErrors != 0 {
+		t.Errorf("counters %+v, want the dead picker ejected once and no processing error", c)
+	}
+}
+
+func TestClusterWithNoLivePickerTakesTheFailureMode(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mode FailureMode
+		want int
+	}{
+		"fail close": {mode: FailClose, want: http.StatusInternalServerError},
+		"fail open":  {mode: FailOpen, want: http.StatusOK},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g, url := startCluster(t, []string{deadAddr(t), deadAddr(t)},
+				WithFailureMode(tc.mode), WithDefaultUpstream(okUpstream(t)))
+			for i := range 4 {
+				if code := post(t, url); code != tc.want {
+					t.Fatalf("request %d: status %d, want %d", i, code, tc.want)
+				}
+			}
+			if c := g.Counters(); c.StreamsOpened != 0 || c.ProcessingErrors != 4 {
+				t.Errorf("counters %+v, want no stream and 4 processing errors", c)
+			}
+		})
+	}
+}
+
+func TestClusterWithoutRetryFailsTheRequestsOfADeadPicker(t *testing.T) {
+	up := okUpstream(t)
+	addrs := []string{newFakePicker(t, &fakePicker{endpoints: up}), deadAddr(t)}
+	g, url := startCluster(t, addrs, WithPickerCluster(PickerCluster{Consecutive: 3, Ejection: time.Hour}))
+	codes := map[int]int{}
+	for range 10 {
+		codes[post(t, url)]++
+	}
+	// Round robin: the dead picker gets every other request until its third
+	// failure ejects it.
+	if diff := cmp.Diff(map[int]int{http.StatusOK: 7, http.StatusInternalServerError: 3}, codes); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s", diff)
+	}
+	if c := g.Counters(); c.PickerEjections != 1 {
+		t.Errorf("counters %+v, want one ejection", c)
+	}
+}
