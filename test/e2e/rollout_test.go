@@ -62,13 +62,12 @@ var _ = Describe("helm upgrade on a cluster", Ordered, func() {
 			Expect(pool.Spec.EndpointPickerRef.FailureMode).To(Equal(inferencev1.EndpointPickerFailClose),
 				"the upgrade keeps the pool's failure mode when the values set none")
 		},
-		Entry("one replica: surge-first rolling update", 1, 1),
+		Entry("one replica: surge-first rolling update", NodeTimeout(5*time.Minute), 1, 1),
 		// Leader election (active-passive): every replica runs, only the
 		// elected one is ready. Under a rolling update the new standbys never
 		// become ready and the old ReplicaSet is never scaled down; the chart
 		// uses Recreate. (With active-active replicas every one is ready.)
-		Entry("three replicas under leader election: Recreate, only the leader ready", 3, 1),
-		NodeTimeout(5*time.Minute),
+		Entry("three replicas under leader election: Recreate, only the leader ready", NodeTimeout(5*time.Minute), 3, 1),
 	)
 })
 
