@@ -30,9 +30,7 @@ var chartFlags = map[string]string{
 	"grpc-port":                 "the chart (9002; service.grpcPort is the Service's)",
 	"grpc-health-port":          "the chart (9003)",
 	"metrics-port":              "the chart (9090; service.metricsPort is the Service's)",
-	"secure-serving":            "tls.enabled",
 	"cert-path":                 "tls.secretName",
-	"metrics-endpoint-auth":     "metrics.auth",
 	"ha-enable-leader-election": "replicas (on when more than 1)",
 	"drain-timeout":             "picker.drainTimeoutSeconds",
 }
@@ -48,6 +46,8 @@ var flagValues = map[string]string{
 	"fallbacks":                   "picker.fallbacks",
 	"policy":                      "picker.policy",
 	"max-request-body-bytes":      "picker.maxRequestBodyBytes",
+	"secure-serving":              "tls.enabled",
+	"metrics-endpoint-auth":       "metrics.auth",
 }
 
 // Model-server types: upstream's names to inferpick's.
@@ -265,7 +265,7 @@ func (c *converter) pluginsConfig() {
 		return
 	}
 	policy := map[string]any{}
-	if err := yaml.Unmarshal(b, &policy); err == nil && len(policy) > 0 {
+	if err := yaml.Unmarshal(b, &policy); err == nil && !prune(policy) {
 		c.set("picker.config", policy)
 	}
 	if f.MetricsPath != "" {
@@ -293,8 +293,11 @@ func (c *converter) flagMap() {
 		switch {
 		case flagValues[name] != "":
 			to := flagValues[name]
-			if to == "picker.modelServerType" {
+			switch to {
+			case "picker.modelServerType":
 				val = serverTypes[fmt.Sprint(val)]
+			case "tls.enabled", "metrics.auth":
+				val = fmt.Sprint(val) == "true"
 			}
 			c.set(to, val)
 		case chartFlags[name] != "":
@@ -499,4 +502,22 @@ func empty(v any) bool {
 		return !x
 	}
 	return false
+}
+
+// prune removes the zero values a marshalled policy.Config carries (empty
+// blocks, a 0s duration) and reports whether nothing is left.
+func prune(m map[string]any) bool {
+	for k, v := range m {
+		switch x := v.(type) {
+		case map[string]any:
+			if prune(x) {
+				delete(m, k)
+			}
+		case string:
+			if x == "0s" || x == "" {
+				delete(m, k)
+			}
+		}
+	}
+	return len(m) == 0
 }
