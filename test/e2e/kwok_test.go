@@ -46,6 +46,7 @@ func startCluster(ctx context.Context) {
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(freePort()),
+		"--v=2",
 	)
 	start("kwok", filepath.Join(assets, "kwok"), nil,
 		"--kubeconfig="+suite.kubeconfig,

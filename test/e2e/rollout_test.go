@@ -101,7 +101,7 @@ func waitRolledOut(ctx context.Context, k *kubelet, replicas, wantReady int) str
 		for _, p := range pods {
 			g.Expect(p.DeletionTimestamp).To(BeNil(), "pod %s terminating", p.Name)
 			g.Expect(p.Labels).To(HaveKeyWithValue(appsv1.DefaultDeploymentUniqueLabelKey, hash), "pod %s of the new template", p.Name)
-			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "pod %s", p.Name)
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "pod %s on node %q: %+v", p.Name, p.Spec.NodeName, p.Status.Conditions)
 			if podReady(&p) {
 				ready++
 			}
