@@ -172,6 +172,7 @@ picker:
 			"kubectl port-forward -n " + ns + " svc/" + fullname + " 9090:9090",
 			"http://127.0.0.1:9090/debug/workers",
 			ns + "-" + fullname + "-metrics-reader",
+			"The route allows requests 300 s, the picker drains for 115 s",
 		} {
 			Expect(notes).To(ContainSubstring(cmd), "NOTES.txt")
 		}

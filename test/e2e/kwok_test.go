@@ -63,11 +63,22 @@ func startCluster(ctx context.Context) {
 	Expect(suite.client.Create(ctx, node)).To(Succeed())
 	DeferCleanup(func(ctx SpecContext) {
 		Expect(suite.client.Delete(ctx, node)).To(Succeed())
-	})
+	}, NodeTimeout(time.Minute))
 	By("waiting for kwok to report the node Ready")
 	Eventually(func(g Gomega) {
 		g.Expect(suite.client.Get(ctx, client.ObjectKeyFromObject(node), node)).To(Succeed())
 		g.Expect(node.Status.Conditions).To(ContainElement(And(
 			HaveField("Type", corev1.NodeReady), HaveField("Status", corev1.ConditionTrue))))
 	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	// The API server taints a new node not-ready (TaintNodesByCondition); the
+	// node lifecycle controller lifts the taint once the node is Ready. That
+	// controller would also want kubelet heartbeats, so it does not run here
+	// and the suite lifts the taint instead.
+	Eventually(func() error {
+		if err := suite.client.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
+			return err
+		}
+		node.Spec.Taints = nil
+		return suite.client.Update(ctx, node)
+	}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 }

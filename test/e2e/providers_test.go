@@ -46,7 +46,7 @@ var _ = Describe("The chart's provider objects", Ordered, func() {
 	// schema does not know fails, where a plain create would drop it.
 	It("are accepted by the Istio and prometheus-operator schemas", func(ctx SpecContext) {
 		out := run(ctx, suite.helm, "template", release, suite.chart, "--namespace", "default",
-			"--values", absPath(filepath.Join(repoRoot, "test/e2e/chart/testdata/values/istio.yaml")))
+			"--values", absPath(filepath.Join(repoRoot, "test", "e2e", "chart", "testdata", "values", "istio.yaml")))
 		checked := map[string]bool{}
 		for _, u := range decodeManifest(out) {
 			switch u.GetKind() {

@@ -11,14 +11,14 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	inferencev1 "github.com/inferpick/inferpick/api/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	inferencev1 "github.com/inferpick/inferpick/api/v1"
 )
 
 // The chart's Deployment rolled out by a real kube-controller-manager: pods
@@ -86,7 +86,8 @@ func waitRolledOut(ctx context.Context, k *kubelet, replicas, wantReady int) str
 		var sets appsv1.ReplicaSetList
 		g.Expect(suite.client.List(ctx, &sets, client.InNamespace(k.namespace))).To(Succeed())
 		hash = ""
-		for _, rs := range sets.Items {
+		for i := range sets.Items {
+			rs := &sets.Items[i]
 			if rs.Annotations["deployment.kubernetes.io/revision"] == revision {
 				hash = rs.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
 			} else {
@@ -98,11 +99,12 @@ func waitRolledOut(ctx context.Context, k *kubelet, replicas, wantReady int) str
 		pods := k.pods(ctx, g)
 		g.Expect(pods).To(HaveLen(replicas))
 		ready := 0
-		for _, p := range pods {
+		for i := range pods {
+			p := &pods[i]
 			g.Expect(p.DeletionTimestamp).To(BeNil(), "pod %s terminating", p.Name)
 			g.Expect(p.Labels).To(HaveKeyWithValue(appsv1.DefaultDeploymentUniqueLabelKey, hash), "pod %s of the new template", p.Name)
 			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "pod %s on node %q: %+v", p.Name, p.Spec.NodeName, p.Status.Conditions)
-			if podReady(&p) {
+			if podReady(p) {
 				ready++
 			}
 		}

@@ -139,8 +139,8 @@ func pickerArgs(t *testing.T, m manifest) []string {
 
 func containerNames(dep *appsv1.Deployment) []string {
 	var names []string
-	for _, c := range dep.Spec.Template.Spec.Containers {
-		names = append(names, c.Name)
+	for i := range dep.Spec.Template.Spec.Containers {
+		names = append(names, dep.Spec.Template.Spec.Containers[i].Name)
 	}
 	return names
 }
