@@ -13,7 +13,7 @@ FUZZTIME=${1:-10s}
 shift || true
 PKGS=("$@")
 if [[ ${#PKGS[@]} -eq 0 ]]; then
-  PKGS=(./picker/... ./cmd/vllm-sim/... ./test/gateway/...)
+  PKGS=(./picker/... ./cmd/vllm-sim/... ./test/gateway/... ./hack/migrate-values/...)
 fi
 export GOTOOLCHAIN=local
 
