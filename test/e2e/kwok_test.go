@@ -61,7 +61,7 @@ func startCluster(ctx context.Context) {
 		Labels: map[string]string{kwokNodeLabel: "true", corev1.LabelHostname: "kwok"},
 	}}
 	Expect(suite.client.Create(ctx, node)).To(Succeed())
-	DeferCleanup(func(ctx SpecContext) {
+	DeferCleanup(func(ctx SpecContext) { //nolint:contextcheck // a cleanup runs after the container's context ends and gets its own from Ginkgo.
 		Expect(suite.client.Delete(ctx, node)).To(Succeed())
 	}, NodeTimeout(time.Minute))
 	By("waiting for kwok to report the node Ready")
