@@ -28,6 +28,9 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/e2e
 # The control plane (etcd, kube-apiserver, kubectl) is built once into a
 # cache outside the clone; hack/controlplane.sh prints its directory.
 KUBEBUILDER_ASSETS ?= $(shell hack/controlplane.sh)
+# The end-to-end suite also runs kube-controller-manager, kube-scheduler and
+# kwok (fake kubelets) for its rollout test; same directory, built once.
+CLUSTER_ASSETS ?= $(shell hack/controlplane.sh cluster)
 INTEGRATION_TIMEOUT ?= 10m
 INTEGRATION_FLAGS ?=
 
@@ -124,6 +127,10 @@ test-integration: ## Run the integration suites against a real kube-apiserver an
 controlplane: ## Build (once) and print the directory of etcd, kube-apiserver and kubectl.
 	@hack/controlplane.sh
 
+.PHONY: cluster
+cluster: ## Also build (once) kube-controller-manager, kube-scheduler and kwok into that directory.
+	@hack/controlplane.sh cluster
+
 ##@ Tools
 
 .PHONY: tools
@@ -152,7 +159,7 @@ HELM_KUBE_MINOR := 36
 HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 	$(foreach p,chartutil lint/rules,-X helm.sh/helm/v3/pkg/$(p).k8sVersionMajor=$(HELM_KUBE_MAJOR) \
 	-X helm.sh/helm/v3/pkg/$(p).k8sVersionMinor=$(HELM_KUBE_MINOR))
-E2E_TIMEOUT ?= 10m
+E2E_TIMEOUT ?= 20m
 E2E_FLAGS ?=
 
 .PHONY: helm
@@ -170,8 +177,8 @@ test-chart: $(HELM) ## Lint the chart, check its schema and golden renderings (U
 	HELM="$(HELM)" $(GO) test ./test/e2e/chart/ $(if $(UPDATE),-args -update)
 
 .PHONY: test-e2e
-test-e2e: $(HELM) ## helm install into a real API server, run the picker as the chart's ServiceAccount, route requests.
-	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" HELM="$(HELM)" $(GO) test -timeout $(E2E_TIMEOUT) \
+test-e2e: $(HELM) ## helm install into a real API server, run the picker as the chart's ServiceAccount, route requests; roll the chart out on kube-controller-manager, kube-scheduler and kwok.
+	KUBEBUILDER_ASSETS="$(CLUSTER_ASSETS)" HELM="$(HELM)" $(GO) test -timeout $(E2E_TIMEOUT) \
 		./test/e2e/ $(E2E_FLAGS)
 
 ##@ Image

@@ -4,16 +4,24 @@
 # into a cache outside the clone. Prints the directory that holds them.
 #
 #   hack/controlplane.sh            build what is missing, print the directory
-#   K8S_VERSION=1.36.3 ETCD_VERSION=3.6.16 hack/controlplane.sh
+#   hack/controlplane.sh cluster    also kube-controller-manager, kube-scheduler
+#                                   and kwok (fake kubelets), for the rollout test
+#   K8S_VERSION=1.36.3 ETCD_VERSION=3.6.16 KWOK_VERSION=0.8.0 hack/controlplane.sh
 #
 # The directory is usable as KUBEBUILDER_ASSETS for envtest.
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-3.6.16}
+KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 CACHE=${INFERPICK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/inferpick}
 OUT="$CACHE/k8s-$K8S_VERSION"
 BINARIES=(etcd kube-apiserver kubectl)
+case "${1:-}" in
+  "") ;;
+  cluster) BINARIES+=(kube-controller-manager kube-scheduler kwok) ;;
+  *) echo "usage: $0 [cluster]" >&2; exit 2 ;;
+esac
 
 say() { echo "controlplane: $*" >&2; }
 
@@ -98,10 +106,21 @@ build_kube() {
   say "$* ready"
 }
 
+# kwok is its own module with its own Kubernetes libraries: go install
+# builds it as released.
+build_kwok() {
+  say "building kwok v$KWOK_VERSION (about 3 minutes, once)"
+  mkdir -p "$work/kwok"
+  GOBIN="$work/kwok" quiet go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
+  mv "$work/kwok/kwok" "$OUT/kwok"
+  say "kwok ready"
+}
+
 kube=()
 for b in "${missing[@]}"; do
   case "$b" in
     etcd) (build_etcd) ;;
+    kwok) (build_kwok) ;;
     *) kube+=("$b") ;;
   esac
 done

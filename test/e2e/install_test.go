@@ -145,7 +145,7 @@ picker:
 			"Kind":        BeEquivalentTo("Service"),
 			"Name":        BeEquivalentTo(fullname),
 			"Port":        Equal(&inferencev1.Port{Number: 9002}),
-			"FailureMode": Equal(inferencev1.EndpointPickerFailClose),
+			"FailureMode": Equal(inferencev1.EndpointPickerFailOpen),
 		})))
 
 		var svc corev1.Service
@@ -172,12 +172,13 @@ picker:
 			"kubectl port-forward -n " + ns + " svc/" + fullname + " 9090:9090",
 			"http://127.0.0.1:9090/debug/workers",
 			ns + "-" + fullname + "-metrics-reader",
+			"The route allows requests 300 s, the picker drains for 115 s",
 		} {
 			Expect(notes).To(ContainSubstring(cmd), "NOTES.txt")
 		}
 		out := run(ctx, suite.kubectl, "get", "infpool", "--namespace", ns)
 		Expect(out).To(MatchRegexp(`(?m)^NAME\s+PORTS\s+PICKER\s+FAILURE MODE\s+AGE$`))
-		Expect(out).To(MatchRegexp(`(?m)^%s\s+\[\{"number":%d\}\]\s+%s\s+FailClose\s`, poolName, port, fullname))
+		Expect(out).To(MatchRegexp(`(?m)^%s\s+\[\{"number":%d\}\]\s+%s\s+FailOpen\s`, poolName, port, fullname))
 	})
 
 	It("grants the ServiceAccount what the picker needs and nothing more", func(ctx SpecContext) {

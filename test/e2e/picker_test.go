@@ -42,7 +42,14 @@ func startPicker(ctx context.Context, namespace, deployment, kubeconfig string) 
 	GinkgoHelper()
 	var dep appsv1.Deployment
 	Expect(suite.client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: deployment}, &dep)).To(Succeed())
-	pod := dep.Spec.Template.Spec
+	// The downward API's NAMESPACE.
+	return runPicker(ctx, namespace, dep.Spec.Template.Spec, "inferpick", kubeconfig, []string{"NAMESPACE=" + namespace})
+}
+
+// runPicker runs the picker container of a pod spec as a local process named
+// name, with env added.
+func runPicker(ctx context.Context, namespace string, pod corev1.PodSpec, name, kubeconfig string, env []string) *pickerProcess {
+	GinkgoHelper()
 	Expect(pod.Containers).To(HaveLen(1))
 	c := pod.Containers[0]
 
@@ -69,9 +76,7 @@ func startPicker(ctx context.Context, namespace, deployment, kubeconfig string) 
 		"--grpc-health-port="+strconv.Itoa(ports[1]),
 		"--metrics-port="+strconv.Itoa(ports[2]),
 	)
-	// The downward API's NAMESPACE.
-	env := []string{"NAMESPACE=" + namespace}
-	p.process = start("inferpick", suite.picker, env, args...)
+	p.process = start(name, suite.picker, env, args...)
 	return p
 }
 

@@ -86,6 +86,8 @@ var cases = map[string][]string{
 	"existing-pool": {"existing-pool.yaml"},
 	"tls-secret":    {"tls-secret.yaml"},
 	"hardened":      {"hardened.yaml"},
+	"gke":           {"gke.yaml"},
+	"istio":         {"istio.yaml"},
 }
 
 func TestLint(t *testing.T) {
@@ -143,6 +145,14 @@ func TestBadValues(t *testing.T) {
 		"unknown failure mode": {
 			sets: []string{"pool.failureMode=FailSometimes"},
 			want: []string{"failureMode", "FailClose", "FailOpen"},
+		},
+		"unknown provider": {
+			sets: []string{"provider.name=aws"},
+			want: []string{"provider", "gke", "istio"},
+		},
+		"spread constraint without topology key": {
+			sets: []string{"topologySpreadConstraints[0].maxSkew=1", "topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule"},
+			want: []string{"topologySpreadConstraints", "topologyKey"},
 		},
 		"misspelled key": {
 			sets: []string{"pool.targetPort=8000"},

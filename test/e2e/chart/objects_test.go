@@ -134,7 +134,7 @@ func TestRenderedObjects(t *testing.T) {
 				"ServiceAccount/" + fullname,
 			},
 			args: []string{"--pool-name=llama", "--secure-serving=true", "--metrics-endpoint-auth=true",
-				"--config-file=/etc/inferpick/config/config.yaml", "--drain-timeout=30s"},
+				"--config-file=/etc/inferpick/config/config.yaml", "--drain-timeout=115s"},
 			noArgs:    []string{"--ha-enable-leader-election", "--cert-path", "--policy", "--max-request-body-bytes"},
 			pool:      "llama",
 			poolPorts: []int32{8000},
@@ -206,6 +206,51 @@ func TestRenderedObjects(t *testing.T) {
 				"ServiceAccount/" + fullname,
 			},
 			args:      []string{"--cert-path=/etc/inferpick/tls", "--drain-timeout=45s", "--vmodule=server=4"},
+			pool:      "llama",
+			poolPorts: []int32{8000},
+		},
+		"gke": {
+			kinds: []string{
+				"ClusterRole/serving-llama-inferpick-auth",
+				"ClusterRole/serving-llama-inferpick-metrics-reader",
+				"ClusterRoleBinding/serving-llama-inferpick-auth",
+				"ClusterRoleBinding/serving-llama-inferpick-metrics-reader",
+				"ConfigMap/" + fullname,
+				"Deployment/" + fullname,
+				"GCPBackendPolicy/llama",
+				"HealthCheckPolicy/llama",
+				"InferencePool/llama",
+				"PodMonitoring/" + fullname,
+				"Role/" + fullname,
+				"Role/" + fullname + "-gmp-token",
+				"RoleBinding/" + fullname,
+				"RoleBinding/" + fullname + "-gmp-token",
+				"Secret/" + fullname + "-metrics-reader",
+				"Service/" + fullname,
+				"ServiceAccount/" + fullname,
+				"ServiceAccount/" + fullname + "-metrics-reader",
+			},
+			pool:      "llama",
+			poolPorts: []int32{8000, 8001},
+		},
+		"istio": {
+			kinds: []string{
+				"ClusterRole/serving-llama-inferpick-auth",
+				"ClusterRole/serving-llama-inferpick-metrics-reader",
+				"ClusterRoleBinding/serving-llama-inferpick-auth",
+				"ClusterRoleBinding/serving-llama-inferpick-metrics-reader",
+				"ConfigMap/" + fullname,
+				"Deployment/" + fullname,
+				"DestinationRule/" + fullname,
+				"InferencePool/llama",
+				"Role/" + fullname,
+				"RoleBinding/" + fullname,
+				"Secret/" + fullname + "-metrics-reader",
+				"Service/" + fullname,
+				"ServiceAccount/" + fullname,
+				"ServiceAccount/" + fullname + "-metrics-reader",
+				"ServiceMonitor/" + fullname,
+			},
 			pool:      "llama",
 			poolPorts: []int32{8000},
 		},
@@ -396,6 +441,14 @@ func checkBindings(t *testing.T, m manifest, sa string) {
 	clusterRoles := decodeAll[rbacv1.ClusterRole](t, m, "ClusterRole")
 	check := func(kind, name string, ref rbacv1.RoleRef, subjects []rbacv1.Subject) {
 		want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}}
+		switch {
+		case strings.HasSuffix(name, "-metrics-reader"):
+			// The scrapers' identity, not the picker's.
+			want = []rbacv1.Subject{{Kind: "ServiceAccount", Name: "llama-inferpick-metrics-reader", Namespace: namespace}}
+		case strings.HasSuffix(name, "-gmp-token"):
+			// Managed Prometheus's collector reads the token Secret.
+			want = []rbacv1.Subject{{Kind: "ServiceAccount", Name: "collector", Namespace: "gke-gmp-system"}}
+		}
 		if diff := cmp.Diff(want, subjects); diff != "" {
 			t.Errorf("%s %s subjects (-want +got):\n%s", kind, name, diff)
 		}

@@ -1,0 +1,68 @@
+{{/*
+Failure mode of the pool: the value when set, else the mode of the pool
+already in the cluster (a release upgraded over an existing pool keeps it),
+else FailOpen.
+*/}}
+{{- define "inferpick.failureMode" -}}
+{{- $mode := .Values.pool.failureMode }}
+{{- if not $mode }}
+{{- $pool := lookup "inference.networking.k8s.io/v1" "InferencePool" .Release.Namespace (include "inferpick.poolName" .) }}
+{{- with $pool }}{{ with .spec }}{{ with .endpointPickerRef }}{{ $mode = .failureMode }}{{ end }}{{ end }}{{ end }}
+{{- end }}
+{{- default "FailOpen" $mode }}
+{{- end }}
+
+{{/*
+Fails the render on a strategy whose rollout cannot finish. Under leader
+election only the leader is ready, so a rolling update may never count on
+more than one available pod: it must be allowed to take all but one down
+(maxUnavailable >= replicas - 1), or it waits forever for new standbys to
+become ready.
+*/}}
+{{- define "inferpick.checkStrategy" -}}
+{{- $s := .Values.strategy }}
+{{- if and $s (include "inferpick.leaderElection" .) (eq .Values.haMode "active-passive") (ne (toString $s.type) "Recreate") }}
+{{- $replicas := int .Values.replicas }}
+{{- $max := dig "rollingUpdate" "maxUnavailable" "25%" $s }}
+{{- $n := 0 }}
+{{- if kindIs "string" $max }}
+{{- if hasSuffix "%" $max }}
+{{- $n = div (mul $replicas (atoi (trimSuffix "%" $max))) 100 }}
+{{- else }}
+{{- $n = atoi $max }}
+{{- end }}
+{{- else }}
+{{- $n = int $max }}
+{{- end }}
+{{- if lt $n (sub $replicas 1) }}
+{{- fail (printf "strategy: with %d replicas in active-passive mode only the leader is ready; a RollingUpdate with maxUnavailable %v never finishes. Leave strategy empty (Recreate) or set rollingUpdate.maxUnavailable to at least %d." $replicas $max (sub $replicas 1)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Seconds of a Gateway API duration (1h2m3s, 300s, 500ms rounds down).
+*/}}
+{{- define "inferpick.durationSeconds" -}}
+{{- $total := 0 }}
+{{- range regexFindAll "[0-9]+(ms|h|m|s)" . -1 }}
+{{- $v := int (regexFind "^[0-9]+" .) }}
+{{- if hasSuffix "ms" . }}{{ $total = add $total (div $v 1000) }}
+{{- else if hasSuffix "h" . }}{{ $total = add $total (mul $v 3600) }}
+{{- else if hasSuffix "m" . }}{{ $total = add $total (mul $v 60) }}
+{{- else }}{{ $total = add $total $v }}{{ end }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+Name of the Secret holding the token scrapers present to the metrics port,
+when a scrape object (ServiceMonitor, GKE PodMonitoring) is rendered and
+metrics.auth is on; empty otherwise.
+*/}}
+{{- define "inferpick.scrapeTokenSecret" -}}
+{{- $gmp := and (eq .Values.provider.name "gke") .Values.provider.gke.podMonitoring }}
+{{- if and .Values.metrics.auth (or .Values.metrics.serviceMonitor.enabled $gmp) }}
+{{- default (printf "%s-metrics-reader" (include "inferpick.fullname" .)) .Values.metrics.serviceMonitor.tokenSecret }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,523 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/inferpick/inferpick/cmd/inferpick/app"
+	"github.com/inferpick/inferpick/picker/policy/fileconfig"
+)
+
+// Upstream defaults that need no note when a values file repeats them.
+const (
+	upstreamImage      = "registry.k8s.io/gateway-api-inference-extension/epp"
+	upstreamPlugins    = "default-plugins.yaml"
+	upstreamSecretName = "inference-gateway-sa-metrics-reader-secret"
+)
+
+// Flags the chart sets itself, with the value that controls each.
+var chartFlags = map[string]string{
+	"pool-name":                 "pool.name",
+	"pool-namespace":            "the release namespace",
+	"pool-group":                "the chart (inference.networking.k8s.io)",
+	"config-file":               "picker.config",
+	"grpc-port":                 "the chart (9002; service.grpcPort is the Service's)",
+	"grpc-health-port":          "the chart (9003)",
+	"metrics-port":              "the chart (9090; service.metricsPort is the Service's)",
+	"cert-path":                 "tls.secretName",
+	"ha-enable-leader-election": "replicas (on when more than 1)",
+	"drain-timeout":             "picker.drainTimeoutSeconds",
+}
+
+// Flags with a value of their own in the inferpick chart.
+var flagValues = map[string]string{
+	"v":                           "picker.verbosity",
+	"refresh-metrics-interval":    "picker.refreshMetricsInterval",
+	"metrics-staleness-threshold": "picker.metricsStalenessThreshold",
+	"model-server-metrics-port":   "picker.modelServerMetrics.port",
+	"model-server-metrics-path":   "picker.modelServerMetrics.path",
+	"model-server-type":           "picker.modelServerType",
+	"fallbacks":                   "picker.fallbacks",
+	"policy":                      "picker.policy",
+	"max-request-body-bytes":      "picker.maxRequestBodyBytes",
+	"secure-serving":              "tls.enabled",
+	"metrics-endpoint-auth":       "metrics.auth",
+}
+
+// Model-server types: upstream's names to inferpick's.
+var serverTypes = map[string]string{
+	"vllm": "vllm", "sglang": "sglang", "triton-tensorrt-llm": "trtllm", "trtllm-serve": "trtllm",
+}
+
+// converter moves keys from the upstream values (in) to inferpick's (out);
+// what is left in in at the end had no place and is noted.
+type converter struct {
+	in, out map[string]any
+	notes   []string
+	flags   *flag.FlagSet
+}
+
+// Convert returns inferpick values for the upstream values in data, and
+// notes on what changed meaning or was dropped.
+func Convert(data []byte) ([]byte, []string, error) {
+	in := map[string]any{}
+	if err := yaml.Unmarshal(data, &in); err != nil {
+		return nil, nil, fmt.Errorf("read upstream values: %w", err)
+	}
+	if in == nil {
+		in = map[string]any{}
+	}
+	c := &converter{in: in, out: map[string]any{}, flags: flag.NewFlagSet("inferpick", flag.ContinueOnError)}
+	app.NewOptions().AddFlags(c.flags)
+	c.extension()
+	c.pool()
+	c.provider()
+	c.route()
+	c.objectives()
+	c.leftovers(nil, c.in)
+
+	body, err := yaml.Marshal(c.out)
+	if err != nil {
+		return nil, nil, err
+	}
+	var b bytes.Buffer
+	b.WriteString("# inferpick chart values converted from upstream inferencepool chart values\n# by hack/migrate-values (docs/migrating.md).\n")
+	for _, n := range c.notes {
+		b.WriteString("# - " + n + "\n")
+	}
+	b.Write(body)
+	return b.Bytes(), c.notes, nil
+}
+
+func (c *converter) note(format string, args ...any) {
+	c.notes = append(c.notes, fmt.Sprintf(format, args...))
+}
+
+// take removes the value at the dotted path from the upstream values.
+func (c *converter) take(path string) (any, bool) {
+	keys := strings.Split(path, ".")
+	m := c.in
+	for _, k := range keys[:len(keys)-1] {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		m = next
+	}
+	v, ok := m[keys[len(keys)-1]]
+	delete(m, keys[len(keys)-1])
+	return v, ok && v != nil
+}
+
+// move carries the value at from over to to, when set.
+func (c *converter) move(from, to string) {
+	if v, ok := c.take(from); ok {
+		c.set(to, v)
+	}
+}
+
+// set writes v at the dotted path of the inferpick values.
+func (c *converter) set(path string, v any) {
+	keys := strings.Split(path, ".")
+	m := c.out
+	for _, k := range keys[:len(keys)-1] {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[k] = next
+		}
+		m = next
+	}
+	m[keys[len(keys)-1]] = v
+}
+
+// get reads the dotted path of the inferpick values written so far.
+func (c *converter) get(path string) any {
+	var v any = c.out
+	for _, k := range strings.Split(path, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+func (c *converter) extraArg(arg string) {
+	args, _ := c.get("picker.extraArgs").([]any)
+	c.set("picker.extraArgs", append(args, arg))
+}
+
+func (c *converter) extension() {
+	const ie = "inferenceExtension."
+	c.move(ie+"replicas", "replicas")
+	c.move(ie+"extProcPort", "service.grpcPort")
+	c.move(ie+"failureMode", "pool.failureMode")
+	c.move(ie+"affinity", "affinity")
+	c.move(ie+"tolerations", "tolerations")
+	c.move(ie+"resources", "resources")
+	c.move(ie+"volumes", "extraVolumes")
+	c.move(ie+"volumeMounts", "extraVolumeMounts")
+	c.move(ie+"image.pullPolicy", "image.pullPolicy")
+	if v, ok := c.take(ie + "env"); ok {
+		c.set("env", envList(v))
+	}
+	reg, _ := c.take(ie + "image.registry")
+	repo, _ := c.take(ie + "image.repository")
+	tag, _ := c.take(ie + "image.tag")
+	if img := fmt.Sprintf("%v/%v", reg, repo); reg != nil && img != upstreamImage {
+		c.note("inferenceExtension.image %s:%v is not used: inferpick runs its own image (image.repository, image.tag)", img, tag)
+	}
+	for _, k := range []string{"extraContainerPorts", "extraServicePorts"} {
+		if v, ok := c.take(ie + k); ok && !empty(v) {
+			c.note("inferenceExtension.%s dropped: the chart exposes grpc, grpc-health and http-metrics only; put a sidecar's ports on the sidecar", k)
+		}
+	}
+	c.pluginsConfig()
+	c.flagMap()
+	c.monitoring()
+	c.sidecar()
+	if on, _ := c.take(ie + "tracing.enabled"); on == true {
+		c.extraArg("--tracing=true")
+		env, _ := c.get("env").([]any)
+		for k, name := range map[string]string{
+			"otelExporterEndpoint": "OTEL_EXPORTER_OTLP_ENDPOINT", "sampling.sampler": "OTEL_TRACES_SAMPLER", "sampling.samplerArg": "OTEL_TRACES_SAMPLER_ARG",
+		} {
+			if v, ok := c.take(ie + "tracing." + k); ok {
+				env = append(env, map[string]any{"name": name, "value": fmt.Sprint(v)})
+			}
+		}
+		sort.Slice(env, func(i, j int) bool { return fmt.Sprint(env[i]) < fmt.Sprint(env[j]) })
+		c.set("env", env)
+	}
+	c.take(ie + "tracing")
+	if on, _ := c.take(ie + "latencyPredictor.enabled"); on == true {
+		c.note("inferenceExtension.latencyPredictor dropped: inferpick has no latency predictor; its cache-aware policy needs no training servers")
+	}
+	c.take(ie + "latencyPredictor")
+	c.move(ie+"metricsDataSource.path", "picker.modelServerMetrics.path")
+	if s, ok := c.take(ie + "metricsDataSource.scheme"); ok && s != "http" {
+		c.note("inferenceExtension.metricsDataSource.scheme %v dropped: inferpick scrapes model servers over plain HTTP", s)
+	}
+	c.take(ie + "metricsDataSource.insecureSkipVerify")
+	if es, ok := c.take(ie + "endpointsServer"); ok && !empty(es) {
+		c.note("inferenceExtension.endpointsServer dropped: the chart serves an InferencePool; for a pool-less picker run it with --endpoint-selector and --endpoint-target-ports")
+	}
+}
+
+// envList turns upstream's env (a list, or the map its comments show) into
+// a list of EnvVars.
+func envList(v any) any {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return v
+	}
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	out := make([]any, 0, len(m))
+	for _, k := range names {
+		out = append(out, map[string]any{"name": k, "value": fmt.Sprint(m[k])})
+	}
+	return out
+}
+
+// pluginsConfig translates a custom EndpointPickerConfig into the picker's
+// policy values, as the picker itself would read it.
+func (c *converter) pluginsConfig() {
+	const ie = "inferenceExtension."
+	file, _ := c.take(ie + "pluginsConfigFile")
+	custom, _ := c.take(ie + "pluginsCustomConfig")
+	name, _ := file.(string)
+	if name == "" {
+		name = upstreamPlugins
+	}
+	docs, _ := custom.(map[string]any)
+	doc, ok := docs[name].(string)
+	if !ok {
+		if name != upstreamPlugins {
+			c.note("inferenceExtension.pluginsConfigFile %s is not in pluginsCustomConfig: the picker's default policy (cache-aware) is used", name)
+			return
+		}
+		c.note("upstream's default scheduling profile (queue 2, KV cache 2, prefix 3) is inferpick's weighted-scorer; the picker now uses its default cache-aware policy (set picker.config.name: weighted-scorer to keep upstream's scoring)")
+		return
+	}
+	f, err := fileconfig.Parse([]byte(doc))
+	if err != nil {
+		c.note("inferenceExtension.pluginsCustomConfig[%s] dropped: %v; the picker's default policy (cache-aware) is used", name, err)
+		return
+	}
+	for _, w := range f.Warnings {
+		c.note("pluginsCustomConfig[%s]: %s", name, w)
+	}
+	b, err := yaml.Marshal(f.Policy)
+	if err != nil {
+		c.note("inferenceExtension.pluginsCustomConfig[%s] dropped: %v", name, err)
+		return
+	}
+	policy := map[string]any{}
+	if err := yaml.Unmarshal(b, &policy); err == nil && !prune(policy) {
+		c.set("picker.config", policy)
+	}
+	if f.MetricsPath != "" {
+		c.set("picker.modelServerMetrics.path", f.MetricsPath)
+	}
+	for k := range docs {
+		if k != name {
+			c.note("inferenceExtension.pluginsCustomConfig[%s] dropped: only the file named by pluginsConfigFile is used", k)
+		}
+	}
+}
+
+// flagMap places each upstream flag: a value of its own, the chart's, an
+// extra argument the picker accepts, or a note.
+func (c *converter) flagMap() {
+	v, _ := c.take("inferenceExtension.flags")
+	flags, _ := v.(map[string]any)
+	names := make([]string, 0, len(flags))
+	for k := range flags {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		val := flags[name]
+		switch {
+		case flagValues[name] != "":
+			to := flagValues[name]
+			switch to {
+			case "picker.modelServerType":
+				val = serverTypes[fmt.Sprint(val)]
+			case "tls.enabled", "metrics.auth":
+				val = fmt.Sprint(val) == "true"
+			}
+			c.set(to, val)
+		case chartFlags[name] != "":
+			c.note("flag --%s dropped: the chart sets it from %s", name, chartFlags[name])
+		case c.flags.Lookup(name) != nil:
+			c.extraArg(fmt.Sprintf("--%s=%v", name, val))
+		default:
+			c.note("flag --%s dropped: the picker has no such flag", name)
+		}
+	}
+}
+
+func (c *converter) monitoring() {
+	const m = "inferenceExtension.monitoring."
+	c.move(m+"interval", "metrics.serviceMonitor.interval")
+	if on, ok := c.take(m + "prometheus.enabled"); ok {
+		c.set("metrics.serviceMonitor.enabled", on)
+	}
+	c.move(m+"prometheus.auth.enabled", "metrics.auth")
+	if s, ok := c.take(m + "prometheus.auth.secretName"); ok && s != upstreamSecretName {
+		c.note("monitoring.prometheus.auth.secretName %v dropped: the chart makes its own token Secret <fullname>-metrics-reader (or set metrics.serviceMonitor.tokenSecret to a Secret you keep)", s)
+	}
+	if l, ok := c.take(m + "prometheus.extraLabels"); ok && !empty(l) {
+		c.set("metrics.serviceMonitor.labels", l)
+	}
+}
+
+// sidecar turns upstream's single sidecar block into a container of
+// sidecars.
+func (c *converter) sidecar() {
+	const s = "inferenceExtension.sidecar."
+	on, _ := c.take(s + "enabled")
+	if on != true {
+		c.take("inferenceExtension.sidecar")
+		return
+	}
+	container := map[string]any{}
+	for _, k := range []string{"name", "image", "imagePullPolicy", "args", "env", "ports", "livenessProbe", "readinessProbe", "resources", "volumeMounts"} {
+		if v, ok := c.take(s + k); ok {
+			container[k] = v
+		}
+	}
+	if cmd, ok := c.take(s + "command"); ok {
+		container["command"] = []any{cmd}
+	}
+	c.set("sidecars", []any{container})
+	if v, ok := c.take(s + "volumes"); ok {
+		vols, _ := c.get("extraVolumes").([]any)
+		more, _ := v.([]any)
+		c.set("extraVolumes", append(vols, more...))
+		if b, _ := yaml.Marshal(v); bytes.Contains(b, []byte("{{")) {
+			c.note("sidecar.volumes used templates: the chart does not render them in values; write the names out")
+		}
+	}
+	if cm, ok := c.take(s + "configMap"); ok && !empty(cm) {
+		c.note("sidecar.configMap dropped: create the ConfigMap the sidecar mounts yourself")
+	}
+}
+
+func (c *converter) pool() {
+	const p = "inferencePool."
+	if v, ok := c.take(p + "targetPorts"); ok {
+		var ports []any
+		list, _ := v.([]any)
+		for _, e := range list {
+			if m, ok := e.(map[string]any); ok {
+				ports = append(ports, m["number"])
+			}
+		}
+		c.set("pool.targetPorts", ports)
+	}
+	if v, ok := c.take(p + "targetPortNumber"); ok && c.get("pool.targetPorts") == nil {
+		c.set("pool.targetPorts", []any{v})
+	}
+	c.move(p+"modelServers.matchLabels", "pool.selector.matchLabels")
+	if t, ok := c.take(p + "modelServerType"); ok {
+		if to, known := serverTypes[fmt.Sprint(t)]; known {
+			c.set("picker.modelServerType", to)
+		} else {
+			c.note("inferencePool.modelServerType %v is unknown: picker.modelServerType left at auto", t)
+		}
+	}
+	if proto, ok := c.take(p + "modelServerProtocol"); ok && proto == "grpc" {
+		c.set("pool.appProtocol", "kubernetes.io/h2c")
+		c.note("inferencePool.modelServerProtocol grpc: the pool's appProtocol is kubernetes.io/h2c, but the picker parses OpenAI HTTP requests only; gRPC model-server APIs are not routed")
+	}
+	if parser, ok := c.take(p + "parser"); ok && parser != "" && parser != "openai-parser" {
+		c.note("inferencePool.parser %v dropped: the picker parses OpenAI requests", parser)
+	}
+	if v, ok := c.take(p + "apiVersion"); ok && v != "inference.networking.k8s.io/v1" {
+		c.note("inferencePool.apiVersion %v dropped: the chart makes an inference.networking.k8s.io/v1 pool", v)
+	}
+	if c.get("pool.selector.matchLabels") == nil {
+		c.note("inferencePool.modelServers.matchLabels is not set (the upstream chart requires it): set pool.selector.matchLabels")
+	}
+}
+
+func (c *converter) provider() {
+	name, _ := c.take("provider.name")
+	n := strings.ToLower(fmt.Sprint(name))
+	if name == nil {
+		n = "none"
+	}
+	switch n {
+	case "none", "gke", "istio":
+		if n != "none" {
+			c.set("provider.name", n)
+		}
+	default:
+		c.note("provider.name %v dropped: the chart knows none, gke and istio", name)
+	}
+	if n == "gke" {
+		c.move("provider.gke.autopilot", "provider.gke.autopilot")
+		// Upstream scrapes with Managed Prometheus on GKE only when
+		// Prometheus monitoring is on, and makes no ServiceMonitor there.
+		on, _ := c.get("metrics.serviceMonitor.enabled").(bool)
+		c.set("provider.gke.podMonitoring", on)
+		c.set("metrics.serviceMonitor.enabled", false)
+	}
+	if n == "istio" {
+		c.move("provider.istio.destinationRule.host", "provider.istio.destinationRule.host")
+		if tp, ok := c.take("provider.istio.destinationRule.trafficPolicy"); ok && !empty(tp) {
+			c.set("provider.istio.destinationRule.trafficPolicy", tp)
+		}
+	}
+	c.take("provider.gke")
+	c.take("provider.istio")
+}
+
+func (c *converter) route() {
+	const r = "experimentalHttpRoute."
+	on, _ := c.take(r + "enabled")
+	gw, _ := c.take(r + "inferenceGatewayName")
+	timeout, hasTimeout := c.take(r + "requestTimeout")
+	if base, ok := c.take(r + "baseModel"); ok && base != "" {
+		c.note("experimentalHttpRoute.baseModel %v dropped: add the X-Gateway-Base-Model-Name header match to your own HTTPRoute", base)
+	}
+	if on != true {
+		return
+	}
+	c.set("httpRoute.enabled", true)
+	if gw == nil {
+		gw = "inference-gateway"
+	}
+	c.set("httpRoute.gateway.name", gw)
+	switch {
+	case c.get("provider.name") == "gke":
+		// GKE takes the timeout from the GCPBackendPolicy.
+		c.set("httpRoute.requestTimeout", "")
+	case hasTimeout:
+		c.set("httpRoute.requestTimeout", timeout)
+	}
+}
+
+// objectives gives the chart's InferenceObjectives their priorities by flag:
+// the chart makes no InferenceObjective objects.
+func (c *converter) objectives() {
+	v, _ := c.take("inferenceObjectives")
+	list, _ := v.([]any)
+	var pairs []string
+	for _, e := range list {
+		if m, ok := e.(map[string]any); ok {
+			pairs = append(pairs, fmt.Sprintf("%v=%v", m["name"], m["priority"]))
+		}
+	}
+	if len(pairs) > 0 {
+		c.extraArg("--objective-priorities=" + strings.Join(pairs, ","))
+		c.note("inferenceObjectives become --objective-priorities; the chart makes no InferenceObjective objects (those of an upstream release are deleted by the upgrade: recreate them to keep other fields)")
+	}
+}
+
+// leftovers notes every upstream value no step took.
+func (c *converter) leftovers(path []string, v any) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		if !empty(v) {
+			c.note("%s dropped: no inferpick equivalent", strings.Join(path, "."))
+		}
+		return
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		c.leftovers(append(slices.Clone(path), k), m[k])
+	}
+}
+
+func empty(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case map[string]any:
+		return len(x) == 0
+	case []any:
+		return len(x) == 0
+	case string:
+		return x == ""
+	case bool:
+		return !x
+	}
+	return false
+}
+
+// prune removes the zero values a marshalled policy.Config carries (empty
+// blocks, a 0s duration) and reports whether nothing is left.
+func prune(m map[string]any) bool {
+	for k, v := range m {
+		switch x := v.(type) {
+		case map[string]any:
+			if prune(x) {
+				delete(m, k)
+			}
+		case string:
+			if x == "0s" || x == "" {
+				delete(m, k)
+			}
+		}
+	}
+	return len(m) == 0
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
+)
+
+func TestConvert(t *testing.T) {
+	tests := map[string]struct {
+		upstream string
+		want     string // the inferpick values, as YAML
+		notes    []string
+	}{
+		"env as a map, flags by kind": {
+			upstream: `
+inferenceExtension:
+  env:
+    B: "2"
+    A: 1
+  flags:
+    v: 4
+    secure-serving: "false"
+    grpc-keepalive-time: 20s
+    pool-name: other
+    no-such-flag: x
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+env: [{name: A, value: "1"}, {name: B, value: "2"}]
+picker: {verbosity: 4, extraArgs: [--grpc-keepalive-time=20s]}
+tls: {enabled: false}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"--pool-name dropped: the chart sets it from pool.name", "--no-such-flag dropped", "weighted-scorer"},
+		},
+		"upstream plugins the picker refuses": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: p.yaml
+  pluginsCustomConfig:
+    p.yaml: |
+      apiVersion: inference.networking.x-k8s.io/v1alpha1
+      kind: EndpointPickerConfig
+      plugins:
+      - type: active-request-scorer
+      schedulingProfiles:
+      - name: default
+        plugins:
+        - pluginRef: active-request-scorer
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want:  `pool: {selector: {matchLabels: {app: m}}}`,
+			notes: []string{"pluginsCustomConfig[p.yaml] dropped", "least-load"},
+		},
+		"unknown keys are reported": {
+			upstream: `
+inferenceExtension:
+  somethingNew: {a: 1}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want:  `pool: {selector: {matchLabels: {app: m}}}`,
+			notes: []string{"inferenceExtension.somethingNew.a dropped"},
+		},
+		"no selector": {
+			upstream: `{}`,
+			want:     `{}`,
+			notes:    []string{"set pool.selector.matchLabels"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, notes, err := Convert([]byte(tc.upstream))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got, want map[string]any
+			if err := yaml.Unmarshal(out, &got); err != nil {
+				t.Fatalf("output is not YAML: %v\n%s", err, out)
+			}
+			if err := yaml.Unmarshal([]byte(tc.want), &want); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("values (-want +got):\n%s", diff)
+			}
+			all := strings.Join(notes, "\n")
+			for _, n := range tc.notes {
+				if !strings.Contains(all, n) {
+					t.Errorf("notes lack %q:\n%s", n, all)
+				}
+			}
+			for _, n := range notes {
+				if !strings.Contains(string(out), "# - "+n+"\n") {
+					t.Errorf("note %q is not a comment of the output", n)
+				}
+			}
+		})
+	}
+}
+
+func TestConvertRejectsNonYAML(t *testing.T) {
+	if _, _, err := Convert([]byte("inferenceExtension: [")); err == nil {
+		t.Error("converted a broken file")
+	}
+}
+
+// FuzzConvert checks that any input either fails to parse or converts to
+// YAML that reads back as a mapping.
+func FuzzConvert(f *testing.F) {
+	f.Add([]byte("inferenceExtension: {replicas: 3, flags: {v: 2}}\ninferencePool: {targetPorts: [{number: 8000}]}"))
+	f.Add([]byte("provider: {name: gke}\nexperimentalHttpRoute: {enabled: true}"))
+	f.Add([]byte("inferenceObjectives: [{name: a, priority: 1}]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		out, _, err := Convert(data)
+		if err != nil {
+			return
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(out, &m); err != nil {
+			t.Fatalf("output is not YAML: %v\n%s", err, out)
+		}
+	})
+}

@@ -1,0 +1,149 @@
+package chart
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+
+	inferencev1 "github.com/inferpick/inferpick/api/v1"
+)
+
+// TestMigrateValues converts realistic upstream inferencepool values files
+// (testdata/upstream) with hack/migrate-values, compares the result with
+// its golden file, and installs it the way a user would: the chart must
+// accept it and render what the upstream values asked for.
+func TestMigrateValues(t *testing.T) {
+	tool := filepath.Join(t.TempDir(), "migrate-values")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", tool, "./hack/migrate-values")
+	build.Dir = repoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	tests := map[string]struct {
+		check func(t *testing.T, m manifest)
+		notes []string // substrings of the notes printed
+	}{
+		"gke": {
+			check: func(t *testing.T, m manifest) {
+				want := []string{"GCPBackendPolicy/llama", "HealthCheckPolicy/llama", "HTTPRoute/llama", "PodMonitoring/llama-inferpick"}
+				for _, k := range want {
+					if !slices.Contains(m.kinds(), k) {
+						t.Errorf("no %s among %v", k, m.kinds())
+					}
+				}
+				if slices.ContainsFunc(m.kinds(), func(k string) bool { return strings.HasPrefix(k, "ServiceMonitor/") }) {
+					t.Error("a ServiceMonitor on GKE, where upstream scrapes with Managed Prometheus only")
+				}
+			},
+			notes: []string{"weighted-scorer"},
+		},
+		"istio": {
+			check: func(t *testing.T, m manifest) {
+				var pool inferencev1.InferencePool
+				m.decode(t, "InferencePool", &pool)
+				if pool.Spec.EndpointPickerRef.FailureMode != inferencev1.EndpointPickerFailClose {
+					t.Errorf("failureMode %s, the upstream values' FailClose lost", pool.Spec.EndpointPickerRef.FailureMode)
+				}
+				args := pickerArgs(t, m)
+				for _, a := range []string{"--objective-priorities=interactive=5,batch=1", "--model-server-type=sglang", "-v=3"} {
+					if !slices.Contains(args, a) {
+						t.Errorf("picker args %q lack %q", args, a)
+					}
+				}
+				m.only(t, "DestinationRule")
+			},
+			notes: []string{"--objective-priorities"},
+		},
+		"ha": {
+			check: func(t *testing.T, m manifest) {
+				var dep appsv1.Deployment
+				m.decode(t, "Deployment", &dep)
+				if *dep.Spec.Replicas != 3 || dep.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType {
+					t.Errorf("replicas %d strategy %s, want 3 under a rolling update (every active-active replica is ready)", *dep.Spec.Replicas, dep.Spec.Strategy.Type)
+				}
+				args := pickerArgs(t, m)
+				for _, a := range []string{"--ha-enable-leader-election", "--ha-mode=active-active"} {
+					if !slices.Contains(args, a) {
+						t.Errorf("picker args %q lack %q with 3 replicas", args, a)
+					}
+				}
+			},
+		},
+		"custom-flags": {
+			check: func(t *testing.T, m manifest) {
+				args := pickerArgs(t, m)
+				for _, a := range []string{"--secure-serving=false", "--refresh-metrics-interval=100ms", "--zap-encoder=json",
+					"--kv-cache-usage-percentage-metric=vllm:kv_cache_usage_perc"} {
+					if !slices.Contains(args, a) {
+						t.Errorf("picker args %q lack %q", args, a)
+					}
+				}
+				var dep appsv1.Deployment
+				m.decode(t, "Deployment", &dep)
+				if names := containerNames(&dep); !slices.Equal(names, []string{"picker", "envoy-proxy"}) {
+					t.Errorf("containers %v, want the picker and the sidecar", names)
+				}
+			},
+			notes: []string{"llm-d-inference-scheduler", "extraServicePorts", "sidecar.configMap"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), tool, filepath.Join("testdata", "upstream", name+".yaml"))
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			got, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("migrate-values: %v\n%s", err, stderr.String())
+			}
+			for _, n := range tc.notes {
+				if !strings.Contains(stderr.String(), n) {
+					t.Errorf("notes do not mention %q:\n%s", n, stderr.String())
+				}
+			}
+			golden := filepath.Join("testdata", "upstream", name+".inferpick.yaml")
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			} else if want, err := os.ReadFile(golden); err != nil {
+				t.Fatalf("read golden file (run with -update to create it): %v", err)
+			} else if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("converted values differ from %s (-want +got):\n%s", golden, diff)
+			}
+
+			values := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(values, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, err := helm(t, "template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion, "--values", values)
+			if err != nil {
+				t.Fatalf("the chart refuses the converted values: %v\n%s", err, errOut)
+			}
+			tc.check(t, parseManifest(t, out))
+		})
+	}
+}
+
+func pickerArgs(t *testing.T, m manifest) []string {
+	t.Helper()
+	var dep appsv1.Deployment
+	if !m.decode(t, "Deployment", &dep) {
+		t.Fatal("no Deployment")
+	}
+	return dep.Spec.Template.Spec.Containers[0].Args
+}
+
+func containerNames(dep *appsv1.Deployment) []string {
+	var names []string
+	for i := range dep.Spec.Template.Spec.Containers {
+		names = append(names, dep.Spec.Template.Spec.Containers[i].Name)
+	}
+	return names
+}

@@ -1,0 +1,235 @@
+package chart
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	inferencev1 "github.com/inferpick/inferpick/api/v1"
+)
+
+// field reads a nested field of a rendered object, failing when it is absent.
+func field(t *testing.T, u *unstructured.Unstructured, path ...string) any {
+	t.Helper()
+	v, ok, err := unstructured.NestedFieldNoCopy(u.Object, path...)
+	if err != nil || !ok {
+		t.Fatalf("%s %s has no %s (%v)", u.GetKind(), u.GetName(), strings.Join(path, "."), err)
+	}
+	return v
+}
+
+// only returns the one rendered object of kind.
+func (m manifest) only(t *testing.T, kind string) *unstructured.Unstructured {
+	t.Helper()
+	var found *unstructured.Unstructured
+	for _, u := range m.docs {
+		if u.GetKind() == kind {
+			if found != nil {
+				t.Fatalf("more than one %s", kind)
+			}
+			found = u
+		}
+	}
+	if found == nil {
+		t.Fatalf("no %s rendered", kind)
+	}
+	return found
+}
+
+// TestScrapeToken checks that the scrape objects present a token from a
+// Secret the cluster fills for a ServiceAccount allowed to read /metrics,
+// never a token file of the scraper's own.
+func TestScrapeToken(t *testing.T) {
+	for name, scrape := range map[string]struct {
+		values []string
+		kind   string
+		path   []string // to the Secret's name in the first endpoint
+	}{
+		"ServiceMonitor": {[]string{"istio.yaml"}, "ServiceMonitor", []string{"authorization", "credentials", "name"}},
+		"PodMonitoring":  {[]string{"gke.yaml"}, "PodMonitoring", []string{"authorization", "credentials", "secret", "name"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, errOut, err := render(t, scrape.values)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, errOut)
+			}
+			if strings.Contains(out, "bearerTokenFile") {
+				t.Error("rendered a bearerTokenFile")
+			}
+			m := parseManifest(t, out)
+			endpoints := field(t, m.only(t, scrape.kind), "spec", "endpoints").([]any)
+			ep := &unstructured.Unstructured{Object: endpoints[0].(map[string]any)}
+			secretName := field(t, ep, scrape.path...)
+
+			var secret corev1.Secret
+			if !m.decode(t, "Secret", &secret) {
+				t.Fatal("no token Secret rendered")
+			}
+			if secret.Name != secretName || secret.Type != corev1.SecretTypeServiceAccountToken {
+				t.Fatalf("%s reads Secret %v; rendered Secret %s of type %s", scrape.kind, secretName, secret.Name, secret.Type)
+			}
+			sa := secret.Annotations[corev1.ServiceAccountNameKey]
+			bindings := decodeAll[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding")
+			b := bindings["serving-llama-inferpick-metrics-reader"]
+			if b == nil {
+				t.Fatal("no binding of the metrics-reader ClusterRole")
+			}
+			want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}}
+			if diff := cmp.Diff(want, b.Subjects); diff != "" {
+				t.Errorf("metrics-reader subjects (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestProviderObjects checks what the gateway-specific objects point at.
+func TestProviderObjects(t *testing.T) {
+	t.Run("gke", func(t *testing.T) {
+		out, errOut, err := render(t, []string{"gke.yaml"})
+		if err != nil {
+			t.Fatalf("helm template: %v\n%s", err, errOut)
+		}
+		m := parseManifest(t, out)
+		for _, kind := range []string{"HealthCheckPolicy", "GCPBackendPolicy"} {
+			ref := field(t, m.only(t, kind), "spec", "targetRef")
+			want := map[string]any{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "llama"}
+			if diff := cmp.Diff(want, ref); diff != "" {
+				t.Errorf("%s targetRef (-want +got):\n%s", kind, diff)
+			}
+		}
+		hc := m.only(t, "HealthCheckPolicy")
+		if got := field(t, hc, "spec", "default", "config", "type"); got != "HTTP2" {
+			t.Errorf("health check type %v for an h2c pool, want HTTP2", got)
+		}
+		if got := fmt.Sprint(field(t, hc, "spec", "default", "config", "http2HealthCheck", "port")); got != "8000" {
+			t.Errorf("health check port %v, want the first target port 8000", got)
+		}
+	})
+	t.Run("istio", func(t *testing.T) {
+		out, errOut, err := render(t, []string{"istio.yaml"})
+		if err != nil {
+			t.Fatalf("helm template: %v\n%s", err, errOut)
+		}
+		m := parseManifest(t, out)
+		dr := m.only(t, "DestinationRule")
+		if got := field(t, dr, "spec", "host"); got != "llama-inferpick.serving.svc.cluster.local" {
+			t.Errorf("host %v, want the picker Service", got)
+		}
+		tls := field(t, dr, "spec", "trafficPolicy", "tls")
+		if diff := cmp.Diff(map[string]any{"mode": "SIMPLE", "insecureSkipVerify": true}, tls); diff != "" {
+			t.Errorf("tls to the self-signed picker (-want +got):\n%s", diff)
+		}
+		field(t, dr, "spec", "trafficPolicy", "connectionPool", "http", "maxRequestsPerConnection")
+
+		var dep appsv1.Deployment
+		m.decode(t, "Deployment", &dep)
+		spec := dep.Spec.Template.Spec
+		if spec.PriorityClassName != "system-cluster-critical" || len(spec.TopologySpreadConstraints) != 1 ||
+			dep.Spec.Template.Labels["team"] != "serving" || dep.Spec.Template.Annotations["example.com/owner"] != "serving" {
+			t.Errorf("pod template lacks the priority class, spread constraint, labels or annotations:\n%+v", dep.Spec.Template)
+		}
+	})
+	t.Run("istio without TLS", func(t *testing.T) {
+		out, errOut, err := render(t, nil, "provider.name=istio", "tls.enabled=false")
+		if err != nil {
+			t.Fatalf("helm template: %v\n%s", err, errOut)
+		}
+		if _, ok, _ := unstructured.NestedFieldNoCopy(parseManifest(t, out).only(t, "DestinationRule").Object, "spec", "trafficPolicy", "tls"); ok {
+			t.Error("TLS origination to a plaintext picker")
+		}
+	})
+}
+
+// TestStrategy checks that every strategy the chart renders can finish a
+// rollout: in active-active mode every pod becomes ready, in active-passive
+// mode only one.
+func TestStrategy(t *testing.T) {
+	tests := map[string]struct {
+		sets     []string
+		want     appsv1.DeploymentStrategyType
+		wantFail string
+	}{
+		"one replica": {want: appsv1.RollingUpdateDeploymentStrategyType},
+		"active-active replicas": {
+			sets: []string{"replicas=3"},
+			want: appsv1.RollingUpdateDeploymentStrategyType,
+		},
+		"active-active rolling update with one unavailable": {
+			sets: []string{"replicas=3", "strategy.type=RollingUpdate", "strategy.rollingUpdate.maxUnavailable=1"},
+			want: appsv1.RollingUpdateDeploymentStrategyType,
+		},
+		"active-passive replicas": {
+			sets: []string{"replicas=3", "haMode=active-passive"},
+			want: appsv1.RecreateDeploymentStrategyType,
+		},
+		"active-passive rolling update that waits for standbys": {
+			sets:     []string{"replicas=3", "haMode=active-passive", "strategy.type=RollingUpdate"},
+			wantFail: "maxUnavailable to at least 2",
+		},
+		"active-passive rolling update with one unavailable": {
+			sets:     []string{"replicas=3", "haMode=active-passive", "strategy.type=RollingUpdate", "strategy.rollingUpdate.maxUnavailable=1"},
+			wantFail: "never finishes",
+		},
+		"active-passive rolling update that may take all but the leader down": {
+			sets: []string{"replicas=3", "haMode=active-passive", "strategy.type=RollingUpdate", "strategy.rollingUpdate.maxUnavailable=2"},
+			want: appsv1.RollingUpdateDeploymentStrategyType,
+		},
+		"active-passive percentage": {
+			sets: []string{"replicas=4", "haMode=active-passive", "strategy.type=RollingUpdate", "strategy.rollingUpdate.maxUnavailable=75%"},
+			want: appsv1.RollingUpdateDeploymentStrategyType,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, errOut, err := render(t, nil, tc.sets...)
+			if tc.wantFail != "" {
+				if err == nil || !strings.Contains(errOut, tc.wantFail) {
+					t.Fatalf("rendered (err %v), want a failure saying %q:\n%s", err, tc.wantFail, errOut)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, errOut)
+			}
+			var dep appsv1.Deployment
+			parseManifest(t, out).decode(t, "Deployment", &dep)
+			if dep.Spec.Strategy.Type != tc.want {
+				t.Errorf("strategy %s, want %s", dep.Spec.Strategy.Type, tc.want)
+			}
+			drain := 115
+			if got := dep.Spec.Template.Spec.TerminationGracePeriodSeconds; got == nil || *got != int64(drain+15) {
+				t.Errorf("terminationGracePeriodSeconds %v, want the drain timeout %d s + 15 s", got, drain)
+			}
+		})
+	}
+}
+
+// TestFailureModeDefault checks that a new pool fails open, as the upstream
+// chart's does, unless the values say otherwise. (Keeping an existing pool's
+// mode needs a cluster: the end-to-end upgrade test covers it.)
+func TestFailureModeDefault(t *testing.T) {
+	for sets, want := range map[string]inferencev1.EndpointPickerFailureMode{
+		"":                           inferencev1.EndpointPickerFailOpen,
+		"pool.failureMode=FailClose": inferencev1.EndpointPickerFailClose,
+	} {
+		var args []string
+		if sets != "" {
+			args = append(args, sets)
+		}
+		out, errOut, err := render(t, nil, args...)
+		if err != nil {
+			t.Fatalf("helm template: %v\n%s", err, errOut)
+		}
+		var pool inferencev1.InferencePool
+		parseManifest(t, out).decode(t, "InferencePool", &pool)
+		if got := pool.Spec.EndpointPickerRef.FailureMode; got != want {
+			t.Errorf("--set %q: failureMode %s, want %s", sets, got, want)
+		}
+	}
+}
