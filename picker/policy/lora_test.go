@@ -183,7 +183,8 @@ func TestModelFilter(t *testing.T) {
 		"nobody serves it":               {served: []*registry.Served{llama, llama, qwen, qwen}, model: "mistral", wantErr: ErrModelNotServed},
 		"nobody reported: no filter":     {served: []*registry.Served{nil, nil, nil, nil}, model: "mistral", want: []int{0, 1, 2, 3}},
 		"unknown lists when none serves": {served: []*registry.Served{llama, nil, fromMetrics, qwen}, model: "mistral", want: []int{1, 2}},
-		"metrics names count":            {served: []*registry.Served{nil, llama, fromMetrics, nil}, model: "qwen", want: []int{2}},
+		"metrics names count":            {served: []*registry.Served{llama, llama, fromMetrics, llamaOnly}, model: "qwen", want: []int{2}},
+		"unreported workers stay":        {served: []*registry.Served{nil, llama, fromMetrics, nil}, model: "qwen", want: []int{0, 2, 3}},
 		"no model: no filter":            {served: []*registry.Served{llama, llama, qwen, qwen}, model: "", want: []int{0, 1, 2, 3}},
 	}
 	for name, tc := range tests {

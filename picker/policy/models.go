@@ -16,8 +16,12 @@ const (
 // worker serves a model it lists as a base or an adapter (from /v1/models
 // or the model_name of its metrics), and an adapter whose base model, as
 // some worker's /v1/models gives it, it lists. When some worker serves the
-// model only those are candidates; else those whose lists are incomplete
-// (nothing reported yet, or metrics only); else no worker serves it.
+// model, the candidates are those and the workers that have reported no
+// models yet (not scraped yet, or their scrapes fail): nothing says they
+// do not serve it, and dropping them would shorten the fallback list at
+// start and whenever a server's pages fail. Else the candidates are the
+// workers whose lists are incomplete (nothing reported yet, or metrics
+// only); else no worker serves the model.
 type modelFilter struct {
 	model  string
 	parent string // the adapter's base model, when some worker reports it
@@ -82,7 +86,11 @@ func (f *modelFilter) admits(w *registry.Worker) bool {
 	if f.want == servesAny {
 		return true
 	}
-	return f.class(servedOf(w)) == f.want
+	s := servedOf(w)
+	if s == nil {
+		return true // it has said nothing either way
+	}
+	return f.class(s) == f.want
 }
 
 func (f *modelFilter) class(s *registry.Served) served {

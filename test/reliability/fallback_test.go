@@ -67,7 +67,7 @@ func TestRetriesAndFallbacks(t *testing.T) {
 	}
 	for _, r := range retrying.Records() {
 		if r.Status != http.StatusOK {
-			t.Errorf("with retries over a list holding a healthy server, a request ended %d: attempts %+v", r.Status, r.Attempts)
+			t.Errorf("with retries over a list holding a healthy server, a request ended %d: endpoints %v, attempts %+v", r.Status, r.Endpoints, r.Attempts)
 		}
 	}
 	rel := checkReleases(t, p)
