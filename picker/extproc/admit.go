@@ -10,6 +10,7 @@ import (
 
 	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // Request headers of the upstream endpoint-picker protocol that select the
@@ -95,7 +96,7 @@ func (x *exchange) tryPick() (bool, error) {
 		_, span = x.s.opts.Tracer.Start(x.spanCtx, spanPick, trace.WithTimestamp(start),
 			trace.WithAttributes(attribute.String("gen_ai.request.model", x.pick.Model), attribute.Int("inferpick.candidates", len(candidates))))
 	}
-	picked, err := x.s.picker.Pick(&x.pick, candidates, 1+x.s.opts.Fallbacks)
+	picked, guard, err := x.pickAndAdmit(candidates)
 	if span != nil {
 		if len(picked) > 0 {
 			span.SetAttributes(attribute.String("inferpick.endpoint", picked[0].Address()))
@@ -114,9 +115,43 @@ func (x *exchange) tryPick() (bool, error) {
 		return false, errNoPick
 	}
 	x.picked = picked
-	x.guard = picked[0].Admit()
+	x.guard = guard
 	x.pickTook = x.s.opts.Now().Sub(start)
 	return true, nil
+}
+
+// admitAttempts is how many picks a request makes when, each time, other
+// requests fill its primary between the pick and the guard.
+const admitAttempts = 3
+
+// pickAndAdmit runs the policy and takes the guard on the primary. Under a
+// maxInFlight bound the guard is taken only while the primary has room, in
+// one atomic step, so that requests admitted together never pass the bound;
+// a primary filled since the pick is picked again, and after admitAttempts
+// the request counts as saturated.
+func (x *exchange) pickAndAdmit(candidates []*registry.Worker) ([]*registry.Worker, *registry.Guard, error) {
+	n := 1 + x.s.opts.Fallbacks
+	limit := int64(x.s.opts.MaxInFlight)
+	if limit <= 0 {
+		picked, err := x.s.picker.Pick(&x.pick, candidates, n)
+		if err != nil || len(picked) == 0 {
+			return picked, nil, err
+		}
+		return picked, picked[0].Admit(), nil
+	}
+	if x.pick.Reserve > 0 {
+		limit = max(limit-int64(x.pick.Reserve), 1)
+	}
+	for range admitAttempts {
+		picked, err := x.s.picker.Pick(&x.pick, candidates, n)
+		if err != nil || len(picked) == 0 {
+			return picked, nil, err
+		}
+		if g, ok := picked[0].AdmitBelow(limit); ok {
+			return picked, g, nil
+		}
+	}
+	return nil, nil, policy.ErrSaturated
 }
 
 // refusal is the local reply to a request admit refused, or ok false when

@@ -35,7 +35,7 @@ func queueEnvWith(t *testing.T, opts flowcontrol.Options, maxInFlight int) (*env
 	prios.Set("interactive", 10)
 	prios.Set("batch", -1)
 	e := newEnv(t, []string{"127.0.0.1:8000"}, func(o *Options) {
-		o.Queue, o.Priorities, o.Reserve = q, prios, opts.Reserve
+		o.Queue, o.Priorities, o.Reserve, o.MaxInFlight = q, prios, opts.Reserve, maxInFlight
 	})
 	pol, err := policy.Build(policy.Config{MaxInFlight: maxInFlight}, e.reg)
 	if err != nil {
@@ -188,4 +188,24 @@ func TestReservedSlotsKeepRoomForPrioritizedRequests(t *testing.T) {
 	interactive.responseHeaders(200, "application/json", true, "")
 	interactive.recv()
 	second.routed(true)
+}
+
+// Requests arriving together at an idle endpoint that takes one are
+// admitted one at a time: the bound is checked and the guard taken in one
+// step, so no two pass it between a pick and the guard.
+func TestRequestsArrivingTogetherNeverPassMaxInFlight(t *testing.T) {
+	e, q, _ := queueEnv(t, flowcontrol.Options{})
+	const n = 16
+	sessions := make([]*session, n)
+	for i := range sessions {
+		sessions[i] = e.open()
+	}
+	for _, s := range sessions {
+		s.sendRequest("")
+	}
+	w := e.worker("127.0.0.1:8000")
+	eventually(t, "all but one request queued", func() bool { return q.Len() == n-1 })
+	if got := w.InFlight(); got != 1 {
+		t.Fatalf("%d requests in flight on an endpoint that takes 1", got)
+	}
 }

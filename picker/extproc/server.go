@@ -51,6 +51,11 @@ type Options struct {
 	// Priorities maps the x-gateway-inference-objective header to a
 	// priority for the queue; unknown objectives get 0.
 	Priorities Priorities
+	// MaxInFlight is the policy's maxInFlight: the most requests in flight
+	// on one endpoint (less the request's reserve). The guard is taken only
+	// below it, atomically, so concurrent admissions never pass it
+	// together; 0 is no bound.
+	MaxInFlight int
 	// Reserve is the capacity on each endpoint a request of the given
 	// priority leaves free for higher priorities (policy.Request.Reserve);
 	// nil reserves nothing.

@@ -86,6 +86,7 @@ func (g *Guard) Release() (Phase, bool) {
 			} else {
 				g.w.prefill.Add(-1)
 			}
+			g.w.inFlight.Add(-1)
 			return Phase(p), true
 		}
 	}

@@ -286,3 +286,44 @@ func TestRecreatedAddressStartsAtZero(t *testing.T) {
 		t.Error("re-created worker reused the old ID")
 	}
 }
+
+// AdmitBelow never lets concurrent admissions pass the limit together, and
+// a released guard frees its place.
+func TestAdmitBelowHoldsTheLimit(t *testing.T) {
+	const limit, tries = 3, 64
+	w := newWorker(endpoint("a", "127.0.0.1:8000"))
+	guards := make(chan *Guard, tries)
+	var wg sync.WaitGroup
+	for range tries {
+		wg.Go(func() {
+			if g, ok := w.AdmitBelow(limit); ok {
+				guards <- g
+			}
+		})
+	}
+	wg.Wait()
+	close(guards)
+	var held []*Guard
+	for g := range guards {
+		held = append(held, g)
+	}
+	if len(held) != limit || w.InFlight() != limit {
+		t.Fatalf("%d of %d concurrent admissions got a guard, in flight %d; want exactly %d", len(held), tries, w.InFlight(), limit)
+	}
+	if _, ok := w.AdmitBelow(limit); ok {
+		t.Fatal("admitted on a full worker")
+	}
+	held[0].FirstToken()
+	held[0].Release()
+	g, ok := w.AdmitBelow(limit)
+	if !ok {
+		t.Fatal("a released place was not free")
+	}
+	g.Release()
+	for _, g := range held[1:] {
+		g.Release()
+	}
+	if p, d := w.Load(); p != 0 || d != 0 || w.InFlight() != 0 {
+		t.Errorf("after every release load = (%d,%d), in flight %d; want 0", p, d, w.InFlight())
+	}
+}

@@ -96,11 +96,12 @@ type Worker struct {
 	addr string // ep.Address formatted once
 	id   uint32 // unique for the life of the process; never reused
 
-	prefill atomic.Int64
-	decode  atomic.Int64
-	metrics atomic.Pointer[Metrics]
-	calib   atomic.Pointer[Calibration]
-	removed atomic.Bool
+	prefill  atomic.Int64
+	decode   atomic.Int64
+	inFlight atomic.Int64 // prefill + decode, moved first on admission and last on release
+	metrics  atomic.Pointer[Metrics]
+	calib    atomic.Pointer[Calibration]
+	removed  atomic.Bool
 }
 
 var nextID atomic.Uint32
@@ -128,11 +129,8 @@ func (w *Worker) Load() (prefill, decode int64) {
 	return w.prefill.Load(), w.decode.Load()
 }
 
-// InFlight is prefill + decode.
-func (w *Worker) InFlight() int64 {
-	p, d := w.Load()
-	return p + d
-}
+// InFlight is the requests in flight, prefill and decode together.
+func (w *Worker) InFlight() int64 { return w.inFlight.Load() }
 
 // Metrics returns the last scraped metrics, or nil if none arrived yet.
 func (w *Worker) Metrics() *Metrics { return w.metrics.Load() }
@@ -144,6 +142,24 @@ func (w *Worker) SetMetrics(m *Metrics) { w.metrics.Store(m) }
 // guard that will uncount it. The caller must arrange for Release to be
 // called on every exit path (a defer is the backstop).
 func (w *Worker) Admit() *Guard {
+	w.inFlight.Add(1)
 	w.prefill.Add(1)
 	return &Guard{w: w}
+}
+
+// AdmitBelow is Admit when fewer than limit requests are in flight on the
+// worker, checked and counted in one atomic step: concurrent admissions
+// never pass the limit together. It reports false, and counts nothing, when
+// the worker is full.
+func (w *Worker) AdmitBelow(limit int64) (*Guard, bool) {
+	for {
+		n := w.inFlight.Load()
+		if n >= limit {
+			return nil, false
+		}
+		if w.inFlight.CompareAndSwap(n, n+1) {
+			w.prefill.Add(1)
+			return &Guard{w: w}, true
+		}
+	}
 }

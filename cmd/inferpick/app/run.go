@@ -172,6 +172,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		Rewrites:             rewrites,
 		Queue:                admitterOf(queue),
 		Reserve:              o.FlowControl.Reserve,
+		MaxInFlight:          cfg.MaxInFlight,
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
 	var indexSize func() (int, bool)
