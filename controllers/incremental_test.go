@@ -58,14 +58,14 @@ func TestPodEventTouchesOnlyThatPod(t *testing.T) {
 
 	// Pod events before the pool is known wait for its list.
 	reconcilePod("a")
-	if sink.Len() != 0 || sink.updates != 0 {
-		t.Fatalf("a pod event before the pool's reconcile wrote %d workers", sink.Len())
+	if len(sink.Workers()) != 0 || sink.updates != 0 {
+		t.Fatalf("a pod event before the pool's reconcile wrote %d workers", len(sink.Workers()))
 	}
 	if _, err := r.Reconcile(t.Context(), request{NamespacedName: r.pool}); err != nil {
 		t.Fatal(err)
 	}
-	if sink.replaces != 1 || sink.Len() != 3 {
-		t.Fatalf("after the pool's reconcile: %d replaces, %d workers; want 1 and 3", sink.replaces, sink.Len())
+	if sink.replaces != 1 || len(sink.Workers()) != 3 {
+		t.Fatalf("after the pool's reconcile: %d replaces, %d workers; want 1 and 3", sink.replaces, len(sink.Workers()))
 	}
 
 	byName := func() map[string]*registry.Worker {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 // start routes one streaming chat request and returns the open session.
@@ -173,10 +175,10 @@ func TestWorkerRemovedInFlight(t *testing.T) {
 	sessions[0].recv()
 
 	// The pod goes away and comes back at the same address as a new pod.
-	e.reg.Remove(old.Endpoint().Key)
+	registrytest.Remove(e.reg, old.Endpoint().Key)
 	ep := old.Endpoint()
 	ep.Key.UID = "recreated"
-	fresh := e.reg.Upsert(ep)
+	fresh := registrytest.Upsert(e.reg, ep)
 	if fresh == old || fresh.InFlight() != 0 {
 		t.Fatalf("re-created pod: same object=%v load=%d, want a new worker at 0", fresh == old, fresh.InFlight())
 	}

@@ -17,13 +17,14 @@ import (
 
 	"github.com/inferpick/inferpick/picker/prefix"
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 func twoWorkers(t *testing.T) (*registry.Registry, *registry.Worker, *registry.Worker) {
 	t.Helper()
 	reg := registry.New()
-	a := reg.Upsert(registry.Endpoint{Key: registry.Key{UID: "a", Port: 8000}, Namespace: "ns", Name: "pod-a", Address: netip.MustParseAddrPort("127.0.0.1:8000")})
-	b := reg.Upsert(registry.Endpoint{Key: registry.Key{UID: "b", Port: 8000}, Namespace: "ns", Name: "pod-b", Address: netip.MustParseAddrPort("127.0.0.2:8000")})
+	a := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "a", Port: 8000}, Namespace: "ns", Name: "pod-a", Address: netip.MustParseAddrPort("127.0.0.1:8000")})
+	b := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "b", Port: 8000}, Namespace: "ns", Name: "pod-b", Address: netip.MustParseAddrPort("127.0.0.2:8000")})
 	return reg, a, b
 }
 
@@ -82,7 +83,7 @@ inferpick_worker_inflight_requests{address="127.0.0.2:8000",phase="prefill",work
 	if err := testutil.GatherAndCompare(pr, strings.NewReader(want), "inferpick_worker_inflight_requests"); err != nil {
 		t.Error(err)
 	}
-	reg.Remove(b.Endpoint().Key)
+	registrytest.Remove(reg, b.Endpoint().Key)
 	if n := testutil.CollectAndCount(NewWorkerCollector(reg), "inferpick_worker_inflight_requests"); n != 2 {
 		t.Errorf("%d in-flight series after removing a worker, want 2 (one worker × two phases)", n)
 	}

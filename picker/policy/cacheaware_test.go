@@ -7,6 +7,7 @@ import (
 
 	"github.com/inferpick/inferpick/picker/prefix"
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 var modes = []string{ModeCost, ModeThreshold}
@@ -131,11 +132,11 @@ func TestCacheAwareForgetsRemovedWorker(t *testing.T) {
 	}
 	gone := got[0]
 	ix := p.(*engine).ranker.(*cacheAware).ix
-	if ix.WorkerBlocks(gone.ID()) == 0 {
+	if ix.Held(gone.ID()) == 0 {
 		t.Fatalf("the picked worker holds no block after a pick")
 	}
-	reg.Remove(gone.Endpoint().Key)
-	if n := ix.WorkerBlocks(gone.ID()); n != 0 {
+	registrytest.Remove(reg, gone.Endpoint().Key)
+	if n := ix.Held(gone.ID()); n != 0 {
 		t.Errorf("removed worker still holds %d blocks", n)
 	}
 	if st := ix.Stats(); st.Entries != 0 {
@@ -181,7 +182,7 @@ func TestCacheAwareObserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	primary, fallback := got[0], got[1]
-	reg.Remove(primary.Endpoint().Key)
+	registrytest.Remove(reg, primary.Endpoint().Key)
 	p.Observe(req, fallback)
 	again, _ := p.Pick(req, ws, 1)
 	if again[0] != fallback {

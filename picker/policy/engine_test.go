@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 func TestEveryPolicyReturnsDistinctCandidates(t *testing.T) {
@@ -16,7 +17,7 @@ func TestEveryPolicyReturnsDistinctCandidates(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			reg, ws := pool(6)
 			p := build(t, Config{Name: name}, reg, nil)
-			reg.Remove(ws[5].Endpoint().Key)
+			registrytest.Remove(reg, ws[5].Endpoint().Key)
 			cands := append(slices.Clone(ws), ws[0], ws[1]) // duplicates too
 			for _, n := range []int{0, 1, 3, 5, 10} {
 				for i := range 20 {
@@ -264,8 +265,8 @@ func TestConcurrentPicksWithChurn(t *testing.T) {
 	}
 	for round := range 50 {
 		w := ws[round%len(ws)]
-		reg.Remove(w.Endpoint().Key)
-		ws[round%len(ws)] = reg.Upsert(w.Endpoint())
+		registrytest.Remove(reg, w.Endpoint().Key)
+		ws[round%len(ws)] = registrytest.Upsert(reg, w.Endpoint())
 	}
 	close(done)
 	for range 4 {
@@ -277,7 +278,7 @@ func TestConcurrentPicksWithChurn(t *testing.T) {
 	// removal racing an insert.
 	live := 0
 	for _, w := range reg.Workers() {
-		live += ix.WorkerBlocks(w.ID())
+		live += ix.Held(w.ID())
 	}
 	if st := ix.Stats(); st.Entries != live || st.Workers != len(ws) {
 		t.Errorf("index has %d entries over %d workers; live workers hold %d over %d", st.Entries, st.Workers, live, len(ws))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 // epoch is the fixed time of the injected clock.
@@ -25,7 +26,7 @@ func pool(n int) (*registry.Registry, []*registry.Worker) {
 	reg := registry.New()
 	ws := make([]*registry.Worker, n)
 	for i := range ws {
-		ws[i] = reg.Upsert(registry.Endpoint{
+		ws[i] = registrytest.Upsert(reg, registry.Endpoint{
 			Key:     registry.Key{UID: fmt.Sprintf("pod-%d", i), Port: 8000},
 			Name:    fmt.Sprintf("pod-%d", i),
 			Address: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(i + 1)}), 8000),
@@ -95,7 +96,7 @@ func bigPool(n int) (*registry.Registry, []*registry.Worker) {
 	reg := registry.New()
 	ws := make([]*registry.Worker, n)
 	for i := range ws {
-		ws[i] = reg.Upsert(registry.Endpoint{
+		ws[i] = registrytest.Upsert(reg, registry.Endpoint{
 			Key:     registry.Key{UID: fmt.Sprintf("pod-%d", i), Port: 8000},
 			Address: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, byte(i >> 8), byte(i + 1)}), 8000),
 		})

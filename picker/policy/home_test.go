@@ -10,6 +10,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 // replica is one picker's view of a shared pool of pods: its own registry
@@ -27,7 +28,7 @@ func newReplica(t *testing.T, seed uint64, pods []string) *replica {
 	order := append([]string(nil), pods...)
 	rand.New(rand.NewPCG(seed, 9)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	for _, name := range order {
-		r.ws[name] = r.reg.Upsert(podEndpoint(name))
+		r.ws[name] = registrytest.Upsert(r.reg, podEndpoint(name))
 	}
 	pol, err := Build(Config{}, r.reg, WithRand(rand.New(rand.NewPCG(seed, seed))), WithClock(testingclock.NewFakePassiveClock(epoch)))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 	"github.com/inferpick/inferpick/picker/scrape"
 )
 
@@ -46,7 +47,7 @@ func TestIndexCapHoldsAgainstBoastfulModelServers(t *testing.T) {
 			_, _ = fmt.Fprint(w, boastfulMetrics)
 		}))
 		t.Cleanup(srv.Close)
-		reg.Upsert(registry.Endpoint{
+		registrytest.Upsert(reg, registry.Endpoint{
 			Key:     registry.Key{UID: fmt.Sprintf("pod-%d", i), Port: 8000},
 			Name:    fmt.Sprintf("pod-%d", i),
 			Address: netip.MustParseAddrPort(srv.Listener.Addr().String()),

@@ -78,7 +78,7 @@ func BenchmarkIndexMemory(b *testing.B) {
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)
-				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(ix.Len()), "B/block")
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(ix.Stats().Blocks), "B/block")
 				runtime.KeepAlive(ix)
 			}
 		})

@@ -109,3 +109,24 @@ var cmpEmpty = cmp.Transformer("empty", func(m []Match) []Match {
 	}
 	return m
 })
+
+// WorkerBlocks counts the blocks the worker holds by visiting every shard,
+// 0 if it is unknown: the reference Held's counter is checked against.
+func (ix *Index) WorkerBlocks(id uint32) int {
+	ix.mu.RLock()
+	slot, ok := ix.slotOf[id]
+	ix.mu.RUnlock()
+	if !ok {
+		return 0
+	}
+	total := 0
+	for i := range ix.shards {
+		sh := &ix.shards[i]
+		sh.mu.Lock()
+		if int(slot) < len(sh.lrus) {
+			total += sh.lrus[slot].n
+		}
+		sh.mu.Unlock()
+	}
+	return total
+}

@@ -146,31 +146,8 @@ func (ix *Index) Stats() Stats {
 	return st
 }
 
-// Len returns the number of distinct blocks held.
-func (ix *Index) Len() int { return ix.Stats().Blocks }
-
-// WorkerBlocks returns how many blocks the worker holds, 0 if it is unknown.
-func (ix *Index) WorkerBlocks(id uint32) int {
-	ix.mu.RLock()
-	slot, ok := ix.slotOf[id]
-	ix.mu.RUnlock()
-	if !ok {
-		return 0
-	}
-	total := 0
-	for i := range ix.shards {
-		sh := &ix.shards[i]
-		sh.mu.Lock()
-		if int(slot) < len(sh.lrus) {
-			total += sh.lrus[slot].n
-		}
-		sh.mu.Unlock()
-	}
-	return total
-}
-
 // Held returns how many blocks the worker holds, 0 if it is unknown: a
-// counter read, unlike WorkerBlocks, which visits every shard.
+// counter kept by Insert and eviction, read without visiting the shards.
 func (ix *Index) Held(id uint32) int {
 	ix.mu.RLock()
 	slot, ok := ix.slotOf[id]

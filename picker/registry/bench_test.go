@@ -31,14 +31,14 @@ func BenchmarkPublish(b *testing.B) {
 			for b.Loop() {
 				ep := eps[(i/2*7919)%n]
 				if i%2 == 0 {
-					r.Remove(ep.Key)
+					remove(r, ep.Key)
 				} else {
-					r.Upsert(ep)
+					upsert(r, ep)
 				}
 				i++
 			}
-			if r.Len() < n-1 {
-				b.Fatalf("registry holds %d workers, want at least %d", r.Len(), n-1)
+			if len(r.Workers()) < n-1 {
+				b.Fatalf("registry holds %d workers, want at least %d", len(r.Workers()), n-1)
 			}
 		})
 	}

@@ -46,17 +46,6 @@ func (r *Registry) AddListener(l Listener) {
 // shared and must not be modified.
 func (r *Registry) Workers() []*Worker { return *r.snapshot.Load() }
 
-// Len returns the number of workers.
-func (r *Registry) Len() int { return len(*r.snapshot.Load()) }
-
-// Lookup returns the worker for key, if present.
-func (r *Registry) Lookup(key Key) (*Worker, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	w, ok := r.byKey[key]
-	return w, ok
-}
-
 // MarkSynced records that the registry reflects its source (the API server's
 // view, or the static list). Readiness waits for it.
 func (r *Registry) MarkSynced() { r.synced.Store(true) }
@@ -68,27 +57,12 @@ func (r *Registry) MarkUnsynced() { r.synced.Store(false) }
 // Synced reports whether MarkSynced was called (and MarkUnsynced not since).
 func (r *Registry) Synced() bool { return r.synced.Load() }
 
-// Upsert adds the endpoint, or keeps the existing worker when nothing that
-// matters changed. A changed address replaces the worker: the old object is
-// detached (its guards keep releasing into it) and a new one starts at zero.
-func (r *Registry) Upsert(ep Endpoint) *Worker {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var added, removed []*Worker
-	w := r.upsertLocked(ep, &added, &removed)
-	r.publishLocked(added, removed)
-	return w
-}
-
-// Remove detaches the worker for key, if present.
-func (r *Registry) Remove(key Key) {
-	r.Update(nil, []Key{key})
-}
-
 // Update removes the workers of remove, then upserts upsert, and publishes
-// one snapshot for the whole change (none when nothing changed). Its cost
-// follows the change, not the size of the registry: workers not named are
-// untouched, the same objects in the same places.
+// one snapshot for the whole change (none when nothing changed). An
+// endpoint whose address changed replaces its worker: the old object is
+// detached (its guards keep releasing into it) and a new one starts at
+// zero. Its cost follows the change, not the size of the registry: workers
+// not named are untouched, the same objects in the same places.
 func (r *Registry) Update(upsert []Endpoint, remove []Key) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

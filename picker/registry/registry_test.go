@@ -32,6 +32,22 @@ func (r *recorder) WorkerRemoved(w *Worker) {
 	r.events = append(r.events, "-"+w.Endpoint().Key.UID)
 }
 
+// upsert adds ep through Update and returns its worker.
+func upsert(r *Registry, ep Endpoint) *Worker {
+	r.Update([]Endpoint{ep}, nil)
+	w, _ := lookup(r, ep.Key)
+	return w
+}
+
+func remove(r *Registry, key Key) { r.Update(nil, []Key{key}) }
+
+func lookup(r *Registry, key Key) (*Worker, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.byKey[key]
+	return w, ok
+}
+
 func addresses(ws []*Worker) []string {
 	out := make([]string, 0, len(ws))
 	for _, w := range ws {
@@ -103,18 +119,18 @@ func TestUpsertRemoveReplace(t *testing.T) {
 	rec := &recorder{}
 	r.AddListener(rec)
 
-	a := r.Upsert(endpoint("a", "127.0.0.2:8000"))
-	b := r.Upsert(endpoint("b", "127.0.0.1:8000"))
+	a := upsert(r, endpoint("a", "127.0.0.2:8000"))
+	b := upsert(r, endpoint("b", "127.0.0.1:8000"))
 	if diff := cmp.Diff([]string{"127.0.0.1:8000", "127.0.0.2:8000"}, addresses(r.Workers())); diff != "" {
 		t.Errorf("workers (-want +got):\n%s", diff)
 	}
-	if again := r.Upsert(endpoint("a", "127.0.0.2:8000")); again != a {
+	if again := upsert(r, endpoint("a", "127.0.0.2:8000")); again != a {
 		t.Error("an unchanged endpoint made a new worker")
 	}
 
 	// The pod's IP changed: a new worker, the old one detached.
 	g := a.Admit()
-	a2 := r.Upsert(endpoint("a", "127.0.0.3:8000"))
+	a2 := upsert(r, endpoint("a", "127.0.0.3:8000"))
 	if a2 == a || !a.Removed() || a2.InFlight() != 0 {
 		t.Fatalf("address change: new=%v oldRemoved=%v newLoad=%d", a2 != a, a.Removed(), a2.InFlight())
 	}
@@ -127,11 +143,11 @@ func TestUpsertRemoveReplace(t *testing.T) {
 	if diff := cmp.Diff([]string{"127.0.0.1:8000", "127.0.0.4:8000"}, addresses(r.Workers())); diff != "" {
 		t.Errorf("after Replace (-want +got):\n%s", diff)
 	}
-	if w, _ := r.Lookup(Key{UID: "b", Port: 8000}); w != b {
+	if w, _ := lookup(r, Key{UID: "b", Port: 8000}); w != b {
 		t.Error("Replace rebuilt an unchanged worker")
 	}
-	r.Remove(Key{UID: "b", Port: 8000})
-	r.Remove(Key{UID: "missing", Port: 1})
+	remove(r, Key{UID: "b", Port: 8000})
+	remove(r, Key{UID: "missing", Port: 1})
 
 	want := []string{"+a", "+b", "-a", "+a", "-a", "+c", "-b"}
 	if diff := cmp.Diff(want, rec.events); diff != "" {
@@ -141,7 +157,7 @@ func TestUpsertRemoveReplace(t *testing.T) {
 
 func TestAddListenerAnnouncesExisting(t *testing.T) {
 	r := New()
-	r.Upsert(endpoint("a", "127.0.0.1:8000"))
+	upsert(r, endpoint("a", "127.0.0.1:8000"))
 	rec := &recorder{}
 	r.AddListener(rec)
 	if diff := cmp.Diff([]string{"+a"}, rec.events); diff != "" {
@@ -159,7 +175,7 @@ func TestGuardsUnderChurn(t *testing.T) {
 	const pods = 4
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.%d:8000", i+1) }
 	for i := range pods {
-		r.Upsert(endpoint(fmt.Sprintf("pod%d-gen0", i), addr(i)))
+		upsert(r, endpoint(fmt.Sprintf("pod%d-gen0", i), addr(i)))
 	}
 
 	var (
@@ -199,8 +215,8 @@ func TestGuardsUnderChurn(t *testing.T) {
 			i := rng.IntN(pods)
 			switch rng.IntN(3) {
 			case 0:
-				r.Remove(Key{UID: fmt.Sprintf("pod%d-gen%d", i, gen-1), Port: 8000})
-				r.Upsert(endpoint(fmt.Sprintf("pod%d-gen%d", i, gen), addr(i)))
+				remove(r, Key{UID: fmt.Sprintf("pod%d-gen%d", i, gen-1), Port: 8000})
+				upsert(r, endpoint(fmt.Sprintf("pod%d-gen%d", i, gen), addr(i)))
 			case 1:
 				eps := make([]Endpoint, 0, pods)
 				for j := range pods {
@@ -208,7 +224,7 @@ func TestGuardsUnderChurn(t *testing.T) {
 				}
 				r.Replace(eps)
 			default:
-				r.Upsert(endpoint(fmt.Sprintf("pod%d-gen%d", i, gen), addr(i)))
+				upsert(r, endpoint(fmt.Sprintf("pod%d-gen%d", i, gen), addr(i)))
 			}
 		}
 	}()
@@ -265,12 +281,12 @@ func TestGuardsUnderChurn(t *testing.T) {
 
 func TestRecreatedAddressStartsAtZero(t *testing.T) {
 	r := New()
-	old := r.Upsert(endpoint("old", "127.0.0.1:8000"))
+	old := upsert(r, endpoint("old", "127.0.0.1:8000"))
 	guards := []*Guard{old.Admit(), old.Admit(), old.Admit()}
 	guards[0].FirstToken()
 
-	r.Remove(Key{UID: "old", Port: 8000})
-	fresh := r.Upsert(endpoint("new", "127.0.0.1:8000"))
+	remove(r, Key{UID: "old", Port: 8000})
+	fresh := upsert(r, endpoint("new", "127.0.0.1:8000"))
 	mine := fresh.Admit()
 	for _, g := range guards {
 		g.Release()

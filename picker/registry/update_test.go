@@ -117,8 +117,8 @@ func TestUpdateKeepsOrder(t *testing.T) {
 			live[ep.Key] = ep
 		}
 		r.Update(up, rm)
-		if r.Len() != len(live) {
-			t.Fatalf("round %d: %d workers, want %d", round, r.Len(), len(live))
+		if len(r.Workers()) != len(live) {
+			t.Fatalf("round %d: %d workers, want %d", round, len(r.Workers()), len(live))
 		}
 		for _, w := range r.Workers() {
 			if live[w.Endpoint().Key] != w.Endpoint() || w.Removed() {

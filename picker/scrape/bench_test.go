@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 // BenchmarkParse parses a page as a poller does after its first scrape:
@@ -121,7 +122,7 @@ func BenchmarkScrapePool(b *testing.B) {
 		}
 		reg := registry.New()
 		for i, addr := range addrs {
-			reg.Upsert(endpoint(strconv.Itoa(i), addr))
+			registrytest.Upsert(reg, endpoint(strconv.Itoa(i), addr))
 		}
 		reg.AddListener(s)
 		ctx, cancel := context.WithTimeout(b.Context(), time.Second)
@@ -177,7 +178,7 @@ var benchPage = []byte(pageWith(4, 12, 0.37))
 
 func benchmarkScrape(b *testing.B, addr netip.AddrPort) {
 	reg := registry.New()
-	w := reg.Upsert(endpoint("bench", addr))
+	w := registrytest.Upsert(reg, endpoint("bench", addr))
 	s, err := New(nil)
 	if err != nil {
 		b.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 func mustPreset(t testing.TB, kind string) Names {
@@ -160,7 +161,7 @@ func TestScraperPresets(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			srv := newModelServer(t, serve(tc.page))
 			reg := registry.New()
-			w := reg.Upsert(endpoint("a", srv.addr()))
+			w := registrytest.Upsert(reg, endpoint("a", srv.addr()))
 			clock := newFakeClock()
 			startScraper(t, reg, WithClock(clock), WithNames(mustPreset(t, tc.kind)))
 

@@ -13,12 +13,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 func TestScraperStoresMetrics(t *testing.T) {
 	srv := newModelServer(t, serve(pageWith(3, 7, 0.25)))
 	reg := registry.New()
-	w := reg.Upsert(endpoint("a", srv.addr()))
+	w := registrytest.Upsert(reg, endpoint("a", srv.addr()))
 	clock := newFakeClock()
 	startScraper(t, reg, WithClock(clock))
 
@@ -39,7 +40,7 @@ func TestScraperAddsWorkersWhileRunning(t *testing.T) {
 	reg := registry.New()
 	startScraper(t, reg)
 	srv := newModelServer(t, serve(pageWith(1, 2, 0.5)))
-	w := reg.Upsert(endpoint("late", srv.addr()))
+	w := registrytest.Upsert(reg, endpoint("late", srv.addr()))
 	eventually(t, "metrics on a worker added after Start", func() bool { return w.Metrics() != nil })
 }
 
@@ -48,7 +49,7 @@ func TestScraperStatusCarriesLoRA(t *testing.T) {
 		`vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql",waiting_lora_adapters="chat,sql"} 1.75e+09` + "\n"
 	srv := newModelServer(t, serve(page))
 	reg := registry.New()
-	w := reg.Upsert(endpoint("a", srv.addr()))
+	w := registrytest.Upsert(reg, endpoint("a", srv.addr()))
 	s, _ := startScraper(t, reg)
 
 	eventually(t, "a good scrape", func() bool { st, _ := s.Status(w); return !st.Scraped.IsZero() })
@@ -74,7 +75,7 @@ func TestScraperMetricsPortAndPath(t *testing.T) {
 	// The worker serves on a port nobody listens on; its metrics are on
 	// the test server's port.
 	serving := netip.AddrPortFrom(srv.addr().Addr(), 1)
-	w := reg.Upsert(endpoint("a", serving))
+	w := registrytest.Upsert(reg, endpoint("a", serving))
 	startScraper(t, reg, WithMetricsPort(srv.addr().Port()), WithPath("/custom/metrics"))
 	eventually(t, "metrics from the metrics port", func() bool {
 		m := w.Metrics()
@@ -112,7 +113,7 @@ func TestScraperFailureKeepsOldValues(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			srv := newModelServer(t, serve("vllm:num_requests_waiting 5\nvllm:num_requests_running 6\n"))
 			reg := registry.New()
-			w := reg.Upsert(endpoint("a", srv.addr()))
+			w := registrytest.Upsert(reg, endpoint("a", srv.addr()))
 			s, metrics := startScraper(t, reg, tc.opts...)
 			eventually(t, "a first good scrape", func() bool { return w.Metrics() != nil })
 
@@ -139,8 +140,8 @@ func TestScraperHangingServerBlocksNothing(t *testing.T) {
 	stuck.set(stuck.hang(arrived, false))
 	healthy := newModelServer(t, serve(pageWith(2, 3, 0.5)))
 	reg := registry.New()
-	stuckWorker := reg.Upsert(endpoint("stuck", stuck.addr()))
-	healthyWorker := reg.Upsert(endpoint("healthy", healthy.addr()))
+	stuckWorker := registrytest.Upsert(reg, endpoint("stuck", stuck.addr()))
+	healthyWorker := registrytest.Upsert(reg, endpoint("healthy", healthy.addr()))
 	clock := newFakeClock()
 	s, metrics := startScraper(t, reg, WithInterval(20*time.Millisecond), WithClock(clock))
 
@@ -165,7 +166,7 @@ func TestScraperHangingServerBlocksNothing(t *testing.T) {
 	recv(t, arrived, "a request to the stuck worker")
 	removed := make(chan struct{})
 	go func() {
-		reg.Remove(stuckWorker.Endpoint().Key)
+		registrytest.Remove(reg, stuckWorker.Endpoint().Key)
 		close(removed)
 	}()
 	recv(t, removed, "Remove of a worker with a hanging scrape to return")
@@ -179,8 +180,8 @@ func TestScraperRemoveDeletesSeries(t *testing.T) {
 	a := newModelServer(t, serve(pageWith(1, 1, 0.1)))
 	b := newModelServer(t, serve(pageWith(2, 2, 0.2)))
 	reg := registry.New()
-	wa := reg.Upsert(endpoint("a", a.addr()))
-	wb := reg.Upsert(endpoint("b", b.addr()))
+	wa := registrytest.Upsert(reg, endpoint("a", a.addr()))
+	wb := registrytest.Upsert(reg, endpoint("b", b.addr()))
 	s, metrics := startScraper(t, reg)
 	eventually(t, "metrics", func() bool { return wa.Metrics() != nil && wb.Metrics() != nil })
 
@@ -195,7 +196,7 @@ func TestScraperRemoveDeletesSeries(t *testing.T) {
 		t.Fatalf("staleness series = %d, want 2", got)
 	}
 	p := pollerOf(s, wa)
-	reg.Remove(wa.Endpoint().Key)
+	registrytest.Remove(reg, wa.Endpoint().Key)
 
 	want := map[string]int{
 		"inferpick_scrape_staleness_seconds":     1,
@@ -219,8 +220,8 @@ func TestScraperRemoveDeletesSeries(t *testing.T) {
 func TestScraperSameAddressTwice(t *testing.T) {
 	srv := newModelServer(t, serve(pageWith(1, 1, 0.1)))
 	reg := registry.New()
-	old := reg.Upsert(endpoint("old-pod", srv.addr()))
-	cur := reg.Upsert(endpoint("new-pod", srv.addr()))
+	old := registrytest.Upsert(reg, endpoint("old-pod", srv.addr()))
+	cur := registrytest.Upsert(reg, endpoint("new-pod", srv.addr()))
 	_, metrics := startScraper(t, reg)
 	eventually(t, "metrics on both", func() bool { return old.Metrics() != nil && cur.Metrics() != nil })
 	n, err := testutil.GatherAndCount(metrics, "inferpick_scrape_staleness_seconds")
@@ -242,9 +243,9 @@ func TestScraperStopLeaksNoGoroutines(t *testing.T) {
 	reg := registry.New()
 	var workers []*registry.Worker
 	for i, srv := range servers {
-		workers = append(workers, reg.Upsert(endpoint(string(rune('a'+i)), srv.addr())))
+		workers = append(workers, registrytest.Upsert(reg, endpoint(string(rune('a'+i)), srv.addr())))
 	}
-	reg.Upsert(endpoint("stuck", stuck.addr()))
+	registrytest.Upsert(reg, endpoint("stuck", stuck.addr()))
 	s, err := New(nil, WithInterval(10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +271,7 @@ func TestScraperStopLeaksNoGoroutines(t *testing.T) {
 		t.Error("second Start() succeeded, want an error")
 	}
 	// Workers announced after the stop are not polled.
-	late := reg.Upsert(endpoint("late", servers[0].addr()))
+	late := registrytest.Upsert(reg, endpoint("late", servers[0].addr()))
 	if _, ok := s.Status(late); ok {
 		t.Error("a worker added after Stop is polled")
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 const modelsBody = `{"object":"list","data":[
@@ -93,7 +94,7 @@ func TestScraperReadsServedModelsAndLoRA(t *testing.T) {
 		_, _ = w.Write([]byte(page))
 	})
 	reg := registry.New()
-	w := reg.Upsert(endpoint("a", srv.addr()))
+	w := registrytest.Upsert(reg, endpoint("a", srv.addr()))
 	startScraper(t, reg, WithModelsInterval(time.Hour))
 
 	eventually(t, "metrics on the worker", func() bool { return w.Metrics() != nil })
@@ -119,7 +120,7 @@ func TestScraperStatusCarriesModels(t *testing.T) {
 	page := vllmPage(pageSpec{models: []string{"base", "sql-lora"}, waiting: 1, running: 1, kv: 0.1})
 	srv := newModelServer(t, serve(page))
 	reg := registry.New()
-	w := reg.Upsert(endpoint("a", srv.addr()))
+	w := registrytest.Upsert(reg, endpoint("a", srv.addr()))
 	s, _ := startScraper(t, reg)
 
 	eventually(t, "a good scrape", func() bool { st, _ := s.Status(w); return !st.Scraped.IsZero() })

@@ -43,7 +43,7 @@ var _ = Describe("Pool controller", func() {
 		reg := startPickerAs(poolKey, &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: self.Name, UID: self.UID})
 		Eventually(objectEvents(ctx, "Pod", client.ObjectKeyFromObject(self))).Should(ConsistOf("Warning " + controllers.ReasonPoolNotFound))
 		Expect(reg.Synced()).To(BeFalse())
-		Expect(reg.Len()).To(BeZero())
+		Expect(reg.Workers()).To(BeEmpty())
 
 		By("the pool is created")
 		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
