@@ -77,7 +77,7 @@ func (x *exchange) admit() error {
 // tryPick runs the policy over the current candidates. It reports false when
 // every candidate is saturated; on success x.picked and x.guard are set.
 func (x *exchange) tryPick() (bool, error) {
-	start := x.s.opts.Now()
+	start := x.s.opts.Clock.Now()
 	// The registry's snapshot is immutable and the policy copies what it
 	// keeps, so candidates are only copied when the subset hint narrows them.
 	candidates := x.s.reg.Workers()
@@ -116,7 +116,7 @@ func (x *exchange) tryPick() (bool, error) {
 	}
 	x.picked = picked
 	x.guard = guard
-	x.pickTook = x.s.opts.Now().Sub(start)
+	x.pickTook = x.s.opts.Clock.Now().Sub(start)
 	return true, nil
 }
 

@@ -137,7 +137,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 
 func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (bool, error) {
 	x.state = readingRequest
-	x.arrived = x.s.opts.Now()
+	x.arrived = x.s.opts.Clock.Now()
 	if !x.s.opts.IgnoreSubsetHint {
 		x.subset = readSubset(req.GetMetadataContext())
 	}
@@ -216,7 +216,7 @@ func (x *exchange) route() (bool, error) {
 		}
 		return x.reject(status, reason)
 	}
-	x.routedAt = x.s.opts.Now()
+	x.routedAt = x.s.opts.Clock.Now()
 	took := x.pickTook
 	x.s.metrics.pick.Observe(took.Seconds())
 	x.s.metrics.request(200)
@@ -363,7 +363,7 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 
 func (x *exchange) firstToken() {
 	if x.guard.FirstToken() {
-		now := x.s.opts.Now()
+		now := x.s.opts.Clock.Now()
 		x.s.metrics.ttft.Observe(now.Sub(x.routedAt).Seconds())
 		if x.series != nil {
 			x.series.FirstToken(now.Sub(x.arrived))
@@ -380,7 +380,7 @@ func (x *exchange) completed() {
 	}
 	x.responseDone = true
 	if x.running {
-		x.series.Completed(x.s.opts.Now().Sub(x.arrived), x.respBytes, x.scanner.Usage())
+		x.series.Completed(x.s.opts.Clock.Now().Sub(x.arrived), x.respBytes, x.scanner.Usage())
 	}
 	x.release(reasonCompleted)
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"runtime/debug"
 	"sync"
-	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr"
@@ -17,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/utils/clock"
 
 	"github.com/inferpick/inferpick/picker/epmetrics"
 	"github.com/inferpick/inferpick/picker/policy"
@@ -69,8 +69,8 @@ type Options struct {
 	// Tracer, when set, traces each request (a span, with the pick as a
 	// child) as part of the trace its headers carry; nil traces nothing.
 	Tracer trace.Tracer
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
+	// Clock stamps arrivals, picks and latencies; the real clock when nil.
+	Clock clock.PassiveClock
 }
 
 // DefaultMaxBodyBytes is the body cap when Options.MaxBodyBytes is 0.
@@ -108,8 +108,8 @@ func New(reg Workers, picker Picker, opts Options) *Server {
 	if opts.MaxBufferedBodyBytes <= 0 {
 		opts.MaxBufferedBodyBytes = DefaultMaxBufferedBodyBytes
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
