@@ -107,9 +107,10 @@ type pickerProc struct {
 // The cluster outlives ctx's cancellation: only Stop ends it.
 func Start(ctx context.Context, bins Binaries, spec SimSpec, cfg policy.Config, workdir string) (c *Cluster, err error) {
 	c = &Cluster{spec: spec, workdir: workdir}
+	started := c // the error returns below set c to nil
 	defer func() {
 		if err != nil {
-			c.Stop()
+			started.Stop()
 		}
 	}()
 	addrs := make([]string, spec.Pods)
