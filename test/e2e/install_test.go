@@ -338,8 +338,18 @@ picker:
 			&rbacv1.RoleList{}, &rbacv1.RoleBindingList{}, &rbacv1.ClusterRoleList{}, &rbacv1.ClusterRoleBindingList{},
 			&inferencev1.InferencePoolList{}, &gatewayv1.HTTPRouteList{},
 		} {
+			// Other specs install releases of the same name in namespaces of
+			// their own: this release's objects are those Helm annotated with
+			// this namespace.
 			Expect(suite.client.List(ctx, list, client.MatchingLabels{"app.kubernetes.io/instance": release})).To(Succeed())
-			Expect(meta.LenList(list)).To(BeZero(), "%T left with the release's labels", list)
+			items, err := meta.ExtractList(list)
+			Expect(err).NotTo(HaveOccurred())
+			for _, it := range items {
+				o, err := meta.Accessor(it)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(o.GetAnnotations()["meta.helm.sh/release-namespace"]).NotTo(Equal(ns),
+					"%T: %s/%s left with the release's labels", it, o.GetNamespace(), o.GetName())
+			}
 		}
 		Expect(run(ctx, suite.helm, "list", "--namespace", ns, "--all", "--short")).To(BeEmpty())
 
