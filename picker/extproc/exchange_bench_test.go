@@ -1,26 +1,23 @@
 package extproc
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"strconv"
 	"testing"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 
+	"github.com/inferpick/inferpick/picker/extproc/extproctest"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
 )
 
-// benchChunk is the request-body chunk size a gateway sends (Envoy's
-// default buffer, and the gateway stand-in's).
-const benchChunk = 16 << 10
+// benchChunk is the request-body chunk size a gateway sends.
+const benchChunk = extproctest.Chunk
 
 // benchTenants is how many system prompts the benchmark's traffic shares.
 const benchTenants = 16
@@ -149,78 +146,27 @@ func benchHandle(b *testing.B, size, workers int) {
 		b.Fatal(err)
 	}
 	s := New(reg, pol, Options{Fallbacks: 2})
-	streams := make([]*memStream, 64)
+	streams := make([]*extproctest.MemStream, 64)
 	for i := range streams {
-		streams[i] = newMemStream(b.Context(), benchChatBody(i%benchTenants, i, size))
+		streams[i] = extproctest.NewMemStream(b.Context(), benchChatBody(i%benchTenants, i, size))
 	}
-	run := func(st *memStream) {
-		st.rewind()
+	run := func(st *extproctest.MemStream) {
+		st.Rewind()
 		if err := s.Process(st); err != nil {
 			b.Fatal(err)
 		}
-		if st.replies < 2 {
-			b.Fatalf("got %d replies, want the routing reply and the body", st.replies)
+		if st.Replies < 2 {
+			b.Fatalf("got %d replies, want the routing reply and the body", st.Replies)
 		}
 	}
 	for i := range 4 * len(streams) {
 		run(streams[i%len(streams)])
 	}
 	b.ReportAllocs()
-	b.SetBytes(int64(streams[0].bodyLen()))
+	b.SetBytes(int64(streams[0].BodyLen()))
 	i := 0
 	for b.Loop() {
 		run(streams[i%len(streams)])
 		i++
 	}
-}
-
-// memStream is an ext_proc stream held in memory: Recv hands out msgs in
-// order then io.EOF, Send counts the replies.
-type memStream struct {
-	grpc.ServerStream
-	ctx     context.Context
-	msgs    []*extprocv3.ProcessingRequest
-	next    int
-	replies int
-}
-
-func newMemStream(ctx context.Context, body []byte) *memStream {
-	st := &memStream{ctx: ctx}
-	st.msgs = append(st.msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
-		RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-			{Key: ":method", RawValue: []byte("POST")},
-			{Key: ":path", RawValue: []byte("/v1/chat/completions")},
-			{Key: "content-length", RawValue: []byte(strconv.Itoa(len(body)))},
-		}}}}})
-	for off := 0; off < len(body); off += benchChunk {
-		end := min(off+benchChunk, len(body))
-		st.msgs = append(st.msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-			RequestBody: &extprocv3.HttpBody{Body: body[off:end], EndOfStream: end == len(body)}}})
-	}
-	return st
-}
-
-func (st *memStream) rewind() { st.next, st.replies = 0, 0 }
-
-func (st *memStream) Context() context.Context { return st.ctx }
-
-func (st *memStream) Recv() (*extprocv3.ProcessingRequest, error) {
-	if st.next == len(st.msgs) {
-		return nil, io.EOF
-	}
-	st.next++
-	return st.msgs[st.next-1], nil
-}
-
-func (st *memStream) Send(*extprocv3.ProcessingResponse) error {
-	st.replies++
-	return nil
-}
-
-func (st *memStream) bodyLen() int {
-	n := 0
-	for _, m := range st.msgs {
-		n += len(m.GetRequestBody().GetBody())
-	}
-	return n
 }

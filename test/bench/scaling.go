@@ -3,18 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log"
 	"net/netip"
 	"runtime"
 	"strconv"
 	"strings"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
-
 	"github.com/inferpick/inferpick/picker/extproc"
+	"github.com/inferpick/inferpick/picker/extproc/extproctest"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
 	"github.com/inferpick/inferpick/test/bench/proc"
@@ -83,18 +79,18 @@ func scalingOnce(ctx context.Context, workers, size int) (scalingPoint, error) {
 		return p, err
 	}
 	srv := extproc.New(reg, pol, extproc.Options{Fallbacks: 2})
-	streams := make([]*memStream, 64)
+	streams := make([]*extproctest.MemStream, 64)
 	for i := range streams {
-		streams[i] = newMemStream(ctx, loadBody(i%16, i, size))
+		streams[i] = extproctest.NewMemStream(ctx, loadBody(i%16, i, size))
 	}
 	var failed error
-	run := func(st *memStream) { //nolint:contextcheck // the stream carries the context
-		st.next, st.replies = 0, 0
+	run := func(st *extproctest.MemStream) { //nolint:contextcheck // the stream carries the context
+		st.Rewind()
 		if err := srv.Process(st); err != nil && failed == nil {
 			failed = err
 		}
-		if st.replies < 2 && failed == nil {
-			failed = fmt.Errorf("got %d replies, want the routing reply and the body", st.replies)
+		if st.Replies < 2 && failed == nil {
+			failed = fmt.Errorf("got %d replies, want the routing reply and the body", st.Replies)
 		}
 	}
 	for i := range 4 * len(streams) {
@@ -136,62 +132,9 @@ func scalingOnce(ctx context.Context, workers, size int) (scalingPoint, error) {
 	runtime.KeepAlive(streams)
 	// The request bodies are the benchmark's, not the picker's.
 	for _, st := range streams {
-		p.HeapBytes -= int64(st.bodyLen())
+		p.HeapBytes -= int64(st.BodyLen())
 	}
 	return p, nil
-}
-
-// memStream is an ext_proc stream held in memory: Recv hands out the
-// request headers and the body in 16 KB chunks, then io.EOF; Send counts
-// the replies.
-type memStream struct {
-	grpc.ServerStream
-	ctx     context.Context
-	msgs    []*extprocv3.ProcessingRequest
-	next    int
-	replies int
-}
-
-var _ extprocv3.ExternalProcessor_ProcessServer = (*memStream)(nil)
-
-func newMemStream(ctx context.Context, body []byte) *memStream {
-	st := &memStream{ctx: ctx}
-	st.msgs = append(st.msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
-		RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-			{Key: ":method", RawValue: []byte("POST")},
-			{Key: ":path", RawValue: []byte("/v1/chat/completions")},
-			{Key: "content-length", RawValue: []byte(strconv.Itoa(len(body)))},
-		}}}}})
-	const chunk = 16 << 10
-	for off := 0; off < len(body); off += chunk {
-		end := min(off+chunk, len(body))
-		st.msgs = append(st.msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-			RequestBody: &extprocv3.HttpBody{Body: body[off:end], EndOfStream: end == len(body)}}})
-	}
-	return st
-}
-
-func (st *memStream) Context() context.Context { return st.ctx }
-
-func (st *memStream) Recv() (*extprocv3.ProcessingRequest, error) {
-	if st.next == len(st.msgs) {
-		return nil, io.EOF
-	}
-	st.next++
-	return st.msgs[st.next-1], nil
-}
-
-func (st *memStream) Send(*extprocv3.ProcessingResponse) error {
-	st.replies++
-	return nil
-}
-
-func (st *memStream) bodyLen() int {
-	n := 0
-	for _, m := range st.msgs {
-		n += len(m.GetRequestBody().GetBody())
-	}
-	return n
 }
 
 // scalingMarkdown is the scaling section of the report.
