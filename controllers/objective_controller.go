@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
@@ -55,7 +54,7 @@ func (r *ObjectiveReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 		log.V(logChanges).Info("Objective removed", "objective", req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
-	if !obj.DeletionTimestamp.IsZero() || !r.serves(obj.Spec.PoolRef) {
+	if !obj.DeletionTimestamp.IsZero() || !servesPool(obj.Spec.PoolRef, r.group, r.pool) {
 		r.sink.Delete(req.Name)
 		return ctrl.Result{}, nil
 	}
@@ -65,17 +64,17 @@ func (r *ObjectiveReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	return ctrl.Result{}, nil
 }
 
-// serves reports whether ref names the served pool; empty group and kind
-// take the API's defaults.
-func (r *ObjectiveReconciler) serves(ref inferencev1alpha2.PoolObjectReference) bool {
-	group, kind := string(ref.Group), string(ref.Kind)
-	if group == "" {
-		group = inferencev1.GroupName
+// servesPool reports whether ref names pool (of API group group); empty
+// group and kind take the API's defaults.
+func servesPool(ref inferencev1alpha2.PoolObjectReference, group string, pool types.NamespacedName) bool {
+	refGroup, kind := string(ref.Group), string(ref.Kind)
+	if refGroup == "" {
+		refGroup = inferencev1.GroupName
 	}
 	if kind == "" {
 		kind = "InferencePool"
 	}
-	return group == r.group && kind == "InferencePool" && string(ref.Name) == r.pool.Name
+	return refGroup == group && kind == "InferencePool" && string(ref.Name) == pool.Name
 }
 
 // SetupObjectivesWithManager registers the objective reconciler with mgr.
@@ -92,12 +91,9 @@ func SetupObjectivesWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, si
 		group = inferencev1.GroupName
 	}
 	r := &ObjectiveReconciler{reader: mgr.GetClient(), sink: sink, pool: opts.Pool, group: group}
-	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetNamespace() == opts.Pool.Namespace
-	})
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(Name+"-objectives").
-		For(&inferencev1alpha2.InferenceObjective{}, builder.WithPredicates(inNamespace)).
+		For(&inferencev1alpha2.InferenceObjective{}, builder.WithPredicates(inNamespace(opts.Pool.Namespace))).
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
 		Complete(r)
 	if err != nil {

@@ -67,7 +67,7 @@ func (r *RewriteReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		log.V(logChanges).Info("Model rewrite removed", "modelRewrite", req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
-	if !obj.DeletionTimestamp.IsZero() || !r.serves(obj.Spec.PoolRef) {
+	if !obj.DeletionTimestamp.IsZero() || (obj.Spec.PoolRef == nil || !servesPool(*obj.Spec.PoolRef, r.group, r.pool)) {
 		r.sink.Delete(req.Name)
 		return ctrl.Result{}, nil
 	}
@@ -128,22 +128,6 @@ func rulesOf(obj *inferencev1alpha2.InferenceModelRewrite) rewrite.Object {
 	return out
 }
 
-// serves reports whether ref names the served pool; empty group and kind
-// take the API's defaults.
-func (r *RewriteReconciler) serves(ref *inferencev1alpha2.PoolObjectReference) bool {
-	if ref == nil {
-		return false
-	}
-	group, kind := string(ref.Group), string(ref.Kind)
-	if group == "" {
-		group = inferencev1.GroupName
-	}
-	if kind == "" {
-		kind = "InferencePool"
-	}
-	return group == r.group && kind == "InferencePool" && string(ref.Name) == r.pool.Name
-}
-
 // SetupRewritesWithManager registers the model-rewrite reconciler with mgr.
 // Like the pool controller it runs on every replica: each keeps its own
 // table, and all of them write the same status.
@@ -159,12 +143,9 @@ func SetupRewritesWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink
 		group = inferencev1.GroupName
 	}
 	r := &RewriteReconciler{client: mgr.GetClient(), sink: sink, pool: opts.Pool, group: group}
-	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetNamespace() == opts.Pool.Namespace
-	})
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(Name+"-model-rewrites").
-		For(&inferencev1alpha2.InferenceModelRewrite{}, builder.WithPredicates(inNamespace, predicate.GenerationChangedPredicate{})).
+		For(&inferencev1alpha2.InferenceModelRewrite{}, builder.WithPredicates(inNamespace(opts.Pool.Namespace), predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
 		Complete(r)
 	if err != nil {
