@@ -57,7 +57,28 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
-func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
+// Unmarshal decodes a stream's inbound message in place (see inbound) and
+// anything else, or what that does not cover, with the proto codec.
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if in, ok := v.(*inbound); ok && decodeBuffers(data, in) {
+		return nil
+	}
+	return c.proto.Unmarshal(data, v)
+}
+
+// decodeBuffers decodes data into in; a message split over several
+// buffers is first joined in a buffer of gRPC's pool.
+func decodeBuffers(data mem.BufferSlice, in *inbound) bool {
+	if len(data) == 1 {
+		return in.decode(data[0].ReadOnlyData())
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return in.decode(buf.ReadOnlyData())
+}
+
+// Codec is the ext_proc server's wire codec, the one ServerOptions installs.
+func Codec() encoding.CodecV2 { return newCodec() }
 
 // Flow-control windows of the ext_proc server. A stream's window holds a
 // typical request body (a gateway sends it before it reads any reply), and

@@ -25,6 +25,7 @@ type exchange struct {
 	stream extprocv3.ExternalProcessor_ProcessServer
 	state  state
 	out    *replies // kept across streams
+	in     *inbound // the received message, decoded in place; kept across streams
 
 	// request side
 	kind      openai.Kind
@@ -65,6 +66,9 @@ func (x *exchange) start(s *Server, stream extprocv3.ExternalProcessor_ProcessSe
 	if x.out == nil {
 		x.out = newReplies()
 	}
+	if x.in == nil {
+		x.in = new(inbound)
+	}
 }
 
 // finish releases the guard (if a path before did not), gives the body's
@@ -84,7 +88,10 @@ func (x *exchange) finish() {
 	if x.out != nil {
 		x.out.clear()
 	}
-	*x = exchange{body: body, allowed: allowed, parsed: x.parsed, scanner: x.scanner, out: x.out}
+	if x.in != nil {
+		x.in.trim()
+	}
+	*x = exchange{body: body, allowed: allowed, parsed: x.parsed, scanner: x.scanner, out: x.out, in: x.in}
 }
 
 // release ends the request's load, once, and counts why. A release to

@@ -148,7 +148,7 @@ func benchHandle(b *testing.B, size, workers int) {
 	s := New(reg, pol, Options{Fallbacks: 2})
 	streams := make([]*extproctest.MemStream, 64)
 	for i := range streams {
-		streams[i] = extproctest.NewMemStream(b.Context(), benchChatBody(i%benchTenants, i, size))
+		streams[i] = extproctest.NewMemStream(b.Context(), newCodec(), benchChatBody(i%benchTenants, i, size))
 	}
 	run := func(st *extproctest.MemStream) {
 		st.Rewind()

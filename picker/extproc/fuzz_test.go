@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/inferpick/inferpick/picker/policy"
@@ -54,6 +56,20 @@ func (m *chanStream) Recv() (*extprocv3.ProcessingRequest, error) {
 	case <-m.ctx.Done():
 		return nil, status.FromContextError(m.ctx.Err()).Err()
 	}
+}
+
+// RecvMsg is Recv through the wire: the message is marshalled and decoded
+// into dst by the server's codec, as over gRPC.
+func (m *chanStream) RecvMsg(dst any) error {
+	r, err := m.Recv()
+	if err != nil {
+		return err
+	}
+	b, err := proto.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return newCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, dst)
 }
 
 func (m *chanStream) Send(*extprocv3.ProcessingResponse) error {

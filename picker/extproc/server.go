@@ -141,7 +141,8 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 		s.states.Put(x)
 	}()
 	for {
-		req, err := stream.Recv()
+		// RecvMsg, unlike Recv, decodes into the stream's own message.
+		err := stream.RecvMsg(x.in)
 		if err != nil {
 			x.release(endReason(err, x.responseDone))
 			if errors.Is(err, io.EOF) {
@@ -149,7 +150,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 			}
 			return err
 		}
-		done, err := x.handle(req)
+		done, err := x.handle(&x.in.ProcessingRequest)
 		if err != nil {
 			if v := asViolation(err); v != nil {
 				x.release(reasonViolation)

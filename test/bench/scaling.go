@@ -81,7 +81,7 @@ func scalingOnce(ctx context.Context, workers, size int) (scalingPoint, error) {
 	srv := extproc.New(reg, pol, extproc.Options{Fallbacks: 2})
 	streams := make([]*extproctest.MemStream, 64)
 	for i := range streams {
-		streams[i] = extproctest.NewMemStream(ctx, loadBody(i%16, i, size))
+		streams[i] = extproctest.NewMemStream(ctx, extproc.Codec(), loadBody(i%16, i, size))
 	}
 	var failed error
 	run := func(st *extproctest.MemStream) { //nolint:contextcheck // the stream carries the context

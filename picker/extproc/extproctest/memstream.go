@@ -10,6 +10,9 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 )
 
 // Chunk is the request-body chunk size a gateway sends (Envoy's default
@@ -18,21 +21,26 @@ const Chunk = 16 << 10
 
 // MemStream is an ext_proc stream held in memory: Recv hands out the
 // request headers of a chat completion and its body in Chunk-sized pieces,
-// then io.EOF; Send counts the replies. Rewind replays it.
+// then io.EOF; RecvMsg decodes the same messages from their wire form with
+// the stream's codec, as a gRPC stream does; Send counts the replies.
+// Rewind replays it.
 type MemStream struct {
 	grpc.ServerStream
-	ctx  context.Context
-	msgs []*extprocv3.ProcessingRequest
-	next int
+	ctx   context.Context
+	codec encoding.CodecV2
+	msgs  []*extprocv3.ProcessingRequest
+	wire  [][]byte
+	next  int
 	// Replies is how many replies the server sent since the last Rewind.
 	Replies int
 }
 
 var _ extprocv3.ExternalProcessor_ProcessServer = (*MemStream)(nil)
 
-// NewMemStream returns a stream carrying one request with body.
-func NewMemStream(ctx context.Context, body []byte) *MemStream {
-	st := &MemStream{ctx: ctx}
+// NewMemStream returns a stream carrying one request with body, whose
+// RecvMsg decodes with codec.
+func NewMemStream(ctx context.Context, codec encoding.CodecV2, body []byte) *MemStream {
+	st := &MemStream{ctx: ctx, codec: codec}
 	st.msgs = append(st.msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 		RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
 			{Key: ":method", RawValue: []byte("POST")},
@@ -43,6 +51,13 @@ func NewMemStream(ctx context.Context, body []byte) *MemStream {
 		end := min(off+Chunk, len(body))
 		st.msgs = append(st.msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 			RequestBody: &extprocv3.HttpBody{Body: body[off:end], EndOfStream: end == len(body)}}})
+	}
+	for _, m := range st.msgs {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			panic(err) // the messages above always marshal
+		}
+		st.wire = append(st.wire, b)
 	}
 	return st
 }
@@ -60,6 +75,15 @@ func (st *MemStream) Recv() (*extprocv3.ProcessingRequest, error) {
 	}
 	st.next++
 	return st.msgs[st.next-1], nil
+}
+
+// RecvMsg decodes the next message into m, io.EOF after the last.
+func (st *MemStream) RecvMsg(m any) error {
+	if st.next == len(st.wire) {
+		return io.EOF
+	}
+	st.next++
+	return st.codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(st.wire[st.next-1])}, m)
 }
 
 // Send counts a reply.
