@@ -151,7 +151,7 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch hv.GetKey() {
 		case ":path":
-			x.path = headerValue(hv)
+			x.path = pathValue(hv)
 		case "content-length":
 			if n, err := strconv.Atoi(headerValue(hv)); err == nil && n > 0 {
 				x.declared = n

@@ -140,7 +140,7 @@ func TestInboundLeavesWhatItDoesNotCoverToProto(t *testing.T) {
 			b:       nest(nest(nest(nest([]byte("a\xffb"), 1), 1), 1), fieldRequestHeaders),
 			wantErr: true,
 		},
-		"a truncated body": {b: body[:len(body)-3], wantErr: true},
+		"a truncated body":               {b: body[:len(body)-3], wantErr: true},
 		"a field of the wrong wire type": {b: append(tag(fieldRequestBody, protowire.VarintType), 1)},
 	}
 	for name, tc := range cases {
@@ -198,4 +198,23 @@ func FuzzInbound(f *testing.F) {
 			t.Fatalf("decoded in place %v, proto.Unmarshal %v", &in.ProcessingRequest, want)
 		}
 	})
+}
+
+func TestPathValue(t *testing.T) {
+	cases := map[string]struct {
+		hv   *corev3.HeaderValue
+		want string
+	}{
+		"a common path":        {hv: &corev3.HeaderValue{Key: ":path", RawValue: []byte("/v1/chat/completions")}, want: "/v1/chat/completions"},
+		"another path":         {hv: &corev3.HeaderValue{Key: ":path", RawValue: []byte("/openai/v1/chat/completions?x=1")}, want: "/openai/v1/chat/completions?x=1"},
+		"value, not raw_value": {hv: &corev3.HeaderValue{Key: ":path", Value: "/v1/completions"}, want: "/v1/completions"},
+		"empty":                {hv: &corev3.HeaderValue{Key: ":path"}, want: ""},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := pathValue(tc.hv); got != tc.want {
+				t.Errorf("pathValue = %q, want %q", got, tc.want)
+			}
+		})
+	}
 }

@@ -39,6 +39,22 @@ func headerValue(h *corev3.HeaderValue) string {
 	return h.GetValue()
 }
 
+// commonPaths are the :path values most requests carry; pathValue returns
+// them as these strings, so that reading the path of a typical request
+// costs no allocation.
+var commonPaths = [...]string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings"}
+
+// pathValue is headerValue for the :path header.
+func pathValue(h *corev3.HeaderValue) string {
+	raw := h.GetRawValue()
+	for _, p := range commonPaths {
+		if string(raw) == p {
+			return p
+		}
+	}
+	return headerValue(h)
+}
+
 func setHeader(key, value string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{
 		Header:       &corev3.HeaderValue{Key: key, RawValue: []byte(value)},

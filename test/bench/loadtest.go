@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/inferpick/inferpick/test/bench/proc"
+	"github.com/inferpick/inferpick/test/gateway"
 )
 
 // loadResult is the ext_proc load test at one prompt size.
@@ -55,7 +56,7 @@ func loadTest(ctx context.Context, pickerBin, page string, quick bool) ([]loadRe
 		return nil, err
 	}
 	defer pk.stop()
-	conn, err := grpc.NewClient(pk.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(pk.grpc, append(gateway.EnvoyDialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return nil, fmt.Errorf("picker client: %w", err)
 	}

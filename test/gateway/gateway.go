@@ -76,7 +76,7 @@ func NewCluster(pickerAddrs []string, opts ...Option) (*Gateway, error) {
 	g := &Gateway{o: o}
 	g.pickers = &pickers{cfg: o.cluster, now: o.clock.Now, c: &g.c}
 	for _, addr := range pickerAddrs {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect))
+		conn, err := grpc.NewClient(addr, append(EnvoyDialOptions(), grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect))...)
 		if err != nil {
 			_ = g.pickers.close()
 			return nil, fmt.Errorf("picker client %s: %w", addr, err)
