@@ -29,7 +29,7 @@ type MemStream struct {
 	ctx   context.Context
 	codec encoding.CodecV2
 	msgs  []*extprocv3.ProcessingRequest
-	wire  [][]byte
+	wire  []mem.BufferSlice
 	next  int
 	// Replies is how many replies the server sent since the last Rewind.
 	Replies int
@@ -57,7 +57,7 @@ func NewMemStream(ctx context.Context, codec encoding.CodecV2, body []byte) *Mem
 		if err != nil {
 			panic(err) // the messages above always marshal
 		}
-		st.wire = append(st.wire, b)
+		st.wire = append(st.wire, mem.BufferSlice{mem.SliceBuffer(b)})
 	}
 	return st
 }
@@ -83,7 +83,7 @@ func (st *MemStream) RecvMsg(m any) error {
 		return io.EOF
 	}
 	st.next++
-	return st.codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(st.wire[st.next-1])}, m)
+	return st.codec.Unmarshal(st.wire[st.next-1], m)
 }
 
 // Send counts a reply.
