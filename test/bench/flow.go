@@ -31,17 +31,22 @@ func flowSpec() routing.SimSpec {
 }
 
 // Interactive and batch arrival rates (requests per simulated second), the
-// output tokens of every request, and the flow-control flags of the runs
-// with flow control: one of the four places of each pod is kept for
-// interactive requests.
+// output tokens of every request, and the places of each pod's four kept
+// for interactive requests in the runs with flow control (the target run;
+// a second run keeps one place, to show the trade-off).
 const (
 	flowInteractiveRate = 1.0
 	flowBatchRate       = 10.0
 	flowMaxTokens       = 64
+	flowReserved        = 2
 )
 
-var flowControlArgs = []string{"--flow-control", "--objective-priorities", "interactive=10,batch=0",
-	"--flow-control-max-wait", "3s", "--flow-control-reserved-slots", "1"}
+// flowControlArgs are the picker flags of a run with flow control that
+// keeps reserved places of each pod for higher priorities.
+func flowControlArgs(reserved int) []string {
+	return []string{"--flow-control", "--objective-priorities", "interactive=10,batch=0",
+		"--flow-control-max-wait", "3s", "--flow-control-reserved-slots", fmt.Sprint(reserved)}
+}
 
 // flowBench runs the priority-mix workload unloaded (interactive only),
 // then overloaded without and with flow control.
@@ -56,7 +61,7 @@ func flowBench(ctx context.Context, bins routing.Binaries, quick bool) ([]flowRu
 	}
 	defer os.RemoveAll(workdir)
 	cfg := policy.Config{Name: policy.CacheAware, MaxInFlight: 4}
-	fc := flowControlArgs
+	fc := flowControlArgs(flowReserved)
 	runs := []struct {
 		label string
 		args  []string
@@ -64,6 +69,7 @@ func flowBench(ctx context.Context, bins routing.Binaries, quick bool) ([]flowRu
 	}{
 		{"unloaded (interactive only)", fc, routing.PriorityMix(flowInteractiveRate, 0, window, 1000, 3)},
 		{"overloaded, flow control off", nil, routing.PriorityMix(flowInteractiveRate, flowBatchRate, window, 1000, 3)},
+		{"overloaded, flow control on, 1 place reserved", flowControlArgs(1), routing.PriorityMix(flowInteractiveRate, flowBatchRate, window, 1000, 3)},
 		{"overloaded, flow control on", fc, routing.PriorityMix(flowInteractiveRate, flowBatchRate, window, 1000, 3)},
 	}
 	var out []flowRun
@@ -106,9 +112,11 @@ func flowMarkdown(runs []flowRun) string {
 	w("## Priorities and flow control (`priority-mix`)\n\n")
 	w("Two pods of four sequences (`maxInFlight: 4`), unrelated 1,000-byte prompts and %d-token answers:\n", flowMaxTokens)
 	w("interactive requests (objective `interactive`, priority 10) at %g/s and batch requests (`batch`,\n", flowInteractiveRate)
-	w("priority 0) at %g/s, about twice what the pool serves. Flow control on: `%s`\n", flowBatchRate, strings.Join(flowControlArgs, " "))
+	w("priority 0) at %g/s, about twice what the pool serves. Flow control on: `%s`\n", flowBatchRate, strings.Join(flowControlArgs(flowReserved), " "))
 	w("(the wait bound is wall time: 15 simulated seconds at the time scale of 0.2). TTFT in simulated\n")
-	w("seconds, measured by the client; lost = neither answered nor refused with 429.\n\n")
+	w("seconds, measured by the client; lost = neither answered nor refused with 429. The run with one place\n")
+	w("reserved shows the trade-off: batch gets more of the pool, and interactive requests then share the\n")
+	w("engine's steps with more batch sequences.\n\n")
 	w("| run | band | sent | served | 429 | lost | TTFT p50 | TTFT p90 |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range runs {
 		for _, band := range []string{"interactive", "batch"} {
