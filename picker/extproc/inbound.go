@@ -60,7 +60,7 @@ const maxPooledChunk = 256 << 10
 // header values it referred to go, header names and buffers of bounded size
 // stay for the next stream.
 func (in *inbound) trim() {
-	in.ProcessingRequest.Reset()
+	in.Reset()
 	for i := range in.maps {
 		for _, hv := range in.maps[i].values {
 			hv.Value = ""
@@ -164,7 +164,7 @@ func (in *inbound) field(num protowire.Number, v []byte) bool {
 // with the header values of hm.
 func (in *inbound) decodeHeaders(b []byte, hm *valueMap) bool {
 	h := &in.headers
-	h.Headers, h.Attributes, h.EndOfStream = nil, nil, false
+	h.Headers, h.EndOfStream = nil, false // attributes (2) are never decoded here
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -309,7 +309,8 @@ func (in *inbound) decodeBody(b []byte) bool {
 			if n < 0 {
 				return false
 			}
-			hb.Body, b = append(buf, v...), b[n:]
+			buf = append(buf[:0], v...) // the last occurrence wins, as in proto
+			hb.Body, b = buf, b[n:]
 			continue
 		}
 		if typ != protowire.VarintType || num < 2 || num > 5 {

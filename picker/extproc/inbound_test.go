@@ -151,7 +151,9 @@ func TestInboundLeavesWhatItDoesNotCoverToProto(t *testing.T) {
 				t.Fatalf("proto.Unmarshal: %v, want error %v", wantErr, tc.wantErr)
 			}
 			in := new(inbound)
-			receive(in, wire(t, gatewayMessages()[5])) // a stream with history
+			if _, err := receive(in, wire(t, gatewayMessages()[5])); err != nil { // a stream with history
+				t.Fatal(err)
+			}
 			fast, err := receive(in, tc.b)
 			if fast != tc.wantFast {
 				t.Errorf("in-place decoder took it: %v, want %v", fast, tc.wantFast)
