@@ -15,20 +15,14 @@ import (
 )
 
 func main() {
-	opts := app.NewOptions()
-	opts.AddFlags(flag.CommandLine)
-	flag.Parse()
+	opts, err := app.Parse(flag.CommandLine, os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "inferpick:", err)
+		os.Exit(2)
+	}
 	if opts.PrintVersion {
 		fmt.Println(version.String("inferpick"))
 		return
-	}
-	if err := opts.Complete(); err != nil {
-		fmt.Fprintln(os.Stderr, "inferpick:", err)
-		os.Exit(2)
-	}
-	if err := opts.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "inferpick:", err)
-		os.Exit(2)
 	}
 	if err := app.Run(ctrl.SetupSignalHandler(), opts); err != nil {
 		fmt.Fprintln(os.Stderr, "inferpick:", err)

@@ -12,17 +12,7 @@ import (
 
 func parse(t *testing.T, args ...string) (*Options, error) {
 	t.Helper()
-	fs := flag.NewFlagSet("inferpick", flag.ContinueOnError)
-	o := NewOptions()
-	o.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if err := o.Complete(); err != nil {
-		return o, err
-	}
-	err := o.Validate()
-	return o, err
+	return Parse(flag.NewFlagSet("inferpick", flag.ContinueOnError), args)
 }
 
 func TestOptions(t *testing.T) {

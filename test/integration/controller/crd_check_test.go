@@ -21,12 +21,10 @@ var _ = Describe("The CRD check at start", func() {
 		Expect(err).To(MatchError(controllers.ErrCRDMissing))
 		Expect(err.Error()).To(And(ContainSubstring("install it with the chart"), ContainSubstring("kubectl apply")))
 
-		n, nerr := env.CreateNamespace(ctx, "crd")
-		Expect(nerr).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) { Expect(env.DeleteNamespace(ctx, n)).To(Succeed()) })
-		self := framework.MakePod(n.Name, "picker").Obj()
+		n := env.Namespace(ctx, "crd")
+		self := framework.MakePod(n, "picker").Obj()
 		Expect(env.Client.Create(ctx, self)).To(Succeed())
-		ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: n.Name, Name: self.Name, UID: self.UID}
+		ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: n, Name: self.Name, UID: self.UID}
 		Expect(controllers.RecordOnSelf(ctx, env.Client, ref, controllers.ReasonCRDMissing, err.Error())).To(Succeed())
 		Eventually(objectEvents(ctx, "Pod", client.ObjectKeyFromObject(self))).Should(ConsistOf("Warning " + controllers.ReasonCRDMissing))
 	})

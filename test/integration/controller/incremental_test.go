@@ -14,12 +14,7 @@ var _ = Describe("Pool controller, one pod at a time", func() {
 	var ns string
 
 	BeforeEach(func(ctx SpecContext) {
-		n, err := env.CreateNamespace(ctx, "incremental")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) {
-			Expect(env.DeleteNamespace(ctx, n)).To(Succeed())
-		})
-		ns = n.Name
+		ns = env.Namespace(ctx, "incremental")
 	})
 
 	It("changes only the worker of the pod that changed", func(ctx SpecContext) {

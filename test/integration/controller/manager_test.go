@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"flag"
 	"sort"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -12,16 +13,18 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/inferpick/inferpick/cmd/inferpick/app"
 	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/rewrite"
 )
 
-// startPicker runs a manager wired by the code cmd/inferpick runs
-// (app.ManagerOptions and app.SetupControllers), serving pool, and returns
-// the registry it fills. The manager stops when the spec ends.
+// startPicker runs a manager wired by the code cmd/inferpick runs, serving
+// pool, and returns the registry it fills. The manager stops when the spec
+// ends.
 func startPicker(pool types.NamespacedName) *registry.Registry {
 	GinkgoHelper()
 	return startPickerAs(pool, nil)
@@ -38,17 +41,36 @@ func startPickerAs(pool types.NamespacedName, self *corev1.ObjectReference) *reg
 // returns the registry and the objective priorities its controllers fill.
 func startManager(pool types.NamespacedName, self *corev1.ObjectReference) (*registry.Registry, *flowcontrol.Priorities) {
 	GinkgoHelper()
-	o := app.NewOptions()
-	o.PoolName, o.PoolNamespace = pool.Name, pool.Namespace
+	sinks := newSinks()
+	startApp(sinks, self, poolArgs(pool)...)
+	return sinks.Endpoints.(*registry.Registry), sinks.Priorities.(*flowcontrol.Priorities)
+}
+
+// poolArgs are the command-line arguments that name pool.
+func poolArgs(pool types.NamespacedName) []string {
+	return []string{"--pool-name", pool.Name, "--pool-namespace", pool.Namespace}
+}
+
+// newSinks returns an empty registry and priorities, and a rewrite table.
+func newSinks() app.Sinks {
+	return app.Sinks{Endpoints: registry.New(), Priorities: flowcontrol.NewPriorities(), Rewrites: rewrite.NewTable()}
+}
+
+// startApp runs the manager cmd/inferpick builds from args (app.Parse,
+// app.ManagerOptions, app.SetupControllers) with sinks, as the Pod self
+// (nil: outside one), until the spec ends or stop is called.
+func startApp(sinks app.Sinks, self *corev1.ObjectReference, args ...string) (mgr manager.Manager, stop func()) {
+	GinkgoHelper()
+	o, err := app.Parse(flag.NewFlagSet("inferpick", flag.ContinueOnError), args)
+	Expect(err).NotTo(HaveOccurred())
 	mopts, err := app.ManagerOptions(o)
 	Expect(err).NotTo(HaveOccurred())
 	mopts.Metrics = metricsserver.Options{BindAddress: "0"}
 	// Every spec starts its own manager in this process.
 	mopts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
-	mgr, err := ctrl.NewManager(env.Config, mopts)
+	mgr, err = ctrl.NewManager(env.Config, mopts)
 	Expect(err).NotTo(HaveOccurred())
-	reg, prios := registry.New(), flowcontrol.NewPriorities()
-	Expect(app.SetupControllers(mgr, o, app.Sinks{Endpoints: reg, Priorities: prios}, self)).To(Succeed())
+	Expect(app.SetupControllers(mgr, o, sinks, self)).To(Succeed())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -57,11 +79,12 @@ func startManager(pool types.NamespacedName, self *corev1.ObjectReference) (*reg
 		defer close(done)
 		Expect(mgr.Start(ctx)).To(Succeed())
 	}()
-	DeferCleanup(func() {
+	stop = func() {
 		cancel()
 		Eventually(done).Should(BeClosed())
-	})
-	return reg, prios
+	}
+	DeferCleanup(stop)
+	return mgr, stop
 }
 
 // workers lists the registry as "pod@address" strings, sorted.

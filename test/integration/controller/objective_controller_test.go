@@ -18,12 +18,7 @@ var _ = Describe("Objective controller", func() {
 	)
 
 	BeforeEach(func(ctx SpecContext) {
-		n, err := env.CreateNamespace(ctx, "objective")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) {
-			Expect(env.DeleteNamespace(ctx, n)).To(Succeed())
-		})
-		ns = n.Name
+		ns = env.Namespace(ctx, "objective")
 		poolKey = types.NamespacedName{Namespace: ns, Name: "pool"}
 	})
 

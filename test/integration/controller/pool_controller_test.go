@@ -20,12 +20,7 @@ var _ = Describe("Pool controller", func() {
 	)
 
 	BeforeEach(func(ctx SpecContext) {
-		n, err := env.CreateNamespace(ctx, "pool")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) {
-			Expect(env.DeleteNamespace(ctx, n)).To(Succeed())
-		})
-		ns = n.Name
+		ns = env.Namespace(ctx, "pool")
 		poolKey = types.NamespacedName{Namespace: ns, Name: "pool"}
 	})
 
@@ -170,13 +165,11 @@ var _ = Describe("Pool controller", func() {
 
 	It("ignores matching pods in other namespaces and other pools", func(ctx SpecContext) {
 		reg := startPicker(poolKey)
-		other, err := env.CreateNamespace(ctx, "other")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) { Expect(env.DeleteNamespace(ctx, other)).To(Succeed()) })
+		other := env.Namespace(ctx, "other")
 
 		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
 		Expect(env.Client.Create(ctx, framework.MakePool(ns, "another-pool").Ports(9000).Obj())).To(Succeed())
-		readyPod(ctx, framework.MakePod(other.Name, "elsewhere").Obj(), "127.0.0.9")
+		readyPod(ctx, framework.MakePod(other, "elsewhere").Obj(), "127.0.0.9")
 		readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
 		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
 		Consistently(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))

@@ -2,19 +2,13 @@ package controller
 
 import (
 	"context"
-	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/inferpick/inferpick/controllers"
 	"github.com/inferpick/inferpick/picker/registry"
 	"github.com/inferpick/inferpick/test/integration/framework"
 )
@@ -26,43 +20,16 @@ type electedReplica struct {
 	stop    func()
 }
 
-// startReplica runs a manager wired like cmd/inferpick's with leader
-// election on the Lease named lease in the pool's namespace.
-func startReplica(pool types.NamespacedName, lease string) *electedReplica {
+// startReplica runs a picker replica of pool under active-passive leader
+// election, with short lease timings.
+func startReplica(pool types.NamespacedName) *electedReplica {
 	GinkgoHelper()
-	scheme, err := controllers.NewScheme()
-	Expect(err).NotTo(HaveOccurred())
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                        scheme,
-		Cache:                         controllers.CacheOptions(pool),
-		Metrics:                       metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:        "0",
-		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
-		LeaderElection:                true,
-		LeaderElectionID:              lease,
-		LeaderElectionNamespace:       pool.Namespace,
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 ptr.To(3 * time.Second),
-		RenewDeadline:                 ptr.To(2 * time.Second),
-		RetryPeriod:                   ptr.To(200 * time.Millisecond),
-	})
-	Expect(err).NotTo(HaveOccurred())
-	r := &electedReplica{reg: registry.New(), elected: mgr.Elected()}
-	Expect(controllers.SetupWithManager(mgr, controllers.PoolReconcilerOptions{Pool: pool}, r.reg)).To(Succeed())
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(mgr.Start(ctx)).To(Succeed())
-	}()
-	r.stop = func() {
-		cancel()
-		Eventually(done).Should(BeClosed())
-	}
-	DeferCleanup(r.stop)
-	return r
+	sinks := newSinks()
+	mgr, stop := startApp(sinks, nil, append(poolArgs(pool),
+		"--ha-enable-leader-election", "--ha-mode", "active-passive",
+		"--leader-election-lease-duration", "3s", "--leader-election-renew-deadline", "2s",
+		"--leader-election-retry-period", "200ms")...)
+	return &electedReplica{reg: sinks.Endpoints.(*registry.Registry), elected: mgr.Elected(), stop: stop}
 }
 
 // poolMessages returns the messages of the Events on the pool, once per
@@ -87,10 +54,8 @@ func poolMessages(ctx context.Context, pool types.NamespacedName) func(Gomega) [
 
 var _ = Describe("Replicas under leader election", func() {
 	It("all route, and only the leader records Events on the pool", func(ctx SpecContext) {
-		n, err := env.CreateNamespace(ctx, "replicas")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) { Expect(env.DeleteNamespace(ctx, n)).To(Succeed()) })
-		pool := types.NamespacedName{Namespace: n.Name, Name: "pool"}
+		n := env.Namespace(ctx, "replicas")
+		pool := types.NamespacedName{Namespace: n, Name: "pool"}
 		Expect(env.Client.Create(ctx, framework.MakePool(pool.Namespace, pool.Name).Ports(8000).Obj())).To(Succeed())
 		var pods []*corev1.Pod
 		for i, ip := range []string{"127.0.0.1", "127.0.0.2"} {
@@ -100,9 +65,9 @@ var _ = Describe("Replicas under leader election", func() {
 			pods = append(pods, pod)
 		}
 
-		a := startReplica(pool, "inferpick-pool")
+		a := startReplica(pool)
 		Eventually(a.elected).Should(BeClosed())
-		b := startReplica(pool, "inferpick-pool")
+		b := startReplica(pool)
 		Consistently(b.elected).ShouldNot(BeClosed())
 
 		By("both replicas route over both pods")

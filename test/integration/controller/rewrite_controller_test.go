@@ -9,14 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	inferencev1alpha2 "github.com/inferpick/inferpick/api/v1alpha2"
-	"github.com/inferpick/inferpick/controllers"
 	"github.com/inferpick/inferpick/picker/rewrite"
 )
 
@@ -27,12 +22,7 @@ var _ = Describe("Model rewrite controller", func() {
 	)
 
 	BeforeEach(func(ctx SpecContext) {
-		n, err := env.CreateNamespace(ctx, "rewrite")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) {
-			Expect(env.DeleteNamespace(ctx, n)).To(Succeed())
-		})
-		ns = n.Name
+		ns = env.Namespace(ctx, "rewrite")
 		poolKey = types.NamespacedName{Namespace: ns, Name: "pool"}
 	})
 
@@ -157,32 +147,10 @@ func acceptedGeneration(ctx context.Context, rw *inferencev1alpha2.InferenceMode
 	}
 }
 
-// startRewrites runs a manager with only the model rewrite controller.
+// startRewrites runs a picker for pool and returns its rewrite table.
 func startRewrites(pool types.NamespacedName) *rewrite.Table {
 	GinkgoHelper()
-	scheme, err := controllers.NewScheme()
-	Expect(err).NotTo(HaveOccurred())
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  controllers.CacheOptions(pool),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	Expect(err).NotTo(HaveOccurred())
-	tbl := rewrite.NewTable()
-	Expect(controllers.SetupRewritesWithManager(mgr, controllers.PoolReconcilerOptions{Pool: pool}, tbl)).To(Succeed())
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(mgr.Start(ctx)).To(Succeed())
-	}()
-	DeferCleanup(func() {
-		cancel()
-		Eventually(done).Should(BeClosed())
-	})
-	return tbl
+	sinks := newSinks()
+	startApp(sinks, nil, poolArgs(pool)...)
+	return sinks.Rewrites.(*rewrite.Table)
 }

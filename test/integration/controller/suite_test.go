@@ -4,34 +4,11 @@ package controller
 
 import (
 	"testing"
-	"time"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
-	ctrl "sigs.k8s.io/controller-runtime"
-
-	testframework "github.com/inferpick/inferpick/test/framework"
 	"github.com/inferpick/inferpick/test/integration/framework"
 )
 
-var env *framework.Env
+// env is the suite's control plane.
+var env = framework.Suite()
 
-func TestController(t *testing.T) {
-	RegisterFailHandler(Fail)
-	RunSpecs(t, "Pool Controller Suite")
-}
-
-var _ = BeforeSuite(func() {
-	// Deadlines, not expectations of speed: the machine may be busy.
-	SetDefaultEventuallyTimeout(testframework.Timeout)
-	SetDefaultEventuallyPollingInterval(testframework.PollInterval)
-	SetDefaultConsistentlyDuration(500 * time.Millisecond)
-	ctrl.SetLogger(GinkgoLogr)
-	var err error
-	env, err = framework.Start()
-	Expect(err).NotTo(HaveOccurred())
-})
-
-var _ = AfterSuite(func() {
-	Expect(env.Stop()).To(Succeed())
-})
+func TestController(t *testing.T) { framework.Run(t, "Pool Controller Suite") }

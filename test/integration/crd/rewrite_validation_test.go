@@ -5,7 +5,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,22 +41,17 @@ func targets(weights ...int64) []any {
 }
 
 var _ = Describe("InferenceModelRewrite validation", func() {
-	var ns *corev1.Namespace
+	var ns string
 
 	BeforeEach(func(ctx SpecContext) {
-		var err error
-		ns, err = env.CreateNamespace(ctx, "crd-rewrite")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) {
-			Expect(env.DeleteNamespace(ctx, ns)).To(Succeed())
-		})
+		ns = env.Namespace(ctx, "crd-rewrite")
 	})
 
 	It("accepts a valid rewrite and applies the defaults", func(ctx SpecContext) {
-		Expect(env.Client.Create(ctx, validRewrite(ns.Name))).To(Succeed())
+		Expect(env.Client.Create(ctx, validRewrite(ns))).To(Succeed())
 
 		var list inferencev1alpha2.InferenceModelRewriteList
-		Expect(env.Client.List(ctx, &list, client.InNamespace(ns.Name))).To(Succeed())
+		Expect(env.Client.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
 		Expect(list.Items).To(HaveLen(1))
 		rw := list.Items[0]
 		Expect(rw.Spec.PoolRef.Group).To(Equal(inferencev1alpha2.Group("inference.networking.k8s.io")))
@@ -84,7 +78,7 @@ var _ = Describe("InferenceModelRewrite validation", func() {
 
 	DescribeTable("accepts",
 		func(ctx SpecContext, mutate func(*unstructured.Unstructured)) {
-			u := validRewrite(ns.Name)
+			u := validRewrite(ns)
 			mutate(u)
 			Expect(env.Client.Create(ctx, u)).To(Succeed())
 		},
@@ -100,7 +94,7 @@ var _ = Describe("InferenceModelRewrite validation", func() {
 
 	DescribeTable("rejects",
 		func(ctx SpecContext, mutate func(*unstructured.Unstructured), fragment string) {
-			u := validRewrite(ns.Name)
+			u := validRewrite(ns)
 			mutate(u)
 			err := env.Client.Create(ctx, u)
 			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want an Invalid error, got %v", err)

@@ -6,29 +6,10 @@ package crd
 import (
 	"testing"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
-
-	testframework "github.com/inferpick/inferpick/test/framework"
 	"github.com/inferpick/inferpick/test/integration/framework"
 )
 
-var env *framework.Env
+// env is the suite's control plane.
+var env = framework.Suite()
 
-func TestCRD(t *testing.T) {
-	RegisterFailHandler(Fail)
-	RunSpecs(t, "InferencePool CRD Suite")
-}
-
-var _ = BeforeSuite(func() {
-	// Deadlines, not expectations of speed: the machine may be busy.
-	SetDefaultEventuallyTimeout(testframework.Timeout)
-	SetDefaultEventuallyPollingInterval(testframework.PollInterval)
-	var err error
-	env, err = framework.Start()
-	Expect(err).NotTo(HaveOccurred())
-})
-
-var _ = AfterSuite(func() {
-	Expect(env.Stop()).To(Succeed())
-})
+func TestCRD(t *testing.T) { framework.Run(t, "InferencePool CRD Suite") }

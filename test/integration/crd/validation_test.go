@@ -5,7 +5,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,22 +57,17 @@ func labels(n int) map[string]any {
 }
 
 var _ = Describe("InferencePool validation", func() {
-	var ns *corev1.Namespace
+	var ns string
 
 	BeforeEach(func(ctx SpecContext) {
-		var err error
-		ns, err = env.CreateNamespace(ctx, "crd")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) {
-			Expect(env.DeleteNamespace(ctx, ns)).To(Succeed())
-		})
+		ns = env.Namespace(ctx, "crd")
 	})
 
 	It("accepts a valid pool and applies the defaults", func(ctx SpecContext) {
-		Expect(env.Client.Create(ctx, validPool(ns.Name))).To(Succeed())
+		Expect(env.Client.Create(ctx, validPool(ns))).To(Succeed())
 
 		var list inferencev1.InferencePoolList
-		Expect(env.Client.List(ctx, &list, client.InNamespace(ns.Name))).To(Succeed())
+		Expect(env.Client.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
 		Expect(list.Items).To(HaveLen(1))
 		spec := list.Items[0].Spec
 		Expect(spec.AppProtocol).To(Equal(inferencev1.AppProtocolHTTP))
@@ -84,7 +78,7 @@ var _ = Describe("InferencePool validation", func() {
 	})
 
 	It("defaults a parent reference to a Gateway", func(ctx SpecContext) {
-		u := validPool(ns.Name)
+		u := validPool(ns)
 		Expect(env.Client.Create(ctx, u)).To(Succeed())
 		Expect(unstructured.SetNestedSlice(u.Object, []any{map[string]any{
 			"parentRef":      map[string]any{"name": "gateway"},
@@ -102,7 +96,7 @@ var _ = Describe("InferencePool validation", func() {
 
 	DescribeTable("accepts",
 		func(ctx SpecContext, mutate func(*unstructured.Unstructured)) {
-			u := validPool(ns.Name)
+			u := validPool(ns)
 			mutate(u)
 			Expect(env.Client.Create(ctx, u)).To(Succeed())
 		},
@@ -125,7 +119,7 @@ var _ = Describe("InferencePool validation", func() {
 
 	DescribeTable("rejects",
 		func(ctx SpecContext, mutate func(*unstructured.Unstructured), fragment string) {
-			u := validPool(ns.Name)
+			u := validPool(ns)
 			mutate(u)
 			err := env.Client.Create(ctx, u)
 			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want an Invalid error, got %v", err)
