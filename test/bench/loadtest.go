@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/inferpick/inferpick/test/bench/proc"
+	"github.com/inferpick/inferpick/test/framework"
 	"github.com/inferpick/inferpick/test/gateway"
 )
 
@@ -243,13 +244,9 @@ func (pk *picker) stop() { pk.p.Stop(5 * time.Second) }
 // startPicker runs the inferpick binary over addrs and waits until it has
 // scraped every one.
 func startPicker(bin string, addrs []string, policyName string, extra ...string) (*picker, error) {
-	var ports [3]int
-	for i := range ports {
-		p, err := proc.FreePort("127.0.0.1")
-		if err != nil {
-			return nil, err
-		}
-		ports[i] = p
+	ports, err := framework.FreePorts("127.0.0.1", 3)
+	if err != nil {
+		return nil, err
 	}
 	args := append([]string{
 		"--static-endpoints", strings.Join(addrs, ","), "--policy", policyName,

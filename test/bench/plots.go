@@ -76,19 +76,28 @@ func (r *report) ttftPlot() (*plot.Plot, error) {
 		if len(xy) == 0 {
 			continue
 		}
-		line, points, err := plotter.NewLinePoints(xy)
-		if err != nil {
+		if err := addSeries(p, i, pol, xy); err != nil {
 			return nil, err
 		}
-		c := plotutil.Color(i)
-		line.Color, points.Color = c, c
-		line.Width = vg.Points(1.5)
-		points.Shape = plotutil.Shape(i)
-		p.Add(line, points)
-		p.Legend.Add(pol, line, points)
 	}
 	p.Add(plotter.NewGrid())
 	return p, nil
+}
+
+// addSeries adds xy to p as line and points in the i-th color and shape,
+// with a legend entry.
+func addSeries(p *plot.Plot, i int, legend string, xy plotter.XYs) error {
+	line, points, err := plotter.NewLinePoints(xy)
+	if err != nil {
+		return err
+	}
+	c := plotutil.Color(i)
+	line.Color, points.Color = c, c
+	line.Width = vg.Points(1.5)
+	points.Shape = plotutil.Shape(i)
+	p.Add(line, points)
+	p.Legend.Add(legend, line, points)
+	return nil
 }
 
 func (r *report) hitPlot() (*plot.Plot, error) {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/inferpick/inferpick/picker/extproc"
 	"github.com/inferpick/inferpick/test/bench/proc"
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // clusterPicker is an inferpick process serving an InferencePool of the
@@ -37,13 +38,9 @@ type clusterPicker struct {
 // startClusterPicker runs the picker for pool "pool" of ns, scraping once
 // an hour (nothing serves metrics), and waits until it is ready.
 func startClusterPicker(ctx context.Context, bin, kubeconfig, ns string) (*clusterPicker, error) {
-	var ports [3]int
-	for i := range ports {
-		p, err := proc.FreePort("127.0.0.1")
-		if err != nil {
-			return nil, err
-		}
-		ports[i] = p
+	ports, err := framework.FreePorts("127.0.0.1", 3)
+	if err != nil {
+		return nil, err
 	}
 	p, err := proc.Start("inferpick", bin,
 		"--kubeconfig", kubeconfig, "--pool-name", "pool", "--pool-namespace", ns,

@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // scalePort is the pool's target port. Nothing listens there: the picker
@@ -97,7 +99,7 @@ func (f *podFleet) flip(ctx context.Context, rng *rand.Rand) error {
 	delete(f.pods, pod.Name) // no concurrent flip of the same pod
 	f.mu.Unlock()
 	status := corev1.ConditionFalse
-	if !podReady(pod) {
+	if !framework.PodReady(pod) {
 		status = corev1.ConditionTrue
 	}
 	setPodStatus(pod, pod.Status.PodIP, status)
@@ -118,20 +120,11 @@ func (f *podFleet) ready() int {
 	defer f.mu.Unlock()
 	n := 0
 	for _, p := range f.pods {
-		if podReady(p) {
+		if framework.PodReady(p) {
 			n++
 		}
 	}
 	return n
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func setPodStatus(pod *corev1.Pod, ip string, ready corev1.ConditionStatus) {

@@ -6,7 +6,6 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -68,16 +67,9 @@ func scalingPlot(ps []scalingPoint, title, ylabel string, y func(scalingPoint) f
 		if len(xy) == 0 {
 			continue
 		}
-		line, points, err := plotter.NewLinePoints(xy)
-		if err != nil {
+		if err := addSeries(p, i, fmt.Sprintf("%d KB body", size>>10), xy); err != nil {
 			return nil, err
 		}
-		c := plotutil.Color(i)
-		line.Color, points.Color = c, c
-		line.Width = vg.Points(1.5)
-		points.Shape = plotutil.Shape(i)
-		p.Add(line, points)
-		p.Legend.Add(fmt.Sprintf("%d KB body", size>>10), line, points)
 	}
 	p.Add(plotter.NewGrid())
 	return p, nil

@@ -7,6 +7,21 @@ import (
 	"github.com/inferpick/inferpick/test/bench/routing"
 )
 
+// worst judges the highest median of unit over the benchmarks named
+// prefix... against limit, reporting it with format and the benchmark's name.
+func (r *report) worst(target, prefix, unit string, limit float64, format string) verdict {
+	v := verdict{target: target}
+	for _, g := range r.gobench {
+		if x, ok := g.Median[unit]; ok && strings.HasPrefix(g.Name, prefix) {
+			if !v.known || v.met && x > limit {
+				v.known, v.met = true, x <= limit
+				v.observed = fmt.Sprintf(format+" (%#q)", x, g.Name)
+			}
+		}
+	}
+	return v
+}
+
 // verdicts checks the results against the project's performance and
 // routing-quality targets. They are reported, never asserted.
 func (r *report) verdicts() []verdict {
@@ -39,31 +54,11 @@ func (r *report) verdicts() []verdict {
 		out = append(out, v)
 	}
 
-	// The worst of the 1 KB exchange benchmarks' allocations.
-	v := verdict{target: "≤ 60 allocations per 1 KB ext_proc exchange (#17)"}
-	for _, g := range r.gobench {
-		if a, ok := g.Median["allocs/op"]; ok && strings.HasPrefix(g.Name, "BenchmarkExchange/body=1KB/") {
-			if !v.known || v.met && a > 60 {
-				v.known, v.met = true, a <= 60
-				v.observed = fmt.Sprintf("%.0f allocs/op (%#q)", a, g.Name)
-			}
-		}
-	}
-	out = append(out, v)
+	out = append(out,
+		r.worst("≤ 60 allocations per 1 KB ext_proc exchange (#17)", "BenchmarkExchange/body=1KB/", "allocs/op", 60, "%.0f allocs/op"),
+		r.worst("prefix index ≤ 24 bytes per indexed block at every size measured (#17)", "BenchmarkIndexMemory", "B/block", 24, "%.1f B/block"))
 
-	v = verdict{target: "prefix index ≤ 24 bytes per indexed block at every size measured (#17)"}
-	// The worst of the index sizes the benchmark tries.
-	for _, g := range r.gobench {
-		if bpb, ok := g.Median["B/block"]; ok && strings.HasPrefix(g.Name, "BenchmarkIndexMemory") {
-			if !v.known || v.met && bpb > 24 {
-				v.known, v.met = true, bpb <= 24
-				v.observed = fmt.Sprintf("%.1f B/block (%#q)", bpb, g.Name)
-			}
-		}
-	}
-	out = append(out, v)
-
-	v = verdict{target: "scraping 100 endpoints at the default interval ≤ 0.1 core (#17)"}
+	v := verdict{target: "scraping 100 endpoints at the default interval ≤ 0.1 core (#17)"}
 	if r.scrape != nil {
 		v.known, v.met, v.observed = true, r.scrape.Cores <= 0.1, fmt.Sprintf("%.3f cores", r.scrape.Cores)
 	}

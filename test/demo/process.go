@@ -33,10 +33,7 @@ func startProcess(ctx context.Context, name, logPath, announce string, deadline 
 		return p, nil
 	}
 	if _, err := fp.WaitFor(ctx, deadline, announce); err != nil {
-		return nil, errors.Join(err, p.stop(5*time.Second))
+		return nil, errors.Join(err, p.Stop(5*time.Second))
 	}
 	return p, nil
 }
-
-// stop asks the process group to terminate, waits up to grace, then kills it.
-func (p *process) stop(grace time.Duration) error { return p.Stop(grace) }

@@ -181,12 +181,12 @@ func (s *system) stop() error {
 		errs = append(errs, <-s.gwDone, s.gw.Close())
 	}
 	if s.picker != nil {
-		errs = append(errs, s.picker.stop(10*time.Second))
+		errs = append(errs, s.picker.Stop(10*time.Second))
 	}
 	var wg sync.WaitGroup
 	simErrs := make([]error, len(s.sims))
 	for i, p := range s.sims {
-		wg.Go(func() { simErrs[i] = p.stop(10 * time.Second) })
+		wg.Go(func() { simErrs[i] = p.Stop(10 * time.Second) })
 	}
 	wg.Wait()
 	errs = append(errs, simErrs...)

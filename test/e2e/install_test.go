@@ -30,6 +30,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
+	"github.com/inferpick/inferpick/test/gateway"
 )
 
 const (
@@ -271,11 +272,7 @@ picker:
 		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 
 		base, records := gatewayFor(picker)
-		for i := range 4 {
-			code, body, rec := complete(ctx, base, records, fmt.Sprintf("after the deletion %d", i))
-			Expect(code).To(Equal(200), body)
-			Expect(addrs(port)).To(ContainElement(rec.Served))
-		}
+		expectServedBy(ctx, base, records, "after the deletion", addrs(port))
 	})
 
 	It("upgrades to three replicas with leader election and new target ports", func(ctx SpecContext) {
@@ -315,11 +312,7 @@ picker:
 			WithContext(ctx).WithTimeout(30 * time.Second).Should(Equal(addrs(newPort)))
 
 		base, records := gatewayFor(picker)
-		for i := range 4 {
-			code, body, rec := complete(ctx, base, records, fmt.Sprintf("after the upgrade %d", i))
-			Expect(code).To(Equal(200), body)
-			Expect(addrs(newPort)).To(ContainElement(rec.Served))
-		}
+		expectServedBy(ctx, base, records, "after the upgrade", addrs(newPort))
 	})
 
 	It("uninstalls without leaving the release's objects behind, keeping the CRD", func(ctx SpecContext) {
@@ -397,4 +390,15 @@ func poolEvents(ctx context.Context, g Gomega, ns string) []string {
 		}
 	}
 	return out
+}
+
+// expectServedBy sends four completions through the gateway at base:
+// each answers 200 from one of addrs.
+func expectServedBy(ctx context.Context, base string, records <-chan gateway.Record, what string, addrs []string) {
+	GinkgoHelper()
+	for i := range 4 {
+		code, body, rec := complete(ctx, base, records, fmt.Sprintf("%s %d", what, i))
+		Expect(code).To(Equal(200), body)
+		Expect(addrs).To(ContainElement(rec.Served))
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // The chart's Deployment rolled out by a real kube-controller-manager: pods
@@ -106,7 +107,7 @@ func waitRolledOut(ctx context.Context, k *kubelet, replicas, wantReady int) str
 			g.Expect(p.DeletionTimestamp).To(BeNil(), "pod %s terminating", p.Name)
 			g.Expect(p.Labels).To(HaveKeyWithValue(appsv1.DefaultDeploymentUniqueLabelKey, hash), "pod %s of the new template", p.Name)
 			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "pod %s on node %q: %+v", p.Name, p.Spec.NodeName, p.Status.Conditions)
-			if podReady(p) {
+			if framework.PodReady(p) {
 				ready++
 			}
 		}
@@ -115,15 +116,6 @@ func waitRolledOut(ctx context.Context, k *kubelet, replicas, wantReady int) str
 		g.Expect(dep.Status.ReadyReplicas).To(BeEquivalentTo(wantReady))
 	}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 	return hash
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // kubelet plays what kwok leaves to the kubelet: it runs the picker of each
@@ -178,7 +170,7 @@ func (k *kubelet) sync(ctx context.Context) error {
 			}
 			st, err := p.health(ctx, "readiness")
 			ready := err == nil && st == healthpb.HealthCheckResponse_SERVING
-			if ready != podReady(pod) {
+			if ready != framework.PodReady(pod) {
 				if err := setReady(ctx, pod, ready); err != nil {
 					return err
 				}

@@ -102,6 +102,16 @@ func SetNotReady(pod *corev1.Pod, ip string) {
 	setStatus(pod, ip, corev1.ConditionFalse)
 }
 
+// PodReady reports whether pod's Ready condition is true.
+func PodReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 func setStatus(pod *corev1.Pod, ip string, ready corev1.ConditionStatus) {
 	now := metav1.Now()
 	pod.Status.Phase = corev1.PodRunning

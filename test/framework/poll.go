@@ -33,8 +33,13 @@ func Stop(err error) error { return stopError{err} }
 // wrapped by Stop, ctx ends, or timeout passes; it then returns cond's last
 // error.
 func Poll(ctx context.Context, timeout time.Duration, cond func() error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	return poll(ctx.Done(), timeout, cond)
+}
+
+// poll is Poll ending early when done is closed (never when it is nil).
+func poll(done <-chan struct{}, timeout time.Duration, cond func() error) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	tick := time.NewTicker(PollInterval)
 	defer tick.Stop()
 	for {
@@ -46,7 +51,9 @@ func Poll(ctx context.Context, timeout time.Duration, cond func() error) error {
 			return s.err
 		}
 		select {
-		case <-ctx.Done():
+		case <-done:
+			return fmt.Errorf("after %s: %w", timeout, err)
+		case <-deadline.C:
 			return fmt.Errorf("after %s: %w", timeout, err)
 		case <-tick.C:
 		}
@@ -68,22 +75,5 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 // PollTimeout is Poll for callers without a context (the benchmark's
 // process start-up): it ends only on cond or timeout.
 func PollTimeout(timeout time.Duration, cond func() error) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(PollInterval)
-	defer tick.Stop()
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if s, ok := errors.AsType[stopError](err); ok {
-			return s.err
-		}
-		select {
-		case <-deadline.C:
-			return fmt.Errorf("after %s: %w", timeout, err)
-		case <-tick.C:
-		}
-	}
+	return poll(nil, timeout, cond)
 }

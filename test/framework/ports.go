@@ -17,6 +17,28 @@ func FreePort(host string) (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// FreePorts returns n distinct TCP ports free on host at the time of the
+// call.
+func FreePorts(host string, n int) ([]int, error) {
+	// Each is held open until all are chosen, so that none is chosen twice.
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("free port on %s: %w", host, err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
 // FreePortOn returns a port free on every one of hosts at the time of the
 // call (simulated pods share the pool's target port on several loopback
 // addresses).

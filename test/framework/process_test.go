@@ -40,42 +40,53 @@ func TestProcessAnnounceAndStop(t *testing.T) {
 	}
 }
 
-// TestProcessKilledAfterGrace checks that a child ignoring SIGTERM is
-// killed, with an error saying so, and its own children with it.
-func TestProcessKilledAfterGrace(t *testing.T) {
-	dir := t.TempDir()
-	pidFile := filepath.Join(dir, "child.pid")
-	p, err := Start(Cmd{Name: "stubborn", Path: "sh",
-		Args: []string{"-c", `trap "" TERM; sleep 60 & echo $! > ` + pidFile + `; echo ready; wait`},
-		Log:  filepath.Join(dir, "stubborn.log")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.WaitFor(t.Context(), Timeout, "ready"); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	child, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Stop(200 * time.Millisecond); err == nil {
-		t.Errorf("Stop of a process ignoring SIGTERM = nil, want an error saying it was killed")
-	}
-	// The grandchild was in the same process group: it is gone (or a zombie
-	// waiting for init) too.
-	Eventually(t, Timeout, "the grandchild gone", func() error {
-		if err := syscall.Kill(child, 0); err == nil {
-			stat, _ := os.ReadFile("/proc/" + strconv.Itoa(child) + "/stat")
-			if !strings.Contains(string(stat), ") Z ") {
-				return errors.New("still running")
+// TestStopEndsTheProcessGroup checks that Stop ends a child's own children
+// too, whether the child obeys SIGTERM or is killed after the grace period
+// (with an error saying so).
+func TestStopEndsTheProcessGroup(t *testing.T) {
+	for name, tc := range map[string]struct {
+		trap    string
+		wantErr bool
+	}{
+		"obeys SIGTERM":   {},
+		"ignores SIGTERM": {trap: `trap "" TERM; `, wantErr: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			pidFile := filepath.Join(dir, "child.pid")
+			p, err := Start(Cmd{Name: "sh", Path: "sh",
+				Args: []string{"-c", tc.trap + `sleep 60 & echo $! > ` + pidFile + `; echo ready; wait`},
+				Log:  filepath.Join(dir, "sh.log")})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		return nil
-	})
+			if _, err := p.WaitFor(t.Context(), Timeout, "ready"); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(pidFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			child, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Stop(200 * time.Millisecond); (err != nil) != tc.wantErr {
+				t.Errorf("Stop = %v, want an error %v", err, tc.wantErr)
+			}
+			// The grandchild was in the same process group: it is gone (or
+			// a zombie waiting for init) too.
+			Eventually(t, Timeout, "the grandchild gone", func() error {
+				if err := syscall.Kill(child, 0); err == nil {
+					stat, _ := os.ReadFile("/proc/" + strconv.Itoa(child) + "/stat")
+					if !strings.Contains(string(stat), ") Z ") {
+						return errors.New("still running")
+					}
+				}
+				return nil
+			})
+		})
+	}
 }
 
 // TestProcessExitBeforeAnnounce checks that WaitFor gives up at once when

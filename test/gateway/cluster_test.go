@@ -25,17 +25,7 @@ func okUpstream(t *testing.T) string {
 func startCluster(t *testing.T, addrs []string, opts ...Option) (*Gateway, string) {
 	t.Helper()
 	g, err := NewCluster(addrs, append([]Option{WithMessageTimeout(0)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(g)
-	t.Cleanup(func() {
-		srv.Close()
-		if err := g.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return g, srv.URL
+	return g, serve(t, g, err)
 }
 
 func post(t *testing.T, url string) int {

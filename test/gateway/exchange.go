@@ -283,21 +283,11 @@ func (x *exchange) handle(m *extprocv3.ProcessingResponse) error {
 	}
 	switch r := m.GetResponse().(type) {
 	case *extprocv3.ProcessingResponse_RequestHeaders:
-		if !x.awaitReqHeaders {
-			x.c.spurious.Add(1)
-			return spurious("request_headers")
-		}
-		x.awaitReqHeaders = false
-		x.reqHeaders <- r.RequestHeaders
+		return x.headersReply(r.RequestHeaders, &x.awaitReqHeaders, x.reqHeaders, "request_headers")
 	case *extprocv3.ProcessingResponse_RequestBody:
 		return x.bodyReply(r.RequestBody, x.awaitReqHeaders, &x.reqBodyOpen, x.reqBody, "request_body")
 	case *extprocv3.ProcessingResponse_ResponseHeaders:
-		if !x.awaitRespHeaders {
-			x.c.spurious.Add(1)
-			return spurious("response_headers")
-		}
-		x.awaitRespHeaders = false
-		x.respHeaders <- r.ResponseHeaders
+		return x.headersReply(r.ResponseHeaders, &x.awaitRespHeaders, x.respHeaders, "response_headers")
 	case *extprocv3.ProcessingResponse_ResponseBody:
 		return x.bodyReply(r.ResponseBody, x.awaitRespHeaders, &x.respBodyOpen, x.respBody, "response_body")
 	case *extprocv3.ProcessingResponse_ImmediateResponse:
@@ -310,6 +300,20 @@ func (x *exchange) handle(m *extprocv3.ProcessingResponse) error {
 	return nil
 }
 
+// headersReply hands h to the phase awaiting it: a reply nobody awaits is
+// spurious.
+func (x *exchange) headersReply(h *extprocv3.HeadersResponse, awaited *bool, to chan<- *extprocv3.HeadersResponse, what string) error {
+	if !*awaited {
+		x.c.spurious.Add(1)
+		return spurious(what)
+	}
+	*awaited = false
+	to <- h
+	return nil
+}
+
+// bodyReply queues the streamed body chunk of b for the body that is open;
+// a chunk for a body not open, or before its headers, is spurious.
 func (x *exchange) bodyReply(b *extprocv3.BodyResponse, headersDue bool, open *bool, q *chunkQueue, what string) error {
 	sr := b.GetResponse().GetBodyMutation().GetStreamedResponse()
 	if headersDue || !*open || sr == nil {

@@ -100,14 +100,7 @@ func TestClientDisconnectCancelsStream(t *testing.T) {
 	g, url, records := startGateway(t, newFakePicker(t, picker))
 
 	ctx, cancel := context.WithCancel(t.Context())
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", strings.NewReader(`{"stream":true}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := openStream(ctx, t, url)
 	if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || line != "data: one\n" {
 		t.Fatalf("first event %q, %v", line, err)
 	}
@@ -191,14 +184,7 @@ func TestUpstreamDeathMidBodyResetsDownstream(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", strings.NewReader(`{"stream":true}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := openStream(ctx, t, url)
 	defer resp.Body.Close()
 	got, err := io.ReadAll(resp.Body)
 	if err == nil || ctx.Err() != nil {

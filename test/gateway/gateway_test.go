@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -57,6 +58,13 @@ func startGateway(t *testing.T, picker string, opts ...Option) (*Gateway, string
 	records := make(chan Record, 16)
 	opts = append([]Option{WithRecorder(func(r Record) { records <- r })}, opts...)
 	g, err := New(picker, opts...)
+	return g, serve(t, g, err), records
+}
+
+// serve serves g over HTTP on loopback until the test ends, then closes
+// it; err is New's or NewCluster's, fatal when not nil.
+func serve(t *testing.T, g *Gateway, err error) string {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +75,7 @@ func startGateway(t *testing.T, picker string, opts ...Option) (*Gateway, string
 			t.Error(err)
 		}
 	})
-	return g, srv.URL, records
+	return srv.URL
 }
 
 func waitFor[T any](t *testing.T, ch <-chan T) T {
@@ -102,6 +110,21 @@ func do(t *testing.T, req *http.Request) (answer, string) {
 		t.Fatal(err)
 	}
 	return answer{StatusCode: resp.StatusCode, Header: resp.Header}, string(b)
+}
+
+// openStream posts a streamed completion with ctx and returns the response
+// as soon as its headers arrive; the caller closes its body.
+func openStream(ctx context.Context, t *testing.T, url string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", strings.NewReader(`{"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }
 
 func newRequest(t *testing.T, method, url, body string) *http.Request {

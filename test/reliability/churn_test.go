@@ -204,18 +204,9 @@ func waitWorker(t *testing.T, p *picker, addr string) observe.WorkerView {
 	t.Helper()
 	var found observe.WorkerView
 	eventually(t, 30*time.Second, func() error {
-		v, err := p.Workers()
-		if err != nil {
-			return err
-		}
-		for i := range v.Workers {
-			w := &v.Workers[i]
-			if w.Address == addr {
-				found = *w
-				return nil
-			}
-		}
-		return fmt.Errorf("worker %s not listed yet", addr)
+		var err error
+		found, err = p.Worker(addr)
+		return err
 	})
 	return found
 }

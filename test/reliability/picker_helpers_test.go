@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/inferpick/inferpick/picker/observe"
@@ -37,6 +38,21 @@ func (p *picker) Stop(t testing.TB) {
 // Workers reads /debug/workers (plain HTTP on the metrics port).
 func (p *picker) Workers() (observe.WorkersView, error) {
 	return p.Picker.Workers(context.Background())
+}
+
+// Worker reads the view of the worker at addr from /debug/workers, an
+// error when it is not listed.
+func (p *picker) Worker(addr string) (observe.WorkerView, error) {
+	v, err := p.Workers()
+	if err != nil {
+		return observe.WorkerView{}, err
+	}
+	for i := range v.Workers {
+		if v.Workers[i].Address == addr {
+			return v.Workers[i], nil
+		}
+	}
+	return observe.WorkerView{}, fmt.Errorf("worker %s is not listed", addr)
 }
 
 // Metrics reads the Prometheus page of the metrics port.

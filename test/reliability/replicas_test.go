@@ -76,11 +76,12 @@ func startClusterGateway(t *testing.T, addrs []string, opts ...gateway.Option) *
 	return &gw{Gateway: g, client: g.Client}
 }
 
-// load sends streamed completions from clients goroutines until stop is
-// closed; it returns a function that waits for them and reports how many
-// requests were sent and how many did not answer 200.
-func (rs *replicaSet) load(t *testing.T, clients int, stop <-chan struct{}) func() (sent, failed int64) {
+// load sends streamed completions from clients goroutines until finish is
+// called; finish stops them, waits, logs the streams each replica carried,
+// and reports how many requests were sent and how many did not answer 200.
+func (rs *replicaSet) load(t *testing.T, clients int) (finish func() (sent, failed int64)) {
 	t.Helper()
+	stop := make(chan struct{})
 	var sent, failed atomic.Int64
 	var wg sync.WaitGroup
 	for i := range clients {
@@ -103,6 +104,7 @@ func (rs *replicaSet) load(t *testing.T, clients int, stop <-chan struct{}) func
 		})
 	}
 	return func() (int64, int64) {
+		close(stop)
 		wg.Wait()
 		return sent.Load(), failed.Load()
 	}
@@ -125,15 +127,13 @@ func (rs *replicaSet) waitRecorded(t *testing.T, n int) {
 func TestReplicaKillUnderLoad(t *testing.T) {
 	c := sharedCluster(t)
 	rs := startReplicaSet(t, c, []string{"127.0.0.90", "127.0.0.91", "127.0.0.92"}, 3)
-	stop := make(chan struct{})
-	wait := rs.load(t, 6, stop)
+	finish := rs.load(t, 6)
 	rs.waitRecorded(t, 60)
 
 	victim := rs.replicas[1]
 	victim.Kill()
 	rs.waitRecorded(t, 120)
-	close(stop)
-	sent, failed := wait()
+	sent, failed := finish()
 
 	perPicker := map[string]int{}
 	var onVictim, failedOnVictim int
@@ -171,8 +171,7 @@ func TestReplicaKillUnderLoad(t *testing.T) {
 func TestRollingRestartOfReplicasUnderLoad(t *testing.T) {
 	c := sharedCluster(t)
 	rs := startReplicaSet(t, c, []string{"127.0.0.93", "127.0.0.94", "127.0.0.95"}, 3)
-	stop := make(chan struct{})
-	wait := rs.load(t, 6, stop)
+	finish := rs.load(t, 6)
 	rs.waitRecorded(t, 30)
 	for i, p := range rs.replicas {
 		p.Restart(t, false)
@@ -185,9 +184,7 @@ func TestRollingRestartOfReplicasUnderLoad(t *testing.T) {
 		})
 		rs.waitRecorded(t, 30)
 	}
-	close(stop)
-	sent, failed := wait()
-	t.Logf("sent %d requests through the rolling restart; streams per replica %v", sent, rs.g.PickerStreams())
+	sent, failed := finish()
 	if failed != 0 {
 		t.Errorf("%d of %d requests failed during the rolling restart", failed, sent)
 	}
@@ -211,8 +208,7 @@ func TestWorkerRemovedWhileReplicasDisagree(t *testing.T) {
 	c := sharedCluster(t)
 	hosts := []string{"127.0.0.96", "127.0.0.97", "127.0.0.98"}
 	rs := startReplicaSet(t, c, hosts, 2)
-	stop := make(chan struct{})
-	wait := rs.load(t, 4, stop)
+	finish := rs.load(t, 4)
 	rs.waitRecorded(t, 30)
 
 	// Replica 1 freezes: it sees nothing of what follows until it thaws.
@@ -232,9 +228,7 @@ func TestWorkerRemovedWhileReplicasDisagree(t *testing.T) {
 	}
 	frozen.WaitWorkers(t, 2)
 	rs.waitRecorded(t, 30)
-	close(stop)
-	sent, failed := wait()
-	t.Logf("sent %d requests; streams per replica %v", sent, rs.g.PickerStreams())
+	sent, failed := finish()
 	if failed != 0 {
 		t.Errorf("%d of %d requests failed while the replicas disagreed about a removed pod", failed, sent)
 	}

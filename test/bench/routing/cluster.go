@@ -17,6 +17,7 @@ import (
 
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/test/bench/proc"
+	"github.com/inferpick/inferpick/test/framework"
 	"github.com/inferpick/inferpick/test/gateway"
 )
 
@@ -156,13 +157,9 @@ func Start(ctx context.Context, bins Binaries, spec SimSpec, cfg policy.Config, 
 }
 
 func (c *Cluster) startPicker(bin string, addrs []string, cfg policy.Config, replica int) (*pickerProc, error) {
-	ports := make([]int, 3)
-	for i := range ports {
-		p, err := proc.FreePort("127.0.0.1")
-		if err != nil {
-			return nil, err
-		}
-		ports[i] = p
+	ports, err := framework.FreePorts("127.0.0.1", 3)
+	if err != nil {
+		return nil, err
 	}
 	doc, err := json.Marshal(map[string]any{"policy": cfg})
 	if err != nil {

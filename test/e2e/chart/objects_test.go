@@ -75,17 +75,12 @@ func (m manifest) decode(t *testing.T, kind string, into any) bool {
 	case 0:
 		return false
 	case 1:
+		decodeStrict(t, found[0], into)
+		return true
 	default:
 		t.Fatalf("%d objects of kind %s, want one", len(found), kind)
+		return false
 	}
-	raw, err := yaml.Marshal(found[0].Object)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.UnmarshalStrict(raw, into); err != nil {
-		t.Fatalf("%s does not decode strictly: %v\n%s", kind, err, raw)
-	}
-	return true
 }
 
 // decodeAll decodes every object of kind strictly, keyed by name.
@@ -93,24 +88,47 @@ func decodeAll[T any](t *testing.T, m manifest, kind string) map[string]*T {
 	t.Helper()
 	out := map[string]*T{}
 	for _, u := range m.docs {
-		if u.GetKind() != kind {
-			continue
+		if u.GetKind() == kind {
+			v := new(T)
+			decodeStrict(t, u, v)
+			out[u.GetName()] = v
 		}
-		raw, err := yaml.Marshal(u.Object)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v := new(T)
-		if err := yaml.UnmarshalStrict(raw, v); err != nil {
-			t.Fatalf("%s/%s does not decode strictly: %v", kind, u.GetName(), err)
-		}
-		out[u.GetName()] = v
 	}
 	return out
 }
 
+// decodeStrict decodes u into into, failing on any field into lacks.
+func decodeStrict(t *testing.T, u *unstructured.Unstructured, into any) {
+	t.Helper()
+	raw, err := yaml.Marshal(u.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(raw, into); err != nil {
+		t.Fatalf("%s/%s does not decode strictly: %v\n%s", u.GetKind(), u.GetName(), err, raw)
+	}
+}
+
 func TestRenderedObjects(t *testing.T) {
 	const fullname = "llama-inferpick"
+	// withPool lists, sorted, what every release that creates the pool
+	// "llama" renders, and extra.
+	withPool := func(extra ...string) []string {
+		ks := append([]string{
+			"ClusterRole/serving-llama-inferpick-auth",
+			"ClusterRole/serving-llama-inferpick-metrics-reader",
+			"ClusterRoleBinding/serving-llama-inferpick-auth",
+			"ConfigMap/" + fullname,
+			"Deployment/" + fullname,
+			"InferencePool/llama",
+			"Role/" + fullname,
+			"RoleBinding/" + fullname,
+			"Service/" + fullname,
+			"ServiceAccount/" + fullname,
+		}, extra...)
+		slices.Sort(ks)
+		return ks
+	}
 	tests := map[string]struct {
 		kinds []string
 		// args the picker container must have, and must not have.
@@ -121,18 +139,7 @@ func TestRenderedObjects(t *testing.T) {
 		poolPorts []int32
 	}{
 		"default": {
-			kinds: []string{
-				"ClusterRole/serving-llama-inferpick-auth",
-				"ClusterRole/serving-llama-inferpick-metrics-reader",
-				"ClusterRoleBinding/serving-llama-inferpick-auth",
-				"ConfigMap/" + fullname,
-				"Deployment/" + fullname,
-				"InferencePool/llama",
-				"Role/" + fullname,
-				"RoleBinding/" + fullname,
-				"Service/" + fullname,
-				"ServiceAccount/" + fullname,
-			},
+			kinds: withPool(),
 			args: []string{"--pool-name=llama", "--secure-serving=true", "--metrics-endpoint-auth=true",
 				"--config-file=/etc/inferpick/config/config.yaml", "--drain-timeout=115s"},
 			noArgs:    []string{"--ha-enable-leader-election", "--cert-path", "--policy", "--max-request-body-bytes"},
@@ -140,39 +147,19 @@ func TestRenderedObjects(t *testing.T) {
 			poolPorts: []int32{8000},
 		},
 		"ha": {
-			kinds: []string{
-				"ClusterRole/serving-llama-inferpick-auth",
-				"ClusterRole/serving-llama-inferpick-metrics-reader",
-				"ClusterRoleBinding/serving-llama-inferpick-auth",
-				"ConfigMap/" + fullname,
-				"Deployment/" + fullname,
-				"InferencePool/llama",
-				"Role/" + fullname,
-				"Role/" + fullname + "-leader-election",
-				"RoleBinding/" + fullname,
-				"RoleBinding/" + fullname + "-leader-election",
-				"Service/" + fullname,
-				"ServiceAccount/" + fullname,
-			},
+			kinds: withPool(
+				"Role/"+fullname+"-leader-election",
+				"RoleBinding/"+fullname+"-leader-election",
+			),
 			args:      []string{"--ha-enable-leader-election", "--ha-mode=active-active", "--fallbacks=1", "-v=2"},
 			pool:      "llama",
 			poolPorts: []int32{8000},
 		},
 		"httproute": {
-			kinds: []string{
-				"ClusterRole/serving-llama-inferpick-auth",
-				"ClusterRole/serving-llama-inferpick-metrics-reader",
-				"ClusterRoleBinding/serving-llama-inferpick-auth",
-				"ConfigMap/" + fullname,
-				"Deployment/" + fullname,
+			kinds: withPool(
 				"HTTPRoute/llama",
-				"InferencePool/llama",
-				"Role/" + fullname,
-				"RoleBinding/" + fullname,
-				"Service/" + fullname,
-				"ServiceAccount/" + fullname,
-				"ServiceMonitor/" + fullname,
-			},
+				"ServiceMonitor/"+fullname,
+			),
 			noArgs:    []string{"--ha-enable-leader-election"},
 			pool:      "llama",
 			poolPorts: []int32{8000, 8001},
@@ -193,64 +180,33 @@ func TestRenderedObjects(t *testing.T) {
 			pool: "shared-pool",
 		},
 		"tls-secret": {
-			kinds: []string{
-				"ClusterRole/serving-llama-inferpick-auth",
-				"ClusterRole/serving-llama-inferpick-metrics-reader",
-				"ClusterRoleBinding/serving-llama-inferpick-auth",
-				"ConfigMap/" + fullname,
-				"Deployment/" + fullname,
-				"InferencePool/llama",
-				"Role/" + fullname,
-				"RoleBinding/" + fullname,
-				"Service/" + fullname,
-				"ServiceAccount/" + fullname,
-			},
+			kinds:     withPool(),
 			args:      []string{"--cert-path=/etc/inferpick/tls", "--drain-timeout=45s", "--vmodule=server=4"},
 			pool:      "llama",
 			poolPorts: []int32{8000},
 		},
 		"gke": {
-			kinds: []string{
-				"ClusterRole/serving-llama-inferpick-auth",
-				"ClusterRole/serving-llama-inferpick-metrics-reader",
-				"ClusterRoleBinding/serving-llama-inferpick-auth",
+			kinds: withPool(
 				"ClusterRoleBinding/serving-llama-inferpick-metrics-reader",
-				"ConfigMap/" + fullname,
-				"Deployment/" + fullname,
 				"GCPBackendPolicy/llama",
 				"HealthCheckPolicy/llama",
-				"InferencePool/llama",
-				"PodMonitoring/" + fullname,
-				"Role/" + fullname,
-				"Role/" + fullname + "-gmp-token",
-				"RoleBinding/" + fullname,
-				"RoleBinding/" + fullname + "-gmp-token",
-				"Secret/" + fullname + "-metrics-reader",
-				"Service/" + fullname,
-				"ServiceAccount/" + fullname,
-				"ServiceAccount/" + fullname + "-metrics-reader",
-			},
+				"PodMonitoring/"+fullname,
+				"Role/"+fullname+"-gmp-token",
+				"RoleBinding/"+fullname+"-gmp-token",
+				"Secret/"+fullname+"-metrics-reader",
+				"ServiceAccount/"+fullname+"-metrics-reader",
+			),
 			pool:      "llama",
 			poolPorts: []int32{8000, 8001},
 		},
 		"istio": {
-			kinds: []string{
-				"ClusterRole/serving-llama-inferpick-auth",
-				"ClusterRole/serving-llama-inferpick-metrics-reader",
-				"ClusterRoleBinding/serving-llama-inferpick-auth",
+			kinds: withPool(
 				"ClusterRoleBinding/serving-llama-inferpick-metrics-reader",
-				"ConfigMap/" + fullname,
-				"Deployment/" + fullname,
-				"DestinationRule/" + fullname,
-				"InferencePool/llama",
-				"Role/" + fullname,
-				"RoleBinding/" + fullname,
-				"Secret/" + fullname + "-metrics-reader",
-				"Service/" + fullname,
-				"ServiceAccount/" + fullname,
-				"ServiceAccount/" + fullname + "-metrics-reader",
-				"ServiceMonitor/" + fullname,
-			},
+				"DestinationRule/"+fullname,
+				"Secret/"+fullname+"-metrics-reader",
+				"ServiceAccount/"+fullname+"-metrics-reader",
+				"ServiceMonitor/"+fullname,
+			),
 			pool:      "llama",
 			poolPorts: []int32{8000},
 		},
