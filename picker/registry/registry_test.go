@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -185,6 +186,12 @@ func TestGuardsUnderChurn(t *testing.T) {
 		seen    = map[*Worker]bool{}
 		stop    = make(chan struct{})
 		negSeen = make(chan string, 1)
+		// The churn starts once a request has admitted on a first
+		// generation worker, and the requests go on until it has ended:
+		// both generations see traffic however the goroutines are run.
+		admitted  = make(chan struct{})
+		firstOnce sync.Once
+		churned   atomic.Bool
 	)
 	// Watcher: counts must never be observed negative.
 	watch.Add(1)
@@ -210,6 +217,8 @@ func TestGuardsUnderChurn(t *testing.T) {
 	work.Add(1)
 	go func() {
 		defer work.Done()
+		defer churned.Store(true)
+		<-admitted
 		rng := rand.New(rand.NewPCG(1, 2))
 		for gen := 1; gen <= 200; gen++ {
 			i := rng.IntN(pods)
@@ -235,7 +244,10 @@ func TestGuardsUnderChurn(t *testing.T) {
 		go func() {
 			defer work.Done()
 			rng := rand.New(rand.NewPCG(uint64(c), 7))
-			for range 2000 {
+			// Until 2000 requests are sent and one of them started after
+			// the churn ended.
+			for n, last := 0, false; !last; n++ {
+				last = n >= 2000 && churned.Load()
 				ws := r.Workers()
 				if len(ws) == 0 {
 					continue
@@ -245,6 +257,7 @@ func TestGuardsUnderChurn(t *testing.T) {
 				seen[w] = true
 				mu.Unlock()
 				g := w.Admit()
+				firstOnce.Do(func() { close(admitted) })
 				if rng.IntN(2) == 0 {
 					g.FirstToken()
 				}
