@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 
 	"github.com/inferpick/inferpick/picker/prefix"
-	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // The home of a prompt prefix is where every picker replica sends it when
@@ -49,7 +48,7 @@ func (c *cacheAware) home(e *engine, p *pick) int {
 	learned, total := false, 0.0
 	for i := range p.cands {
 		cd := &p.cands[i]
-		cd.tie = ^prefix.Rendezvous(key, workerKey(cd.w)) // the heaviest first
+		cd.tie = ^prefix.Rendezvous(key, cd.w.StableKey()) // the heaviest first
 		learned = learned || cd.matched >= blocks
 		total += cd.load
 	}
@@ -105,10 +104,4 @@ func (r *reuseRate) observe(seen bool) {
 			return
 		}
 	}
-}
-
-// workerKey is the worker's identity as every replica sees it.
-func workerKey(w *registry.Worker) uint64 {
-	k := w.Endpoint().Key
-	return prefix.StableString(k.UID) ^ uint64(k.Port)*0x9e3779b97f4a7c15
 }

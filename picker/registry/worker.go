@@ -13,6 +13,8 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"time"
+
+	"github.com/inferpick/inferpick/picker/prefix"
 )
 
 // Key identifies an endpoint across its lifetime: the pod's UID and the
@@ -92,9 +94,10 @@ type LoRA struct {
 
 // Worker is one endpoint of the pool. All methods are safe for concurrent use.
 type Worker struct {
-	ep   Endpoint
-	addr string // ep.Address formatted once
-	id   uint32 // unique for the life of the process; never reused
+	ep     Endpoint
+	addr   string // ep.Address formatted once
+	id     uint32 // unique for the life of the process; never reused
+	stable uint64 // ep.Key hashed once
 
 	prefill  atomic.Int64
 	decode   atomic.Int64
@@ -107,7 +110,8 @@ type Worker struct {
 var nextID atomic.Uint32
 
 func newWorker(ep Endpoint) *Worker {
-	return &Worker{ep: ep, addr: ep.Address.String(), id: nextID.Add(1)}
+	return &Worker{ep: ep, addr: ep.Address.String(), id: nextID.Add(1),
+		stable: prefix.StableString(ep.Key.UID) ^ uint64(ep.Key.Port)*0x9e3779b97f4a7c15}
 }
 
 // Endpoint returns what the worker was created from.
@@ -119,6 +123,10 @@ func (w *Worker) Address() string { return w.addr }
 // ID is a small integer unique to this worker object for the life of the
 // process. A re-created pod gets a new ID.
 func (w *Worker) ID() uint32 { return w.id }
+
+// StableKey is the worker's Key hashed: the same pod and port give the same
+// key in every process (every replica of the picker), unlike ID.
+func (w *Worker) StableKey() uint64 { return w.stable }
 
 // Removed reports whether the worker has left the registry.
 func (w *Worker) Removed() bool { return w.removed.Load() }
