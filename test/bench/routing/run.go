@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sort"
 	"strings"
@@ -72,6 +73,17 @@ type LoadSample struct {
 
 // Quantile returns the q-quantile of TTFT (nearest rank).
 func (r *Result) Quantile(q float64) float64 { return QuantileOf(r.TTFT, q) }
+
+// QuantileAll is Quantile over every request sent, one that was never
+// answered counting as slower than any answer (+Inf): a policy cannot
+// improve its tail by failing requests.
+func (r *Result) QuantileAll(q float64) float64 {
+	v := append(make([]float64, 0, max(r.Sent, len(r.TTFT))), r.TTFT...)
+	for range r.Sent - len(r.TTFT) {
+		v = append(v, math.Inf(1))
+	}
+	return QuantileOf(v, q)
+}
 
 // driver sends a workload's requests through the cluster's gateway.
 type driver struct {
