@@ -46,6 +46,17 @@ func startManager(pool types.NamespacedName, self *corev1.ObjectReference) (*reg
 	return sinks.Endpoints.(*registry.Registry), sinks.Priorities.(*flowcontrol.Priorities)
 }
 
+// poolPerSpec gives every spec of the calling container a namespace of its
+// own, prefix-*, and returns the key of the pool "pool" there, set before
+// each spec.
+func poolPerSpec(prefix string) *types.NamespacedName {
+	key := new(types.NamespacedName)
+	BeforeEach(func(ctx SpecContext) {
+		*key = types.NamespacedName{Namespace: env.Namespace(ctx, prefix), Name: "pool"}
+	})
+	return key
+}
+
 // poolArgs are the command-line arguments that name pool.
 func poolArgs(pool types.NamespacedName) []string {
 	return []string{"--pool-name", pool.Name, "--pool-namespace", pool.Namespace}

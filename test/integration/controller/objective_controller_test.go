@@ -12,19 +12,11 @@ import (
 )
 
 var _ = Describe("Objective controller", func() {
-	var (
-		ns      string
-		poolKey types.NamespacedName
-	)
-
-	BeforeEach(func(ctx SpecContext) {
-		ns = env.Namespace(ctx, "objective")
-		poolKey = types.NamespacedName{Namespace: ns, Name: "pool"}
-	})
+	poolKey := poolPerSpec("objective")
 
 	objective := func(name, pool string, prio *int) *inferencev1alpha2.InferenceObjective {
 		return &inferencev1alpha2.InferenceObjective{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			ObjectMeta: metav1.ObjectMeta{Namespace: poolKey.Namespace, Name: name},
 			Spec: inferencev1alpha2.InferenceObjectiveSpec{
 				Priority: prio,
 				PoolRef:  inferencev1alpha2.PoolObjectReference{Name: inferencev1alpha2.ObjectName(pool)},
@@ -33,7 +25,7 @@ var _ = Describe("Objective controller", func() {
 	}
 
 	It("tracks the priorities of the served pool's objectives", func(ctx SpecContext) {
-		prios := startObjectives(poolKey)
+		prios := startObjectives(*poolKey)
 
 		By("an objective for the served pool appears with its priority")
 		chat := objective("chat", "pool", ptr.To(10))

@@ -4,7 +4,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
@@ -14,15 +13,7 @@ import (
 )
 
 var _ = Describe("Pool controller", func() {
-	var (
-		ns      string
-		poolKey types.NamespacedName
-	)
-
-	BeforeEach(func(ctx SpecContext) {
-		ns = env.Namespace(ctx, "pool")
-		poolKey = types.NamespacedName{Namespace: ns, Name: "pool"}
-	})
+	poolKey := poolPerSpec("pool")
 
 	// readyPod creates a pod and reports it ready at ip.
 	readyPod := func(ctx SpecContext, pod *corev1.Pod, ip string) *corev1.Pod {
@@ -33,22 +24,22 @@ var _ = Describe("Pool controller", func() {
 	}
 
 	It("is not ready while the pool does not exist, and says so on its own Pod", func(ctx SpecContext) {
-		self := framework.MakePod(ns, "picker").Obj()
+		self := framework.MakePod(poolKey.Namespace, "picker").Obj()
 		Expect(env.Client.Create(ctx, self)).To(Succeed())
-		reg := startPickerAs(poolKey, &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: self.Name, UID: self.UID})
+		reg := startPickerAs(*poolKey, &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: poolKey.Namespace, Name: self.Name, UID: self.UID})
 		Eventually(objectEvents(ctx, "Pod", client.ObjectKeyFromObject(self))).Should(ConsistOf("Warning " + controllers.ReasonPoolNotFound))
 		Expect(reg.Synced()).To(BeFalse())
 		Expect(reg.Workers()).To(BeEmpty())
 
 		By("the pool is created")
-		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
+		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Obj())).To(Succeed())
 		Eventually(reg.Synced).Should(BeTrue())
 	})
 
 	It("adds a pod when it becomes ready and removes it when it stops being ready or is deleted", func(ctx SpecContext) {
-		reg := startPicker(poolKey)
-		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
-		pod := framework.MakePod(ns, "vllm-0").Obj()
+		reg := startPicker(*poolKey)
+		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Obj())).To(Succeed())
+		pod := framework.MakePod(poolKey.Namespace, "vllm-0").Obj()
 		Expect(env.Client.Create(ctx, pod)).To(Succeed())
 
 		By("a pod that is not ready yet")
@@ -62,7 +53,7 @@ var _ = Describe("Pool controller", func() {
 		w := workerAt(reg, "127.0.0.1:8000")()
 		Expect(w.Endpoint()).To(Equal(registry.Endpoint{
 			Key:       registry.Key{UID: string(pod.UID), Port: 8000},
-			Namespace: ns,
+			Namespace: poolKey.Namespace,
 			Name:      "vllm-0",
 			Address:   w.Endpoint().Address,
 		}))
@@ -82,9 +73,9 @@ var _ = Describe("Pool controller", func() {
 	})
 
 	It("treats a pod re-created at the same address as a new worker that old guards cannot touch", func(ctx SpecContext) {
-		reg := startPicker(poolKey)
-		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
-		first := readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.5")
+		reg := startPicker(*poolKey)
+		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Obj())).To(Succeed())
+		first := readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-0").Obj(), "127.0.0.5")
 		Eventually(workerAt(reg, "127.0.0.5:8000")).ShouldNot(BeNil())
 		old := workerAt(reg, "127.0.0.5:8000")()
 		guard := old.Admit()
@@ -93,7 +84,7 @@ var _ = Describe("Pool controller", func() {
 		By("deleting the pod for good and creating it again with the same name and IP")
 		Expect(env.Client.Delete(ctx, first, client.GracePeriodSeconds(0))).To(Succeed())
 		Eventually(workers(reg)).Should(BeEmpty())
-		second := readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.5")
+		second := readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-0").Obj(), "127.0.0.5")
 		Expect(second.UID).NotTo(Equal(first.UID))
 		Eventually(workerAt(reg, "127.0.0.5:8000")).ShouldNot(BeNil())
 		fresh := workerAt(reg, "127.0.0.5:8000")()
@@ -113,9 +104,9 @@ var _ = Describe("Pool controller", func() {
 	})
 
 	It("removes a pod whose labels stop matching", func(ctx SpecContext) {
-		reg := startPicker(poolKey)
-		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
-		pod := readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
+		reg := startPicker(*poolKey)
+		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Obj())).To(Succeed())
+		pod := readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-0").Obj(), "127.0.0.1")
 		Eventually(workers(reg)).Should(HaveLen(1))
 
 		update(ctx, pod, func(p *corev1.Pod) { p.Labels = map[string]string{"app": "other"} })
@@ -123,29 +114,29 @@ var _ = Describe("Pool controller", func() {
 	})
 
 	It("resyncs when the pool's selector changes", func(ctx SpecContext) {
-		reg := startPicker(poolKey)
-		pool := framework.MakePool(ns, "pool").Ports(8000).Obj()
+		reg := startPicker(*poolKey)
+		pool := framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Obj()
 		Expect(env.Client.Create(ctx, pool)).To(Succeed())
-		readyPod(ctx, framework.MakePod(ns, "llama").Labels(map[string]string{"model": "llama"}).Obj(), "127.0.0.1")
-		readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.2")
+		readyPod(ctx, framework.MakePod(poolKey.Namespace, "llama").Labels(map[string]string{"model": "llama"}).Obj(), "127.0.0.1")
+		readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-0").Obj(), "127.0.0.2")
 		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.2:8000"}))
 
 		update(ctx, pool, func(p *inferencev1.InferencePool) {
-			p.Spec.Selector = framework.MakePool(ns, "pool").Selector(map[string]string{"model": "llama"}).Spec.Selector
+			p.Spec.Selector = framework.MakePool(poolKey.Namespace, "pool").Selector(map[string]string{"model": "llama"}).Spec.Selector
 		})
 		Eventually(workers(reg)).Should(Equal([]string{"llama@127.0.0.1:8000"}))
 	})
 
 	It("resyncs when the target port changes", func(ctx SpecContext) {
-		reg := startPicker(poolKey)
-		pool := framework.MakePool(ns, "pool").Ports(8000).Obj()
+		reg := startPicker(*poolKey)
+		pool := framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Obj()
 		Expect(env.Client.Create(ctx, pool)).To(Succeed())
-		readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
+		readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-0").Obj(), "127.0.0.1")
 		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
 		old := workerAt(reg, "127.0.0.1:8000")()
 
 		update(ctx, pool, func(p *inferencev1.InferencePool) {
-			p.Spec.TargetPorts = framework.MakePool(ns, "pool").Ports(8001).Spec.TargetPorts
+			p.Spec.TargetPorts = framework.MakePool(poolKey.Namespace, "pool").Ports(8001).Spec.TargetPorts
 		})
 		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8001"}))
 		Expect(workerAt(reg, "127.0.0.1:8001")().Endpoint().Key.Port).To(Equal(int32(8001)))
@@ -153,10 +144,10 @@ var _ = Describe("Pool controller", func() {
 	})
 
 	It("gives each pod one endpoint per target port", func(ctx SpecContext) {
-		reg := startPicker(poolKey)
-		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000, 8001).Obj())).To(Succeed())
-		readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
-		readyPod(ctx, framework.MakePod(ns, "vllm-1").Obj(), "127.0.0.2")
+		reg := startPicker(*poolKey)
+		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000, 8001).Obj())).To(Succeed())
+		readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-0").Obj(), "127.0.0.1")
+		readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-1").Obj(), "127.0.0.2")
 		Eventually(workers(reg)).Should(Equal([]string{
 			"vllm-0@127.0.0.1:8000", "vllm-0@127.0.0.1:8001",
 			"vllm-1@127.0.0.2:8000", "vllm-1@127.0.0.2:8001",
@@ -164,44 +155,44 @@ var _ = Describe("Pool controller", func() {
 	})
 
 	It("ignores matching pods in other namespaces and other pools", func(ctx SpecContext) {
-		reg := startPicker(poolKey)
+		reg := startPicker(*poolKey)
 		other := env.Namespace(ctx, "other")
 
-		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
-		Expect(env.Client.Create(ctx, framework.MakePool(ns, "another-pool").Ports(9000).Obj())).To(Succeed())
+		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Obj())).To(Succeed())
+		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "another-pool").Ports(9000).Obj())).To(Succeed())
 		readyPod(ctx, framework.MakePod(other, "elsewhere").Obj(), "127.0.0.9")
-		readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
+		readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-0").Obj(), "127.0.0.1")
 		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
 		Consistently(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
 	})
 
 	It("empties the registry when the pool is deleted, and fills it when the pool returns", func(ctx SpecContext) {
-		reg := startPicker(poolKey)
-		pool := framework.MakePool(ns, "pool").Ports(8000).Obj()
+		reg := startPicker(*poolKey)
+		pool := framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Obj()
 		Expect(env.Client.Create(ctx, pool)).To(Succeed())
-		readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
+		readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-0").Obj(), "127.0.0.1")
 		Eventually(workers(reg)).Should(HaveLen(1))
 
 		Expect(env.Client.Delete(ctx, pool)).To(Succeed())
 		Eventually(workers(reg)).Should(BeEmpty())
 		Eventually(reg.Synced).Should(BeFalse(), "not ready without the pool")
 
-		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
+		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Obj())).To(Succeed())
 		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
 	})
 
 	It("records Events on the pool when the ready endpoints change", func(ctx SpecContext) {
-		startPicker(poolKey)
-		Expect(env.Client.Create(ctx, framework.MakePool(ns, "pool").Ports(8000).Obj())).To(Succeed())
-		Eventually(poolEvents(ctx, poolKey)).Should(ConsistOf("Warning " + controllers.ReasonNoReadyEndpoints))
+		startPicker(*poolKey)
+		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Obj())).To(Succeed())
+		Eventually(poolEvents(ctx, *poolKey)).Should(ConsistOf("Warning " + controllers.ReasonNoReadyEndpoints))
 
-		pod := readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
-		Eventually(poolEvents(ctx, poolKey)).Should(ContainElement("Normal " + controllers.ReasonEndpointsChanged))
+		pod := readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-0").Obj(), "127.0.0.1")
+		Eventually(poolEvents(ctx, *poolKey)).Should(ContainElement("Normal " + controllers.ReasonEndpointsChanged))
 
 		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetNotReady(p, "127.0.0.1") })
 		Eventually(func(g Gomega) int {
 			n := 0
-			for _, e := range poolEvents(ctx, poolKey)(g) {
+			for _, e := range poolEvents(ctx, *poolKey)(g) {
 				if e == "Warning "+controllers.ReasonNoReadyEndpoints {
 					n++
 				}
@@ -211,12 +202,12 @@ var _ = Describe("Pool controller", func() {
 	})
 
 	It("selects nothing and warns when a selector key is invalid", func(ctx SpecContext) {
-		reg := startPicker(poolKey)
-		readyPod(ctx, framework.MakePod(ns, "vllm-0").Obj(), "127.0.0.1")
-		bad := framework.MakePool(ns, "pool").Ports(8000).Selector(map[string]string{"bad key!": "vllm"}).Obj()
+		reg := startPicker(*poolKey)
+		readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-0").Obj(), "127.0.0.1")
+		bad := framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Selector(map[string]string{"bad key!": "vllm"}).Obj()
 		Expect(env.Client.Create(ctx, bad)).To(Succeed())
 
-		Eventually(poolEvents(ctx, poolKey)).Should(ContainElement("Warning " + controllers.ReasonInvalidSelector))
+		Eventually(poolEvents(ctx, *poolKey)).Should(ContainElement("Warning " + controllers.ReasonInvalidSelector))
 		Expect(reg.Synced()).To(BeTrue())
 		Expect(workers(reg)()).To(BeEmpty())
 	})

@@ -16,15 +16,7 @@ import (
 )
 
 var _ = Describe("Model rewrite controller", func() {
-	var (
-		ns      string
-		poolKey types.NamespacedName
-	)
-
-	BeforeEach(func(ctx SpecContext) {
-		ns = env.Namespace(ctx, "rewrite")
-		poolKey = types.NamespacedName{Namespace: ns, Name: "pool"}
-	})
+	poolKey := poolPerSpec("rewrite")
 
 	// modelRewrite sends the requests for model (every model when "") of
 	// pool to the targets.
@@ -34,7 +26,7 @@ var _ = Describe("Model rewrite controller", func() {
 			rule.Matches = []inferencev1alpha2.Match{{Model: &inferencev1alpha2.ModelMatch{Value: model}}}
 		}
 		return &inferencev1alpha2.InferenceModelRewrite{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			ObjectMeta: metav1.ObjectMeta{Namespace: poolKey.Namespace, Name: name},
 			Spec: inferencev1alpha2.InferenceModelRewriteSpec{
 				PoolRef: &inferencev1alpha2.PoolObjectReference{Name: inferencev1alpha2.ObjectName(pool)},
 				Rules:   []inferencev1alpha2.InferenceModelRewriteRule{rule},
@@ -46,7 +38,7 @@ var _ = Describe("Model rewrite controller", func() {
 	}
 
 	It("keeps the table equal to the served pool's rewrites", func(ctx SpecContext) {
-		tbl := startRewrites(poolKey)
+		tbl := startRewrites(*poolKey)
 
 		By("a rewrite for the served pool applies to its model")
 		canary := modelRewrite("canary", "pool", "food-review", target("food-review-v1", 1))
@@ -85,7 +77,7 @@ var _ = Describe("Model rewrite controller", func() {
 	})
 
 	It("runs on every replica: each follows the rewrites, and they agree on the status", func(ctx SpecContext) {
-		replicas := []*rewrite.Table{startRewrites(poolKey), startRewrites(poolKey), startRewrites(poolKey)}
+		replicas := []*rewrite.Table{startRewrites(*poolKey), startRewrites(*poolKey), startRewrites(*poolKey)}
 		canary := modelRewrite("canary", "pool", "food-review", target("food-review-v1", 1))
 		Expect(env.Client.Create(ctx, canary)).To(Succeed())
 		for gen := int64(1); gen <= 3; gen++ {
@@ -101,7 +93,7 @@ var _ = Describe("Model rewrite controller", func() {
 	})
 
 	It("lets the older rewrite win a model, and an exact match win over a catch-all", func(ctx SpecContext) {
-		tbl := startRewrites(poolKey)
+		tbl := startRewrites(*poolKey)
 
 		Expect(env.Client.Create(ctx, modelRewrite("first", "pool", "chat", target("chat-first", 1)))).To(Succeed())
 		Eventually(targetOf(tbl, "chat")).Should(Equal("chat-first"))
@@ -110,7 +102,7 @@ var _ = Describe("Model rewrite controller", func() {
 		// Creation timestamps have a resolution of one second.
 		Eventually(func() bool {
 			later := &inferencev1alpha2.InferenceModelRewrite{}
-			Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "catch-all"}, later)).To(Succeed())
+			Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: poolKey.Namespace, Name: "catch-all"}, later)).To(Succeed())
 			return metav1.Now().Unix() > later.CreationTimestamp.Unix()
 		}).Should(BeTrue())
 		Expect(env.Client.Create(ctx, modelRewrite("second", "pool", "chat", target("chat-second", 1)))).To(Succeed())
