@@ -47,16 +47,11 @@ func (r loadResult) cpuPerRequest() float64 { return r.PickerCPU / float64(r.Req
 // server behind it: many concurrent streams each doing request headers and
 // body, the routing reply, response headers and a few SSE chunks, end.
 func loadTest(ctx context.Context, pickerBin, page string, quick bool) ([]loadResult, error) {
-	farm, err := newMetricsFarm(8, page)
+	pk, stop, err := startOverFarm(pickerBin, page, 8, "cache-aware")
 	if err != nil {
 		return nil, err
 	}
-	defer farm.close()
-	pk, err := startPicker(pickerBin, farm.addrs, "cache-aware")
-	if err != nil {
-		return nil, err
-	}
-	defer pk.stop()
+	defer stop()
 	conn, err := grpc.NewClient(pk.grpc, append(gateway.EnvoyDialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return nil, fmt.Errorf("picker client: %w", err)
@@ -287,6 +282,21 @@ func startPicker(bin string, addrs []string, policyName string, extra ...string)
 type metricsFarm struct {
 	addrs []string
 	srvs  []*http.Server
+}
+
+// startOverFarm runs n metrics endpoints serving page and a picker with
+// policyName over them; stop ends both.
+func startOverFarm(pickerBin, page string, n int, policyName string) (pk *picker, stop func(), err error) {
+	farm, err := newMetricsFarm(n, page)
+	if err != nil {
+		return nil, nil, err
+	}
+	pk, err = startPicker(pickerBin, farm.addrs, policyName)
+	if err != nil {
+		farm.close()
+		return nil, nil, err
+	}
+	return pk, func() { pk.stop(); farm.close() }, nil
 }
 
 func newMetricsFarm(n int, page string) (*metricsFarm, error) {

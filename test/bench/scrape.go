@@ -27,16 +27,11 @@ type scrapeResult struct {
 // reads its CPU use from /proc.
 func scrapeCost(ctx context.Context, pickerBin, page string, quick bool) (*scrapeResult, error) {
 	const endpoints = 100
-	farm, err := newMetricsFarm(endpoints, page)
+	pk, stop, err := startOverFarm(pickerBin, page, endpoints, "least-load")
 	if err != nil {
 		return nil, err
 	}
-	defer farm.close()
-	pk, err := startPicker(pickerBin, farm.addrs, "least-load")
-	if err != nil {
-		return nil, err
-	}
-	defer pk.stop()
+	defer stop()
 	dur := 10 * time.Second
 	if quick {
 		dur = 3 * time.Second

@@ -103,17 +103,7 @@ func TestAbortStorm(t *testing.T) {
 	// what each server reports running or waiting.
 	sims[2].SetFaults(t, map[string]any{"stall_after_chunks": -1})
 	ctx, cancel := context.WithCancel(t.Context())
-	var longs sync.WaitGroup
-	r := rand.New(rand.NewPCG(99, 99))
-	for range 6 {
-		body := completion(randomPrompt(r, 8), 4000, true)
-		longs.Go(func() {
-			if resp, err := g.Post(ctx, "/v1/completions", body, nil); err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		})
-	}
+	longs := openLongStreams(ctx, g, 6, 8, 99)
 	eventually(t, 30*time.Second, func() error { return agree(p, sims, 6) })
 	cancel()
 	longs.Wait()

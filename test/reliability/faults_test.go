@@ -3,10 +3,8 @@ package reliability
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -81,17 +79,7 @@ func TestPickerRestart(t *testing.T) {
 	// Streams in flight when the picker dies.
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var inflight sync.WaitGroup
-	r := rand.New(rand.NewPCG(6, 6))
-	for range 4 {
-		body := completion(randomPrompt(r, 6), 4000, true)
-		inflight.Go(func() {
-			if resp, err := closed.Post(ctx, "/v1/completions", body, nil); err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		})
-	}
+	inflight := openLongStreams(ctx, closed, 4, 6, 6)
 	eventually(t, 30*time.Second, func() error { return agree(p, []*sim{a, b}, 4) })
 	p.Kill()
 	inflight.Wait() // the gateway cuts the streams whose processor went away
@@ -123,6 +111,7 @@ func TestPickerRestart(t *testing.T) {
 		t.Errorf("restarted picker's request and release counters sum to %v, want 0", n)
 	}
 	// The gateway's connection comes back and routing resumes.
+	r := rand.New(rand.NewPCG(6, 7))
 	eventually(t, 30*time.Second, func() error {
 		code, body, err := closed.Complete(t.Context(), completion(randomPrompt(r, 4), 2, true))
 		if err != nil {

@@ -1,10 +1,13 @@
 package reliability
 
 import (
+	"context"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/inferpick/inferpick/test/framework"
@@ -17,9 +20,6 @@ type gw struct {
 	client *http.Client
 }
 
-// timedRecord is a gateway record with the wall time the request arrived.
-type timedRecord = framework.Record //nolint:unused // kept for tests written against the old harness
-
 // startGateway runs a gateway in front of the picker at pickerAddr. The
 // message timeout is off (Envoy's behaviour in full-duplex mode) unless an
 // option sets it.
@@ -27,6 +27,24 @@ func startGateway(t testing.TB, pickerAddr string, opts ...gateway.Option) *gw {
 	t.Helper()
 	g := framework.StartGatewayT(t, pickerAddr, opts...)
 	return &gw{Gateway: g, client: g.Client}
+}
+
+// openLongStreams starts n streamed completions of up to 4,000 tokens
+// through g, prompts of words random words from seed, each read until it
+// ends or ctx is cancelled; Wait on the result returns when all have.
+func openLongStreams(ctx context.Context, g *gw, n, words int, seed uint64) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	r := rand.New(rand.NewPCG(seed, seed))
+	for range n {
+		body := completion(randomPrompt(r, words), 4000, true)
+		wg.Go(func() {
+			if resp, err := g.Post(ctx, "/v1/completions", body, nil); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	return &wg
 }
 
 // completion builds a completion request body.
