@@ -255,7 +255,7 @@ func matrixMarkdown(runs []matrixRun, plotDir string) string {
 		"uncached token, a KV cache holding so many 2,000-token prompts (16-token blocks) and a concurrency limit\n" +
 		"(`--max-num-seqs`). Workloads at 4 requests per simulated second: `shared-prefix@4` (" + fmt.Sprint(matrixRequests) + " requests, 16 system\n" +
 		fmt.Sprintf("prompts of 8,000 bytes + a 200-byte question), `multi-turn` (16 sessions × %d turns over a %d-byte system prompt, 300-byte\n", matrixTurns, matrixTurnSystem) +
-		"questions and 200-byte replies, 2 s think time) and\n" +
+		"questions and 200-byte replies, think times of 1 to 3 s) and\n" +
 		"`no-sharing@4` (" + fmt.Sprint(matrixNoSharingRequest) + " unrelated 2,000-byte prompts; cache-aware and least-load only). Every run starts cold.\n" +
 		"**oracle**: the unbounded-cache oracle where the pool's caches hold all 16 prompts (cache ≥ 2 prompts per pod), else the\n" +
 		"best hit rate any policy reached in the cell (no router reaches the unbounded figure with fewer cache slots than\n" +

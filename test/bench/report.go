@@ -198,7 +198,7 @@ func (r *report) routingSection(w func(string, ...any), plotDir string) {
 	w("- `shared-prefix@R`: 16 system prompts of 8,000 bytes (2,000 tokens; the 16 need 2,000 blocks, one pod holds %d),\n", s.NumGPUBlocks)
 	w("  each request one of them (uniform) plus a 200-byte question; Poisson arrivals at R requests per simulated second.\n")
 	w("- `multi-turn`: 24 sessions × 6 turns; a 4,000-byte system prompt per session, each turn adds a 300-byte user\n")
-	w("  message and resends the history with a 200-byte assistant reply; 1 s think time; sessions run in parallel.\n")
+	w("  message and resends the history with a 200-byte assistant reply; think times of 0.5 to 1.5 s; sessions run in parallel.\n")
 	w("- `burst`: one request warms one pod with an 8,000-byte prefix, then 64 requests on that prefix at once.\n")
 	w("- `no-sharing@12`: 2,000-byte prompts with nothing in common (do-no-harm check).\n")
 	w("- `multi-lora@%g`: requests for %d LoRA adapters registered on every pod (at most %d loaded and in a batch per pod,\n", multiLoRARate, len(s.LoRAAdapters), s.MaxLoRAs)

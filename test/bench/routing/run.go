@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"sort"
 	"strings"
@@ -134,13 +135,17 @@ func Run(ctx context.Context, c *Cluster, w *Workload, deadline time.Duration) (
 	case Sessions:
 		for i, s := range w.Sessions {
 			wg.Go(func() {
-				// Sessions start spread over one think time.
+				// Sessions start spread over one think time, and each
+				// think lasts 0.5 to 1.5 × Think (seeded by the session):
+				// sessions in lockstep would reach a round-robin picker in
+				// a fixed cycle, each always landing on the same pod.
+				rng := rand.New(rand.NewPCG(uint64(i), 17))
 				time.Sleep(d.wall(w.Think * time.Duration(i) / time.Duration(len(w.Sessions))))
 				for _, r := range s {
 					if !d.send(runCtx, r) {
 						return
 					}
-					time.Sleep(d.wall(w.Think))
+					time.Sleep(d.wall(time.Duration((0.5 + rng.Float64()) * float64(w.Think))))
 				}
 			})
 		}

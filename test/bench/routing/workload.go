@@ -35,7 +35,7 @@ const (
 	// Open sends each request at its At time, whatever the answers.
 	Open Kind = iota
 	// Sessions runs each session's turns one after the other, a think time
-	// after each answer, sessions in parallel.
+	// of 0.5 to 1.5 × Think after each answer, sessions in parallel.
 	Sessions
 	// Burst sends Warm one by one, then every request of Requests at once.
 	Burst
@@ -48,7 +48,8 @@ type Workload struct {
 	// Rate is the mean arrival rate in requests per simulated second (Open).
 	Rate     float64
 	Requests []Request
-	// Sessions and Think drive a Sessions workload; Think is simulated time.
+	// Sessions and Think drive a Sessions workload; Think, the mean think
+	// time, is simulated time.
 	Sessions [][]Request
 	Think    time.Duration
 	// Warm precedes a Burst.
