@@ -14,13 +14,29 @@ func missedBecause(target string) (string, bool) {
 }
 
 var explanations = map[string]string{
-	"priority-mix: interactive TTFT p90": "with flow control no interactive request is refused (without it many are, " +
-		"see the table), and batch absorbs the overload in the queue, but an interactive arrival still finds every " +
-		"slot held by batch requests admitted before it: it waits for the next release (one every few tens of " +
-		"milliseconds here) and is then prefilled in the same engine steps as the batch requests dispatched with it. " +
-		"Strict priority orders the queue, not the slots. The next step is headroom per priority: admit a band below " +
-		"the highest only while a pod has fewer than maxInFlight − reserve requests in flight, so an interactive " +
-		"arrival finds a free slot at once.",
+	"priority-mix: interactive TTFT p90": "strict priority orders the queue, not the slots: an interactive arrival " +
+		"that finds every slot held by batch requests admitted before it waits for the next release and is then " +
+		"prefilled beside the batch requests dispatched with it. `--flow-control-reserved-slots` keeps places free " +
+		"for it; the run with one place reserved shows how much a smaller reserve costs. Next: a reserve sized from " +
+		"the measured interactive arrival rate instead of a flag.",
+	"matrix: cache-aware TTFT p90 ≤ weighted-scorer's": "most misses are within a few percent, where both policies " +
+		"hold the same prompts; the large ones (prefill 1 ms, cache of 4 prompts) come from load counted by requests, " +
+		"not by the prefill work they bring: a pod in the middle of a 2,000-token cold prefill counts like one " +
+		"prefilling a 50-token question, so cache-aware keeps sending a hot prompt's questions to its warm pod while " +
+		"that prefill holds the step budget. Next: the guard records the uncached blocks its request brought, and " +
+		"the load weighs in-flight prefills by them.",
+	"matrix: cache-aware TTFT p90 ≤ 0.5 × round-robin's": "in the cells whose caches hold 1.5 prompts at 0.3 ms a " +
+		"token, even the best hit rate any policy reaches leaves more than 10% of the requests to prefill their " +
+		"whole prompt, so the p90 of every policy, round-robin's included, is such a prefill: no router meets the " +
+		"ratio there.",
+	"matrix: cache-aware no-sharing": "with nothing shared cache-aware ranks by load as least-load does; the gaps " +
+		"are of the size of the run-to-run spread of a 120-request p90 on this machine.",
+	"3 replicas:": "each replica's prefix index sees a third of the placements and of the evictions, so its match " +
+		"and eviction estimates are wrong for most of what the servers hold; replicas disagreeing about a prefix's " +
+		"home is the smaller part (pure consistent hashing, which agrees by construction, scores lower). Next: " +
+		"per-request instrumentation of the replica run (replica, worker, the server's cached tokens against the " +
+		"index's prediction), then the servers' own per-worker prefix-cache hit counters as a correction of each " +
+		"replica's index.",
 	"whole pick, 400 KB": "the parse and the hashing are the small part. A CPU profile " +
 		"(`go test -tags vtprotobuf -run '^$' -bench 'Handle/body=400KB/workers=100' -benchtime 3s -cpuprofile cpu.out ./picker/extproc/`, " +
 		"then `go tool pprof -top`) puts most of it in recording the pick: `prefix.(*Index).Insert` touches each of the " +
