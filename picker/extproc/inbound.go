@@ -56,13 +56,23 @@ type valueMap struct {
 // message, so that one huge chunk does not stay pinned in the pool.
 const maxPooledChunk = 256 << 10
 
+// maxPooledValues bounds the header values a header map keeps for the next
+// stream: a message of a few MiB can hold a million empty header values,
+// which must not stay pinned in the pool after its stream.
+const maxPooledValues = 256
+
 // trim forgets the last message when its stream ends: the metadata and
 // header values it referred to go, header names and buffers of bounded size
 // stay for the next stream.
 func (in *inbound) trim() {
 	in.Reset()
 	for i := range in.maps {
-		for _, hv := range in.maps[i].values {
+		hm := &in.maps[i]
+		if len(hm.values) > maxPooledValues {
+			*hm = valueMap{}
+			continue
+		}
+		for _, hv := range hm.values {
 			hv.Value = ""
 		}
 	}
@@ -196,14 +206,9 @@ func (in *inbound) decodeTrailers(b []byte) bool {
 	t := &in.trailers
 	t.Trailers = nil
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || num != 1 || typ != protowire.BytesType || t.Trailers != nil {
-			return false
-		}
-		b = b[n:]
-		v, n := protowire.ConsumeBytes(b)
+		num, v, n := consumeBytesField(b)
 		hm := &in.maps[trailerMap]
-		if n < 0 || !hm.decode(v) {
+		if n < 0 || num != 1 || t.Trailers != nil || !hm.decode(v) {
 			return false
 		}
 		t.Trailers, b = &hm.HeaderMap, b[n:]
@@ -215,13 +220,8 @@ func (in *inbound) decodeTrailers(b []byte) bool {
 func (hm *valueMap) decode(b []byte) bool {
 	count := 0
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || num != 1 || typ != protowire.BytesType {
-			return false
-		}
-		b = b[n:]
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
+		num, v, n := consumeBytesField(b)
+		if n < 0 || num != 1 {
 			return false
 		}
 		b = b[n:]
@@ -246,12 +246,7 @@ func decodeValue(b []byte, hv *corev3.HeaderValue) bool {
 	var key, value []byte
 	hasRaw := false
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.BytesType {
-			return false
-		}
-		b = b[n:]
-		v, n := protowire.ConsumeBytes(b)
+		num, v, n := consumeBytesField(b)
 		if n < 0 {
 			return false
 		}
@@ -277,6 +272,21 @@ func decodeValue(b []byte, hv *corev3.HeaderValue) bool {
 		hv.RawValue = hv.RawValue[:0]
 	}
 	return reuseString(&hv.Key, key) && reuseString(&hv.Value, value)
+}
+
+// consumeBytesField reads one length-delimited field at the start of b: its
+// number and its bytes; n is the length of the whole field, negative when b
+// does not start with a well-formed length-delimited field.
+func consumeBytesField(b []byte) (num protowire.Number, v []byte, n int) {
+	num, typ, tn := protowire.ConsumeTag(b)
+	if tn < 0 || typ != protowire.BytesType {
+		return 0, nil, -1
+	}
+	v, vn := protowire.ConsumeBytes(b[tn:])
+	if vn < 0 {
+		return 0, nil, -1
+	}
+	return num, v, tn + vn
 }
 
 // reuseString sets *s to b, keeping the string *s holds when it is equal.

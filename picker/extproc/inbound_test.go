@@ -202,6 +202,39 @@ func FuzzInbound(f *testing.F) {
 	})
 }
 
+// TestInboundForgetsHeaderFloodsWhenTheStreamEnds sends a message of many
+// empty header values, which a few MiB can hold by the million: its stream
+// decodes them, and the pooled message keeps none of them afterwards, while
+// an ordinary stream's header values stay for reuse.
+func TestInboundForgetsHeaderFloodsWhenTheStreamEnds(t *testing.T) {
+	const n = 10_000
+	flood := &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{}}
+	for range n {
+		flood.Headers.Headers = append(flood.Headers.Headers, &corev3.HeaderValue{})
+	}
+	in := new(inbound)
+	fast, err := receive(in, wire(t, &extprocv3.ProcessingRequest{
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: flood}}))
+	if err != nil || !fast {
+		t.Fatalf("receive: fast %v, err %v", fast, err)
+	}
+	if got := len(in.GetRequestHeaders().GetHeaders().GetHeaders()); got != n {
+		t.Fatalf("decoded %d header values, want %d", got, n)
+	}
+	in.trim()
+	if got := len(in.maps[requestMap].values); got != 0 {
+		t.Errorf("after the stream the request map keeps %d header values, want none", got)
+	}
+
+	if _, err := receive(in, wire(t, gatewayMessages()[0])); err != nil {
+		t.Fatal(err)
+	}
+	in.trim()
+	if got := len(in.maps[requestMap].values); got != 4 {
+		t.Errorf("after an ordinary stream the request map keeps %d header values, want its 4", got)
+	}
+}
+
 func TestPathValue(t *testing.T) {
 	cases := map[string]struct {
 		hv   *corev3.HeaderValue
