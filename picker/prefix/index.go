@@ -35,9 +35,9 @@ type Index struct {
 	// states[slot>>slotChunkBits][slot&slotChunkMask] holds alive<<32|workerID.
 	// Chunks are never moved, so a state can be read without mu.
 	states [maxSlotChunks]atomic.Pointer[[slotChunkSize]atomic.Uint64]
-	// held counts the blocks of each slot over all shards, chunked as states.
-	held [maxSlotChunks]atomic.Pointer[[slotChunkSize]atomic.Int64]
-	tick atomic.Uint64 // inserts so far: the recency of a shard's list
+	// counters holds each slot's blocks over all shards and its insert
+	// tick, chunked as states.
+	counters [maxSlotChunks]atomic.Pointer[[slotChunkSize]slotCounters]
 
 	lookups atomic.Uint64 // prompt blocks looked up by Match
 	hits    atomic.Uint64 // of those, blocks some worker held
@@ -47,7 +47,7 @@ const (
 	slotChunkBits = 8
 	slotChunkSize = 1 << slotChunkBits
 	slotChunkMask = slotChunkSize - 1
-	maxSlotChunks = 1 << 12 // up to a million live workers
+	maxSlotChunks = 1 << 8 // up to 65,536 live workers: a node keeps its slot in 16 bits
 	aliveBit      = uint64(1) << 32
 )
 
@@ -154,9 +154,21 @@ func (ix *Index) state(slot uint32) *atomic.Uint64 {
 	return &ix.states[slot>>slotChunkBits].Load()[slot&slotChunkMask]
 }
 
+// slotCounters are one worker slot's counters.
+type slotCounters struct {
+	held atomic.Int64 // blocks over all shards
+	// tick counts the block groups inserted for the worker: the recency
+	// of its nodes, compared modulo 2^16 (see Insert).
+	tick atomic.Uint64
+}
+
 // heldBy returns the count of blocks the worker in slot holds.
 func (ix *Index) heldBy(slot uint32) *atomic.Int64 {
-	return &ix.held[slot>>slotChunkBits].Load()[slot&slotChunkMask]
+	return &ix.counters[slot>>slotChunkBits].Load()[slot&slotChunkMask].held
+}
+
+func (ix *Index) tickOf(slot uint32) *atomic.Uint64 {
+	return &ix.counters[slot>>slotChunkBits].Load()[slot&slotChunkMask].tick
 }
 
 // Capacity returns the hard cap on the entries the index holds.
@@ -199,10 +211,13 @@ func (ix *Index) AddWorker(id uint32) {
 	if n := len(ix.free); n > 0 {
 		slot, ix.free = ix.free[n-1], ix.free[:n-1]
 	} else {
+		if ix.nslots == maxSlotChunks*slotChunkSize {
+			return // the index is full: the worker's prompts are not indexed
+		}
 		slot = ix.nslots
 		ix.nslots++
 		if c := &ix.states[slot>>slotChunkBits]; c.Load() == nil {
-			ix.held[slot>>slotChunkBits].Store(new([slotChunkSize]atomic.Int64))
+			ix.counters[slot>>slotChunkBits].Store(new([slotChunkSize]slotCounters))
 			c.Store(new([slotChunkSize]atomic.Uint64))
 		}
 	}
@@ -254,9 +269,14 @@ func (ix *Index) Insert(id uint32, capacity int, hashes []uint64) {
 	want := aliveBit | uint64(id)
 	st := ix.state(slot)
 	bound := ix.shardBound(capacity)
-	tick := ix.tick.Add(1)
-	// Last block first, so the prompt's head ends up most recent and is
-	// evicted last: a prefix is useless once an earlier block is gone.
+	// Each group of the prompt gets its own tick of the worker, the head's
+	// the newest: a worker's nodes are then ordered by last use across
+	// shards, and a prompt's tail goes before its head, since a prefix is
+	// useless once an earlier block is gone.
+	groups := uint64((len(hashes) + groupBlocks - 1) / groupBlocks)
+	last := ix.tickOf(slot).Add(groups)
+	// Last group first, and within a group last block first, so that each
+	// shard's list also has the prompt's head most recent.
 	for g := (len(hashes) - 1) &^ (groupBlocks - 1); g >= 0; g -= groupBlocks {
 		sh := ix.shard(hashes[g])
 		sh.mu.Lock()
@@ -267,36 +287,48 @@ func (ix *Index) Insert(id uint32, capacity int, hashes []uint64) {
 			sh.mu.Unlock()
 			return
 		}
+		tick := uint16(last - uint64(g/groupBlocks))
 		hint := uint32(0)
 		for i := min(g+groupBlocks, len(hashes)) - 1; i >= g; i-- {
-			hint = sh.touch(slot, hashes[i], hint, bound, ix.holders, ix.shardCap)
+			hint = sh.touch(slot, hashes[i], hint, tick, bound, ix.holders, ix.shardCap)
 		}
-		sh.list(slot).used = tick
 		sh.mu.Unlock()
 	}
 	if limit := ix.Bound(capacity); ix.heldBy(slot).Load() > int64(limit) {
-		ix.shrink(slot, want, limit, tick)
+		ix.shrink(slot, want, limit, uint16(last))
 	}
 }
 
 // shrink evicts the worker's least recently used blocks until it holds at
-// most limit: whole shard lists, the one least recently added to first,
-// tail first, and the lists this insert (tick) touched last of all.
-func (ix *Index) shrink(slot uint32, want uint64, limit int, tick uint64) {
-	st, held := ix.state(slot), ix.heldBy(slot)
+// most limit, oldest first across shards: each round evicts from the list
+// whose tail is oldest, down to the age of the next oldest list's tail. A
+// prompt longer than the limit loses its own tail, as in one list; blocks
+// of inserts since the one that called it (ticks after last) stay. Ages are
+// ticks of the worker modulo 2^16: a node left untouched for 65,536 of the
+// worker's inserts may pass for younger.
+func (ix *Index) shrink(slot uint32, want uint64, limit int, last uint16) {
+	st, held, ticks := ix.state(slot), ix.heldBy(slot), ix.tickOf(slot)
 	for held.Load() > int64(limit) {
-		victim, oldest := -1, uint64(0)
+		now := uint16(ticks.Load())
+		age := func(sh *shard, l *lru) uint64 { return uint64(now - sh.nodes.at(l.tail).tick) }
+		keep := uint64(now - last) // younger nodes are of later inserts
+		victim, oldest, next := -1, uint64(0), uint64(0)
 		for i := range ix.shards {
 			sh := &ix.shards[i]
 			sh.mu.Lock()
 			if int(slot) < len(sh.lrus) {
-				if l := sh.lrus[slot]; l.n > 0 && (victim < 0 || l.used < oldest) {
-					victim, oldest = i, l.used
+				if l := &sh.lrus[slot]; l.n > 0 {
+					switch a := age(sh, l); {
+					case victim < 0 || a > oldest:
+						next, victim, oldest = oldest, i, a
+					case a > next:
+						next = a
+					}
 				}
 			}
 			sh.mu.Unlock()
 		}
-		if victim < 0 {
+		if victim < 0 || oldest < keep {
 			return
 		}
 		sh := &ix.shards[victim]
@@ -306,12 +338,9 @@ func (ix *Index) shrink(slot uint32, want uint64, limit int, tick uint64) {
 			return
 		}
 		l := sh.list(slot)
-		for held.Load() > int64(limit) && l.tail != 0 {
+		for held.Load() > int64(limit) && l.tail != 0 && age(sh, l) >= max(next, keep) {
 			sh.drop(l, l.tail)
 		}
 		sh.mu.Unlock()
-		if oldest == tick {
-			return // only this prompt's own blocks were left to evict
-		}
 	}
 }

@@ -102,7 +102,7 @@ func (ix *Index) collect(hashes []uint64, i int, s *Scratch) {
 		}
 		if s.count[n.slot] == 0 {
 			s.count[n.slot] = int32(blocks)
-			s.touched = append(s.touched, n.slot)
+			s.touched = append(s.touched, uint32(n.slot))
 		}
 		idx = n.same
 	}

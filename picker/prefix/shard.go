@@ -7,7 +7,6 @@ import "sync"
 type lru struct {
 	head, tail uint32
 	n          int
-	used       uint64 // the index's insert tick when the list last gained a block
 }
 
 // shard holds the blocks whose hash falls in it. Every method expects mu to
@@ -45,14 +44,15 @@ func (sh *shard) holders(h uint64) uint32 {
 // hint may name the worker's node for h: when a prompt is inserted again in
 // the same order, the node of block i-1 sits just before that of block i in
 // the worker's list, which spares the table lookup. touch returns the hint
-// for the block before h.
-func (sh *shard) touch(slot uint32, h uint64, hint uint32, bound, maxHolders, shardCap int) uint32 {
+// for the block before h. The node gets the worker's insert tick.
+func (sh *shard) touch(slot uint32, h uint64, hint uint32, tick uint16, bound, maxHolders, shardCap int) uint32 {
 	l := sh.list(slot)
 	if hint != 0 {
-		if n := sh.nodes.at(hint); n.hash == h && n.slot == slot {
+		if n := sh.nodes.at(hint); n.hash == h && uint32(n.slot) == slot {
 			next := n.prev
 			sh.unlink(l, hint)
 			sh.pushFront(l, hint)
+			n.tick = tick
 			return next
 		}
 	}
@@ -61,10 +61,11 @@ func (sh *shard) touch(slot uint32, h uint64, hint uint32, bound, maxHolders, sh
 	var prev, last uint32
 	for idx := head; idx != 0; {
 		n := sh.nodes.at(idx)
-		if n.slot == slot {
+		if uint32(n.slot) == slot {
 			next := n.prev
 			sh.unlink(l, idx)
 			sh.pushFront(l, idx)
+			n.tick = tick
 			if prev != 0 { // move to the front of the block's holders
 				sh.nodes.at(prev).same = n.same
 				n.same = head
@@ -91,7 +92,7 @@ func (sh *shard) touch(slot uint32, h uint64, hint uint32, bound, maxHolders, sh
 	}
 	idx := sh.nodes.alloc()
 	n := sh.nodes.at(idx)
-	n.hash, n.slot, n.same = h, slot, head
+	n.hash, n.slot, n.tick, n.same = h, uint16(slot), tick, head
 	if head != 0 {
 		sh.tab.set(pos, idx, h)
 	} else {
@@ -152,7 +153,7 @@ func (sh *shard) drop(l *lru, idx uint32) {
 		}
 		sh.nodes.at(p).same = n.same
 	}
-	sh.held.heldBy(n.slot).Add(-1)
+	sh.held.heldBy(uint32(n.slot)).Add(-1)
 	sh.nodes.release(idx)
 }
 

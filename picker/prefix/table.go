@@ -4,7 +4,11 @@ package prefix
 // a shard's slab and are named by uint32 indices; index 0 is "none".
 type node struct {
 	hash uint64
-	slot uint32 // the worker's slot in the index
+	slot uint16 // the worker's slot in the index
+	// tick is the worker's insert tick (see Index.Insert) when the node was
+	// last touched, modulo 2^16: the age of a list's tail orders eviction
+	// across shards.
+	tick uint16
 	prev uint32 // more recently used node of the same worker and shard
 	next uint32 // less recently used node; the free-list link when free
 	same uint32 // next holder of the same block

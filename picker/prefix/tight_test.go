@@ -35,8 +35,9 @@ func TestTightCapacityKeepsWholePromptsLRU(t *testing.T) {
 	if got := matched(c); got != len(c) {
 		t.Errorf("newest prompt matched %d blocks, want %d", got, len(c))
 	}
-	// (a may lose blocks too when its groups share a shard with c's: the
-	// order across shards is by shard list, not by block.)
+	if got := matched(a); got != len(a) {
+		t.Errorf("recently used prompt matched %d blocks, want %d", got, len(a))
+	}
 	if got := matched(b); got == len(b) {
 		t.Errorf("least recently used prompt still fully matched (%d blocks) past capacity", got)
 	}

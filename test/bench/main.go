@@ -36,8 +36,9 @@ func execute() int {
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs")
 	flag.IntVar(&o.count, "count", 5, "go test -count for the micro-benchmarks")
 	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,scaling,routing,replicas,flow,repro,matrix (default all)")
-	flag.StringVar(&o.policies, "policies", "", "comma-separated policy labels for the routing benchmark (default all)")
-	flag.StringVar(&o.workloads, "workloads", "", "comma-separated workload name prefixes for the routing benchmark, e.g. shared-prefix,multi-lora (default all)")
+	flag.StringVar(&o.policies, "policies", "", "comma-separated policy labels for the routing benchmark and the matrix (default all)")
+	flag.StringVar(&o.workloads, "workloads", "", "comma-separated workload name prefixes for the routing benchmark and the matrix, e.g. shared-prefix,multi-lora (default all)")
+	flag.StringVar(&o.cells, "cells", "", "comma-separated matrix cells as prefill-ms/cache-prompts/seqs, e.g. 1/4/2,2/1.5/64 (default all)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -49,9 +50,9 @@ func execute() int {
 }
 
 type options struct {
-	out, plots, only, policies, workloads string
-	quick                                 bool
-	count                                 int
+	out, plots, only, policies, workloads, cells string
+	quick                                        bool
+	count                                        int
 }
 
 func (o options) want(part string) bool {
@@ -124,19 +125,7 @@ func run(ctx context.Context, o options) error {
 			}
 			pols = keep
 		}
-		rep.workloads = workloads(o.quick)
-		if o.workloads != "" {
-			var keep []*routing.Workload
-			for _, wl := range rep.workloads {
-				for _, prefix := range strings.Split(o.workloads, ",") {
-					if prefix != "" && strings.HasPrefix(wl.Name, prefix) {
-						keep = append(keep, wl)
-						break
-					}
-				}
-			}
-			rep.workloads = keep
-		}
+		rep.workloads = keepWorkloads(workloads(o.quick), o.workloads)
 		rep.routing, err = routing.Suite(ctx, routing.Binaries{Sim: sim, Picker: picker}, rep.spec, pols, rep.workloads, deadline)
 		if err != nil {
 			return err
@@ -163,7 +152,7 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.want("matrix") {
 		log.Print("routing matrix")
-		if rep.matrix, err = matrixBench(ctx, routing.Binaries{Sim: sim, Picker: picker}, o.quick); err != nil {
+		if rep.matrix, err = matrixBench(ctx, routing.Binaries{Sim: sim, Picker: picker}, o); err != nil {
 			return err
 		}
 	}

@@ -70,11 +70,15 @@ var matrixPolicies = []routing.Policy{
 	{Label: "cache-aware", Config: policy.Config{Name: policy.CacheAware}},
 }
 
-// matrixCells returns the cells to run: all 27, or with quick the corners
-// that differ most from the routing benchmark plus the setting.
-func matrixCells(quick bool) []matrixCell {
+// matrixCells returns the cells to run: those listed, else all 27, or with
+// quick the corners that differ most from the routing benchmark plus the
+// issue's setting.
+func matrixCells(quick bool, list string) ([]matrixCell, error) {
+	if list != "" {
+		return parseCells(list)
+	}
 	if quick {
-		return []matrixCell{{1000, 1.5, 2}, {2000, 4, 16}, {300, 10, 64}, {2000, 1.5, 64}}
+		return []matrixCell{{1000, 1.5, 2}, {2000, 4, 16}, {300, 10, 64}, {2000, 1.5, 64}}, nil
 	}
 	var out []matrixCell
 	for _, p := range matrixPrefillUs {
@@ -84,7 +88,39 @@ func matrixCells(quick bool) []matrixCell {
 			}
 		}
 	}
-	return out
+	return out, nil
+}
+
+// parseCells reads cells written prefill-ms/cache-prompts/seqs, comma-separated.
+func parseCells(list string) ([]matrixCell, error) {
+	var out []matrixCell
+	for _, f := range strings.Split(list, ",") {
+		var ms, cache float64
+		var seqs int
+		if _, err := fmt.Sscanf(f, "%g/%g/%d", &ms, &cache, &seqs); err != nil || ms <= 0 || cache <= 0 || seqs <= 0 {
+			return nil, fmt.Errorf("matrix cell %q: want prefill-ms/cache-prompts/seqs, e.g. 1/4/2", f)
+		}
+		out = append(out, matrixCell{ms * 1000, cache, seqs})
+	}
+	return out, nil
+}
+
+// keepWorkloads returns the workloads whose names start with one of the
+// comma-separated prefixes, or all of them when there are none.
+func keepWorkloads(ws []*routing.Workload, prefixes string) []*routing.Workload {
+	if prefixes == "" {
+		return ws
+	}
+	var keep []*routing.Workload
+	for _, w := range ws {
+		for _, p := range strings.Split(prefixes, ",") {
+			if p != "" && strings.HasPrefix(w.Name, p) {
+				keep = append(keep, w)
+				break
+			}
+		}
+	}
+	return keep
 }
 
 func matrixSpec(c matrixCell) routing.SimSpec {
@@ -108,19 +144,24 @@ func matrixWorkloads() []*routing.Workload {
 }
 
 // matrixBench runs the matrix.
-func matrixBench(ctx context.Context, bins routing.Binaries, quick bool) ([]matrixRun, error) {
+func matrixBench(ctx context.Context, bins routing.Binaries, o options) ([]matrixRun, error) {
+	cells, err := matrixCells(o.quick, o.cells)
+	if err != nil {
+		return nil, err
+	}
 	workdir, err := os.MkdirTemp("", "inferpick-matrix-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(workdir)
 	var out []matrixRun
-	for _, cell := range matrixCells(quick) {
-		for _, w := range matrixWorkloads() {
+	for _, cell := range cells {
+		for _, w := range keepWorkloads(matrixWorkloads(), o.workloads) {
 			run := matrixRun{Cell: cell, Workload: w.Name, Results: map[string]*routing.Result{}}
 			for i := range matrixPolicies {
 				p := &matrixPolicies[i]
-				if w.Name == "no-sharing@4" && p.Label != "cache-aware" && p.Label != "least-load" {
+				if w.Name == "no-sharing@4" && p.Label != "cache-aware" && p.Label != "least-load" ||
+					o.policies != "" && !strings.Contains(","+o.policies+",", ","+p.Label+",") {
 					continue
 				}
 				c, err := routing.Start(ctx, bins, matrixSpec(cell), p.Config, workdir)
