@@ -55,7 +55,9 @@ func Build(cfg Config, reg *registry.Registry, opts ...Option) (Policy, error) {
 			return nil, fmt.Errorf("policy %s: %w", cfg.Name, errNoRegistry)
 		}
 		if cfg.Name == CacheAware {
-			r = &cacheAware{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.CacheAware, lora: &loraAffinity{}}
+			ca := &cacheAware{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.CacheAware, lora: &loraAffinity{}}
+			ca.reuse.set(reusePrior)
+			r = ca
 		} else {
 			r = &weightedScorer{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.WeightedScorer, lora: &loraAffinity{}}
 		}

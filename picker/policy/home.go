@@ -17,8 +17,13 @@ import (
 // of the worker's stable identity (pod UID and port, which every replica
 // reads alike from the API server); the home is the heaviest candidate whose
 // load stays within the bound of consistent hashing with bounded loads:
-// after taking the request it would hold at most ⌈(1+ε) × (total+1) / n⌉
-// requests, loads counted in units of one new request. A worker over the
+// after taking the request it would hold at most ⌈(1+ε) × (total+1) / n⌉ + 1
+// requests, loads counted in units of one new request. (The one request of
+// slack matters at low loads, where the first term rounds to one: a
+// single request in flight there, or another replica's share of one seen
+// in the server's figures, would otherwise push the prefix to the next
+// worker, and replicas whose views differ by such fractions would not
+// agree.) A worker over the
 // bound overflows the prefix to the next worker in the prefix's own order.
 // Adding or removing a worker moves only the prefixes whose home it becomes
 // or was.
@@ -57,7 +62,7 @@ func (c *cacheAware) home(e *engine, p *pick) int {
 		return -1
 	}
 	unit := max(e.cfg.PrefillWeight, 1) // what the new request adds
-	bound := math.Ceil((1 + c.cfg.HomeEpsilon) * (total/unit + 1) / float64(len(p.cands)))
+	bound := math.Ceil((1+c.cfg.HomeEpsilon)*(total/unit+1)/float64(len(p.cands))) + homeSlack
 	best := -1
 	for i := range p.cands {
 		cd := &p.cands[i]
@@ -83,6 +88,15 @@ func (c *cacheAware) homeCredit(p *pick, i, home int) float64 {
 	return share * float64(p.blocks-p.cands[i].matched) / c.cfg.BlocksPerLoad
 }
 
+// homeSlack is the requests a home may hold beyond the (1+ε) bound.
+const homeSlack = 1
+
+// reusePrior is the reuse rate before the first pick: prompts are presumed
+// to recur until the traffic shows otherwise (within about 16 prompts), so
+// that the first prefixes replicas route, all of them new to each, go to
+// their home rather than to whichever pod each replica sees least loaded.
+const reusePrior = 1.0
+
 // reuseRate is the share of recent prompts whose prefix (the home key's
 // blocks) this replica's index already held: an exponentially weighted
 // average over about the last 16 prompts, lock-free.
@@ -91,6 +105,8 @@ type reuseRate struct{ bits atomic.Uint64 }
 const reuseWeight = 1.0 / 16
 
 func (r *reuseRate) rate() float64 { return math.Float64frombits(r.bits.Load()) }
+
+func (r *reuseRate) set(v float64) { r.bits.Store(math.Float64bits(v)) }
 
 func (r *reuseRate) observe(seen bool) {
 	x := 0.0

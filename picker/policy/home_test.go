@@ -88,6 +88,44 @@ func TestReplicasAgreeOnNewPrefixes(t *testing.T) {
 	}
 }
 
+// In the first seconds of a run, with a request or two in flight here and
+// there, replicas that share the pool still send a prefix none of them has
+// routed to its home: the home's load bound keeps room for one request more
+// than (1+ε) × the mean, which rounds to one at such loads, and the home's
+// credit applies before this replica has seen any prefix recur.
+func TestReplicasSendNewPrefixesHomeAtLowLoad(t *testing.T) {
+	pods := podNames(8)
+	a, b := newReplica(t, 1, pods), newReplica(t, 2, pods)
+	for i := range 16 {
+		req := chat(fmt.Sprintf("tenant %d", i), "first question", 8000, 100)
+		home := newReplica(t, 3, pods).pickName(t, req)
+		other := pods[0]
+		if other == home {
+			other = pods[1]
+		}
+		// Each replica has one request of its own in flight, a on the
+		// home and b elsewhere; each sees the other's in the servers'
+		// figures.
+		ga, gb := a.ws[home].Admit(), b.ws[other].Admit()
+		a.ws[home].SetMetrics(&registry.Metrics{Running: 1, Own: 1, Scraped: epoch})
+		a.ws[other].SetMetrics(&registry.Metrics{Running: 1, Scraped: epoch})
+		b.ws[home].SetMetrics(&registry.Metrics{Running: 1, Scraped: epoch})
+		b.ws[other].SetMetrics(&registry.Metrics{Running: 1, Own: 1, Scraped: epoch})
+		if got := a.pickName(t, req); got != home {
+			t.Errorf("prefix %d: replica a picked %s, not its home %s", i, got, home)
+		}
+		if got := b.pickName(t, req); got != home {
+			t.Errorf("prefix %d: replica b picked %s, not its home %s", i, got, home)
+		}
+		ga.Release()
+		gb.Release()
+		for _, r := range []*replica{a, b} {
+			r.ws[home].SetMetrics(nil)
+			r.ws[other].SetMetrics(nil)
+		}
+	}
+}
+
 func TestHomeChurnMovesOnlyPrefixesOfTheLeavingWorker(t *testing.T) {
 	pods := podNames(5)
 	before := newReplica(t, 1, pods)
