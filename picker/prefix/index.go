@@ -304,15 +304,17 @@ func (ix *Index) Insert(id uint32, capacity int, hashes []uint64) {
 // whose tail is oldest, down to the age of the next oldest list's tail. A
 // prompt longer than the limit loses its own tail, as in one list; blocks
 // of inserts since the one that called it (ticks after last) stay. Ages are
-// ticks of the worker modulo 2^16: a node left untouched for 65,536 of the
-// worker's inserts may pass for younger.
+// ticks of the worker modulo 2^16, read as signed: a node left untouched for
+// 32,768 of the worker's inserts may pass for young.
 func (ix *Index) shrink(slot uint32, want uint64, limit int, last uint16) {
 	st, held, ticks := ix.state(slot), ix.heldBy(slot), ix.tickOf(slot)
 	for held.Load() > int64(limit) {
 		now := uint16(ticks.Load())
-		age := func(sh *shard, l *lru) uint64 { return uint64(now - sh.nodes.at(l.tail).tick) }
-		keep := uint64(now - last) // younger nodes are of later inserts
-		victim, oldest, next := -1, uint64(0), uint64(0)
+		// A node touched by an insert running concurrently may carry a
+		// tick after now: its age is negative, counted as 0.
+		age := func(sh *shard, l *lru) int { return max(0, int(int16(now-sh.nodes.at(l.tail).tick))) }
+		keep := int(int16(now - last)) // younger nodes are of later inserts
+		victim, oldest, next := -1, 0, 0
 		for i := range ix.shards {
 			sh := &ix.shards[i]
 			sh.mu.Lock()

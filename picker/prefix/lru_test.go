@@ -2,6 +2,7 @@ package prefix
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"testing"
 )
@@ -42,9 +43,9 @@ func TestShardedEvictionIsLRUAcrossShards(t *testing.T) {
 				exact.Insert(w, capacity, exact.Hashes(nil, "m", "", text(p)))
 				sharded.Insert(w, capacity, sharded.Hashes(nil, "m", "", text(p)))
 				for _, q := range prompts {
-					want := byWorker(exact.Match(exact.Hashes(nil, "m", "", text(q)), &se))
-					got := byWorker(sharded.Match(sharded.Hashes(nil, "m", "", text(q)), &ss))
-					if got != want {
+					want := byID(exact.Match(exact.Hashes(nil, "m", "", text(q)), &se))
+					got := byID(sharded.Match(sharded.Hashes(nil, "m", "", text(q)), &ss))
+					if !maps.Equal(got, want) {
 						t.Fatalf("step %d, prompt %v: sharded index matched %v, exact LRU %v", step, q, got, want)
 					}
 				}
@@ -53,10 +54,39 @@ func TestShardedEvictionIsLRUAcrossShards(t *testing.T) {
 	}
 }
 
-// byWorker is the blocks matched on workers 1 and 2.
-func byWorker(ms []Match) (out [2]int) {
+// An index holds at most 65,536 live workers (a node keeps its slot in 16
+// bits): one more is not indexed, and nothing else changes.
+func TestWorkersPastTheSlotLimitAreNotIndexed(t *testing.T) {
+	ix := New()
+	const limit = maxSlotChunks * slotChunkSize
+	for id := range uint32(limit + 1) {
+		ix.AddWorker(id + 1)
+	}
+	hs := ix.Hashes(nil, "m", "", [][]byte{text('x', 4*BlockSize)})
+	var s Scratch
+	for _, id := range []uint32{1, limit, limit + 1} {
+		ix.Insert(id, 0, hs)
+	}
+	got := byID(ix.Match(hs, &s))
+	if got[1] != len(hs) || got[limit] != len(hs) {
+		t.Errorf("indexed workers matched %v, want %d blocks on workers 1 and %d", got, len(hs), limit)
+	}
+	if n, ok := got[limit+1]; ok {
+		t.Errorf("worker %d, past the limit, matched %d blocks", limit+1, n)
+	}
+	ix.RemoveWorker(limit + 1) // harmless
+	ix.RemoveWorker(1)
+	ix.AddWorker(limit + 1) // takes the freed slot
+	ix.Insert(limit+1, 0, hs)
+	if got := byID(ix.Match(hs, &s)); got[limit+1] != len(hs) {
+		t.Errorf("after a slot was freed, worker %d matched %v", limit+1, got)
+	}
+}
+
+func byID(ms []Match) map[uint32]int {
+	out := map[uint32]int{}
 	for _, m := range ms {
-		out[m.Worker-1] = m.Blocks
+		out[m.Worker] = m.Blocks
 	}
 	return out
 }
