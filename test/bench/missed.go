@@ -31,12 +31,13 @@ var explanations = map[string]string{
 		"ratio there on shared-prefix, and multi-turn misses it by about 5%.",
 	"matrix: cache-aware no-sharing": "with nothing shared cache-aware ranks by load as least-load does; the gaps " +
 		"are of the size of the run-to-run spread of a 120-request p90 on this machine.",
-	"3 replicas:": "each replica's prefix index sees a third of the placements and of the evictions, so its match " +
-		"and eviction estimates are wrong for most of what the servers hold; replicas disagreeing about a prefix's " +
-		"home is the smaller part (pure consistent hashing, which agrees by construction, scores lower). Next: " +
-		"per-request instrumentation of the replica run (replica, worker, the server's cached tokens against the " +
-		"index's prediction), then the servers' own per-worker prefix-cache hit counters as a correction of each " +
-		"replica's index.",
+	"3 replicas:": "a trace of every replica's picks (prefix key, home, choice, loads and costs) shows prefixes new " +
+		"to a replica now going to their home in about 42 of 50 picks (8 of 50 before the home's bound kept a " +
+		"request of slack and its credit applied from a run's first prompts). What remains is TTFT, since replicas " +
+		"read each other's load from scrapes up to 50 ms old and pile onto the same cheapest pod together, and the " +
+		"multi-turn hit rate, since a session's turns alternate between replicas and a turn one replica spilled off " +
+		"the home leaves the others sending the next turn home, cold. Next: trace one multi-turn session across the " +
+		"replicas to split the two, then spread concurrent spills by the replica's identity.",
 	"whole pick, 400 KB": "the parse and the hashing are the small part. A CPU profile " +
 		"(`go test -tags vtprotobuf -run '^$' -bench 'Handle/body=400KB/workers=100' -benchtime 3s -cpuprofile cpu.out ./picker/extproc/`, " +
 		"then `go tool pprof -top`) puts most of it in recording the pick: `prefix.(*Index).Insert` touches each of the " +
