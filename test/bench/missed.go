@@ -19,12 +19,12 @@ var explanations = map[string]string{
 		"prefilled beside the batch requests dispatched with it. `--flow-control-reserved-slots` keeps places free " +
 		"for it; the run with one place reserved shows how much a smaller reserve costs. Next: a reserve sized from " +
 		"the measured interactive arrival rate instead of a flag.",
-	"matrix: cache-aware TTFT p90 ≤ weighted-scorer's": "both policies now reach the oracle's hit rate in these " +
-		"cells and prefill the same tokens; what differs is which pods' prefills collide. The misses are multi-turn " +
-		"at 1 ms a token (0.30–0.33 s against 0.24–0.31 s, sessions pinned to their pods alike) and shared-prefix " +
-		"with roomy caches at 0.3 ms (0.08–0.09 s against 0.07–0.08 s), where one collision moves the p90 by a " +
-		"prefill. Next: spread new sessions by the prefill they will bring over their life, not by the load at " +
-		"their first turn.",
+	"matrix: cache-aware TTFT p90 ≤ weighted-scorer's": "both policies reach the oracle's hit rate in these " +
+		"cells and prefill the same tokens; what differs is which pods' prefills collide. The misses are mostly " +
+		"multi-turn (sessions pinned to their pods by both) and shared-prefix with roomy caches, by a few percent " +
+		"up to about a fifth, where one collision moves the p90 by a prefill; which cells miss changes from run to " +
+		"run. Next: spread new sessions by the prefill they will bring over their life, not by the load at their " +
+		"first turn, and compare medians of three runs per cell.",
 	"matrix: cache-aware TTFT p90 ≤ 0.5 × round-robin's": "in the cells whose caches hold 1.5 prompts at 0.3 ms a " +
 		"token, even the best hit rate any policy reaches leaves more than 10% of the requests to prefill their " +
 		"whole prompt, so the p90 of every policy, round-robin's included, is such a prefill: no router meets the " +
