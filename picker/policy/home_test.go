@@ -95,10 +95,10 @@ func TestReplicasAgreeOnNewPrefixes(t *testing.T) {
 // credit applies before this replica has seen any prefix recur.
 func TestReplicasSendNewPrefixesHomeAtLowLoad(t *testing.T) {
 	pods := podNames(8)
-	a, b := newReplica(t, 1, pods), newReplica(t, 2, pods)
+	a, b, ref := newReplica(t, 1, pods), newReplica(t, 2, pods), newReplica(t, 3, pods)
 	for i := range 16 {
 		req := chat(fmt.Sprintf("tenant %d", i), "first question", 8000, 100)
-		home := newReplica(t, 3, pods).pickName(t, req)
+		home := ref.pickName(t, req) // an idle replica's pick of a new prefix is its home
 		other := pods[0]
 		if other == home {
 			other = pods[1]

@@ -1,6 +1,7 @@
 package prefix
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -29,22 +30,19 @@ func TestShardedEvictionIsLRUAcrossShards(t *testing.T) {
 					prompts = append(prompts, prompt{s, q})
 				}
 			}
-			text := func(p prompt) [][]byte {
-				system := make([]byte, (40+37*p.system)*BlockSize)
-				for i := range system {
-					system[i] = byte('a' + p.system)
-				}
+			promptText := func(p prompt) [][]byte {
+				system := bytes.Repeat([]byte{byte('a' + p.system)}, (40+37*p.system)*BlockSize)
 				return [][]byte{system, fmt.Appendf(nil, "question %d of %d", p.question, p.system)}
 			}
 			var se, ss Scratch
 			for step := range 300 {
 				p := prompts[int(rng.ExpFloat64()*5)%len(prompts)]
 				w := uint32(1 + rng.IntN(2))
-				exact.Insert(w, capacity, exact.Hashes(nil, "m", "", text(p)))
-				sharded.Insert(w, capacity, sharded.Hashes(nil, "m", "", text(p)))
+				exact.Insert(w, capacity, exact.Hashes(nil, "m", "", promptText(p)))
+				sharded.Insert(w, capacity, sharded.Hashes(nil, "m", "", promptText(p)))
 				for _, q := range prompts {
-					want := byID(exact.Match(exact.Hashes(nil, "m", "", text(q)), &se))
-					got := byID(sharded.Match(sharded.Hashes(nil, "m", "", text(q)), &ss))
+					want := byID(exact.Match(exact.Hashes(nil, "m", "", promptText(q)), &se))
+					got := byID(sharded.Match(sharded.Hashes(nil, "m", "", promptText(q)), &ss))
 					if !maps.Equal(got, want) {
 						t.Fatalf("step %d, prompt %v: sharded index matched %v, exact LRU %v", step, q, got, want)
 					}

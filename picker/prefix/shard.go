@@ -50,9 +50,7 @@ func (sh *shard) touch(slot uint32, h uint64, hint uint32, tick uint16, bound, m
 	if hint != 0 {
 		if n := sh.nodes.at(hint); n.hash == h && uint32(n.slot) == slot {
 			next := n.prev
-			sh.unlink(l, hint)
-			sh.pushFront(l, hint)
-			n.tick = tick
+			sh.refresh(l, hint, tick)
 			return next
 		}
 	}
@@ -63,9 +61,7 @@ func (sh *shard) touch(slot uint32, h uint64, hint uint32, tick uint16, bound, m
 		n := sh.nodes.at(idx)
 		if uint32(n.slot) == slot {
 			next := n.prev
-			sh.unlink(l, idx)
-			sh.pushFront(l, idx)
-			n.tick = tick
+			sh.refresh(l, idx, tick)
 			if prev != 0 { // move to the front of the block's holders
 				sh.nodes.at(prev).same = n.same
 				n.same = head
@@ -171,6 +167,13 @@ func (sh *shard) unlink(l *lru, idx uint32) {
 	}
 	n.prev, n.next = 0, 0
 	l.n--
+}
+
+// refresh makes node idx its worker's most recently used, touched at tick.
+func (sh *shard) refresh(l *lru, idx uint32, tick uint16) {
+	sh.unlink(l, idx)
+	sh.pushFront(l, idx)
+	sh.nodes.at(idx).tick = tick
 }
 
 func (sh *shard) pushFront(l *lru, idx uint32) {

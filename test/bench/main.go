@@ -55,8 +55,12 @@ type options struct {
 	count                                        int
 }
 
-func (o options) want(part string) bool {
-	return o.only == "" || strings.Contains(","+o.only+",", ","+part+",")
+func (o options) want(part string) bool { return selected(o.only, part) }
+
+// selected reports whether the comma-separated list names item; an empty
+// list selects everything.
+func selected(list, item string) bool {
+	return list == "" || strings.Contains(","+list+",", ","+item+",")
 }
 
 func run(ctx context.Context, o options) error {
@@ -115,15 +119,12 @@ func run(ctx context.Context, o options) error {
 	if o.want("routing") {
 		log.Print("routing benchmark")
 		rep.spec = simSpec()
-		pols := routing.Policies()
-		if o.policies != "" {
-			var keep []routing.Policy
-			for i := range pols {
-				if strings.Contains(","+o.policies+",", ","+pols[i].Label+",") {
-					keep = append(keep, pols[i])
-				}
+		var pols []routing.Policy
+		all := routing.Policies()
+		for i := range all {
+			if selected(o.policies, all[i].Label) {
+				pols = append(pols, all[i])
 			}
-			pols = keep
 		}
 		rep.workloads = keepWorkloads(workloads(o.quick), o.workloads)
 		rep.routing, err = routing.Suite(ctx, routing.Binaries{Sim: sim, Picker: picker}, rep.spec, pols, rep.workloads, deadline)

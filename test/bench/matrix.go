@@ -161,7 +161,7 @@ func matrixBench(ctx context.Context, bins routing.Binaries, o options) ([]matri
 			for i := range matrixPolicies {
 				p := &matrixPolicies[i]
 				if w.Name == "no-sharing@4" && p.Label != "cache-aware" && p.Label != "least-load" ||
-					o.policies != "" && !strings.Contains(","+o.policies+",", ","+p.Label+",") {
+					!selected(o.policies, p.Label) {
 					continue
 				}
 				c, err := routing.Start(ctx, bins, matrixSpec(cell), p.Config, workdir)
@@ -355,7 +355,7 @@ func reproWorkload() *routing.Workload {
 func reproBench(ctx context.Context, bins routing.Binaries, only string) ([]*routing.Result, error) {
 	var pols []routing.Policy
 	for i := range matrixPolicies {
-		if only == "" || strings.Contains(","+only+",", ","+matrixPolicies[i].Label+",") {
+		if selected(only, matrixPolicies[i].Label) {
 			pols = append(pols, matrixPolicies[i])
 		}
 	}
