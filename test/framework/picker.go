@@ -3,7 +3,9 @@ package framework
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,11 +34,66 @@ type Picker struct {
 func StartPickerT(t testing.TB, bin string, args ...string) *Picker {
 	t.Helper()
 	p := &Picker{bin: bin, args: args}
-	for _, port := range []*int{&p.GRPCPort, &p.HealthPort, &p.MetricsPort} {
-		*port = FreePortT(t)
+	for attempt := 1; ; attempt++ {
+		ports, err := FreePorts("127.0.0.1", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.GRPCPort, p.HealthPort, p.MetricsPort = ports[0], ports[1], ports[2]
+		p.start(t)
+		err = p.waitListening()
+		if err == nil {
+			return p
+		}
+		// A port free when chosen can be taken before the picker binds it
+		// (by an outgoing connection's ephemeral port, most often): the
+		// picker then exits saying so, and new ports are chosen.
+		if attempt == startAttempts || !strings.Contains(p.Log(), "address already in use") {
+			t.Fatalf("inferpick did not start: %v\n%s", err, p.Output())
+		}
+		t.Logf("inferpick: a chosen port was taken before it bound it (%v); choosing new ports", err)
 	}
-	p.start(t)
-	return p
+}
+
+// startAttempts bounds how often StartPickerT chooses new ports.
+const startAttempts = 5
+
+// waitListening waits until the picker accepts connections on its three
+// ports and answers health checks, or exits.
+func (p *Picker) waitListening() error {
+	return PollTimeout(Timeout, func() error {
+		if p.Exited() {
+			return Stop(fmt.Errorf("it exited: %v", p.Err()))
+		}
+		for _, port := range []int{p.GRPCPort, p.MetricsPort} {
+			conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
+			if err != nil {
+				return err
+			}
+			_ = conn.Close()
+		}
+		if !p.answersHealth() {
+			return fmt.Errorf("no health answer on port %d", p.HealthPort)
+		}
+		if p.Exited() {
+			return Stop(fmt.Errorf("it exited: %v", p.Err()))
+		}
+		return nil
+	})
+}
+
+// answersHealth reports whether the health port answers a check at all
+// (serving or not: a replica that is not ready still answers).
+func (p *Picker) answersHealth() bool {
+	conn, err := grpc.NewClient("127.0.0.1:"+strconv.Itoa(p.HealthPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return false
+	}
+	defer func() { _ = conn.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err == nil
 }
 
 func (p *Picker) start(t testing.TB) {
