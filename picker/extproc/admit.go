@@ -85,6 +85,7 @@ func (x *exchange) tryPick() (bool, error) {
 		x.allowed = x.subset.appendAllowed(x.allowed[:0], candidates)
 		candidates = x.allowed
 	}
+	x.pick.Subset = x.subset.present
 	if len(candidates) == 0 {
 		if x.subset.present {
 			return false, errEmptySubset

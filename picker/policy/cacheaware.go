@@ -21,7 +21,8 @@ type cacheAware struct {
 	indexed
 	cfg   CacheAwareConfig
 	lora  *loraAffinity
-	reuse reuseRate // home.go
+	reuse reuseRate  // home.go
+	keys  stableKeys // sample.go
 }
 
 func (c *cacheAware) rank(e *engine, p *pick) {

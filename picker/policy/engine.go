@@ -25,8 +25,11 @@ type pick struct {
 	cands   []candidate
 	rng     uint64 // splitmix64 state, seeded per pick
 	hashes  []uint64
-	blocks  int     // len(hashes), when the ranker hashed the prompt
-	others  float64 // othersPerOwn of the candidates
+	blocks  int  // len(hashes), when the ranker hashed the prompt
+	hashed  bool // hashes, blocks and matches are set
+	matches []prefix.Match
+	pool    []*registry.Worker // the sampled candidates of a large pool
+	others  float64            // othersPerOwn of the candidates
 	scratch prefix.Scratch
 	matched map[uint32]int
 	// The requested model's key in the LoRA decision table, once needed.
@@ -64,7 +67,8 @@ type engine struct {
 	mu  sync.Mutex
 	rnd *rand.Rand
 
-	pool sync.Pool
+	pool    sync.Pool
+	filters filterCache // models.go
 }
 
 var _ Policy = (*engine)(nil)
@@ -83,35 +87,35 @@ func (e *engine) Pick(req *Request, candidates []*registry.Worker, n int) ([]*re
 	n = max(n, 1)
 	p := e.pool.Get().(*pick)
 	defer func() {
-		p.req = nil
+		p.req, p.matches = nil, nil
 		clear(p.cands) // drop worker pointers before pooling
 		p.cands = p.cands[:0]
+		clear(p.pool)
+		p.pool = p.pool[:0]
 		e.pool.Put(p)
 	}()
-	p.req, p.blocks, p.adapterSet = req, 0, false
+	p.req, p.blocks, p.hashed, p.adapterSet = req, 0, false, false
 	e.mu.Lock()
 	p.rng = e.rnd.Uint64()
 	e.mu.Unlock()
 
-	filter, err := newModelFilter(req.Model, candidates)
+	var filter modelFilter
+	var err error
+	if req.Subset { // a list of the caller's, which it may reuse
+		filter, err = newModelFilter(req.Model, candidates)
+	} else {
+		filter, err = e.filters.get(req.Model, candidates)
+	}
 	if err != nil {
 		return nil, err
 	}
 	now := e.now()
 	saturated := 0
-	for _, w := range candidates {
-		if w == nil || w.Removed() || !filter.admits(w) {
-			continue
-		}
-		m := w.Metrics()
-		if m != nil && (m.Scraped.IsZero() || now.Sub(m.Scraped) > e.cfg.MetricsStaleness.Duration) {
-			m = nil
-		}
-		if e.saturated(w, m, req.Reserve) {
-			saturated++
-			continue
-		}
-		p.cands = append(p.cands, candidate{w: w, metrics: m, tie: p.rand()})
+	if s, ok := e.ranker.(sampler); ok && len(candidates) > sampleAbove && !req.Subset {
+		saturated = e.admit(p, s.sample(e, p, candidates), &filter, now)
+	}
+	if len(p.cands) == 0 { // a small pool, or none of the sample can take it
+		saturated = e.admit(p, candidates, &filter, now)
 	}
 	p.others = othersPerOwn(p.cands)
 	for i := range p.cands {
@@ -129,6 +133,26 @@ func (e *engine) Pick(req *Request, candidates []*registry.Worker, n int) ([]*re
 		c.chose(e, p, out[0])
 	}
 	return out, nil
+}
+
+// admit makes candidates of the workers of ws that are live, serve the
+// model and have room for the request, and returns how many had none.
+func (e *engine) admit(p *pick, ws []*registry.Worker, filter *modelFilter, now time.Time) (saturated int) {
+	for _, w := range ws {
+		if w == nil || w.Removed() || !filter.admits(w) {
+			continue
+		}
+		m := w.Metrics()
+		if m != nil && (m.Scraped.IsZero() || now.Sub(m.Scraped) > e.cfg.MetricsStaleness.Duration) {
+			m = nil
+		}
+		if e.saturated(w, m, p.req.Reserve) {
+			saturated++
+			continue
+		}
+		p.cands = append(p.cands, candidate{w: w, metrics: m, tie: p.rand()})
+	}
+	return saturated
 }
 
 // saturated reports whether w may take no more work of a request that

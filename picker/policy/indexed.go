@@ -11,6 +11,7 @@ import (
 type indexed struct {
 	ix      *prefix.Index
 	cal     *calibrator
+	workers *workerSet               // the index's workers by ID (sample.go)
 	matched func(matched, total int) // nil: nobody asked
 }
 
@@ -21,37 +22,54 @@ func newIndexed(cfg IndexConfig, reg *registry.Registry, matched func(matched, t
 		prefix.WithMaxBlocks(cfg.MaxBlocks),
 	)
 	cal := &calibrator{}
-	reg.AddListener(indexListener{ix, cal})
-	return indexed{ix: ix, cal: cal, matched: matched}
+	ws := &workerSet{}
+	reg.AddListener(indexListener{ix, cal, ws})
+	return indexed{ix: ix, cal: cal, workers: ws, matched: matched}
 }
 
 // indexListener keeps the index's worker set equal to the registry's.
 type indexListener struct {
-	ix  *prefix.Index
-	cal *calibrator
+	ix      *prefix.Index
+	cal     *calibrator
+	workers *workerSet
 }
 
-func (l indexListener) WorkerAdded(w *registry.Worker) { l.ix.AddWorker(w.ID()) }
+func (l indexListener) WorkerAdded(w *registry.Worker) {
+	l.ix.AddWorker(w.ID())
+	l.workers.add(w)
+}
+
 func (l indexListener) WorkerRemoved(w *registry.Worker) {
+	l.workers.remove(w)
 	l.ix.RemoveWorker(w.ID())
 	l.cal.forget(w)
 }
 
-// match hashes the prompt once and sets each candidate's matched blocks.
-func (x indexed) match(p *pick) {
-	for i := range p.cands {
-		x.cal.refresh(p.cands[i].w)
+// hash hashes the prompt and looks it up in the index, once per pick.
+func (x indexed) hash(p *pick) {
+	if p.hashed {
+		return
 	}
+	p.hashed = true
 	p.hashes = x.ix.Hashes(p.hashes, p.req.Model, p.req.CacheSalt, p.req.Prompt)
 	p.blocks = len(p.hashes)
-	ms := x.ix.Match(p.hashes, &p.scratch)
+	p.matches = x.ix.Match(p.hashes, &p.scratch)
 	if x.matched != nil && p.blocks > 0 {
 		best := 0
-		for _, m := range ms {
+		for _, m := range p.matches {
 			best = max(best, m.Blocks)
 		}
 		x.matched(best, p.blocks)
 	}
+}
+
+// match sets each candidate's matched blocks.
+func (x indexed) match(p *pick) {
+	for i := range p.cands {
+		x.cal.refresh(p.cands[i].w)
+	}
+	x.hash(p)
+	ms := p.matches
 	switch {
 	case len(ms) == 0:
 		return

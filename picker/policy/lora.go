@@ -35,7 +35,22 @@ const (
 // lists only the adapters in use.
 type loraAffinity struct {
 	rows [loraRows]loraRow
+	// where is the other direction, for picks that sample a large pool
+	// (sample.go): by adapter (its hash modulo the rows), the workers it
+	// was most recently sent to.
+	where [loraRows]adapterRow
 }
+
+// adapterRow is one adapter's most recent workers, most recent first.
+type adapterRow struct {
+	mu      sync.Mutex
+	adapter uint64
+	n       int
+	workers [loraWhere]uint32
+}
+
+// loraWhere is how many workers an adapter's row remembers.
+const loraWhere = 4
 
 // loraRow is one worker's recently sent adapters, most recent first.
 type loraRow struct {
@@ -143,7 +158,6 @@ func (a *loraAffinity) record(p *pick, w *registry.Worker) {
 	h := adapterOf(p)
 	r := &a.rows[w.ID()%loraRows]
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.worker != w.ID() {
 		r.worker, r.n = w.ID(), 0
 	}
@@ -157,6 +171,43 @@ func (a *loraAffinity) record(p *pick, w *registry.Worker) {
 	}
 	copy(r.recent[1:i+1], r.recent[:i])
 	r.recent[0] = h
+	r.mu.Unlock()
+	a.where[h%loraRows].add(h, w.ID())
+}
+
+func (r *adapterRow) add(adapter uint64, id uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.adapter != adapter {
+		r.adapter, r.n = adapter, 0
+	}
+	i := 0
+	for i < r.n && r.workers[i] != id {
+		i++
+	}
+	if i == r.n {
+		r.n = min(r.n+1, loraWhere)
+		i = r.n - 1
+	}
+	copy(r.workers[1:i+1], r.workers[:i])
+	r.workers[0] = id
+}
+
+// sentTo returns the IDs of the workers the pick's adapter was most
+// recently sent to; 0 fills the places of fewer.
+func (a *loraAffinity) sentTo(p *pick) [loraWhere]uint32 {
+	var out [loraWhere]uint32
+	if p.req.Model == "" {
+		return out
+	}
+	h := adapterOf(p)
+	r := &a.where[h%loraRows]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.adapter == h {
+		copy(out[:], r.workers[:r.n])
+	}
+	return out
 }
 
 // chose records the primary in the prefix index and, for an adapter, in

@@ -1,6 +1,10 @@
 package policy
 
-import "github.com/inferpick/inferpick/picker/registry"
+import (
+	"sync/atomic"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
 
 // served is how a worker stands to a requested model.
 type served uint8
@@ -109,4 +113,42 @@ func servedOf(w *registry.Worker) *registry.Served {
 		return m.Served
 	}
 	return nil
+}
+
+// filterCache keeps the model filters of recent picks: building one may
+// read every worker's model list (until one lists the model; all of them
+// while none has reported), and its outcome holds as long as the candidate
+// list and every model list do (registry.ServedEpoch). A slot per model
+// (its hash modulo the slots), replaced when another takes it.
+type filterCache struct {
+	slots [filterSlots]atomic.Pointer[cachedFilter]
+}
+
+const filterSlots = 8
+
+type cachedFilter struct {
+	ws     []*registry.Worker // the candidate list; held so its address names it
+	epoch  uint64
+	filter modelFilter
+	err    error
+}
+
+// get returns newModelFilter(model, ws), from the cache when it holds.
+// ws must be a list that never changes, such as the registry's snapshot.
+func (c *filterCache) get(model string, ws []*registry.Worker) (modelFilter, error) {
+	if model == "" || len(ws) == 0 {
+		return newModelFilter(model, ws)
+	}
+	epoch := registry.ServedEpoch() // before the lists are read
+	h := uint32(2166136261)
+	for i := 0; i < len(model); i++ {
+		h = (h ^ uint32(model[i])) * 16777619
+	}
+	slot := &c.slots[h%filterSlots]
+	if e := slot.Load(); e != nil && e.epoch == epoch && e.filter.model == model && len(e.ws) == len(ws) && &e.ws[0] == &ws[0] {
+		return e.filter, e.err
+	}
+	f, err := newModelFilter(model, ws)
+	slot.Store(&cachedFilter{ws: ws, epoch: epoch, filter: f, err: err})
+	return f, err
 }

@@ -26,6 +26,14 @@ type Request struct {
 	// room left counts as saturated for this request; at least one place
 	// always remains usable.
 	Reserve int
+	// Subset says the candidates are a part of the pool the caller chose
+	// (the gateway's subset hint), in a list it may reuse: the pick then
+	// looks at every one of them and remembers nothing of the list. Without
+	// it the candidates are a list that never changes, such as the
+	// registry's snapshot: the policy keeps what it derives from such a
+	// list while the list lasts, and over a large pool it samples
+	// (sample.go).
+	Subset bool
 }
 
 // Policy orders candidates for a request.

@@ -124,6 +124,9 @@ func (r *Registry) publishLocked(added, removed []*Worker) {
 	for _, w := range removed {
 		w.removed.Store(true)
 	}
+	if len(removed) > 0 {
+		servedEpoch.Add(1)
+	}
 	// A worker added and replaced within one change was never published.
 	added = slices.DeleteFunc(added, (*Worker).Removed)
 	old := *r.snapshot.Load()

@@ -144,7 +144,27 @@ func (w *Worker) InFlight() int64 { return w.inFlight.Load() }
 func (w *Worker) Metrics() *Metrics { return w.metrics.Load() }
 
 // SetMetrics stores a scrape result.
-func (w *Worker) SetMetrics(m *Metrics) { w.metrics.Store(m) }
+func (w *Worker) SetMetrics(m *Metrics) {
+	if old := w.metrics.Swap(m); servedOf(old) != servedOf(m) {
+		servedEpoch.Add(1)
+	}
+}
+
+func servedOf(m *Metrics) *Served {
+	if m == nil {
+		return nil
+	}
+	return m.Served
+}
+
+// servedEpoch changes whenever a worker's model list changes or a worker
+// is removed.
+var servedEpoch atomic.Uint64
+
+// ServedEpoch is a number that changes whenever some worker's model list
+// (Metrics.Served) changes or some worker is removed: what was derived from
+// every worker's list, read after an epoch, holds while the epoch does.
+func ServedEpoch() uint64 { return servedEpoch.Load() }
 
 // Admit counts a new request on the worker, in prefill, and returns the
 // guard that will uncount it. The caller must arrange for Release to be
