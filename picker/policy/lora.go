@@ -161,16 +161,7 @@ func (a *loraAffinity) record(p *pick, w *registry.Worker) {
 	if r.worker != w.ID() {
 		r.worker, r.n = w.ID(), 0
 	}
-	i := 0
-	for i < r.n && r.recent[i] != h {
-		i++
-	}
-	if i == r.n {
-		r.n = min(r.n+1, loraRecent)
-		i = r.n - 1
-	}
-	copy(r.recent[1:i+1], r.recent[:i])
-	r.recent[0] = h
+	r.n = toFront(r.recent[:], r.n, h)
 	r.mu.Unlock()
 	a.where[h%loraRows].add(h, w.ID())
 }
@@ -181,16 +172,24 @@ func (r *adapterRow) add(adapter uint64, id uint32) {
 	if r.adapter != adapter {
 		r.adapter, r.n = adapter, 0
 	}
+	r.n = toFront(r.workers[:], r.n, id)
+}
+
+// toFront makes v the first of the n values of list, most recent first:
+// moved there when among them, else added, dropping the last when list is
+// full. It returns the new count.
+func toFront[T comparable](list []T, n int, v T) int {
 	i := 0
-	for i < r.n && r.workers[i] != id {
+	for i < n && list[i] != v {
 		i++
 	}
-	if i == r.n {
-		r.n = min(r.n+1, loraWhere)
-		i = r.n - 1
+	if i == n {
+		n = min(n+1, len(list))
+		i = n - 1
 	}
-	copy(r.workers[1:i+1], r.workers[:i])
-	r.workers[0] = id
+	copy(list[1:i+1], list[:i])
+	list[0] = v
+	return n
 }
 
 // sentTo returns the IDs of the workers the pick's adapter was most
