@@ -42,7 +42,7 @@ func (c *cacheAware) rank(e *engine, p *pick) {
 		cd := &p.cands[i]
 		uncached := p.blocks - cd.matched
 		cd.cost = cd.load + (float64(uncached)+c.evicted(cd.w, uncached, reuse))/c.cfg.BlocksPerLoad +
-			c.lora.cost(p, cd, c.cfg.AdapterLoadCost) - c.homeCredit(p, i, home)
+			c.lora.cost(p, cd, c.cfg.AdapterLoadCost) - c.homeCredit(p, i, home) + c.orderCost(p, i)
 	}
 }
 

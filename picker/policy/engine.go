@@ -27,6 +27,7 @@ type pick struct {
 	hashes  []uint64
 	blocks  int  // len(hashes), when the ranker hashed the prompt
 	hashed  bool // hashes, blocks and matches are set
+	ordered bool // the candidates' ties follow the prompt's rendezvous order (home.go)
 	matches []prefix.Match
 	pool    []*registry.Worker // the sampled candidates of a large pool
 	others  float64            // othersPerOwn of the candidates
@@ -94,7 +95,7 @@ func (e *engine) Pick(req *Request, candidates []*registry.Worker, n int) ([]*re
 		p.pool = p.pool[:0]
 		e.pool.Put(p)
 	}()
-	p.req, p.blocks, p.hashed, p.adapterSet = req, 0, false, false
+	p.req, p.blocks, p.hashed, p.ordered, p.adapterSet = req, 0, false, false, false
 	e.mu.Lock()
 	p.rng = e.rnd.Uint64()
 	e.mu.Unlock()

@@ -28,20 +28,27 @@ import (
 // Adding or removing a worker moves only the prefixes whose home it becomes
 // or was.
 //
-// The learned index refines the home: when this replica knows a candidate
-// that holds the prefix, the index decides and no home is taken, so a prefix
-// learned elsewhere stays there. Otherwise the home is credited with the
-// prefill of the prompt it is presumed to hold, in proportion to the chance
-// that another replica sent the prompt there (homeCredit), which is nil when
-// prompts do not share prefixes. Whatever the
-// index knows, ties in cost are broken in the prefix's rendezvous order.
+// The learned index refines the home: a candidate this replica knows to
+// hold more of the prompt is cheaper by that much, so a prefix learned
+// elsewhere stays there. What the index knows is a lower bound, though:
+// other replicas send prompts too, and a prefix this replica learned may
+// have grown elsewhere under the others' routing (the later turns of a
+// conversation, most of all). So the home is credited with the prefill of
+// the blocks beyond those the index knows there, in proportion to the
+// chance that another replica sent the prompt there (homeCredit), which is
+// nil when prompts do not share prefixes and for a lone picker. Others that
+// found the home busy went on down the prefix's order, so every candidate
+// also pays for its place in that order (orderCost): the same share of the
+// prompt's prefill, times its place as a fraction of the order. Whatever
+// the index knows, ties in cost are broken in the prefix's rendezvous
+// order.
 
 // home returns the index in p.cands of the prompt's home, or -1 when there
-// is none: home hashing is off, the prompt is shorter than a block, the
-// index already knows a holder of the prefix, or every candidate is over the
-// bound. Whenever the prompt has a key, the candidates' tie-break follows
-// the prefix's rendezvous order, so that replicas whose costs tie (idle
-// workers, a spill off a busy holder) still choose alike.
+// is none: home hashing is off, the prompt is shorter than a block, or every
+// candidate is over the bound. Whenever the prompt has a key, the
+// candidates' tie-break follows the prefix's rendezvous order (p.ordered),
+// so that replicas whose costs tie (idle workers, a spill off a busy
+// holder) still choose alike.
 func (c *cacheAware) home(e *engine, p *pick) int {
 	if c.cfg.HomeBlocks <= 0 || len(p.cands) < 2 {
 		return -1
@@ -57,10 +64,8 @@ func (c *cacheAware) home(e *engine, p *pick) int {
 		learned = learned || cd.matched >= blocks
 		total += cd.load
 	}
+	p.ordered = true
 	c.reuse.observe(learned)
-	if learned {
-		return -1
-	}
 	unit := max(e.cfg.PrefillWeight, 1) // what the new request adds
 	bound := math.Ceil((1+c.cfg.HomeEpsilon)*(total/unit+1)/float64(len(p.cands))) + homeSlack
 	best := -1
@@ -75,17 +80,39 @@ func (c *cacheAware) home(e *engine, p *pick) int {
 
 // homeCredit is the cost taken off candidate i for being the prompt's home:
 // the prefill of the blocks it is presumed to hold beyond those the index
-// knows, times the chance that another replica sent the prompt there. That
-// chance is the share of prompts whose prefix recurs (reuseRate: none when
-// prompts share nothing) times the share of them another replica routed,
-// r/(1+r) with r others' requests per own (about N-1 of N replicas). A lone
-// picker (r = 0) gives no credit: the home then only breaks ties.
+// knows, times the chance that another replica sent the prompt there
+// (othersShare). A lone picker gives no credit: the home then only breaks
+// ties.
 func (c *cacheAware) homeCredit(p *pick, i, home int) float64 {
-	if i != home || p.others <= 0 {
+	if i != home {
 		return 0
 	}
-	share := c.reuse.rate() * p.others / (1 + p.others)
-	return share * float64(p.blocks-p.cands[i].matched) / c.cfg.BlocksPerLoad
+	return c.othersShare(p) * float64(p.blocks-p.cands[i].matched) / c.cfg.BlocksPerLoad
+}
+
+// orderCost is what candidate i pays for its place in the prefix's
+// rendezvous order: the share of the prompt's prefill another replica may
+// have placed there times its place, from 0 for the heaviest to about 1 for
+// the lightest (its tie key as a fraction of the key space, which for
+// uniformly spread weights is its expected rank over the candidates). Nil
+// unless the candidates are in the prefix's order.
+func (c *cacheAware) orderCost(p *pick, i int) float64 {
+	if !p.ordered {
+		return 0
+	}
+	return c.othersShare(p) * float64(p.blocks) / c.cfg.BlocksPerLoad * (float64(p.cands[i].tie) / (1 << 64))
+}
+
+// othersShare is the chance that another replica sent a prompt there: the
+// share of prompts whose prefix recurs (reuseRate: none when prompts share
+// nothing) times the share of them the others routed, r/(1+r) with r
+// others' requests per own (about N-1 of N replicas). It is 0 for a lone
+// picker.
+func (c *cacheAware) othersShare(p *pick) float64 {
+	if p.others <= 0 {
+		return 0
+	}
+	return c.reuse.rate() * p.others / (1 + p.others)
 }
 
 // homeSlack is the requests a home may hold beyond the (1+ε) bound.

@@ -58,9 +58,10 @@ func (c *simCache) serve(hs []uint64) (cached int) {
 }
 
 type simEvent struct {
-	at    time.Time
-	guard *registry.Guard
-	first bool // the first token; else the end
+	at     time.Time
+	guard  *registry.Guard
+	first  bool // the first token; else the end
+	server int  // replicasim_test.go
 }
 
 type simEvents []simEvent
