@@ -184,12 +184,15 @@ func asViolation(err error) *violation {
 
 // endReason names why a stream ended: cleanly after a complete response,
 // or early (the gateway cancels the stream when the client goes away).
+// io.EOF, the gateway closing its side as every stream ends, is checked
+// before status.Code, which builds a status for an error that carries none.
 func endReason(err error, responseDone bool) string {
-	if responseDone && errors.Is(err, io.EOF) {
+	switch {
+	case errors.Is(err, io.EOF) && responseDone:
 		return reasonCompleted
-	}
-	if status.Code(err) == codes.Canceled || errors.Is(err, io.EOF) {
+	case errors.Is(err, io.EOF), status.Code(err) == codes.Canceled:
 		return reasonCancelled
+	default:
+		return reasonError
 	}
-	return reasonError
 }
