@@ -19,9 +19,9 @@ func TestCodecRoundTrip(t *testing.T) {
 	r := newReplies()
 	big := bytes.Repeat([]byte("x"), 3*maxChunk)
 	tests := map[string]func() proto.Message{
-		"route, one endpoint": func() proto.Message { return r.routeHeaders("10.0.0.1:8000", 1234, true, nil) },
+		"route, one endpoint": func() proto.Message { return r.routeHeaders("10.0.0.1:8000", 1234, true, nil, nil) },
 		"route, fallbacks": func() proto.Message {
-			return r.routeHeaders("10.0.0.1:8000,10.0.0.2:8000", 0, false, [][2]string{{RequestIDHeader, "id-1"}})
+			return r.routeHeaders("10.0.0.1:8000,10.0.0.2:8000", 0, false, []byte("id-1"), [][2]string{{"traceparent", "00-1"}})
 		},
 		"request body chunk":  func() proto.Message { return r.streamedBody(big[:maxChunk], false, true) },
 		"last response chunk": func() proto.Message { return r.streamedBody([]byte("data: [DONE]\n\n"), true, false) },
@@ -32,7 +32,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		"another service": func() proto.Message {
 			return &grpc_health_v1.HealthCheckResponse{Status: grpc_health_v1.HealthCheckResponse_SERVING}
 		},
-		"route after a big one": func() proto.Message { return r.routeHeaders("10.0.0.3:8000", 7, true, nil) },
+		"route after a big one": func() proto.Message { return r.routeHeaders("10.0.0.3:8000", 7, true, nil, nil) },
 	}
 	for name, msg := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -64,8 +64,8 @@ func TestCodecRoundTrip(t *testing.T) {
 // nothing of the one before.
 func TestRouteRepliesAreRefilled(t *testing.T) {
 	r := newReplies()
-	r.routeHeaders("10.0.0.1:8000,10.0.0.2:8000", 100, true, [][2]string{{"traceparent", "00-1"}, {RequestIDHeader, "a"}})
-	got := r.routeHeaders("10.0.0.3:8000", 0, false, nil)
+	r.routeHeaders("10.0.0.1:8000,10.0.0.2:8000", 100, true, []byte("a"), [][2]string{{"traceparent", "00-1"}})
+	got := r.routeHeaders("10.0.0.3:8000", 0, false, nil, nil)
 	want := &extprocv3.ProcessingResponse{}
 	if err := proto.Unmarshal(mustMarshal(t, got), want); err != nil {
 		t.Fatal(err)

@@ -134,7 +134,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 	defer func() {
 		if p := recover(); p != nil {
 			x.release(reasonPanic)
-			s.opts.Log.Error(fmt.Errorf("%v", p), "Recovered from a panic in the ext_proc handler", "requestID", x.requestID, "stack", string(debug.Stack()))
+			s.opts.Log.Error(fmt.Errorf("%v", p), "Recovered from a panic in the ext_proc handler", "requestID", x.id(), "stack", string(debug.Stack()))
 			err = status.Error(codes.Internal, "internal error")
 		}
 		x.finish()
@@ -155,7 +155,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 			if v := asViolation(err); v != nil {
 				x.release(reasonViolation)
 				s.metrics.violation(v)
-				s.opts.Log.Info("Ended a stream that broke the ext_proc protocol", "message", v.msg.String(), "state", v.state.String(), "path", x.path, "requestID", x.requestID)
+				s.opts.Log.Info("Ended a stream that broke the ext_proc protocol", "message", v.msg.String(), "state", v.state.String(), "path", x.path, "requestID", x.id())
 				return status.Error(codes.InvalidArgument, v.Error())
 			}
 			// A send fails when the gateway has cancelled the stream.
