@@ -42,6 +42,7 @@ type exchange struct {
 	pick      policy.Request
 	allowed   []*registry.Worker // the subset hint's candidates, when there is one
 	picked    []*registry.Worker // primary, then fallbacks; owned by this exchange
+	pickBuf   []*registry.Worker // what an appending picker picks into; kept across streams
 	dest      string
 	guard     *registry.Guard
 	pickTook  time.Duration // the successful pick's duration
@@ -79,11 +80,12 @@ func (x *exchange) start(s *Server, stream extprocv3.ExternalProcessor_ProcessSe
 func (x *exchange) finish() {
 	x.release(reasonCancelled)
 	x.s.budget.give(x.reserved)
-	body, allowed := x.body[:0], x.allowed[:0]
+	body, allowed, pickBuf := x.body[:0], x.allowed[:0], x.pickBuf[:0]
 	if cap(body) > maxPooledBody {
 		body = nil // don't pin a huge buffer in the pool
 	}
 	clear(x.allowed[:cap(x.allowed)])
+	clear(x.pickBuf[:cap(x.pickBuf)])
 	x.parsed.Reset()
 	x.scanner.Reset(false)
 	if x.out != nil {
@@ -92,7 +94,7 @@ func (x *exchange) finish() {
 	if x.in != nil {
 		x.in.trim()
 	}
-	*x = exchange{body: body, allowed: allowed, parsed: x.parsed, scanner: x.scanner, out: x.out, in: x.in}
+	*x = exchange{body: body, allowed: allowed, pickBuf: pickBuf, parsed: x.parsed, scanner: x.scanner, out: x.out, in: x.in}
 }
 
 // release ends the request's load, once, and counts why. A release to

@@ -31,6 +31,13 @@ type Picker interface {
 	Observe(req *policy.Request, served *registry.Worker)
 }
 
+// appendPicker is a Picker that appends its pick to a slice the caller
+// keeps, as the policies do: the exchange then picks into its own slice,
+// which it keeps from stream to stream.
+type appendPicker interface {
+	AppendPick(dst []*registry.Worker, req *policy.Request, candidates []*registry.Worker, n int) ([]*registry.Worker, error)
+}
+
 // Options tune the server. The zero value is usable.
 type Options struct {
 	// Fallbacks is how many endpoints after the primary the destination
