@@ -3,6 +3,7 @@ package extproc
 import (
 	"fmt"
 	"runtime"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -54,7 +55,33 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 		return nil, fmt.Errorf("marshal %T: %w", v, err)
 	}
 	*buf = (*buf)[:size]
-	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+	return oneBuffer(mem.NewBuffer(buf, pool)), nil
+}
+
+// slabSlots is how many marshalled messages share one slab.
+const slabSlots = 64
+
+// slab is an array of BufferSlice elements handed out one at a time: each
+// marshalled message is carried by a one-element slice of it, so that
+// marshalling allocates no slice of its own. gRPC holds that slice until
+// the message is written, after Send returns, so a slot is never handed
+// out twice; the array is collected once the last of its messages is
+// written.
+type slab struct{ free mem.BufferSlice }
+
+var slabs = sync.Pool{New: func() any { return new(slab) }}
+
+// oneBuffer returns a slice holding b alone, in a slot of a slab.
+func oneBuffer(b mem.Buffer) mem.BufferSlice {
+	s := slabs.Get().(*slab)
+	if len(s.free) == 0 {
+		s.free = make(mem.BufferSlice, slabSlots)
+	}
+	one := s.free[:1:1]
+	s.free = s.free[1:]
+	slabs.Put(s)
+	one[0] = b
+	return one
 }
 
 // Unmarshal decodes a stream's inbound message in place (see inbound) and

@@ -2,11 +2,13 @@ package extproc
 
 import (
 	"bytes"
+	"strconv"
 	"testing"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 )
@@ -87,4 +89,34 @@ func mustMarshal(t *testing.T, m proto.Message) []byte {
 	}
 	defer data.Free()
 	return data.Materialize()
+}
+
+// TestMarshalledMessagesOwnTheirSlices: gRPC writes a message after Send
+// returns, so no message marshalled later, on any stream, may change the
+// slice that carries one still waiting to be written.
+func TestMarshalledMessagesOwnTheirSlices(t *testing.T) {
+	c := newCodec()
+	var held []mem.BufferSlice
+	var want [][]byte
+	for i := range 3 * slabSlots {
+		m := newReplies().streamedBody([]byte(strconv.Itoa(i)), true, false)
+		data, err := c.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) != 1 || cap(data) != 1 {
+			t.Fatalf("message %d: a slice of length %d, capacity %d; want one buffer that an append cannot spill over", i, len(data), cap(data))
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, want = append(held, data), append(want, b)
+	}
+	for i, data := range held {
+		if got := data.Materialize(); !bytes.Equal(got, want[i]) {
+			t.Errorf("message %d reads %q once others were marshalled, want %q", i, got, want[i])
+		}
+		data.Free()
+	}
 }
