@@ -7,8 +7,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/encoding/proto"
+	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 )
 
 // vtMarshaler is the marshalling code go-control-plane generates with
@@ -23,30 +24,49 @@ type vtMarshaler interface {
 const minPooledBuffer = 4 << 10
 
 // codec is the ext_proc server's wire codec. Replies, which are all Envoy
-// messages, are marshalled by their generated vtprotobuf code into buffers
-// of gRPC's pool; anything else, and every received message, goes through
-// the standard proto codec.
+// messages, are marshalled by their generated vtprotobuf code (by proto
+// reflection in a build without it) into buffers of gRPC's pool; messages
+// of older APIs, and every received message that inbound does not cover,
+// go through the standard proto codec.
 type codec struct {
 	proto encoding.CodecV2
 }
 
-func newCodec() codec { return codec{proto: encoding.GetCodecV2(proto.Name)} }
+func newCodec() codec { return codec{proto: encoding.GetCodecV2(grpcproto.Name)} }
 
 // Name is the proto codec's: the wire format is the same.
-func (codec) Name() string { return proto.Name }
+func (codec) Name() string { return grpcproto.Name }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(vtMarshaler)
-	if !ok {
+	switch m := v.(type) {
+	case vtMarshaler:
+		size := m.SizeVT()
+		buf := pooledBuffer(size)
+		n, err := m.MarshalToSizedBufferVTStrict((*buf)[:size])
+		return filled(buf, n, size, err, v)
+	case proto.Message:
+		size := proto.Size(m)
+		buf := pooledBuffer(size)
+		// Of size bytes, the message fits the buffer: MarshalAppend fills it
+		// in place.
+		out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], m)
+		return filled(buf, len(out), size, err, v)
+	default:
 		return c.proto.Marshal(v)
 	}
-	size := m.SizeVT()
+}
+
+// pooledBuffer is a buffer of gRPC's pool for a message of size bytes. Small
+// messages take a buffer of the pool's smallest pooled size, so that it
+// goes back to the pool once written instead of to the garbage collector.
+func pooledBuffer(size int) *[]byte {
+	return mem.DefaultBufferPool().Get(max(size, minPooledBuffer))
+}
+
+// filled hands buf, into which n bytes of a size-byte message v were
+// marshalled, to gRPC; after an error it goes back to the pool.
+func filled(buf *[]byte, n, size int, err error, v any) (mem.BufferSlice, error) {
 	pool := mem.DefaultBufferPool()
-	// Small messages take a buffer of the pool's smallest pooled size, so
-	// that it goes back to the pool once written instead of to the garbage
-	// collector.
-	buf := pool.Get(max(size, minPooledBuffer))
-	n, err := m.MarshalToSizedBufferVTStrict((*buf)[:size])
 	if err != nil || n != size {
 		pool.Put(buf)
 		if err == nil {
