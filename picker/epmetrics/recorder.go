@@ -3,6 +3,7 @@ package epmetrics
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,6 +63,30 @@ type Recorder struct {
 
 	mu     sync.RWMutex
 	models map[modelKey]*Series
+
+	ports [portSlots]atomic.Pointer[portLabel] // label values of the ports seen
+}
+
+// portSlots is how many port label values a Recorder keeps: as many as an
+// InferencePool has target ports at most.
+const portSlots = 8
+
+// portLabel is a port and its label value.
+type portLabel struct {
+	port  int32
+	value string
+}
+
+// portValue returns port as a label value, formatting it only the first
+// time: a pool's endpoints share a few ports.
+func (r *Recorder) portValue(port int32) string {
+	slot := &r.ports[uint32(port)%portSlots]
+	if l := slot.Load(); l != nil && l.port == port {
+		return l.value
+	}
+	l := &portLabel{port: port, value: strconv.Itoa(int(port))}
+	slot.Store(l)
+	return l.value
 }
 
 // modelKey is a requested model and the target it was sent as.
@@ -156,7 +181,7 @@ func (r *Recorder) newSeries(k modelKey) *Series {
 // Scheduled records a successful pick: its duration and the endpoint.
 func (r *Recorder) Scheduled(took time.Duration, target, pod, namespace string, port int32) {
 	r.schedule.Observe(took.Seconds())
-	r.attempts.WithLabelValues("success", target, pod, namespace, strconv.Itoa(int(port))).Inc()
+	r.attempts.WithLabelValues("success", target, pod, namespace, r.portValue(port)).Inc()
 }
 
 // ScheduleFailed records a pick that found no endpoint.

@@ -134,7 +134,7 @@ func (x *exchange) pickAndAdmit(candidates []*registry.Worker) ([]*registry.Work
 	n := 1 + x.s.opts.Fallbacks
 	limit := int64(x.s.opts.MaxInFlight)
 	if limit <= 0 {
-		picked, err := x.s.picker.Pick(&x.pick, candidates, n)
+		picked, err := x.runPicker(candidates, n)
 		if err != nil || len(picked) == 0 {
 			return picked, nil, err
 		}
@@ -144,7 +144,7 @@ func (x *exchange) pickAndAdmit(candidates []*registry.Worker) ([]*registry.Work
 		limit = max(limit-int64(x.pick.Reserve), 1)
 	}
 	for range admitAttempts {
-		picked, err := x.s.picker.Pick(&x.pick, candidates, n)
+		picked, err := x.runPicker(candidates, n)
 		if err != nil || len(picked) == 0 {
 			return picked, nil, err
 		}
@@ -153,6 +153,18 @@ func (x *exchange) pickAndAdmit(candidates []*registry.Worker) ([]*registry.Work
 		}
 	}
 	return nil, nil, policy.ErrSaturated
+}
+
+// runPicker runs the picker once, into the exchange's own slice when the
+// picker can append.
+func (x *exchange) runPicker(candidates []*registry.Worker, n int) ([]*registry.Worker, error) {
+	p, ok := x.s.picker.(appendPicker)
+	if !ok {
+		return x.s.picker.Pick(&x.pick, candidates, n)
+	}
+	picked, err := p.AppendPick(x.pickBuf[:0], &x.pick, candidates, n)
+	x.pickBuf = picked
+	return picked, err
 }
 
 // refusal is the local reply to a request admit refused, or ok false when

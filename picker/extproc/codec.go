@@ -3,11 +3,13 @@ package extproc
 import (
 	"fmt"
 	"runtime"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/encoding/proto"
+	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 )
 
 // vtMarshaler is the marshalling code go-control-plane generates with
@@ -22,30 +24,49 @@ type vtMarshaler interface {
 const minPooledBuffer = 4 << 10
 
 // codec is the ext_proc server's wire codec. Replies, which are all Envoy
-// messages, are marshalled by their generated vtprotobuf code into buffers
-// of gRPC's pool; anything else, and every received message, goes through
-// the standard proto codec.
+// messages, are marshalled by their generated vtprotobuf code (by proto
+// reflection in a build without it) into buffers of gRPC's pool; messages
+// of older APIs, and every received message that inbound does not cover,
+// go through the standard proto codec.
 type codec struct {
 	proto encoding.CodecV2
 }
 
-func newCodec() codec { return codec{proto: encoding.GetCodecV2(proto.Name)} }
+func newCodec() codec { return codec{proto: encoding.GetCodecV2(grpcproto.Name)} }
 
 // Name is the proto codec's: the wire format is the same.
-func (codec) Name() string { return proto.Name }
+func (codec) Name() string { return grpcproto.Name }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(vtMarshaler)
-	if !ok {
+	switch m := v.(type) {
+	case vtMarshaler:
+		size := m.SizeVT()
+		buf := pooledBuffer(size)
+		n, err := m.MarshalToSizedBufferVTStrict((*buf)[:size])
+		return filled(buf, n, size, err, v)
+	case proto.Message:
+		size := proto.Size(m)
+		buf := pooledBuffer(size)
+		// Of size bytes, the message fits the buffer: MarshalAppend fills it
+		// in place.
+		out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], m)
+		return filled(buf, len(out), size, err, v)
+	default:
 		return c.proto.Marshal(v)
 	}
-	size := m.SizeVT()
+}
+
+// pooledBuffer is a buffer of gRPC's pool for a message of size bytes. Small
+// messages take a buffer of the pool's smallest pooled size, so that it
+// goes back to the pool once written instead of to the garbage collector.
+func pooledBuffer(size int) *[]byte {
+	return mem.DefaultBufferPool().Get(max(size, minPooledBuffer))
+}
+
+// filled hands buf, into which n bytes of a size-byte message v were
+// marshalled, to gRPC; after an error it goes back to the pool.
+func filled(buf *[]byte, n, size int, err error, v any) (mem.BufferSlice, error) {
 	pool := mem.DefaultBufferPool()
-	// Small messages take a buffer of the pool's smallest pooled size, so
-	// that it goes back to the pool once written instead of to the garbage
-	// collector.
-	buf := pool.Get(max(size, minPooledBuffer))
-	n, err := m.MarshalToSizedBufferVTStrict((*buf)[:size])
 	if err != nil || n != size {
 		pool.Put(buf)
 		if err == nil {
@@ -54,7 +75,33 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 		return nil, fmt.Errorf("marshal %T: %w", v, err)
 	}
 	*buf = (*buf)[:size]
-	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+	return oneBuffer(mem.NewBuffer(buf, pool)), nil
+}
+
+// slabSlots is how many marshalled messages share one slab.
+const slabSlots = 64
+
+// slab is an array of BufferSlice elements handed out one at a time: each
+// marshalled message is carried by a one-element slice of it, so that
+// marshalling allocates no slice of its own. gRPC holds that slice until
+// the message is written, after Send returns, so a slot is never handed
+// out twice; the array is collected once the last of its messages is
+// written.
+type slab struct{ free mem.BufferSlice }
+
+var slabs = sync.Pool{New: func() any { return new(slab) }}
+
+// oneBuffer returns a slice holding b alone, in a slot of a slab.
+func oneBuffer(b mem.Buffer) mem.BufferSlice {
+	s := slabs.Get().(*slab)
+	if len(s.free) == 0 {
+		s.free = make(mem.BufferSlice, slabSlots)
+	}
+	one := s.free[:1:1]
+	s.free = s.free[1:]
+	slabs.Put(s)
+	one[0] = b
+	return one
 }
 
 // Unmarshal decodes a stream's inbound message in place (see inbound) and

@@ -2,11 +2,13 @@ package extproc
 
 import (
 	"bytes"
+	"strconv"
 	"testing"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 )
@@ -19,9 +21,9 @@ func TestCodecRoundTrip(t *testing.T) {
 	r := newReplies()
 	big := bytes.Repeat([]byte("x"), 3*maxChunk)
 	tests := map[string]func() proto.Message{
-		"route, one endpoint": func() proto.Message { return r.routeHeaders("10.0.0.1:8000", 1234, true, nil) },
+		"route, one endpoint": func() proto.Message { return r.routeHeaders("10.0.0.1:8000", 1234, true, nil, nil) },
 		"route, fallbacks": func() proto.Message {
-			return r.routeHeaders("10.0.0.1:8000,10.0.0.2:8000", 0, false, [][2]string{{RequestIDHeader, "id-1"}})
+			return r.routeHeaders("10.0.0.1:8000,10.0.0.2:8000", 0, false, []byte("id-1"), [][2]string{{"traceparent", "00-1"}})
 		},
 		"request body chunk":  func() proto.Message { return r.streamedBody(big[:maxChunk], false, true) },
 		"last response chunk": func() proto.Message { return r.streamedBody([]byte("data: [DONE]\n\n"), true, false) },
@@ -32,7 +34,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		"another service": func() proto.Message {
 			return &grpc_health_v1.HealthCheckResponse{Status: grpc_health_v1.HealthCheckResponse_SERVING}
 		},
-		"route after a big one": func() proto.Message { return r.routeHeaders("10.0.0.3:8000", 7, true, nil) },
+		"route after a big one": func() proto.Message { return r.routeHeaders("10.0.0.3:8000", 7, true, nil, nil) },
 	}
 	for name, msg := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -64,8 +66,8 @@ func TestCodecRoundTrip(t *testing.T) {
 // nothing of the one before.
 func TestRouteRepliesAreRefilled(t *testing.T) {
 	r := newReplies()
-	r.routeHeaders("10.0.0.1:8000,10.0.0.2:8000", 100, true, [][2]string{{"traceparent", "00-1"}, {RequestIDHeader, "a"}})
-	got := r.routeHeaders("10.0.0.3:8000", 0, false, nil)
+	r.routeHeaders("10.0.0.1:8000,10.0.0.2:8000", 100, true, []byte("a"), [][2]string{{"traceparent", "00-1"}})
+	got := r.routeHeaders("10.0.0.3:8000", 0, false, nil, nil)
 	want := &extprocv3.ProcessingResponse{}
 	if err := proto.Unmarshal(mustMarshal(t, got), want); err != nil {
 		t.Fatal(err)
@@ -87,4 +89,34 @@ func mustMarshal(t *testing.T, m proto.Message) []byte {
 	}
 	defer data.Free()
 	return data.Materialize()
+}
+
+// TestMarshalledMessagesOwnTheirSlices: gRPC writes a message after Send
+// returns, so no message marshalled later, on any stream, may change the
+// slice that carries one still waiting to be written.
+func TestMarshalledMessagesOwnTheirSlices(t *testing.T) {
+	c := newCodec()
+	var held []mem.BufferSlice
+	var want [][]byte
+	for i := range 3 * slabSlots {
+		m := newReplies().streamedBody([]byte(strconv.Itoa(i)), true, false)
+		data, err := c.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) != 1 || cap(data) != 1 {
+			t.Fatalf("message %d: a slice of length %d, capacity %d; want one buffer that an append cannot spill over", i, len(data), cap(data))
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, want = append(held, data), append(want, b)
+	}
+	for i, data := range held {
+		if got := data.Materialize(); !bytes.Equal(got, want[i]) {
+			t.Errorf("message %d reads %q once others were marshalled, want %q", i, got, want[i])
+		}
+		data.Free()
+	}
 }

@@ -30,8 +30,9 @@ type exchange struct {
 	// request side
 	kind      openai.Kind
 	path      string
-	requestID string
-	madeID    bool // requestID was made here: the routed request carries it
+	requestID string   // the gateway's, or the made one once asked for (see id)
+	madeID    bool     // the id was made here: the routed request carries it
+	made      [36]byte // the made id
 	subset    subset
 	declared  int // content-length, 0 when absent
 	body      []byte
@@ -41,6 +42,7 @@ type exchange struct {
 	pick      policy.Request
 	allowed   []*registry.Worker // the subset hint's candidates, when there is one
 	picked    []*registry.Worker // primary, then fallbacks; owned by this exchange
+	pickBuf   []*registry.Worker // what an appending picker picks into; kept across streams
 	dest      string
 	guard     *registry.Guard
 	pickTook  time.Duration // the successful pick's duration
@@ -78,11 +80,12 @@ func (x *exchange) start(s *Server, stream extprocv3.ExternalProcessor_ProcessSe
 func (x *exchange) finish() {
 	x.release(reasonCancelled)
 	x.s.budget.give(x.reserved)
-	body, allowed := x.body[:0], x.allowed[:0]
+	body, allowed, pickBuf := x.body[:0], x.allowed[:0], x.pickBuf[:0]
 	if cap(body) > maxPooledBody {
 		body = nil // don't pin a huge buffer in the pool
 	}
 	clear(x.allowed[:cap(x.allowed)])
+	clear(x.pickBuf[:cap(x.pickBuf)])
 	x.parsed.Reset()
 	x.scanner.Reset(false)
 	if x.out != nil {
@@ -91,7 +94,7 @@ func (x *exchange) finish() {
 	if x.in != nil {
 		x.in.trim()
 	}
-	*x = exchange{body: body, allowed: allowed, parsed: x.parsed, scanner: x.scanner, out: x.out, in: x.in}
+	*x = exchange{body: body, allowed: allowed, pickBuf: pickBuf, parsed: x.parsed, scanner: x.scanner, out: x.out, in: x.in}
 }
 
 // release ends the request's load, once, and counts why. A release to
@@ -113,6 +116,16 @@ func (x *exchange) release(reason string) {
 }
 
 func (x *exchange) send(r *extprocv3.ProcessingResponse) error { return x.stream.Send(r) }
+
+// id is the request's id: the gateway's, or the one made here, which
+// becomes a string only when something asks for it (a log line, a span,
+// a rewrite rule); the routed request's header takes its bytes.
+func (x *exchange) id() string {
+	if x.requestID == "" && x.madeID {
+		x.requestID = string(x.made[:])
+	}
+	return x.requestID
+}
 
 // handle processes one message. It reports done when the stream should end
 // (an immediate response was sent). A message the stream's state does not
@@ -167,7 +180,7 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		}
 	}
 	if x.requestID == "" {
-		x.requestID, x.madeID = newRequestID(), true
+		x.made, x.madeID = newRequestID(), true
 	}
 	x.startSpan(h.GetHeaders().GetHeaders())
 	x.kind = openai.KindOf(x.path)
@@ -235,11 +248,11 @@ func (x *exchange) route() (bool, error) {
 	}
 
 	x.dest = joinAddresses(x.picked)
-	extra := x.traceHeaders()
+	var id []byte // only an id made here is added to the request
 	if x.madeID {
-		extra = append(extra, [2]string{RequestIDHeader, x.requestID})
+		id = x.made[:]
 	}
-	if err := x.send(x.out.routeHeaders(x.dest, x.bodyLen(), hasBody, extra)); err != nil {
+	if err := x.send(x.out.routeHeaders(x.dest, x.bodyLen(), hasBody, id, x.traceHeaders())); err != nil {
 		return false, err
 	}
 	if !hasBody {
@@ -281,7 +294,7 @@ func (x *exchange) reject(code int, reason string) (bool, error) {
 		// the default verbosity they would flood the log.
 		log = log.V(1)
 	}
-	log.Info("Rejected request", "status", code, "reason", reason, "path", x.path, "requestID", x.requestID)
+	log.Info("Rejected request", "status", code, "reason", reason, "path", x.path, "requestID", x.id())
 	return true, x.send(immediate(code, reason))
 }
 

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
 )
 
 var twoWorkers = []string{"127.0.0.1:8000", "127.0.0.2:8000"}
@@ -182,5 +183,20 @@ func TestIgnoreSubsetHint(t *testing.T) {
 	s.requestHeaders("/v1/models", -1, true, subsetHint(structpb.NewStringValue("10.9.9.9:80")))
 	if r := s.routed(false); r.dest != "127.0.0.1:8000,127.0.0.2:8000" {
 		t.Errorf("destination %q with the hint ignored, want the pool's endpoints", r.dest)
+	}
+}
+
+// TestPoliciesPickIntoTheExchange: every policy appends its pick to the
+// exchange's own slice, kept from stream to stream, so that a pick makes
+// no slice of its own.
+func TestPoliciesPickIntoTheExchange(t *testing.T) {
+	for _, name := range []string{policy.CacheAware, policy.LeastLoad, policy.RoundRobin, policy.Random, policy.PowerOfTwo, policy.WeightedScorer} {
+		pol, err := policy.Build(policy.Config{Name: name}, registry.New())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := pol.(appendPicker); !ok {
+			t.Errorf("policy %s cannot append its pick: each request would allocate one", name)
+		}
 	}
 }

@@ -80,15 +80,20 @@ func (r *replies) setHeader(key string) *corev3.HeaderValue {
 
 // routeHeaders is the reply to the request headers once a destination is
 // known: the destination header, the corrected content length, the removal of
-// picker-owned headers, extra headers (the request id when the picker made
-// it, trace context), and the same destination in envoy.lb metadata.
-func (r *replies) routeHeaders(dest string, bodyLen int, hasBody bool, extra [][2]string) *extprocv3.ProcessingResponse {
+// picker-owned headers, the request id when the picker made it (nil when
+// not), extra headers (trace context), and the same destination in envoy.lb
+// metadata.
+func (r *replies) routeHeaders(dest string, bodyLen int, hasBody bool, madeID []byte, extra [][2]string) *extprocv3.ProcessingResponse {
 	r.mutation.SetHeaders = r.mutation.SetHeaders[:0]
 	h := r.setHeader(DestinationHeader)
 	h.RawValue = append(h.RawValue, dest...)
 	if hasBody {
 		h = r.setHeader("content-length")
 		h.RawValue = strconv.AppendInt(h.RawValue, int64(bodyLen), 10)
+	}
+	if madeID != nil {
+		h = r.setHeader(RequestIDHeader)
+		h.RawValue = append(h.RawValue, madeID...)
 	}
 	for _, kv := range extra {
 		h = r.setHeader(kv[0])

@@ -11,7 +11,7 @@ import (
 const RequestIDHeader = "x-request-id"
 
 // newRequestID returns a random (version 4) UUID.
-func newRequestID() string {
+func newRequestID() [36]byte {
 	var u [16]byte
 	_, _ = rand.Read(u[:]) // never fails (crypto/rand)
 	u[6] = u[6]&0x0f | 0x40
@@ -26,5 +26,5 @@ func newRequestID() string {
 	hex.Encode(b[19:23], u[8:10])
 	b[23] = '-'
 	hex.Encode(b[24:], u[10:])
-	return string(b[:])
+	return b
 }

@@ -40,7 +40,7 @@ func (x *exchange) rewriteModel() {
 	model := x.parsed.Model
 	target, value, source := "", []byte(nil), ""
 	if rw := x.s.opts.Rewrites; rw != nil {
-		if d, ok := rw.Rewrite(model, x.requestID); ok {
+		if d, ok := rw.Rewrite(model, x.id()); ok {
 			target, value, source = d.Model, d.JSON, d.Source
 		}
 	}

@@ -31,6 +31,13 @@ type Picker interface {
 	Observe(req *policy.Request, served *registry.Worker)
 }
 
+// appendPicker is a Picker that appends its pick to a slice the caller
+// keeps, as the policies do: the exchange then picks into its own slice,
+// which it keeps from stream to stream.
+type appendPicker interface {
+	AppendPick(dst []*registry.Worker, req *policy.Request, candidates []*registry.Worker, n int) ([]*registry.Worker, error)
+}
+
 // Options tune the server. The zero value is usable.
 type Options struct {
 	// Fallbacks is how many endpoints after the primary the destination
@@ -134,7 +141,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 	defer func() {
 		if p := recover(); p != nil {
 			x.release(reasonPanic)
-			s.opts.Log.Error(fmt.Errorf("%v", p), "Recovered from a panic in the ext_proc handler", "requestID", x.requestID, "stack", string(debug.Stack()))
+			s.opts.Log.Error(fmt.Errorf("%v", p), "Recovered from a panic in the ext_proc handler", "requestID", x.id(), "stack", string(debug.Stack()))
 			err = status.Error(codes.Internal, "internal error")
 		}
 		x.finish()
@@ -155,7 +162,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 			if v := asViolation(err); v != nil {
 				x.release(reasonViolation)
 				s.metrics.violation(v)
-				s.opts.Log.Info("Ended a stream that broke the ext_proc protocol", "message", v.msg.String(), "state", v.state.String(), "path", x.path, "requestID", x.requestID)
+				s.opts.Log.Info("Ended a stream that broke the ext_proc protocol", "message", v.msg.String(), "state", v.state.String(), "path", x.path, "requestID", x.id())
 				return status.Error(codes.InvalidArgument, v.Error())
 			}
 			// A send fails when the gateway has cancelled the stream.
@@ -184,12 +191,15 @@ func asViolation(err error) *violation {
 
 // endReason names why a stream ended: cleanly after a complete response,
 // or early (the gateway cancels the stream when the client goes away).
+// io.EOF, the gateway closing its side as every stream ends, is checked
+// before status.Code, which builds a status for an error that carries none.
 func endReason(err error, responseDone bool) string {
-	if responseDone && errors.Is(err, io.EOF) {
+	switch {
+	case errors.Is(err, io.EOF) && responseDone:
 		return reasonCompleted
-	}
-	if status.Code(err) == codes.Canceled || errors.Is(err, io.EOF) {
+	case errors.Is(err, io.EOF), status.Code(err) == codes.Canceled:
 		return reasonCancelled
+	default:
+		return reasonError
 	}
-	return reasonError
 }

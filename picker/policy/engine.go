@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -82,6 +83,12 @@ func newEngine(cfg Config, o options, r ranker) *engine {
 
 // Pick implements Policy.
 func (e *engine) Pick(req *Request, candidates []*registry.Worker, n int) ([]*registry.Worker, error) {
+	return e.AppendPick(nil, req, candidates, n)
+}
+
+// AppendPick is Pick appending the workers to dst, for a caller that keeps
+// one slice from pick to pick. On error dst is returned as it came.
+func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*registry.Worker, n int) ([]*registry.Worker, error) {
 	if req == nil {
 		req = &Request{}
 	}
@@ -108,7 +115,7 @@ func (e *engine) Pick(req *Request, candidates []*registry.Worker, n int) ([]*re
 		filter, err = e.filters.get(req.Model, candidates)
 	}
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
 	now := e.now()
 	saturated := 0
@@ -124,16 +131,17 @@ func (e *engine) Pick(req *Request, candidates []*registry.Worker, n int) ([]*re
 	}
 	if len(p.cands) == 0 {
 		if saturated > 0 {
-			return nil, ErrSaturated
+			return dst, ErrSaturated
 		}
-		return nil, ErrNoCandidates
+		return dst, ErrNoCandidates
 	}
 	e.ranker.rank(e, p)
-	out := cheapest(p.cands, n)
+	primary := len(dst)
+	dst = appendCheapest(dst, p.cands, n)
 	if c, ok := e.ranker.(chooser); ok {
-		c.chose(e, p, out[0])
+		c.chose(e, p, dst[primary])
 	}
-	return out, nil
+	return dst, nil
 }
 
 // admit makes candidates of the workers of ws that are live, serve the
@@ -226,11 +234,12 @@ func othersPerOwn(cs []candidate) float64 {
 	return min(float64(others)/float64(own), maxOthersPerOwn)
 }
 
-// cheapest returns up to n distinct workers of cs by ascending cost, ties
-// broken by the random tie key.
-func cheapest(cs []candidate, n int) []*registry.Worker {
-	out := make([]*registry.Worker, 0, min(n, len(cs)))
-	for k := 0; k < len(cs) && len(out) < n; k++ {
+// appendCheapest appends to dst up to n distinct workers of cs by ascending
+// cost, ties broken by the random tie key.
+func appendCheapest(dst []*registry.Worker, cs []candidate, n int) []*registry.Worker {
+	base := len(dst)
+	dst = slices.Grow(dst, min(n, len(cs)))
+	for k := 0; k < len(cs) && len(dst)-base < n; k++ {
 		best := k
 		for i := k + 1; i < len(cs); i++ {
 			if less(&cs[i], &cs[best]) {
@@ -238,11 +247,11 @@ func cheapest(cs []candidate, n int) []*registry.Worker {
 			}
 		}
 		cs[k], cs[best] = cs[best], cs[k]
-		if !contains(out, cs[k].w) {
-			out = append(out, cs[k].w)
+		if !contains(dst[base:], cs[k].w) {
+			dst = append(dst, cs[k].w)
 		}
 	}
-	return out
+	return dst
 }
 
 func less(a, b *candidate) bool {

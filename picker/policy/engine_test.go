@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +42,41 @@ func TestEveryPolicyReturnsDistinctCandidates(t *testing.T) {
 		})
 	}
 }
+
+// TestAppendPickKeepsWhatDstHolds: a pick appended to a slice the caller
+// keeps leaves what the slice held, and its own workers are distinct even
+// when they are among those; a failed pick returns the slice as it came.
+func TestAppendPickKeepsWhatDstHolds(t *testing.T) {
+	type appender interface {
+		AppendPick(dst []*registry.Worker, req *Request, candidates []*registry.Worker, n int) ([]*registry.Worker, error)
+	}
+	for _, name := range allPolicies {
+		t.Run(name, func(t *testing.T) {
+			reg, ws := pool(4)
+			p, ok := build(t, Config{Name: name}, reg, nil).(appender)
+			if !ok {
+				t.Fatal("the policy cannot append its pick")
+			}
+			held := []*registry.Worker{ws[0], ws[1]}
+			got, err := p.AppendPick(slices.Clip(held), chat("sys", "q", 512, 128), ws, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 5 || got[0] != ws[0] || got[1] != ws[1] {
+				t.Fatalf("got %v, want %v then 3 picked", addrs(got), addrs(held))
+			}
+			if picked := got[2:]; len(slices.Compact(slices.SortedFunc(slices.Values(picked), byAddress))) != 3 {
+				t.Errorf("picked %v, want 3 distinct workers", addrs(picked))
+			}
+			got, err = p.AppendPick(held, &Request{}, nil, 3)
+			if !errors.Is(err, ErrNoCandidates) || !slices.Equal(got, held) {
+				t.Errorf("no candidates: got %v, %v; want %v, ErrNoCandidates", addrs(got), err, addrs(held))
+			}
+		})
+	}
+}
+
+func byAddress(a, b *registry.Worker) int { return strings.Compare(a.Address(), b.Address()) }
 
 func addrs(ws []*registry.Worker) []string {
 	out := make([]string, len(ws))

@@ -58,14 +58,16 @@ var explanations = map[string]string{
 		"chunks, and the prefix index is updated for every block (see the 400 KB pick). Next steps: decode request " +
 		"messages without copying the body (a codec that keeps gRPC's receive buffer for the exchange), and the cheaper " +
 		"index touch.",
-	"≤ 60 allocations": "the picker's own share is now about a dozen: received messages are decoded in place into " +
-		"a per-stream message that reuses its wrappers, header values and body buffer (`picker/extproc/inbound.go`, " +
-		"held to proto.Unmarshal by `FuzzInbound`), and replies are reused and marshalled by vtprotobuf into pooled " +
-		"buffers. The rest, about 55, is grpc-go's server transport per stream: the stream and its contexts, the " +
-		"HPACK-decoded request headers, the data frames, the status written at the end " +
+	"≤ 60 allocations": "the picker's own share is two: the load guard and, with fallbacks, the destination " +
+		"list's string. Received messages are decoded in place into a per-stream message that reuses its wrappers, " +
+		"header values and body buffer (`picker/extproc/inbound.go`, held to proto.Unmarshal by `FuzzInbound`); " +
+		"replies are reused, marshalled by vtprotobuf into pooled buffers and handed to gRPC in slots of a shared " +
+		"slab; the policy appends its pick to the exchange's own slice; a request id the picker makes becomes a " +
+		"string only when it is logged or traced. The rest, about 57, is grpc-go's server transport per stream: the " +
+		"stream and its contexts, the HPACK-decoded request headers, the data frames, the status written at the end " +
 		"(`go test -tags vtprotobuf -run '^$' -bench 'Exchange/body=1KB/workers=8$' -benchtime 3000x -memprofile mem.out " +
-		"-memprofilerate 1 ./picker/extproc/`, then `go tool pprof -sample_index=alloc_objects -top`). Reaching 60 needs a " +
-		"transport that reuses per-stream state, which grpc-go does not offer.",
+		"-memprofilerate 1 ./picker/extproc/`, then `go tool pprof -sample_index=alloc_objects -top`). Going much " +
+		"lower needs a transport that reuses per-stream state, which grpc-go does not offer.",
 	"prefix index ≤ 24 bytes": "a block costs a 24-byte node (hash, worker slot, recency links, next holder) and an " +
 		"8-byte table slot, plus the per-shard slack. Reaching 24 bytes needs the table to hold the nodes (open " +
 		"addressing over nodes, no separate slot) or a 16-byte node (a 32-bit hash beside the table's tag).",
