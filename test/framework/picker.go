@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -63,7 +64,7 @@ const startAttempts = 5
 func (p *Picker) waitListening() error {
 	return PollTimeout(Timeout, func() error {
 		if p.Exited() {
-			return Stop(fmt.Errorf("it exited: %w", p.Err()))
+			return Stop(p.exited())
 		}
 		for _, port := range []int{p.GRPCPort, p.MetricsPort} {
 			conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
@@ -76,10 +77,18 @@ func (p *Picker) waitListening() error {
 			return fmt.Errorf("no health answer on port %d", p.HealthPort)
 		}
 		if p.Exited() {
-			return Stop(fmt.Errorf("it exited: %w", p.Err()))
+			return Stop(p.exited())
 		}
 		return nil
 	})
+}
+
+// exited is the error of a picker that ended before it listened.
+func (p *Picker) exited() error {
+	if err := p.Err(); err != nil {
+		return fmt.Errorf("it exited: %w", err)
+	}
+	return errors.New("it exited")
 }
 
 // answersHealth reports whether the health port answers a check at all
