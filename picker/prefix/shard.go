@@ -29,7 +29,7 @@ func (sh *shard) list(slot uint32) *lru {
 
 // holders returns the first node holding h, or 0.
 func (sh *shard) holders(h uint64) uint32 {
-	_, idx := sh.tab.find(h, &sh.nodes)
+	_, idx := sh.tab.find(h, 0, &sh.nodes)
 	return idx
 }
 
@@ -54,7 +54,7 @@ func (sh *shard) touch(slot uint32, h uint64, hint uint32, tick uint16, bound, m
 			return next
 		}
 	}
-	pos, head := sh.tab.find(h, &sh.nodes)
+	pos, head := sh.tab.find(h, 0, &sh.nodes)
 	holders := 0
 	var prev, last uint32
 	for idx := head; idx != 0; {
@@ -65,7 +65,7 @@ func (sh *shard) touch(slot uint32, h uint64, hint uint32, tick uint16, bound, m
 			if prev != 0 { // move to the front of the block's holders
 				sh.nodes.at(prev).same = n.same
 				n.same = head
-				sh.tab.set(pos, idx, h)
+				sh.tab.set(pos, idx)
 			}
 			return next
 		}
@@ -76,12 +76,12 @@ func (sh *shard) touch(slot uint32, h uint64, hint uint32, tick uint16, bound, m
 	if holders >= maxHolders {
 		sh.drop(&sh.lrus[sh.nodes.at(last).slot], last)
 		l = sh.list(slot)
-		pos, head = sh.tab.find(h, &sh.nodes)
+		pos, head = sh.tab.find(h, 0, &sh.nodes)
 	}
 	if sh.nodes.live >= shardCap {
 		sh.evict(slot, bound)
 		l = sh.list(slot)
-		pos, head = sh.tab.find(h, &sh.nodes)
+		pos, head = sh.tab.find(h, 0, &sh.nodes)
 	}
 	if sh.nodes.full() {
 		return 0
@@ -90,9 +90,9 @@ func (sh *shard) touch(slot uint32, h uint64, hint uint32, tick uint16, bound, m
 	n := sh.nodes.at(idx)
 	n.hash, n.slot, n.tick, n.same = h, uint16(slot), tick, head
 	if head != 0 {
-		sh.tab.set(pos, idx, h)
+		sh.tab.set(pos, idx)
 	} else {
-		sh.tab.insert(idx, &sh.nodes)
+		sh.tab.insert(pos, idx, &sh.nodes)
 	}
 	sh.pushFront(l, idx)
 	sh.held.heldBy(slot).Add(1)
@@ -136,12 +136,12 @@ func (sh *shard) purge(slot uint32) {
 func (sh *shard) drop(l *lru, idx uint32) {
 	sh.unlink(l, idx)
 	n := sh.nodes.at(idx)
-	pos, head := sh.tab.find(n.hash, &sh.nodes)
+	pos, head := sh.tab.find(n.hash, idx, &sh.nodes)
 	switch {
 	case head == idx && n.same == 0:
 		sh.tab.remove(pos, &sh.nodes)
 	case head == idx:
-		sh.tab.set(pos, n.same, n.hash)
+		sh.tab.set(pos, n.same)
 	default:
 		p := head
 		for sh.nodes.at(p).same != idx {
