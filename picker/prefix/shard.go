@@ -33,27 +33,52 @@ func (sh *shard) holders(h uint64) uint32 {
 	return idx
 }
 
+// insertGroup records that the worker in slot holds the blocks hs now (a
+// group of a prompt, see Index.Insert), touching them last first at tick.
+//
+// When a prompt is inserted again in the same order, the node of block i-1
+// sits just before that of block i in the worker's list, so a run of the
+// group's blocks is found by following the list instead of the table. Such
+// a run is already in order: it is moved to the front as a whole, once it
+// ends, which leaves the list as touching its blocks one by one would.
+func (sh *shard) insertGroup(slot uint32, hs []uint64, tick uint16, bound, maxHolders, shardCap int) {
+	var first, last uint32 // the run found through the list, first at its head
+	hint := uint32(0)      // the node before the last one touched
+	for i := len(hs) - 1; i >= 0; i-- {
+		h := hs[i]
+		if hint != 0 {
+			if n := sh.nodes.at(hint); n.hash == h && uint32(n.slot) == slot {
+				n.tick = tick
+				if last == 0 {
+					last = hint
+				}
+				first, hint = hint, n.prev
+				continue
+			}
+		}
+		if last != 0 {
+			sh.moveFront(&sh.lrus[slot], first, last)
+			first, last = 0, 0
+		}
+		hint = sh.touch(slot, h, tick, bound, maxHolders, shardCap)
+	}
+	if last != 0 {
+		sh.moveFront(&sh.lrus[slot], first, last)
+	}
+}
+
 // touch records that the worker in slot holds h now: the block becomes its
 // most recently used, and its least recently used blocks are evicted while
 // the worker holds more than bound blocks in this shard. A block keeps at
 // most maxHolders holders, newest first; a new holder beyond that pushes out
 // the one at the end. A shard holding shardCap nodes makes room first (see
-// evict). (A touch through the hint leaves the holders' order
+// evict). (A block found through the worker's list leaves the holders' order
 // alone, so the order is by first arrival more than by last use.)
 //
-// hint may name the worker's node for h: when a prompt is inserted again in
-// the same order, the node of block i-1 sits just before that of block i in
-// the worker's list, which spares the table lookup. touch returns the hint
-// for the block before h. The node gets the worker's insert tick.
-func (sh *shard) touch(slot uint32, h uint64, hint uint32, tick uint16, bound, maxHolders, shardCap int) uint32 {
+// touch returns the worker's node before h's in its list when h was held
+// already (see insertGroup), else 0. The node gets the worker's insert tick.
+func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, shardCap int) uint32 {
 	l := sh.list(slot)
-	if hint != 0 {
-		if n := sh.nodes.at(hint); n.hash == h && uint32(n.slot) == slot {
-			next := n.prev
-			sh.refresh(l, hint, tick)
-			return next
-		}
-	}
 	pos, head := sh.tab.find(h, 0, &sh.nodes)
 	holders := 0
 	var prev, last uint32
@@ -174,6 +199,24 @@ func (sh *shard) refresh(l *lru, idx uint32, tick uint16) {
 	sh.unlink(l, idx)
 	sh.pushFront(l, idx)
 	sh.nodes.at(idx).tick = tick
+}
+
+// moveFront makes the list's nodes from first to last, first nearest the
+// head, its most recently used, in the same order.
+func (sh *shard) moveFront(l *lru, first, last uint32) {
+	if l.head == first {
+		return
+	}
+	f, z := sh.nodes.at(first), sh.nodes.at(last)
+	sh.nodes.at(f.prev).next = z.next
+	if z.next != 0 {
+		sh.nodes.at(z.next).prev = f.prev
+	} else {
+		l.tail = f.prev
+	}
+	f.prev, z.next = 0, l.head
+	sh.nodes.at(l.head).prev = last
+	l.head = first
 }
 
 func (sh *shard) pushFront(l *lru, idx uint32) {
