@@ -336,10 +336,7 @@ func (ix *Index) shrink(slot uint32, want uint64, limit int, last uint16) {
 			sh.mu.Unlock()
 			return
 		}
-		l := sh.list(slot)
-		for held.Load() > int64(limit) && l.tail != 0 && age(sh, l) >= max(next, keep) {
-			sh.drop(l, l.tail)
-		}
+		sh.dropOld(sh.list(slot), int(held.Load())-limit, now, max(next, keep))
 		sh.mu.Unlock()
 	}
 }

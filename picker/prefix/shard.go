@@ -157,11 +157,59 @@ func (sh *shard) purge(slot uint32) {
 	}
 }
 
+// dropOld drops up to count of the list's least recently used nodes while
+// the tail is at least minAge ticks older than now (a tick after now counts
+// as now), and returns how many it dropped. It looks up the table positions
+// of a batch of victims before dropping any, so that the lookups, which
+// depend on nothing but the victims' hashes, overlap in memory.
+func (sh *shard) dropOld(l *lru, count int, now uint16, minAge int) int {
+	var batch [32]struct {
+		idx uint32
+		pos int
+	}
+	dropped := 0
+	for dropped < count {
+		k := 0
+		for idx := l.tail; idx != 0 && k < min(count-dropped, len(batch)); k++ {
+			n := sh.nodes.at(idx)
+			if max(0, int(int16(now-n.tick))) < minAge {
+				break
+			}
+			batch[k].idx, idx = idx, n.prev
+		}
+		for i := range batch[:k] {
+			b := &batch[i]
+			b.pos, _ = sh.tab.find(sh.nodes.at(b.idx).hash, b.idx, &sh.nodes)
+		}
+		for _, b := range batch[:k] {
+			sh.dropAt(l, b.idx, b.pos)
+		}
+		dropped += k
+		if k < len(batch) {
+			break
+		}
+	}
+	return dropped
+}
+
 // drop removes node idx from its worker's list and from its block.
-func (sh *shard) drop(l *lru, idx uint32) {
+func (sh *shard) drop(l *lru, idx uint32) { sh.dropAt(l, idx, -1) }
+
+// dropAt is drop given where the table held idx's block when looked up
+// before (-1: not looked up). A removal since may have moved the entry.
+func (sh *shard) dropAt(l *lru, idx uint32, pos int) {
 	sh.unlink(l, idx)
 	n := sh.nodes.at(idx)
-	pos, head := sh.tab.find(n.hash, idx, &sh.nodes)
+	var head uint32
+	if pos >= 0 {
+		// Each hash has one entry: one holding a node of the hash is it.
+		if v := sh.tab.slots[pos]; v != 0 && (v&idxMask == idx || sh.nodes.at(v&idxMask).hash == n.hash) {
+			head = v & idxMask
+		}
+	}
+	if head == 0 {
+		pos, head = sh.tab.find(n.hash, idx, &sh.nodes)
+	}
 	switch {
 	case head == idx && n.same == 0:
 		sh.tab.remove(pos, &sh.nodes)
