@@ -44,6 +44,7 @@ func (sh *shard) holders(h uint64) uint32 {
 func (sh *shard) insertGroup(slot uint32, hs []uint64, tick uint16, bound, maxHolders, shardCap int) {
 	var first, last uint32 // the run found through the list, first at its head
 	hint := uint32(0)      // the node before the last one touched
+	gained := int64(0)     // nodes added, counted once at the end
 	for i := len(hs) - 1; i >= 0; i-- {
 		h := hs[i]
 		if hint != 0 {
@@ -60,11 +61,16 @@ func (sh *shard) insertGroup(slot uint32, hs []uint64, tick uint16, bound, maxHo
 			sh.moveFront(&sh.lrus[slot], first, last)
 			first, last = 0, 0
 		}
-		hint = sh.touch(slot, h, tick, bound, maxHolders, shardCap)
+		var added bool
+		hint, added = sh.touch(slot, h, tick, bound, maxHolders, shardCap)
+		if added {
+			gained++
+		}
 	}
 	if last != 0 {
 		sh.moveFront(&sh.lrus[slot], first, last)
 	}
+	sh.held.heldBy(slot).Add(gained)
 }
 
 // touch records that the worker in slot holds h now: the block becomes its
@@ -76,8 +82,10 @@ func (sh *shard) insertGroup(slot uint32, hs []uint64, tick uint16, bound, maxHo
 // alone, so the order is by first arrival more than by last use.)
 //
 // touch returns the worker's node before h's in its list when h was held
-// already (see insertGroup), else 0. The node gets the worker's insert tick.
-func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, shardCap int) uint32 {
+// already (see insertGroup), else 0, and whether it added a node, which the
+// caller counts in the worker's blocks. The node gets the worker's insert
+// tick.
+func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, shardCap int) (uint32, bool) {
 	l := sh.list(slot)
 	pos, head := sh.tab.find(h, 0, &sh.nodes)
 	holders := 0
@@ -92,7 +100,7 @@ func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, sh
 				n.same = head
 				sh.tab.set(pos, idx)
 			}
-			return next
+			return next, false
 		}
 		holders++
 		prev, last = idx, idx
@@ -109,7 +117,7 @@ func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, sh
 		pos, head = sh.tab.find(h, 0, &sh.nodes)
 	}
 	if sh.nodes.full() {
-		return 0
+		return 0, false
 	}
 	idx := sh.nodes.alloc()
 	n := sh.nodes.at(idx)
@@ -120,11 +128,10 @@ func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, sh
 		sh.tab.insert(pos, idx, &sh.nodes)
 	}
 	sh.pushFront(l, idx)
-	sh.held.heldBy(slot).Add(1)
 	for l.n > bound && l.tail != 0 {
 		sh.drop(l, l.tail)
 	}
-	return 0
+	return 0, true
 }
 
 // evict drops one node of a full shard: the least recently used of the
@@ -181,6 +188,9 @@ func (sh *shard) dropOld(l *lru, count int, now uint16, minAge int) int {
 			b := &batch[i]
 			b.pos, _ = sh.tab.find(sh.nodes.at(b.idx).hash, b.idx, &sh.nodes)
 		}
+		if k > 0 {
+			sh.held.heldBy(uint32(sh.nodes.at(batch[0].idx).slot)).Add(-int64(k))
+		}
 		for _, b := range batch[:k] {
 			sh.dropAt(l, b.idx, b.pos)
 		}
@@ -193,10 +203,14 @@ func (sh *shard) dropOld(l *lru, count int, now uint16, minAge int) int {
 }
 
 // drop removes node idx from its worker's list and from its block.
-func (sh *shard) drop(l *lru, idx uint32) { sh.dropAt(l, idx, -1) }
+func (sh *shard) drop(l *lru, idx uint32) {
+	sh.held.heldBy(uint32(sh.nodes.at(idx).slot)).Add(-1)
+	sh.dropAt(l, idx, -1)
+}
 
-// dropAt is drop given where the table held idx's block when looked up
-// before (-1: not looked up). A removal since may have moved the entry.
+// dropAt is drop but for the count of the worker's blocks, left to the
+// caller, given where the table held idx's block when looked up before
+// (-1: not looked up). A removal since may have moved the entry.
 func (sh *shard) dropAt(l *lru, idx uint32, pos int) {
 	sh.unlink(l, idx)
 	n := sh.nodes.at(idx)
@@ -222,7 +236,6 @@ func (sh *shard) dropAt(l *lru, idx uint32, pos int) {
 		}
 		sh.nodes.at(p).same = n.same
 	}
-	sh.held.heldBy(uint32(n.slot)).Add(-1)
 	sh.nodes.release(idx)
 }
 
