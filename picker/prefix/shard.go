@@ -44,7 +44,7 @@ func (sh *shard) holders(h uint64) uint32 {
 func (sh *shard) insertGroup(slot uint32, hs []uint64, tick uint16, bound, maxHolders, shardCap int) {
 	var first, last uint32 // the run found through the list, first at its head
 	hint := uint32(0)      // the node before the last one touched
-	gained := int64(0)     // nodes added, counted once at the end
+	gained := int64(0)     // nodes added and not counted yet (see touch)
 	for i := len(hs) - 1; i >= 0; i-- {
 		h := hs[i]
 		if hint != 0 {
@@ -61,16 +61,12 @@ func (sh *shard) insertGroup(slot uint32, hs []uint64, tick uint16, bound, maxHo
 			sh.moveFront(&sh.lrus[slot], first, last)
 			first, last = 0, 0
 		}
-		var added bool
-		hint, added = sh.touch(slot, h, tick, bound, maxHolders, shardCap)
-		if added {
-			gained++
-		}
+		hint = sh.touch(slot, h, tick, bound, maxHolders, shardCap, &gained)
 	}
 	if last != 0 {
 		sh.moveFront(&sh.lrus[slot], first, last)
 	}
-	sh.held.heldBy(slot).Add(gained)
+	sh.count(slot, &gained)
 }
 
 // touch records that the worker in slot holds h now: the block becomes its
@@ -82,10 +78,11 @@ func (sh *shard) insertGroup(slot uint32, hs []uint64, tick uint16, bound, maxHo
 // alone, so the order is by first arrival more than by last use.)
 //
 // touch returns the worker's node before h's in its list when h was held
-// already (see insertGroup), else 0, and whether it added a node, which the
-// caller counts in the worker's blocks. The node gets the worker's insert
-// tick.
-func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, shardCap int) (uint32, bool) {
+// already (see insertGroup), else 0. The node gets the worker's insert
+// tick. A node it adds is counted in *gained, which the caller adds to the
+// worker's blocks; touch adds it first when it drops one of the worker's
+// nodes, so that the count never falls below the nodes held.
+func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, shardCap int, gained *int64) uint32 {
 	l := sh.list(slot)
 	pos, head := sh.tab.find(h, 0, &sh.nodes)
 	holders := 0
@@ -100,7 +97,7 @@ func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, sh
 				n.same = head
 				sh.tab.set(pos, idx)
 			}
-			return next, false
+			return next
 		}
 		holders++
 		prev, last = idx, idx
@@ -112,12 +109,13 @@ func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, sh
 		pos, head = sh.tab.find(h, 0, &sh.nodes)
 	}
 	if sh.nodes.live >= shardCap {
+		sh.count(slot, gained)
 		sh.evict(slot, bound)
 		l = sh.list(slot)
 		pos, head = sh.tab.find(h, 0, &sh.nodes)
 	}
 	if sh.nodes.full() {
-		return 0, false
+		return 0
 	}
 	idx := sh.nodes.alloc()
 	n := sh.nodes.at(idx)
@@ -128,10 +126,22 @@ func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, sh
 		sh.tab.insert(pos, idx, &sh.nodes)
 	}
 	sh.pushFront(l, idx)
-	for l.n > bound && l.tail != 0 {
-		sh.drop(l, l.tail)
+	*gained++
+	if l.n > bound {
+		sh.count(slot, gained)
+		for l.n > bound && l.tail != 0 {
+			sh.drop(l, l.tail)
+		}
 	}
-	return 0, true
+	return 0
+}
+
+// count adds the nodes gained to the worker's blocks.
+func (sh *shard) count(slot uint32, gained *int64) {
+	if *gained != 0 {
+		sh.held.heldBy(slot).Add(*gained)
+		*gained = 0
+	}
 }
 
 // evict drops one node of a full shard: the least recently used of the
