@@ -81,7 +81,8 @@ func (sh *shard) insertGroup(slot uint32, hs []uint64, tick uint16, bound, maxHo
 // already (see insertGroup), else 0. The node gets the worker's insert
 // tick. A node it adds is counted in *gained, which the caller adds to the
 // worker's blocks; touch adds it first when it drops one of the worker's
-// nodes, so that the count never falls below the nodes held.
+// nodes, so that no eviction is counted before the addition it undoes and
+// the count never goes below zero.
 func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, shardCap int, gained *int64) uint32 {
 	l := sh.list(slot)
 	pos, head := sh.tab.find(h, 0, &sh.nodes)
@@ -176,10 +177,10 @@ func (sh *shard) purge(slot uint32) {
 
 // dropOld drops up to count of the list's least recently used nodes while
 // the tail is at least minAge ticks older than now (a tick after now counts
-// as now), and returns how many it dropped. It looks up the table positions
+// as now). It looks up the table positions
 // of a batch of victims before dropping any, so that the lookups, which
 // depend on nothing but the victims' hashes, overlap in memory.
-func (sh *shard) dropOld(l *lru, count int, now uint16, minAge int) int {
+func (sh *shard) dropOld(l *lru, count int, now uint16, minAge int) {
 	var batch [32]struct {
 		idx uint32
 		pos int
@@ -206,10 +207,9 @@ func (sh *shard) dropOld(l *lru, count int, now uint16, minAge int) int {
 		}
 		dropped += k
 		if k < len(batch) {
-			break
+			return
 		}
 	}
-	return dropped
 }
 
 // drop removes node idx from its worker's list and from its block.
