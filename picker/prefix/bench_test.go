@@ -114,3 +114,41 @@ func BenchmarkIndexAtCap(b *testing.B) {
 		runtime.KeepAlive(ix)
 	}
 }
+
+// BenchmarkInsertChurn is the index work of one pick of a 400 KB prompt on
+// a warm index, as BenchmarkHandle in picker/extproc drives it: of 100
+// workers at their default capacity, 16 each serve a tenant, whose system
+// prompt of 3,200 blocks opens four conversations of 3,500 blocks more,
+// sent in turn. The worker's five prompts overflow its capacity a little,
+// so each insert refreshes about 5,800 blocks and brings back 800 evicted
+// ones, evicting as many.
+func BenchmarkInsertChurn(b *testing.B) {
+	const workers, tenants, convs, system, conv = 100, 16, 4, 3200, 3500
+	ix := New()
+	for w := uint32(1); w <= workers; w++ {
+		ix.AddWorker(w)
+	}
+	prompts := make([][]uint64, tenants*convs)
+	for p := range prompts {
+		for i := range system + conv {
+			key := uint64(p%tenants)<<32 | uint64(i) // the tenant's system prompt
+			if i >= system {
+				key = uint64(p)<<48 | uint64(i)
+			}
+			prompts[p] = append(prompts[p], mix(key, k1))
+		}
+	}
+	n := 0
+	insert := func() {
+		p := n % len(prompts)
+		ix.Insert(uint32(p%tenants)+1, 0, prompts[p])
+		n++
+	}
+	for range 4 * len(prompts) {
+		insert()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		insert()
+	}
+}

@@ -288,10 +288,7 @@ func (ix *Index) Insert(id uint32, capacity int, hashes []uint64) {
 			return
 		}
 		tick := uint16(last - uint64(g/groupBlocks))
-		hint := uint32(0)
-		for i := min(g+groupBlocks, len(hashes)) - 1; i >= g; i-- {
-			hint = sh.touch(slot, hashes[i], hint, tick, bound, ix.holders, ix.shardCap)
-		}
+		sh.insertGroup(slot, hashes[g:min(g+groupBlocks, len(hashes))], tick, bound, ix.holders, ix.shardCap)
 		sh.mu.Unlock()
 	}
 	if limit := ix.Bound(capacity); ix.heldBy(slot).Load() > int64(limit) {
@@ -339,10 +336,7 @@ func (ix *Index) shrink(slot uint32, want uint64, limit int, last uint16) {
 			sh.mu.Unlock()
 			return
 		}
-		l := sh.list(slot)
-		for held.Load() > int64(limit) && l.tail != 0 && age(sh, l) >= max(next, keep) {
-			sh.drop(l, l.tail)
-		}
+		sh.dropOld(sh.list(slot), int(held.Load())-limit, now, max(next, keep))
 		sh.mu.Unlock()
 	}
 }

@@ -29,8 +29,44 @@ func (sh *shard) list(slot uint32) *lru {
 
 // holders returns the first node holding h, or 0.
 func (sh *shard) holders(h uint64) uint32 {
-	_, idx := sh.tab.find(h, &sh.nodes)
+	_, idx := sh.tab.find(h, 0, &sh.nodes)
 	return idx
+}
+
+// insertGroup records that the worker in slot holds the blocks hs now (a
+// group of a prompt, see Index.Insert), touching them last first at tick.
+//
+// When a prompt is inserted again in the same order, the node of block i-1
+// sits just before that of block i in the worker's list, so a run of the
+// group's blocks is found by following the list instead of the table. Such
+// a run is already in order: it is moved to the front as a whole, once it
+// ends, which leaves the list as touching its blocks one by one would.
+func (sh *shard) insertGroup(slot uint32, hs []uint64, tick uint16, bound, maxHolders, shardCap int) {
+	var first, last uint32 // the run found through the list, first at its head
+	hint := uint32(0)      // the node before the last one touched
+	gained := int64(0)     // nodes added and not counted yet (see touch)
+	for i := len(hs) - 1; i >= 0; i-- {
+		h := hs[i]
+		if hint != 0 {
+			if n := sh.nodes.at(hint); n.hash == h && uint32(n.slot) == slot {
+				n.tick = tick
+				if last == 0 {
+					last = hint
+				}
+				first, hint = hint, n.prev
+				continue
+			}
+		}
+		if last != 0 {
+			sh.moveFront(&sh.lrus[slot], first, last)
+			first, last = 0, 0
+		}
+		hint = sh.touch(slot, h, tick, bound, maxHolders, shardCap, &gained)
+	}
+	if last != 0 {
+		sh.moveFront(&sh.lrus[slot], first, last)
+	}
+	sh.count(slot, &gained)
 }
 
 // touch records that the worker in slot holds h now: the block becomes its
@@ -38,23 +74,18 @@ func (sh *shard) holders(h uint64) uint32 {
 // the worker holds more than bound blocks in this shard. A block keeps at
 // most maxHolders holders, newest first; a new holder beyond that pushes out
 // the one at the end. A shard holding shardCap nodes makes room first (see
-// evict). (A touch through the hint leaves the holders' order
+// evict). (A block found through the worker's list leaves the holders' order
 // alone, so the order is by first arrival more than by last use.)
 //
-// hint may name the worker's node for h: when a prompt is inserted again in
-// the same order, the node of block i-1 sits just before that of block i in
-// the worker's list, which spares the table lookup. touch returns the hint
-// for the block before h. The node gets the worker's insert tick.
-func (sh *shard) touch(slot uint32, h uint64, hint uint32, tick uint16, bound, maxHolders, shardCap int) uint32 {
+// touch returns the worker's node before h's in its list when h was held
+// already (see insertGroup), else 0. The node gets the worker's insert
+// tick. A node it adds is counted in *gained, which the caller adds to the
+// worker's blocks; touch adds it first when it drops one of the worker's
+// nodes, so that no eviction is counted before the addition it undoes and
+// the count never goes below zero.
+func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, shardCap int, gained *int64) uint32 {
 	l := sh.list(slot)
-	if hint != 0 {
-		if n := sh.nodes.at(hint); n.hash == h && uint32(n.slot) == slot {
-			next := n.prev
-			sh.refresh(l, hint, tick)
-			return next
-		}
-	}
-	pos, head := sh.tab.find(h, &sh.nodes)
+	pos, head := sh.tab.find(h, 0, &sh.nodes)
 	holders := 0
 	var prev, last uint32
 	for idx := head; idx != 0; {
@@ -65,7 +96,7 @@ func (sh *shard) touch(slot uint32, h uint64, hint uint32, tick uint16, bound, m
 			if prev != 0 { // move to the front of the block's holders
 				sh.nodes.at(prev).same = n.same
 				n.same = head
-				sh.tab.set(pos, idx, h)
+				sh.tab.set(pos, idx)
 			}
 			return next
 		}
@@ -76,12 +107,13 @@ func (sh *shard) touch(slot uint32, h uint64, hint uint32, tick uint16, bound, m
 	if holders >= maxHolders {
 		sh.drop(&sh.lrus[sh.nodes.at(last).slot], last)
 		l = sh.list(slot)
-		pos, head = sh.tab.find(h, &sh.nodes)
+		pos, head = sh.tab.find(h, 0, &sh.nodes)
 	}
 	if sh.nodes.live >= shardCap {
+		sh.count(slot, gained)
 		sh.evict(slot, bound)
 		l = sh.list(slot)
-		pos, head = sh.tab.find(h, &sh.nodes)
+		pos, head = sh.tab.find(h, 0, &sh.nodes)
 	}
 	if sh.nodes.full() {
 		return 0
@@ -90,16 +122,27 @@ func (sh *shard) touch(slot uint32, h uint64, hint uint32, tick uint16, bound, m
 	n := sh.nodes.at(idx)
 	n.hash, n.slot, n.tick, n.same = h, uint16(slot), tick, head
 	if head != 0 {
-		sh.tab.set(pos, idx, h)
+		sh.tab.set(pos, idx)
 	} else {
-		sh.tab.insert(idx, &sh.nodes)
+		sh.tab.insert(pos, idx, &sh.nodes)
 	}
 	sh.pushFront(l, idx)
-	sh.held.heldBy(slot).Add(1)
-	for l.n > bound && l.tail != 0 {
-		sh.drop(l, l.tail)
+	*gained++
+	if l.n > bound {
+		sh.count(slot, gained)
+		for l.n > bound && l.tail != 0 {
+			sh.drop(l, l.tail)
+		}
 	}
 	return 0
+}
+
+// count adds the nodes gained to the worker's blocks.
+func (sh *shard) count(slot uint32, gained *int64) {
+	if *gained != 0 {
+		sh.held.heldBy(slot).Add(*gained)
+		*gained = 0
+	}
 }
 
 // evict drops one node of a full shard: the least recently used of the
@@ -132,16 +175,70 @@ func (sh *shard) purge(slot uint32) {
 	}
 }
 
+// dropOld drops up to count of the list's least recently used nodes while
+// the tail is at least minAge ticks older than now (a tick after now counts
+// as now). It looks up the table positions
+// of a batch of victims before dropping any, so that the lookups, which
+// depend on nothing but the victims' hashes, overlap in memory.
+func (sh *shard) dropOld(l *lru, count int, now uint16, minAge int) {
+	var batch [32]struct {
+		idx uint32
+		pos int
+	}
+	dropped := 0
+	for dropped < count {
+		k := 0
+		for idx := l.tail; idx != 0 && k < min(count-dropped, len(batch)); k++ {
+			n := sh.nodes.at(idx)
+			if max(0, int(int16(now-n.tick))) < minAge {
+				break
+			}
+			batch[k].idx, idx = idx, n.prev
+		}
+		for i := range batch[:k] {
+			b := &batch[i]
+			b.pos, _ = sh.tab.find(sh.nodes.at(b.idx).hash, b.idx, &sh.nodes)
+		}
+		if k > 0 {
+			sh.held.heldBy(uint32(sh.nodes.at(batch[0].idx).slot)).Add(-int64(k))
+		}
+		for _, b := range batch[:k] {
+			sh.dropAt(l, b.idx, b.pos)
+		}
+		dropped += k
+		if k < len(batch) {
+			return
+		}
+	}
+}
+
 // drop removes node idx from its worker's list and from its block.
 func (sh *shard) drop(l *lru, idx uint32) {
+	sh.held.heldBy(uint32(sh.nodes.at(idx).slot)).Add(-1)
+	sh.dropAt(l, idx, -1)
+}
+
+// dropAt is drop but for the count of the worker's blocks, left to the
+// caller, given where the table held idx's block when looked up before
+// (-1: not looked up). A removal since may have moved the entry.
+func (sh *shard) dropAt(l *lru, idx uint32, pos int) {
 	sh.unlink(l, idx)
 	n := sh.nodes.at(idx)
-	pos, head := sh.tab.find(n.hash, &sh.nodes)
+	var head uint32
+	if pos >= 0 {
+		// Each hash has one entry: one holding a node of the hash is it.
+		if v := sh.tab.slots[pos]; v != 0 && (v&idxMask == idx || sh.nodes.at(v&idxMask).hash == n.hash) {
+			head = v & idxMask
+		}
+	}
+	if head == 0 {
+		pos, head = sh.tab.find(n.hash, idx, &sh.nodes)
+	}
 	switch {
 	case head == idx && n.same == 0:
 		sh.tab.remove(pos, &sh.nodes)
 	case head == idx:
-		sh.tab.set(pos, n.same, n.hash)
+		sh.tab.set(pos, n.same)
 	default:
 		p := head
 		for sh.nodes.at(p).same != idx {
@@ -149,7 +246,6 @@ func (sh *shard) drop(l *lru, idx uint32) {
 		}
 		sh.nodes.at(p).same = n.same
 	}
-	sh.held.heldBy(uint32(n.slot)).Add(-1)
 	sh.nodes.release(idx)
 }
 
@@ -174,6 +270,24 @@ func (sh *shard) refresh(l *lru, idx uint32, tick uint16) {
 	sh.unlink(l, idx)
 	sh.pushFront(l, idx)
 	sh.nodes.at(idx).tick = tick
+}
+
+// moveFront makes the list's nodes from first to last, first nearest the
+// head, its most recently used, in the same order.
+func (sh *shard) moveFront(l *lru, first, last uint32) {
+	if l.head == first {
+		return
+	}
+	f, z := sh.nodes.at(first), sh.nodes.at(last)
+	sh.nodes.at(f.prev).next = z.next
+	if z.next != 0 {
+		sh.nodes.at(z.next).prev = f.prev
+	} else {
+		l.tail = f.prev
+	}
+	f.prev, z.next = 0, l.head
+	sh.nodes.at(l.head).prev = last
+	l.head = first
 }
 
 func (sh *shard) pushFront(l *lru, idx uint32) {

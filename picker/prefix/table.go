@@ -61,54 +61,82 @@ const maxNodes = 1<<24 - 1
 func (s *slab) full() bool { return s.free == 0 && s.next >= maxNodes }
 
 // table maps a block hash to the first node holding it: open addressing
-// with linear probing. A slot holds a node index and an 8-bit tag of the
-// hash, so a probe reads a node (the key) only when the tag agrees: four
-// bytes per slot, and about one memory access per lookup beyond the slots.
-// Deletion shifts entries back, so there are no tombstones.
+// with linear probing. A slot holds a node index and eight bits of what
+// the probe needs: how far the entry sits past its home position (its
+// displacement, 15 meaning 15 or more) and a 4-bit tag of the hash. A probe
+// reads a node (the key) only when both agree with the hash sought, and a
+// deletion, which shifts later entries back so there are no tombstones,
+// reads none unless an entry sits 15 or more past its home: four bytes per
+// slot, and about one memory access per lookup beyond the slots.
 type table struct {
-	slots []uint32 // tag<<24 | node index; 0 is empty
+	slots []uint32 // disp<<28 | tag<<24 | node index; 0 is empty
 	count int
 }
 
 const (
 	minTableSize = 64
 	idxMask      = 1<<24 - 1
+	tagMask      = 0xf << 24
+	dispShift    = 28
+	maxDisp      = 15 // a displacement this large is read from the node
 )
 
-func tag(h uint64) uint32 { return uint32(h>>56) << 24 }
+func tag(h uint64) uint32 { return uint32(h>>60) << 24 }
 
 func (t *table) home(h uint64) int { return int((h >> 17) & uint64(len(t.slots)-1)) }
 
+// entry is the slot value of node idx, holding h, d positions past its home.
+func entry(idx uint32, h uint64, d int) uint32 {
+	return uint32(min(d, maxDisp))<<dispShift | tag(h) | idx
+}
+
+// disp returns how far the entry v at position j sits past its home.
+func (t *table) disp(v uint32, j int, s *slab) int {
+	if d := int(v >> dispShift); d < maxDisp {
+		return d
+	}
+	return (j - t.home(s.at(v&idxMask).hash)) & (len(t.slots) - 1)
+}
+
 // find returns the slot position for h and the node index stored there, 0
-// when h is absent (the position is then where it would go).
-func (t *table) find(h uint64, s *slab) (int, uint32) {
+// when h is absent (the position is then where it would go). known, when
+// not 0, is a node holding h: a slot naming it is taken without reading
+// the node.
+func (t *table) find(h uint64, known uint32, s *slab) (int, uint32) {
 	if len(t.slots) == 0 {
 		return -1, 0
 	}
 	mask := len(t.slots) - 1
 	tg := tag(h)
-	for i := t.home(h); ; i = (i + 1) & mask {
+	for i, d := t.home(h), 0; ; i, d = (i+1)&mask, d+1 {
 		v := t.slots[i]
 		if v == 0 {
 			return i, 0
 		}
-		if v&^idxMask == tg && s.at(v&idxMask).hash == h {
-			return i, v & idxMask
+		// An entry of another home cannot hold h. One stored as maxDisp
+		// is maxDisp or more past its home.
+		if sd := int(v >> dispShift); v&tagMask != tg || (sd != d && (sd != maxDisp || d < maxDisp)) {
+			continue
+		}
+		if idx := v & idxMask; idx == known || s.at(idx).hash == h {
+			return i, idx
 		}
 	}
 }
 
-// set stores node idx, holding h, at position pos.
-func (t *table) set(pos int, idx uint32, h uint64) { t.slots[pos] = tag(h) | idx }
+// set stores node idx at position pos, in place of the node there, which
+// holds the same hash.
+func (t *table) set(pos int, idx uint32) { t.slots[pos] = t.slots[pos]&^idxMask | idx }
 
-// insert stores idx under its node's hash, which must be absent.
-func (t *table) insert(idx uint32, s *slab) {
+// insert stores idx under its node's hash, which must be absent; pos is
+// where find said it would go.
+func (t *table) insert(pos int, idx uint32, s *slab) {
+	h := s.at(idx).hash
 	if (t.count+1)*4 > len(t.slots)*3 {
 		t.grow(s)
+		pos, _ = t.find(h, 0, s)
 	}
-	h := s.at(idx).hash
-	pos, _ := t.find(h, s)
-	t.set(pos, idx, h)
+	t.slots[pos] = entry(idx, h, (pos-t.home(h))&(len(t.slots)-1))
 	t.count++
 }
 
@@ -120,11 +148,12 @@ func (t *table) grow(s *slab) {
 		if v == 0 {
 			continue
 		}
-		i := t.home(s.at(v & idxMask).hash)
+		h := s.at(v & idxMask).hash
+		i, d := t.home(h), 0
 		for t.slots[i] != 0 {
-			i = (i + 1) & mask
+			i, d = (i+1)&mask, d+1
 		}
-		t.slots[i] = v
+		t.slots[i] = entry(v&idxMask, h, d)
 	}
 }
 
@@ -141,8 +170,8 @@ func (t *table) remove(pos int, s *slab) {
 		}
 		// The entry at j may fill the hole unless its home lies cyclically
 		// in (hole, j].
-		if (j-t.home(s.at(v&idxMask).hash))&mask >= (j-hole)&mask {
-			t.slots[hole] = v
+		if d, gap := t.disp(v, j, s), (j-hole)&mask; d >= gap {
+			t.slots[hole] = uint32(min(d-gap, maxDisp))<<dispShift | v&^(maxDisp<<dispShift)
 			hole = j
 		}
 	}
