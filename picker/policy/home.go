@@ -28,24 +28,23 @@ import (
 // Adding or removing a worker moves only the prefixes whose home it becomes
 // or was.
 //
-// The learned index refines the home: a candidate this replica knows to
-// hold more of the prompt is cheaper by that much, so a prefix learned
-// elsewhere stays there. What the index knows is a lower bound, though:
-// other replicas send prompts too, and a prefix this replica learned may
-// have grown elsewhere under the others' routing (the later turns of a
-// conversation, most of all). So the home is credited with the prefill of
-// the blocks beyond those the index knows there, in proportion to the
-// chance that another replica sent the prompt there (homeCredit), which is
-// nil when prompts do not share prefixes and for a lone picker. Others that
-// found the home busy went on down the prefix's order, so every candidate
-// also pays for its place in that order (orderCost): the same share of the
-// prompt's prefill, times its place as a fraction of the order. Whatever
-// the index knows, ties in cost are broken in the prefix's rendezvous
-// order.
+// The learned index refines the home: when this replica knows a candidate
+// that holds the prefix, the index decides and no home is taken, so a prefix
+// learned elsewhere stays there. Otherwise the home is credited with the
+// prefill of the prompt it is presumed to hold, in proportion to the chance
+// that another replica sent the prompt there (homeCredit), which is nil
+// when prompts do not share prefixes. Whatever the index knows, replicas
+// that found the home busy went on down the prefix's order, so every
+// candidate pays for its place in that order (orderCost): the same share of
+// the prompt's prefill, times its place as a fraction of the order. Pods
+// whose costs are close are thus chosen in the prefix's order by every
+// replica alike, so that a conversation's turns meet on one pod whichever
+// replica routes them; exact ties are broken in that order too.
 
 // home returns the index in p.cands of the prompt's home, or -1 when there
-// is none: home hashing is off, the prompt is shorter than a block, or every
-// candidate is over the bound. Whenever the prompt has a key, the
+// is none: home hashing is off, the prompt is shorter than a block, the
+// index already knows a holder of the prefix, or every candidate is over the
+// bound. Whenever the prompt has a key, the
 // candidates' tie-break follows the prefix's rendezvous order (p.ordered),
 // so that replicas whose costs tie (idle workers, a spill off a busy
 // holder) still choose alike.
@@ -66,6 +65,9 @@ func (c *cacheAware) home(e *engine, p *pick) int {
 	}
 	p.ordered = true
 	c.reuse.observe(learned)
+	if learned {
+		return -1
+	}
 	unit := max(e.cfg.PrefillWeight, 1) // what the new request adds
 	bound := math.Ceil((1+c.cfg.HomeEpsilon)*(total/unit+1)/float64(len(p.cands))) + homeSlack
 	best := -1

@@ -152,9 +152,9 @@ func simulateReplicas(t *testing.T, sc simConfig, cfg Config, replicas int, scra
 // replicas that share nothing and read each other's load from scrapes every
 // 50 ms. Where prompts recur, three replicas must keep most of one picker's
 // hit ratio and stay within about twice its mean TTFT (each replica learns a
-// third of the traffic; following the prefix's order, rather than each its
-// own view of the load, is what keeps them together); where they rarely
-// do, within a quarter of its mean TTFT.
+// third of the traffic; following the prefix's order where costs are close,
+// rather than each its own view of the load, is what keeps them together);
+// where they rarely do, within a quarter of its mean TTFT.
 func TestSimulatedReplicas(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("simulation: skipped in -short and -race runs")
@@ -174,7 +174,7 @@ func TestSimulatedReplicas(t *testing.T) {
 		hits, ttfts float64 // the least share of one picker's hit ratio, the most multiple of its mean TTFT
 	}{
 		{"even", even, 0.85, 2.2},
-		{"hot tenant", hot, 0.85, 2.2},
+		{"hot tenant", hot, 0.82, 2.5},
 		{"rare reuse", rare, 0, 1.25},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
