@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -50,6 +49,7 @@ type poller struct {
 	created time.Time
 	cancel  context.CancelFunc // set when launched
 	done    chan struct{}      // closed when run returns
+	due     chan struct{}      // a scrape is due; see Scraper.tick
 	page    *pageConn          // the poller's connection; nil with WithHTTPClient
 	buf     bytes.Buffer       // body buffer, reused across scrapes
 	body    io.LimitedReader   // reused reader over the response body
@@ -74,6 +74,7 @@ func newPoller(s *Scraper, w *registry.Worker) *poller {
 		modelsURL: modelsURL(w),
 		created:   s.opts.clock.Now(),
 		done:      make(chan struct{}),
+		due:       make(chan struct{}, 1),
 	}
 	if s.ownClient {
 		if u, err := url.Parse(p.url); err == nil {
@@ -99,31 +100,28 @@ func (p *poller) stop() {
 	}
 }
 
-// run scrapes every interval until ctx ends. The first scrape comes after
-// a random part of one interval, so that workers added together (a pool at
-// start-up) are not all scraped in the same instant.
+// kick asks for a scrape. It never waits: a scrape already due stays the
+// only one.
+func (p *poller) kick() {
+	select {
+	case p.due <- struct{}{}:
+	default:
+	}
+}
+
+// run scrapes each time one is due until ctx ends.
 func (p *poller) run(ctx context.Context) {
 	defer close(p.done)
 	if p.page != nil {
 		defer p.page.close()
 	}
-	interval := p.s.opts.interval
-	first := time.NewTimer(rand.N(interval))
-	defer first.Stop()
-	select {
-	case <-ctx.Done():
-		return
-	case <-first.C:
-	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
 	for {
-		p.scrape(ctx)
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-p.due:
 		}
+		p.scrape(ctx)
 	}
 }
 
