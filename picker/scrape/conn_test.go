@@ -105,7 +105,7 @@ func TestPageConnKeepsAndRedials(t *testing.T) {
 	var buf bytes.Buffer
 	get := func() {
 		t.Helper()
-		status, err := c.get(t.Context(), &buf, 1<<10)
+		status, err := c.get(t.Context(), c.req, time.Now().Add(time.Minute), &buf, 1<<10)
 		if err != nil || status != 200 || buf.String() != "page of /metrics" {
 			t.Fatalf("got %d %q %v, want 200 %q", status, buf.String(), err, "page of /metrics")
 		}
@@ -120,6 +120,41 @@ func TestPageConnKeepsAndRedials(t *testing.T) {
 	get()
 	if c.conn == first {
 		t.Error("scrape after the server dropped the connection kept it")
+	}
+}
+
+// TestPageConnAbort: abort ends a fetch waiting on a server that does not
+// answer, and every fetch after it fails without a request.
+func TestPageConnAbort(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	srv := newModelServer(t, nil)
+	srv.set(srv.hang(arrived, true))
+	c := newPageConn(srv.addr().String(), "/metrics", time.Hour)
+	defer c.close()
+	done := make(chan error, 1)
+	go func() {
+		var buf bytes.Buffer
+		_, err := c.get(t.Context(), c.req, time.Now().Add(time.Hour), &buf, 1<<10)
+		done <- err
+	}()
+	recv(t, arrived, "the request")
+	c.abort()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("aborted fetch succeeded")
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("abort did not end the fetch")
+	}
+	var buf bytes.Buffer
+	if _, err := c.get(t.Context(), c.req, time.Now().Add(time.Hour), &buf, 1<<10); !errors.Is(err, errAborted) {
+		t.Errorf("fetch after abort: error %v, want %v", err, errAborted)
+	}
+	select {
+	case <-arrived:
+		t.Error("a fetch after abort reached the server")
+	default:
 	}
 }
 

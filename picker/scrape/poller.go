@@ -113,6 +113,8 @@ func (p *poller) kick() {
 func (p *poller) run(ctx context.Context) {
 	defer close(p.done)
 	if p.page != nil {
+		stop := context.AfterFunc(ctx, p.page.abort)
+		defer stop()
 		defer p.page.close()
 	}
 	for {
@@ -168,8 +170,6 @@ func (p *poller) scrape(ctx context.Context) {
 
 // fetch does one GET of the metrics page and parses it.
 func (p *poller) fetch(ctx context.Context) (Report, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.s.opts.timeout)
-	defer cancel()
 	fail := func(r reason, err error) (Report, error) {
 		if r != reasonParse && (errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
 			r = reasonTimeout
@@ -178,7 +178,8 @@ func (p *poller) fetch(ctx context.Context) (Report, error) {
 	}
 	limit := p.s.opts.maxBody
 	if p.page != nil {
-		switch status, err := p.page.get(ctx, &p.buf, limit); {
+		deadline := time.Now().Add(p.s.opts.timeout)
+		switch status, err := p.page.get(ctx, p.page.req, deadline, &p.buf, limit); {
 		case errors.Is(err, errTooLarge):
 			return fail(reasonTooLarge, fmt.Errorf("body is over the %d byte cap", limit))
 		case err != nil:
@@ -188,6 +189,8 @@ func (p *poller) fetch(ctx context.Context) (Report, error) {
 		}
 		return p.parse(fail)
 	}
+	ctx, cancel := context.WithTimeout(ctx, p.s.opts.timeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url, http.NoBody)
 	if err != nil {
 		return fail(reasonConnect, err)
