@@ -56,6 +56,7 @@ type poller struct {
 
 	// Served models and LoRA state, touched by the poller's goroutine only.
 	modelsURL   string
+	modelsReq   []byte // GET /v1/models over page; nil when it is on another port
 	modelsAt    time.Time
 	models      *registry.Served // last good /v1/models answer
 	fromMetrics *registry.Served
@@ -79,6 +80,9 @@ func newPoller(s *Scraper, w *registry.Worker) *poller {
 	if s.ownClient {
 		if u, err := url.Parse(p.url); err == nil {
 			p.page = newPageConn(u.Host, u.RequestURI(), s.opts.timeout)
+			if m, err := url.Parse(p.modelsURL); err == nil && m.Host == u.Host {
+				p.modelsReq = request(m.Host, m.RequestURI(), "application/json")
+			}
 		}
 	}
 	return p
