@@ -116,7 +116,9 @@ func (c *pageConn) roundTrip(req []byte, deadline time.Time, buf *bytes.Buffer, 
 		c.close()
 		return 0, false, errAborted
 	}
-	err = conn.SetDeadline(deadline)
+	// Only the read waits: a connection carries one request at a time, and
+	// a few hundred bytes always fit its empty send buffer.
+	err = conn.SetReadDeadline(deadline)
 	c.mu.Unlock()
 	if err != nil {
 		c.close()
