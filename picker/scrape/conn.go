@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
 	"sync"
 	"time"
@@ -34,9 +35,13 @@ type pageConn struct {
 // maxHeaderBytes bounds a response's status line and headers.
 const maxHeaderBytes = 64 << 10
 
-// readBufferSize is the connection's read buffer: large enough that a
-// whole metrics page already received is taken in one read.
-const readBufferSize = 64 << 10
+// The connection's read buffer starts small and grows, up to the bound, to
+// hold the largest response seen, so that a whole page already received is
+// taken in one read.
+const (
+	minReadBuffer = 16 << 10
+	maxReadBuffer = 64 << 10
+)
 
 func newPageConn(addr, requestURI string, timeout time.Duration) *pageConn {
 	return &pageConn{addr: addr, req: request(addr, requestURI, "text/plain;version=0.0.4;q=1,*/*;q=0.1"), timeout: timeout}
@@ -87,7 +92,7 @@ func (c *pageConn) dial(ctx context.Context, deadline time.Time) error {
 	}
 	c.conn = conn
 	if c.r == nil {
-		c.r = bufio.NewReaderSize(conn, readBufferSize)
+		c.r = bufio.NewReaderSize(conn, minReadBuffer)
 	} else {
 		c.r.Reset(conn)
 	}
@@ -136,8 +141,13 @@ func (c *pageConn) roundTrip(req []byte, deadline time.Time, buf *bytes.Buffer, 
 	status, keep, err := readResponse(c.r, buf, limit)
 	if err != nil || !keep {
 		c.close()
+		return status, true, err
 	}
-	return status, true, err
+	// A response's head is a few hundred bytes.
+	if size := c.r.Size(); size < maxReadBuffer && buf.Len()+1<<10 > size && c.r.Buffered() == 0 {
+		c.r = bufio.NewReaderSize(conn, min(maxReadBuffer, 1<<bits.Len(uint(buf.Len()+1<<10))))
+	}
+	return status, true, nil
 }
 
 // close drops the connection; the next scrape dials again.

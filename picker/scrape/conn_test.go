@@ -123,6 +123,36 @@ func TestPageConnKeepsAndRedials(t *testing.T) {
 	}
 }
 
+// TestPageConnReadBuffer: the read buffer grows to hold a page larger than
+// it, within its bound, on the same connection.
+func TestPageConnReadBuffer(t *testing.T) {
+	tests := map[string]struct {
+		size int
+		want int
+	}{
+		"small page":    {size: 100, want: minReadBuffer},
+		"larger page":   {size: 30 << 10, want: 32 << 10},
+		"page too long": {size: 200 << 10, want: maxReadBuffer},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			body := strings.Repeat("x", tc.size)
+			srv := newModelServer(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, body) })
+			c := newPageConn(srv.addr().String(), "/metrics", time.Minute)
+			defer c.close()
+			var buf bytes.Buffer
+			for range 2 {
+				if status, err := c.get(t.Context(), c.req, time.Now().Add(time.Minute), &buf, 1<<20); err != nil || status != 200 || buf.Len() != tc.size {
+					t.Fatalf("got %d, %d bytes, %v; want 200, %d bytes", status, buf.Len(), err, tc.size)
+				}
+			}
+			if got := c.r.Size(); got != tc.want {
+				t.Errorf("read buffer %d bytes, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestPageConnAbort: abort ends a fetch waiting on a server that does not
 // answer, and every fetch after it fails without a request.
 func TestPageConnAbort(t *testing.T) {
