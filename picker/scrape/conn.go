@@ -10,6 +10,7 @@ import (
 	"math/bits"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -25,6 +26,7 @@ type pageConn struct {
 	addr    string
 	req     []byte // the whole GET request of the metrics page
 	timeout time.Duration
+	src     source // what r reads
 	r       *bufio.Reader
 
 	mu      sync.Mutex // guards conn against abort; only the poller changes it
@@ -91,12 +93,40 @@ func (c *pageConn) dial(ctx context.Context, deadline time.Time) error {
 		return errAborted
 	}
 	c.conn = conn
+	c.src = source{conn: conn, raw: rawConn(conn)}
 	if c.r == nil {
-		c.r = bufio.NewReaderSize(conn, minReadBuffer)
+		c.r = bufio.NewReaderSize(&c.src, minReadBuffer)
 	} else {
-		c.r.Reset(conn)
+		c.r.Reset(&c.src)
 	}
 	return nil
+}
+
+// errStray is data a server sent on an idle connection, after the answer
+// to the last request.
+var errStray = errors.New("unexpected data on an idle connection")
+
+// source is the connection as the read buffer sees it: the first read of
+// a response sends its request.
+type source struct {
+	conn net.Conn
+	raw  syscall.RawConn // nil where sendAndRead is not available
+	req  []byte          // to send before the next read
+}
+
+func (s *source) Read(p []byte) (int, error) {
+	req := s.req
+	if req == nil {
+		return s.conn.Read(p)
+	}
+	s.req = nil
+	if s.raw != nil {
+		return sendAndRead(s.raw, req, p)
+	}
+	if _, err := s.conn.Write(req); err != nil {
+		return 0, err
+	}
+	return s.conn.Read(p)
 }
 
 // abort ends the fetch in progress, if any, at once and fails those after
@@ -129,11 +159,14 @@ func (c *pageConn) roundTrip(req []byte, deadline time.Time, buf *bytes.Buffer, 
 		c.close()
 		return 0, false, err
 	}
-	if _, err := conn.Write(req); err != nil {
+	if c.r.Buffered() != 0 {
 		c.close()
-		return 0, false, err
+		return 0, false, errStray
 	}
-	if _, err := c.r.Peek(1); err != nil {
+	c.src.req = req
+	_, err = c.r.Peek(1) // sends req
+	c.src.req = nil
+	if err != nil {
 		c.close()
 		return 0, false, err
 	}
@@ -145,7 +178,7 @@ func (c *pageConn) roundTrip(req []byte, deadline time.Time, buf *bytes.Buffer, 
 	}
 	// A response's head is a few hundred bytes.
 	if size := c.r.Size(); size < maxReadBuffer && buf.Len()+1<<10 > size && c.r.Buffered() == 0 {
-		c.r = bufio.NewReaderSize(conn, min(maxReadBuffer, 1<<bits.Len(uint(buf.Len()+1<<10))))
+		c.r = bufio.NewReaderSize(&c.src, min(maxReadBuffer, 1<<bits.Len(uint(buf.Len()+1<<10))))
 	}
 	return status, true, nil
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -150,6 +151,45 @@ func TestPageConnReadBuffer(t *testing.T) {
 				t.Errorf("read buffer %d bytes, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestPageConnStrayBytes: bytes a server sends after an answer are not
+// read as the next answer; the next scrape dials a new connection.
+func TestPageConnStrayBytes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for n := 0; ; n++ {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				r := bufio.NewReader(conn)
+				for {
+					req, err := http.ReadRequest(r)
+					if err != nil {
+						return
+					}
+					_ = req.Body.Close()
+					body := "conn " + strconv.Itoa(n)
+					_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body+"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray")
+				}
+			}()
+		}
+	}()
+	c := newPageConn(ln.Addr().String(), "/metrics", time.Minute)
+	defer c.close()
+	var buf bytes.Buffer
+	for _, want := range []string{"conn 0", "conn 1"} {
+		if status, err := c.get(t.Context(), c.req, time.Now().Add(time.Minute), &buf, 1<<10); err != nil || status != 200 || buf.String() != want {
+			t.Fatalf("got %d %q %v, want 200 %q", status, buf.String(), err, want)
+		}
 	}
 }
 
