@@ -63,7 +63,7 @@ const startAttempts = 5
 func (p *Picker) waitListening() error {
 	return PollTimeout(Timeout, func() error {
 		if p.Exited() {
-			return Stop(fmt.Errorf("it exited: %v", p.Err()))
+			return Stop(fmt.Errorf("it exited: %w", p.Err()))
 		}
 		for _, port := range []int{p.GRPCPort, p.MetricsPort} {
 			conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
@@ -76,7 +76,7 @@ func (p *Picker) waitListening() error {
 			return fmt.Errorf("no health answer on port %d", p.HealthPort)
 		}
 		if p.Exited() {
-			return Stop(fmt.Errorf("it exited: %v", p.Err()))
+			return Stop(fmt.Errorf("it exited: %w", p.Err()))
 		}
 		return nil
 	})
