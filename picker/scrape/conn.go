@@ -7,91 +7,166 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
+	"sync"
+	"syscall"
 	"time"
 )
 
-// pageConn fetches one worker's metrics page over a keep-alive HTTP/1.1
-// connection of its own. The poller's goroutine writes the request, built
+// pageConn fetches pages of one worker over a keep-alive HTTP/1.1
+// connection of its own. The poller's goroutine writes a request, built
 // once, and reads the response in place: none of the goroutines, channels
 // and per-request objects of a general HTTP client, which cost several
-// times the parse at one scrape per worker every 50ms. Scrapers given their
-// own client (WithHTTPClient) use that client instead.
+// times the parse at one scrape per worker every 50ms. A scrape's time
+// limit is the connection's deadline, and cancelling the poller (abort)
+// moves that deadline to the past, so a scrape arms no timer of its own.
+// Scrapers given their own client (WithHTTPClient) use that client instead.
 type pageConn struct {
 	addr    string
-	req     []byte // the whole GET request
+	req     []byte // the whole GET request of the metrics page
 	timeout time.Duration
-	conn    net.Conn
+	src     source // what r reads
 	r       *bufio.Reader
+
+	mu      sync.Mutex // guards conn against abort; only the poller changes it
+	conn    net.Conn
+	aborted bool
 }
 
 // maxHeaderBytes bounds a response's status line and headers.
 const maxHeaderBytes = 64 << 10
 
+// The connection's read buffer starts small and grows, up to the bound, to
+// hold the largest response seen, so that a whole page already received is
+// taken in one read.
+const (
+	minReadBuffer = 16 << 10
+	maxReadBuffer = 64 << 10
+)
+
 func newPageConn(addr, requestURI string, timeout time.Duration) *pageConn {
-	req := "GET " + requestURI + " HTTP/1.1\r\nHost: " + addr +
-		"\r\nUser-Agent: inferpick\r\nAccept: text/plain;version=0.0.4;q=1,*/*;q=0.1\r\n\r\n"
-	return &pageConn{addr: addr, req: []byte(req), timeout: timeout}
+	return &pageConn{addr: addr, req: request(addr, requestURI, "text/plain;version=0.0.4;q=1,*/*;q=0.1"), timeout: timeout}
+}
+
+// request is a GET of requestURI on addr accepting accept.
+func request(addr, requestURI, accept string) []byte {
+	return []byte("GET " + requestURI + " HTTP/1.1\r\nHost: " + addr +
+		"\r\nUser-Agent: inferpick\r\nAccept: " + accept + "\r\n\r\n")
 }
 
 // errTooLarge is a body over the size cap.
 var errTooLarge = errors.New("body over the size cap")
 
-// get fetches the page into buf (reset first) and returns the status. A body
-// over limit bytes is errTooLarge. A connection kept from an earlier scrape
-// that the server has closed since is replaced once.
-func (c *pageConn) get(ctx context.Context, buf *bytes.Buffer, limit int64) (int, error) {
+// errAborted is a fetch after abort.
+var errAborted = errors.New("scrape cancelled")
+
+// get sends req and reads the response into buf (reset first) by deadline,
+// returning the status. A body over limit bytes is errTooLarge. A
+// connection kept from an earlier scrape that the server has closed since
+// is replaced once.
+func (c *pageConn) get(ctx context.Context, req []byte, deadline time.Time, buf *bytes.Buffer, limit int64) (int, error) {
 	for attempt := 0; ; attempt++ {
 		reused := c.conn != nil
 		if !reused {
-			if err := c.dial(ctx); err != nil {
+			if err := c.dial(ctx, deadline); err != nil {
 				return 0, err
 			}
 		}
-		status, started, err := c.roundTrip(ctx, buf, limit)
+		status, started, err := c.roundTrip(req, deadline, buf, limit)
 		if err == nil || started || !reused || attempt > 0 || ctx.Err() != nil {
 			return status, err
 		}
 	}
 }
 
-func (c *pageConn) dial(ctx context.Context) error {
-	d := net.Dialer{Timeout: c.timeout, KeepAlive: 30 * time.Second}
+func (c *pageConn) dial(ctx context.Context, deadline time.Time) error {
+	d := net.Dialer{Deadline: deadline, KeepAlive: 30 * time.Second}
 	conn, err := d.DialContext(ctx, "tcp", c.addr)
 	if err != nil {
 		return err
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.aborted {
+		_ = conn.Close()
+		return errAborted
+	}
 	c.conn = conn
+	c.src = source{conn: conn, raw: rawConn(conn)}
 	if c.r == nil {
-		c.r = bufio.NewReaderSize(conn, 16<<10)
+		c.r = bufio.NewReaderSize(&c.src, minReadBuffer)
 	} else {
-		c.r.Reset(conn)
+		c.r.Reset(&c.src)
 	}
 	return nil
+}
+
+// errStray is data a server sent on an idle connection, after the answer
+// to the last request.
+var errStray = errors.New("unexpected data on an idle connection")
+
+// source is the connection as the read buffer sees it: the first read of
+// a response sends its request.
+type source struct {
+	conn net.Conn
+	raw  syscall.RawConn // nil where sendAndRead is not available
+	req  []byte          // to send before the next read
+}
+
+func (s *source) Read(p []byte) (int, error) {
+	req := s.req
+	if req == nil {
+		return s.conn.Read(p)
+	}
+	s.req = nil
+	if s.raw != nil {
+		return sendAndRead(s.raw, req, p)
+	}
+	if _, err := s.conn.Write(req); err != nil {
+		return 0, err
+	}
+	return s.conn.Read(p)
+}
+
+// abort ends the fetch in progress, if any, at once and fails those after
+// it. It may be called from any goroutine.
+func (c *pageConn) abort() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.aborted = true
+	if c.conn != nil {
+		_ = c.conn.SetDeadline(time.Unix(1, 0))
+	}
 }
 
 // roundTrip writes the request and reads the response. started reports
 // whether any of the response arrived; on an error the connection is
 // closed.
-func (c *pageConn) roundTrip(ctx context.Context, buf *bytes.Buffer, limit int64) (status int, started bool, err error) {
+func (c *pageConn) roundTrip(req []byte, deadline time.Time, buf *bytes.Buffer, limit int64) (status int, started bool, err error) {
 	conn := c.conn
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(c.timeout)
+	c.mu.Lock()
+	if c.aborted {
+		c.mu.Unlock()
+		c.close()
+		return 0, false, errAborted
 	}
-	if err := conn.SetDeadline(deadline); err != nil {
+	// Only the read waits: a connection carries one request at a time, and
+	// a few hundred bytes always fit its empty send buffer.
+	err = conn.SetReadDeadline(deadline)
+	c.mu.Unlock()
+	if err != nil {
 		c.close()
 		return 0, false, err
 	}
-	// A cancelled scrape (the worker removed, the scraper stopping) ends
-	// its read at once.
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	if _, err := conn.Write(c.req); err != nil {
+	if c.r.Buffered() != 0 {
 		c.close()
-		return 0, false, err
+		return 0, false, errStray
 	}
-	if _, err := c.r.Peek(1); err != nil {
+	c.src.req = req
+	_, err = c.r.Peek(1) // sends req
+	c.src.req = nil
+	if err != nil {
 		c.close()
 		return 0, false, err
 	}
@@ -99,12 +174,19 @@ func (c *pageConn) roundTrip(ctx context.Context, buf *bytes.Buffer, limit int64
 	status, keep, err := readResponse(c.r, buf, limit)
 	if err != nil || !keep {
 		c.close()
+		return status, true, err
 	}
-	return status, true, err
+	// A response's head is a few hundred bytes.
+	if size := c.r.Size(); size < maxReadBuffer && buf.Len()+1<<10 > size && c.r.Buffered() == 0 {
+		c.r = bufio.NewReaderSize(&c.src, min(maxReadBuffer, 1<<bits.Len(uint(buf.Len()+1<<10))))
+	}
+	return status, true, nil
 }
 
 // close drops the connection; the next scrape dials again.
 func (c *pageConn) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.conn != nil {
 		_ = c.conn.Close()
 		c.conn = nil

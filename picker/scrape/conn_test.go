@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -105,7 +106,7 @@ func TestPageConnKeepsAndRedials(t *testing.T) {
 	var buf bytes.Buffer
 	get := func() {
 		t.Helper()
-		status, err := c.get(t.Context(), &buf, 1<<10)
+		status, err := c.get(t.Context(), c.req, time.Now().Add(time.Minute), &buf, 1<<10)
 		if err != nil || status != 200 || buf.String() != "page of /metrics" {
 			t.Fatalf("got %d %q %v, want 200 %q", status, buf.String(), err, "page of /metrics")
 		}
@@ -120,6 +121,110 @@ func TestPageConnKeepsAndRedials(t *testing.T) {
 	get()
 	if c.conn == first {
 		t.Error("scrape after the server dropped the connection kept it")
+	}
+}
+
+// TestPageConnReadBuffer: the read buffer grows to hold a page larger than
+// it, within its bound, on the same connection.
+func TestPageConnReadBuffer(t *testing.T) {
+	tests := map[string]struct {
+		size int
+		want int
+	}{
+		"small page":    {size: 100, want: minReadBuffer},
+		"larger page":   {size: 30 << 10, want: 32 << 10},
+		"page too long": {size: 200 << 10, want: maxReadBuffer},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			body := strings.Repeat("x", tc.size)
+			srv := newModelServer(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, body) })
+			c := newPageConn(srv.addr().String(), "/metrics", time.Minute)
+			defer c.close()
+			var buf bytes.Buffer
+			for range 2 {
+				if status, err := c.get(t.Context(), c.req, time.Now().Add(time.Minute), &buf, 1<<20); err != nil || status != 200 || buf.Len() != tc.size {
+					t.Fatalf("got %d, %d bytes, %v; want 200, %d bytes", status, buf.Len(), err, tc.size)
+				}
+			}
+			if got := c.r.Size(); got != tc.want {
+				t.Errorf("read buffer %d bytes, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPageConnStrayBytes: bytes a server sends after an answer are not
+// read as the next answer; the next scrape dials a new connection.
+func TestPageConnStrayBytes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for n := 0; ; n++ {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				r := bufio.NewReader(conn)
+				for {
+					req, err := http.ReadRequest(r)
+					if err != nil {
+						return
+					}
+					_ = req.Body.Close()
+					body := "conn " + strconv.Itoa(n)
+					_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body+"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray")
+				}
+			}()
+		}
+	}()
+	c := newPageConn(ln.Addr().String(), "/metrics", time.Minute)
+	defer c.close()
+	var buf bytes.Buffer
+	for _, want := range []string{"conn 0", "conn 1"} {
+		if status, err := c.get(t.Context(), c.req, time.Now().Add(time.Minute), &buf, 1<<10); err != nil || status != 200 || buf.String() != want {
+			t.Fatalf("got %d %q %v, want 200 %q", status, buf.String(), err, want)
+		}
+	}
+}
+
+// TestPageConnAbort: abort ends a fetch waiting on a server that does not
+// answer, and every fetch after it fails without a request.
+func TestPageConnAbort(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	srv := newModelServer(t, nil)
+	srv.set(srv.hang(arrived, true))
+	c := newPageConn(srv.addr().String(), "/metrics", time.Hour)
+	defer c.close()
+	done := make(chan error, 1)
+	go func() {
+		var buf bytes.Buffer
+		_, err := c.get(t.Context(), c.req, time.Now().Add(time.Hour), &buf, 1<<10)
+		done <- err
+	}()
+	recv(t, arrived, "the request")
+	c.abort()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("aborted fetch succeeded")
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("abort did not end the fetch")
+	}
+	var buf bytes.Buffer
+	if _, err := c.get(t.Context(), c.req, time.Now().Add(time.Hour), &buf, 1<<10); !errors.Is(err, errAborted) {
+		t.Errorf("fetch after abort: error %v, want %v", err, errAborted)
+	}
+	select {
+	case <-arrived:
+		t.Error("a fetch after abort reached the server")
+	default:
 	}
 }
 

@@ -72,10 +72,12 @@ func (c *cursor) name(label bool, scratch *[maxName]byte) ([]byte, bool) {
 		if label {
 			class = labelByte
 		}
-		c.i++
-		for c.i < len(c.b) && charClass[c.b[c.i]]&class != 0 {
-			c.i++
+		// Locals, so that the loop keeps them in registers.
+		b, i := c.b, c.i+1
+		for i < len(b) && charClass[b[i]]&class != 0 {
+			i++
 		}
+		c.i = i
 	}
 	if c.i >= len(c.b) || c.b[c.i] != '"' {
 		return c.b[start:c.i], c.i > start

@@ -126,6 +126,9 @@ func (a *accumulator) line(s *Schema, line []byte, scratch *[maxName]byte) {
 		return
 	}
 	line = line[i:]
+	// The series of a plain name, found before the rest is read, are those
+	// of the sample's name.
+	var ts []target
 	switch first := line[0]; {
 	case s.first[first]:
 		// Possibly ours: look at the whole name before reading further.
@@ -135,7 +138,7 @@ func (a *accumulator) line(s *Schema, line []byte, scratch *[maxName]byte) {
 			a.malformed++
 			return
 		}
-		if s.targets(name) == nil {
+		if ts = s.targets(name); ts == nil {
 			return
 		}
 	case first == '{' || first == '"':
@@ -150,7 +153,9 @@ func (a *accumulator) line(s *Schema, line []byte, scratch *[maxName]byte) {
 		a.malformed++
 		return
 	}
-	ts := s.targets(smp.name)
+	if ts == nil {
+		ts = s.targets(smp.name)
+	}
 	for i := range ts {
 		if matches(smp.labels, ts[i].match) {
 			a.add(&ts[i], &smp)

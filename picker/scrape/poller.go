@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -50,12 +49,14 @@ type poller struct {
 	created time.Time
 	cancel  context.CancelFunc // set when launched
 	done    chan struct{}      // closed when run returns
+	due     chan struct{}      // a scrape is due; see Scraper.tick
 	page    *pageConn          // the poller's connection; nil with WithHTTPClient
 	buf     bytes.Buffer       // body buffer, reused across scrapes
 	body    io.LimitedReader   // reused reader over the response body
 
 	// Served models and LoRA state, touched by the poller's goroutine only.
 	modelsURL   string
+	modelsReq   []byte // GET /v1/models over page; nil when it is on another port
 	modelsAt    time.Time
 	models      *registry.Served // last good /v1/models answer
 	fromMetrics *registry.Served
@@ -74,10 +75,14 @@ func newPoller(s *Scraper, w *registry.Worker) *poller {
 		modelsURL: modelsURL(w),
 		created:   s.opts.clock.Now(),
 		done:      make(chan struct{}),
+		due:       make(chan struct{}, 1),
 	}
 	if s.ownClient {
 		if u, err := url.Parse(p.url); err == nil {
 			p.page = newPageConn(u.Host, u.RequestURI(), s.opts.timeout)
+			if m, err := url.Parse(p.modelsURL); err == nil && m.Host == u.Host {
+				p.modelsReq = request(m.Host, m.RequestURI(), "application/json")
+			}
 		}
 	}
 	return p
@@ -99,31 +104,30 @@ func (p *poller) stop() {
 	}
 }
 
-// run scrapes every interval until ctx ends. The first scrape comes after
-// a random part of one interval, so that workers added together (a pool at
-// start-up) are not all scraped in the same instant.
+// kick asks for a scrape. It never waits: a scrape already due stays the
+// only one.
+func (p *poller) kick() {
+	select {
+	case p.due <- struct{}{}:
+	default:
+	}
+}
+
+// run scrapes each time one is due until ctx ends.
 func (p *poller) run(ctx context.Context) {
 	defer close(p.done)
 	if p.page != nil {
+		stop := context.AfterFunc(ctx, p.page.abort)
+		defer stop()
 		defer p.page.close()
 	}
-	interval := p.s.opts.interval
-	first := time.NewTimer(rand.N(interval))
-	defer first.Stop()
-	select {
-	case <-ctx.Done():
-		return
-	case <-first.C:
-	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
 	for {
-		p.scrape(ctx)
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-p.due:
 		}
+		p.scrape(ctx)
 	}
 }
 
@@ -170,8 +174,6 @@ func (p *poller) scrape(ctx context.Context) {
 
 // fetch does one GET of the metrics page and parses it.
 func (p *poller) fetch(ctx context.Context) (Report, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.s.opts.timeout)
-	defer cancel()
 	fail := func(r reason, err error) (Report, error) {
 		if r != reasonParse && (errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
 			r = reasonTimeout
@@ -180,7 +182,8 @@ func (p *poller) fetch(ctx context.Context) (Report, error) {
 	}
 	limit := p.s.opts.maxBody
 	if p.page != nil {
-		switch status, err := p.page.get(ctx, &p.buf, limit); {
+		deadline := time.Now().Add(p.s.opts.timeout)
+		switch status, err := p.page.get(ctx, p.page.req, deadline, &p.buf, limit); {
 		case errors.Is(err, errTooLarge):
 			return fail(reasonTooLarge, fmt.Errorf("body is over the %d byte cap", limit))
 		case err != nil:
@@ -190,6 +193,8 @@ func (p *poller) fetch(ctx context.Context) (Report, error) {
 		}
 		return p.parse(fail)
 	}
+	ctx, cancel := context.WithTimeout(ctx, p.s.opts.timeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url, http.NoBody)
 	if err != nil {
 		return fail(reasonConnect, err)

@@ -50,8 +50,9 @@ type target struct {
 // Schema is a compiled Names: what Parse reads from a metrics page.
 type Schema struct {
 	byName map[string][]target
-	first  [256]bool // first bytes of the names
-	lens   uint64    // bit n-1 set: some name has n bytes
+	first  [256]bool  // first bytes of the names
+	lens   uint64     // bit n-1 set: some name has n bytes
+	marks  [64]uint64 // bit mark(name) set for each name
 	slots  [numFields][]uint8
 }
 
@@ -91,6 +92,8 @@ func NewSchema(n Names) (*Schema, error) {
 		s.slots[f] = append(s.slots[f], t.slot)
 		s.first[series.Name[0]] = true
 		s.lens |= 1 << (len(series.Name) - 1)
+		m := mark([]byte(series.Name))
+		s.marks[m/64] |= 1 << (m % 64)
 	}
 	for f, list := range [...][]Series{fieldWaiting: n.Waiting, fieldRunning: n.Running, fieldKVUsage: n.KVUsage,
 		fieldBlockSize: n.BlockSize, fieldNumBlocks: n.NumBlocks, fieldLoRA: n.LoRA,
@@ -160,7 +163,20 @@ func validName(s string, label bool) bool {
 // mayRead reports whether name may be one of the schema's, cheaply.
 func (s *Schema) mayRead(name []byte) bool {
 	n := len(name)
-	return n > 0 && n <= 64 && s.lens&(1<<(n-1)) != 0
+	if n == 0 || n > 64 || s.lens&(1<<(n-1)) == 0 {
+		return false
+	}
+	m := mark(name)
+	return s.marks[m/64]&(1<<(m%64)) != 0
+}
+
+// mark is a 12-bit digest of a name's length and three of its bytes, the
+// last among them: it tells most names apart from the schema's without
+// hashing them whole (samples of a histogram we do not read share all but
+// the end of their names with those of one we read).
+func mark(name []byte) uint {
+	n := len(name)
+	return (uint(n) ^ uint(name[n-1])<<3 ^ uint(name[n/2])<<5 ^ uint(name[(n-1)*3/4])<<1) % 4096
 }
 
 // targets returns the series named name.

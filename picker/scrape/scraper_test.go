@@ -2,6 +2,7 @@ package scrape
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"runtime"
@@ -173,6 +174,32 @@ func TestScraperHangingServerBlocksNothing(t *testing.T) {
 	recv(t, p.done, "the stuck worker's poller to end after removal")
 	if m := healthyWorker.Metrics(); m == nil || m.Waiting != 2 {
 		t.Errorf("healthy worker Metrics() = %s, want its scrape", describe(m))
+	}
+}
+
+// TestScraperSlowServerDelaysNoOther: the workers share one ticker, and a
+// worker whose scrape hangs (well within its timeout) holds up no other
+// worker's scrapes.
+func TestScraperSlowServerDelaysNoOther(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	slow := newModelServer(t, nil)
+	slow.set(slow.hang(arrived, true))
+	healthy := newModelServer(t, serve(pageWith(1, 0, 0.5)))
+	reg := registry.New()
+	registrytest.Upsert(reg, endpoint("slow", slow.addr()))
+	w := registrytest.Upsert(reg, endpoint("healthy", healthy.addr()))
+	_, metrics := startScraper(t, reg, WithTimeout(time.Hour))
+
+	recv(t, arrived, "a request to the slow worker")
+	for waiting := 2; waiting <= 4; waiting++ {
+		healthy.set(serve(pageWith(waiting, 0, 0.5)))
+		eventually(t, fmt.Sprintf("the healthy worker scraped with %d waiting", waiting), func() bool {
+			m := w.Metrics()
+			return m != nil && m.Waiting == waiting
+		})
+	}
+	if n := errorsOf(t, metrics, slow.addr(), reasonTimeout); n != 0 {
+		t.Errorf("slow worker timeouts = %v, want its first scrape still in flight", n)
 	}
 }
 

@@ -84,8 +84,22 @@ func modelsURL(w *registry.Worker) string {
 	return (&url.URL{Scheme: "http", Host: w.Address(), Path: "/v1/models"}).String()
 }
 
-// fetchModels reads the worker's /v1/models once.
+// fetchModels reads the worker's /v1/models once: over the poller's own
+// connection when the metrics are on the serving port, else with the
+// Scraper's HTTP client.
 func (p *poller) fetchModels(ctx context.Context) (*registry.Served, error) {
+	if p.modelsReq != nil {
+		status, err := p.page.get(ctx, p.modelsReq, time.Now().Add(p.s.opts.timeout), &p.buf, maxModelsBody)
+		switch {
+		case errors.Is(err, errTooLarge):
+			return nil, fmt.Errorf("%w: body over %d bytes", errModels, maxModelsBody)
+		case err != nil:
+			return nil, err
+		case status != http.StatusOK:
+			return nil, fmt.Errorf("%w: status %d %s", errModels, status, http.StatusText(status))
+		}
+		return ParseModels(p.buf.Bytes())
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.s.opts.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.modelsURL, http.NoBody)

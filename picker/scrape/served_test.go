@@ -1,7 +1,11 @@
 package scrape
 
 import (
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,6 +117,39 @@ func TestScraperReadsServedModelsAndLoRA(t *testing.T) {
 	eventually(t, "a later scrape", func() bool { return w.Metrics() != first })
 	if w.Metrics().LoRA != first.LoRA || w.Metrics().Served != first.Served {
 		t.Errorf("an unchanged LoRA state or model list was allocated again")
+	}
+}
+
+// TestScraperModelsShareTheConnection: a worker whose metrics are on its
+// serving port answers /v1/models and /metrics on one connection.
+func TestScraperModelsShareTheConnection(t *testing.T) {
+	var conns atomic.Int32
+	var models atomic.Int32
+	page := pageWith(1, 1, 0.1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			models.Add(1)
+			_, _ = w.Write([]byte(modelsBody))
+			return
+		}
+		_, _ = w.Write([]byte(page))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	reg := registry.New()
+	w := registrytest.Upsert(reg, endpoint("a", netip.MustParseAddrPort(srv.Listener.Addr().String())))
+	startScraper(t, reg, WithModelsInterval(time.Hour))
+
+	eventually(t, "served models on the worker", func() bool { m := w.Metrics(); return m != nil && m.Served.Complete })
+	first := w.Metrics()
+	eventually(t, "a later scrape", func() bool { return w.Metrics() != first })
+	if n, m := conns.Load(), models.Load(); n != 1 || m != 1 {
+		t.Errorf("%d connections for %d /v1/models reads, want one connection, one read", n, m)
 	}
 }
 

@@ -71,11 +71,12 @@ var explanations = map[string]string{
 	"prefix index ≤ 24 bytes": "a block costs a 24-byte node (hash, worker slot, recency links, next holder) and an " +
 		"8-byte table slot, plus the per-shard slack. Reaching 24 bytes needs the table to hold the nodes (open " +
 		"addressing over nodes, no separate slot) or a 16-byte node (a 32-bit hash beside the table's tag).",
-	"scraping 100 endpoints": "each poller now scrapes over a keep-alive connection of its own, written and read in " +
-		"place (about a third less CPU per scrape than net/http's client in `BenchmarkScrapePool`). Parsing is a small " +
-		"part (`BenchmarkParse`: about 12 µs, no allocation); the rest is per-scrape system calls (write, read), the " +
-		"network poller and the ticker wake-ups, times 100 endpoints × 20 scrapes/s. Next: one scraping goroutine per " +
-		"few hundred connections with a shared timer, or `--refresh-metrics-interval=100ms`, which halves it.",
+	"scraping 100 endpoints": "one ticker tells every worker's poller when a scrape is due, so the answers arrive " +
+		"in a burst the network poller collects in a few wake-ups; each poller writes its request once the poller waits " +
+		"for the answer and takes the answer in one read, on a keep-alive connection that also carries /v1/models. " +
+		"What is left per scrape is one write and one read system call (most of it the kernel's loopback TCP) and the " +
+		"parse (`BenchmarkParse`: about 13 µs, no allocation), times 100 endpoints × 20 scrapes/s. " +
+		"`--refresh-metrics-interval=100ms` halves it.",
 	"cache-aware TTFT p90 ≤ 0.8 × weighted-scorer": "the p90 at these rates is set by the first, cold request of " +
 		"each prefix group, which no policy can serve from cache, plus the client-side transport time multiplied by " +
 		"the time scale on a loaded machine. Compare the simulators' own mean simulated TTFT (engine time only) in " +
