@@ -31,13 +31,21 @@ var explanations = map[string]string{
 		"ratio there on shared-prefix, and multi-turn misses it by about 5%.",
 	"matrix: cache-aware no-sharing": "with nothing shared cache-aware ranks by load as least-load does; the gaps " +
 		"are of the size of the run-to-run spread of a 120-request p90 on this machine.",
-	"3 replicas:": "a trace of every replica's picks (prefix key, home, choice, loads and costs) shows prefixes new " +
-		"to a replica now going to their home in about 42 of 50 picks (8 of 50 before the home's bound kept a " +
-		"request of slack and its credit applied from a run's first prompts). What remains is TTFT, since replicas " +
-		"read each other's load from scrapes up to 50 ms old and pile onto the same cheapest pod together, and the " +
-		"multi-turn hit rate, since a session's turns alternate between replicas and a turn one replica spilled off " +
-		"the home leaves the others sending the next turn home, cold. Next: trace one multi-turn session across the " +
-		"replicas to split the two, then spread concurrent spills by the replica's identity.",
+	"3 replicas:": "the TTFT p90 follows the hit rate: once more than about a tenth of the requests miss their " +
+		"prefix, the p90 request is a cold prefill (shared-prefix@18's miss rate is 8% with one picker, 12–13% with " +
+		"three). A trace of every replica's picks in a multi-turn run (session, pod, load, match and cost of every " +
+		"candidate) finds 22–24 of the 144 turns sent away from the pod that holds the session's last turn: a " +
+		"session's first turn goes to its home, but the home's load bound is judged by each replica's own view, so a " +
+		"home busy at the first turn sends it down the prefix's order while a later replica, finding the home under " +
+		"the bound, sends the next turn home, cold; the replica that placed the first turn then sends the third to " +
+		"where it knows the session, and so on. Each pod now pays for its place in the prefix's order, so replicas " +
+		"choose alike where costs are close (the discrete-event model of `picker/policy/replicasim_test.go`: hit " +
+		"ratio 0.70 → 0.77 with 3 replicas, one picker 0.87); on the routing benchmark the change is within the " +
+		"run-to-run spread. Tried and not kept: a home bound judged on the servers' scraped figures, which every " +
+		"replica reads alike (better at 250 ms scrapes, worse at 50 ms in the model, no change here), and presuming " +
+		"one peer before the first measure (first turns then go home, but as many later turns still move). Next: " +
+		"remember, per replica, a prefix's overflow pod by the server's answer (the cached tokens in its usage) rather " +
+		"than only by this replica's own routing.",
 	"whole pick, 400 KB": "the parse and the hashing are the small part. A CPU profile " +
 		"(`go test -tags vtprotobuf -run '^$' -bench 'Handle/body=400KB/workers=100' -benchtime 3s -cpuprofile cpu.out ./picker/extproc/`, " +
 		"then `go tool pprof -top`) puts most of it in recording the pick: `prefix.(*Index).Insert` touches each of the " +
@@ -46,11 +54,14 @@ var explanations = map[string]string{
 		"are evicted (`shrink` → `drop`: a table probe each), least recently used first across shards. The next step " +
 		"is a cheaper touch and drop for long prompts: a recency stamp per node (CLOCK-style eviction) instead of " +
 		"relinking a list, and nodes the table holds itself, so that dropping one needs no probe.",
-	"whole pick at 1,000 workers": "every pick visits every candidate: its removal flag, metrics and staleness, its " +
-		"guard-counted load, a tie key, then the cost and the selection of the primary and fallbacks — about 20–30 ns a " +
-		"worker, mostly cache misses on the worker objects, which is most of a 1 KB pick at 1,000 workers. The next step " +
-		"is a candidate set that does not grow with the pool: the workers the prefix index matched plus the few least " +
-		"loaded from a load-ordered structure the guards keep up to date.",
+	"whole pick at 1,000 workers": "a cache-aware pick over more than 128 pods costs a sample of 32 of them, the " +
+		"pods the prefix index names, the prompt's four heaviest pods in its rendezvous order (ranked over a cached " +
+		"array of the pods' keys) and an adapter's recent pods (`picker/policy/sample.go`), so at 1 KB and 32 KB it " +
+		"costs about what it costs at 100. What still grows is recording the pick in the index: a 400 KB pick evicts " +
+		"hundreds of blocks, and with ten times the workers the index holds up to ten times the blocks, so each " +
+		"eviction's table probe misses the CPU caches (`shard.drop` and `table.remove` lead the profile of " +
+		"`BenchmarkHandle/body=400KB/workers=1000`). Next: evictions batched per shard in table order, so the probes " +
+		"walk memory instead of jumping.",
 	"full ext_proc exchange": "a CPU profile of `BenchmarkExchange` (its `cpu-ns/op` is the picker's own CPU) puts " +
 		"most of a 1 KB exchange in gRPC's transport: the write and read system calls, the network poller and " +
 		"goroutine wake-ups per message, and the HTTP/2 frame and header handling; the pick is a few µs. At 400 KB the " +
