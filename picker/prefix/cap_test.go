@@ -130,3 +130,43 @@ func (ix *Index) WorkerBlocks(id uint32) int {
 	}
 	return total
 }
+
+// In a large pool most workers may get no traffic: the cap is shared among
+// the workers that hold blocks, so the few in use keep whole prompts that
+// an even share over every worker added would have cut.
+func TestCapIsSharedByTheWorkersInUse(t *testing.T) {
+	const maxBlocks, workers, used, promptBlocks = 128 << 10, 100, 4, 2000
+	ix := New(WithMaxBlocks(maxBlocks))
+	for id := range workers {
+		ix.AddWorker(uint32(id) + 1)
+	}
+	prompts := make([][]uint64, used)
+	for i := range prompts {
+		prompts[i] = ix.Hashes(nil, "m", "", [][]byte{text(byte('a'+i), promptBlocks*BlockSize)})
+	}
+	for range 3 {
+		for i, hs := range prompts {
+			ix.Insert(uint32(i)+1, hugeCapacity, hs)
+		}
+	}
+	for i, hs := range prompts {
+		var s Scratch
+		if got := ix.Match(hs, &s); len(got) != 1 || got[0].Blocks != promptBlocks {
+			t.Errorf("prompt %d: match %v, want all %d blocks on worker %d", i, got, promptBlocks, i+1)
+		}
+	}
+	// Once every worker is in use the cap still holds, and the last to
+	// join gets room for its share at once.
+	var last []uint64
+	for id := range workers {
+		last = ix.Hashes(nil, "later", "", [][]byte{text(byte(id), promptBlocks*BlockSize)})
+		ix.Insert(uint32(id)+1, hugeCapacity, last)
+		if st := ix.Stats(); st.Entries > maxBlocks {
+			t.Fatalf("worker %d: %d entries, cap %d", id+1, st.Entries, maxBlocks)
+		}
+	}
+	var s Scratch
+	if got, share := ix.Match(last, &s), maxBlocks/workers; len(got) != 1 || got[0].Blocks < share/2 {
+		t.Errorf("the last worker to join matches %v of its prompt, fair share %d", got, share)
+	}
+}

@@ -27,6 +27,7 @@ type Index struct {
 	maxBlocks int
 	shardCap  int          // most nodes one shard holds: maxBlocks / shards
 	workers   atomic.Int64 // workers added and not removed
+	holding   atomic.Int64 // of those, the workers holding at least one block
 
 	mu     sync.RWMutex      // guards slotOf, free and nslots
 	slotOf map[uint32]uint32 // worker ID → slot
@@ -167,6 +168,18 @@ func (ix *Index) heldBy(slot uint32) *atomic.Int64 {
 	return &ix.counters[slot>>slotChunkBits].Load()[slot&slotChunkMask].held
 }
 
+// addHeld adds d to the blocks the worker in slot holds, and counts the
+// worker in or out of the holding workers when that takes it from or to
+// none.
+func (ix *Index) addHeld(slot uint32, d int64) {
+	switch n := ix.heldBy(slot).Add(d); {
+	case d > 0 && n == d:
+		ix.holding.Add(1)
+	case d < 0 && n == 0:
+		ix.holding.Add(-1)
+	}
+}
+
 func (ix *Index) tickOf(slot uint32) *atomic.Uint64 {
 	return &ix.counters[slot>>slotChunkBits].Load()[slot&slotChunkMask].tick
 }
@@ -187,15 +200,18 @@ func (ix *Index) Bound(capacity int) int {
 }
 
 // shardBound is the most blocks a worker may hold in one shard: its whole
-// capacity, within its fair share of the shard. The capacity over all
-// shards is enforced by Insert, which evicts across shards, so that a
+// capacity, within its fair share of the shard among the workers that hold
+// blocks (with the worker asking). Workers the traffic has not reached
+// take no share: in a large pool, most of the cap would otherwise stay
+// empty while the workers in use forget their prompts. The capacity over
+// all shards is enforced by Insert, which evicts across shards, so that a
 // worker whose capacity is small next to a group of 64 blocks still holds
 // whole prompts rather than the head of each group.
 func (ix *Index) shardBound(capacity int) int {
 	if capacity <= 0 {
 		capacity = ix.defCap
 	}
-	share := ix.shardCap / int(max(1, ix.workers.Load()))
+	share := ix.shardCap / int(max(1, min(ix.holding.Load()+1, ix.workers.Load())))
 	return max(1, min(capacity, share))
 }
 

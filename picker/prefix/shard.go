@@ -140,7 +140,7 @@ func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, sh
 // count adds the nodes gained to the worker's blocks.
 func (sh *shard) count(slot uint32, gained *int64) {
 	if *gained != 0 {
-		sh.held.heldBy(slot).Add(*gained)
+		sh.held.addHeld(slot, *gained)
 		*gained = 0
 	}
 }
@@ -200,7 +200,7 @@ func (sh *shard) dropOld(l *lru, count int, now uint16, minAge int) {
 			b.pos, _ = sh.tab.find(sh.nodes.at(b.idx).hash, b.idx, &sh.nodes)
 		}
 		if k > 0 {
-			sh.held.heldBy(uint32(sh.nodes.at(batch[0].idx).slot)).Add(-int64(k))
+			sh.held.addHeld(uint32(sh.nodes.at(batch[0].idx).slot), -int64(k))
 		}
 		for _, b := range batch[:k] {
 			sh.dropAt(l, b.idx, b.pos)
@@ -214,7 +214,7 @@ func (sh *shard) dropOld(l *lru, count int, now uint16, minAge int) {
 
 // drop removes node idx from its worker's list and from its block.
 func (sh *shard) drop(l *lru, idx uint32) {
-	sh.held.heldBy(uint32(sh.nodes.at(idx).slot)).Add(-1)
+	sh.held.addHeld(uint32(sh.nodes.at(idx).slot), -1)
 	sh.dropAt(l, idx, -1)
 }
 
