@@ -16,8 +16,8 @@ import (
 // The model of sim_test.go with several picker replicas: each has its own
 // registry (own worker objects, guards and index) over the same servers,
 // requests reach a replica at random, and a replica learns the servers'
-// queues only from scrapes every scrapeEvery, its own share subtracted as
-// the scraper does.
+// queues only from scrapes every scrapeEvery (0: before every pick), its
+// own share subtracted as the scraper does.
 
 type replicaSim struct {
 	pol   Policy
@@ -84,13 +84,18 @@ func simulateReplicas(t *testing.T, sc simConfig, cfg Config, replicas int, scra
 		now = now.Add(time.Duration(r.ExpFloat64() / sc.rate * float64(time.Second)))
 		for {
 			at := nextScrape
-			if len(events) > 0 && events[0].at.Before(at) {
+			if scrapeEvery == 0 { // scraped before every pick instead
+				if len(events) == 0 {
+					break
+				}
+				at = events[0].at
+			} else if len(events) > 0 && events[0].at.Before(at) {
 				at = events[0].at
 			}
 			if at.After(now) {
 				break
 			}
-			if at.Equal(nextScrape) {
+			if scrapeEvery > 0 && at.Equal(nextScrape) {
 				scrape(at)
 				nextScrape = nextScrape.Add(scrapeEvery)
 				continue
@@ -105,6 +110,9 @@ func simulateReplicas(t *testing.T, sc simConfig, cfg Config, replicas int, scra
 				ev.guard.Release()
 				running[s]--
 			}
+		}
+		if scrapeEvery == 0 {
+			scrape(now)
 		}
 		rs := reps[r.IntN(len(reps))]
 		rs.clk.t = now

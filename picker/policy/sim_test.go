@@ -1,10 +1,6 @@
 package policy
 
 import (
-	"container/heap"
-	"fmt"
-	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 
@@ -77,96 +73,11 @@ func (e *simEvents) Pop() any {
 	return x
 }
 
+// simulate runs sc through one picker that reads fresh metrics at every
+// pick (replicasim_test.go).
 func simulate(t *testing.T, sc simConfig, cfg Config) simResult {
 	t.Helper()
-	reg, ws := pool(sc.workers)
-	clk := &clock{t: epoch}
-	p := build(t, cfg, reg, clk)
-	r := rand.New(rand.NewPCG(11, 12))
-	hasher := prefix.New()
-
-	systems := make([][]byte, sc.tenants)
-	for i := range systems {
-		systems[i] = text(fmt.Sprint("system", i), sc.systemBytes)
-	}
-	type session struct {
-		tenant int
-		turns  [][]byte
-	}
-	sessions := make([]session, sc.sessions)
-	for i := range sessions {
-		sessions[i].tenant = r.IntN(sc.tenants)
-		if r.Float64() < sc.hot {
-			sessions[i].tenant = 0
-		}
-	}
-	caches := make([]*simCache, sc.workers)
-	freeAt := make([]time.Time, sc.workers)
-	queued := make([]int, sc.workers)
-	for i := range caches {
-		caches[i] = newSimCache(sc.cacheBlocks)
-		freeAt[i] = epoch
-	}
-	index := map[*registry.Worker]int{}
-	for i, w := range ws {
-		index[w] = i
-	}
-	var events simEvents
-	var ttfts []time.Duration
-	var blocks, cached int
-	now := epoch
-	for n := range sc.requests {
-		now = now.Add(time.Duration(r.ExpFloat64() / sc.rate * float64(time.Second)))
-		for len(events) > 0 && !events[0].at.After(now) {
-			ev := heap.Pop(&events).(simEvent)
-			if ev.first {
-				ev.guard.FirstToken()
-				queued[index[ev.guard.Worker()]]--
-			} else {
-				ev.guard.Release()
-			}
-		}
-		clk.t = now
-		for i, w := range ws {
-			w.SetMetrics(&registry.Metrics{Waiting: queued[i], BlockSize: 16, NumGPUBlocks: sc.cacheBlocks, Scraped: now})
-		}
-		s := &sessions[r.IntN(len(sessions))]
-		s.turns = append(s.turns, text(fmt.Sprint("turn", n), sc.turnBytes))
-		prompt := append([][]byte{systems[s.tenant]}, s.turns...)
-		picked, err := p.Pick(&Request{Model: "m", Prompt: prompt}, ws, 1)
-		if err != nil {
-			t.Fatalf("request %d: %v", n, err)
-		}
-		w := index[picked[0]]
-		hs := hasher.Hashes(nil, "m", "", prompt)
-		hit := caches[w].serve(hs)
-		blocks += len(hs)
-		cached += hit
-		start := now
-		if freeAt[w].After(start) {
-			start = freeAt[w]
-		}
-		first := start.Add(time.Duration(len(hs)-hit) * sc.prefillPerBlock)
-		freeAt[w] = first
-		queued[w]++
-		g := picked[0].Admit()
-		heap.Push(&events, simEvent{at: first, guard: g, first: true})
-		heap.Push(&events, simEvent{at: first.Add(sc.decode), guard: g})
-		ttfts = append(ttfts, first.Sub(now))
-	}
-	for _, ev := range events {
-		ev.guard.Release()
-	}
-	slices.Sort(ttfts)
-	var sum time.Duration
-	for _, d := range ttfts {
-		sum += d
-	}
-	return simResult{
-		meanTTFT: sum / time.Duration(len(ttfts)),
-		p90TTFT:  ttfts[len(ttfts)*9/10],
-		hitRatio: float64(cached) / float64(blocks),
-	}
+	return simulateReplicas(t, sc, cfg, 1, 0)
 }
 
 // TestSimulatedRouting compares the policies on the model, with tenants of
