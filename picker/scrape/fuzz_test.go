@@ -131,9 +131,14 @@ func reportFromFamilies(s *Schema, families map[string]*dto.MetricFamily) (*Repo
 			for _, suffix := range []string{"_sum", "_count"} {
 				for _, series := range family.GetMetric() {
 					h := series.GetHistogram()
-					v := h.GetSampleSum()
+					// A sample of the family's bare name leaves both unset:
+					// no _sum or _count line was read.
+					v, present := h.GetSampleSum(), h.SampleSum != nil
 					if suffix == "_count" {
-						v = float64(h.GetSampleCount())
+						v, present = float64(h.GetSampleCount()), h.SampleCount != nil
+					}
+					if !present {
+						continue
 					}
 					labels := map[string]string{}
 					for _, l := range series.GetLabel() {
