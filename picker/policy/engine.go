@@ -29,11 +29,15 @@ type pick struct {
 	blocks  int  // len(hashes), when the ranker hashed the prompt
 	hashed  bool // hashes, blocks and matches are set
 	ordered bool // the candidates' ties follow the prompt's rendezvous order (home.go)
-	matches []prefix.Match
-	pool    []*registry.Worker // the sampled candidates of a large pool
-	others  float64            // othersPerOwn of the candidates
-	scratch prefix.Scratch
-	matched map[uint32]int
+	// The prompt's home key and its blocks, once keyed (home.go).
+	keyed     bool
+	key       uint64
+	keyBlocks int
+	matches   []prefix.Match
+	pool      []*registry.Worker // the sampled candidates of a large pool
+	others    float64            // othersPerOwn of the candidates
+	scratch   prefix.Scratch
+	matched   map[uint32]int
 	// The requested model's key in the LoRA decision table, once needed.
 	adapterHash uint64
 	adapterSet  bool
@@ -102,7 +106,7 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 		p.pool = p.pool[:0]
 		e.pool.Put(p)
 	}()
-	p.req, p.blocks, p.hashed, p.ordered, p.adapterSet = req, 0, false, false, false
+	p.req, p.blocks, p.hashed, p.ordered, p.keyed, p.adapterSet = req, 0, false, false, false, false
 	e.mu.Lock()
 	p.rng = e.rnd.Uint64()
 	e.mu.Unlock()

@@ -52,7 +52,7 @@ func (c *cacheAware) home(e *engine, p *pick) int {
 	if c.cfg.HomeBlocks <= 0 || len(p.cands) < 2 {
 		return -1
 	}
-	key, blocks := prefix.StableHash(p.req.Model, p.req.CacheSalt, p.req.Prompt, c.cfg.HomeBlocks)
+	key, blocks := c.homeKey(p)
 	if blocks == 0 {
 		return -1
 	}
@@ -149,4 +149,14 @@ func (r *reuseRate) observe(seen bool) {
 			return
 		}
 	}
+}
+
+// homeKey is the prompt's home key and the blocks it covers (0 for a prompt
+// shorter than a block), hashed once per pick.
+func (c *cacheAware) homeKey(p *pick) (uint64, int) {
+	if !p.keyed {
+		p.keyed = true
+		p.key, p.keyBlocks = prefix.StableHash(p.req.Model, p.req.CacheSalt, p.req.Prompt, c.cfg.HomeBlocks)
+	}
+	return p.key, p.keyBlocks
 }

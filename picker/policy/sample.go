@@ -55,7 +55,7 @@ func (c *cacheAware) sample(_ *engine, p *pick, all []*registry.Worker) []*regis
 		out = appendWorker(out, c.workers.get(m.Worker))
 	}
 	if c.cfg.HomeBlocks > 0 {
-		if key, blocks := prefix.StableHash(p.req.Model, p.req.CacheSalt, p.req.Prompt, c.cfg.HomeBlocks); blocks > 0 {
+		if key, blocks := c.homeKey(p); blocks > 0 {
 			for _, i := range c.keys.heaviest(all, key) {
 				if i >= 0 {
 					out = appendWorker(out, all[i])
