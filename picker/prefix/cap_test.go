@@ -156,7 +156,8 @@ func TestCapIsSharedByTheWorkersInUse(t *testing.T) {
 		}
 	}
 	// Once every worker is in use the cap still holds, and the last to
-	// join gets room for its share at once.
+	// join gets room for its share at once, however unevenly its prompt's
+	// 32 groups fall over the 16 shards.
 	var last []uint64
 	for id := range workers {
 		last = ix.Hashes(nil, "later", "", [][]byte{text(byte(id), promptBlocks*BlockSize)})
@@ -166,7 +167,7 @@ func TestCapIsSharedByTheWorkersInUse(t *testing.T) {
 		}
 	}
 	var s Scratch
-	if got, share := ix.Match(last, &s), maxBlocks/workers; len(got) != 1 || got[0].Blocks < share/2 {
+	if got, share := ix.Match(last, &s), maxBlocks/workers; len(got) != 1 || got[0].Blocks < share*9/10 {
 		t.Errorf("the last worker to join matches %v of its prompt, fair share %d", got, share)
 	}
 }

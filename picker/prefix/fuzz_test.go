@@ -121,8 +121,8 @@ func FuzzIndex(f *testing.F) {
 				if n := lru.WorkerBlocks(id); n != len(refLRU.workers[id]) {
 					t.Fatalf("op %d: worker %d holds %d blocks, want %d", i/2, id, n, len(refLRU.workers[id]))
 				}
-				if n := sharded.WorkerBlocks(id); n > sharded.bound(small) || (removed[id] && n != 0) {
-					t.Fatalf("op %d: sharded worker %d holds %d blocks, bound %d", i/2, id, n, sharded.bound(small))
+				if n := sharded.WorkerBlocks(id); n > sharded.Bound(small) || (removed[id] && n != 0) {
+					t.Fatalf("op %d: sharded worker %d holds %d blocks, bound %d", i/2, id, n, sharded.Bound(small))
 				}
 			}
 		}

@@ -104,7 +104,7 @@ func WithMaxHolders(n int) Option {
 
 // WithMaxBlocks sets the hard cap on the index: the (block, worker) entries
 // it holds, whatever capacity the workers claim. Each worker is bounded by
-// the smaller of its capacity and its fair share of the cap (cap / workers),
+// the smaller of its capacity and its fair share of the cap (see Bound),
 // and a shard that is full evicts before it grows. The cap is rounded down
 // to a multiple of the shard count, and is at least one entry per shard.
 func WithMaxBlocks(n int) Option {
@@ -188,30 +188,18 @@ func (ix *Index) tickOf(slot uint32) *atomic.Uint64 {
 func (ix *Index) Capacity() int { return ix.shardCap * len(ix.shards) }
 
 // Bound returns the most blocks a worker given capacity may hold now: the
-// smaller of capacity and its fair share of the cap among the workers
-// present, the share rounded up to a multiple of the shard count, since each
-// shard keeps its own share of the worker's blocks. A capacity ≤ 0 means
-// the default.
+// smaller of capacity and its fair share of the cap among the workers that
+// hold blocks (with the worker asking). Workers the traffic has not reached
+// take no share: in a large pool, most of the cap would otherwise stay
+// empty while the workers in use forget their prompts. A capacity ≤ 0
+// means the default. Insert enforces it over all shards together (see
+// shrink and shard.evict), so a prompt whose groups fall unevenly over the
+// shards is kept whole within the bound.
 func (ix *Index) Bound(capacity int) int {
 	if capacity <= 0 {
 		capacity = ix.defCap
 	}
-	return max(1, min(capacity, ix.shardBound(capacity)*len(ix.shards)))
-}
-
-// shardBound is the most blocks a worker may hold in one shard: its whole
-// capacity, within its fair share of the shard among the workers that hold
-// blocks (with the worker asking). Workers the traffic has not reached
-// take no share: in a large pool, most of the cap would otherwise stay
-// empty while the workers in use forget their prompts. The capacity over
-// all shards is enforced by Insert, which evicts across shards, so that a
-// worker whose capacity is small next to a group of 64 blocks still holds
-// whole prompts rather than the head of each group.
-func (ix *Index) shardBound(capacity int) int {
-	if capacity <= 0 {
-		capacity = ix.defCap
-	}
-	share := ix.shardCap / int(max(1, min(ix.holding.Load()+1, ix.workers.Load())))
+	share := ix.Capacity() / int(max(1, min(ix.holding.Load()+1, ix.workers.Load())))
 	return max(1, min(capacity, share))
 }
 
@@ -284,7 +272,9 @@ func (ix *Index) Insert(id uint32, capacity int, hashes []uint64) {
 	}
 	want := aliveBit | uint64(id)
 	st := ix.state(slot)
-	bound := ix.shardBound(capacity)
+	// Blocks past the worker's limit would be the first shrink evicts.
+	limit := ix.Bound(capacity)
+	hashes = hashes[:min(len(hashes), limit)]
 	// Each group of the prompt gets its own tick of the worker, the head's
 	// the newest: a worker's nodes are then ordered by last use across
 	// shards, and a prompt's tail goes before its head, since a prefix is
@@ -304,10 +294,10 @@ func (ix *Index) Insert(id uint32, capacity int, hashes []uint64) {
 			return
 		}
 		tick := uint16(last - uint64(g/groupBlocks))
-		sh.insertGroup(slot, hashes[g:min(g+groupBlocks, len(hashes))], tick, bound, ix.holders, ix.shardCap)
+		sh.insertGroup(slot, hashes[g:min(g+groupBlocks, len(hashes))], tick, uint16(last-groups+1), limit, ix.holders, ix.shardCap)
 		sh.mu.Unlock()
 	}
-	if limit := ix.Bound(capacity); ix.heldBy(slot).Load() > int64(limit) {
+	if ix.heldBy(slot).Load() > int64(limit) {
 		ix.shrink(slot, want, limit, uint16(last))
 	}
 }

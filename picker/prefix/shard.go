@@ -41,7 +41,7 @@ func (sh *shard) holders(h uint64) uint32 {
 // group's blocks is found by following the list instead of the table. Such
 // a run is already in order: it is moved to the front as a whole, once it
 // ends, which leaves the list as touching its blocks one by one would.
-func (sh *shard) insertGroup(slot uint32, hs []uint64, tick uint16, bound, maxHolders, shardCap int) {
+func (sh *shard) insertGroup(slot uint32, hs []uint64, tick, since uint16, limit, maxHolders, shardCap int) {
 	var first, last uint32 // the run found through the list, first at its head
 	hint := uint32(0)      // the node before the last one touched
 	gained := int64(0)     // nodes added and not counted yet (see touch)
@@ -61,7 +61,7 @@ func (sh *shard) insertGroup(slot uint32, hs []uint64, tick uint16, bound, maxHo
 			sh.moveFront(&sh.lrus[slot], first, last)
 			first, last = 0, 0
 		}
-		hint = sh.touch(slot, h, tick, bound, maxHolders, shardCap, &gained)
+		hint = sh.touch(slot, h, tick, since, limit, maxHolders, shardCap, &gained)
 	}
 	if last != 0 {
 		sh.moveFront(&sh.lrus[slot], first, last)
@@ -70,8 +70,8 @@ func (sh *shard) insertGroup(slot uint32, hs []uint64, tick uint16, bound, maxHo
 }
 
 // touch records that the worker in slot holds h now: the block becomes its
-// most recently used, and its least recently used blocks are evicted while
-// the worker holds more than bound blocks in this shard. A block keeps at
+// most recently used here (Insert evicts the worker's blocks past its limit
+// over all shards once the prompt is in, see Index.shrink). A block keeps at
 // most maxHolders holders, newest first; a new holder beyond that pushes out
 // the one at the end. A shard holding shardCap nodes makes room first (see
 // evict). (A block found through the worker's list leaves the holders' order
@@ -83,7 +83,7 @@ func (sh *shard) insertGroup(slot uint32, hs []uint64, tick uint16, bound, maxHo
 // worker's blocks; touch adds it first when it drops one of the worker's
 // nodes, so that no eviction is counted before the addition it undoes and
 // the count never goes below zero.
-func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, shardCap int, gained *int64) uint32 {
+func (sh *shard) touch(slot uint32, h uint64, tick, since uint16, limit, maxHolders, shardCap int, gained *int64) uint32 {
 	l := sh.list(slot)
 	pos, head := sh.tab.find(h, 0, &sh.nodes)
 	holders := 0
@@ -111,7 +111,7 @@ func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, sh
 	}
 	if sh.nodes.live >= shardCap {
 		sh.count(slot, gained)
-		sh.evict(slot, bound)
+		sh.evict(slot, since, limit)
 		l = sh.list(slot)
 		pos, head = sh.tab.find(h, 0, &sh.nodes)
 	}
@@ -128,12 +128,6 @@ func (sh *shard) touch(slot uint32, h uint64, tick uint16, bound, maxHolders, sh
 	}
 	sh.pushFront(l, idx)
 	*gained++
-	if l.n > bound {
-		sh.count(slot, gained)
-		for l.n > bound && l.tail != 0 {
-			sh.drop(l, l.tail)
-		}
-	}
 	return 0
 }
 
@@ -145,21 +139,32 @@ func (sh *shard) count(slot uint32, gained *int64) {
 	}
 }
 
-// evict drops one node of a full shard: the least recently used of the
-// worker in slot when it holds its bound here, else the least recently used
-// of the worker holding the most here. The scan over workers happens only
-// when the fair shares add up to more than the shard holds, after workers
-// joined.
-func (sh *shard) evict(slot uint32, bound int) {
-	victim := slot
-	if sh.list(slot).n < bound {
-		for s := range sh.lrus {
-			if sh.lrus[s].n > sh.lrus[victim].n {
-				victim = uint32(s)
-			}
+// evict drops one node of a full shard. A worker holding its limit over
+// all shards gives up its least recently used block here, when that block
+// is older than the insert asking (whose oldest tick is since). Otherwise
+// the worker holding the most blocks over all shards, of those with blocks
+// here, gives up its least recently used one here: the cap is shared by
+// the workers' totals, not shard by shard, since a prompt's groups fall
+// unevenly over the shards and a worker's fair share of one shard may be
+// less than its prompt puts there. The scan over workers happens only when
+// the asking worker is under its limit, after workers joined.
+func (sh *shard) evict(slot uint32, since uint16, limit int) {
+	if l := sh.list(slot); l.tail != 0 && sh.held.heldBy(slot).Load() >= int64(limit) &&
+		int16(since-sh.nodes.at(l.tail).tick) > 0 {
+		sh.drop(l, l.tail)
+		return
+	}
+	victim, most := -1, int64(0)
+	for s := range sh.lrus {
+		if sh.lrus[s].n == 0 {
+			continue
+		}
+		if n := sh.held.heldBy(uint32(s)).Load(); victim < 0 || n > most {
+			victim, most = s, n
 		}
 	}
-	if l := &sh.lrus[victim]; l.tail != 0 {
+	if victim >= 0 {
+		l := &sh.lrus[victim]
 		sh.drop(l, l.tail)
 	}
 }
