@@ -57,6 +57,9 @@ func Build(cfg Config, reg *registry.Registry, opts ...Option) (Policy, error) {
 		if cfg.Name == CacheAware {
 			ca := &cacheAware{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.CacheAware, lora: &loraAffinity{}}
 			ca.reuse.set(reusePrior)
+			if cfg.CacheAware.Replicas != 1 {
+				ca.peers.set(1)
+			}
 			r = ca
 		} else {
 			r = &weightedScorer{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.WeightedScorer, lora: &loraAffinity{}}

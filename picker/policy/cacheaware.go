@@ -21,7 +21,8 @@ type cacheAware struct {
 	indexed
 	cfg   CacheAwareConfig
 	lora  *loraAffinity
-	reuse reuseRate  // home.go
+	reuse recent     // home.go
+	peers recent     // others' requests per own, presumed 1 until measured
 	keys  stableKeys // sample.go
 }
 
@@ -38,12 +39,38 @@ func (c *cacheAware) rank(e *engine, p *pick) {
 	// load (lora.go).
 	reuse := c.ix.HitRatio()
 	home := c.home(e, p)
+	if p.measured {
+		c.peers.add(min(p.others, 1))
+	}
+	alone := c.peers.rate() < aloneOthers
 	for i := range p.cands {
 		cd := &p.cands[i]
 		uncached := p.blocks - cd.matched
-		cd.cost = cd.load + (float64(uncached)+c.evicted(cd.w, uncached, reuse))/c.cfg.BlocksPerLoad +
+		held := c.ix.Held(cd.w.ID())
+		cd.cost = cd.load + (float64(uncached)+c.evicted(cd.w, held, uncached, reuse))/c.cfg.BlocksPerLoad +
 			c.lora.cost(p, cd, c.cfg.AdapterLoadCost) - c.homeCredit(p, i, home) + c.orderCost(p, i)
+		if alone && p.ordered {
+			cd.tie = parkedFirst(held, cd.tie)
+		}
 	}
+}
+
+// aloneOthers is the recent othersPerOwn (peers) below which a picker
+// routes as if alone: under one request of others' for every four of its
+// own. Until the servers' figures have shown it, a picker presumes peers,
+// unless deployed as the only one (CacheAwareConfig.Replicas).
+const aloneOthers = 0.25
+
+// parkedFirst is the tie key of a worker holding held blocks, for a picker
+// alone: of the workers whose costs tie (idle ones, for a prompt none
+// holds), the one holding the fewest blocks first, then the prefix's own
+// order. The blocks a worker holds are the conversations parked there,
+// whose next turns will queue with whatever goes there now: a new
+// conversation should join the fewest. Replicas keep the prefix's order
+// alone, since each counts only the blocks it routed itself and they must
+// choose alike.
+func parkedFirst(held int, tie uint64) uint64 {
+	return uint64(min(held, 1<<31-1))<<32 | tie>>32
 }
 
 // rankThreshold prefers the least loaded of the workers holding the longest

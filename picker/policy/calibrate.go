@@ -260,15 +260,15 @@ func blocksPerLoad(cfg, prefillWeight float64, c *registry.Calibration) (float64
 }
 
 // evicted is the blocks the worker would have to drop to take the uncached
-// part of a prompt (what it holds plus uncached, beyond the capacity the
+// part of a prompt (what it holds, held, plus uncached, beyond the capacity the
 // index grants it), weighted by how often the traffic reuses a prefix
 // (reuse, the index's hit ratio): a miss placed on a full worker costs a
 // later miss for what it pushes out, on a worker with room none, and with
 // prompts that share nothing none either.
-func (x indexed) evicted(w *registry.Worker, uncached int, reuse float64) float64 {
+func (x indexed) evicted(w *registry.Worker, held, uncached int, reuse float64) float64 {
 	if uncached <= 0 || reuse <= 0 {
 		return 0
 	}
 	bound := x.ix.Bound(capacityBlocks(w))
-	return reuse * float64(min(uncached, max(0, x.ix.Held(w.ID())+uncached-bound)))
+	return reuse * float64(min(uncached, max(0, held+uncached-bound)))
 }

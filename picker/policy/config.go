@@ -82,6 +82,11 @@ type CacheAwareConfig struct {
 	// HomeEpsilon is the load slack of the home: a worker holding more than
 	// (1+HomeEpsilon) × the mean overflows to the next in the prefix's order.
 	HomeEpsilon float64 `json:"homeEpsilon,omitempty" yaml:"homeEpsilon,omitempty"`
+	// Replicas (cost mode) is how many pickers route to the pool, as
+	// deployed; 0 when unknown. One routes as a lone picker from the first
+	// request; more, or unknown, presume peers until the servers' figures
+	// show none (home.go).
+	Replicas int `json:"replicas,omitempty" yaml:"replicas,omitempty"`
 }
 
 // WeightedScorerConfig holds the weights of the weighted scorer.
@@ -199,6 +204,9 @@ func (c Config) Validate() error {
 	}
 	if ca.AdapterLoadCost < 0 {
 		bad("cacheAware.adapterLoadCost", ca.AdapterLoadCost, "≥ 0")
+	}
+	if ca.Replicas < 0 {
+		bad("cacheAware.replicas", ca.Replicas, "≥ 0")
 	}
 	if ca.HomeEpsilon < 0 {
 		bad("cacheAware.homeEpsilon", ca.HomeEpsilon, "≥ 0")

@@ -36,6 +36,7 @@ type pick struct {
 	matches   []prefix.Match
 	pool      []*registry.Worker // the sampled candidates of a large pool
 	others    float64            // othersPerOwn of the candidates
+	measured  bool               // whether othersPerOwn had anything to measure
 	scratch   prefix.Scratch
 	matched   map[uint32]int
 	// The requested model's key in the LoRA decision table, once needed.
@@ -129,7 +130,7 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 	if len(p.cands) == 0 { // a small pool, or none of the sample can take it
 		saturated = e.admit(p, candidates, &filter, now)
 	}
-	p.others = othersPerOwn(p.cands)
+	p.others, p.measured = othersPerOwn(p.cands)
 	for i := range p.cands {
 		p.cands[i].load = e.load(p.cands[i].w, p.cands[i].metrics, p.others)
 	}
@@ -223,8 +224,9 @@ const maxOthersPerOwn = 16
 // othersPerOwn is how many requests others had in flight for each of this
 // picker's, over the candidates with fresh metrics at their scrapes: about
 // the number of other replicas when replicas share the traffic evenly, 0
-// for a lone picker. It is 0 when this picker had nothing in flight.
-func othersPerOwn(cs []candidate) float64 {
+// for a lone picker. It is 0 and not measured when this picker had nothing
+// in flight.
+func othersPerOwn(cs []candidate) (r float64, measured bool) {
 	var own, others int64
 	for i := range cs {
 		if m := cs[i].metrics; m != nil {
@@ -233,9 +235,9 @@ func othersPerOwn(cs []candidate) float64 {
 		}
 	}
 	if own == 0 {
-		return 0
+		return 0, false
 	}
-	return min(float64(others)/float64(own), maxOthersPerOwn)
+	return min(float64(others)/float64(own), maxOthersPerOwn), true
 }
 
 // appendCheapest appends to dst up to n distinct workers of cs by ascending

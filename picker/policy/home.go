@@ -106,7 +106,7 @@ func (c *cacheAware) orderCost(p *pick, i int) float64 {
 }
 
 // othersShare is the chance that another replica sent a prompt there: the
-// share of prompts whose prefix recurs (reuseRate: none when prompts share
+// share of prompts whose prefix recurs (reuse: none when prompts share
 // nothing) times the share of them the others routed, r/(1+r) with r
 // others' requests per own (about N-1 of N replicas). It is 0 for a lone
 // picker.
@@ -126,26 +126,31 @@ const homeSlack = 1
 // their home rather than to whichever pod each replica sees least loaded.
 const reusePrior = 1.0
 
-// reuseRate is the share of recent prompts whose prefix (the home key's
-// blocks) this replica's index already held: an exponentially weighted
-// average over about the last 16 prompts, lock-free.
-type reuseRate struct{ bits atomic.Uint64 }
+// recent is an exponentially weighted average over about the last 16
+// observations, lock-free: the share of recent prompts whose prefix (the
+// home key's blocks) this replica's index already held (reuse), or how
+// many requests others had in flight per own, capped at one (peers).
+type recent struct{ bits atomic.Uint64 }
 
-const reuseWeight = 1.0 / 16
+const recentWeight = 1.0 / 16
 
-func (r *reuseRate) rate() float64 { return math.Float64frombits(r.bits.Load()) }
+func (r *recent) rate() float64 { return math.Float64frombits(r.bits.Load()) }
 
-func (r *reuseRate) set(v float64) { r.bits.Store(math.Float64bits(v)) }
+func (r *recent) set(v float64) { r.bits.Store(math.Float64bits(v)) }
 
-func (r *reuseRate) observe(seen bool) {
+func (r *recent) observe(seen bool) {
 	x := 0.0
 	if seen {
 		x = 1
 	}
+	r.add(x)
+}
+
+func (r *recent) add(x float64) {
 	for {
 		old := r.bits.Load()
 		v := math.Float64frombits(old)
-		if r.bits.CompareAndSwap(old, math.Float64bits(v+reuseWeight*(x-v))) {
+		if r.bits.CompareAndSwap(old, math.Float64bits(v+recentWeight*(x-v))) {
 			return
 		}
 	}

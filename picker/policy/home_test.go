@@ -255,9 +255,65 @@ func TestOthersPerOwn(t *testing.T) {
 			for _, m := range tc.ms {
 				cs = append(cs, candidate{metrics: m})
 			}
-			if got := othersPerOwn(cs); got != tc.want {
-				t.Errorf("othersPerOwn = %v, want %v", got, tc.want)
+			got, measured := othersPerOwn(cs)
+			if got != tc.want || measured != (name != "nothing of ours") {
+				t.Errorf("othersPerOwn = %v, %v; want %v, %v", got, measured, tc.want, name != "nothing of ours")
 			}
 		})
+	}
+}
+
+// A picker whose servers' figures show no one else's requests spreads new
+// conversations over the pods with the fewest parked: sixteen of them over
+// eight idle pods put two on each, where the prefixes' homes alone would
+// pile some on one pod and leave another empty. (Until figures show it
+// alone, a picker keeps to the homes, as replicas must: see
+// TestReplicasSendNewPrefixesHomeAtLowLoad.)
+func TestAlonePickerSpreadsNewConversations(t *testing.T) {
+	pods := podNames(8)
+	conv := func(i int) *Request { return chat(fmt.Sprintf("conversation %d", i), "first turn", 4000, 300) }
+
+	// The figures show this picker's one request on every pod and no one
+	// else's: every pod is as idle as the next.
+	alone := newReplica(t, 3, pods)
+	for _, w := range alone.ws {
+		w.SetMetrics(&registry.Metrics{Running: 1, Own: 1, Scraped: epoch})
+	}
+	warm := chat("a conversation already going", "next turn", 4000, 300)
+	for range 24 { // its turns go where it is cached, and measure the others' share
+		alone.pickName(t, warm)
+	}
+	per := map[string]int{alone.pickName(t, warm): 1}
+	for i := range 15 {
+		per[alone.pickName(t, conv(i))]++
+	}
+	want := map[string]int{}
+	for _, p := range pods {
+		want[p] = 2
+	}
+	if diff := cmp.Diff(want, per); diff != "" {
+		t.Errorf("conversations per pod (-want +got):\n%s", diff)
+	}
+
+	// Deployed as the only picker, it spreads them from the first request,
+	// before any figures.
+	reg := registry.New()
+	for _, p := range pods {
+		registrytest.Upsert(reg, podEndpoint(p))
+	}
+	pol, err := Build(Config{CacheAware: CacheAwareConfig{Replicas: 1}}, reg, WithClock(testingclock.NewFakePassiveClock(epoch)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	per = map[string]int{}
+	for i := range 16 {
+		got, err := pol.Pick(conv(i), reg.Workers(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		per[got[0].Endpoint().Name]++
+	}
+	if diff := cmp.Diff(want, per); diff != "" {
+		t.Errorf("conversations per pod of a lone picker, before any figures (-want +got):\n%s", diff)
 	}
 }

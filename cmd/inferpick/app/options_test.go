@@ -111,3 +111,30 @@ func TestObjectivePriorities(t *testing.T) {
 		t.Errorf("a pair without a priority: %v, want an error naming the form", err)
 	}
 }
+
+// A picker without leader election is deployed alone and routes so from its
+// first request; one under leader election presumes peers; a count in the
+// config file wins over both.
+func TestPolicyConfigReplicas(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args []string
+		file int
+		want int
+	}{
+		"alone":                  {want: 1},
+		"under leader election":  {args: []string{"--ha-enable-leader-election"}, want: 0},
+		"counted in the config":  {file: 3, want: 3},
+		"counted, with election": {args: []string{"--ha-enable-leader-election"}, file: 1, want: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o, err := parse(t, append([]string{"--pool-name", "p"}, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Policy.CacheAware.Replicas = tc.file
+			if got := o.policyConfig().CacheAware.Replicas; got != tc.want {
+				t.Errorf("replicas = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

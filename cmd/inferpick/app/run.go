@@ -136,10 +136,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 	}
 	reg.AddListener(scraper)
 
-	cfg := o.Policy
-	if cfg.MetricsStaleness.Duration == 0 {
-		cfg.MetricsStaleness.Duration = o.MetricsStaleness
-	}
+	cfg := o.policyConfig()
 	matches := epmetrics.NewPrefixMatches(promReg)
 	pol, err := policy.Build(cfg, reg, policy.WithMatchObserver(matches.Observe))
 	if err != nil {
@@ -358,3 +355,17 @@ type replicaRunnable struct {
 
 func (r replicaRunnable) Start(ctx context.Context) error { return r.r.Start(ctx) }
 func (replicaRunnable) NeedLeaderElection() bool          { return false }
+
+// policyConfig is the policy's configuration with what the flags add: the
+// metrics staleness, and that a picker without leader election is deployed
+// alone (the chart turns leader election on with more than one replica).
+func (o *Options) policyConfig() policy.Config {
+	cfg := o.Policy
+	if cfg.MetricsStaleness.Duration == 0 {
+		cfg.MetricsStaleness.Duration = o.MetricsStaleness
+	}
+	if cfg.CacheAware.Replicas == 0 && !o.LeaderElection {
+		cfg.CacheAware.Replicas = 1
+	}
+	return cfg
+}

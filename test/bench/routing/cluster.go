@@ -129,6 +129,9 @@ func Start(ctx context.Context, bins Binaries, spec SimSpec, cfg policy.Config, 
 		}
 	}
 	var grpcAddrs []string
+	if cfg.CacheAware.Replicas == 0 {
+		cfg.CacheAware.Replicas = max(spec.Replicas, 1) // as the chart's flags tell a deployed picker
+	}
 	for i := range max(spec.Replicas, 1) {
 		p, err := c.startPicker(bins.Picker, addrs, cfg, i)
 		c.pickers = append(c.pickers, p)
