@@ -1,0 +1,80 @@
+package chart
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/inferpick/inferpick/picker/policy"
+)
+
+// Every key of the picker's policy config can be set through the chart's
+// values: the values schema, which refuses keys it does not list, takes a
+// config with every field set, and the ConfigMap hands it to the picker
+// unchanged.
+func TestEveryPolicyKeyPassesTheValues(t *testing.T) {
+	var full policy.Config
+	fill(t, reflect.ValueOf(&full).Elem())
+	full.Name, full.CacheAware.Mode = policy.CacheAware, "cost"
+	full.MetricsStaleness = policy.Duration{Duration: 3 * time.Second}
+	full.CacheAware.MatchThreshold, full.CacheAware.BalanceRel, full.KVCacheThreshold = 0.5, 2, 0.75
+	doc, err := yaml.Marshal(map[string]any{"picker": map[string]any{"config": full}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(file, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := helm(t, "template", release, chartDir, "--namespace", namespace,
+		"--kube-version", kubeVersion, "--values", file)
+	if err != nil {
+		t.Fatalf("helm template with every policy key: %v\n%s\nvalues:\n%s", err, errOut, doc)
+	}
+	var cm corev1.ConfigMap
+	if !parseManifest(t, out).decode(t, "ConfigMap", &cm) {
+		t.Fatal("no ConfigMap")
+	}
+	var fc struct {
+		Policy policy.Config `json:"policy"`
+	}
+	if err := yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &fc); err != nil {
+		t.Fatalf("config.yaml: %v", err)
+	}
+	if diff := cmp.Diff(full, fc.Policy); diff != "" {
+		t.Errorf("policy config through the chart (-values +ConfigMap):\n%s", diff)
+	}
+}
+
+// fill sets every number in v, struct fields included, to a value the
+// config accepts, distinct per field so that a key carried to the wrong
+// field shows.
+func fill(t *testing.T, v reflect.Value) {
+	t.Helper()
+	n := 0
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Struct:
+			for i := range v.NumField() {
+				walk(v.Field(i))
+			}
+		case reflect.Int, reflect.Int64:
+			n++
+			v.SetInt(int64(n))
+		case reflect.Float64:
+			n++
+			v.SetFloat(float64(n) + 0.5)
+		case reflect.String:
+		default:
+			t.Fatalf("policy config field of kind %s: teach fill to set it", v.Kind())
+		}
+	}
+	walk(v)
+}
