@@ -26,7 +26,8 @@ var explanations = map[string]string{
 		"run. A picker alone now sends a new conversation to the idle pod with the fewest blocks parked, not to its " +
 		"prefix's home, so sixteen sessions on eight pods sit two to a pod rather than as balls in bins: over three " +
 		"to eight runs of the multi-turn cells at 1 ms a token, the median cache-aware p90 fell by 1–9% per cell, " +
-		"and the cells still missed lose by less than one run's spread. Next: compare medians of three runs per cell.",
+		"and in the report of 2026-12-04 11:56 two of those six cells miss (five in the one before), while the " +
+		"multi-turn cells at 0.3 ms a token miss by 3 to 14 ms of about 110. Next: compare medians of three runs per cell.",
 	"matrix: cache-aware TTFT p90 ≤ 0.5 × round-robin's": "in the cells whose caches hold 1.5 prompts at 0.3 ms a " +
 		"token, even the best hit rate any policy reaches leaves more than 10% of the requests to prefill their " +
 		"whole prompt, so the p90 of every policy, round-robin's included, is such a prefill: no router meets the " +
