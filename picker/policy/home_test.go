@@ -68,11 +68,13 @@ func (r *replica) pickName(t *testing.T, req *Request) string {
 	return got[0].Endpoint().Name
 }
 
-func TestReplicasAgreeOnNewPrefixes(t *testing.T) {
-	pods := podNames(6)
-	a, b := newReplica(t, 1, pods), newReplica(t, 2, pods)
+// agreeOnNewPrefixes routes n new prefixes through replicas a and b,
+// failing the test at the first they place apart, and counts the prefixes
+// each pod got.
+func agreeOnNewPrefixes(t *testing.T, a, b *replica, n int) map[string]int {
+	t.Helper()
 	homes := map[string]int{}
-	for i := range 120 {
+	for i := range n {
 		req := chat(fmt.Sprintf("tenant %d", i), fmt.Sprintf("q %d", i), 2000, 100)
 		ga, gb := a.pickName(t, req), b.pickName(t, req)
 		if ga != gb {
@@ -80,6 +82,12 @@ func TestReplicasAgreeOnNewPrefixes(t *testing.T) {
 		}
 		homes[ga]++
 	}
+	return homes
+}
+
+func TestReplicasAgreeOnNewPrefixes(t *testing.T) {
+	pods := podNames(6)
+	homes := agreeOnNewPrefixes(t, newReplica(t, 1, pods), newReplica(t, 2, pods), 120)
 	// Every pod is somebody's home: the hash spreads prefixes.
 	for _, name := range pods {
 		if homes[name] == 0 {

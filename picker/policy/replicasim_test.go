@@ -167,13 +167,7 @@ func TestSimulatedReplicas(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("simulation: skipped in -short and -race runs")
 	}
-	even := simConfig{
-		workers: 8, tenants: 16, sessions: 200, requests: 3000,
-		systemBytes: 8 << 10, turnBytes: 1 << 10, cacheBlocks: 4096,
-		prefillPerBlock: 200 * time.Microsecond, decode: 2 * time.Second, rate: 100,
-	}
-	hot := even
-	hot.hot, hot.rate = 0.6, 130
+	even, hot := simWorkloads()
 	rare := even
 	rare.tenants, rare.sessions, rare.systemBytes = 3000, 100000, 2<<10
 	for _, tc := range []struct {

@@ -59,16 +59,7 @@ func TestLargePoolFindsWhereAPromptIsCached(t *testing.T) {
 // large pool (the home is ranked over every worker, not over the sample),
 // and the homes spread over the pool.
 func TestLargePoolReplicasAgreeOnNewPrefixes(t *testing.T) {
-	a, b := largeReplica(t, 1, Config{}), largeReplica(t, 2, Config{})
-	homes := map[string]bool{}
-	for i := range 200 {
-		req := chat(fmt.Sprintf("tenant %d", i), fmt.Sprintf("q %d", i), 2000, 100)
-		ga, gb := a.pickName(t, req), b.pickName(t, req)
-		if ga != gb {
-			t.Fatalf("prefix %d: replica a picked %s, replica b %s", i, ga, gb)
-		}
-		homes[ga] = true
-	}
+	homes := agreeOnNewPrefixes(t, largeReplica(t, 1, Config{}), largeReplica(t, 2, Config{}), 200)
 	if len(homes) < 150 {
 		t.Errorf("200 prefixes have %d distinct homes on %d pods", len(homes), largePool)
 	}

@@ -80,6 +80,19 @@ func simulate(t *testing.T, sc simConfig, cfg Config) simResult {
 	return simulateReplicas(t, sc, cfg, 1, 0)
 }
 
+// simWorkloads are the model's two workloads: 200 sessions over 16 tenants
+// of even weight on 8 servers, and the same with one hot tenant.
+func simWorkloads() (even, hot simConfig) {
+	even = simConfig{
+		workers: 8, tenants: 16, sessions: 200, requests: 3000,
+		systemBytes: 8 << 10, turnBytes: 1 << 10, cacheBlocks: 4096,
+		prefillPerBlock: 200 * time.Microsecond, decode: 2 * time.Second, rate: 100,
+	}
+	hot = even
+	hot.hot, hot.rate = 0.6, 130
+	return even, hot
+}
+
 // TestSimulatedRouting compares the policies on the model, with tenants of
 // even weight and with one hot tenant. The default cache-aware policy must
 // beat every baseline on both hit ratio and mean TTFT, and the threshold
@@ -88,13 +101,7 @@ func TestSimulatedRouting(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("simulation: skipped in -short and -race runs")
 	}
-	base := simConfig{
-		workers: 8, tenants: 16, sessions: 200, requests: 3000,
-		systemBytes: 8 << 10, turnBytes: 1 << 10, cacheBlocks: 4096,
-		prefillPerBlock: 200 * time.Microsecond, decode: 2 * time.Second, rate: 100,
-	}
-	hot := base
-	hot.hot, hot.rate = 0.6, 130
+	base, hot := simWorkloads()
 	policies := []struct {
 		name string
 		cfg  Config
