@@ -42,14 +42,17 @@ func (c *cacheAware) rank(e *engine, p *pick) {
 	if p.measured {
 		c.peers.add(min(p.others, 1))
 	}
-	alone := c.peers.rate() < aloneOthers
+	parked := p.ordered && c.peers.rate() < aloneOthers
 	for i := range p.cands {
 		cd := &p.cands[i]
 		uncached := p.blocks - cd.matched
-		held := c.ix.Held(cd.w.ID())
+		held := 0 // what the worker holds, read only when something needs it
+		if parked || (uncached > 0 && reuse > 0) {
+			held = c.ix.Held(cd.w.ID())
+		}
 		cd.cost = cd.load + (float64(uncached)+c.evicted(cd.w, held, uncached, reuse))/c.cfg.BlocksPerLoad +
 			c.lora.cost(p, cd, c.cfg.AdapterLoadCost) - c.homeCredit(p, i, home) + c.orderCost(p, i)
-		if alone && p.ordered {
+		if parked {
 			cd.tie = parkedFirst(held, cd.tie)
 		}
 	}

@@ -133,6 +133,13 @@ type cachedFilter struct {
 	err    error
 }
 
+// sameList reports whether a and b are the same non-empty list (one array,
+// one length), as a cache keyed by a list that never changes, such as the
+// registry's snapshot, recognises it.
+func sameList(a, b []*registry.Worker) bool {
+	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
+}
+
 // get returns newModelFilter(model, ws), from the cache when it holds.
 // ws must be a list that never changes, such as the registry's snapshot.
 func (c *filterCache) get(model string, ws []*registry.Worker) (modelFilter, error) {
@@ -145,7 +152,7 @@ func (c *filterCache) get(model string, ws []*registry.Worker) (modelFilter, err
 		h = (h ^ uint32(model[i])) * 16777619
 	}
 	slot := &c.slots[h%filterSlots]
-	if e := slot.Load(); e != nil && e.epoch == epoch && e.filter.model == model && len(e.ws) == len(ws) && &e.ws[0] == &ws[0] {
+	if e := slot.Load(); e != nil && e.epoch == epoch && e.filter.model == model && sameList(e.ws, ws) {
 		return e.filter, e.err
 	}
 	f, err := newModelFilter(model, ws)

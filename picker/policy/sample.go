@@ -111,7 +111,7 @@ type keyArray struct {
 
 // of returns the stable keys of ws, index for index.
 func (s *stableKeys) of(ws []*registry.Worker) []uint64 {
-	if k := s.cur.Load(); k != nil && len(k.ws) == len(ws) && &k.ws[0] == &ws[0] {
+	if k := s.cur.Load(); k != nil && sameList(k.ws, ws) {
 		return k.keys
 	}
 	k := &keyArray{ws: ws, keys: make([]uint64, len(ws))}

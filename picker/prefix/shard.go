@@ -147,7 +147,8 @@ func (sh *shard) count(slot uint32, gained *int64) {
 // the workers' totals, not shard by shard, since a prompt's groups fall
 // unevenly over the shards and a worker's fair share of one shard may be
 // less than its prompt puts there. The scan over workers happens only when
-// the asking worker is under its limit, after workers joined.
+// the asking worker is under its limit or holds nothing older here, after
+// workers joined.
 func (sh *shard) evict(slot uint32, since uint16, limit int) {
 	if l := sh.list(slot); l.tail != 0 && sh.held.heldBy(slot).Load() >= int64(limit) &&
 		int16(since-sh.nodes.at(l.tail).tick) > 0 {
