@@ -41,10 +41,7 @@ func BenchmarkExchange(b *testing.B) {
 
 func benchExchange(b *testing.B, size, workers int) {
 	reg := benchRegistry(workers)
-	pol, err := policy.Build(policy.Config{Name: policy.CacheAware}, reg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	pol := benchPolicy(b, reg, 1)
 	gw := startGateway(b, benchServe(b, New(reg, pol, Options{Fallbacks: 2})), size)
 	// Warm the index, the connection and the server's pooled buffers.
 	for range 256 {
@@ -57,6 +54,17 @@ func benchExchange(b *testing.B, size, workers int) {
 		gw.exchange(b)
 	}
 	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// benchPolicy is the cache-aware policy over reg of a picker deployed as
+// one of replicas: 1 is what cmd/inferpick runs without leader election,
+// the chart's single replica.
+func benchPolicy(b *testing.B, reg *registry.Registry, replicas int) policy.Policy {
+	pol, err := policy.Build(policy.Config{Name: policy.CacheAware, CacheAware: policy.CacheAwareConfig{Replicas: replicas}}, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pol
 }
 
 // benchRegistry returns a synced registry of n workers on 10.0.0.0/16.
@@ -128,23 +136,34 @@ func benchText(seed string, n int) string {
 // BenchmarkHandle is the whole pick without a transport: the server's
 // handler runs on an in-memory stream that hands it the request headers
 // and body chunks and swallows its replies. It covers the body parse, the
-// cache-aware pick on a warm index, the guard and the reply messages.
+// cache-aware pick on a warm index, the guard and the reply messages, for
+// a picker deployed alone (the default).
 func BenchmarkHandle(b *testing.B) {
 	for _, size := range []int{1 << 10, 32 << 10, 400 << 10} {
 		for _, workers := range []int{8, 100, 1000} {
 			b.Run(fmt.Sprintf("body=%dKB/workers=%d", size>>10, workers), func(b *testing.B) {
-				benchHandle(b, size, workers)
+				benchHandle(b, size, workers, 1)
 			})
 		}
 	}
 }
 
-func benchHandle(b *testing.B, size, workers int) {
-	reg := benchRegistry(workers)
-	pol, err := policy.Build(policy.Config{Name: policy.CacheAware}, reg)
-	if err != nil {
-		b.Fatal(err)
+// BenchmarkHandleReplica is BenchmarkHandle for one of three active-active
+// replicas, which send a tenant's first request to its prefix's home rather
+// than to the worker holding the fewest blocks: with 16 tenants over 100
+// workers two tenants may share a home and, their conversations exceeding
+// its capacity, evict each other's on every pick there.
+func BenchmarkHandleReplica(b *testing.B) {
+	for _, workers := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("body=400KB/workers=%d", workers), func(b *testing.B) {
+			benchHandle(b, 400<<10, workers, 3)
+		})
 	}
+}
+
+func benchHandle(b *testing.B, size, workers, replicas int) {
+	reg := benchRegistry(workers)
+	pol := benchPolicy(b, reg, replicas)
 	s := New(reg, pol, Options{Fallbacks: 2})
 	streams := make([]*extproctest.MemStream, 64)
 	for i := range streams {

@@ -48,7 +48,7 @@ func benchSets(quick bool) []benchSet {
 		{"./picker/policy", "^BenchmarkPick$", bt},
 		{"./picker/registry", "^BenchmarkPublish$", bt},
 		{"./picker/scrape", "^Benchmark", bt},
-		{"./picker/extproc", "^Benchmark(Handle|Exchange)$", bt},
+		{"./picker/extproc", "^Benchmark(Handle|HandleReplica|Exchange)$", bt},
 	}
 }
 

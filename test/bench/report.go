@@ -130,7 +130,11 @@ func (r *report) markdown(plotDir string) string {
 		w("## Hot-path micro-benchmarks\n\n")
 		w("`go test -run '^$' -bench <pattern> -benchmem -count N -benchtime T -tags vtprotobuf <pkg>`, for each row's package; medians over the runs.\n")
 		w("`BenchmarkHandle` is the whole pick: the ext_proc handler on an in-memory stream (headers, 16 KB body chunks,\n")
-		w("body parse, cache-aware pick on a warm index, guard, reply messages). `BenchmarkExchange` adds a real gRPC\n")
+		w("body parse, cache-aware pick on a warm index, guard, reply messages), for a picker deployed alone, as\n")
+		w("`inferpick` runs without leader election; 16 tenants' 200 KB system prompts, each followed by one of 64\n")
+		w("conversations. `BenchmarkHandleReplica` is the same for one of three active-active replicas, which send a\n")
+		w("tenant's first request to its prefix's home: at 100 workers two tenants share one, their conversations exceed\n")
+		w("its capacity and each pick there inserts and evicts half a prompt. `BenchmarkExchange` adds a real gRPC\n")
 		w("stream over an in-process connection. ns/byte is ns/op per body byte (from `b.SetBytes`).\n\n")
 		w("| package | benchmark | runs | ns/op | ns/byte | B/op | allocs/op | other |\n|---|---|---:|---:|---:|---:|---:|---|\n")
 		for _, g := range r.gobench {

@@ -74,7 +74,8 @@ func scalingOnce(ctx context.Context, workers, size int) (scalingPoint, error) {
 	}
 	reg.Replace(eps)
 	reg.MarkSynced()
-	pol, err := policy.Build(policy.Config{Name: policy.CacheAware}, reg)
+	// A picker deployed alone, as cmd/inferpick runs without leader election.
+	pol, err := policy.Build(policy.Config{Name: policy.CacheAware, CacheAware: policy.CacheAwareConfig{Replicas: 1}}, reg)
 	if err != nil {
 		return p, err
 	}
