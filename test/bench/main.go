@@ -6,7 +6,7 @@
 // workers and body size, and the routing benchmark on a cluster of vLLM
 // simulators.
 //
-//	go run ./test/bench              # everything, about 18 minutes on 2 cores
+//	go run ./test/bench              # everything, about an hour on 2 cores
 //	go run ./test/bench -quick       # shorter runs, for a smoke check
 //	go run ./test/bench -only scale  # one part (see -only)
 package main
@@ -35,6 +35,7 @@ func execute() int {
 	flag.StringVar(&o.plots, "plots", "docs/bench", "directory of the PNG plots")
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs")
 	flag.IntVar(&o.count, "count", 5, "go test -count for the micro-benchmarks")
+	flag.IntVar(&o.matrixRuns, "matrix-runs", 3, "runs of each policy in each matrix cell; the verdicts compare medians (-quick: 1)")
 	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,scaling,routing,replicas,flow,repro,matrix (default all)")
 	flag.StringVar(&o.policies, "policies", "", "comma-separated policy labels for the routing benchmark and the matrix (default all)")
 	flag.StringVar(&o.workloads, "workloads", "", "comma-separated workload name prefixes for the routing benchmark and the matrix, e.g. shared-prefix,multi-lora (default all)")
@@ -52,7 +53,7 @@ func execute() int {
 type options struct {
 	out, plots, only, policies, workloads, cells string
 	quick                                        bool
-	count                                        int
+	count, matrixRuns                            int
 }
 
 func (o options) want(part string) bool { return selected(o.only, part) }

@@ -30,11 +30,10 @@ func matrixPlot(runs []matrixRun) (*plot.Plot, error) {
 		{"p90 / round-robin p90 (target ≤ 0.5)", func(m matrixRun) (float64, bool) { return m.p90Ratio("round-robin") }},
 		{"p90 / weighted-scorer p90 (target ≤ 1)", func(m matrixRun) (float64, bool) { return m.p90Ratio("weighted-scorer") }},
 		{"hit / oracle (target ≥ 0.95)", func(m matrixRun) (float64, bool) {
-			a := m.Results["cache-aware"]
-			if a == nil || m.oracle() == 0 {
+			if m.Results["cache-aware"] == nil || m.oracle() == 0 {
 				return 0, false
 			}
-			return a.HitRate / m.oracle(), true
+			return m.hit("cache-aware") / m.oracle(), true
 		}},
 	}
 	for i, s := range series {
@@ -66,16 +65,13 @@ func matrixPlot(runs []matrixRun) (*plot.Plot, error) {
 	return p, nil
 }
 
-// p90Ratio is cache-aware's TTFT p90 over other's, both counting every
-// request sent; false when either is missing, zero or never reached (a plot
-// in log scale has no place for it).
+// p90Ratio is cache-aware's median TTFT p90 over other's, both counting
+// every request sent; false when either is missing, zero or never reached
+// (a plot in log scale has no place for it).
 func (m matrixRun) p90Ratio(other string) (float64, bool) {
-	a, b := m.Results["cache-aware"], m.Results[other]
-	if a == nil || b == nil {
-		return 0, false
-	}
-	pa, pb := a.QuantileAll(0.9), b.QuantileAll(0.9)
-	if pb == 0 || math.IsInf(pa, 1) || math.IsInf(pb, 1) {
+	pa, _, _, okA := m.p90("cache-aware")
+	pb, _, _, okB := m.p90(other)
+	if !okA || !okB || pb == 0 || math.IsInf(pa, 1) || math.IsInf(pb, 1) {
 		return 0, false
 	}
 	return pa / pb, true
