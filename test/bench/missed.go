@@ -36,19 +36,25 @@ var explanations = map[string]string{
 		"are of the size of the run-to-run spread of a 120-request p90 on this machine.",
 	"3 replicas:": "the TTFT p90 follows the hit rate: once more than about a tenth of the requests miss their " +
 		"prefix, the p90 request is a cold prefill (shared-prefix@18's miss rate is 8% with one picker, 12–13% with " +
-		"three). A trace of every replica's picks in a multi-turn run (session, pod, load, match and cost of every " +
-		"candidate) finds 22–24 of the 144 turns sent away from the pod that holds the session's last turn: a " +
-		"session's first turn goes to its home, but the home's load bound is judged by each replica's own view, so a " +
-		"home busy at the first turn sends it down the prefix's order while a later replica, finding the home under " +
-		"the bound, sends the next turn home, cold; the replica that placed the first turn then sends the third to " +
-		"where it knows the session, and so on. Each pod now pays for its place in the prefix's order, so replicas " +
+		"three). A trace of every request of shared-prefix@18 (the pod the gateway served it from and the cached " +
+		"tokens in the server's usage, three runs) finds with one picker 16 cold requests, the 16 prompts' first, two " +
+		"prompts per pod; with three replicas 25–26, 9–10 of them for a prompt some pod already held: 7–8 sent by a " +
+		"replica that had not routed that prompt before to another pod than the one a peer had chosen, 1–3 by a " +
+		"replica that knew the holder and left it for its load. The prompts' homes (rendezvous hashing over 8 pods) " +
+		"put the 16 first requests on 6 or 7 pods, up to 4 on one, so they stack: 11–12 of them waited for another " +
+		"prompt's cold prefill on the same pod (TTFT 0.8–1.8 s against 0.63–0.73 with one picker). In " +
+		"multi-turn, 25–27 of the 144 turns change pods (none with one picker), most at the second or third turn of a " +
+		"session by a replica that had not seen it. Each pod pays for its place in the prefix's order, so replicas " +
 		"choose alike where costs are close (the discrete-event model of `picker/policy/replicasim_test.go`: hit " +
-		"ratio 0.70 → 0.77 with 3 replicas, one picker 0.87); on the routing benchmark the change is within the " +
-		"run-to-run spread. Tried and not kept: a home bound judged on the servers' scraped figures, which every " +
-		"replica reads alike (better at 250 ms scrapes, worse at 50 ms in the model, no change here), and presuming " +
-		"one peer before the first measure (first turns then go home, but as many later turns still move). Next: " +
-		"remember, per replica, a prefix's overflow pod by the server's answer (the cached tokens in its usage) rather " +
-		"than only by this replica's own routing.",
+		"ratio 0.70 → 0.77 with 3 replicas, one picker 0.87). Tried and not kept: a home bound judged on the servers' " +
+		"scraped figures (better at 250 ms scrapes, worse at 50 ms in the model, no change here); presuming one peer " +
+		"before the first measure; a home bound without its one request of slack, so that a pod prefilling is no " +
+		"home while another is idle (avoidable cold requests 19–24 in two runs instead of 9); three requests of " +
+		"slack (9, unchanged); no reuse presumed before the replica's own index shows it (14–18). Every rule that " +
+		"lets what one replica alone knows (its own requests in prefill, its own index) move a prefix off its home " +
+		"made the replicas disagree more, and a placement as even as one picker's cannot follow from the prompts' " +
+		"hashes alone. Next: a view of the servers' caches every replica shares, from the KV-cache events each vLLM " +
+		"pod publishes, so that a replica learns where a prefix went whoever routed it.",
 	"whole pick, 400 KB": "a CPU profile (`go test -tags vtprotobuf -run '^$' -bench 'Handle/body=400KB/workers=100$' " +
 		"-benchtime 2000x -cpuprofile cpu.out ./picker/extproc/`, then `go tool pprof -top`) splits it into recording the " +
 		"pick in the index (about half: each of the prompt's ~6,400 blocks is read to confirm it is the worker's, " +
