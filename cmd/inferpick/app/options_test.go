@@ -123,6 +123,7 @@ func TestPolicyConfigReplicas(t *testing.T) {
 	}{
 		"alone":                  {want: 1},
 		"under leader election":  {args: []string{"--ha-enable-leader-election"}, want: 0},
+		"the leader alone ready": {args: []string{"--ha-enable-leader-election", "--ha-mode", "active-passive"}, want: 1},
 		"counted in the config":  {file: 3, want: 3},
 		"counted, with election": {args: []string{"--ha-enable-leader-election"}, file: 1, want: 1},
 	} {

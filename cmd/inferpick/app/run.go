@@ -357,14 +357,15 @@ func (r replicaRunnable) Start(ctx context.Context) error { return r.r.Start(ctx
 func (replicaRunnable) NeedLeaderElection() bool          { return false }
 
 // policyConfig is the policy's configuration with what the flags add: the
-// metrics staleness, and that a picker without leader election is deployed
-// alone (the chart turns leader election on with more than one replica).
+// metrics staleness, and that a picker routes alone without leader election
+// (the chart turns it on with more than one replica) and in active-passive
+// mode, where only the leader is ready.
 func (o *Options) policyConfig() policy.Config {
 	cfg := o.Policy
 	if cfg.MetricsStaleness.Duration == 0 {
 		cfg.MetricsStaleness.Duration = o.MetricsStaleness
 	}
-	if cfg.CacheAware.Replicas == 0 && !o.LeaderElection {
+	if cfg.CacheAware.Replicas == 0 && (!o.LeaderElection || o.HAMode == HAActivePassive) {
 		cfg.CacheAware.Replicas = 1
 	}
 	return cfg
