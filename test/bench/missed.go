@@ -20,14 +20,17 @@ var explanations = map[string]string{
 		"for it; the run with one place reserved shows how much a smaller reserve costs. Next: a reserve sized from " +
 		"the measured interactive arrival rate instead of a flag.",
 	"matrix: cache-aware TTFT p90 ≤ weighted-scorer's": "both policies reach the oracle's hit rate in these " +
-		"cells and prefill the same tokens; what differs is which pods' prefills collide. The misses are mostly " +
-		"multi-turn (sessions pinned to their pods by both) and shared-prefix with roomy caches, by a few percent " +
-		"up to about a fifth, where one collision moves the p90 by a prefill; which cells miss changes from run to " +
-		"run. A picker alone now sends a new conversation to the idle pod with the fewest blocks parked, not to its " +
-		"prefix's home, so sixteen sessions on eight pods sit two to a pod rather than as balls in bins: over three " +
-		"to eight runs of the multi-turn cells at 1 ms a token, the median cache-aware p90 fell by 1–9% per cell, " +
-		"and in the report of 2026-12-04 11:56 two of those six cells miss (five in the one before), while the " +
-		"multi-turn cells at 0.3 ms a token miss by 3 to 14 ms of about 110. Next: compare medians of three runs per cell.",
+		"cells and prefill the same tokens; what differs is which pods' prefills collide, and one collision moves a " +
+		"300-request p90 by a prefill. The verdicts compare medians of three runs of each (round-robin and least-load " +
+		"run once): in the report of 2026-12-04 13:05 four cells miss, by 1.5 to 8% (multi-turn at 0.3 ms a token " +
+		"with caches of 4 prompts and 2 sequences, and of 10 prompts and 64; multi-turn at 1 ms with 10 prompts and 2; " +
+		"shared-prefix at 1 ms with 4 prompts and 16), where a policy's three p90s in one cell often spread wider than " +
+		"the gap (multi-turn at 0.3 ms, 10 prompts, 64 sequences: cache-aware 0.121–0.163 s, the weighted scorer " +
+		"0.115–0.138 s). A picker alone sends a new conversation to the idle pod with the fewest blocks parked, not to " +
+		"its prefix's home, so sixteen sessions on eight pods sit two to a pod rather than as balls in bins; five of " +
+		"the six multi-turn cells at 1 ms a token now meet the target. Next: a trace of every pick in the cell that " +
+		"misses by most (multi-turn, 1 ms, 10 prompts, 2 sequences), to find which collisions the weighted scorer " +
+		"avoids.",
 	"matrix: cache-aware TTFT p90 ≤ 0.5 × round-robin's": "in the cells whose caches hold 1.5 prompts at 0.3 ms a " +
 		"token, even the best hit rate any policy reaches leaves more than 10% of the requests to prefill their " +
 		"whole prompt, so the p90 of every policy, round-robin's included, is such a prefill: no router meets the " +
@@ -55,15 +58,15 @@ var explanations = map[string]string{
 		"made the replicas disagree more, and a placement as even as one picker's cannot follow from the prompts' " +
 		"hashes alone. Next: a view of the servers' caches every replica shares, from the KV-cache events each vLLM " +
 		"pod publishes, so that a replica learns where a prefix went whoever routed it.",
-	"whole pick, 400 KB": "a CPU profile (`go test -tags vtprotobuf -run '^$' -bench 'Handle/body=400KB/workers=100$' " +
-		"-benchtime 2000x -cpuprofile cpu.out ./picker/extproc/`, then `go tool pprof -top`) splits it into recording the " +
-		"pick in the index (about half: each of the prompt's ~6,400 blocks is read to confirm it is the worker's, " +
-		"about 800 new blocks are looked up in the table and as many old ones evicted; the table lookups and node " +
-		"reads are cache misses), the body parse (about 15%), copying the body chunks (about 10%) and hashing (about " +
-		"10%). Evictions now drop batches under one lock with their table positions looked up first, and a table slot " +
-		"records its entry's distance from home so that a removal reads no node (`BenchmarkInsertChurn`: 586 → 322 " +
-		"µs). Next: nodes of 16 bytes, so that a prompt's nodes take fewer cache lines, and parsing the body as its " +
-		"chunks arrive instead of after the last.",
+	"whole pick, 400 KB": "a CPU profile (`go test -tags vtprotobuf -run '^$' -bench '^BenchmarkHandle$/body=400KB/workers=100$' " +
+		"-benchtime 4000x -cpuprofile cpu.out ./picker/extproc/`, then `go tool pprof -top`) splits it into recording " +
+		"the pick in the index (about a quarter: each of the prompt's ~6,400 blocks is read to confirm it is the " +
+		"worker's and touched), copying the body chunks (about a fifth, here from memory the CPU caches do not hold: " +
+		"the benchmark cycles 64 bodies of 400 KB), hashing (about a fifth) and the body parse (about 15%). One of " +
+		"three replicas costs more (`BenchmarkHandleReplica`): two of the 16 tenants share a home at 100 workers, " +
+		"their conversations exceed its capacity and every pick there inserts and evicts half a prompt. Next: nodes " +
+		"of 16 bytes, so that a prompt's nodes take fewer cache lines, and parsing the body as its chunks arrive " +
+		"instead of after the last.",
 	"whole pick at 1,000 workers": "a cache-aware pick over more than 128 pods costs a sample of 32 of them, the " +
 		"pods the prefix index names, the prompt's four heaviest pods in its rendezvous order (ranked over a cached " +
 		"array of the pods' keys) and an adapter's recent pods (`picker/policy/sample.go`), so at 1 KB and 32 KB it " +
@@ -78,7 +81,10 @@ var explanations = map[string]string{
 		"body is copied by the proto decoder (each 16 KB chunk), into the request buffer, and into the streamed-back " +
 		"chunks, and the prefix index is updated for every block (see the 400 KB pick). Next steps: decode request " +
 		"messages without copying the body (a codec that keeps gRPC's receive buffer for the exchange), and the cheaper " +
-		"index touch.",
+		"index touch. The 1 KB figure moves with the machine more than with the code: the report of 2026-12-04 11:56 " +
+		"measured 75.8 µs, and at 14:10 four interleaved runs of `go run ./test/bench -only load`, two from a26fde0 " +
+		"(before the changes of the report of 13:05) and two from 3295bfa (that report's), whose binaries differ in " +
+		"no line on this path, measured 100.7 and 108.7 µs, and 128.8 and 120.1 µs.",
 	"≤ 60 allocations": "the picker's own share is two: the load guard and, with fallbacks, the destination " +
 		"list's string. Received messages are decoded in place into a per-stream message that reuses its wrappers, " +
 		"header values and body buffer (`picker/extproc/inbound.go`, held to proto.Unmarshal by `FuzzInbound`); " +
