@@ -1,0 +1,116 @@
+package main
+
+import (
+	"math"
+	"testing"
+
+	"github.com/inferpick/inferpick/test/bench/routing"
+)
+
+// result is a run whose every request was answered in p90 seconds (so its
+// TTFT p90 is p90), at hit rate hit.
+func result(p90, hit float64) *routing.Result {
+	return &routing.Result{Sent: 10, TTFT: []float64{p90, p90, p90, p90, p90, p90, p90, p90, p90, p90}, HitRate: hit, Oracle: 0.9}
+}
+
+// cellWith is a shared-prefix run of a roomy cell holding the runs given
+// per policy.
+func cellWith(runs map[string][]*routing.Result) matrixRun {
+	m := matrixRun{Cell: matrixCell{1000, 4, 16}, Workload: "shared-prefix@4",
+		Results: map[string]*routing.Result{}, Runs: map[string][]*routing.Result{}}
+	for label, rs := range runs {
+		for _, r := range rs {
+			m.add(label, r)
+		}
+	}
+	return m
+}
+
+func TestMatrixComparesMedians(t *testing.T) {
+	// Cache-aware is slower than the weighted scorer in its worst run and
+	// faster in the other two: the median decides.
+	m := cellWith(map[string][]*routing.Result{
+		"cache-aware":     {result(0.30, 0.9), result(0.20, 0.9), result(0.21, 0.9)},
+		"weighted-scorer": {result(0.22, 0.9), result(0.25, 0.9), result(0.23, 0.9)},
+		"round-robin":     {result(2, 0.1)},
+	})
+	med, lo, hi, ok := m.p90("cache-aware")
+	if !ok || med != 0.21 || lo != 0.20 || hi != 0.30 {
+		t.Fatalf("cache-aware p90 = %v (%v–%v, %v), want the median 0.21 of 0.20–0.30", med, lo, hi, ok)
+	}
+	if r := m.Results["cache-aware"]; r.QuantileAll(0.9) != 0.21 {
+		t.Errorf("cache-aware's result has p90 %v, want the run of median p90 (0.21)", r.QuantileAll(0.9))
+	}
+	c := m.check()
+	if !c.known || !c.vsWeighted || !c.vsRR || !c.hitOK {
+		t.Errorf("check = %+v, want every target met by the medians", c)
+	}
+	if got, want := m.p90Cell("cache-aware"), "0.210 (0.200–0.300)"; got != want {
+		t.Errorf("table cell = %q, want %q", got, want)
+	}
+	if got, want := m.p90Cell("round-robin"), "2.000"; got != want {
+		t.Errorf("table cell of a policy run once = %q, want %q", got, want)
+	}
+
+	// Two slow runs of three make the median slow: missed.
+	m = cellWith(map[string][]*routing.Result{
+		"cache-aware":     {result(0.30, 0.9), result(0.20, 0.9), result(0.29, 0.9)},
+		"weighted-scorer": {result(0.22, 0.9), result(0.25, 0.9), result(0.23, 0.9)},
+		"round-robin":     {result(2, 0.1)},
+	})
+	if c := m.check(); c.vsWeighted {
+		t.Errorf("check = %+v, want the weighted-scorer target missed (median 0.29 against 0.23)", c)
+	}
+}
+
+func TestMatrixUnansweredCountsAsNever(t *testing.T) {
+	never := &routing.Result{Sent: 10, TTFT: []float64{0.1, 0.1, 0.1, 0.1, 0.1}}
+	m := cellWith(map[string][]*routing.Result{
+		"cache-aware":     {never, never, result(0.1, 0.9)},
+		"weighted-scorer": {result(0.2, 0.9)},
+		"round-robin":     {result(2, 0.1)},
+	})
+	if med, _, _, _ := m.p90("cache-aware"); !math.IsInf(med, 1) {
+		t.Fatalf("median p90 = %v, want +Inf when most runs left a tenth unanswered", med)
+	}
+	if c := m.check(); c.vsWeighted || c.vsRR {
+		t.Errorf("check = %+v, want the p90 targets missed", c)
+	}
+	if got, want := m.p90Cell("cache-aware"), "never (5 of 10 unanswered)"; got != want {
+		t.Errorf("table cell = %q, want %q", got, want)
+	}
+}
+
+func TestMatrixOracleUsesMedianHits(t *testing.T) {
+	// A cache of 1.5 prompts per pod holds fewer than the 16 prompts: the
+	// oracle is the best median hit rate any policy reached.
+	m := cellWith(map[string][]*routing.Result{
+		"cache-aware":     {result(0.2, 0.60), result(0.2, 0.50), result(0.2, 0.55)},
+		"weighted-scorer": {result(0.3, 0.70), result(0.3, 0.40), result(0.3, 0.45)},
+		"round-robin":     {result(2, 0.1)},
+	})
+	m.Cell.Cache = 1.5
+	if got := m.oracle(); got != 0.55 {
+		t.Errorf("oracle = %v, want cache-aware's median hit 0.55, not the weighted scorer's one lucky run", got)
+	}
+	if !m.check().hitOK {
+		t.Errorf("hit target missed at the oracle's own median")
+	}
+}
+
+func TestCloseCallsRunEveryRound(t *testing.T) {
+	for _, tc := range []struct {
+		workload, label string
+		want            bool
+	}{
+		{"shared-prefix@4", "cache-aware", true},
+		{"multi-turn", "weighted-scorer", true},
+		{"no-sharing@4", "least-load", true},
+		{"shared-prefix@4", "least-load", false},
+		{"multi-turn", "round-robin", false},
+	} {
+		if got := closeCall(tc.workload, tc.label); got != tc.want {
+			t.Errorf("closeCall(%q, %q) = %v, want %v", tc.workload, tc.label, got, tc.want)
+		}
+	}
+}
