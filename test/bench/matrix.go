@@ -63,10 +63,8 @@ func (c matrixCell) blocks() int { return int(c.Cache * matrixPromptToks / 16) }
 type matrixRun struct {
 	Cell     matrixCell
 	Workload string
-	// Results holds each policy's run of median TTFT p90 (by policy label),
-	// and Runs all of its runs.
-	Results map[string]*routing.Result
-	Runs    map[string][]*routing.Result
+	// Runs holds every run of each policy, by policy label.
+	Runs map[string][]*routing.Result
 }
 
 // p90 is the median over the policy's runs of the TTFT p90 counting every
@@ -100,13 +98,15 @@ func (m matrixRun) each(label string, f func(*routing.Result) float64) []float64
 	return v
 }
 
-// add records one run of the policy, and makes the run of median p90 its
-// result.
-func (m *matrixRun) add(label string, r *routing.Result) {
-	m.Runs[label] = append(m.Runs[label], r)
+// median returns the policy's run of median TTFT p90, nil when it did not
+// run.
+func (m matrixRun) median(label string) *routing.Result {
 	rs := slices.Clone(m.Runs[label])
+	if len(rs) == 0 {
+		return nil
+	}
 	slices.SortFunc(rs, func(a, b *routing.Result) int { return cmp.Compare(a.QuantileAll(0.9), b.QuantileAll(0.9)) })
-	m.Results[label] = rs[len(rs)/2]
+	return rs[len(rs)/2]
 }
 
 // matrixPolicies are the policies each cell runs.
@@ -208,7 +208,7 @@ func matrixBench(ctx context.Context, bins routing.Binaries, o options) ([]matri
 	var out []matrixRun
 	for _, cell := range cells {
 		for _, w := range keepWorkloads(matrixWorkloads(), o.workloads) {
-			run := matrixRun{Cell: cell, Workload: w.Name, Results: map[string]*routing.Result{}, Runs: map[string][]*routing.Result{}}
+			run := matrixRun{Cell: cell, Workload: w.Name, Runs: map[string][]*routing.Result{}}
 			// Round by round, so that a slow spell of the machine falls
 			// on every policy alike.
 			for round := range runs {
@@ -222,7 +222,7 @@ func matrixBench(ctx context.Context, bins routing.Binaries, o options) ([]matri
 					if err != nil {
 						return out, err
 					}
-					run.add(p.Label, res)
+					run.Runs[p.Label] = append(run.Runs[p.Label], res)
 					if ctx.Err() != nil {
 						return out, ctx.Err()
 					}
@@ -268,8 +268,8 @@ func matrixOnce(ctx context.Context, bins routing.Binaries, cell matrixCell, w *
 func (m matrixRun) oracle() float64 {
 	var some *routing.Result
 	best := 0.0
-	for label, r := range m.Results {
-		some = r
+	for label, rs := range m.Runs {
+		some = rs[0]
 		best = max(best, m.hit(label))
 	}
 	if some == nil {
@@ -371,7 +371,7 @@ func (m matrixRun) p90Cell(label string) string {
 		}
 		return fmt.Sprintf("%.3f", p)
 	}
-	if r := m.Results[label]; math.IsInf(med, 1) {
+	if r := m.median(label); math.IsInf(med, 1) {
 		return fmt.Sprintf("never (%d of %d unanswered)", r.Sent-len(r.TTFT), r.Sent)
 	}
 	if len(m.Runs[label]) < 2 {
@@ -403,7 +403,7 @@ func matrixMarkdown(runs []matrixRun, plotDir string) string {
 		"| cell | workload | cache-aware hit | oracle | p90 cache-aware | weighted | round-robin | least-load | verdict |\n" +
 		"|---|---|---:|---:|---:|---:|---:|---:|---|\n"
 	for _, m := range runs {
-		if m.Results["cache-aware"] == nil {
+		if len(m.Runs["cache-aware"]) == 0 {
 			continue
 		}
 		c := m.check()

@@ -16,14 +16,7 @@ func result(p90, hit float64) *routing.Result {
 // cellWith is a shared-prefix run of a roomy cell holding the runs given
 // per policy.
 func cellWith(runs map[string][]*routing.Result) matrixRun {
-	m := matrixRun{Cell: matrixCell{1000, 4, 16}, Workload: "shared-prefix@4",
-		Results: map[string]*routing.Result{}, Runs: map[string][]*routing.Result{}}
-	for label, rs := range runs {
-		for _, r := range rs {
-			m.add(label, r)
-		}
-	}
-	return m
+	return matrixRun{Cell: matrixCell{1000, 4, 16}, Workload: "shared-prefix@4", Runs: runs}
 }
 
 func TestMatrixComparesMedians(t *testing.T) {
@@ -38,7 +31,7 @@ func TestMatrixComparesMedians(t *testing.T) {
 	if !ok || med != 0.21 || lo != 0.20 || hi != 0.30 {
 		t.Fatalf("cache-aware p90 = %v (%v–%v, %v), want the median 0.21 of 0.20–0.30", med, lo, hi, ok)
 	}
-	if r := m.Results["cache-aware"]; r.QuantileAll(0.9) != 0.21 {
+	if r := m.median("cache-aware"); r.QuantileAll(0.9) != 0.21 {
 		t.Errorf("cache-aware's result has p90 %v, want the run of median p90 (0.21)", r.QuantileAll(0.9))
 	}
 	c := m.check()

@@ -30,7 +30,7 @@ func matrixPlot(runs []matrixRun) (*plot.Plot, error) {
 		{"p90 / round-robin p90 (target ≤ 0.5)", func(m matrixRun) (float64, bool) { return m.p90Ratio("round-robin") }},
 		{"p90 / weighted-scorer p90 (target ≤ 1)", func(m matrixRun) (float64, bool) { return m.p90Ratio("weighted-scorer") }},
 		{"hit / oracle (target ≥ 0.95)", func(m matrixRun) (float64, bool) {
-			if m.Results["cache-aware"] == nil || m.oracle() == 0 {
+			if len(m.Runs["cache-aware"]) == 0 || m.oracle() == 0 {
 				return 0, false
 			}
 			return m.hit("cache-aware") / m.oracle(), true
