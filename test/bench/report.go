@@ -111,6 +111,7 @@ func (r *report) markdown(plotDir string) string {
 	}
 	w("\n")
 	missed := false
+	explained := map[string]string{} // explanation → the first target it was given for
 	for _, v := range vs {
 		why, ok := missedBecause(v.target)
 		if !v.known || v.met || !ok {
@@ -120,6 +121,11 @@ func (r *report) markdown(plotDir string) string {
 			w("### Where a target is missed, and why\n\n")
 			missed = true
 		}
+		if first, ok := explained[why]; ok {
+			w("- **%s**: as for %s.\n", v.target, first)
+			continue
+		}
+		explained[why] = v.target
 		w("- **%s**: %s\n", v.target, why)
 	}
 	if missed {
