@@ -48,7 +48,8 @@ const (
 	slotChunkBits = 8
 	slotChunkSize = 1 << slotChunkBits
 	slotChunkMask = slotChunkSize - 1
-	maxSlotChunks = 1 << 8 // up to 65,536 live workers: a node keeps its slot in 16 bits
+	maxSlotChunks = 1 << 8
+	maxSlots      = 1<<keySlotBits - 1 // live workers: a node keeps its slot plus one in 16 bits
 	aliveBit      = uint64(1) << 32
 )
 
@@ -60,9 +61,9 @@ const DefaultCapacity = 1 << 14
 const DefaultMaxHolders = 8
 
 // DefaultMaxBlocks is the default hard cap on the index, in (block, worker)
-// entries: 4Mi entries take about 130–210 MiB at the index's 32–51 bytes an
-// entry (BenchmarkIndexMemory; the low figure just before its tables double,
-// the high one just after, with slack in the node slabs).
+// entries: 4Mi entries take about 90 MiB at the index's 22–23 bytes an
+// entry (a 16-byte node and its table slot; BenchmarkIndexMemory,
+// BenchmarkIndexAtCap).
 const DefaultMaxBlocks = 1 << 22
 
 // Option configures an Index.
@@ -215,7 +216,7 @@ func (ix *Index) AddWorker(id uint32) {
 	if n := len(ix.free); n > 0 {
 		slot, ix.free = ix.free[n-1], ix.free[:n-1]
 	} else {
-		if ix.nslots == maxSlotChunks*slotChunkSize {
+		if ix.nslots == maxSlots {
 			return // the index is full: the worker's prompts are not indexed
 		}
 		slot = ix.nslots
@@ -315,7 +316,7 @@ func (ix *Index) shrink(slot uint32, want uint64, limit int, last uint16) {
 		now := uint16(ticks.Load())
 		// A node touched by an insert running concurrently may carry a
 		// tick after now: its age is negative, counted as 0.
-		age := func(sh *shard, l *lru) int { return max(0, int(int16(now-sh.nodes.at(l.tail).tick))) }
+		age := func(sh *shard, l *lru) int { return max(0, int(int16(now-sh.nodes.at(l.tail).tick()))) }
 		keep := int(int16(now - last)) // younger nodes are of later inserts
 		victim, oldest, next := -1, 0, 0
 		for i := range ix.shards {

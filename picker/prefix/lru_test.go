@@ -52,11 +52,11 @@ func TestShardedEvictionIsLRUAcrossShards(t *testing.T) {
 	}
 }
 
-// An index holds at most 65,536 live workers (a node keeps its slot in 16
-// bits): one more is not indexed, and nothing else changes.
+// An index holds at most 65,535 live workers (a node keeps its slot plus
+// one in 16 bits): one more is not indexed, and nothing else changes.
 func TestWorkersPastTheSlotLimitAreNotIndexed(t *testing.T) {
 	ix := New()
-	const limit = maxSlotChunks * slotChunkSize
+	const limit = maxSlots
 	for id := range uint32(limit + 1) {
 		ix.AddWorker(id + 1)
 	}

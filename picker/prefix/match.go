@@ -78,12 +78,11 @@ func (ix *Index) unfound(hashes []uint64, i int, s *Scratch) bool {
 	sh := ix.shardOf(hashes, i)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	for idx := sh.holders(h); idx != 0; {
-		n := sh.nodes.at(idx)
-		if int(n.slot) >= len(s.count) || s.count[n.slot] == 0 {
+	c := sh.tab.start(h)
+	for idx := sh.tab.scan(h, &c, &sh.nodes); idx != 0; idx = sh.tab.scan(h, &c, &sh.nodes) {
+		if slot := sh.nodes.at(idx).slot(); int(slot) >= len(s.count) || s.count[slot] == 0 {
 			return true
 		}
-		idx = n.same
 	}
 	return false
 }
@@ -95,16 +94,16 @@ func (ix *Index) collect(hashes []uint64, i int, s *Scratch) {
 	sh := ix.shardOf(hashes, i)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	for idx := sh.holders(h); idx != 0; {
-		n := sh.nodes.at(idx)
-		if int(n.slot) >= len(s.count) {
-			s.count = append(s.count, make([]int32, int(n.slot)+1-len(s.count))...)
+	c := sh.tab.start(h)
+	for idx := sh.tab.scan(h, &c, &sh.nodes); idx != 0; idx = sh.tab.scan(h, &c, &sh.nodes) {
+		slot := sh.nodes.at(idx).slot()
+		if int(slot) >= len(s.count) {
+			s.count = append(s.count, make([]int32, int(slot)+1-len(s.count))...)
 		}
-		if s.count[n.slot] == 0 {
-			s.count[n.slot] = int32(blocks)
-			s.touched = append(s.touched, uint32(n.slot))
+		if s.count[slot] == 0 {
+			s.count[slot] = int32(blocks)
+			s.touched = append(s.touched, slot)
 		}
-		idx = n.same
 	}
 }
 
@@ -134,7 +133,7 @@ func (ix *Index) Stats() Stats {
 	for i := range ix.shards {
 		sh := &ix.shards[i]
 		sh.mu.Lock()
-		st.Blocks += sh.tab.count
+		st.Blocks += sh.blocks
 		st.Entries += sh.nodes.live
 		sh.mu.Unlock()
 	}

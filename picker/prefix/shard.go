@@ -12,12 +12,13 @@ type lru struct {
 // shard holds the blocks whose hash falls in it. Every method expects mu to
 // be held.
 type shard struct {
-	mu    sync.Mutex
-	tab   table
-	nodes slab
-	lrus  []lru  // by worker slot
-	held  *Index // counts every worker's blocks over all shards
-	_     [64]byte
+	mu     sync.Mutex
+	tab    table
+	nodes  slab
+	blocks int    // distinct blocks held
+	lrus   []lru  // by worker slot
+	held   *Index // counts every worker's blocks over all shards
+	_      [64]byte
 }
 
 func (sh *shard) list(slot uint32) *lru {
@@ -25,12 +26,6 @@ func (sh *shard) list(slot uint32) *lru {
 		sh.lrus = append(sh.lrus, make([]lru, int(slot)+1-len(sh.lrus))...)
 	}
 	return &sh.lrus[slot]
-}
-
-// holders returns the first node holding h, or 0.
-func (sh *shard) holders(h uint64) uint32 {
-	_, idx := sh.tab.find(h, 0, &sh.nodes)
-	return idx
 }
 
 // insertGroup records that the worker in slot holds the blocks hs now (a
@@ -45,15 +40,16 @@ func (sh *shard) insertGroup(slot uint32, hs []uint64, tick, since uint16, limit
 	var first, last uint32 // the run found through the list, first at its head
 	hint := uint32(0)      // the node before the last one touched
 	gained := int64(0)     // nodes added and not counted yet (see touch)
+	key := keyOf(0, slot)
 	for i := len(hs) - 1; i >= 0; i-- {
 		h := hs[i]
 		if hint != 0 {
-			if n := sh.nodes.at(hint); n.hash == h && uint32(n.slot) == slot {
-				n.tick = tick
+			if n := sh.nodes.at(hint); n.key == h&^keySlotMask|key {
+				n.setTick(tick)
 				if last == 0 {
 					last = hint
 				}
-				first, hint = hint, n.prev
+				first, hint = hint, n.prev()
 				continue
 			}
 		}
@@ -72,10 +68,9 @@ func (sh *shard) insertGroup(slot uint32, hs []uint64, tick, since uint16, limit
 // touch records that the worker in slot holds h now: the block becomes its
 // most recently used here (Insert evicts the worker's blocks past its limit
 // over all shards once the prompt is in, see Index.shrink). A block keeps at
-// most maxHolders holders, newest first; a new holder beyond that pushes out
-// the one at the end. A shard holding shardCap nodes makes room first (see
-// evict). (A block found through the worker's list leaves the holders' order
-// alone, so the order is by first arrival more than by last use.)
+// most maxHolders holders; a new holder beyond that pushes out the first in
+// the table's order, mostly the one that came first (see table). A shard
+// holding shardCap nodes makes room first (see evict).
 //
 // touch returns the worker's node before h's in its list when h was held
 // already (see insertGroup), else 0. The node gets the worker's insert
@@ -84,49 +79,46 @@ func (sh *shard) insertGroup(slot uint32, hs []uint64, tick, since uint16, limit
 // nodes, so that no eviction is counted before the addition it undoes and
 // the count never goes below zero.
 func (sh *shard) touch(slot uint32, h uint64, tick, since uint16, limit, maxHolders, shardCap int, gained *int64) uint32 {
-	l := sh.list(slot)
-	pos, head := sh.tab.find(h, 0, &sh.nodes)
+	c := sh.tab.start(h)
 	holders := 0
-	var prev, last uint32
-	for idx := head; idx != 0; {
+	var first uint32
+	for idx := sh.tab.scan(h, &c, &sh.nodes); idx != 0; idx = sh.tab.scan(h, &c, &sh.nodes) {
 		n := sh.nodes.at(idx)
-		if uint32(n.slot) == slot {
-			next := n.prev
-			sh.refresh(l, idx, tick)
-			if prev != 0 { // move to the front of the block's holders
-				sh.nodes.at(prev).same = n.same
-				n.same = head
-				sh.tab.set(pos, idx)
-			}
+		if n.slot() == slot {
+			next := n.prev()
+			sh.refresh(sh.list(slot), idx, tick)
 			return next
 		}
+		if holders == 0 {
+			first = idx
+		}
 		holders++
-		prev, last = idx, idx
-		idx = n.same
 	}
 	if holders >= maxHolders {
-		sh.drop(&sh.lrus[sh.nodes.at(last).slot], last)
-		l = sh.list(slot)
-		pos, head = sh.tab.find(h, 0, &sh.nodes)
+		sh.dropAt(&sh.lrus[sh.nodes.at(first).slot()], first, -1, holders > 1)
+		holders--
 	}
 	if sh.nodes.live >= shardCap {
 		sh.count(slot, gained)
 		sh.evict(slot, since, limit)
-		l = sh.list(slot)
-		pos, head = sh.tab.find(h, 0, &sh.nodes)
+		holders = 0
+		if sh.tab.held(h, &sh.nodes) {
+			holders = 1
+		}
 	}
 	if sh.nodes.full() {
 		return 0
 	}
+	sh.tab.reserve(&sh.nodes)
 	idx := sh.nodes.alloc()
-	n := sh.nodes.at(idx)
-	n.hash, n.slot, n.tick, n.same = h, uint16(slot), tick, head
-	if head != 0 {
-		sh.tab.set(pos, idx)
-	} else {
-		sh.tab.insert(pos, idx, &sh.nodes)
+	sh.tab.add(h, idx)
+	if holders == 0 {
+		sh.blocks++
 	}
-	sh.pushFront(l, idx)
+	n := sh.nodes.at(idx)
+	n.key = keyOf(h, slot)
+	n.setTick(tick)
+	sh.pushFront(sh.list(slot), idx)
 	*gained++
 	return 0
 }
@@ -151,7 +143,7 @@ func (sh *shard) count(slot uint32, gained *int64) {
 // workers joined.
 func (sh *shard) evict(slot uint32, since uint16, limit int) {
 	if l := sh.list(slot); l.tail != 0 && sh.held.heldBy(slot).Load() >= int64(limit) &&
-		int16(since-sh.nodes.at(l.tail).tick) > 0 {
+		int16(since-sh.nodes.at(l.tail).tick()) > 0 {
 		sh.drop(l, l.tail)
 		return
 	}
@@ -183,9 +175,9 @@ func (sh *shard) purge(slot uint32) {
 
 // dropOld drops up to count of the list's least recently used nodes while
 // the tail is at least minAge ticks older than now (a tick after now counts
-// as now). It looks up the table positions
-// of a batch of victims before dropping any, so that the lookups, which
-// depend on nothing but the victims' hashes, overlap in memory.
+// as now). It looks up the table positions of a batch of victims before
+// dropping any, so that the lookups, which depend on nothing but the
+// victims' keys, overlap in memory.
 func (sh *shard) dropOld(l *lru, count int, now uint16, minAge int) {
 	var batch [32]struct {
 		idx uint32
@@ -196,20 +188,20 @@ func (sh *shard) dropOld(l *lru, count int, now uint16, minAge int) {
 		k := 0
 		for idx := l.tail; idx != 0 && k < min(count-dropped, len(batch)); k++ {
 			n := sh.nodes.at(idx)
-			if max(0, int(int16(now-n.tick))) < minAge {
+			if max(0, int(int16(now-n.tick()))) < minAge {
 				break
 			}
-			batch[k].idx, idx = idx, n.prev
+			batch[k].idx, idx = idx, n.prev()
 		}
 		for i := range batch[:k] {
 			b := &batch[i]
-			b.pos, _ = sh.tab.find(sh.nodes.at(b.idx).hash, b.idx, &sh.nodes)
+			b.pos = sh.tab.locate(sh.nodes.at(b.idx).key, b.idx)
 		}
 		if k > 0 {
-			sh.held.addHeld(uint32(sh.nodes.at(batch[0].idx).slot), -int64(k))
+			sh.held.addHeld(sh.nodes.at(batch[0].idx).slot(), -int64(k))
 		}
 		for _, b := range batch[:k] {
-			sh.dropAt(l, b.idx, b.pos)
+			sh.dropAt(l, b.idx, b.pos, false)
 		}
 		dropped += k
 		if k < len(batch) {
@@ -220,54 +212,43 @@ func (sh *shard) dropOld(l *lru, count int, now uint16, minAge int) {
 
 // drop removes node idx from its worker's list and from its block.
 func (sh *shard) drop(l *lru, idx uint32) {
-	sh.held.addHeld(uint32(sh.nodes.at(idx).slot), -1)
-	sh.dropAt(l, idx, -1)
+	sh.dropAt(l, idx, -1, false)
 }
 
-// dropAt is drop but for the count of the worker's blocks, left to the
-// caller, given where the table held idx's block when looked up before
-// (-1: not looked up). A removal since may have moved the entry.
-func (sh *shard) dropAt(l *lru, idx uint32, pos int) {
+// dropAt is drop given where the table held idx when looked up before (-1:
+// not looked up; a removal since may have moved the entry), and whether
+// the block is known to keep another holder. The count of the worker's
+// blocks is left to the caller when pos ≥ 0.
+func (sh *shard) dropAt(l *lru, idx uint32, pos int, shared bool) {
+	if pos < 0 {
+		sh.held.addHeld(sh.nodes.at(idx).slot(), -1)
+	}
 	sh.unlink(l, idx)
-	n := sh.nodes.at(idx)
-	var head uint32
-	if pos >= 0 {
-		// Each hash has one entry: one holding a node of the hash is it.
-		if v := sh.tab.slots[pos]; v != 0 && (v&idxMask == idx || sh.nodes.at(v&idxMask).hash == n.hash) {
-			head = v & idxMask
-		}
+	h := sh.nodes.at(idx).key
+	if pos < 0 || sh.tab.slots[pos]&idxMask != idx {
+		pos = sh.tab.locate(h, idx)
 	}
-	if head == 0 {
-		pos, head = sh.tab.find(n.hash, idx, &sh.nodes)
-	}
-	switch {
-	case head == idx && n.same == 0:
-		sh.tab.remove(pos, &sh.nodes)
-	case head == idx:
-		sh.tab.set(pos, n.same)
-	default:
-		p := head
-		for sh.nodes.at(p).same != idx {
-			p = sh.nodes.at(p).same
-		}
-		sh.nodes.at(p).same = n.same
+	if !sh.tab.remove(pos, h, !shared, &sh.nodes) && !shared {
+		sh.blocks--
 	}
 	sh.nodes.release(idx)
 }
 
 func (sh *shard) unlink(l *lru, idx uint32) {
 	n := sh.nodes.at(idx)
-	if n.prev != 0 {
-		sh.nodes.at(n.prev).next = n.next
+	prev, next := n.prev(), n.next()
+	if prev != 0 {
+		sh.nodes.at(prev).setNext(next)
 	} else {
-		l.head = n.next
+		l.head = next
 	}
-	if n.next != 0 {
-		sh.nodes.at(n.next).prev = n.prev
+	if next != 0 {
+		sh.nodes.at(next).setPrev(prev)
 	} else {
-		l.tail = n.prev
+		l.tail = prev
 	}
-	n.prev, n.next = 0, 0
+	n.setPrev(0)
+	n.setNext(0)
 	l.n--
 }
 
@@ -275,7 +256,7 @@ func (sh *shard) unlink(l *lru, idx uint32) {
 func (sh *shard) refresh(l *lru, idx uint32, tick uint16) {
 	sh.unlink(l, idx)
 	sh.pushFront(l, idx)
-	sh.nodes.at(idx).tick = tick
+	sh.nodes.at(idx).setTick(tick)
 }
 
 // moveFront makes the list's nodes from first to last, first nearest the
@@ -285,22 +266,25 @@ func (sh *shard) moveFront(l *lru, first, last uint32) {
 		return
 	}
 	f, z := sh.nodes.at(first), sh.nodes.at(last)
-	sh.nodes.at(f.prev).next = z.next
-	if z.next != 0 {
-		sh.nodes.at(z.next).prev = f.prev
+	before, after := f.prev(), z.next()
+	sh.nodes.at(before).setNext(after)
+	if after != 0 {
+		sh.nodes.at(after).setPrev(before)
 	} else {
-		l.tail = f.prev
+		l.tail = before
 	}
-	f.prev, z.next = 0, l.head
-	sh.nodes.at(l.head).prev = last
+	f.setPrev(0)
+	z.setNext(l.head)
+	sh.nodes.at(l.head).setPrev(last)
 	l.head = first
 }
 
 func (sh *shard) pushFront(l *lru, idx uint32) {
 	n := sh.nodes.at(idx)
-	n.prev, n.next = 0, l.head
+	n.setPrev(0)
+	n.setNext(l.head)
 	if l.head != 0 {
-		sh.nodes.at(l.head).prev = idx
+		sh.nodes.at(l.head).setPrev(idx)
 	} else {
 		l.tail = idx
 	}

@@ -95,13 +95,10 @@ var explanations = map[string]string{
 		"(`go test -tags vtprotobuf -run '^$' -bench 'Exchange/body=1KB/workers=8$' -benchtime 3000x -memprofile mem.out " +
 		"-memprofilerate 1 ./picker/extproc/`, then `go tool pprof -sample_index=alloc_objects -top`). Going much " +
 		"lower needs a transport that reuses per-stream state, which grpc-go does not offer.",
-	"prefix index ≤ 24 bytes": "a block costs a 24-byte node (hash, worker slot, recency links, next holder) and a " +
-		"4-byte table slot at a load of 0.375 to 0.75 (5.3 to 10.7 bytes), plus the per-shard slack. A chained table " +
-		"(one 4-byte bucket head per two to four nodes, the chain link taking the next-holder link's place) with " +
-		"20-byte packed nodes (a 56-bit hash, 24-bit links) would come to 21–22 bytes, but a lookup of a block not " +
-		"held then reads the two to four nodes of its chain where the open table reads one slot, and a 400 KB pick " +
-		"looks up about 800 such blocks and evicts as many: the memory target would be bought with the 400 KB " +
-		"pick's. Next: measure that trade on `BenchmarkInsertChurn` before choosing.",
+	"prefix index ≤ 24 bytes": "a block costs a 16-byte node (48 bits of its hash, the worker's slot, recency " +
+		"links, tick) and a 4-byte table slot at a load of 0.6 to 0.75 (5.3 to 6.7 bytes), 22–23 bytes in all " +
+		"(`picker/prefix/table.go`); more than that is slack in the node slabs or a table grown past its bound. " +
+		"Profile with `go test -run '^$' -bench IndexMemory -memprofile mem.out ./picker/prefix/`.",
 	"scraping 100 endpoints": "one ticker tells every worker's poller when a scrape is due, so the answers arrive " +
 		"in a burst the network poller collects in a few wake-ups; each poller writes its request once the poller waits " +
 		"for the answer and takes the answer in one read, on a keep-alive connection that also carries /v1/models. " +
