@@ -200,6 +200,10 @@ BENCH_FLAGS ?=
 bench: ## Run the hot-path, ext_proc load, scrape and routing benchmarks; write BENCHMARKS.md and docs/bench/*.png.
 	$(GO) run ./test/bench $(BENCH_FLAGS)
 
+.PHONY: bench-peers
+bench-peers: ## Build the upstream endpoint picker (hack/peers.sh, EPP_VERSION) and run the ext_proc load test through it and inferpick; write docs/bench/peers.md.
+	$(GO) run ./test/bench -only peers -out docs/bench/peers.md $(BENCH_FLAGS)
+
 ##@ Demo
 
 # The demo's own binary is bin/inferpick-demo; its kubeconfig and logs go

@@ -36,7 +36,7 @@ func execute() int {
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs")
 	flag.IntVar(&o.count, "count", 5, "go test -count for the micro-benchmarks")
 	flag.IntVar(&o.matrixRuns, "matrix-runs", 3, "runs of each policy in each matrix cell; the verdicts compare medians (-quick: 1)")
-	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,scaling,routing,replicas,flow,repro,matrix (default all)")
+	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,scaling,routing,replicas,flow,repro,matrix (default all), or peers (opt-in: the load test through the upstream endpoint picker)")
 	flag.StringVar(&o.policies, "policies", "", "comma-separated policy labels for the routing benchmark and the matrix (default all)")
 	flag.StringVar(&o.workloads, "workloads", "", "comma-separated workload name prefixes for the routing benchmark and the matrix, e.g. shared-prefix,multi-lora (default all)")
 	flag.StringVar(&o.cells, "cells", "", "comma-separated matrix cells as prefill-ms/cache-prompts/seqs, e.g. 1/4/2,2/1.5/64 (default all)")
@@ -81,11 +81,20 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	// peers runs only when named: it builds the upstream picker.
+	peers := o.only != "" && o.want("peers")
 	var page string
-	if o.want("load") || o.want("scrape") {
+	if o.want("load") || o.want("scrape") || peers {
 		if page, err = simMetricsPage(sim); err != nil {
 			return err
 		}
+	}
+	if peers {
+		log.Print("peers: the load test through the upstream endpoint picker")
+		if rep.peers, err = peersBench(ctx, picker, page, o.quick); err != nil {
+			return err
+		}
+		rep.peersOnly = o.only == "peers"
 	}
 	if o.want("go") {
 		log.Print("go micro-benchmarks")

@@ -20,6 +20,8 @@ type report struct {
 	command   string
 	gobench   []goBench
 	load      []loadResult
+	peers     []peerLoad
+	peersOnly bool // the report is of the peers benchmark alone
 	scrape    *scrapeResult
 	spec      routing.SimSpec
 	workloads []*routing.Workload
@@ -97,12 +99,20 @@ func (r *report) markdown(plotDir string) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("# inferpick benchmarks\n\n")
-	w("Written by `go run ./test/bench` (`make bench`); do not edit by hand.\n\n")
+	target := "make bench"
+	if r.peersOnly {
+		target = "make bench-peers"
+	}
+	w("Written by `go run ./test/bench` (`%s`); do not edit by hand.\n\n", target)
 	w("- Date: %s (took %v)\n", r.started.UTC().Format("2006-01-02 15:04 MST"), r.elapsed.Round(time.Second))
 	w("- Machine: %d CPUs (`nproc`), %s, Linux %s, %s\n", r.machine.CPUs, r.machine.Model, r.machine.Kernel, r.machine.Go)
 	w("- Load average when the report was written: %s. The machine is shared with other builds, so every\n", describeMachine().LoadAvg)
 	w("  number here was taken under load and is noisy; the micro-benchmarks are medians of `-count` runs.\n")
 	w("- Command: `%s`\n\n", r.command)
+	if r.peersOnly {
+		w("%s", peersMarkdown(r.peers))
+		return b.String()
+	}
 
 	w("## Targets\n\n| target | observed | verdict |\n|---|---|---|\n")
 	vs := r.verdicts()
@@ -175,8 +185,10 @@ func (r *report) markdown(plotDir string) string {
 			w("| %d KB | %d | %d | %.0f | %s | %.0f | %.1f s |\n", l.PromptBytes>>10, l.Streams, l.Requests, l.rps(),
 				human(l.cpuPerRequest()*1e9), 1/l.cpuPerRequest(), l.ClientCPU)
 		}
-		w("\n")
+		w("\n`make bench-peers` runs this load test through the upstream endpoint picker as well, both serving one\n")
+		w("InferencePool of a real API server, and writes [docs/bench/peers.md](docs/bench/peers.md).\n\n")
 	}
+	w("%s", peersMarkdown(r.peers))
 	if r.scrape != nil {
 		s := r.scrape
 		w("## Scrape cost\n\n")

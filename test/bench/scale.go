@@ -6,22 +6,8 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-
-	inferencev1 "github.com/inferpick/inferpick/api/v1"
-	"github.com/inferpick/inferpick/controllers"
 )
 
 // scalePhase is what the picker spent on one phase of pod changes.
@@ -60,57 +46,18 @@ const scaleChurnRate = 50
 // and churns it, measuring the picker's CPU per pod event, its memory per
 // pod and its pick latency.
 func scaleBench(ctx context.Context, pickerBin string, quick bool) ([]scaleResult, error) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		out, err := exec.CommandContext(ctx, "hack/controlplane.sh").Output()
-		if err != nil {
-			return nil, fmt.Errorf("hack/controlplane.sh: %w", err)
-		}
-		os.Setenv("KUBEBUILDER_ASSETS", strings.TrimSpace(string(out)))
-	}
-	ctrllog.SetLogger(logr.Discard())
-	scheme, err := controllers.NewScheme()
+	bc, err := startBenchCluster(ctx)
 	if err != nil {
 		return nil, err
 	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                scheme,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		return nil, fmt.Errorf("start control plane: %w", err)
-	}
-	defer func() { _ = env.Stop() }()
-	cfg.QPS, cfg.Burst = 5000, 10000
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, err
-	}
-	user, err := env.AddUser(envtest.User{Name: "inferpick", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return nil, err
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "inferpick-scale-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		return nil, err
-	}
+	defer bc.stop()
 	sizes := []int{1000, 5000}
 	if quick {
 		sizes = sizes[:1]
 	}
 	var out []scaleResult
 	for _, n := range sizes {
-		r, err := scaleOnce(ctx, c, pickerBin, kubeconfig, n, quick)
+		r, err := scaleOnce(ctx, bc, pickerBin, n, quick)
 		if err != nil {
 			return nil, fmt.Errorf("scale %d pods: %w", n, err)
 		}
@@ -119,31 +66,19 @@ func scaleBench(ctx context.Context, pickerBin string, quick bool) ([]scaleResul
 	return out, nil
 }
 
-func scaleOnce(ctx context.Context, c client.Client, pickerBin, kubeconfig string, n int, quick bool) (scaleResult, error) {
+func scaleOnce(ctx context.Context, bc *benchCluster, pickerBin string, n int, quick bool) (scaleResult, error) {
+	c := bc.c
 	res := scaleResult{Pods: n}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "scale-"}}
-	if err := c.Create(ctx, ns); err != nil {
+	ns, err := bc.pool(ctx, "scale", scalePort)
+	if err != nil {
 		return res, err
 	}
-	pool := &inferencev1.InferencePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "pool"},
-		Spec: inferencev1.InferencePoolSpec{
-			Selector:    inferencev1.LabelSelector{MatchLabels: map[inferencev1.LabelKey]inferencev1.LabelValue{"app": "vllm"}},
-			TargetPorts: []inferencev1.Port{{Number: scalePort}},
-			EndpointPickerRef: &inferencev1.EndpointPickerRef{
-				Name: "picker", Port: &inferencev1.Port{Number: 9002},
-			},
-		},
-	}
-	if err := c.Create(ctx, pool); err != nil {
-		return res, fmt.Errorf("create pool: %w", err)
-	}
-	pk, err := startClusterPicker(ctx, pickerBin, kubeconfig, ns.Name)
+	pk, err := startClusterPicker(ctx, pickerBin, bc.kubeconfig, ns)
 	if err != nil {
 		return res, err
 	}
 	defer pk.stop()
-	fleet := newPodFleet(c, ns.Name)
+	fleet := newPodFleet(c, ns)
 	heap0, rss0, err := pk.memory(ctx)
 	if err != nil {
 		return res, err

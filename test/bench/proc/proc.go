@@ -36,17 +36,7 @@ type Process struct {
 
 // Start runs bin with args, its output in a temporary log file.
 func Start(name, bin string, args ...string) (*Process, error) {
-	f, err := os.CreateTemp("", "inferpick-bench-*.log")
-	if err != nil {
-		return nil, fmt.Errorf("start %s: log: %w", name, err)
-	}
-	_ = f.Close()
-	p, err := framework.Start(framework.Cmd{Name: name, Path: bin, Args: args, Log: f.Name()})
-	if err != nil {
-		_ = os.Remove(f.Name())
-		return nil, err
-	}
-	return &Process{p}, nil
+	return StartEnv(name, bin, nil, args...)
 }
 
 // Stop sends SIGTERM, waits up to grace, then kills the process; it removes
@@ -123,4 +113,19 @@ func WaitHTTP(p *Process, url string, timeout time.Duration, ok func(*http.Respo
 		}
 		return fmt.Errorf("%s not serving %s: %w", p.Name(), url, err)
 	})
+}
+
+// StartEnv is Start with env added to the child's environment.
+func StartEnv(name, bin string, env []string, args ...string) (*Process, error) {
+	f, err := os.CreateTemp("", "inferpick-bench-*.log")
+	if err != nil {
+		return nil, fmt.Errorf("start %s: log: %w", name, err)
+	}
+	_ = f.Close()
+	p, err := framework.Start(framework.Cmd{Name: name, Path: bin, Args: args, Env: env, Log: f.Name()})
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return nil, err
+	}
+	return &Process{p}, nil
 }
