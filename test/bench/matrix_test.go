@@ -107,3 +107,21 @@ func TestCloseCallsRunEveryRound(t *testing.T) {
 		}
 	}
 }
+
+// A target over several benchmarks shows the highest of them, the one
+// that decides the verdict.
+func TestWorstReportsTheHighest(t *testing.T) {
+	r := &report{gobench: []goBench{
+		{Name: "BenchmarkIndexMemory/blocks=1048576", Median: map[string]float64{"B/block": 22.2}},
+		{Name: "BenchmarkIndexMemory/blocks=1215000", Median: map[string]float64{"B/block": 22.7}},
+		{Name: "BenchmarkIndexMemory/blocks=1310720", Median: map[string]float64{"B/block": 22.2}},
+	}}
+	v := r.worst("index", "BenchmarkIndexMemory", "B/block", 24, "%.1f B/block")
+	if want := "22.7 B/block (`BenchmarkIndexMemory/blocks=1215000`)"; !v.met || v.observed != want {
+		t.Errorf("verdict %+v, want met and %q", v, want)
+	}
+	r.gobench[1].Median["B/block"] = 25
+	if v := r.worst("index", "BenchmarkIndexMemory", "B/block", 24, "%.1f B/block"); v.met {
+		t.Errorf("verdict %+v, want missed", v)
+	}
+}

@@ -11,12 +11,11 @@ import (
 // prefix... against limit, reporting it with format and the benchmark's name.
 func (r *report) worst(target, prefix, unit string, limit float64, format string) verdict {
 	v := verdict{target: target}
+	highest := 0.0
 	for _, g := range r.gobench {
-		if x, ok := g.Median[unit]; ok && strings.HasPrefix(g.Name, prefix) {
-			if !v.known || v.met && x > limit {
-				v.known, v.met = true, x <= limit
-				v.observed = fmt.Sprintf(format+" (%#q)", x, g.Name)
-			}
+		if x, ok := g.Median[unit]; ok && strings.HasPrefix(g.Name, prefix) && (!v.known || x > highest) {
+			highest, v.known, v.met = x, true, x <= limit
+			v.observed = fmt.Sprintf(format+" (%#q)", x, g.Name)
 		}
 	}
 	return v
