@@ -91,7 +91,7 @@ func run(ctx context.Context, o options) error {
 	}
 	if peers {
 		log.Print("peers: the load test through the upstream endpoint picker")
-		if rep.peers, err = peersBench(ctx, picker, page, o.quick); err != nil {
+		if rep.peers, err = peersBench(ctx, routing.Binaries{Sim: sim, Picker: picker}, page, o.quick); err != nil {
 			return err
 		}
 		rep.peersOnly = o.only == "peers"

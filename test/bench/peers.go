@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"os/exec"
@@ -16,7 +17,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/test/bench/proc"
+	"github.com/inferpick/inferpick/test/bench/routing"
 	"github.com/inferpick/inferpick/test/framework"
 	"github.com/inferpick/inferpick/test/gateway"
 )
@@ -31,6 +34,26 @@ const (
 	peersPort = 8000
 )
 
+// peersResult is the peers benchmark: the load test of each picker, and
+// routing runs of inferpick's policies beside the upstream picker.
+type peersResult struct {
+	Load    []peerLoad
+	Routing []*routing.Result // routing benchmark workloads
+	Repro   []*routing.Result // the tight-cache workload
+}
+
+// peerPolicies are the routing runs of the peers benchmark: inferpick's
+// default policy, the in-tree weighted scorer, and the upstream picker.
+var peerPolicies = []routing.Policy{
+	{Label: "inferpick cache-aware", Config: policy.Config{Name: policy.CacheAware}},
+	{Label: "inferpick weighted-scorer", Config: policy.Config{Name: policy.WeightedScorer}},
+	{Label: "upstream EPP", Upstream: true},
+}
+
+// peerWorkloads are the routing benchmark's workloads the peers benchmark
+// runs.
+const peerWorkloads = "shared-prefix@18,multi-turn"
+
 // peerLoad is one picker's load test.
 type peerLoad struct {
 	Picker string
@@ -41,22 +64,40 @@ type peerLoad struct {
 	Rounds int
 }
 
-func peersBench(ctx context.Context, pickerBin, page string, quick bool) ([]peerLoad, error) {
+func peersBench(ctx context.Context, bins routing.Binaries, page string, quick bool) (*peersResult, error) {
 	out, err := exec.CommandContext(ctx, "hack/peers.sh").Output()
 	if err != nil {
 		return nil, fmt.Errorf("hack/peers.sh: %w", err)
 	}
-	epp := strings.TrimSpace(string(out))
-	bc, err := startBenchCluster(ctx)
+	bins.Upstream = strings.TrimSpace(string(out))
+	res := &peersResult{}
+	if res.Load, err = peersLoad(ctx, bins.Picker, bins.Upstream, page, quick); err != nil {
+		return nil, err
+	}
+	pols := slices.Clone(peerPolicies)
+	pols[2].Label += " " + eppVersion(bins.Upstream)
+	log.Print("peers: routing benchmark workloads")
+	if res.Routing, err = routing.Suite(ctx, bins, simSpec(), pols, keepWorkloads(workloads(quick), peerWorkloads), deadline); err != nil {
+		return nil, err
+	}
+	log.Print("peers: tight-cache workload")
+	if res.Repro, err = routing.Suite(ctx, bins, reproSpec(), pols, []*routing.Workload{reproWorkload()}, deadline); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// peersLoad runs the load test through inferpick and the upstream picker.
+func peersLoad(ctx context.Context, pickerBin, epp, page string, quick bool) ([]peerLoad, error) {
+	bc, err := routing.StartAPIServer(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer bc.stop()
-	ns, err := bc.pool(ctx, "peers", peersPort)
+	defer bc.Stop()
+	ns, err := bc.Pool(ctx, "peers", peersPort)
 	if err != nil {
 		return nil, err
 	}
-	fleet := newPodFleet(bc.c, ns)
 	var pages []*http.Server
 	defer func() {
 		for _, srv := range pages {
@@ -72,17 +113,17 @@ func peersBench(ctx context.Context, pickerBin, page string, quick bool) ([]peer
 		srv := &http.Server{Handler: metricsPage(page), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(lis) }()
 		pages = append(pages, srv)
-		if err := fleet.start(ctx, podName(1, i+1), ip); err != nil {
+		if err := bc.ReadyPod(ctx, ns, podName(1, i+1), ip); err != nil {
 			return nil, err
 		}
 	}
-	kube := []string{"KUBECONFIG=" + bc.kubeconfig}
+	kube := []string{"KUBECONFIG=" + bc.Kubeconfig}
 	pool := []string{"--pool-name", "pool", "--pool-namespace", ns, "--secure-serving=false", "--metrics-endpoint-auth=false"}
 	specs := []struct {
 		name, bin string
 		args      []string
 	}{
-		{"inferpick", pickerBin, append([]string{"--kubeconfig", bc.kubeconfig, "--policy", "cache-aware", "--bind-address", "127.0.0.1"}, pool...)},
+		{"inferpick", pickerBin, append([]string{"--kubeconfig", bc.Kubeconfig, "--policy", "cache-aware", "--bind-address", "127.0.0.1"}, pool...)},
 		{"upstream EPP " + eppVersion(epp), epp, pool},
 	}
 	// Both run at once, each scraping the pods, and take the load in turn,
@@ -101,22 +142,30 @@ func peersBench(ctx context.Context, pickerBin, page string, quick bool) ([]peer
 		}
 		running = append(running, pk)
 		args := strings.Join(sp.args, " ")
-		args = strings.ReplaceAll(strings.ReplaceAll(args, bc.kubeconfig, "$KUBECONFIG"), ns, "$NAMESPACE")
+		args = strings.ReplaceAll(strings.ReplaceAll(args, bc.Kubeconfig, "$KUBECONFIG"), ns, "$NAMESPACE")
 		res[i] = peerLoad{Picker: sp.name, Args: args}
 	}
 	dur, rounds := 8*time.Second, 3
 	if quick {
 		dur, rounds = 2*time.Second, 1
 	}
-	sizes := []int{1 << 10, 32 << 10, 400 << 10}
-	runs := make([][][]loadResult, len(specs)) // picker, size, round
+	// 8 streams is the setting the upstream picker was first compared in;
+	// 32 is the load test's above.
+	type shape struct{ streams, size int }
+	var shapes []shape
+	for _, streams := range []int{8, 32} {
+		for _, size := range []int{1 << 10, 32 << 10, 400 << 10} {
+			shapes = append(shapes, shape{streams, size})
+		}
+	}
+	runs := make([][][]loadResult, len(specs)) // picker, shape, round
 	for i := range runs {
-		runs[i] = make([][]loadResult, len(sizes))
+		runs[i] = make([][]loadResult, len(shapes))
 	}
 	for range rounds {
-		for s, size := range sizes {
+		for s, sh := range shapes {
 			for i, pk := range running {
-				r, err := loadOnce(ctx, pk.client, pk.p, size, 32, dur, pk.idle)
+				r, err := loadOnce(ctx, pk.client, pk.p, sh.size, sh.streams, dur, pk.idle)
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", pk.name, err)
 				}
@@ -125,7 +174,7 @@ func peersBench(ctx context.Context, pickerBin, page string, quick bool) ([]peer
 		}
 	}
 	for i := range res {
-		for s := range sizes {
+		for s := range shapes {
 			rs := runs[i][s]
 			slices.SortFunc(rs, func(a, b loadResult) int { return cmp.Compare(a.cpuPerRequest(), b.cpuPerRequest()) })
 			res[i].Load = append(res[i].Load, rs[len(rs)/2])
@@ -221,30 +270,31 @@ func metricsPage(page string) http.Handler {
 }
 
 // peersMarkdown reports the peers benchmark.
-func peersMarkdown(rs []peerLoad) string {
-	if len(rs) == 0 {
+func peersMarkdown(pr *peersResult) string {
+	if pr == nil || len(pr.Load) == 0 {
 		return ""
 	}
+	rs := pr.Load
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("## Peers: the same ext_proc load test through the upstream endpoint picker\n\n")
 	w("Each picker serves InferencePool `pool` of a real API server (envtest) over %d Ready pods whose port %d serves\n", peersPods, peersPort)
 	w("a simulator's /metrics page, with its default configuration and scrape interval. Both run at once and take\n")
-	w("the ext_proc load test in turn (32 streams, each exchange: request headers, the body in 16 KB chunks, the\n")
-	w("routing reply and the body, response headers, three SSE chunks), %s of each body size; the table\n", plural(rs[0].Rounds, "round"))
-	w("shows each picker's median round. Picker CPU per request is its `/proc/<pid>/stat` time less its idle\n")
+	w("the ext_proc load test in turn (8 and 32 concurrent streams; each exchange: request headers, the body in\n")
+	w("16 KB chunks, the routing reply and the body, response headers, three SSE chunks), %s of each\n", plural(rs[0].Rounds, "round"))
+	w("shape; the table shows each picker's median round. Picker CPU per request is its `/proc/<pid>/stat` time less its idle\n")
 	w("(scraping) rate measured before.\n\n")
-	w("| prompt |")
+	w("| prompt | streams |")
 	for _, r := range rs {
 		w(" %s CPU per request | req/s (wall) |", r.Picker)
 	}
-	w(" %s's lead |\n|---|", rs[0].Picker)
+	w(" %s's lead |\n|---|---:|", rs[0].Picker)
 	for range rs {
 		w("---:|---:|")
 	}
 	w("---:|\n")
 	for i, l := range rs[0].Load {
-		w("| %d KB |", l.PromptBytes>>10)
+		w("| %d KB | %d |", l.PromptBytes>>10, l.Streams)
 		for _, r := range rs {
 			w(" %s | %.0f |", human(r.Load[i].cpuPerRequest()*1e9), r.Load[i].rps())
 		}
@@ -259,7 +309,31 @@ func peersMarkdown(rs []peerLoad) string {
 		w("- %s: `%s`\n", r.Picker, r.Args)
 	}
 	w("\n")
+	if len(pr.Routing) > 0 {
+		w("### Routing\n\n")
+		w("The routing benchmark's cluster (BENCHMARKS.md: %d `vllm-sim` pods behind the gateway stand-in, cold\n", simSpec().Pods)
+		w("caches for every run), with the upstream picker in inferpick's place: it reads the pods from an API server,\n")
+		w("scrapes them as often as inferpick does there, and runs its default configuration. **hit** is the servers'\n")
+		w("own cached / prompt tokens; TTFT in simulated seconds, as measured by the client.\n\n")
+		peersRoutingTable(w, pr.Routing)
+	}
+	if len(pr.Repro) > 0 {
+		s := reproSpec()
+		w("### Tight cache, slow prefill\n\n")
+		w("The tight-cache setting (%d KV blocks × %d tokens per pod, prefill %g ms a token, %d sequences; see BENCHMARKS.md).\n\n",
+			s.NumGPUBlocks, s.BlockSize, s.PrefillUsTok/1000, s.MaxNumSeqs)
+		peersRoutingTable(w, pr.Repro)
+	}
 	return b.String()
+}
+
+func peersRoutingTable(w func(string, ...any), rs []*routing.Result) {
+	w("| workload | picker | ok | hit | oracle | TTFT p50 | p90 | p99 |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rs {
+		w("| %s | %s | %d/%d | %.3f | %.3f | %.3f | %.3f | %.3f |\n", r.Workload, r.Policy, r.OK, r.Sent, r.HitRate, r.Oracle,
+			r.Quantile(0.5), r.Quantile(0.9), r.Quantile(0.99))
+	}
+	w("\n")
 }
 
 // plural is n and noun, with an s unless n is 1.

@@ -20,7 +20,7 @@ type report struct {
 	command   string
 	gobench   []goBench
 	load      []loadResult
-	peers     []peerLoad
+	peers     *peersResult
 	peersOnly bool // the report is of the peers benchmark alone
 	scrape    *scrapeResult
 	spec      routing.SimSpec

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/inferpick/inferpick/test/bench/routing"
 )
 
 // scalePhase is what the picker spent on one phase of pod changes.
@@ -46,11 +48,11 @@ const scaleChurnRate = 50
 // and churns it, measuring the picker's CPU per pod event, its memory per
 // pod and its pick latency.
 func scaleBench(ctx context.Context, pickerBin string, quick bool) ([]scaleResult, error) {
-	bc, err := startBenchCluster(ctx)
+	bc, err := routing.StartAPIServer(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer bc.stop()
+	defer bc.Stop()
 	sizes := []int{1000, 5000}
 	if quick {
 		sizes = sizes[:1]
@@ -66,14 +68,14 @@ func scaleBench(ctx context.Context, pickerBin string, quick bool) ([]scaleResul
 	return out, nil
 }
 
-func scaleOnce(ctx context.Context, bc *benchCluster, pickerBin string, n int, quick bool) (scaleResult, error) {
-	c := bc.c
+func scaleOnce(ctx context.Context, bc *routing.APIServer, pickerBin string, n int, quick bool) (scaleResult, error) {
+	c := bc.C
 	res := scaleResult{Pods: n}
-	ns, err := bc.pool(ctx, "scale", scalePort)
+	ns, err := bc.Pool(ctx, "scale", scalePort)
 	if err != nil {
 		return res, err
 	}
-	pk, err := startClusterPicker(ctx, pickerBin, bc.kubeconfig, ns)
+	pk, err := startClusterPicker(ctx, pickerBin, bc.Kubeconfig, ns)
 	if err != nil {
 		return res, err
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -77,9 +78,10 @@ func (s SimSpec) host(i int) string { return "127.0.0." + strconv.Itoa(s.FirstIP
 // Addr returns pod i's ip:port.
 func (s SimSpec) Addr(i int) string { return net.JoinHostPort(s.host(i), strconv.Itoa(s.Port)) }
 
-// Binaries are the programs a cluster runs.
+// Binaries are the programs a cluster runs: Upstream is the upstream
+// endpoint picker (hack/peers.sh), for policies marked Upstream.
 type Binaries struct {
-	Sim, Picker string
+	Sim, Picker, Upstream string
 }
 
 // Cluster is one cold cluster: simulators, the pickers and the gateway.
@@ -94,6 +96,7 @@ type Cluster struct {
 	gwDone  chan struct{}
 	workdir string
 	log     recordLog
+	api     *APIServer // for the upstream picker (StartUpstream)
 }
 
 // pickerProc is one picker replica.
@@ -114,19 +117,9 @@ func Start(ctx context.Context, bins Binaries, spec SimSpec, cfg policy.Config, 
 			started.Stop()
 		}
 	}()
-	addrs := make([]string, spec.Pods)
-	for i := range spec.Pods {
-		p, err := proc.Start("vllm-sim "+spec.Addr(i), bins.Sim, spec.Args(i)...)
-		if err != nil {
-			return nil, err
-		}
-		c.sims = append(c.sims, p)
-		addrs[i] = spec.Addr(i)
-	}
-	for i, p := range c.sims {
-		if err := proc.WaitHTTP(p, "http://"+addrs[i]+"/sim/stats", spec.StartupWindow, nil); err != nil {
-			return nil, err
-		}
+	addrs, err := c.startSims(bins.Sim)
+	if err != nil {
+		return nil, err
 	}
 	var grpcAddrs []string
 	if cfg.CacheAware.Replicas == 0 {
@@ -141,13 +134,80 @@ func Start(ctx context.Context, bins Binaries, spec SimSpec, cfg policy.Config, 
 		grpcAddrs = append(grpcAddrs, p.grpcAddr)
 	}
 	c.debug = c.pickers[0].debug
+	if err := c.startGateway(ctx, grpcAddrs); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// StartUpstream is Start with the upstream endpoint picker (bins.Upstream,
+// its default configuration) in place of inferpick. That picker reads its
+// pods from an API server, so the cluster runs one, with InferencePool
+// "pool" over a Ready pod for each simulator. It has no /debug/workers:
+// the results have no load samples.
+func StartUpstream(ctx context.Context, bins Binaries, spec SimSpec, workdir string) (c *Cluster, err error) {
+	c = &Cluster{spec: spec, workdir: workdir}
+	started := c
+	defer func() {
+		if err != nil {
+			started.Stop()
+		}
+	}()
+	if _, err := c.startSims(bins.Sim); err != nil {
+		return nil, err
+	}
+	if c.api, err = StartAPIServer(ctx); err != nil {
+		return nil, err
+	}
+	ns, err := c.api.Pool(ctx, "routing", int32(spec.Port))
+	if err != nil {
+		return nil, err
+	}
+	for i := range spec.Pods {
+		if err := c.api.ReadyPod(ctx, ns, "vllm-"+strconv.Itoa(i), spec.host(i)); err != nil {
+			return nil, err
+		}
+	}
+	p, err := c.startUpstream(bins.Upstream, ns)
+	c.pickers = append(c.pickers, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.startGateway(ctx, []string{p.grpcAddr}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// startSims starts a simulator per pod and waits until each answers.
+func (c *Cluster) startSims(bin string) ([]string, error) {
+	addrs := make([]string, c.spec.Pods)
+	for i := range c.spec.Pods {
+		p, err := proc.Start("vllm-sim "+c.spec.Addr(i), bin, c.spec.Args(i)...)
+		if err != nil {
+			return nil, err
+		}
+		c.sims = append(c.sims, p)
+		addrs[i] = c.spec.Addr(i)
+	}
+	for i, p := range c.sims {
+		if err := proc.WaitHTTP(p, "http://"+addrs[i]+"/sim/stats", c.spec.StartupWindow, nil); err != nil {
+			return nil, err
+		}
+	}
+	return addrs, nil
+}
+
+// startGateway serves the gateway stand-in in front of the pickers.
+func (c *Cluster) startGateway(ctx context.Context, grpcAddrs []string) error {
+	var err error
 	c.gw, err = gateway.NewCluster(grpcAddrs, gateway.WithMessageTimeout(0), gateway.WithRecorder(c.record))
 	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway: %w", err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("gateway listener: %w", err)
+		return fmt.Errorf("gateway listener: %w", err)
 	}
 	c.gwAddr = lis.Addr().String()
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -156,7 +216,34 @@ func Start(ctx context.Context, bins Binaries, spec SimSpec, cfg policy.Config, 
 		defer close(c.gwDone)
 		_ = c.gw.Serve(serveCtx, lis)
 	}()
-	return c, nil
+	return nil
+}
+
+// startUpstream runs the upstream endpoint picker for InferencePool "pool"
+// of ns, scraping as often as inferpick does here, and waits until it
+// reports every pod of the pool ready.
+func (c *Cluster) startUpstream(bin, ns string) (*pickerProc, error) {
+	ports, err := framework.FreePorts("127.0.0.1", 3)
+	if err != nil {
+		return nil, err
+	}
+	pp := &pickerProc{grpcAddr: "127.0.0.1:" + strconv.Itoa(ports[0])}
+	metrics := "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/metrics"
+	pp.p, err = proc.StartEnv("upstream picker", bin, []string{"KUBECONFIG=" + c.api.Kubeconfig},
+		"--pool-name", "pool", "--pool-namespace", ns,
+		"--secure-serving=false", "--metrics-endpoint-auth=false",
+		"--grpc-port", strconv.Itoa(ports[0]), "--grpc-health-port", strconv.Itoa(ports[1]),
+		"--metrics-port", strconv.Itoa(ports[2]),
+		"--refresh-metrics-interval", c.spec.ScrapeEvery.String(),
+		"--refresh-prometheus-metrics-interval", "200ms")
+	if err != nil {
+		return nil, err
+	}
+	want := fmt.Sprintf("inference_pool_ready_pods{name=%q} %d", "pool", c.spec.Pods)
+	return pp, proc.WaitHTTP(pp.p, metrics, 2*time.Minute, func(r *http.Response) bool {
+		b, err := io.ReadAll(r.Body)
+		return err == nil && r.StatusCode == http.StatusOK && strings.Contains(string(b), want)
+	})
 }
 
 func (c *Cluster) startPicker(bin string, addrs []string, cfg policy.Config, replica int) (*pickerProc, error) {
@@ -223,6 +310,9 @@ func (c *Cluster) Stop() {
 	}
 	for _, s := range c.sims {
 		s.Stop(5 * time.Second)
+	}
+	if c.api != nil {
+		c.api.Stop()
 	}
 }
 

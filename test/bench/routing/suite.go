@@ -10,22 +10,24 @@ import (
 	"github.com/inferpick/inferpick/picker/policy"
 )
 
-// Policy is a named policy configuration under test.
+// Policy is a named policy configuration under test, or with Upstream the
+// upstream endpoint picker in its default configuration.
 type Policy struct {
-	Label  string
-	Config policy.Config
+	Label    string
+	Config   policy.Config
+	Upstream bool
 }
 
 // Policies are the policies compared, anchors first.
 func Policies() []Policy {
 	return []Policy{
-		{"round-robin", policy.Config{Name: policy.RoundRobin}},
-		{"random", policy.Config{Name: policy.Random}},
-		{"least-load", policy.Config{Name: policy.LeastLoad}},
-		{"power-of-two", policy.Config{Name: policy.PowerOfTwo}},
-		{"weighted-scorer", policy.Config{Name: policy.WeightedScorer}},
-		{"cache-aware", policy.Config{Name: policy.CacheAware}},
-		{"cache-aware/threshold", policy.Config{Name: policy.CacheAware, CacheAware: policy.CacheAwareConfig{Mode: policy.ModeThreshold}}},
+		{Label: "round-robin", Config: policy.Config{Name: policy.RoundRobin}},
+		{Label: "random", Config: policy.Config{Name: policy.Random}},
+		{Label: "least-load", Config: policy.Config{Name: policy.LeastLoad}},
+		{Label: "power-of-two", Config: policy.Config{Name: policy.PowerOfTwo}},
+		{Label: "weighted-scorer", Config: policy.Config{Name: policy.WeightedScorer}},
+		{Label: "cache-aware", Config: policy.Config{Name: policy.CacheAware}},
+		{Label: "cache-aware/threshold", Config: policy.Config{Name: policy.CacheAware, CacheAware: policy.CacheAwareConfig{Mode: policy.ModeThreshold}}},
 	}
 }
 
@@ -42,7 +44,12 @@ func Suite(ctx context.Context, bins Binaries, spec SimSpec, policies []Policy, 
 		p := &policies[i]
 		for _, w := range workloads {
 			start := time.Now()
-			c, err := Start(ctx, bins, spec, p.Config, workdir)
+			var c *Cluster
+			if p.Upstream {
+				c, err = StartUpstream(ctx, bins, spec, workdir)
+			} else {
+				c, err = Start(ctx, bins, spec, p.Config, workdir)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%s / %s: %w", p.Label, w.Name, err)
 			}
