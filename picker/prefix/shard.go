@@ -40,11 +40,10 @@ func (sh *shard) insertGroup(slot uint32, hs []uint64, tick, since uint16, limit
 	var first, last uint32 // the run found through the list, first at its head
 	hint := uint32(0)      // the node before the last one touched
 	gained := int64(0)     // nodes added and not counted yet (see touch)
-	key := keyOf(0, slot)
 	for i := len(hs) - 1; i >= 0; i-- {
 		h := hs[i]
 		if hint != 0 {
-			if n := sh.nodes.at(hint); n.key == h&^keySlotMask|key {
+			if n := sh.nodes.at(hint); n.key == keyOf(h, slot) {
 				n.setTick(tick)
 				if last == 0 {
 					last = hint
@@ -95,7 +94,7 @@ func (sh *shard) touch(slot uint32, h uint64, tick, since uint16, limit, maxHold
 		holders++
 	}
 	if holders >= maxHolders {
-		sh.dropAt(&sh.lrus[sh.nodes.at(first).slot()], first, -1, holders > 1)
+		sh.drop(&sh.lrus[sh.nodes.at(first).slot()], first, holders > 1)
 		holders--
 	}
 	if sh.nodes.live >= shardCap {
@@ -144,7 +143,7 @@ func (sh *shard) count(slot uint32, gained *int64) {
 func (sh *shard) evict(slot uint32, since uint16, limit int) {
 	if l := sh.list(slot); l.tail != 0 && sh.held.heldBy(slot).Load() >= int64(limit) &&
 		int16(since-sh.nodes.at(l.tail).tick()) > 0 {
-		sh.drop(l, l.tail)
+		sh.drop(l, l.tail, false)
 		return
 	}
 	victim, most := -1, int64(0)
@@ -158,7 +157,7 @@ func (sh *shard) evict(slot uint32, since uint16, limit int) {
 	}
 	if victim >= 0 {
 		l := &sh.lrus[victim]
-		sh.drop(l, l.tail)
+		sh.drop(l, l.tail, false)
 	}
 }
 
@@ -169,7 +168,7 @@ func (sh *shard) purge(slot uint32) {
 	}
 	l := &sh.lrus[slot]
 	for l.head != 0 {
-		sh.drop(l, l.head)
+		sh.drop(l, l.head, false)
 	}
 }
 
@@ -210,19 +209,17 @@ func (sh *shard) dropOld(l *lru, count int, now uint16, minAge int) {
 	}
 }
 
-// drop removes node idx from its worker's list and from its block.
-func (sh *shard) drop(l *lru, idx uint32) {
-	sh.dropAt(l, idx, -1, false)
+// drop removes node idx from its worker's list and from its block; shared
+// tells that the block is known to keep another holder.
+func (sh *shard) drop(l *lru, idx uint32, shared bool) {
+	sh.held.addHeld(sh.nodes.at(idx).slot(), -1)
+	sh.dropAt(l, idx, -1, shared)
 }
 
-// dropAt is drop given where the table held idx when looked up before (-1:
-// not looked up; a removal since may have moved the entry), and whether
-// the block is known to keep another holder. The count of the worker's
-// blocks is left to the caller when pos ≥ 0.
+// dropAt is drop but for the count of the worker's blocks, left to the
+// caller, given where the table held idx when looked up before (-1: not
+// looked up; a removal since may have moved the entry).
 func (sh *shard) dropAt(l *lru, idx uint32, pos int, shared bool) {
-	if pos < 0 {
-		sh.held.addHeld(sh.nodes.at(idx).slot(), -1)
-	}
 	sh.unlink(l, idx)
 	h := sh.nodes.at(idx).key
 	if pos < 0 || sh.tab.slots[pos]&idxMask != idx {

@@ -210,13 +210,19 @@ func (t *table) reserve(s *slab) {
 // add stores node idx, which holds h, after h's other holders. reserve
 // made room for it.
 func (t *table) add(h uint64, idx uint32) {
+	t.put(h, idx)
+	t.count++
+}
+
+// put stores node idx, which holds h, in the first empty slot from h's
+// home, leaving the count to the caller.
+func (t *table) put(h uint64, idx uint32) {
 	i, d := t.home(h), 0
 	for t.slots[i] != 0 {
 		i = t.step(i)
 		d++
 	}
 	t.slots[i] = entry(idx, h, d)
-	t.count++
 }
 
 // held reports whether some node holds h.
@@ -234,15 +240,9 @@ func (t *table) grow(s *slab) {
 	for c, chunk := range s.chunks {
 		for k := range chunk {
 			n := &chunk[k]
-			if n.key == 0 {
-				continue
+			if n.key != 0 {
+				t.put(n.key, uint32(c<<chunkBits|k))
 			}
-			i, d := t.home(n.key), 0
-			for t.slots[i] != 0 {
-				i = t.step(i)
-				d++
-			}
-			t.slots[i] = entry(uint32(c<<chunkBits|k), n.key, d)
 		}
 	}
 }
