@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,10 +65,10 @@ func loadTest(ctx context.Context, pickerBin, page string, quick bool) ([]loadRe
 	if quick {
 		idle, dur = time.Second, 2*time.Second
 	}
-	c0, _ := pk.p.CPUSeconds()
-	time.Sleep(idle)
-	c1, _ := pk.p.CPUSeconds()
-	idleRate := (c1 - c0) / idle.Seconds()
+	idleRate, err := pk.p.IdleRate(ctx, idle)
+	if err != nil {
+		return nil, err
+	}
 
 	var out []loadResult
 	for _, size := range []int{1 << 10, 32 << 10, 400 << 10} {
@@ -287,7 +288,7 @@ type metricsFarm struct {
 // startOverFarm runs n metrics endpoints serving page and a picker with
 // policyName over them; stop ends both.
 func startOverFarm(pickerBin, page string, n int, policyName string) (pk *picker, stop func(), err error) {
-	farm, err := newMetricsFarm(n, page)
+	farm, err := newMetricsFarm(slices.Repeat([]string{"127.0.0.1:0"}, n), page)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -299,14 +300,15 @@ func startOverFarm(pickerBin, page string, n int, policyName string) (pk *picker
 	return pk, func() { pk.stop(); farm.close() }, nil
 }
 
-func newMetricsFarm(n int, page string) (*metricsFarm, error) {
+// newMetricsFarm serves page at each of addrs (a port 0 picks a free one).
+func newMetricsFarm(addrs []string, page string) (*metricsFarm, error) {
 	f := &metricsFarm{}
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		_, _ = io.WriteString(w, page)
 	})
-	for range n {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
+	for _, addr := range addrs {
+		lis, err := net.Listen("tcp", addr)
 		if err != nil {
 			f.close()
 			return nil, fmt.Errorf("metrics farm: %w", err)

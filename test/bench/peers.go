@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"net/http"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -75,7 +74,11 @@ func peersBench(ctx context.Context, bins routing.Binaries, page string, quick b
 		return nil, err
 	}
 	pols := slices.Clone(peerPolicies)
-	pols[2].Label += " " + eppVersion(bins.Upstream)
+	for i := range pols {
+		if pols[i].Upstream {
+			pols[i].Label += " " + eppVersion(bins.Upstream)
+		}
+	}
 	log.Print("peers: routing benchmark workloads")
 	if res.Routing, err = routing.Suite(ctx, bins, simSpec(), pols, keepWorkloads(workloads(quick), peerWorkloads), deadline); err != nil {
 		return nil, err
@@ -98,22 +101,17 @@ func peersLoad(ctx context.Context, pickerBin, epp, page string, quick bool) ([]
 	if err != nil {
 		return nil, err
 	}
-	var pages []*http.Server
-	defer func() {
-		for _, srv := range pages {
-			_ = srv.Close()
-		}
-	}()
+	addrs := make([]string, peersPods)
+	for i := range addrs {
+		addrs[i] = net.JoinHostPort(podIP(1, i+1), strconv.Itoa(peersPort))
+	}
+	farm, err := newMetricsFarm(addrs, page)
+	if err != nil {
+		return nil, err
+	}
+	defer farm.close()
 	for i := range peersPods {
-		ip := podIP(1, i+1)
-		lis, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(peersPort)))
-		if err != nil {
-			return nil, fmt.Errorf("metrics page at %s: %w", ip, err)
-		}
-		srv := &http.Server{Handler: metricsPage(page), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(lis) }()
-		pages = append(pages, srv)
-		if err := bc.ReadyPod(ctx, ns, podName(1, i+1), ip); err != nil {
+		if err := bc.ReadyPod(ctx, ns, podName(1, i+1), podIP(1, i+1)); err != nil {
 			return nil, err
 		}
 	}
@@ -125,6 +123,10 @@ func peersLoad(ctx context.Context, pickerBin, epp, page string, quick bool) ([]
 	}{
 		{"inferpick", pickerBin, append([]string{"--kubeconfig", bc.Kubeconfig, "--policy", "cache-aware", "--bind-address", "127.0.0.1"}, pool...)},
 		{"upstream EPP " + eppVersion(epp), epp, pool},
+	}
+	dur, rounds := 8*time.Second, 3
+	if quick {
+		dur, rounds = 2*time.Second, 1
 	}
 	// Both run at once, each scraping the pods, and take the load in turn,
 	// round by round, so that the machine's drift falls on both alike.
@@ -143,11 +145,7 @@ func peersLoad(ctx context.Context, pickerBin, epp, page string, quick bool) ([]
 		running = append(running, pk)
 		args := strings.Join(sp.args, " ")
 		args = strings.ReplaceAll(strings.ReplaceAll(args, bc.Kubeconfig, "$KUBECONFIG"), ns, "$NAMESPACE")
-		res[i] = peerLoad{Picker: sp.name, Args: args}
-	}
-	dur, rounds := 8*time.Second, 3
-	if quick {
-		dur, rounds = 2*time.Second, 1
+		res[i] = peerLoad{Picker: sp.name, Args: args, Rounds: rounds}
 	}
 	// 8 streams is the setting the upstream picker was first compared in;
 	// 32 is the load test's above.
@@ -178,7 +176,6 @@ func peersLoad(ctx context.Context, pickerBin, epp, page string, quick bool) ([]
 			rs := runs[i][s]
 			slices.SortFunc(rs, func(a, b loadResult) int { return cmp.Compare(a.cpuPerRequest(), b.cpuPerRequest()) })
 			res[i].Load = append(res[i].Load, rs[len(rs)/2])
-			res[i].Rounds = len(rs)
 		}
 	}
 	return res, nil
@@ -248,10 +245,9 @@ func startPeer(ctx context.Context, name, bin string, env, args []string, quick 
 	if quick {
 		idle = time.Second
 	}
-	c0, _ := p.CPUSeconds()
-	time.Sleep(idle)
-	c1, _ := p.CPUSeconds()
-	pk.idle = (c1 - c0) / idle.Seconds()
+	if pk.idle, err = p.IdleRate(ctx, idle); err != nil {
+		return nil, err
+	}
 	ok = true
 	return pk, nil
 }
@@ -260,13 +256,6 @@ func startPeer(ctx context.Context, name, bin string, env, args []string, quick 
 func eppVersion(path string) string {
 	_, v, _ := strings.Cut(path[strings.LastIndex(path, "/")+1:], "epp-")
 	return v
-}
-
-func metricsPage(page string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		_, _ = w.Write([]byte(page))
-	})
 }
 
 // peersMarkdown reports the peers benchmark.

@@ -87,7 +87,7 @@ func scaleOnce(ctx context.Context, bc *routing.APIServer, pickerBin string, n i
 	}
 	// The picker's own rate with nothing changing (health checks, timers,
 	// the runtime), taken off every phase.
-	idle, err := pk.idleRate(ctx, 2*time.Second)
+	idle, err := pk.p.IdleRate(ctx, 2*time.Second)
 	if err != nil {
 		return res, err
 	}

@@ -158,21 +158,6 @@ func (pk *clusterPicker) settle(ctx context.Context) float64 {
 	return last
 }
 
-// idleRate is the picker's CPU seconds per second over d with no change.
-func (pk *clusterPicker) idleRate(ctx context.Context, d time.Duration) (float64, error) {
-	c0, err := pk.p.CPUSeconds()
-	if err != nil {
-		return 0, err
-	}
-	select {
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-time.After(d):
-	}
-	c1, err := pk.p.CPUSeconds()
-	return (c1 - c0) / d.Seconds(), err
-}
-
 // memory returns the picker's live heap right after a collection and its
 // resident set, in bytes.
 func (pk *clusterPicker) memory(ctx context.Context) (heap, rss int64, err error) {

@@ -55,6 +55,23 @@ func (p *Process) CPUSeconds() (float64, error) {
 	return CPUSecondsOf(p.Pid())
 }
 
+// IdleRate is the process's CPU seconds per second over d, taken when
+// nothing is asked of it: its own background work (scraping, timers), which
+// a measurement under load takes off.
+func (p *Process) IdleRate(ctx context.Context, d time.Duration) (float64, error) {
+	c0, err := p.CPUSeconds()
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(d):
+	}
+	c1, err := p.CPUSeconds()
+	return (c1 - c0) / d.Seconds(), err
+}
+
 // CPUSecondsOf reads utime and stime of pid from /proc/<pid>/stat.
 func CPUSecondsOf(pid int) (float64, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
