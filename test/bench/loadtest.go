@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,6 +38,8 @@ type loadResult struct {
 	// ClientCPU is this process's CPU over the run (the load generator and
 	// the fake model servers' metrics pages).
 	ClientCPU float64
+	// Rounds is how many rounds this one is the median of.
+	Rounds int
 }
 
 func (r loadResult) rps() float64 { return float64(r.Requests) / r.Seconds }
@@ -61,26 +64,62 @@ func loadTest(ctx context.Context, pickerBin, page string, quick bool) ([]loadRe
 	client := extprocv3.NewExternalProcessorClient(conn)
 
 	idle := 2 * time.Second
-	dur := 8 * time.Second
+	dur, rounds := 8*time.Second, 3
 	if quick {
-		idle, dur = time.Second, 2*time.Second
+		idle, dur, rounds = time.Second, 2*time.Second, 1
 	}
 	idleRate, err := pk.p.IdleRate(ctx, idle)
 	if err != nil {
 		return nil, err
 	}
+	shapes := loadShapes()
+	return medianRounds(rounds, len(shapes), func(i int) (loadResult, error) {
+		return loadOnce(ctx, client, pk.p, shapes[i].size, shapes[i].streams, dur, idleRate)
+	})
+}
 
-	var out []loadResult
-	for _, size := range []int{1 << 10, 32 << 10, 400 << 10} {
-		r, err := loadOnce(ctx, client, pk.p, size, 32, dur, idleRate)
-		if err != nil {
-			return nil, err
+// loadShape is one setting of the load test: concurrent streams and body
+// bytes.
+type loadShape struct{ streams, size int }
+
+// loadShapes are the load test's settings: 8 concurrent streams, the setting
+// the upstream picker was first compared in, and 32, each at 1, 32 and
+// 400 KB.
+func loadShapes() []loadShape {
+	var out []loadShape
+	for _, streams := range []int{8, 32} {
+		for _, size := range []int{1 << 10, 32 << 10, 400 << 10} {
+			out = append(out, loadShape{streams, size})
 		}
-		out = append(out, r)
+	}
+	return out
+}
+
+// medianRounds runs run(0) … run(n-1) in turn, rounds times over, so that the
+// machine's drift falls on every setting alike, and returns each setting's
+// median round by CPU per request.
+func medianRounds(rounds, n int, run func(i int) (loadResult, error)) ([]loadResult, error) {
+	runs := make([][]loadResult, n)
+	for range rounds {
+		for i := range n {
+			r, err := run(i)
+			if err != nil {
+				return nil, err
+			}
+			runs[i] = append(runs[i], r)
+		}
+	}
+	out := make([]loadResult, n)
+	for i, rs := range runs {
+		slices.SortFunc(rs, func(a, b loadResult) int { return cmp.Compare(a.cpuPerRequest(), b.cpuPerRequest()) })
+		out[i] = rs[len(rs)/2]
+		out[i].Rounds = len(rs)
 	}
 	return out, nil
 }
 
+// loadOnce is one round of the load test: streams concurrent streams of
+// size-byte bodies for dur.
 func loadOnce(ctx context.Context, client extprocv3.ExternalProcessorClient, p *proc.Process, size, streams int, dur time.Duration, idleRate float64) (loadResult, error) {
 	bodies := make([][]byte, 64)
 	for i := range bodies {

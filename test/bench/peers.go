@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log"
@@ -147,36 +146,20 @@ func peersLoad(ctx context.Context, pickerBin, epp, page string, quick bool) ([]
 		args = strings.ReplaceAll(strings.ReplaceAll(args, bc.Kubeconfig, "$KUBECONFIG"), ns, "$NAMESPACE")
 		res[i] = peerLoad{Picker: sp.name, Args: args, Rounds: rounds}
 	}
-	// 8 streams is the setting the upstream picker was first compared in;
-	// 32 is the load test's above.
-	type shape struct{ streams, size int }
-	var shapes []shape
-	for _, streams := range []int{8, 32} {
-		for _, size := range []int{1 << 10, 32 << 10, 400 << 10} {
-			shapes = append(shapes, shape{streams, size})
+	shapes := loadShapes()
+	meds, err := medianRounds(rounds, len(shapes)*len(running), func(i int) (loadResult, error) {
+		sh, pk := shapes[i/len(running)], running[i%len(running)]
+		r, err := loadOnce(ctx, pk.client, pk.p, sh.size, sh.streams, dur, pk.idle)
+		if err != nil {
+			return r, fmt.Errorf("%s: %w", pk.name, err)
 		}
+		return r, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	runs := make([][][]loadResult, len(specs)) // picker, shape, round
-	for i := range runs {
-		runs[i] = make([][]loadResult, len(shapes))
-	}
-	for range rounds {
-		for s, sh := range shapes {
-			for i, pk := range running {
-				r, err := loadOnce(ctx, pk.client, pk.p, sh.size, sh.streams, dur, pk.idle)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %w", pk.name, err)
-				}
-				runs[i][s] = append(runs[i][s], r)
-			}
-		}
-	}
-	for i := range res {
-		for s := range shapes {
-			rs := runs[i][s]
-			slices.SortFunc(rs, func(a, b loadResult) int { return cmp.Compare(a.cpuPerRequest(), b.cpuPerRequest()) })
-			res[i].Load = append(res[i].Load, rs[len(rs)/2])
-		}
+	for i, r := range meds {
+		res[i%len(running)].Load = append(res[i%len(running)].Load, r)
 	}
 	return res, nil
 }

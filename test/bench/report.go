@@ -179,7 +179,8 @@ func (r *report) markdown(plotDir string) string {
 		w("16 KB chunks, reads the routing reply and the body, sends response headers and three SSE chunks (the last\n")
 		w("with `[DONE]`), reads each reply and ends. Picker CPU is read from `/proc/<pid>/stat`, less its idle\n")
 		w("(scraping) rate measured before; the load generator shares the same 2 cores, so requests/s is bounded by\n")
-		w("both, and requests/s per picker core (1 / CPU per request) is the figure to compare with the target.\n\n")
+		w("both, and requests/s per picker core (1 / CPU per request) is the figure to compare with the target. Each\n")
+		w("setting runs %s, the settings in turn each round; the table shows each setting's median round.\n\n", plural(r.load[0].Rounds, "round"))
 		w("| prompt | streams | requests | req/s (wall) | picker CPU per request | req/s per picker core | load generator CPU |\n|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, l := range r.load {
 			w("| %d KB | %d | %d | %.0f | %s | %.0f | %.1f s |\n", l.PromptBytes>>10, l.Streams, l.Requests, l.rps(),

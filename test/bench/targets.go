@@ -44,12 +44,16 @@ func (r *report) verdicts() []verdict {
 		limit float64 // seconds
 	}{{1 << 10, 0.10e-3}, {32 << 10, 0.30e-3}, {400 << 10, 2.4e-3}} {
 		v := verdict{target: fmt.Sprintf("full ext_proc exchange ≤ %s picker CPU, %d KB body (#17)", human(t.limit*1e9), t.size>>10)}
+		// Every stream count must meet it.
+		var seen []string
+		v.met = true
 		for _, l := range r.load {
 			if l.PromptBytes == t.size && l.Requests > 0 {
-				v.known, v.met = true, l.cpuPerRequest() <= t.limit
-				v.observed = fmt.Sprintf("%s CPU per request (%.0f req/s per picker core)", human(l.cpuPerRequest()*1e9), 1/l.cpuPerRequest())
+				v.known, v.met = true, v.met && l.cpuPerRequest() <= t.limit
+				seen = append(seen, fmt.Sprintf("%s at %d streams", human(l.cpuPerRequest()*1e9), l.Streams))
 			}
 		}
+		v.observed = strings.Join(seen, ", ") + " (CPU per request, median of the rounds)"
 		out = append(out, v)
 	}
 
