@@ -75,16 +75,18 @@ var explanations = map[string]string{
 		"eviction's table probe misses the CPU caches (`shard.drop` and `table.remove` lead the profile of " +
 		"`BenchmarkHandle/body=400KB/workers=1000`). Next: evictions batched per shard in table order, so the probes " +
 		"walk memory instead of jumping.",
-	"full ext_proc exchange": "a CPU profile of `BenchmarkExchange` (its `cpu-ns/op` is the picker's own CPU) puts " +
-		"most of a 1 KB exchange in gRPC's transport: the write and read system calls, the network poller and " +
-		"goroutine wake-ups per message, and the HTTP/2 frame and header handling; the pick is a few µs. At 400 KB the " +
-		"body is copied by the proto decoder (each 16 KB chunk), into the request buffer, and into the streamed-back " +
-		"chunks, and the prefix index is updated for every block (see the 400 KB pick). Next steps: decode request " +
-		"messages without copying the body (a codec that keeps gRPC's receive buffer for the exchange), and the cheaper " +
-		"index touch. The 1 KB figure moves with the machine more than with the code: the report of 2026-12-04 11:56 " +
-		"measured 75.8 µs, and at 14:10 four interleaved runs of `go run ./test/bench -only load`, two from a26fde0 " +
-		"(before the changes of the report of 13:05) and two from 3295bfa (that report's), whose binaries differ in " +
-		"no line on this path, measured 100.7 and 108.7 µs, and 128.8 and 120.1 µs.",
+	"full ext_proc exchange": "the 1 KB exchange misses at 8 streams, the setting the issue measured in; at 32 " +
+		"streams, where the transport batches replies of several streams into one system call, it costs 69–101 µs " +
+		"(reports of 2026-12-04). A CPU profile of the picker at 8 streams and 1 KB (`--enable-pprof`, 8 s of the " +
+		"load test) puts a quarter in system calls (writes 17%, the network poller's waits and reads the rest), a " +
+		"fifth in scheduling goroutine wake-ups (futex, findRunnable), an eighth in reading HTTP/2 frames, and about " +
+		"a quarter in the exchange itself (parse, pick, index, replies). `/proc/<pid>/io` counts 2.4 reads and 1.9 " +
+		"writes per exchange: the exchange has five round trips (the routing reply with the body, the response " +
+		"headers' reply, one per SSE chunk), so replies are already batched across streams and the count cannot " +
+		"fall much further. What remains is gRPC's per-message work: a goroutine hand-off to the transport's writer " +
+		"and back for every reply, and a frame parse and wake-up for every message read. Next step: a transport for " +
+		"this one service that reads and writes each connection's frames in one goroutine. At 400 KB the body is " +
+		"copied by the proto decoder (each 16 KB chunk), into the request buffer, and into the streamed-back chunks.",
 	"≤ 60 allocations": "the picker's own share is two: the load guard and, with fallbacks, the destination " +
 		"list's string. Received messages are decoded in place into a per-stream message that reuses its wrappers, " +
 		"header values and body buffer (`picker/extproc/inbound.go`, held to proto.Unmarshal by `FuzzInbound`); " +
