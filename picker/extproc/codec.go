@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"fmt"
+	"math/bits"
 	"runtime"
 	"sync"
 
@@ -19,9 +20,55 @@ type vtMarshaler interface {
 	MarshalToSizedBufferVTStrict(dAtA []byte) (int, error)
 }
 
-// minPooledBuffer is above gRPC's threshold for returning a buffer to its
-// pool (1 KiB), and one of the pool's sizes.
-const minPooledBuffer = 4 << 10
+// replyBuffers is the pool of marshalled replies' buffers: one sync.Pool
+// per power of two from 4 KiB (above gRPC's threshold for giving a buffer
+// back, 1 KiB) to 128 KiB, which holds the largest reply (a body chunk of
+// maxChunk bytes). A marshaller writes every byte of the buffer it asks for,
+// so, unlike gRPC's default pool, which clears the whole of a buffer it
+// hands out again (a 1 MiB one for any message over 32 KiB), these are
+// handed out as they were left.
+var replyBuffers replyPool
+
+const (
+	minReplyShift = 12
+	maxReplyShift = 17
+)
+
+type replyPool struct {
+	tiers [maxReplyShift - minReplyShift + 1]sync.Pool
+}
+
+// tier is the index of the smallest tier holding size bytes, or -1 for a
+// size above the largest.
+func (*replyPool) tier(size int) int {
+	shift := max(bits.Len(uint(max(size, 1)-1)), minReplyShift)
+	if shift > maxReplyShift {
+		return -1
+	}
+	return shift - minReplyShift
+}
+
+// Get is a buffer of length size, its contents whatever was last written.
+func (p *replyPool) Get(size int) *[]byte {
+	t := p.tier(size)
+	if t < 0 {
+		b := make([]byte, size)
+		return &b
+	}
+	if b, ok := p.tiers[t].Get().(*[]byte); ok {
+		*b = (*b)[:size]
+		return b
+	}
+	b := make([]byte, size, 1<<(t+minReplyShift))
+	return &b
+}
+
+// Put keeps buf for its tier when it was made for one.
+func (p *replyPool) Put(buf *[]byte) {
+	if t := p.tier(cap(*buf)); t >= 0 && cap(*buf) == 1<<(t+minReplyShift) {
+		p.tiers[t].Put(buf)
+	}
+}
 
 // codec is the ext_proc server's wire codec. Replies, which are all Envoy
 // messages, are marshalled by their generated vtprotobuf code (by proto
@@ -56,26 +103,20 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 }
 
-// pooledBuffer is a buffer of gRPC's pool for a message of size bytes. Small
-// messages take a buffer of the pool's smallest pooled size, so that it
-// goes back to the pool once written instead of to the garbage collector.
-func pooledBuffer(size int) *[]byte {
-	return mem.DefaultBufferPool().Get(max(size, minPooledBuffer))
-}
+// pooledBuffer is a buffer for a message of size bytes.
+func pooledBuffer(size int) *[]byte { return replyBuffers.Get(size) }
 
 // filled hands buf, into which n bytes of a size-byte message v were
 // marshalled, to gRPC; after an error it goes back to the pool.
 func filled(buf *[]byte, n, size int, err error, v any) (mem.BufferSlice, error) {
-	pool := mem.DefaultBufferPool()
 	if err != nil || n != size {
-		pool.Put(buf)
+		replyBuffers.Put(buf)
 		if err == nil {
 			err = fmt.Errorf("marshalled %d bytes of a %d-byte message", n, size)
 		}
 		return nil, fmt.Errorf("marshal %T: %w", v, err)
 	}
-	*buf = (*buf)[:size]
-	return oneBuffer(mem.NewBuffer(buf, pool)), nil
+	return oneBuffer(mem.NewBuffer(buf, &replyBuffers)), nil
 }
 
 // slabSlots is how many marshalled messages share one slab.

@@ -120,3 +120,47 @@ func TestMarshalledMessagesOwnTheirSlices(t *testing.T) {
 		data.Free()
 	}
 }
+
+// TestReusedBuffersReadAsMarshalled: a reply buffer comes back from the pool
+// as the last reply left it, and the next reply in it reads as that reply
+// alone.
+func TestReusedBuffersReadAsMarshalled(t *testing.T) {
+	c := newCodec()
+	for _, n := range []int{maxChunk, maxChunk - 100, 5000, 4000, 10} {
+		m := newReplies().streamedBody(bytes.Repeat([]byte{byte('a' + n%26)}, n), false, true)
+		data, err := c.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := data.Materialize(); !bytes.Equal(got, want) {
+			t.Errorf("a %d-byte chunk's reply differs from proto.Marshal's", n)
+		}
+		data.Free()
+	}
+}
+
+// TestReplyPoolTiers: a buffer is taken from the smallest tier that holds
+// it; sizes above the largest tier, and buffers the pool did not make, are
+// left to the garbage collector.
+func TestReplyPoolTiers(t *testing.T) {
+	var p replyPool
+	for _, tc := range []struct{ size, capacity int }{
+		{0, 4 << 10}, {1, 4 << 10}, {4 << 10, 4 << 10}, {4<<10 + 1, 8 << 10},
+		{maxChunk + 64, 64 << 10}, {128 << 10, 128 << 10}, {128<<10 + 1, 128<<10 + 1},
+	} {
+		b := p.Get(tc.size)
+		if len(*b) != tc.size || cap(*b) != tc.capacity {
+			t.Errorf("Get(%d): length %d, capacity %d; want %d, %d", tc.size, len(*b), cap(*b), tc.size, tc.capacity)
+		}
+		p.Put(b)
+	}
+	odd := make([]byte, 5000)
+	p.Put(&odd)
+	if b := p.Get(5000); cap(*b) != 8<<10 {
+		t.Errorf("Get(5000) after putting a 5000-byte buffer: capacity %d, want the tier's 8192", cap(*b))
+	}
+}
