@@ -39,14 +39,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	for name, msg := range tests {
 		t.Run(name, func(t *testing.T) {
 			m := msg()
-			data, err := c.Marshal(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := proto.Marshal(m)
-			if err != nil {
-				t.Fatal(err)
-			}
+			data, want := marshalBoth(t, c, m)
 			if got := data.Materialize(); len(got) != len(want) {
 				t.Errorf("marshalled %d bytes, want %d", len(got), len(want))
 			}
@@ -99,17 +92,9 @@ func TestMarshalledMessagesOwnTheirSlices(t *testing.T) {
 	var held []mem.BufferSlice
 	var want [][]byte
 	for i := range 3 * slabSlots {
-		m := newReplies().streamedBody([]byte(strconv.Itoa(i)), true, false)
-		data, err := c.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
+		data, b := marshalBoth(t, c, newReplies().streamedBody([]byte(strconv.Itoa(i)), true, false))
 		if len(data) != 1 || cap(data) != 1 {
 			t.Fatalf("message %d: a slice of length %d, capacity %d; want one buffer that an append cannot spill over", i, len(data), cap(data))
-		}
-		b, err := proto.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
 		}
 		held, want = append(held, data), append(want, b)
 	}
@@ -127,15 +112,7 @@ func TestMarshalledMessagesOwnTheirSlices(t *testing.T) {
 func TestReusedBuffersReadAsMarshalled(t *testing.T) {
 	c := newCodec()
 	for _, n := range []int{maxChunk, maxChunk - 100, 5000, 4000, 10} {
-		m := newReplies().streamedBody(bytes.Repeat([]byte{byte('a' + n%26)}, n), false, true)
-		data, err := c.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := proto.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
+		data, want := marshalBoth(t, c, newReplies().streamedBody(bytes.Repeat([]byte{byte('a' + n%26)}, n), false, true))
 		if got := data.Materialize(); !bytes.Equal(got, want) {
 			t.Errorf("a %d-byte chunk's reply differs from proto.Marshal's", n)
 		}
@@ -163,4 +140,18 @@ func TestReplyPoolTiers(t *testing.T) {
 	if b := p.Get(5000); cap(*b) != 8<<10 {
 		t.Errorf("Get(5000) after putting a 5000-byte buffer: capacity %d, want the tier's 8192", cap(*b))
 	}
+}
+
+// marshalBoth is m marshalled by the codec, and by proto.Marshal.
+func marshalBoth(t *testing.T, c codec, m proto.Message) (mem.BufferSlice, []byte) {
+	t.Helper()
+	data, err := c.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, want
 }
