@@ -88,12 +88,12 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case vtMarshaler:
 		size := m.SizeVT()
-		buf := pooledBuffer(size)
+		buf := replyBuffers.Get(size)
 		n, err := m.MarshalToSizedBufferVTStrict((*buf)[:size])
 		return filled(buf, n, size, err, v)
 	case proto.Message:
 		size := proto.Size(m)
-		buf := pooledBuffer(size)
+		buf := replyBuffers.Get(size)
 		// Of size bytes, the message fits the buffer: MarshalAppend fills it
 		// in place.
 		out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], m)
@@ -102,9 +102,6 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 		return c.proto.Marshal(v)
 	}
 }
-
-// pooledBuffer is a buffer for a message of size bytes.
-func pooledBuffer(size int) *[]byte { return replyBuffers.Get(size) }
 
 // filled hands buf, into which n bytes of a size-byte message v were
 // marshalled, to gRPC; after an error it goes back to the pool.

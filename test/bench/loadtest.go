@@ -64,10 +64,10 @@ func loadTest(ctx context.Context, pickerBin, page string, quick bool) ([]loadRe
 	client := extprocv3.NewExternalProcessorClient(conn)
 
 	idle := 2 * time.Second
-	dur, rounds := 8*time.Second, 3
 	if quick {
-		idle, dur, rounds = time.Second, 2*time.Second, 1
+		idle = time.Second
 	}
+	dur, rounds := loadRounds(quick)
 	idleRate, err := pk.p.IdleRate(ctx, idle)
 	if err != nil {
 		return nil, err
@@ -76,6 +76,15 @@ func loadTest(ctx context.Context, pickerBin, page string, quick bool) ([]loadRe
 	return medianRounds(rounds, len(shapes), func(i int) (loadResult, error) {
 		return loadOnce(ctx, client, pk.p, shapes[i].size, shapes[i].streams, dur, idleRate)
 	})
+}
+
+// loadRounds are how long one round of a load test setting lasts and how
+// many rounds each setting runs.
+func loadRounds(quick bool) (time.Duration, int) {
+	if quick {
+		return 2 * time.Second, 1
+	}
+	return 8 * time.Second, 3
 }
 
 // loadShape is one setting of the load test: concurrent streams and body

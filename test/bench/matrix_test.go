@@ -125,3 +125,29 @@ func TestWorstReportsTheHighest(t *testing.T) {
 		t.Errorf("verdict %+v, want missed", v)
 	}
 }
+
+// The exchange targets hold only when every stream count meets them, and
+// a size the load test did not run is not measured.
+func TestExchangeTargetHoldsAtEveryStreamCount(t *testing.T) {
+	at := func(streams, size int, cpu float64) loadResult {
+		return loadResult{PromptBytes: size, Streams: streams, Requests: 1000, Seconds: 1, PickerCPU: cpu * 1000}
+	}
+	r := &report{load: []loadResult{at(8, 1<<10, 130e-6), at(32, 1<<10, 80e-6), at(8, 32<<10, 200e-6), at(32, 32<<10, 150e-6)}}
+	got := map[string]verdict{}
+	for _, v := range r.verdicts() {
+		got[v.target] = v
+	}
+	for target, want := range map[string]struct{ known, met bool }{
+		"full ext_proc exchange ≤ 100.0 µs picker CPU, 1 KB body (#17)":  {true, false},
+		"full ext_proc exchange ≤ 300.0 µs picker CPU, 32 KB body (#17)": {true, true},
+		"full ext_proc exchange ≤ 2.40 ms picker CPU, 400 KB body (#17)": {false, false},
+	} {
+		v, ok := got[target]
+		if !ok {
+			t.Fatalf("no verdict %q", target)
+		}
+		if v.known != want.known || v.met != want.met {
+			t.Errorf("%s: known %v, met %v (%q); want %v, %v", target, v.known, v.met, v.observed, want.known, want.met)
+		}
+	}
+}

@@ -24,8 +24,8 @@ import (
 
 // The peers benchmark (`make bench-peers`, opt-in) runs the ext_proc load
 // test against inferpick and against the upstream endpoint picker
-// (hack/peers.sh builds it from the module proxy), one after the other, each
-// serving the same InferencePool of a real API server: 8 Ready pods at
+// (hack/peers.sh builds it from the module proxy), both running and taking
+// the load in turn, each serving the same InferencePool of a real API server: 8 Ready pods at
 // 127.1.0.1–8 whose port peersPort serves a simulator's /metrics page.
 const (
 	peersPods = 8
@@ -56,10 +56,8 @@ const peerWorkloads = "shared-prefix@18,multi-turn"
 type peerLoad struct {
 	Picker string
 	Args   string
-	// Load is the run of median CPU per request at each body size, of
-	// Rounds.
-	Load   []loadResult
-	Rounds int
+	// Load is the median round of each of loadShapes.
+	Load []loadResult
 }
 
 func peersBench(ctx context.Context, bins routing.Binaries, page string, quick bool) (*peersResult, error) {
@@ -123,10 +121,7 @@ func peersLoad(ctx context.Context, pickerBin, epp, page string, quick bool) ([]
 		{"inferpick", pickerBin, append([]string{"--kubeconfig", bc.Kubeconfig, "--policy", "cache-aware", "--bind-address", "127.0.0.1"}, pool...)},
 		{"upstream EPP " + eppVersion(epp), epp, pool},
 	}
-	dur, rounds := 8*time.Second, 3
-	if quick {
-		dur, rounds = 2*time.Second, 1
-	}
+	dur, rounds := loadRounds(quick)
 	// Both run at once, each scraping the pods, and take the load in turn,
 	// round by round, so that the machine's drift falls on both alike.
 	var running []*peerPicker
@@ -144,7 +139,7 @@ func peersLoad(ctx context.Context, pickerBin, epp, page string, quick bool) ([]
 		running = append(running, pk)
 		args := strings.Join(sp.args, " ")
 		args = strings.ReplaceAll(strings.ReplaceAll(args, bc.Kubeconfig, "$KUBECONFIG"), ns, "$NAMESPACE")
-		res[i] = peerLoad{Picker: sp.name, Args: args, Rounds: rounds}
+		res[i] = peerLoad{Picker: sp.name, Args: args}
 	}
 	shapes := loadShapes()
 	meds, err := medianRounds(rounds, len(shapes)*len(running), func(i int) (loadResult, error) {
@@ -253,7 +248,7 @@ func peersMarkdown(pr *peersResult) string {
 	w("Each picker serves InferencePool `pool` of a real API server (envtest) over %d Ready pods whose port %d serves\n", peersPods, peersPort)
 	w("a simulator's /metrics page, with its default configuration and scrape interval. Both run at once and take\n")
 	w("the ext_proc load test in turn (8 and 32 concurrent streams; each exchange: request headers, the body in\n")
-	w("16 KB chunks, the routing reply and the body, response headers, three SSE chunks), %s of each\n", plural(rs[0].Rounds, "round"))
+	w("16 KB chunks, the routing reply and the body, response headers, three SSE chunks), %s of each\n", plural(rs[0].Load[0].Rounds, "round"))
 	w("shape; the table shows each picker's median round. Picker CPU per request is its `/proc/<pid>/stat` time less its idle\n")
 	w("(scraping) rate measured before.\n\n")
 	w("| prompt | streams |")
