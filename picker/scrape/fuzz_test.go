@@ -124,6 +124,13 @@ func checkParse(t *testing.T, s *Schema, body []byte) {
 func reportFromFamilies(s *Schema, families map[string]*dto.MetricFamily) (*Report, bool) {
 	var a accumulator
 	models := map[string]bool{}
+	// Parse names a model by the model_name label of every series it
+	// reads, whether a plain sample or a histogram's _sum or _count line.
+	noteModel := func(labels map[string]string, tg target) {
+		if m := labels["model_name"]; m != "" && tg.field != fieldCacheInfo {
+			models[m] = true
+		}
+	}
 	for name, family := range families {
 		if family.GetType() == dto.MetricType_HISTOGRAM && len(s.byName[name]) == 0 {
 			// The reference regroups a histogram's _sum and _count lines,
@@ -147,6 +154,7 @@ func reportFromFamilies(s *Schema, families map[string]*dto.MetricFamily) (*Repo
 					for _, tg := range s.byName[name+suffix] {
 						if matchesMap(labels, tg.match) {
 							a.seen[tg.slot] = true
+							noteModel(labels, tg)
 							if !math.IsNaN(v) && !math.IsInf(v, 0) && v > 0 {
 								a.val[tg.slot] += v
 							}
@@ -175,9 +183,7 @@ func reportFromFamilies(s *Schema, families map[string]*dto.MetricFamily) (*Repo
 					continue
 				}
 				a.seen[tg.slot] = true
-				if m := labels["model_name"]; m != "" && tg.field != fieldCacheInfo {
-					models[m] = true
-				}
+				noteModel(labels, tg)
 				switch tg.field {
 				case fieldWaiting, fieldRunning:
 					if !math.IsNaN(v) {
