@@ -22,7 +22,7 @@ import (
 // about a request outlives its stream.
 type exchange struct {
 	s      *Server
-	stream extprocv3.ExternalProcessor_ProcessServer
+	stream replySink
 	state  state
 	out    *replies // kept across streams
 	in     *inbound // the received message, decoded in place; kept across streams
@@ -63,7 +63,7 @@ type exchange struct {
 	responseDone bool
 }
 
-func (x *exchange) start(s *Server, stream extprocv3.ExternalProcessor_ProcessServer) {
+func (x *exchange) start(s *Server, stream replySink) {
 	x.s, x.stream = s, stream
 	if x.out == nil {
 		x.out = newReplies()

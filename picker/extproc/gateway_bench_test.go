@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -36,7 +37,40 @@ func TestMain(m *testing.M) {
 		}
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if code == 0 && os.Getenv(transportEnv) == "" && !benchmarking() {
+		code = rerunOverGRPC()
+	}
+	os.Exit(code)
+}
+
+// benchmarking reports whether the binary runs benchmarks or a fuzz
+// target, which run once, over the direct transport.
+func benchmarking() bool {
+	for _, name := range []string{"test.bench", "test.fuzz"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// rerunOverGRPC runs the package's tests again in a child process serving
+// over grpc-go's transport (--extproc-transport=grpc), and returns its exit
+// code.
+func rerunOverGRPC() int {
+	cmd := exec.Command(os.Args[0], os.Args[1:]...)
+	cmd.Env = append(os.Environ(), transportEnv+"=grpc")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		fmt.Fprintln(os.Stderr, "rerun over grpc:", err)
+		return 1
+	}
+	return 0
 }
 
 // envoyWindow is Envoy's default HTTP/2 stream and connection window.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
@@ -76,10 +77,7 @@ func newEnv(t *testing.T, addrs []string, opts ...envOption) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(ServerOptions()...)
-	extprocv3.RegisterExternalProcessorServer(gs, e.server)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
+	serve(t, e.server, lis)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -303,4 +301,22 @@ func sendRecv(s *session, r *extprocv3.ProcessingRequest) error {
 	}
 	_, err := s.stream.Recv()
 	return err
+}
+
+// transportEnv names the transport the package's tests serve over: the
+// direct server unless it says "grpc". TestMain runs the tests over each.
+const transportEnv = "INFERPICK_EXTPROC_TEST_TRANSPORT"
+
+// serve serves srv on lis over the tests' transport until the test ends.
+func serve(t testing.TB, srv *Server, lis net.Listener) {
+	if os.Getenv(transportEnv) == "grpc" {
+		gs := grpc.NewServer(ServerOptions()...)
+		extprocv3.RegisterExternalProcessorServer(gs, srv)
+		go func() { _ = gs.Serve(lis) }()
+		t.Cleanup(gs.Stop)
+		return
+	}
+	ds := NewDirect(srv, DirectOptions{})
+	go func() { _ = ds.Serve(lis) }()
+	t.Cleanup(ds.Stop)
 }

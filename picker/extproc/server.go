@@ -4,6 +4,7 @@
 package extproc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -136,47 +137,84 @@ func (s *Server) RecordBuildInfo(commit, buildRef string) { s.upstream.Info(comm
 // stream ends, the request's guard is released before Process returns (see
 // the invariant in state.go).
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
-	x := s.states.Get().(*exchange)
-	x.start(s, stream)
+	x := s.open(stream)
 	defer func() {
 		if p := recover(); p != nil {
-			x.release(reasonPanic)
-			s.opts.Log.Error(fmt.Errorf("%v", p), "Recovered from a panic in the ext_proc handler", "requestID", x.id(), "stack", string(debug.Stack()))
-			err = status.Error(codes.Internal, "internal error")
+			err = x.recovered(p)
 		}
-		x.finish()
-		s.states.Put(x)
+		s.close(x)
 	}()
 	for {
 		// RecvMsg, unlike Recv, decodes into the stream's own message.
-		err := stream.RecvMsg(x.in)
-		if err != nil {
-			x.release(endReason(err, x.responseDone))
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
+		if err := stream.RecvMsg(x.in); err != nil {
+			return x.ended(err)
 		}
-		done, err := x.handle(&x.in.ProcessingRequest)
-		if err != nil {
-			if v := asViolation(err); v != nil {
-				x.release(reasonViolation)
-				s.metrics.violation(v)
-				s.opts.Log.Info("Ended a stream that broke the ext_proc protocol", "message", v.msg.String(), "state", v.state.String(), "path", x.path, "requestID", x.id())
-				return status.Error(codes.InvalidArgument, v.Error())
-			}
-			// A send fails when the gateway has cancelled the stream.
-			if stream.Context().Err() != nil {
-				x.release(reasonCancelled)
-			} else {
-				x.release(reasonError)
-			}
+		if end, err := x.step(); end {
 			return err
-		}
-		if done {
-			return nil
 		}
 	}
+}
+
+// replySink is what an exchange needs of its stream: a way to send replies,
+// and a context that ends when the gateway cancels the stream.
+type replySink interface {
+	Send(*extprocv3.ProcessingResponse) error
+	Context() context.Context
+}
+
+// open starts an exchange for a stream; close ends it. Between them the
+// stream's transport hands each received message to step (decoded into
+// x.in) and, when the gateway ends the stream first, the error that ended
+// it to ended.
+func (s *Server) open(stream replySink) *exchange {
+	x := s.states.Get().(*exchange)
+	x.start(s, stream)
+	return x
+}
+
+func (s *Server) close(x *exchange) {
+	x.finish()
+	s.states.Put(x)
+}
+
+// step handles the message in x.in. It reports end when the stream is over,
+// with the status to end it with (nil: OK).
+func (x *exchange) step() (end bool, err error) {
+	done, err := x.handle(&x.in.ProcessingRequest)
+	if err != nil {
+		if v := asViolation(err); v != nil {
+			x.release(reasonViolation)
+			x.s.metrics.violation(v)
+			x.s.opts.Log.Info("Ended a stream that broke the ext_proc protocol", "message", v.msg.String(), "state", v.state.String(), "path", x.path, "requestID", x.id())
+			return true, status.Error(codes.InvalidArgument, v.Error())
+		}
+		// A send fails when the gateway has cancelled the stream.
+		if x.stream.Context().Err() != nil {
+			x.release(reasonCancelled)
+		} else {
+			x.release(reasonError)
+		}
+		return true, err
+	}
+	return done, nil
+}
+
+// ended releases the request of a stream the gateway ended, with recvErr:
+// io.EOF when it closed its side, and returns the status to end it with.
+func (x *exchange) ended(recvErr error) error {
+	x.release(endReason(recvErr, x.responseDone))
+	if errors.Is(recvErr, io.EOF) {
+		return nil
+	}
+	return recvErr
+}
+
+// recovered releases the request of a handler that panicked with p, logs
+// it, and returns the status to end the stream with.
+func (x *exchange) recovered(p any) error {
+	x.release(reasonPanic)
+	x.s.opts.Log.Error(fmt.Errorf("%v", p), "Recovered from a panic in the ext_proc handler", "requestID", x.id(), "stack", string(debug.Stack()))
+	return status.Error(codes.Internal, "internal error")
 }
 
 // asViolation returns the protocol violation err carries, or nil. It is

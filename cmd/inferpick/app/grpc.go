@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/inferpick/inferpick/picker/extproc"
 )
 
 // grpcServer runs a gRPC server until its context ends, then drains: it
@@ -16,10 +18,18 @@ import (
 // release their guards).
 type grpcServer struct {
 	name    string
-	srv     *grpc.Server
+	srv     grpcService
 	addr    string
 	drain   time.Duration
 	onDrain func()
+}
+
+// grpcService is a gRPC server: grpc-go's, or the ext_proc service's
+// direct server.
+type grpcService interface {
+	Serve(net.Listener) error
+	GracefulStop()
+	Stop()
 }
 
 // NeedLeaderElection is false: every replica serves (only the leader
@@ -55,7 +65,7 @@ func (g *grpcServer) Start(ctx context.Context) error {
 		g.srv.Stop()
 		<-stopped
 	}
-	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, extproc.ErrDirectServerStopped) {
 		return fmt.Errorf("%s: %w", g.name, err)
 	}
 	return nil

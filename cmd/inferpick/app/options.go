@@ -67,6 +67,9 @@ type Options struct {
 	KeepaliveTime    time.Duration
 	KeepaliveTimeout time.Duration
 	KeepaliveMinTime time.Duration
+	// ExtProcTransport is the ext_proc server's HTTP/2 transport: "direct"
+	// (the picker's own, extproc.DirectServer) or "grpc" (grpc-go's).
+	ExtProcTransport string
 
 	// ClientCAPath, when set, makes the ext_proc server require client
 	// certificates signed by the CAs in this PEM file (reloaded on change).
@@ -150,6 +153,7 @@ func NewOptions() *Options {
 		KeepaliveTime:          30 * time.Second,
 		KeepaliveTimeout:       10 * time.Second,
 		KeepaliveMinTime:       5 * time.Second,
+		ExtProcTransport:       transportDirect,
 
 		HAMode: HAActiveActive,
 
@@ -186,6 +190,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.TLSCipherSuites, "tls-cipher-suites", o.TLSCipherSuites, "Comma-separated crypto/tls cipher suite names the ext_proc service offers up to TLS 1.2 (TLS 1.3 suites are fixed); Go's defaults when empty.")
 	fs.Var(&o.GRPCMaxRecvMsgSize, "grpc-max-recv-msg-size", "Largest gRPC message the ext_proc service accepts (e.g. 8Mi, 10MiB); gRPC's 4 MiB when empty.")
 	fs.Var(&o.GRPCMaxSendMsgSize, "grpc-max-send-msg-size", "Largest gRPC message the ext_proc service sends (e.g. 8Mi); unbounded when empty.")
+	fs.StringVar(&o.ExtProcTransport, "extproc-transport", o.ExtProcTransport, "HTTP/2 transport of the ext_proc service: direct (the picker's own: each connection's messages are handled on its reader, replies gathered into one write) or grpc (grpc-go's).")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof, "Serve Go's pprof handlers under /debug/pprof/ on the metrics port (behind --metrics-endpoint-auth in a cluster).")
 	fs.BoolVar(&o.MetricsEndpointAuth, "metrics-endpoint-auth", o.MetricsEndpointAuth, "In a cluster, require an authenticated and authorized caller (TokenReview, SubjectAccessReview) on the metrics port.")
 	fs.BoolVar(&o.MetricsSecureServing, "metrics-secure-serving", o.MetricsSecureServing, "In a cluster, serve the metrics port over HTTPS (self-signed); plain HTTP otherwise, as the upstream endpoint picker does.")
@@ -354,6 +359,9 @@ func (o *Options) flagSet(name string) bool {
 // Validate reports settings that cannot work together.
 func (o *Options) Validate() error {
 	var errs []error
+	if o.ExtProcTransport != transportDirect && o.ExtProcTransport != transportGRPC {
+		errs = append(errs, fmt.Errorf("--extproc-transport must be %s or %s, not %q", transportDirect, transportGRPC, o.ExtProcTransport))
+	}
 	if len(o.static) == 0 && o.PoolName == "" && o.EndpointSelector == "" {
 		errs = append(errs, errors.New("one of --pool-name, --endpoint-selector or --static-endpoints is required"))
 	}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -9,14 +10,12 @@ import (
 	"strconv"
 	"time"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -183,7 +182,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 	promReg.MustRegister(epmetrics.NewPoolCollector(poolLabel(o), reg, indexSize))
 	srv.RecordBuildInfo(buildInfo())
 
-	grpcOpts := extProcOptions(o)
+	var extTLS *tls.Config
 	if o.SecureServing {
 		cfg, watcher, err := serverTLS(o.CertPath)
 		if err != nil {
@@ -201,10 +200,9 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 			cas.require(cfg)
 			runnables = append(runnables, cas)
 		}
-		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(cfg)))
+		extTLS = cfg
 	}
-	extSrv := grpc.NewServer(grpcOpts...)
-	extprocv3.RegisterExternalProcessorServer(extSrv, srv)
+	extSrv := extProcServer(o, srv, extTLS)
 
 	hc := health.New(func() bool { return reg.Synced() && elected() }, 250*time.Millisecond)
 	healthSrv := grpc.NewServer()

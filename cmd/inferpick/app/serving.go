@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"net/http/pprof"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/klog/v2"
 
@@ -59,6 +61,34 @@ func logWarnings(log logr.Logger, ws []Warning) {
 
 // extProcOptions are the ext_proc server's keepalive and message size
 // limits.
+// The ext_proc transports (--extproc-transport).
+const (
+	transportDirect = "direct"
+	transportGRPC   = "grpc"
+)
+
+// extProcServer is the ext_proc server over the chosen transport, over TLS
+// when tlsCfg is set.
+func extProcServer(o *Options, srv *extproc.Server, tlsCfg *tls.Config) grpcService {
+	if o.ExtProcTransport == transportGRPC {
+		opts := extProcOptions(o)
+		if tlsCfg != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+		}
+		gs := grpc.NewServer(opts...)
+		extprocv3.RegisterExternalProcessorServer(gs, srv)
+		return gs
+	}
+	return extproc.NewDirect(srv, extproc.DirectOptions{
+		TLS:              tlsCfg,
+		KeepaliveTime:    o.KeepaliveTime,
+		KeepaliveTimeout: o.KeepaliveTimeout,
+		KeepaliveMinTime: o.KeepaliveMinTime,
+		MaxRecvMsgSize:   o.GRPCMaxRecvMsgSize.n,
+		MaxSendMsgSize:   o.GRPCMaxSendMsgSize.n,
+	})
+}
+
 func extProcOptions(o *Options) []grpc.ServerOption {
 	opts := append(extproc.ServerOptions(),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}),

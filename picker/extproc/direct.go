@@ -1,0 +1,236 @@
+package extproc
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// DirectServer serves the ext_proc service over HTTP/2 with a transport of
+// its own instead of grpc-go's. Each connection is read by one goroutine,
+// which decodes a stream's message, runs the exchange's step for it and
+// writes the replies into the connection's write buffer; it flushes that
+// buffer once it has handled every frame the gateway had sent. A message
+// thus costs no hand-off between goroutines, and the replies to messages
+// that arrived together leave in one write.
+//
+// With a flow-control queue (Options.Queue), where admission may wait, each
+// stream's messages are handled on a goroutine of the stream's own, so a
+// waiting request holds up no other stream.
+//
+// It speaks what a gRPC client of the one method
+// /envoy.service.ext_proc.v3.ExternalProcessor/Process needs: uncompressed
+// messages, status in trailers, flow control both ways, keepalive pings,
+// and GOAWAY on a graceful stop.
+type DirectServer struct {
+	s    *Server
+	opts DirectOptions
+
+	mu        sync.Mutex
+	listeners map[net.Listener]bool
+	conns     map[*directConn]bool
+	stopping  bool
+	draining  bool
+	connsDone sync.WaitGroup
+}
+
+// DirectOptions are the DirectServer's settings; a zero value is gRPC's
+// defaults without keepalive pings.
+type DirectOptions struct {
+	// TLS, when set, serves every connection over TLS (ALPN h2).
+	TLS *tls.Config
+	// KeepaliveTime is how long a connection may stay silent before the
+	// server pings it; KeepaliveTimeout how long it then waits for any
+	// frame before closing the connection, which cancels its streams.
+	// Zero or less: no pings.
+	KeepaliveTime, KeepaliveTimeout time.Duration
+	// KeepaliveMinTime is the shortest interval between a client's pings
+	// that the server tolerates: after more than maxPingStrikes pings
+	// sooner than that, with no reply sent between them, it closes the
+	// connection with GOAWAY ENHANCE_YOUR_CALM ("too_many_pings").
+	KeepaliveMinTime time.Duration
+	// MaxRecvMsgSize and MaxSendMsgSize bound a message's size; zero is
+	// gRPC's defaults (4 MiB received, no bound sent).
+	MaxRecvMsgSize, MaxSendMsgSize int
+}
+
+// defaultMaxRecvMsgSize is gRPC's default bound on a received message.
+const defaultMaxRecvMsgSize = 4 << 20
+
+// ErrDirectServerStopped is returned by Serve after Stop or GracefulStop.
+var ErrDirectServerStopped = errors.New("ext_proc server stopped")
+
+// NewDirect returns a DirectServer for s.
+func NewDirect(s *Server, opts DirectOptions) *DirectServer {
+	if opts.MaxRecvMsgSize <= 0 {
+		opts.MaxRecvMsgSize = defaultMaxRecvMsgSize
+	}
+	if opts.MaxSendMsgSize <= 0 {
+		opts.MaxSendMsgSize = int(^uint32(0) >> 1)
+	}
+	if opts.TLS != nil {
+		opts.TLS = withH2(opts.TLS)
+		if get := opts.TLS.GetConfigForClient; get != nil {
+			opts.TLS.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+				cfg, err := get(hello)
+				if cfg == nil || err != nil {
+					return cfg, err
+				}
+				return withH2(cfg), nil
+			}
+		}
+	}
+	return &DirectServer{s: s, opts: opts, listeners: map[net.Listener]bool{}, conns: map[*directConn]bool{}}
+}
+
+// withH2 is a copy of cfg that negotiates HTTP/2 by ALPN, as gRPC clients
+// require.
+func withH2(cfg *tls.Config) *tls.Config {
+	cfg = cfg.Clone()
+	cfg.NextProtos = []string{http2.NextProtoTLS}
+	return cfg
+}
+
+// Serve accepts connections on lis until Stop or GracefulStop, after which
+// it returns nil; any other failure to accept is returned.
+func (d *DirectServer) Serve(lis net.Listener) error {
+	d.mu.Lock()
+	if d.stopping {
+		d.mu.Unlock()
+		_ = lis.Close()
+		return ErrDirectServerStopped
+	}
+	d.listeners[lis] = true
+	d.mu.Unlock()
+	var delay time.Duration
+	for {
+		nc, err := lis.Accept()
+		if err != nil {
+			d.mu.Lock()
+			stopping := d.stopping
+			d.mu.Unlock()
+			if stopping {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			_ = lis.Close()
+			return fmt.Errorf("accept: %w", err)
+		}
+		delay = 0
+		d.mu.Lock()
+		if d.stopping {
+			d.mu.Unlock()
+			_ = nc.Close()
+			continue
+		}
+		c := newDirectConn(d, nc)
+		d.conns[c] = true
+		if d.draining {
+			c.goAway()
+		}
+		d.connsDone.Add(1)
+		d.mu.Unlock()
+		go c.serve()
+	}
+}
+
+// GracefulStop stops accepting connections, tells every client with
+// GOAWAY to open no more streams, and returns once every stream has ended.
+func (d *DirectServer) GracefulStop() {
+	d.mu.Lock()
+	d.stopping, d.draining = true, true
+	d.closeListeners()
+	for c := range d.conns {
+		c.goAway()
+	}
+	d.mu.Unlock()
+	d.connsDone.Wait()
+}
+
+// Stop closes every listener and connection at once; each open stream's
+// request is released as cancelled. It returns when every connection's
+// reader has ended.
+func (d *DirectServer) Stop() {
+	d.mu.Lock()
+	d.stopping = true
+	d.closeListeners()
+	for c := range d.conns {
+		_ = c.nc.Close()
+	}
+	d.mu.Unlock()
+	d.connsDone.Wait()
+}
+
+func (d *DirectServer) closeListeners() {
+	for l := range d.listeners {
+		_ = l.Close()
+	}
+	clear(d.listeners)
+}
+
+func (d *DirectServer) forget(c *directConn) {
+	d.mu.Lock()
+	delete(d.conns, c)
+	d.mu.Unlock()
+	d.connsDone.Done()
+}
+
+// Buffer sizes of a connection: a read takes in several frames (or a body
+// chunk) at once, and replies of several streams gather before a write.
+const (
+	directReadBuffer  = 64 << 10
+	directWriteBuffer = 64 << 10
+)
+
+// handshakeTimeout bounds the TLS handshake and the client's preface, as
+// gRPC's default connection timeout does.
+const handshakeTimeout = 120 * time.Second
+
+func newDirectConn(d *DirectServer, nc net.Conn) *directConn {
+	if d.opts.TLS != nil {
+		nc = tls.Server(nc, d.opts.TLS)
+	}
+	c := &directConn{
+		d:          d,
+		nc:         nc,
+		streams:    map[uint32]*directStream{},
+		peerWindow: initialWindow,
+		sendWindow: initialWindow,
+		maxFrame:   initialMaxFrame,
+		inline:     d.s.opts.Queue == nil,
+	}
+	c.br = bufio.NewReaderSize(nc, directReadBuffer)
+	c.bw = bufio.NewWriterSize(&c.out, directWriteBuffer)
+	c.out.c = c
+	c.fr = http2.NewFramer(c.bw, c.br)
+	c.initHeaders()
+	return c
+}
+
+// connWriter is the connection under its write buffer: a failed write
+// closes the connection, so that its reader ends and releases its streams.
+type connWriter struct{ c *directConn }
+
+func (w *connWriter) Write(p []byte) (int, error) {
+	n, err := w.c.nc.Write(p)
+	if err != nil && w.c.werr == nil {
+		w.c.werr = err
+		_ = w.c.nc.Close()
+	}
+	return n, err
+}
+
+// io.Writer check.
+var _ io.Writer = (*connWriter)(nil)

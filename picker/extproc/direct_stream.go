@@ -1,0 +1,457 @@
+package extproc
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// directStream is one ext_proc stream of a directConn: the exchange it
+// feeds, its flow-control state and, as the exchange's context, whether
+// the client has gone. It is the exchange's replySink.
+type directStream struct {
+	c  *directConn
+	id uint32
+	x  *exchange
+
+	partial []byte // a message spanning frames, being gathered (reader only)
+
+	remoteClosed atomic.Bool // the client ended its side
+	finished     atomic.Bool // the exchange has ended
+
+	// Stream goroutine mode (not c.inline): events wait here for the
+	// stream's goroutine; done closes when the stream has finished.
+	qmu     sync.Mutex
+	queue   []streamEvent
+	queued  int // bytes of the queued messages
+	running bool
+	done    chan struct{}
+
+	// The exchange's context.
+	cmu       sync.Mutex
+	cancelled atomic.Bool
+	doneCh    chan struct{}
+
+	// Under c.mu.
+	recvUnacked int   // message bytes handled since the last window update
+	sendWindow  int64 // what the client lets this stream send
+	headersSent bool
+	pending     []byte         // framed replies waiting for window
+	trailer     *status.Status // the status to send once pending is out
+	blocked     bool           // in c.blocked
+}
+
+// streamEvent is what happens to a stream: a message (msg, isMsg), or its
+// end with err (eof: the client closed its side; reset: the stream is
+// gone and takes no trailers).
+type streamEvent struct {
+	msg   []byte
+	isMsg bool
+	err   error
+	eof   bool
+	reset bool
+}
+
+// event hands ev to the stream's exchange: at once on the reader goroutine
+// (c.inline), else through the stream's queue and goroutine.
+func (st *directStream) event(ev streamEvent) {
+	if ev.eof {
+		st.remoteClosed.Store(true)
+	}
+	if ev.reset {
+		st.cancel()
+	}
+	if st.finished.Load() {
+		return
+	}
+	if st.c.inline {
+		st.run(ev)
+		return
+	}
+	if ev.isMsg {
+		ev.msg = append([]byte(nil), ev.msg...)
+	}
+	st.qmu.Lock()
+	if st.done == nil {
+		st.done = make(chan struct{})
+	}
+	st.queue = append(st.queue, ev)
+	st.queued += len(ev.msg)
+	start := !st.running
+	st.running = true
+	st.qmu.Unlock()
+	if start {
+		go st.drain()
+	}
+}
+
+// drain handles the stream's queued events in order, then flushes.
+func (st *directStream) drain() {
+	for {
+		st.qmu.Lock()
+		if len(st.queue) == 0 {
+			st.running = false
+			st.qmu.Unlock()
+			st.c.mu.Lock()
+			st.c.flushLocked()
+			st.c.mu.Unlock()
+			return
+		}
+		ev := st.queue[0]
+		st.queue[0] = streamEvent{}
+		st.queue = st.queue[1:]
+		st.queued -= len(ev.msg)
+		st.qmu.Unlock()
+		if !st.finished.Load() {
+			st.run(ev)
+		}
+	}
+}
+
+// wait returns once the stream has finished.
+func (st *directStream) wait() {
+	st.qmu.Lock()
+	done := st.done
+	st.qmu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// run handles one event on the goroutine that owns the exchange.
+func (st *directStream) run(ev streamEvent) {
+	var end bool
+	var err error
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				end, err = true, st.x.recovered(p)
+			}
+		}()
+		if ev.isMsg {
+			end, err = st.deliver(ev.msg)
+			return
+		}
+		end, err = true, st.x.ended(ev.err)
+	}()
+	if ev.isMsg {
+		st.consumed(len(ev.msg) + 5)
+	}
+	if end {
+		st.finish(err, ev.reset)
+	}
+}
+
+// deliver decodes b into the exchange's message and steps the exchange.
+func (st *directStream) deliver(b []byte) (bool, error) {
+	in := st.x.in
+	if !in.decode(b) {
+		if err := proto.Unmarshal(b, &in.ProcessingRequest); err != nil {
+			return true, st.x.ended(status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err))
+		}
+	}
+	return st.x.step()
+}
+
+// gather reads a DATA frame's payload: complete messages are handed over
+// as they are found, a message that continues in the next frame waits in
+// st.partial. An error is the stream's end status.
+func (st *directStream) gather(p []byte) error {
+	for len(p) > 0 {
+		if len(st.partial) == 0 && len(p) >= 5 {
+			n, err := st.c.messageLength(p)
+			if err != nil {
+				return err
+			}
+			if len(p)-5 >= n {
+				st.event(streamEvent{msg: p[5 : 5+n], isMsg: true})
+				p = p[5+n:]
+				continue
+			}
+		}
+		st.partial = append(st.partial, p...)
+		p = nil
+		for len(st.partial) >= 5 {
+			n, err := st.c.messageLength(st.partial)
+			if err != nil {
+				return err
+			}
+			if len(st.partial)-5 < n {
+				break
+			}
+			st.event(streamEvent{msg: st.partial[5 : 5+n], isMsg: true})
+			rest := copy(st.partial, st.partial[5+n:])
+			st.partial = st.partial[:rest]
+		}
+	}
+	if !st.c.inline {
+		st.qmu.Lock()
+		over := st.queued > 2*streamWindow
+		st.qmu.Unlock()
+		if over {
+			return status.Error(codes.ResourceExhausted, "the client sent past the stream's flow-control window")
+		}
+	}
+	return nil
+}
+
+// messageLength reads a gRPC message prefix.
+func (c *directConn) messageLength(p []byte) (int, error) {
+	switch p[0] {
+	case 0:
+	case 1:
+		return 0, status.Error(codes.Internal, "grpc: compressed flag set with identity or empty encoding")
+	default:
+		return 0, status.Errorf(codes.Internal, "grpc: received unexpected payload format %d", p[0])
+	}
+	n := binary.BigEndian.Uint32(p[1:5])
+	if uint64(n) > uint64(c.d.opts.MaxRecvMsgSize) {
+		return 0, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, c.d.opts.MaxRecvMsgSize)
+	}
+	return int(n), nil
+}
+
+// consumed returns n handled bytes to the stream's receive window.
+func (st *directStream) consumed(n int) {
+	c := st.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st.recvUnacked += n
+	if st.recvUnacked >= streamWindow/4 && !st.remoteClosed.Load() && !st.finished.Load() {
+		_ = c.fr.WriteWindowUpdate(st.id, uint32(st.recvUnacked))
+		st.recvUnacked = 0
+	}
+}
+
+// Send writes r to the stream, or holds it until the client's windows
+// allow it.
+func (st *directStream) Send(r *extprocv3.ProcessingResponse) error {
+	if st.cancelled.Load() {
+		return status.Error(codes.Canceled, "the stream was cancelled")
+	}
+	buf, err := marshalFramed(r)
+	if err != nil {
+		return status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
+	}
+	defer replyBuffers.Put(buf)
+	c := st.c
+	if len(*buf)-5 > c.d.opts.MaxSendMsgSize {
+		return status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", len(*buf)-5, c.d.opts.MaxSendMsgSize)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.werr != nil || c.closed {
+		return status.Error(codes.Unavailable, "the ext_proc connection closed")
+	}
+	if !st.headersSent {
+		st.headersSent = true
+		if err := c.writeHeaderBlock(st.id, false, fieldStatusOK, fieldGRPCType); err != nil {
+			return status.Error(codes.Unavailable, err.Error())
+		}
+	}
+	st.writeData(*buf)
+	return nil
+}
+
+// marshalFramed marshals r after room for its gRPC prefix, into a buffer
+// of replyBuffers.
+func marshalFramed(r *extprocv3.ProcessingResponse) (*[]byte, error) {
+	var m any = r
+	if vt, ok := m.(vtMarshaler); ok {
+		size := vt.SizeVT()
+		buf := replyBuffers.Get(size + 5)
+		n, err := vt.MarshalToSizedBufferVTStrict((*buf)[5:])
+		if err == nil && n != size {
+			err = fmt.Errorf("marshalled %d bytes of a %d-byte message", n, size)
+		}
+		if err != nil {
+			replyBuffers.Put(buf)
+			return nil, err
+		}
+		grpcPrefix(*buf, size)
+		return buf, nil
+	}
+	size := proto.Size(r)
+	buf := replyBuffers.Get(size + 5)
+	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:5], r)
+	if err == nil && len(out) != size+5 {
+		err = fmt.Errorf("marshalled %d bytes of a %d-byte message", len(out)-5, size)
+	}
+	if err != nil {
+		replyBuffers.Put(buf)
+		return nil, err
+	}
+	grpcPrefix(*buf, size)
+	return buf, nil
+}
+
+// writeData writes b as DATA frames as far as the windows allow and keeps
+// the rest; c.mu held.
+func (st *directStream) writeData(b []byte) {
+	if len(st.pending) == 0 {
+		b = st.sendSome(b)
+	}
+	if len(b) > 0 {
+		st.pending = append(st.pending, b...)
+		st.block()
+	}
+}
+
+// sendSome writes as much of b as the windows and frame size allow and
+// returns the rest; c.mu held.
+func (st *directStream) sendSome(b []byte) []byte {
+	c := st.c
+	for len(b) > 0 {
+		n := min(int64(len(b)), int64(c.maxFrame), st.sendWindow, c.sendWindow)
+		if n <= 0 {
+			break
+		}
+		if err := c.fr.WriteData(st.id, false, b[:n]); err != nil {
+			return nil // the connection is closing
+		}
+		st.sendWindow -= n
+		c.sendWindow -= n
+		b = b[n:]
+		c.sentReply = true
+	}
+	return b
+}
+
+func (st *directStream) block() {
+	if !st.blocked {
+		st.blocked = true
+		st.c.blocked = append(st.c.blocked, st)
+	}
+}
+
+// sendPending sends what the stream held back, then its trailers once
+// nothing is left; c.mu held.
+func (st *directStream) sendPending() {
+	rest := st.sendSome(st.pending)
+	st.pending = append(st.pending[:0], rest...)
+	if len(st.pending) == 0 {
+		st.blocked = false
+		if st.trailer != nil {
+			st.writeTrailers(st.trailer)
+		}
+	}
+}
+
+// finish ends the exchange with err (nil: OK), sending the status unless
+// the stream was reset, and forgets the stream.
+func (st *directStream) finish(err error, reset bool) {
+	st.finished.Store(true)
+	c := st.c
+	c.mu.Lock()
+	switch {
+	case reset || c.closed:
+		st.pending, st.trailer = nil, nil
+		delete(c.streams, st.id)
+	case len(st.pending) > 0:
+		st.trailer = statusOf(err) // sent after the held-back replies
+	default:
+		st.writeTrailers(statusOf(err))
+	}
+	c.closeIfDrained()
+	if !c.inline {
+		c.flushLocked()
+	}
+	c.mu.Unlock()
+	c.d.s.close(st.x)
+	st.x = nil
+	st.qmu.Lock()
+	if st.done != nil {
+		close(st.done)
+	}
+	st.qmu.Unlock()
+}
+
+func statusOf(err error) *status.Status {
+	if err == nil {
+		return status.New(codes.OK, "")
+	}
+	return status.Convert(err)
+}
+
+// writeTrailers ends the stream with s, resetting it when the client has
+// not closed its side (it has nothing more to send that would be read),
+// and forgets it; c.mu held.
+func (st *directStream) writeTrailers(s *status.Status) {
+	c := st.c
+	st.trailer = nil
+	rst := !st.remoteClosed.Load()
+	if !st.headersSent {
+		_ = c.writeTrailersOnly(st.id, s, rst)
+	} else {
+		fields := []hpack.HeaderField{{Name: fieldGRPCStatus, Value: codeString(s.Code())}}
+		if m := s.Message(); m != "" {
+			fields = append(fields, hpack.HeaderField{Name: fieldGRPCMsg, Value: encodeGRPCMessage(m)})
+		}
+		_ = c.writeHeaderBlock(st.id, true, fields...)
+		if rst {
+			_ = c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
+		}
+	}
+	delete(c.streams, st.id)
+	c.closeIfDrained()
+}
+
+func codeString(c codes.Code) string {
+	if c == codes.OK {
+		return "0"
+	}
+	return fmt.Sprint(uint32(c))
+}
+
+// cancel ends the exchange's context.
+func (st *directStream) cancel() {
+	if st.cancelled.Swap(true) {
+		return
+	}
+	st.cmu.Lock()
+	if st.doneCh != nil {
+		close(st.doneCh)
+	}
+	st.cmu.Unlock()
+}
+
+// Context is the stream itself: it ends when the client resets the stream
+// or the connection closes.
+func (st *directStream) Context() context.Context { return (*streamContext)(st) }
+
+// streamContext is a directStream as a context.Context, so that a stream
+// costs no context of its own.
+type streamContext directStream
+
+func (*streamContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*streamContext) Value(any) any               { return nil }
+
+func (sc *streamContext) Done() <-chan struct{} {
+	st := (*directStream)(sc)
+	st.cmu.Lock()
+	defer st.cmu.Unlock()
+	if st.doneCh == nil {
+		st.doneCh = make(chan struct{})
+		if st.cancelled.Load() {
+			close(st.doneCh)
+		}
+	}
+	return st.doneCh
+}
+
+func (sc *streamContext) Err() error {
+	if (*directStream)(sc).cancelled.Load() {
+		return context.Canceled
+	}
+	return nil
+}
