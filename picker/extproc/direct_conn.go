@@ -343,6 +343,9 @@ func (c *directConn) onData(f *http2.DataFrame) error {
 	if f.StreamEnded() {
 		c.endOfStream(st)
 	}
+	if c.inline && st.finished.Load() {
+		st.releasePartial()
+	}
 	return nil
 }
 

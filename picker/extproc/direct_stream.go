@@ -179,6 +179,9 @@ func (st *directStream) gather(p []byte) error {
 				continue
 			}
 		}
+		if st.partial == nil {
+			st.partial = (*partialBuffers.Get().(*[]byte))[:0]
+		}
 		st.partial = append(st.partial, p...)
 		p = nil
 		for len(st.partial) >= 5 {
@@ -203,6 +206,22 @@ func (st *directStream) gather(p []byte) error {
 		}
 	}
 	return nil
+}
+
+// partialBuffers keep the buffers in which messages spanning frames were
+// gathered, for the streams after, up to maxPooledPartial bytes each.
+var partialBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledPartial = 1 << 20
+
+// releasePartial gives a finished stream's gathering buffer back; on the
+// reader goroutine only.
+func (st *directStream) releasePartial() {
+	if st.partial != nil && cap(st.partial) <= maxPooledPartial {
+		b := st.partial[:0]
+		partialBuffers.Put(&b)
+	}
+	st.partial = nil
 }
 
 // messageLength reads a gRPC message prefix.

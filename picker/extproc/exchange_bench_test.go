@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"testing"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
 
 	"github.com/inferpick/inferpick/picker/extproc/extproctest"
 	"github.com/inferpick/inferpick/picker/policy"
@@ -80,17 +78,15 @@ func benchRegistry(n int) *registry.Registry {
 	return reg
 }
 
-// benchServe serves s on a loopback port, with the server options the
-// picker runs with, and returns its address.
+// benchServe serves s on a loopback port over the picker's default
+// transport (the direct server; grpc-go's with
+// INFERPICK_EXTPROC_TEST_TRANSPORT=grpc) and returns its address.
 func benchServe(b *testing.B, s *Server) string {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	gs := grpc.NewServer(ServerOptions()...)
-	extprocv3.RegisterExternalProcessorServer(gs, s)
-	go func() { _ = gs.Serve(lis) }()
-	b.Cleanup(gs.Stop)
+	serve(b, s, lis)
 	return lis.Addr().String()
 }
 

@@ -1,0 +1,358 @@
+package extproc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// directWorld is a Server over two workers, served by a DirectServer with
+// opts on a loopback port.
+type directWorld struct {
+	reg  *registry.Registry
+	srv  *Server
+	ds   *DirectServer
+	addr string
+}
+
+func newDirectWorld(t *testing.T, opts DirectOptions) *directWorld {
+	t.Helper()
+	e := newEnv(t, twoWorkers) // for its registry and picker; its own server is not used
+	w := &directWorld{reg: e.reg, srv: New(e.reg, e.picker, Options{Fallbacks: 1, Registerer: prometheus.NewRegistry()})}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.ds = NewDirect(w.srv, opts)
+	go func() { _ = w.ds.Serve(lis) }()
+	t.Cleanup(w.ds.Stop)
+	w.addr = lis.Addr().String()
+	return w
+}
+
+func (w *directWorld) load() int64 {
+	var sum int64
+	for _, wk := range w.reg.Workers() {
+		p, d := wk.Load()
+		sum += p + d
+	}
+	return sum
+}
+
+func (w *directWorld) client(t *testing.T, opts ...grpc.DialOption) extprocv3.ExternalProcessorClient {
+	conn, err := grpc.NewClient(w.addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return extprocv3.NewExternalProcessorClient(conn)
+}
+
+// routeOne sends a chat request's headers and body on a new stream and reads
+// the routing reply and the body returned; it returns the stream.
+func routeOne(t *testing.T, c extprocv3.ExternalProcessorClient, body string) extprocv3.ExternalProcessor_ProcessClient {
+	t.Helper()
+	st, err := c.Process(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{t: t, stream: st}
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+	s.requestBody(body, true)
+	if r := s.routed(true); string(r.body) != body {
+		t.Fatalf("body came back as %d bytes, want %d", len(r.body), len(body))
+	}
+	return st
+}
+
+// A client with small flow-control windows still gets every reply: the
+// server holds back what the window does not allow and sends it as the
+// client's window updates arrive.
+func TestDirectRepliesWaitForTheClientsWindow(t *testing.T) {
+	w := newDirectWorld(t, DirectOptions{})
+	c := w.client(t, grpc.WithInitialWindowSize(16<<10), grpc.WithInitialConnWindowSize(16<<10))
+	body := chatBody("m", strings.Repeat("a prompt the window cannot hold at once ", 5000)) // ~200 KB
+	st := routeOne(t, c, body)
+	if w.load() != 1 {
+		t.Fatalf("load %d after routing, want 1", w.load())
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream end: %v, want EOF", err)
+	}
+	eventuallyZero(t, w)
+}
+
+func eventuallyZero(t *testing.T, w *directWorld) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("load %d, want 0: a guard was not released", w.load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A message over the bound ends its stream with RESOURCE_EXHAUSTED; an
+// unknown method is UNIMPLEMENTED; the connection serves on.
+func TestDirectRejectsWhatItDoesNotServe(t *testing.T) {
+	w := newDirectWorld(t, DirectOptions{MaxRecvMsgSize: 4 << 10})
+	conn, err := grpc.NewClient(w.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	c := extprocv3.NewExternalProcessorClient(conn)
+
+	st, err := c.Process(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(reqBody(strings.Repeat("x", 8<<10), true)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("oversized message: %v, want ResourceExhausted", err)
+	}
+
+	other, err := conn.NewStream(t.Context(), &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/envoy.service.ext_proc.v3.ExternalProcessor/Other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.RecvMsg(new(extprocv3.ProcessingResponse)); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("unknown method: %v, want Unimplemented", err)
+	}
+
+	st = routeOne(t, c, chatBody("m", "still served"))
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream end: %v, want EOF", err)
+	}
+	eventuallyZero(t, w)
+}
+
+// GracefulStop lets a routed request finish, refuses new streams, and
+// returns when the last stream has ended.
+func TestDirectGracefulStop(t *testing.T) {
+	w := newDirectWorld(t, DirectOptions{})
+	c := w.client(t)
+	st := routeOne(t, c, chatBody("m", "in flight during the stop"))
+	stopped := make(chan struct{})
+	go func() {
+		w.ds.GracefulStop()
+		close(stopped)
+	}()
+	s := &session{t: t, stream: st}
+	s.responseHeaders(200, "text/event-stream", false, "")
+	s.recv()
+	select {
+	case <-stopped:
+		t.Fatal("GracefulStop returned while a stream was open")
+	default:
+	}
+	s.responseBody(sse("tok")+sseDone, true)
+	s.recv()
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream end: %v, want EOF", err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("GracefulStop did not return after the last stream ended")
+	}
+	if w.load() != 0 {
+		t.Fatalf("load %d after the stop, want 0", w.load())
+	}
+}
+
+// rawClient is an HTTP/2 client written frame by frame, for what a gRPC
+// client never does: fall silent, flood pings, send garbage.
+type rawClient struct {
+	t    *testing.T
+	nc   net.Conn
+	fr   *http2.Framer
+	hbuf bytes.Buffer
+	henc *hpack.Encoder
+}
+
+func dialRaw(t *testing.T, addr string) *rawClient {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nc.Close() })
+	c := &rawClient{t: t, nc: nc, fr: http2.NewFramer(nc, nc)}
+	c.henc = hpack.NewEncoder(&c.hbuf)
+	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// open starts stream id on the Process method.
+func (c *rawClient) open(id uint32) {
+	c.hbuf.Reset()
+	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", processPath}, {":authority", "picker"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		_ = c.henc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+	}
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// send writes r as one gRPC message on stream id.
+func (c *rawClient) send(id uint32, r *extprocv3.ProcessingRequest) {
+	b, err := proto.Marshal(r)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	msg := make([]byte, 5+len(b))
+	grpcPrefix(msg, len(b))
+	copy(msg[5:], b)
+	if err := c.fr.WriteData(id, false, msg); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// readUntil reads frames until match accepts one, the connection ends
+// (it returns nil) or the deadline passes.
+func (c *rawClient) readUntil(match func(http2.Frame) bool) http2.Frame {
+	_ = c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.t.Fatal("no matching frame within 10s")
+			}
+			return nil
+		}
+		if match(f) {
+			return f
+		}
+	}
+}
+
+// A gateway that falls silent, with a request routed, is pinged; when it
+// does not answer, the connection is closed and the request's guard is
+// released.
+func TestDirectKeepaliveClosesASilentConnection(t *testing.T) {
+	w := newDirectWorld(t, DirectOptions{KeepaliveTime: 50 * time.Millisecond, KeepaliveTimeout: 50 * time.Millisecond})
+	c := dialRaw(t, w.addr)
+	c.open(1)
+	body := chatBody("m", "a request whose gateway goes silent")
+	c.send(1, reqHeaders("/v1/chat/completions", len(body)))
+	c.send(1, reqBody(body, true))
+	if c.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.DataFrame); return ok }) == nil {
+		t.Fatal("connection closed before the routing reply")
+	}
+	if w.load() != 1 {
+		t.Fatalf("load %d after routing, want 1", w.load())
+	}
+	// Read without answering: a ping arrives, then the connection ends.
+	if c.readUntil(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && !p.IsAck() }) == nil {
+		t.Fatal("connection closed without a ping")
+	}
+	if c.readUntil(func(http2.Frame) bool { return false }) != nil {
+		t.Fatal("unreachable")
+	}
+	eventuallyZero(t, w)
+}
+
+// A client that pings far more often than KeepaliveMinTime, with nothing
+// sent to it in between, is told ENHANCE_YOUR_CALM and disconnected.
+func TestDirectTooManyPings(t *testing.T) {
+	w := newDirectWorld(t, DirectOptions{KeepaliveMinTime: time.Hour})
+	c := dialRaw(t, w.addr)
+	for i := range 5 {
+		if err := c.fr.WritePing(false, [8]byte{byte(i)}); err != nil {
+			break // the server may already have closed
+		}
+	}
+	f := c.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
+	if f == nil {
+		t.Fatal("connection closed without GOAWAY")
+	}
+	if ga := f.(*http2.GoAwayFrame); ga.ErrCode != http2.ErrCodeEnhanceYourCalm || string(ga.DebugData()) != "too_many_pings" {
+		t.Fatalf("GOAWAY %v %q, want ENHANCE_YOUR_CALM too_many_pings", ga.ErrCode, ga.DebugData())
+	}
+}
+
+// FuzzDirectConn feeds a connection arbitrary frames after a routed
+// request: the server never panics, and once the connection closes every
+// guard it took is released.
+func FuzzDirectConn(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{0, 0, 5, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 7})                   // DATA, a message prefix claiming 7 bytes, no body
+	f.Add([]byte{0, 0, 4, 3, 0, 0, 0, 0, 1, 0, 0, 0, 8})                      // RST_STREAM CANCEL
+	f.Add([]byte{0, 0, 4, 8, 0, 0, 0, 0, 1, 0x7f, 0xff, 0xff, 0xff})          // WINDOW_UPDATE to the limit
+	f.Add([]byte{0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0})                // SETTINGS INITIAL_WINDOW_SIZE 0
+	f.Add([]byte{0, 0, 5, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0})                   // a compressed message
+	f.Add([]byte{0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0})          // GOAWAY
+	f.Add([]byte{0, 0, 3, 1, 5, 0, 0, 0, 3, 0x82, 0x87, 0x84})                // HEADERS of a second stream
+	f.Add([]byte{0, 0, 9, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 4, 0x1a, 2, 0x12, 0}) // a response-headers message, END_STREAM
+	f.Fuzz(func(t *testing.T, frames []byte) {
+		w := newDirectWorld(t, DirectOptions{MaxRecvMsgSize: 64 << 10})
+		client, server := net.Pipe()
+		w.ds.connsDone.Add(1)
+		c := newDirectConn(w.ds, server)
+		w.ds.mu.Lock()
+		w.ds.conns[c] = true
+		w.ds.mu.Unlock()
+		served := make(chan struct{})
+		go func() {
+			c.serve()
+			close(served)
+		}()
+		go func() { _, _ = io.Copy(io.Discard, client) }()
+		rc := &rawClient{t: t, nc: client, fr: http2.NewFramer(client, client)}
+		rc.henc = hpack.NewEncoder(&rc.hbuf)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		go func() {
+			<-ctx.Done()
+			_ = client.Close()
+		}()
+		if _, err := io.WriteString(client, http2.ClientPreface); err == nil && rc.fr.WriteSettings() == nil {
+			rc.open(1)
+			body := chatBody("m", "fuzzed")
+			rc.send(1, reqHeaders("/v1/chat/completions", len(body)))
+			rc.send(1, reqBody(body, true))
+			_, _ = client.Write(frames)
+		}
+		_ = client.Close()
+		<-served
+		if w.load() != 0 {
+			t.Fatalf("load %d after the connection closed, want 0", w.load())
+		}
+	})
+}
