@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"testing"
 
-
 	"github.com/inferpick/inferpick/picker/extproc/extproctest"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
