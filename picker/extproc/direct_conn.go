@@ -335,7 +335,9 @@ func (c *directConn) onData(f *http2.DataFrame) error {
 		}
 		return nil // a stream that ended here; its frames were in flight
 	}
-	st.recvUnacked += n
+	if pad := n - len(f.Data()); pad > 0 {
+		st.consumed(pad) // padding carries no message
+	}
 	if err := st.gather(f.Data()); err != nil {
 		st.event(streamEvent{err: err})
 		return nil

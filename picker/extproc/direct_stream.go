@@ -395,9 +395,12 @@ func (st *directStream) finish(err error, reset bool) {
 	st.qmu.Unlock()
 }
 
+// statusOK is every cleanly ended stream's status, made once.
+var statusOK = status.New(codes.OK, "")
+
 func statusOf(err error) *status.Status {
 	if err == nil {
-		return status.New(codes.OK, "")
+		return statusOK
 	}
 	return status.Convert(err)
 }

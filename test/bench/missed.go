@@ -75,28 +75,24 @@ var explanations = map[string]string{
 		"eviction's table probe misses the CPU caches (`shard.drop` and `table.remove` lead the profile of " +
 		"`BenchmarkHandle/body=400KB/workers=1000`). Next: evictions batched per shard in table order, so the probes " +
 		"walk memory instead of jumping.",
-	"full ext_proc exchange": "the 1 KB exchange misses at 8 streams, the setting the issue measured in; at 32 " +
-		"streams, where the transport batches replies of several streams into one system call, it costs 69–101 µs " +
-		"(reports of 2026-12-04). A CPU profile of the picker at 8 streams and 1 KB (`--enable-pprof`, 8 s of the " +
-		"load test) puts a quarter in system calls (writes 17%, the network poller's waits and reads the rest), a " +
-		"fifth in scheduling goroutine wake-ups (futex, findRunnable), an eighth in reading HTTP/2 frames, and about " +
-		"a quarter in the exchange itself (parse, pick, index, replies). `/proc/<pid>/io` counts 2.4 reads and 1.9 " +
-		"writes per exchange: the exchange has five round trips (the routing reply with the body, the response " +
-		"headers' reply, one per SSE chunk), so replies are already batched across streams and the count cannot " +
-		"fall much further. What remains is gRPC's per-message work: a goroutine hand-off to the transport's writer " +
-		"and back for every reply, and a frame parse and wake-up for every message read. Next step: a transport for " +
-		"this one service that reads and writes each connection's frames in one goroutine. At 400 KB the body is " +
-		"copied by the proto decoder (each 16 KB chunk), into the request buffer, and into the streamed-back chunks.",
+	"full ext_proc exchange": "the exchange runs over inferpick's own HTTP/2 transport " +
+		"(`--extproc-transport=direct`, `picker/extproc/direct*.go`): one goroutine per gateway connection reads " +
+		"the frames, runs each message's step and writes the replies, flushing once it has handled everything that " +
+		"had arrived. Over grpc-go's transport the 1 KB exchange at 8 streams cost 135.0 µs (report of 2026-12-04 " +
+		"17:44 UTC), where a CPU profile put a fifth in goroutine wake-ups (a hand-off to the stream's goroutine per " +
+		"message and to the writer per reply) and a quarter in system calls. What is left per exchange is the " +
+		"exchange itself (parse, pick, index, replies: about a quarter of the grpc-go figure), one read and one " +
+		"write system call per batch of frames, and HTTP/2 framing. Next: compare the per-setting profile " +
+		"(`--enable-pprof` on the load test's picker) with the last report's; at 400 KB the body is still copied " +
+		"from the frames into the request buffer and again into the streamed-back chunks.",
 	"≤ 60 allocations": "the picker's own share is two: the load guard and, with fallbacks, the destination " +
 		"list's string. Received messages are decoded in place into a per-stream message that reuses its wrappers, " +
 		"header values and body buffer (`picker/extproc/inbound.go`, held to proto.Unmarshal by `FuzzInbound`); " +
-		"replies are reused, marshalled by vtprotobuf into pooled buffers and handed to gRPC in slots of a shared " +
-		"slab; the policy appends its pick to the exchange's own slice; a request id the picker makes becomes a " +
-		"string only when it is logged or traced. The rest, about 57, is grpc-go's server transport per stream: the " +
-		"stream and its contexts, the HPACK-decoded request headers, the data frames, the status written at the end " +
-		"(`go test -tags vtprotobuf -run '^$' -bench 'Exchange/body=1KB/workers=8$' -benchtime 3000x -memprofile mem.out " +
-		"-memprofilerate 1 ./picker/extproc/`, then `go tool pprof -sample_index=alloc_objects -top`). Going much " +
-		"lower needs a transport that reuses per-stream state, which grpc-go does not offer.",
+		"replies are reused and marshalled by vtprotobuf into pooled buffers; a request id the picker makes becomes " +
+		"a string only when it is logged or traced. The direct transport adds the stream and the HPACK-decoded " +
+		"request headers of each stream, about 11 (`go test -tags vtprotobuf -run '^$' -bench " +
+		"'Exchange/body=1KB/workers=8$' -benchtime 3000x -memprofile mem.out -memprofilerate 1 ./picker/extproc/`, " +
+		"then `go tool pprof -sample_index=alloc_objects -top`); over grpc-go's transport the exchange took 59.",
 	"prefix index ≤ 24 bytes": "a block costs a 16-byte node (48 bits of its hash, the worker's slot, recency " +
 		"links, tick) and a 4-byte table slot at a load of 0.6 to 0.75 (5.3 to 6.7 bytes), 22–23 bytes in all " +
 		"(`picker/prefix/table.go`); more than that is slack in the node slabs or a table grown past its bound. " +
