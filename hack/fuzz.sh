@@ -28,7 +28,7 @@ echo "fuzz: ${#targets[@]} targets, $FUZZTIME each" >&2
 # fuzz runs one target. The go command can end a run that found nothing with
 # "context deadline exceeded" when the time runs out while a worker is busy
 # (a known fuzzing-engine race, worse on a loaded machine); such a run wrote
-# no failing input, so it is run once more. A real failure writes its input
+# no failing input, so it is run again, up to three runs in all. A real failure writes its input
 # under testdata/fuzz and is reported as it is.
 fuzz() {
   local pkg=$1 t=$2 log
@@ -42,12 +42,17 @@ fuzz() {
     rm -f "$log"
     return 0
   fi
-  if grep -q 'context deadline exceeded' "$log" && ! grep -q 'Failing input written to' "$log"; then
-    rm -f "$log"
-    echo "fuzz: $pkg $t ended on the engine's deadline race without an input; running it again" >&2
-    go "${args[@]}"
-    return
-  fi
+  local attempt
+  for attempt in 2 3; do
+    if ! grep -q 'context deadline exceeded' "$log" || grep -q 'Failing input written to' "$log"; then
+      break
+    fi
+    echo "fuzz: $pkg $t ended on the engine's deadline race without an input; run $attempt" >&2
+    if go "${args[@]}" 2>&1 | tee "$log"; then
+      rm -f "$log"
+      return 0
+    fi
+  done
   rm -f "$log"
   return 1
 }

@@ -142,7 +142,11 @@ func reportFromFamilies(s *Schema, families map[string]*dto.MetricFamily) (*Repo
 					// no _sum or _count line was read.
 					v, present := h.GetSampleSum(), h.SampleSum != nil
 					if suffix == "_count" {
+						// A count that is not a whole number is kept as a float.
 						v, present = float64(h.GetSampleCount()), h.SampleCount != nil
+						if h.SampleCountFloat != nil {
+							v, present = h.GetSampleCountFloat(), true
+						}
 					}
 					if !present {
 						continue
