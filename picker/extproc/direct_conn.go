@@ -93,6 +93,13 @@ func (c *directConn) serve() {
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
+				if se.StreamID > c.maxStreamID && se.StreamID%2 == 1 {
+					// A stream refused as it opened: its frames in flight are
+					// ignored like those of any ended stream.
+					c.mu.Lock()
+					c.maxStreamID = se.StreamID
+					c.mu.Unlock()
+				}
 				c.resetStream(se.StreamID, se.Code, status.Error(codes.Internal, se.Error()))
 				c.flushIfIdle()
 				continue

@@ -356,3 +356,31 @@ func FuzzDirectConn(f *testing.F) {
 		}
 	})
 }
+
+// A stream whose headers are malformed is reset on its own: its frames
+// still in flight are ignored, and the connection serves the next stream.
+func TestDirectMalformedHeadersResetOnlyTheirStream(t *testing.T) {
+	w := newDirectWorld(t, DirectOptions{})
+	c := dialRaw(t, w.addr)
+	c.hbuf.Reset()
+	_ = c.henc.WriteField(hpack.HeaderField{Name: ":method", Value: "POST"})
+	_ = c.henc.WriteField(hpack.HeaderField{Name: "Upper-Case", Value: "not allowed in HTTP/2"})
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	c.send(1, reqHeaders("/v1/chat/completions", 0))
+	rst := c.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
+	if rst == nil || rst.Header().StreamID != 1 {
+		t.Fatalf("got %v, want RST_STREAM on stream 1", rst)
+	}
+	c.open(3)
+	body := chatBody("m", "the next stream")
+	c.send(3, reqHeaders("/v1/chat/completions", len(body)))
+	c.send(3, reqBody(body, true))
+	if f := c.readUntil(func(f http2.Frame) bool { d, ok := f.(*http2.DataFrame); return ok && d.StreamID == 3 }); f == nil {
+		t.Fatal("connection closed instead of serving stream 3")
+	}
+	if w.load() != 1 {
+		t.Fatalf("load %d after routing stream 3, want 1", w.load())
+	}
+}
