@@ -85,17 +85,17 @@ func scaleOnce(ctx context.Context, bc *routing.APIServer, pickerBin string, n i
 	if err != nil {
 		return res, err
 	}
-	// The picker's own rate with nothing changing (health checks, timers,
-	// the runtime), taken off every phase.
-	idle, err := pk.p.IdleRate(ctx, 2*time.Second)
-	if err != nil {
-		return res, err
-	}
 	const writers = 16
 	sentinel := 0
 	// measure runs one phase of writes, then a sentinel pod, and waits
 	// until the picker routes to the sentinel and its CPU settles.
 	measure := func(name string, writes func() error) (scalePhase, error) {
+		// The picker's own rate with nothing changing (health checks, timers,
+		// the runtime over the pool as it now stands), taken off the phase.
+		idle, err := pk.p.IdleRate(ctx, 2*time.Second)
+		if err != nil {
+			return scalePhase{}, err
+		}
 		e0, t0 := fleet.events.Load(), time.Now()
 		c0, err := pk.p.CPUSeconds()
 		if err != nil {

@@ -44,7 +44,7 @@ func startClusterPicker(ctx context.Context, bin, kubeconfig, ns string) (*clust
 	}
 	p, err := proc.Start("inferpick", bin,
 		"--kubeconfig", kubeconfig, "--pool-name", "pool", "--pool-namespace", ns,
-		"--policy", "cache-aware", "--refresh-metrics-interval", "1h",
+		"--policy", "cache-aware", "--refresh-metrics-interval", "1h", "--refresh-models-interval", "0",
 		"--secure-serving=false", "--metrics-endpoint-auth=false", "--enable-pprof",
 		"--bind-address", "127.0.0.1",
 		"--grpc-port", strconv.Itoa(ports[0]), "--grpc-health-port", strconv.Itoa(ports[1]),
