@@ -64,7 +64,8 @@ type directConn struct {
 	sendWindow int64  // the connection's send window
 	maxFrame   uint32 // the largest frame the client accepts
 	blocked    []*directStream
-	goneAway   bool   // GOAWAY sent: no stream after goAwayID
+	draining   bool   // the first GOAWAY and its ping are out
+	goneAway   bool   // the final GOAWAY is out: no stream after goAwayID
 	goAwayID   uint32 // the last stream the GOAWAY lets finish
 	sentReply  bool   // a HEADERS or DATA frame went out since the last client ping
 	closed     bool
@@ -232,6 +233,9 @@ func (c *directConn) applySettings(f *http2.SettingsFrame) error {
 // pings more often than KeepaliveMinTime allows.
 func (c *directConn) onPing(f *http2.PingFrame) error {
 	if f.IsAck() {
+		if f.Data == drainPing {
+			c.finalGoAway()
+		}
 		return nil
 	}
 	now := time.Now()
@@ -419,15 +423,38 @@ func (c *directConn) fail(code http2.ErrCode, err error) {
 
 // goAway tells the client to open no more streams, and closes the
 // connection once its streams have ended. d.mu is held.
+//
+// It takes two GOAWAY frames, as a gRPC server's graceful stop does: the
+// first names no last stream, so that a stream the client opened before it
+// read the frame is still served, and carries a ping; the client's answer
+// to the ping comes after any such stream, and the final GOAWAY then names
+// the last stream opened. A stream refused instead would fail at the
+// gateway after its first message, too late for a retry.
 func (c *directConn) goAway() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.goneAway || c.closed {
+	if c.draining || c.closed {
+		return
+	}
+	c.draining = true
+	_ = c.fr.WriteGoAway(maxWindow, http2.ErrCodeNo, nil)
+	_ = c.fr.WritePing(false, drainPing)
+	c.flushLocked()
+}
+
+// drainPing is the payload of the ping sent with the first GOAWAY.
+var drainPing = [8]byte{'d', 'r', 'a', 'i', 'n'}
+
+// finalGoAway sends the GOAWAY that names the last stream, once the client
+// has answered the drain ping; on the reader goroutine.
+func (c *directConn) finalGoAway() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.draining || c.goneAway || c.closed {
 		return
 	}
 	c.goneAway, c.goAwayID = true, c.maxStreamID
 	_ = c.fr.WriteGoAway(c.goAwayID, http2.ErrCodeNo, nil)
-	c.flushLocked()
 	c.closeIfDrained()
 }
 

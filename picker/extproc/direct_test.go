@@ -384,3 +384,51 @@ func TestDirectMalformedHeadersResetOnlyTheirStream(t *testing.T) {
 		t.Fatalf("load %d after routing stream 3, want 1", w.load())
 	}
 }
+
+// A graceful stop serves a stream the gateway opened before it read the
+// first GOAWAY: the final GOAWAY, naming the last stream, follows the
+// gateway's answer to the drain ping, and streams after it are refused.
+func TestDirectGracefulStopServesStreamsOpenedBeforeTheGOAWAY(t *testing.T) {
+	w := newDirectWorld(t, DirectOptions{})
+	c := dialRaw(t, w.addr)
+	// A first stream, so that the connection is known to the server.
+	first1 := chatBody("m", "the connection's first stream")
+	c.open(1)
+	c.send(1, reqHeaders("/v1/chat/completions", len(first1)))
+	c.send(1, reqBody(first1, true))
+	if c.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.DataFrame); return ok }) == nil {
+		t.Fatal("no reply on stream 1")
+	}
+	go w.ds.GracefulStop()
+	first := c.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
+	if first == nil || first.(*http2.GoAwayFrame).LastStreamID != maxWindow {
+		t.Fatalf("first GOAWAY %v, want one naming no last stream", first)
+	}
+	ping := c.readUntil(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && !p.IsAck() })
+	if ping == nil {
+		t.Fatal("no drain ping after the first GOAWAY")
+	}
+	// Opened before the gateway answers the ping: served.
+	body := chatBody("m", "opened as the stop began")
+	c.open(3)
+	c.send(3, reqHeaders("/v1/chat/completions", len(body)))
+	c.send(3, reqBody(body, true))
+	if c.readUntil(func(f http2.Frame) bool { d, ok := f.(*http2.DataFrame); return ok && d.StreamID == 3 }) == nil {
+		t.Fatal("stream 3 was not served")
+	}
+	if err := c.fr.WritePing(true, ping.(*http2.PingFrame).Data); err != nil {
+		t.Fatal(err)
+	}
+	final := c.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
+	if final == nil || final.(*http2.GoAwayFrame).LastStreamID != 3 {
+		t.Fatalf("final GOAWAY %v, want last stream 3", final)
+	}
+	c.open(5)
+	rst := c.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok && f.Header().StreamID == 5 })
+	if rst == nil || rst.(*http2.RSTStreamFrame).ErrCode != http2.ErrCodeRefusedStream {
+		t.Fatalf("stream 5 after the final GOAWAY: %v, want REFUSED_STREAM", rst)
+	}
+	if w.load() != 2 {
+		t.Fatalf("load %d, want the requests of streams 1 and 3 in flight", w.load())
+	}
+}
