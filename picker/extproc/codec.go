@@ -85,35 +85,47 @@ func newCodec() codec { return codec{proto: encoding.GetCodecV2(grpcproto.Name)}
 func (codec) Name() string { return grpcproto.Name }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	switch m := v.(type) {
-	case vtMarshaler:
-		size := m.SizeVT()
-		buf := replyBuffers.Get(size)
-		n, err := m.MarshalToSizedBufferVTStrict((*buf)[:size])
-		return filled(buf, n, size, err, v)
-	case proto.Message:
-		size := proto.Size(m)
-		buf := replyBuffers.Get(size)
-		// Of size bytes, the message fits the buffer: MarshalAppend fills it
-		// in place.
-		out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], m)
-		return filled(buf, len(out), size, err, v)
-	default:
+	m, ok := v.(proto.Message)
+	if !ok {
 		return c.proto.Marshal(v)
 	}
-}
-
-// filled hands buf, into which n bytes of a size-byte message v were
-// marshalled, to gRPC; after an error it goes back to the pool.
-func filled(buf *[]byte, n, size int, err error, v any) (mem.BufferSlice, error) {
-	if err != nil || n != size {
-		replyBuffers.Put(buf)
-		if err == nil {
-			err = fmt.Errorf("marshalled %d bytes of a %d-byte message", n, size)
-		}
+	buf, err := marshalReply(m, 0)
+	if err != nil {
 		return nil, fmt.Errorf("marshal %T: %w", v, err)
 	}
 	return oneBuffer(mem.NewBuffer(buf, &replyBuffers)), nil
+}
+
+// marshalReply marshals m into a buffer of replyBuffers, after prefix bytes
+// left for the caller: the buffer holds prefix plus m's size. An Envoy
+// message goes through its generated vtprotobuf code, anything else (or
+// any message in a build without it) through proto reflection.
+func marshalReply(m proto.Message, prefix int) (*[]byte, error) {
+	if vt, ok := m.(vtMarshaler); ok {
+		size := vt.SizeVT()
+		buf := replyBuffers.Get(prefix + size)
+		n, err := vt.MarshalToSizedBufferVTStrict((*buf)[prefix:])
+		return marshalled(buf, n, size, err)
+	}
+	size := proto.Size(m)
+	buf := replyBuffers.Get(prefix + size)
+	// Of size bytes, the message fits the buffer: MarshalAppend fills it
+	// in place.
+	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:prefix], m)
+	return marshalled(buf, len(out)-prefix, size, err)
+}
+
+// marshalled returns buf, into which n bytes of a size-byte message were
+// marshalled; after an error it goes back to the pool.
+func marshalled(buf *[]byte, n, size int, err error) (*[]byte, error) {
+	if err == nil && n != size {
+		err = fmt.Errorf("marshalled %d bytes of a %d-byte message", n, size)
+	}
+	if err != nil {
+		replyBuffers.Put(buf)
+		return nil, err
+	}
+	return buf, nil
 }
 
 // slabSlots is how many marshalled messages share one slab.

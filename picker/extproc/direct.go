@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // DirectServer serves the ext_proc service over HTTP/2 with a transport of
@@ -215,7 +216,7 @@ func newDirectConn(d *DirectServer, nc net.Conn) *directConn {
 	c.bw = bufio.NewWriterSize(&c.out, directWriteBuffer)
 	c.out.c = c
 	c.fr = http2.NewFramer(c.bw, c.br)
-	c.initHeaders()
+	c.henc = hpack.NewEncoder(&c.hbuf)
 	return c
 }
 

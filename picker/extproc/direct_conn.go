@@ -71,10 +71,6 @@ type directConn struct {
 	closed     bool
 }
 
-func (c *directConn) initHeaders() {
-	c.henc = hpack.NewEncoder(&c.hbuf)
-}
-
 // serve reads the connection until it fails or closes, then ends every
 // stream it still has.
 func (c *directConn) serve() {
@@ -302,7 +298,7 @@ func (c *directConn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	if path := f.PseudoValue("path"); path != processPath {
 		c.writeLocked(func() error {
-			return c.writeTrailersOnly(id, status.Newf(codes.Unimplemented, "unknown method %s", path), !f.StreamEnded())
+			return c.writeStatus(id, status.Newf(codes.Unimplemented, "unknown method %s", path), false, !f.StreamEnded())
 		})
 		return nil
 	}
@@ -571,17 +567,23 @@ func (c *directConn) writeHeaderBlock(id uint32, end bool, fields ...hpack.Heade
 }
 
 var (
-	fieldStatusOK   = hpack.HeaderField{Name: ":status", Value: "200"}
-	fieldGRPCType   = hpack.HeaderField{Name: "content-type", Value: "application/grpc"}
-	fieldGRPCStatus = "grpc-status"
-	fieldGRPCMsg    = "grpc-message"
+	fieldStatusOK = hpack.HeaderField{Name: ":status", Value: "200"}
+	fieldGRPCType = hpack.HeaderField{Name: "content-type", Value: "application/grpc"}
 )
 
-// writeTrailersOnly answers a stream with its status alone; c.mu held.
-func (c *directConn) writeTrailersOnly(id uint32, st *status.Status, rst bool) error {
-	fields := []hpack.HeaderField{fieldStatusOK, fieldGRPCType, {Name: fieldGRPCStatus, Value: strconv.Itoa(int(st.Code()))}}
-	if m := st.Message(); m != "" {
-		fields = append(fields, hpack.HeaderField{Name: fieldGRPCMsg, Value: encodeGRPCMessage(m)})
+// writeStatus ends stream id with s: in trailers after the response
+// headers when they were sent, else as a trailers-only response. With rst
+// the stream is reset too, for a client that has not closed its side (it
+// has nothing more to send that would be read); c.mu held.
+func (c *directConn) writeStatus(id uint32, s *status.Status, headersSent, rst bool) error {
+	var buf [4]hpack.HeaderField
+	fields := buf[:0]
+	if !headersSent {
+		fields = append(fields, fieldStatusOK, fieldGRPCType)
+	}
+	fields = append(fields, hpack.HeaderField{Name: "grpc-status", Value: strconv.Itoa(int(s.Code()))})
+	if m := s.Message(); m != "" {
+		fields = append(fields, hpack.HeaderField{Name: "grpc-message", Value: encodeGRPCMessage(m)})
 	}
 	if err := c.writeHeaderBlock(id, true, fields...); err != nil {
 		return err

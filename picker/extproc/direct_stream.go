@@ -3,14 +3,11 @@ package extproc
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -258,11 +255,12 @@ func (st *directStream) Send(r *extprocv3.ProcessingResponse) error {
 	if st.cancelled.Load() {
 		return status.Error(codes.Canceled, "the stream was cancelled")
 	}
-	buf, err := marshalFramed(r)
+	buf, err := marshalReply(r, 5)
 	if err != nil {
 		return status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
 	}
 	defer replyBuffers.Put(buf)
+	grpcPrefix(*buf, len(*buf)-5)
 	c := st.c
 	if len(*buf)-5 > c.d.opts.MaxSendMsgSize {
 		return status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", len(*buf)-5, c.d.opts.MaxSendMsgSize)
@@ -280,38 +278,6 @@ func (st *directStream) Send(r *extprocv3.ProcessingResponse) error {
 	}
 	st.writeData(*buf)
 	return nil
-}
-
-// marshalFramed marshals r after room for its gRPC prefix, into a buffer
-// of replyBuffers.
-func marshalFramed(r *extprocv3.ProcessingResponse) (*[]byte, error) {
-	var m any = r
-	if vt, ok := m.(vtMarshaler); ok {
-		size := vt.SizeVT()
-		buf := replyBuffers.Get(size + 5)
-		n, err := vt.MarshalToSizedBufferVTStrict((*buf)[5:])
-		if err == nil && n != size {
-			err = fmt.Errorf("marshalled %d bytes of a %d-byte message", n, size)
-		}
-		if err != nil {
-			replyBuffers.Put(buf)
-			return nil, err
-		}
-		grpcPrefix(*buf, size)
-		return buf, nil
-	}
-	size := proto.Size(r)
-	buf := replyBuffers.Get(size + 5)
-	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:5], r)
-	if err == nil && len(out) != size+5 {
-		err = fmt.Errorf("marshalled %d bytes of a %d-byte message", len(out)-5, size)
-	}
-	if err != nil {
-		replyBuffers.Put(buf)
-		return nil, err
-	}
-	grpcPrefix(*buf, size)
-	return buf, nil
 }
 
 // writeData writes b as DATA frames as far as the windows allow and keeps
@@ -405,34 +371,14 @@ func statusOf(err error) *status.Status {
 	return status.Convert(err)
 }
 
-// writeTrailers ends the stream with s, resetting it when the client has
-// not closed its side (it has nothing more to send that would be read),
-// and forgets it; c.mu held.
+// writeTrailers ends the stream with s (see writeStatus) and forgets it;
+// c.mu held.
 func (st *directStream) writeTrailers(s *status.Status) {
 	c := st.c
 	st.trailer = nil
-	rst := !st.remoteClosed.Load()
-	if !st.headersSent {
-		_ = c.writeTrailersOnly(st.id, s, rst)
-	} else {
-		fields := []hpack.HeaderField{{Name: fieldGRPCStatus, Value: codeString(s.Code())}}
-		if m := s.Message(); m != "" {
-			fields = append(fields, hpack.HeaderField{Name: fieldGRPCMsg, Value: encodeGRPCMessage(m)})
-		}
-		_ = c.writeHeaderBlock(st.id, true, fields...)
-		if rst {
-			_ = c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
-		}
-	}
+	_ = c.writeStatus(st.id, s, st.headersSent, !st.remoteClosed.Load())
 	delete(c.streams, st.id)
 	c.closeIfDrained()
-}
-
-func codeString(c codes.Code) string {
-	if c == codes.OK {
-		return "0"
-	}
-	return fmt.Sprint(uint32(c))
 }
 
 // cancel ends the exchange's context.

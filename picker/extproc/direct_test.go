@@ -99,18 +99,7 @@ func TestDirectRepliesWaitForTheClientsWindow(t *testing.T) {
 	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("stream end: %v, want EOF", err)
 	}
-	eventuallyZero(t, w)
-}
-
-func eventuallyZero(t *testing.T, w *directWorld) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for w.load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("load %d, want 0: a guard was not released", w.load())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, "every guard released", func() bool { return w.load() == 0 })
 }
 
 // A message over the bound ends its stream with RESOURCE_EXHAUSTED; an
@@ -150,7 +139,7 @@ func TestDirectRejectsWhatItDoesNotServe(t *testing.T) {
 	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("stream end: %v, want EOF", err)
 	}
-	eventuallyZero(t, w)
+	eventually(t, "every guard released", func() bool { return w.load() == 0 })
 }
 
 // GracefulStop lets a routed request finish, refuses new streams, and
@@ -285,7 +274,7 @@ func TestDirectKeepaliveClosesASilentConnection(t *testing.T) {
 	if c.readUntil(func(http2.Frame) bool { return false }) != nil {
 		t.Fatal("unreachable")
 	}
-	eventuallyZero(t, w)
+	eventually(t, "every guard released", func() bool { return w.load() == 0 })
 }
 
 // A client that pings far more often than KeepaliveMinTime, with nothing
