@@ -60,6 +60,10 @@ type DirectOptions struct {
 	// MaxRecvMsgSize and MaxSendMsgSize bound a message's size; zero is
 	// gRPC's defaults (4 MiB received, no bound sent).
 	MaxRecvMsgSize, MaxSendMsgSize int
+	// MaxConcurrentStreams, when positive, is announced to every client
+	// (SETTINGS_MAX_CONCURRENT_STREAMS); a stream opened beyond it is
+	// refused (REFUSED_STREAM) before any work. Zero: no limit, as in gRPC.
+	MaxConcurrentStreams uint32
 }
 
 // defaultMaxRecvMsgSize is gRPC's default bound on a received message.

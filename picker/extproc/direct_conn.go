@@ -48,6 +48,7 @@ type directConn struct {
 	// Reader goroutine only (maxStreamID is written under mu as well).
 	maxStreamID uint32 // the highest stream the client opened
 	recvUnacked int    // bytes received since the last connection window update
+	recvWindow  int64  // what the client may still send on the connection
 	lastPing    time.Time
 	pingStrikes int
 
@@ -109,7 +110,12 @@ func (c *directConn) serve() {
 		}
 		c.lastRead.Store(time.Now().UnixNano())
 		if err := c.handle(f); err != nil {
-			c.fail(http2.ErrCodeProtocol, err)
+			code := http2.ErrCodeProtocol
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				code = http2.ErrCode(ce)
+			}
+			c.fail(code, err)
 			return
 		}
 		c.flushIfIdle()
@@ -142,7 +148,12 @@ func (c *directConn) handshake() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	err = c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: streamWindow})
+	settings := []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: streamWindow}}
+	if m := c.d.opts.MaxConcurrentStreams; m > 0 {
+		settings = append(settings, http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: m})
+	}
+	c.recvWindow = connWindow
+	err = c.fr.WriteSettings(settings...)
 	if err == nil {
 		err = c.fr.WriteWindowUpdate(0, connWindow-initialWindow)
 	}
@@ -286,6 +297,13 @@ func (c *directConn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.mu.Unlock()
 		return nil
 	}
+	if m := c.d.opts.MaxConcurrentStreams; m > 0 && uint32(len(c.streams)) >= m {
+		// Over the limit the settings announced: refused before any work,
+		// so the gateway may retry it elsewhere.
+		_ = c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
+		c.mu.Unlock()
+		return nil
+	}
 	c.mu.Unlock()
 	if f.PseudoValue("method") != "POST" || !isGRPCContentType(f) {
 		c.writeLocked(func() error {
@@ -305,6 +323,7 @@ func (c *directConn) onHeaders(f *http2.MetaHeadersFrame) error {
 	st := &directStream{c: c, id: id}
 	c.mu.Lock()
 	st.sendWindow = int64(c.peerWindow)
+	st.recvWindow = streamWindow
 	c.streams[id] = st
 	c.mu.Unlock()
 	st.x = c.d.s.open(st)
@@ -327,20 +346,35 @@ func isGRPCContentType(f *http2.MetaHeadersFrame) bool {
 // onData gathers a stream's messages and hands each complete one over.
 func (c *directConn) onData(f *http2.DataFrame) error {
 	n := int(f.Length)
+	if c.recvWindow -= int64(n); c.recvWindow < 0 {
+		return fmt.Errorf("%w: the client sent past the connection's window", http2.ConnectionError(http2.ErrCodeFlowControl))
+	}
 	c.recvUnacked += n
 	if c.recvUnacked >= connWindow/4 {
 		inc := c.recvUnacked
 		c.recvUnacked = 0
+		c.recvWindow += int64(inc)
 		c.writeLocked(func() error { return c.fr.WriteWindowUpdate(0, uint32(inc)) })
 	}
 	c.mu.Lock()
 	st := c.streams[f.StreamID]
+	over := false
+	if st != nil {
+		st.recvWindow -= int64(n)
+		over = st.recvWindow < 0
+	}
 	c.mu.Unlock()
 	if st == nil {
 		if f.StreamID > c.maxStreamID {
 			return fmt.Errorf("DATA on idle stream %d", f.StreamID)
 		}
 		return nil // a stream that ended here; its frames were in flight
+	}
+	if over {
+		if !st.cancelled.Load() { // reset once; the frames after are dropped
+			c.resetStream(f.StreamID, http2.ErrCodeFlowControl, status.Error(codes.ResourceExhausted, "the client sent past the stream's flow-control window"))
+		}
+		return nil
 	}
 	if pad := n - len(f.Data()); pad > 0 {
 		st.consumed(pad) // padding carries no message

@@ -22,6 +22,10 @@ type directStream struct {
 	x  *exchange
 
 	partial []byte // a message spanning frames, being gathered (reader only)
+	// credited is how many bytes at the head of partial were already given
+	// back to the stream's window: those of a message larger than the
+	// window, which could never arrive whole otherwise (reader only).
+	credited int
 
 	remoteClosed atomic.Bool // the client ended its side
 	finished     atomic.Bool // the exchange has ended
@@ -41,6 +45,7 @@ type directStream struct {
 
 	// Under c.mu.
 	recvUnacked int   // message bytes handled since the last window update
+	recvWindow  int64 // what the client may still send on this stream
 	sendWindow  int64 // what the client lets this stream send
 	headersSent bool
 	pending     []byte         // framed replies waiting for window
@@ -48,15 +53,17 @@ type directStream struct {
 	blocked     bool           // in c.blocked
 }
 
-// streamEvent is what happens to a stream: a message (msg, isMsg), or its
-// end with err (eof: the client closed its side; reset: the stream is
-// gone and takes no trailers).
+// streamEvent is what happens to a stream: a message (msg, isMsg, and the
+// bytes its handling gives back to the stream's window), or its end with
+// err (eof: the client closed its side; reset: the stream is gone and
+// takes no trailers).
 type streamEvent struct {
-	msg   []byte
-	isMsg bool
-	err   error
-	eof   bool
-	reset bool
+	msg    []byte
+	isMsg  bool
+	credit int
+	err    error
+	eof    bool
+	reset  bool
 }
 
 // event hands ev to the stream's exchange: at once on the reader goroutine
@@ -141,8 +148,8 @@ func (st *directStream) run(ev streamEvent) {
 		}
 		end, err = true, st.x.ended(ev.err)
 	}()
-	if ev.isMsg {
-		st.consumed(len(ev.msg) + 5)
+	if ev.credit > 0 {
+		st.consumed(ev.credit)
 	}
 	if end {
 		st.finish(err, ev.reset)
@@ -171,7 +178,7 @@ func (st *directStream) gather(p []byte) error {
 				return err
 			}
 			if len(p)-5 >= n {
-				st.event(streamEvent{msg: p[5 : 5+n], isMsg: true})
+				st.event(streamEvent{msg: p[5 : 5+n], isMsg: true, credit: 5 + n})
 				p = p[5+n:]
 				continue
 			}
@@ -189,17 +196,20 @@ func (st *directStream) gather(p []byte) error {
 			if len(st.partial)-5 < n {
 				break
 			}
-			st.event(streamEvent{msg: st.partial[5 : 5+n], isMsg: true})
+			credit := 5 + n - st.credited
+			st.credited = 0
+			st.event(streamEvent{msg: st.partial[5 : 5+n], isMsg: true, credit: credit})
 			rest := copy(st.partial, st.partial[5+n:])
 			st.partial = st.partial[:rest]
 		}
 	}
-	if !st.c.inline {
-		st.qmu.Lock()
-		over := st.queued > 2*streamWindow
-		st.qmu.Unlock()
-		if over {
-			return status.Error(codes.ResourceExhausted, "the client sent past the stream's flow-control window")
+	if len(st.partial) >= 5 {
+		// A message too large for the window is credited as it arrives:
+		// the client could not send its end otherwise. Its size is bounded
+		// by MaxRecvMsgSize.
+		if n, _ := st.c.messageLength(st.partial); 5+n > streamWindow && len(st.partial) > st.credited {
+			st.consumed(len(st.partial) - st.credited)
+			st.credited = len(st.partial)
 		}
 	}
 	return nil
@@ -245,6 +255,7 @@ func (st *directStream) consumed(n int) {
 	st.recvUnacked += n
 	if st.recvUnacked >= streamWindow/4 && !st.remoteClosed.Load() && !st.finished.Load() {
 		_ = c.fr.WriteWindowUpdate(st.id, uint32(st.recvUnacked))
+		st.recvWindow += int64(st.recvUnacked)
 		st.recvUnacked = 0
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/registry"
 )
 
@@ -310,7 +311,7 @@ func FuzzDirectConn(f *testing.F) {
 	f.Add([]byte{0, 0, 3, 1, 5, 0, 0, 0, 3, 0x82, 0x87, 0x84})                // HEADERS of a second stream
 	f.Add([]byte{0, 0, 9, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 4, 0x1a, 2, 0x12, 0}) // a response-headers message, END_STREAM
 	f.Fuzz(func(t *testing.T, frames []byte) {
-		w := newDirectWorld(t, DirectOptions{MaxRecvMsgSize: 64 << 10})
+		w := newDirectWorld(t, DirectOptions{MaxRecvMsgSize: 64 << 10, MaxConcurrentStreams: 4})
 		client, server := net.Pipe()
 		w.ds.connsDone.Add(1)
 		c := newDirectConn(w.ds, server)
@@ -420,4 +421,89 @@ func TestDirectGracefulStopServesStreamsOpenedBeforeTheGOAWAY(t *testing.T) {
 	if w.load() != 2 {
 		t.Fatalf("load %d, want the requests of streams 1 and 3 in flight", w.load())
 	}
+}
+
+// The stream cap is announced in the server's settings; a stream opened
+// beyond it is refused before any work, and the streams within it are
+// served.
+func TestDirectRefusesStreamsBeyondTheCap(t *testing.T) {
+	w := newDirectWorld(t, DirectOptions{MaxConcurrentStreams: 1})
+	c := dialRaw(t, w.addr)
+	f := c.readUntil(func(f http2.Frame) bool { s, ok := f.(*http2.SettingsFrame); return ok && !s.IsAck() })
+	if v, ok := f.(*http2.SettingsFrame).Value(http2.SettingMaxConcurrentStreams); !ok || v != 1 {
+		t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS = %d (sent: %v), want 1", v, ok)
+	}
+	if err := c.fr.WriteSettingsAck(); err != nil {
+		t.Fatal(err)
+	}
+	body := chatBody("m", "within the cap")
+	c.open(1)
+	c.send(1, reqHeaders("/v1/chat/completions", len(body)))
+	c.send(1, reqBody(body, true))
+	if c.readUntil(func(f http2.Frame) bool { return f.Header().Type == http2.FrameData && f.Header().StreamID == 1 }) == nil {
+		t.Fatal("connection closed before the routing reply")
+	}
+	c.open(3)
+	c.send(3, reqHeaders("/v1/chat/completions", len(body)))
+	rst := c.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
+	if rst == nil || rst.Header().StreamID != 3 || rst.(*http2.RSTStreamFrame).ErrCode != http2.ErrCodeRefusedStream {
+		t.Fatalf("second stream ended with %v, want RST_STREAM REFUSED_STREAM on stream 3", rst)
+	}
+	if w.load() != 1 {
+		t.Fatalf("load %d, want 1: the refused stream took no guard", w.load())
+	}
+	// The first stream ends; a new one fits again.
+	if err := c.fr.WriteRSTStream(1, http2.ErrCodeCancel); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the cancelled stream's guard released", func() bool { return w.load() == 0 })
+	c.open(5)
+	c.send(5, reqHeaders("/v1/chat/completions", len(body)))
+	c.send(5, reqBody(body, true))
+	if c.readUntil(func(f http2.Frame) bool {
+		_, rst := f.(*http2.RSTStreamFrame)
+		return f.Header().StreamID == 5 && (rst || f.Header().Type == http2.FrameData)
+	}).Header().Type != http2.FrameData {
+		t.Fatal("the stream opened after the first ended was refused")
+	}
+}
+
+// A gateway that sends past a waiting stream's window, ignoring flow
+// control, loses that stream: it is reset with FLOW_CONTROL_ERROR, leaves
+// the admission queue and holds nothing.
+func TestDirectStreamSentPastItsWindowIsReset(t *testing.T) {
+	e, q, _ := queueEnv(t, flowcontrol.Options{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := NewDirect(e.server, DirectOptions{})
+	go func() { _ = ds.Serve(lis) }()
+	t.Cleanup(ds.Stop)
+
+	first := e.open()
+	first.sendRequest("interactive")
+	first.routed(true)
+
+	c := dialRaw(t, lis.Addr().String())
+	c.open(1)
+	body := chatBody("m", "waits for capacity")
+	c.send(1, reqHeaders("/v1/chat/completions", len(body)))
+	c.send(1, reqBody(body, true))
+	eventually(t, "the raw client's request queued", func() bool { return q.Len() == 1 })
+	chunk := reqBody(strings.Repeat("x", 16000), false) // one frame each
+	for range streamWindow/16000 + 2 {
+		c.send(1, chunk)
+	}
+	rst := c.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
+	if rst == nil || rst.Header().StreamID != 1 || rst.(*http2.RSTStreamFrame).ErrCode != http2.ErrCodeFlowControl {
+		t.Fatalf("stream ended with %v, want RST_STREAM FLOW_CONTROL_ERROR on stream 1", rst)
+	}
+	eventually(t, "the reset request left the queue", func() bool { return q.Len() == 0 })
+	if p, _ := e.worker("127.0.0.1:8000").Load(); p != 1 {
+		t.Fatalf("load %d, want 1: only the first request holds a guard", p)
+	}
+	first.responseHeaders(200, "application/json", true, "")
+	first.recv()
+	eventually(t, "every guard released", func() bool { p, d := e.worker("127.0.0.1:8000").Load(); return p+d == 0 })
 }

@@ -54,6 +54,23 @@ func TestRouteHeadersAndBody(t *testing.T) {
 	}
 }
 
+// A gateway in buffered mode sends the whole body as one message, which
+// may be larger than the transport's flow-control window for a stream.
+func TestBodyMessageLargerThanTheStreamWindowIsRouted(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	body := chatBody("m", strings.Repeat("a buffered body past one window ", 100_000)) // ~3.2 MB
+	s := e.open()
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+	s.requestBody(body, true)
+	r := s.routed(true)
+	if r.dest == "" {
+		t.Fatal("no destination")
+	}
+	if string(r.body) != body {
+		t.Errorf("body returned differs: %d bytes, want %d", len(r.body), len(body))
+	}
+}
+
 func TestHeaderOnlyRequestIsRouted(t *testing.T) {
 	e := newEnv(t, twoWorkers)
 	s := e.open()

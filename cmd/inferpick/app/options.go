@@ -59,6 +59,9 @@ type Options struct {
 	// server's messages; 0 keeps gRPC's defaults (4 MiB received).
 	GRPCMaxRecvMsgSize byteSize
 	GRPCMaxSendMsgSize byteSize
+	// GRPCMaxConcurrentStreams caps the ext_proc streams of one gateway
+	// connection; 0 is gRPC's default, no cap.
+	GRPCMaxConcurrentStreams uint
 
 	// Keepalive of the ext_proc server: it pings a connection silent for
 	// KeepaliveTime and closes it (cancelling its streams, so their guards
@@ -190,6 +193,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.TLSCipherSuites, "tls-cipher-suites", o.TLSCipherSuites, "Comma-separated crypto/tls cipher suite names the ext_proc service offers up to TLS 1.2 (TLS 1.3 suites are fixed); Go's defaults when empty.")
 	fs.Var(&o.GRPCMaxRecvMsgSize, "grpc-max-recv-msg-size", "Largest gRPC message the ext_proc service accepts (e.g. 8Mi, 10MiB); gRPC's 4 MiB when empty.")
 	fs.Var(&o.GRPCMaxSendMsgSize, "grpc-max-send-msg-size", "Largest gRPC message the ext_proc service sends (e.g. 8Mi); unbounded when empty.")
+	fs.UintVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", o.GRPCMaxConcurrentStreams, "Most ext_proc streams (requests in flight) on one gateway connection, announced in HTTP/2 settings; a stream beyond it is refused, and the gateway opens another connection or waits. 0: no cap.")
 	fs.StringVar(&o.ExtProcTransport, "extproc-transport", o.ExtProcTransport, "HTTP/2 transport of the ext_proc service: direct (the picker's own: each connection's messages are handled on its reader, replies gathered into one write) or grpc (grpc-go's).")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof, "Serve Go's pprof handlers under /debug/pprof/ on the metrics port (behind --metrics-endpoint-auth in a cluster).")
 	fs.BoolVar(&o.MetricsEndpointAuth, "metrics-endpoint-auth", o.MetricsEndpointAuth, "In a cluster, require an authenticated and authorized caller (TokenReview, SubjectAccessReview) on the metrics port.")

@@ -80,6 +80,8 @@ func TestOptions(t *testing.T) {
 		"unknown ha mode":            {args: []string{"--pool-name", "p", "--ha-mode", "active"}, wantErr: "--ha-mode"},
 		"negative fallbacks":         {args: []string{"--pool-name", "p", "--fallbacks", "-1"}, wantErr: "--fallbacks"},
 		"port out of range":          {args: []string{"--pool-name", "p", "--grpc-port", "70000"}, wantErr: "--grpc-port"},
+		"unknown transport":          {args: []string{"--pool-name", "p", "--extproc-transport", "h3"}, wantErr: "--extproc-transport"},
+		"negative stream cap":        {args: []string{"--pool-name", "p", "--grpc-max-concurrent-streams", "-1"}, wantErr: "grpc-max-concurrent-streams"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

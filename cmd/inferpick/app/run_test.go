@@ -51,10 +51,13 @@ func until(t *testing.T, what string, cond func() bool) {
 
 // TestStaticRunServesAndDrains runs the picker as main does, without a
 // cluster: it becomes ready, routes a request, and on shutdown reports not
-// ready while the request in flight finishes, then exits.
+// ready while the request in flight finishes, then exits. It serves ext_proc
+// over grpc-go's transport, which nothing else runs through Run (the
+// binary's tests, e2e and reliability, run the default direct one); Run
+// registers its metrics once per process.
 func TestStaticRunServesAndDrains(t *testing.T) {
 	o, err := parse(t, "--static-endpoints", "127.0.0.1:1,127.0.0.2:1", "--bind-address", "127.0.0.1",
-		"--secure-serving=false", "--refresh-metrics-interval", "1h",
+		"--secure-serving=false", "--refresh-metrics-interval", "1h", "--extproc-transport", transportGRPC, "--grpc-max-concurrent-streams", "8",
 		"--grpc-port", fmt.Sprint(freePort(t)), "--grpc-health-port", fmt.Sprint(freePort(t)), "--metrics-port", fmt.Sprint(freePort(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +68,11 @@ func TestStaticRunServesAndDrains(t *testing.T) {
 
 	health := healthpb.NewHealthClient(dial(t, o.GRPCHealthPort))
 	ready := func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned before it was ready: %v", err)
+		default:
+		}
 		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
 		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"net/http"
 	"net/http/pprof"
 
@@ -59,8 +60,6 @@ func logWarnings(log logr.Logger, ws []Warning) {
 	}
 }
 
-// extProcOptions are the ext_proc server's keepalive and message size
-// limits.
 // The ext_proc transports (--extproc-transport).
 const (
 	transportDirect = "direct"
@@ -86,9 +85,13 @@ func extProcServer(o *Options, srv *extproc.Server, tlsCfg *tls.Config) grpcServ
 		KeepaliveMinTime: o.KeepaliveMinTime,
 		MaxRecvMsgSize:   o.GRPCMaxRecvMsgSize.n,
 		MaxSendMsgSize:   o.GRPCMaxSendMsgSize.n,
+
+		MaxConcurrentStreams: uint32(min(o.GRPCMaxConcurrentStreams, math.MaxUint32)),
 	})
 }
 
+// extProcOptions are grpc-go's ext_proc server options: keepalive, message
+// sizes and the stream cap.
 func extProcOptions(o *Options) []grpc.ServerOption {
 	opts := append(extproc.ServerOptions(),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}),
@@ -99,6 +102,9 @@ func extProcOptions(o *Options) []grpc.ServerOption {
 	}
 	if o.GRPCMaxSendMsgSize.raw != "" {
 		opts = append(opts, grpc.MaxSendMsgSize(o.GRPCMaxSendMsgSize.n))
+	}
+	if o.GRPCMaxConcurrentStreams > 0 {
+		opts = append(opts, grpc.MaxConcurrentStreams(uint32(min(o.GRPCMaxConcurrentStreams, math.MaxUint32))))
 	}
 	return opts
 }
