@@ -370,16 +370,21 @@ func (c *directConn) onData(f *http2.DataFrame) error {
 		}
 		return nil // a stream that ended here; its frames were in flight
 	}
+	if st.cancelled.Load() {
+		return nil // reset, and ending on its own goroutine: the frames after are dropped
+	}
 	if over {
-		if !st.cancelled.Load() { // reset once; the frames after are dropped
-			c.resetStream(f.StreamID, http2.ErrCodeFlowControl, status.Error(codes.ResourceExhausted, "the client sent past the stream's flow-control window"))
-		}
+		c.resetStream(f.StreamID, http2.ErrCodeFlowControl, status.Error(codes.ResourceExhausted, "the client sent past the stream's flow-control window"))
 		return nil
 	}
 	if pad := n - len(f.Data()); pad > 0 {
 		st.consumed(pad) // padding carries no message
 	}
 	if err := st.gather(f.Data()); err != nil {
+		if errors.Is(err, errQueueFull) {
+			c.resetStream(f.StreamID, http2.ErrCodeEnhanceYourCalm, err)
+			return nil
+		}
 		st.event(streamEvent{err: err})
 		return nil
 	}

@@ -34,7 +34,7 @@ type directStream struct {
 	// stream's goroutine; done closes when the stream has finished.
 	qmu     sync.Mutex
 	queue   []streamEvent
-	queued  int // bytes of the queued messages
+	queued  int // bytes of the queued messages, bounded in gather
 	running bool
 	done    chan struct{}
 
@@ -212,8 +212,22 @@ func (st *directStream) gather(p []byte) error {
 			st.credited = len(st.partial)
 		}
 	}
+	if !st.c.inline {
+		// Only a gateway that ignores the waiting request queues more than
+		// a window of messages and one message credited as it arrived.
+		st.qmu.Lock()
+		over := st.queued > streamWindow+st.c.d.opts.MaxRecvMsgSize
+		st.qmu.Unlock()
+		if over {
+			return errQueueFull
+		}
+	}
 	return nil
 }
+
+// errQueueFull ends a stream whose gateway sent more than a waiting stream
+// may queue; the stream is reset at once, its request cancelled.
+var errQueueFull = status.Error(codes.ResourceExhausted, "the client sent past what a waiting stream may queue")
 
 // partialBuffers keep the buffers in which messages spanning frames were
 // gathered, for the streams after, up to maxPooledPartial bytes each.

@@ -219,7 +219,8 @@ func (c *rawClient) open(id uint32) {
 	}
 }
 
-// send writes r as one gRPC message on stream id.
+// send writes r as one gRPC message on stream id, in frames of at most
+// HTTP/2's initial frame size.
 func (c *rawClient) send(id uint32, r *extprocv3.ProcessingRequest) {
 	b, err := proto.Marshal(r)
 	if err != nil {
@@ -228,8 +229,12 @@ func (c *rawClient) send(id uint32, r *extprocv3.ProcessingRequest) {
 	msg := make([]byte, 5+len(b))
 	grpcPrefix(msg, len(b))
 	copy(msg[5:], b)
-	if err := c.fr.WriteData(id, false, msg); err != nil {
-		c.t.Fatal(err)
+	for len(msg) > 0 {
+		n := min(len(msg), initialMaxFrame)
+		if err := c.fr.WriteData(id, false, msg[:n]); err != nil {
+			c.t.Fatal(err)
+		}
+		msg = msg[n:]
 	}
 }
 
@@ -506,4 +511,39 @@ func TestDirectStreamSentPastItsWindowIsReset(t *testing.T) {
 	first.responseHeaders(200, "application/json", true, "")
 	first.recv()
 	eventually(t, "every guard released", func() bool { p, d := e.worker("127.0.0.1:8000").Load(); return p+d == 0 })
+}
+
+// Messages larger than the window are credited as they arrive, so a
+// gateway could queue many of them behind a waiting request: the stream
+// ends with RESOURCE_EXHAUSTED once it holds more than a window and one
+// such message, and its request leaves the queue holding nothing.
+func TestDirectWaitingStreamQueuesABoundedAmount(t *testing.T) {
+	e, q, _ := queueEnv(t, flowcontrol.Options{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := NewDirect(e.server, DirectOptions{MaxRecvMsgSize: 2 << 20})
+	go func() { _ = ds.Serve(lis) }()
+	t.Cleanup(ds.Stop)
+
+	first := e.open()
+	first.sendRequest("interactive")
+	first.routed(true)
+
+	c := dialRaw(t, lis.Addr().String())
+	go func() { _, _ = io.Copy(io.Discard, c.nc) }() // window updates and the answer, unread
+	c.open(1)
+	body := chatBody("m", "waits for capacity")
+	c.send(1, reqHeaders("/v1/chat/completions", len(body)))
+	c.send(1, reqBody(body, true))
+	eventually(t, "the raw client's request queued", func() bool { return q.Len() == 1 })
+	big := reqBody(strings.Repeat("x", 3<<19), false) // 1.5 MiB, past the stream window
+	for range 3 {
+		c.send(1, big)
+	}
+	eventually(t, "the over-full stream left the queue", func() bool { return q.Len() == 0 })
+	if p, _ := e.worker("127.0.0.1:8000").Load(); p != 1 {
+		t.Fatalf("load %d, want 1: only the first request holds a guard", p)
+	}
 }
