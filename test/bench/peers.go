@@ -249,7 +249,7 @@ func peersMarkdown(pr *peersResult) string {
 	w("a simulator's /metrics page, with its default configuration and scrape interval. Both run at once and take\n")
 	w("the ext_proc load test in turn (8 and 32 concurrent streams; each exchange: request headers, the body in\n")
 	w("16 KB chunks, the routing reply and the body, response headers, three SSE chunks), %s of each\n", plural(rs[0].Load[0].Rounds, "round"))
-	w("shape; the table shows each picker's median round. Picker CPU per request is its `/proc/<pid>/stat` time less its idle\n")
+	w("shape; the table shows each picker's median round. Picker CPU per request is its time (the sum of its threads' `/proc/<pid>/task/*/schedstat`) less its idle\n")
 	w("(scraping) rate measured before.\n\n")
 	w("| prompt | streams |")
 	for _, r := range rs {

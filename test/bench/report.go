@@ -177,7 +177,7 @@ func (r *report) markdown(plotDir string) string {
 		w("The `inferpick` binary (policy cache-aware, 8 endpoints serving a simulator's /metrics page, no model server\n")
 		w("behind them) driven over loopback gRPC by this process: each stream sends request headers and the body in\n")
 		w("16 KB chunks, reads the routing reply and the body, sends response headers and three SSE chunks (the last\n")
-		w("with `[DONE]`), reads each reply and ends. Picker CPU is read from `/proc/<pid>/stat`, less its idle\n")
+		w("with `[DONE]`), reads each reply and ends. Picker CPU is the sum of its threads' `/proc/<pid>/task/*/schedstat` (nanoseconds), less its idle\n")
 		w("(scraping) rate measured before; the load generator shares the same 2 cores, so requests/s is bounded by\n")
 		w("both, and requests/s per picker core (1 / CPU per request) is the figure to compare with the target. Each\n")
 		w("setting runs %s, the settings in turn each round; the table shows each setting's median round.\n\n", plural(r.load[0].Rounds, "round"))
@@ -194,7 +194,7 @@ func (r *report) markdown(plotDir string) string {
 		s := r.scrape
 		w("## Scrape cost\n\n")
 		w("The `inferpick` binary scraping %d endpoints at the default `--refresh-metrics-interval` (%v), each serving\n", s.Endpoints, s.Interval)
-		w("the simulator's /metrics page (%d bytes), no requests: %.3f cores over %.0f s (`/proc/<pid>/stat`).\n\n", s.PageBytes, s.Cores, s.Seconds)
+		w("the simulator's /metrics page (%d bytes), no requests: %.3f cores over %.0f s (`/proc/<pid>/task/*/schedstat`).\n\n", s.PageBytes, s.Cores, s.Seconds)
 	}
 	w("%s", scalingMarkdown(r.scaling, plotDir))
 	w("%s", scaleMarkdown(r.scale))

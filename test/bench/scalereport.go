@@ -60,7 +60,7 @@ func scaleMarkdown(rs []scaleResult) string {
 	w("replaces every pod in waves of 5%% (the replacements start and become ready, then the old pods are deleted);\n")
 	w("**steady** flips a random pod's readiness %d times a second. Each pod write is one watch event for the picker;\n", scaleChurnRate)
 	w("a phase ends when a sentinel pod written last is routable and the picker's CPU has settled. CPU is the picker\n")
-	w("process's (`/proc/<pid>/stat`), less its idle rate over the pool as it stood just before the phase; memory is its live heap after a collection (`/debug/pprof/heap?gc=1`) and its\n")
+	w("process's (its threads' `/proc/<pid>/task/*/schedstat`, in nanoseconds), less its idle rate over the pool as it stood just before the phase; memory is its live heap after a collection (`/debug/pprof/heap?gc=1`) and its\n")
 	w("resident set, from the empty pool to the full one, per pod (the informer's cached pod included). Pick latency\n")
 	w("is the time from the end of a 1 KB request body to the routing reply, one request every 10 ms, on a quiet pool\n")
 	w("and during steady churn.\n\n")
