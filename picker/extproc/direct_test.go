@@ -477,25 +477,7 @@ func TestDirectRefusesStreamsBeyondTheCap(t *testing.T) {
 // control, loses that stream: it is reset with FLOW_CONTROL_ERROR, leaves
 // the admission queue and holds nothing.
 func TestDirectStreamSentPastItsWindowIsReset(t *testing.T) {
-	e, q, _ := queueEnv(t, flowcontrol.Options{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds := NewDirect(e.server, DirectOptions{})
-	go func() { _ = ds.Serve(lis) }()
-	t.Cleanup(ds.Stop)
-
-	first := e.open()
-	first.sendRequest("interactive")
-	first.routed(true)
-
-	c := dialRaw(t, lis.Addr().String())
-	c.open(1)
-	body := chatBody("m", "waits for capacity")
-	c.send(1, reqHeaders("/v1/chat/completions", len(body)))
-	c.send(1, reqBody(body, true))
-	eventually(t, "the raw client's request queued", func() bool { return q.Len() == 1 })
+	e, q, first, c := waitingRawStream(t, DirectOptions{})
 	chunk := reqBody(strings.Repeat("x", 16000), false) // one frame each
 	for range streamWindow/16000 + 2 {
 		c.send(1, chunk)
@@ -515,29 +497,11 @@ func TestDirectStreamSentPastItsWindowIsReset(t *testing.T) {
 
 // Messages larger than the window are credited as they arrive, so a
 // gateway could queue many of them behind a waiting request: the stream
-// ends with RESOURCE_EXHAUSTED once it holds more than a window and one
+// is reset (ENHANCE_YOUR_CALM) once it holds more than a window and one
 // such message, and its request leaves the queue holding nothing.
 func TestDirectWaitingStreamQueuesABoundedAmount(t *testing.T) {
-	e, q, _ := queueEnv(t, flowcontrol.Options{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds := NewDirect(e.server, DirectOptions{MaxRecvMsgSize: 2 << 20})
-	go func() { _ = ds.Serve(lis) }()
-	t.Cleanup(ds.Stop)
-
-	first := e.open()
-	first.sendRequest("interactive")
-	first.routed(true)
-
-	c := dialRaw(t, lis.Addr().String())
-	go func() { _, _ = io.Copy(io.Discard, c.nc) }() // window updates and the answer, unread
-	c.open(1)
-	body := chatBody("m", "waits for capacity")
-	c.send(1, reqHeaders("/v1/chat/completions", len(body)))
-	c.send(1, reqBody(body, true))
-	eventually(t, "the raw client's request queued", func() bool { return q.Len() == 1 })
+	e, q, _, c := waitingRawStream(t, DirectOptions{MaxRecvMsgSize: 2 << 20})
+	go func() { _, _ = io.Copy(io.Discard, c.nc) }()  // window updates and the answer, unread
 	big := reqBody(strings.Repeat("x", 3<<19), false) // 1.5 MiB, past the stream window
 	for range 3 {
 		c.send(1, big)
@@ -546,4 +510,31 @@ func TestDirectWaitingStreamQueuesABoundedAmount(t *testing.T) {
 	if p, _ := e.worker("127.0.0.1:8000").Load(); p != 1 {
 		t.Fatalf("load %d, want 1: only the first request holds a guard", p)
 	}
+}
+
+// waitingRawStream serves a one-slot queue's server directly with opts,
+// fills the slot with a routed request (first) and has a raw client's
+// request on stream 1 wait in the queue behind it.
+func waitingRawStream(t *testing.T, opts DirectOptions) (*env, *flowcontrol.Queue, *session, *rawClient) {
+	t.Helper()
+	e, q, _ := queueEnv(t, flowcontrol.Options{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := NewDirect(e.server, opts)
+	go func() { _ = ds.Serve(lis) }()
+	t.Cleanup(ds.Stop)
+
+	first := e.open()
+	first.sendRequest("interactive")
+	first.routed(true)
+
+	c := dialRaw(t, lis.Addr().String())
+	c.open(1)
+	body := chatBody("m", "waits for capacity")
+	c.send(1, reqHeaders("/v1/chat/completions", len(body)))
+	c.send(1, reqBody(body, true))
+	eventually(t, "the raw client's request queued", func() bool { return q.Len() == 1 })
+	return e, q, first, c
 }
