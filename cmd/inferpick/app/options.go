@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"strconv"
@@ -363,6 +364,9 @@ func (o *Options) flagSet(name string) bool {
 // Validate reports settings that cannot work together.
 func (o *Options) Validate() error {
 	var errs []error
+	if o.GRPCMaxConcurrentStreams > math.MaxUint32 {
+		errs = append(errs, fmt.Errorf("--grpc-max-concurrent-streams %d is over HTTP/2's %d", o.GRPCMaxConcurrentStreams, uint32(math.MaxUint32)))
+	}
 	if o.ExtProcTransport != transportDirect && o.ExtProcTransport != transportGRPC {
 		errs = append(errs, fmt.Errorf("--extproc-transport must be %s or %s, not %q", transportDirect, transportGRPC, o.ExtProcTransport))
 	}

@@ -82,6 +82,7 @@ func TestOptions(t *testing.T) {
 		"port out of range":          {args: []string{"--pool-name", "p", "--grpc-port", "70000"}, wantErr: "--grpc-port"},
 		"unknown transport":          {args: []string{"--pool-name", "p", "--extproc-transport", "h3"}, wantErr: "--extproc-transport"},
 		"negative stream cap":        {args: []string{"--pool-name", "p", "--grpc-max-concurrent-streams", "-1"}, wantErr: "grpc-max-concurrent-streams"},
+		"stream cap over HTTP/2's":   {args: []string{"--pool-name", "p", "--grpc-max-concurrent-streams", "4294967296"}, wantErr: "--grpc-max-concurrent-streams"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

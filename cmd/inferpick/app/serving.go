@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"hash/fnv"
-	"math"
 	"net/http"
 	"net/http/pprof"
 
@@ -86,7 +85,7 @@ func extProcServer(o *Options, srv *extproc.Server, tlsCfg *tls.Config) grpcServ
 		MaxRecvMsgSize:   o.GRPCMaxRecvMsgSize.n,
 		MaxSendMsgSize:   o.GRPCMaxSendMsgSize.n,
 
-		MaxConcurrentStreams: uint32(min(o.GRPCMaxConcurrentStreams, math.MaxUint32)),
+		MaxConcurrentStreams: uint32(o.GRPCMaxConcurrentStreams),
 	})
 }
 
@@ -104,7 +103,7 @@ func extProcOptions(o *Options) []grpc.ServerOption {
 		opts = append(opts, grpc.MaxSendMsgSize(o.GRPCMaxSendMsgSize.n))
 	}
 	if o.GRPCMaxConcurrentStreams > 0 {
-		opts = append(opts, grpc.MaxConcurrentStreams(uint32(min(o.GRPCMaxConcurrentStreams, math.MaxUint32))))
+		opts = append(opts, grpc.MaxConcurrentStreams(uint32(o.GRPCMaxConcurrentStreams)))
 	}
 	return opts
 }
