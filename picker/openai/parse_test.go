@@ -356,3 +356,33 @@ func TestModelSpan(t *testing.T) {
 		})
 	}
 }
+
+func TestInputAndTools(t *testing.T) {
+	cases := map[string]struct {
+		kind        Kind
+		body        string
+		input, tool string
+	}{
+		"chat":               {ChatCompletions, `{"model":"m","messages": [{"role":"user","content":"hi"}] ,"tools":[{"type":"function"}]}`, `[{"role":"user","content":"hi"}]`, `[{"type":"function"}]`},
+		"chat without tools": {ChatCompletions, `{"messages":[],"model":"m"}`, `[]`, ``},
+		"completion string":  {Completions, `{"model":"m","prompt":"a\nb"}`, `"a\nb"`, ``},
+		"completion array":   {Completions, `{"model":"m","prompt":["a","b"]}`, `["a","b"]`, ``},
+		"responses":          {Responses, `{"model":"m","input":"x","tools":[]}`, ``, ``},
+		"unknown":            {Unknown, `{"model":"m","messages":[]}`, ``, ``},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var r Request
+			if err := Parse(tc.kind, []byte(tc.body), &r); err != nil {
+				t.Fatal(err)
+			}
+			if string(r.Input) != tc.input || string(r.Tools) != tc.tool {
+				t.Errorf("input %q, tools %q; want %q, %q", r.Input, r.Tools, tc.input, tc.tool)
+			}
+			r.Reset()
+			if r.Input != nil || r.Tools != nil {
+				t.Errorf("Reset kept input %q, tools %q", r.Input, r.Tools)
+			}
+		})
+	}
+}

@@ -37,6 +37,11 @@ type Request struct {
 	// the same text said in different roles does not look like one prefix.
 	// Segments are never empty and must not be modified.
 	Prompt [][]byte
+	// Input is the raw JSON value of the prompt's field as it is in the
+	// body: "messages" of a chat, "prompt" of a completion; nil otherwise.
+	// Tools is the raw "tools" array of a chat, nil when absent. A model
+	// server's /tokenize endpoint takes both as they are.
+	Input, Tools []byte
 
 	lastModel string
 }
@@ -168,13 +173,13 @@ func (p *parser) field(key []byte) error {
 	case ChatCompletions:
 		switch string(key) {
 		case "messages":
-			return p.messages()
+			return p.raw(&r.Input, p.messages)
 		case "tools":
-			return p.toolsField()
+			return p.raw(&r.Tools, p.toolsField)
 		}
 	case Completions:
 		if string(key) == "prompt" {
-			return p.promptValue("prompt")
+			return p.raw(&r.Input, func() error { return p.promptValue("prompt") })
 		}
 	case Embeddings:
 		if string(key) == "input" {
@@ -191,6 +196,16 @@ func (p *parser) field(key []byte) error {
 		}
 	}
 	return l.skip()
+}
+
+// raw runs read on the value at hand and sets *dst to the value's raw JSON
+// text in the body.
+func (p *parser) raw(dst *[]byte, read func() error) error {
+	p.l.peek()
+	start := p.l.i
+	err := read()
+	*dst = p.l.b[start:p.l.i]
+	return err
 }
 
 func (p *parser) streamOptions() error {

@@ -66,25 +66,35 @@ func (ix *Index) seed(model, salt string) uint64 {
 // covers blocks 0..i, so two prompts share hash i exactly when (barring
 // collisions) their first (i+1)×BlockSize bytes are equal.
 func (ix *Index) Hashes(dst []uint64, model, salt string, prompt [][]byte) []uint64 {
+	return ix.HashesN(dst, model, salt, prompt, -1)
+}
+
+// HashesN is Hashes of at most the first n blocks (all of them for n < 0).
+func (ix *Index) HashesN(dst []uint64, model, salt string, prompt [][]byte, n int) []uint64 {
 	dst = dst[:0]
+	if n == 0 {
+		return dst
+	}
 	h := ix.seed(model, salt)
 	var buf [BlockSize]byte
-	n := 0 // bytes pending in buf
+	pending := 0 // bytes pending in buf
 	for _, seg := range prompt {
 		for len(seg) > 0 {
-			if n == 0 && len(seg) >= BlockSize {
+			if pending == 0 && len(seg) >= BlockSize {
 				h = hashBlock(h, (*[BlockSize]byte)(seg))
-				dst = append(dst, h)
 				seg = seg[BlockSize:]
-				continue
-			}
-			c := copy(buf[n:], seg)
-			n += c
-			seg = seg[c:]
-			if n == BlockSize {
+			} else {
+				c := copy(buf[pending:], seg)
+				pending += c
+				seg = seg[c:]
+				if pending < BlockSize {
+					continue
+				}
 				h = hashBlock(h, &buf)
-				dst = append(dst, h)
-				n = 0
+				pending = 0
+			}
+			if dst = append(dst, h); len(dst) == n {
+				return dst
 			}
 		}
 	}
