@@ -1,0 +1,146 @@
+package kvevents
+
+import (
+	"math"
+)
+
+// AppendBatch appends src to dst in the shape current vLLM publishes: the
+// batch a map of ts, events and data_parallel_rank; each event a map whose
+// "type" comes first. parent_block_hash, lora_id and medium are written as
+// nil when absent, lora_name is omitted when empty. Skipped is not encoded.
+func AppendBatch(dst []byte, src *Batch) []byte {
+	dst = append(dst, 0x83)
+	dst = appendStr(dst, "ts")
+	dst = append(dst, 0xcb)
+	dst = appendUint(dst, math.Float64bits(src.TS), 8)
+	dst = appendStr(dst, "events")
+	dst = appendArrayHeader(dst, len(src.Events))
+	for i := range src.Events {
+		dst = appendEvent(dst, &src.Events[i])
+	}
+	dst = appendStr(dst, "data_parallel_rank")
+	return appendInt(dst, int64(src.DPRank))
+}
+
+func appendEvent(dst []byte, ev *Event) []byte {
+	switch ev.Kind {
+	case BlockStored:
+		n := 7
+		if ev.LoraName != "" {
+			n++
+		}
+		dst = append(dst, 0x80|byte(n))
+		dst = appendTag(dst, ev.Kind)
+		dst = appendHashes(dst, ev.Hashes)
+		dst = appendStr(dst, "parent_block_hash")
+		if ev.HasParent {
+			dst = appendUintValue(dst, ev.Parent)
+		} else {
+			dst = append(dst, 0xc0)
+		}
+		dst = appendStr(dst, "token_ids")
+		dst = appendArrayHeader(dst, len(ev.TokenIDs))
+		for _, t := range ev.TokenIDs {
+			dst = appendUintValue(dst, uint64(t))
+		}
+		dst = appendStr(dst, "block_size")
+		dst = appendInt(dst, int64(ev.BlockSize))
+		dst = appendStr(dst, "lora_id")
+		if ev.HasLora {
+			dst = appendInt(dst, ev.LoraID)
+		} else {
+			dst = append(dst, 0xc0)
+		}
+		dst = appendMedium(dst, ev.Medium)
+		if ev.LoraName != "" {
+			dst = appendStr(dst, "lora_name")
+			dst = appendStr(dst, ev.LoraName)
+		}
+	case BlockRemoved:
+		dst = append(dst, 0x83)
+		dst = appendTag(dst, ev.Kind)
+		dst = appendHashes(dst, ev.Hashes)
+		dst = appendMedium(dst, ev.Medium)
+	default:
+		dst = append(dst, 0x81)
+		dst = appendTag(dst, ev.Kind)
+	}
+	return dst
+}
+
+func appendTag(dst []byte, k Kind) []byte {
+	dst = appendStr(dst, "type")
+	return appendStr(dst, k.String())
+}
+
+func appendHashes(dst []byte, hs []uint64) []byte {
+	dst = appendStr(dst, "block_hashes")
+	dst = appendArrayHeader(dst, len(hs))
+	for _, h := range hs {
+		dst = appendUintValue(dst, h)
+	}
+	return dst
+}
+
+func appendMedium(dst []byte, m string) []byte {
+	dst = appendStr(dst, "medium")
+	if m == "" {
+		return append(dst, 0xc0)
+	}
+	return appendStr(dst, m)
+}
+
+func appendStr(dst []byte, s string) []byte {
+	switch n := len(s); {
+	case n < 32:
+		dst = append(dst, 0xa0|byte(n))
+	case n <= math.MaxUint8:
+		dst = append(dst, 0xd9, byte(n))
+	case n <= math.MaxUint16:
+		dst = appendUint(append(dst, 0xda), uint64(n), 2)
+	default:
+		dst = appendUint(append(dst, 0xdb), uint64(n), 4)
+	}
+	return append(dst, s...)
+}
+
+func appendArrayHeader(dst []byte, n int) []byte {
+	switch {
+	case n < 16:
+		return append(dst, 0x90|byte(n))
+	case n <= math.MaxUint16:
+		return appendUint(append(dst, 0xdc), uint64(n), 2)
+	}
+	return appendUint(append(dst, 0xdd), uint64(n), 4)
+}
+
+// appendUintValue appends v as an unsigned integer, as small as it fits.
+func appendUintValue(dst []byte, v uint64) []byte {
+	switch {
+	case v <= 0x7f:
+		return append(dst, byte(v))
+	case v <= math.MaxUint8:
+		return append(dst, 0xcc, byte(v))
+	case v <= math.MaxUint16:
+		return appendUint(append(dst, 0xcd), v, 2)
+	case v <= math.MaxUint32:
+		return appendUint(append(dst, 0xce), v, 4)
+	}
+	return appendUint(append(dst, 0xcf), v, 8)
+}
+
+func appendInt(dst []byte, v int64) []byte {
+	switch {
+	case v >= 0:
+		return appendUintValue(dst, uint64(v))
+	case v >= -32:
+		return append(dst, byte(v))
+	case v >= math.MinInt8:
+		return append(dst, 0xd0, byte(v))
+	case v >= math.MinInt16:
+		return appendUint(append(dst, 0xd1), uint64(v), 2)
+	case v >= math.MinInt32:
+		return appendUint(append(dst, 0xd2), uint64(v), 4)
+	}
+	return appendUint(append(dst, 0xd3), uint64(v), 8)
+}

@@ -1,0 +1,252 @@
+package kvevents
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+// subscriberQueue is how many messages wait for one subscriber before
+// further ones are dropped for it (ZeroMQ's high-water mark).
+const subscriberQueue = 10_000
+
+// Pub is a ZeroMQ PUB socket listening on TCP: every message sent goes to
+// each connected subscriber whose subscriptions match its first frame.
+type Pub struct {
+	ln net.Listener
+	wg sync.WaitGroup
+
+	mu     sync.Mutex
+	subs   map[*peer]struct{}
+	closed bool
+}
+
+// peer is one subscriber connection.
+type peer struct {
+	conn   net.Conn
+	queue  chan []byte // framed messages
+	mu     sync.Mutex
+	topics [][]byte // subscribed prefixes
+	done   chan struct{}
+}
+
+// ListenPub listens on addr ("host:port"; port 0 picks one).
+func ListenPub(addr string) (*Pub, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pub{ln: ln, subs: map[*peer]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr returns the address listened on.
+func (p *Pub) Addr() net.Addr { return p.ln.Addr() }
+
+// Subscribers returns how many connected peers have subscribed to
+// something.
+func (p *Pub) Subscribers() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for s := range p.subs {
+		s.mu.Lock()
+		if len(s.topics) > 0 {
+			n++
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
+
+func (p *Pub) accept() {
+	defer p.wg.Done()
+	for {
+		conn, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s := &peer{conn: conn, queue: make(chan []byte, subscriberQueue), done: make(chan struct{})}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = conn.Close()
+			return
+		}
+		p.subs[s] = struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.read(s)
+		go p.write(s)
+	}
+}
+
+// read does the handshake, then takes the peer's subscriptions until it
+// goes away.
+func (p *Pub) read(s *peer) {
+	defer p.wg.Done()
+	defer p.drop(s)
+	r := bufio.NewReader(s.conn)
+	_ = s.conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := handshake(s.conn, r, "PUB", "SUB", "XSUB"); err != nil {
+		return
+	}
+	_ = s.conn.SetDeadline(time.Time{})
+	var buf []byte
+	for {
+		f, b, err := readFrame(r, buf)
+		buf = b
+		if err != nil {
+			return
+		}
+		var sub bool
+		var topic []byte
+		if f.flags&flagCommand != 0 {
+			name, data, err := parseCommand(f.body)
+			if err != nil {
+				return
+			}
+			switch name {
+			case "SUBSCRIBE", "CANCEL":
+				sub, topic = name == "SUBSCRIBE", data
+			case "PING":
+				if len(data) >= 2 {
+					s.enqueue(appendFrame(nil, flagCommand, command("PONG", data[2:])))
+				}
+				continue
+			default:
+				continue
+			}
+		} else {
+			if len(f.body) == 0 || f.body[0] > 1 {
+				continue // a message a SUB should not send
+			}
+			sub, topic = f.body[0] == 1, f.body[1:]
+		}
+		s.subscribe(sub, bytes.Clone(topic))
+	}
+}
+
+func (s *peer) subscribe(sub bool, topic []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sub {
+		s.topics = append(s.topics, topic)
+		return
+	}
+	for i, t := range s.topics {
+		if bytes.Equal(t, topic) {
+			s.topics = append(s.topics[:i], s.topics[i+1:]...)
+			return
+		}
+	}
+}
+
+func (s *peer) matches(first []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.topics {
+		if bytes.HasPrefix(first, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// enqueue queues a framed message, dropping it when the queue is full.
+func (s *peer) enqueue(msg []byte) {
+	select {
+	case s.queue <- msg:
+	default:
+	}
+}
+
+func (p *Pub) write(s *peer) {
+	defer p.wg.Done()
+	w := bufio.NewWriter(s.conn)
+	for {
+		select {
+		case <-s.done:
+			return
+		case msg := <-s.queue:
+			if _, err := w.Write(msg); err != nil {
+				_ = s.conn.Close()
+				return
+			}
+			if len(s.queue) == 0 {
+				if err := w.Flush(); err != nil {
+					_ = s.conn.Close()
+					return
+				}
+			}
+		}
+	}
+}
+
+// drop forgets a subscriber whose connection ended.
+func (p *Pub) drop(s *peer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.subs[s]; ok {
+		delete(p.subs, s)
+		close(s.done)
+		_ = s.conn.Close()
+	}
+}
+
+// Send sends a message of the given frames to every subscriber whose
+// subscription its first frame matches. It never blocks: a subscriber whose
+// queue is full misses the message.
+func (p *Pub) Send(parts ...[]byte) {
+	if len(parts) == 0 {
+		return
+	}
+	var msg []byte
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for s := range p.subs {
+		if !s.matches(parts[0]) {
+			continue
+		}
+		if msg == nil {
+			for i, part := range parts {
+				flags := byte(flagMore)
+				if i == len(parts)-1 {
+					flags = 0
+				}
+				msg = appendFrame(msg, flags, part)
+			}
+		}
+		s.enqueue(msg)
+	}
+}
+
+// ErrClosed reports a Pub used after Close.
+var ErrClosed = errors.New("kvevents: publisher closed")
+
+// Close stops listening, closes every subscriber and waits for their
+// goroutines.
+func (p *Pub) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	p.closed = true
+	subs := make([]*peer, 0, len(p.subs))
+	for s := range p.subs {
+		subs = append(subs, s)
+	}
+	p.mu.Unlock()
+	err := p.ln.Close()
+	for _, s := range subs {
+		p.drop(s)
+	}
+	p.wg.Wait()
+	return err
+}

@@ -1,0 +1,108 @@
+package kvevents
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+)
+
+// Sub is a ZeroMQ SUB socket connected to one PUB endpoint over TCP.
+type Sub struct {
+	conn net.Conn
+	r    *bufio.Reader
+	wmu  sync.Mutex // PONGs are written from Recv, Close from anywhere
+	bufs [][]byte   // frame buffers, one per part, reused
+}
+
+// DialSub connects to the PUB socket at addr ("host:port"), subscribes to
+// the messages whose first frame begins with topic (all when empty), and
+// returns once the handshake is done. ctx bounds the dial and handshake.
+func DialSub(ctx context.Context, addr string, topic []byte) (*Sub, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("zmtp dial %s: %w", addr, err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	s := &Sub{conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
+	err = handshake(conn, s.r, "SUB", "PUB", "XPUB")
+	if err == nil {
+		// ZMTP 3.0 subscribes with a message: 1, then the topic prefix.
+		_, err = conn.Write(appendFrame(nil, 0, append([]byte{1}, topic...)))
+	}
+	if !stop() || err != nil {
+		_ = conn.Close()
+		if err == nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("zmtp subscribe to %s: %w", addr, err)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return s, nil
+}
+
+// Recv returns the next whole message, its frames appended to parts[:0].
+// The frames stay valid until the next Recv. A PING is answered on the way.
+func (s *Sub) Recv(parts [][]byte) ([][]byte, error) {
+	parts = parts[:0]
+	for {
+		if len(parts) == maxParts {
+			return parts[:0], fmt.Errorf("zmtp: a message of more than %d frames", maxParts)
+		}
+		if len(s.bufs) <= len(parts) {
+			s.bufs = append(s.bufs, nil)
+		}
+		f, buf, err := readFrame(s.r, s.bufs[len(parts)])
+		s.bufs[len(parts)] = buf
+		if err != nil {
+			if len(parts) > 0 {
+				err = unexpected(err)
+			}
+			return parts[:0], err
+		}
+		if f.flags&flagCommand != 0 {
+			if len(parts) > 0 {
+				return parts[:0], errors.New("zmtp: a command inside a message")
+			}
+			if err := s.command(f.body); err != nil {
+				return parts[:0], err
+			}
+			continue
+		}
+		parts = append(parts, f.body)
+		if f.flags&flagMore == 0 {
+			return parts, nil
+		}
+	}
+}
+
+// command handles a command received after the handshake: a PING is
+// answered with a PONG carrying its context; anything else is ignored.
+func (s *Sub) command(body []byte) error {
+	name, data, err := parseCommand(body)
+	if err != nil {
+		return err
+	}
+	if name != "PING" {
+		return nil
+	}
+	if len(data) < 2 {
+		return errors.New("zmtp: malformed PING")
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	_, err = s.conn.Write(appendFrame(nil, flagCommand, command("PONG", data[2:])))
+	return err
+}
+
+// Close closes the connection; a Recv in progress returns an error.
+func (s *Sub) Close() error {
+	return s.conn.Close()
+}
