@@ -18,6 +18,8 @@ import (
 
 // Options are the simulator's settings.
 type Options struct {
+	// KVEvents is --kv-events-config: where KV-cache events are published.
+	KVEvents         KVEventsConfig
 	Host             string
 	Port             int
 	Model            string
@@ -100,6 +102,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 				o.LoRAModules = append(o.LoRAModules, m)
 			}
 			return nil
+		})
+	fs.Func("kv-events-config", `vLLM's KV-cache events configuration, JSON: {"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": ""}; the host * is --host, port 0 picks a free one`,
+		func(v string) (err error) {
+			o.KVEvents, err = parseKVEventsConfig(v)
+			return err
 		})
 	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "tokens per KV block")
 	fs.IntVar(&o.NumGPUBlocks, "num-gpu-blocks", o.NumGPUBlocks, "KV blocks in the pool")

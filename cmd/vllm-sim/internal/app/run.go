@@ -14,6 +14,7 @@ import (
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/engine"
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/faults"
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/server"
+	"github.com/inferpick/inferpick/picker/kvevents"
 )
 
 // shutdownGrace is how long in-flight requests get to end at stop.
@@ -22,7 +23,24 @@ const shutdownGrace = 5 * time.Second
 // Run serves until ctx ends. Once listening it prints
 // "vllm-sim listening on http://HOST:PORT" (the real port) to out.
 func Run(ctx context.Context, o *Options, out io.Writer) error {
-	eng, err := engine.New(o.engineConfig(), engine.WithPacer(&engine.WallPacer{Scale: o.TimeScale}))
+	engOpts := []engine.Option{engine.WithPacer(&engine.WallPacer{Scale: o.TimeScale})}
+	if o.KVEvents.Enabled {
+		addr, err := o.KVEvents.listenAddr(o.Host)
+		if err != nil {
+			return err
+		}
+		pub, err := kvevents.ListenPub(addr)
+		if err != nil {
+			return fmt.Errorf("KV events: %w", err)
+		}
+		defer pub.Close() // after the engine has stopped publishing
+		ep := &eventPublisher{pub: pub, topic: []byte(o.KVEvents.Topic)}
+		engOpts = append(engOpts, engine.WithEvents(ep.publish))
+		if _, err := fmt.Fprintf(out, "vllm-sim KV events on tcp://%s\n", pub.Addr()); err != nil {
+			return fmt.Errorf("announce: %w", err)
+		}
+	}
+	eng, err := engine.New(o.engineConfig(), engOpts...)
 	if err != nil {
 		return err
 	}

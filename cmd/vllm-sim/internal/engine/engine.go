@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/kvcache"
+	"github.com/inferpick/inferpick/picker/kvevents"
 )
 
 var (
@@ -35,6 +36,15 @@ type Engine struct {
 	totals  totals
 	stopped bool
 	lora    adapters
+
+	// KV-cache events (WithEvents), guarded by mu: those of the step being
+	// planned, the sequence being admitted, and where its last stored run
+	// ends.
+	publish   func([]kvevents.Event)
+	events    []kvevents.Event
+	admitting *Sequence
+	lastRun   *Sequence
+	lastIndex int
 }
 
 // Option configures an Engine.
@@ -87,6 +97,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Sequence, error) {
 		e:            e,
 		notify:       req.Notify,
 		promptTokens: tokens,
+		prompt:       req.Prompt,
 		hashes:       hashes,
 		anonymous:    blocks - len(hashes),
 		maxTokens:    req.MaxTokens,
@@ -117,6 +128,9 @@ func (e *Engine) Run(ctx context.Context) {
 	defer e.shutdown()
 	for {
 		st, ok := e.plan()
+		if len(st.events) > 0 {
+			e.publish(st.events)
+		}
 		if !ok {
 			select {
 			case <-e.wake:
@@ -140,8 +154,9 @@ type work struct {
 }
 
 type step struct {
-	work []work
-	cost time.Duration
+	work   []work
+	cost   time.Duration
+	events []kvevents.Event // what admitting its sequences did to the cache
 }
 
 // plan admits waiting sequences and decides what the next step computes.
@@ -197,6 +212,7 @@ func (e *Engine) plan() (step, bool) {
 	if decoding {
 		st.cost += e.cfg.DecodePerToken
 	}
+	st.events = e.takeEvents()
 	return st, true
 }
 
@@ -205,7 +221,9 @@ func (e *Engine) admit(s *Sequence) bool {
 	// The last prompt token is always computed, so a fully cached prompt
 	// still recomputes its last block (as vLLM does).
 	hit := min(e.cache.Match(s.hashes), (s.promptTokens-1)/e.cfg.BlockSize)
+	e.admitting = s
 	lease, ok := e.cache.Acquire(s.hashes, s.anonymous)
+	e.admitting = nil
 	if !ok {
 		return false
 	}

@@ -53,6 +53,7 @@ type Sequence struct {
 	e            *Engine
 	notify       chan struct{}
 	promptTokens int
+	prompt       string // for the token ids of its KV-cache events
 	hashes       []uint64
 	anonymous    int // KV blocks needed beyond the hashed prompt blocks
 	maxTokens    int

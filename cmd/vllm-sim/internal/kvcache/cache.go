@@ -13,6 +13,7 @@ import "container/list"
 //
 // Cache is not safe for concurrent use; its owner serializes calls.
 type Cache struct {
+	observer   Observer
 	capacity   int
 	blocks     map[uint64]*block
 	free       *list.List // unreferenced hashed blocks, front = evicted first
@@ -25,6 +26,19 @@ type block struct {
 	refs int
 	elem *list.Element // position in free while refs == 0
 }
+
+// Observer is told of every hashed block that enters or leaves the cache,
+// as vLLM's KV-cache events tell.
+type Observer interface {
+	// Added: hashes[i], of a request whose blocks are hashes, entered the
+	// cache.
+	Added(hashes []uint64, i int)
+	// Evicted: the block h left the cache.
+	Evicted(h uint64)
+}
+
+// SetObserver sets the observer of the cache's blocks (nil: none).
+func (c *Cache) SetObserver(o Observer) { c.observer = o }
 
 // Lease is the set of blocks one request holds. Hand it back with Release
 // exactly once.
@@ -89,7 +103,7 @@ func (c *Cache) Acquire(hashes []uint64, anonymous int) (Lease, bool) {
 			c.ref(b)
 		}
 	}
-	for _, h := range hashes {
+	for i, h := range hashes {
 		if _, ok := c.blocks[h]; ok {
 			continue
 		}
@@ -97,6 +111,9 @@ func (c *Cache) Acquire(hashes []uint64, anonymous int) (Lease, bool) {
 		b := &block{hash: h}
 		c.blocks[h] = b
 		c.ref(b)
+		if c.observer != nil {
+			c.observer.Added(hashes, i)
+		}
 	}
 	for range anonymous {
 		c.makeRoom()
@@ -146,4 +163,7 @@ func (c *Cache) makeRoom() {
 	}
 	b := c.free.Remove(front).(*block)
 	delete(c.blocks, b.hash)
+	if c.observer != nil {
+		c.observer.Evicted(b.hash)
+	}
 }

@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -95,5 +96,52 @@ func TestAcquireCountsUnreferencedOwnBlocksAsNeeded(t *testing.T) {
 	}
 	if got := c.Usage(); got != 1 {
 		t.Errorf("Usage = %v, want 1", got)
+	}
+}
+
+// replay is an Observer that keeps the set of blocks the notifications
+// say are cached.
+type replay map[uint64]bool
+
+func (r replay) Added(hashes []uint64, i int) { r[hashes[i]] = true }
+func (r replay) Evicted(h uint64)             { delete(r, h) }
+
+func TestObserverSeesWhatTheCacheHolds(t *testing.T) {
+	c := New(12)
+	seen := replay{}
+	c.SetObserver(seen)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var leases []Lease
+	for range 500 {
+		if len(leases) > 0 && rng.IntN(2) == 0 {
+			i := rng.IntN(len(leases))
+			c.Release(leases[i])
+			leases = append(leases[:i], leases[i+1:]...)
+			continue
+		}
+		// Prompts share leading blocks: hash j of prompt p is p's prefix.
+		p, n := uint64(rng.IntN(6)), 1+rng.IntN(5)
+		hs := make([]uint64, n)
+		for j := range hs {
+			hs[j] = p%3*100 + uint64(j) + p/3*1000*uint64(min(j, 1))
+		}
+		if l, ok := c.Acquire(hs, rng.IntN(2)); ok {
+			leases = append(leases, l)
+		}
+		want := map[uint64]bool{}
+		for h := range c.blocks {
+			want[h] = true
+		}
+		if diff := cmp.Diff(want, map[uint64]bool(seen)); diff != "" {
+			t.Fatalf("cached blocks (-cache +notified):\n%s", diff)
+		}
+	}
+}
+
+func TestTokenIDs(t *testing.T) {
+	got := TokenIDs("abcdefg", nil)
+	want := []uint32{'a' | 'b'<<8 | 'c'<<16 | 'd'<<24, 'e' | 'f'<<8 | 'g'<<16}
+	if diff := cmp.Diff(want, got); diff != "" || len(got) != NumTokens("abcdefg") {
+		t.Errorf("(-want +got):\n%s", diff)
 	}
 }

@@ -5,6 +5,8 @@
 //
 // The simulator has no real tokenizer. Its rule is fixed: every BytesPerToken
 // bytes of prompt text are one token, and a trailing remainder is one more.
+// A token's id is its bytes read as a little-endian uint32, a trailing
+// partial token padded with zeros (TokenIDs).
 package kvcache
 
 // BytesPerToken is how many bytes of text make one simulated token.
@@ -47,4 +49,20 @@ func BlockHashes(text string, blockSize int) []uint64 {
 		parent = h
 	}
 	return hashes
+}
+
+// TokenIDs appends the ids of text's tokens to dst: each token's
+// BytesPerToken bytes as a little-endian uint32, the last one zero-padded.
+// The ids of full tokens give the text back.
+func TokenIDs(text string, dst []uint32) []uint32 {
+	for text != "" {
+		var id uint32
+		n := min(len(text), BytesPerToken)
+		for i := n - 1; i >= 0; i-- {
+			id = id<<8 | uint32(text[i])
+		}
+		dst = append(dst, id)
+		text = text[n:]
+	}
+	return dst
 }
