@@ -214,7 +214,7 @@ func newDirectConn(d *DirectServer, nc net.Conn) *directConn {
 		peerWindow: initialWindow,
 		sendWindow: initialWindow,
 		maxFrame:   initialMaxFrame,
-		inline:     d.s.opts.Queue == nil,
+		inline:     d.s.opts.Queue == nil && d.s.opts.Locator == nil,
 	}
 	c.br = bufio.NewReaderSize(nc, directReadBuffer)
 	c.bw = bufio.NewWriterSize(&c.out, directWriteBuffer)

@@ -40,6 +40,7 @@ type exchange struct {
 	parsed    openai.Request
 	rw        modelRewrite
 	pick      policy.Request
+	shared    policy.Shared      // the servers' account of the prompt (Options.Locator)
 	allowed   []*registry.Worker // the subset hint's candidates, when there is one
 	picked    []*registry.Worker // primary, then fallbacks; owned by this exchange
 	pickBuf   []*registry.Worker // what an appending picker picks into; kept across streams
@@ -94,7 +95,9 @@ func (x *exchange) finish() {
 	if x.in != nil {
 		x.in.trim()
 	}
-	*x = exchange{body: body, allowed: allowed, pickBuf: pickBuf, parsed: x.parsed, scanner: x.scanner, out: x.out, in: x.in}
+	holds := x.shared.Holds[:0]
+	*x = exchange{body: body, allowed: allowed, pickBuf: pickBuf, parsed: x.parsed, scanner: x.scanner, out: x.out, in: x.in,
+		shared: policy.Shared{Holds: holds}}
 }
 
 // release ends the request's load, once, and counts why. A release to
@@ -227,6 +230,7 @@ func (x *exchange) route() (bool, error) {
 		x.pick = policy.Request{Model: x.parsed.Model, CacheSalt: string(x.parsed.CacheSalt), Prompt: x.parsed.Prompt}
 		x.rewriteModel()
 		x.series = x.s.upstream.ModelTarget(x.parsed.Model, x.pick.Model)
+		x.locate()
 	}
 	if err := x.admit(); err != nil {
 		x.s.upstream.ScheduleFailed(x.pick.Model)
@@ -259,6 +263,25 @@ func (x *exchange) route() (bool, error) {
 		return false, nil
 	}
 	return false, x.sendBody()
+}
+
+// locate asks Options.Locator where the servers hold the prompt, when the
+// picker's own index does not know it.
+func (x *exchange) locate() {
+	l := x.s.opts.Locator
+	if l == nil {
+		return
+	}
+	if k, ok := x.s.picker.(knower); !ok || k.Knows(&x.pick) {
+		return
+	}
+	found, err := l.Locate(x.stream.Context(), x.pick.Model, &x.parsed, &x.shared)
+	if err != nil {
+		x.s.opts.Log.V(2).Info("prompt not located", "requestID", x.id(), "err", err)
+	}
+	if found {
+		x.pick.Shared = &x.shared
+	}
 }
 
 func joinAddresses(ws []*registry.Worker) string {

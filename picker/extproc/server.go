@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/inferpick/inferpick/picker/epmetrics"
+	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
 )
@@ -79,6 +80,23 @@ type Options struct {
 	Tracer trace.Tracer
 	// Clock stamps arrivals, picks and latencies; the real clock when nil.
 	Clock clock.PassiveClock
+	// Locator, when set, is asked where the model servers hold a prompt the
+	// picker's own index does not know (package kvindex): what other
+	// replicas placed. It may wait on the network, so the direct transport
+	// then serves each stream on a goroutine of its own.
+	Locator Locator
+}
+
+// Locator fills dst with the model servers' account of where the parsed
+// request's prompt is cached, for the given model. It reports false when it
+// cannot tell.
+type Locator interface {
+	Locate(ctx context.Context, model string, r *openai.Request, dst *policy.Shared) (bool, error)
+}
+
+// knower is a picker that can tell whether its own index knows a prompt.
+type knower interface {
+	Knows(req *policy.Request) bool
 }
 
 // DefaultMaxBodyBytes is the body cap when Options.MaxBodyBytes is 0.

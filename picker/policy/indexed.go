@@ -69,6 +69,7 @@ func (x indexed) match(p *pick) {
 		x.cal.refresh(p.cands[i].w)
 	}
 	x.hash(p)
+	defer x.shared(p)
 	ms := p.matches
 	switch {
 	case len(ms) == 0:
@@ -94,6 +95,47 @@ func (x indexed) match(p *pick) {
 	}
 }
 
+// shared raises each candidate's matched blocks to what the servers' own
+// account says it holds.
+func (x indexed) shared(p *pick) {
+	sh := p.req.Shared
+	if sh == nil {
+		return
+	}
+	for _, h := range sh.Holds {
+		n := int(h.Share * float64(p.blocks))
+		for i := range p.cands {
+			if cd := &p.cands[i]; cd.w.ID() == h.Worker {
+				cd.matched = max(cd.matched, min(n, p.blocks))
+				break
+			}
+		}
+	}
+}
+
+// Knows reports whether the index holds the prompt's first blocks (up to
+// four) on some worker, or there is nothing to look up: the prompt is
+// shorter than a block. A caller that can ask the model servers where a
+// prompt is cached asks only when it is not known.
+func (x indexed) Knows(req *Request) bool {
+	var buf [knownBlocks]uint64
+	hs := x.ix.HashesN(buf[:0], req.Model, req.CacheSalt, req.Prompt, knownBlocks)
+	if len(hs) == 0 {
+		return true
+	}
+	var s prefix.Scratch
+	for _, m := range x.ix.Match(hs, &s) {
+		if m.Blocks == len(hs) {
+			return true
+		}
+	}
+	return false
+}
+
+// knownBlocks is how many leading blocks make a prompt known (the home
+// key's, home.go).
+const knownBlocks = 4
+
 // chose records that the primary now holds the prompt.
 func (x indexed) chose(_ *engine, p *pick, primary *registry.Worker) {
 	x.ix.Insert(primary.ID(), capacityBlocks(primary), p.hashes)
@@ -115,6 +157,15 @@ func (x indexed) Observe(req *Request, served *registry.Worker) {
 	}
 	hs := x.ix.Hashes(nil, req.Model, req.CacheSalt, req.Prompt)
 	x.ix.Insert(served.ID(), capacityBlocks(served), hs)
+}
+
+// Knows reports whether the policy's index knows the prompt (indexed.Knows);
+// a policy without an index knows every prompt, having nothing to learn.
+func (e *engine) Knows(req *Request) bool {
+	if k, ok := e.ranker.(interface{ Knows(*Request) bool }); ok {
+		return k.Knows(req)
+	}
+	return true
 }
 
 // indexStats is implemented by rankers that keep a prefix index.

@@ -34,6 +34,33 @@ type Request struct {
 	// list while the list lasts, and over a large pool it samples
 	// (sample.go).
 	Subset bool
+	// Shared is the model servers' own account of where the prompt is
+	// cached, when the caller looked it up (package kvindex); nil when it
+	// did not. It covers what every picker replica placed, where the
+	// policy's index knows only this replica's placements.
+	Shared *Shared
+}
+
+// Shared is what the model servers' KV-cache events tell of a prompt.
+type Shared struct {
+	// Holds are the workers whose caches hold a leading part of the prompt.
+	// None means no server holds its first block: the prefix is new to the
+	// whole pool, not just to this replica.
+	Holds []SharedHold
+	// Blocks tells how many KV blocks a worker's cache holds in all; nil
+	// when unknown.
+	Blocks BlockCounter
+}
+
+// SharedHold is one worker holding the first Share (0 to 1) of a prompt.
+type SharedHold struct {
+	Worker uint32
+	Share  float64
+}
+
+// BlockCounter counts the blocks a worker's cache holds.
+type BlockCounter interface {
+	Held(worker uint32) int
 }
 
 // Policy orders candidates for a request.

@@ -18,6 +18,11 @@ var replicaCounts = []int{1, 2, 3}
 // replicaWorkloads names the workloads the replica runs use.
 var replicaWorkloads = []string{"shared-prefix@18", "multi-turn", "no-sharing"}
 
+// kvEventsPort is where the replica runs' pods publish their KV-cache
+// events: every replica learns from the servers where a prefix went,
+// whoever routed it.
+var kvEventsPort = 5557
+
 // replicaRun is one run of the replica comparison.
 type replicaRun struct {
 	Replicas int
@@ -54,6 +59,7 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 	one := func(n int, pol routing.Policy, w *routing.Workload, kill bool) error {
 		spec := simSpec()
 		spec.Replicas = n
+		spec.KVEventsPort = kvEventsPort
 		c, err := routing.Start(ctx, bins, spec, pol.Config, workdir)
 		if err != nil {
 			return fmt.Errorf("%d replicas %s / %s: %w", n, pol.Label, w.Name, err)

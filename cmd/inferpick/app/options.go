@@ -16,6 +16,7 @@ import (
 
 	"github.com/inferpick/inferpick/picker/extproc"
 	"github.com/inferpick/inferpick/picker/flowcontrol"
+	"github.com/inferpick/inferpick/picker/kvindex"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/policy/fileconfig"
 	"github.com/inferpick/inferpick/picker/prefix"
@@ -63,6 +64,15 @@ type Options struct {
 	// GRPCMaxConcurrentStreams caps the ext_proc streams of one gateway
 	// connection; 0 is gRPC's default, no cap.
 	GRPCMaxConcurrentStreams uint
+
+	// KVEventsPort, when not 0, is where every model server publishes its
+	// KV-cache events (vLLM's --kv-events-config endpoint): the picker
+	// subscribes to each worker there, and asks a server's /tokenize where
+	// a prompt its own index does not know is cached. KVEventsTopic is the
+	// topic prefix subscribed to; TokenizeTimeout bounds one /tokenize.
+	KVEventsPort    int
+	KVEventsTopic   string
+	TokenizeTimeout time.Duration
 
 	// Keepalive of the ext_proc server: it pings a connection silent for
 	// KeepaliveTime and closes it (cancelling its streams, so their guards
@@ -158,6 +168,7 @@ func NewOptions() *Options {
 		KeepaliveTimeout:       10 * time.Second,
 		KeepaliveMinTime:       5 * time.Second,
 		ExtProcTransport:       transportDirect,
+		TokenizeTimeout:        kvindex.DefaultTimeout,
 
 		HAMode: HAActiveActive,
 
@@ -195,6 +206,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Var(&o.GRPCMaxRecvMsgSize, "grpc-max-recv-msg-size", "Largest gRPC message the ext_proc service accepts (e.g. 8Mi, 10MiB); gRPC's 4 MiB when empty.")
 	fs.Var(&o.GRPCMaxSendMsgSize, "grpc-max-send-msg-size", "Largest gRPC message the ext_proc service sends (e.g. 8Mi); unbounded when empty.")
 	fs.UintVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", o.GRPCMaxConcurrentStreams, "Most ext_proc streams (requests in flight) on one gateway connection, announced in HTTP/2 settings; a stream beyond it is refused, and the gateway opens another connection or waits. 0: no cap.")
+	fs.IntVar(&o.KVEventsPort, "kv-events-port", o.KVEventsPort, "Port on each model server pod where it publishes KV-cache events over ZeroMQ (vLLM's --kv-events-config endpoint, tcp://*:5557): the picker subscribes to every pod, learns which prompts each cache holds whichever replica routed them, and tokenizes a prompt it does not know with the servers' /tokenize. 0: off.")
+	fs.StringVar(&o.KVEventsTopic, "kv-events-topic", o.KVEventsTopic, "Topic prefix subscribed to on --kv-events-port (vLLM's kv-events-config topic); every topic when empty.")
+	fs.DurationVar(&o.TokenizeTimeout, "tokenize-timeout", o.TokenizeTimeout, "Longest wait for a model server's /tokenize under --kv-events-port; past it the prompt is routed on the picker's own index.")
 	fs.StringVar(&o.ExtProcTransport, "extproc-transport", o.ExtProcTransport, "HTTP/2 transport of the ext_proc service: direct (the picker's own: each connection's messages are handled on its reader, replies gathered into one write) or grpc (grpc-go's).")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof, "Serve Go's pprof handlers under /debug/pprof/ on the metrics port (behind --metrics-endpoint-auth in a cluster).")
 	fs.BoolVar(&o.MetricsEndpointAuth, "metrics-endpoint-auth", o.MetricsEndpointAuth, "In a cluster, require an authenticated and authorized caller (TokenReview, SubjectAccessReview) on the metrics port.")
@@ -366,6 +380,12 @@ func (o *Options) Validate() error {
 	var errs []error
 	if o.GRPCMaxConcurrentStreams > math.MaxUint32 {
 		errs = append(errs, fmt.Errorf("--grpc-max-concurrent-streams %d is over HTTP/2's %d", o.GRPCMaxConcurrentStreams, uint32(math.MaxUint32)))
+	}
+	if o.KVEventsPort < 0 || o.KVEventsPort > math.MaxUint16 {
+		errs = append(errs, fmt.Errorf("--kv-events-port %d is not a port (0 turns KV events off)", o.KVEventsPort))
+	}
+	if o.TokenizeTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--tokenize-timeout %v must be positive", o.TokenizeTimeout))
 	}
 	if o.ExtProcTransport != transportDirect && o.ExtProcTransport != transportGRPC {
 		errs = append(errs, fmt.Errorf("--extproc-transport must be %s or %s, not %q", transportDirect, transportGRPC, o.ExtProcTransport))

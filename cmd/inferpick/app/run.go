@@ -26,6 +26,7 @@ import (
 	"github.com/inferpick/inferpick/picker/extproc"
 	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/health"
+	"github.com/inferpick/inferpick/picker/kvindex"
 	"github.com/inferpick/inferpick/picker/observe"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
@@ -156,6 +157,14 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		reg.AddListener(queueNotifier{queue})
 		runnables = append(runnables, replicaRunnable{queue}, &notifyTicker{q: queue, every: o.RefreshMetricsInterval})
 	}
+	var locator extproc.Locator
+	if o.KVEventsPort > 0 {
+		kvIndex := kvindex.New(0)
+		sub := &kvindex.Subscriber{Index: kvIndex, Port: o.KVEventsPort, Topic: o.KVEventsTopic, Log: log.WithName("kvevents")}
+		reg.AddListener(sub)
+		runnables = append(runnables, replicaRunnable{sub})
+		locator = kvindex.NewLocator(kvIndex, reg, o.TokenizeTimeout)
+	}
 	srv := extproc.New(reg, pol, extproc.Options{
 		Fallbacks:            o.Fallbacks,
 		MaxBodyBytes:         o.MaxBodyBytes,
@@ -169,6 +178,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		Queue:                admitterOf(queue),
 		Reserve:              o.FlowControl.Reserve,
 		MaxInFlight:          cfg.MaxInFlight,
+		Locator:              locator,
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
 	var indexSize func() (int, bool)

@@ -47,6 +47,9 @@ type SimSpec struct {
 	// Replicas is how many pickers share the pods, each with its own view,
 	// behind the gateway's ext_proc cluster; 0 means one.
 	Replicas int
+	// KVEventsPort, when not 0, is where every pod publishes its KV-cache
+	// events, and the pickers subscribe to them (--kv-events-port).
+	KVEventsPort int
 }
 
 // Args returns the vllm-sim flags of pod i.
@@ -69,6 +72,10 @@ func (s SimSpec) Args(i int) []string {
 		args = append(args, "--lora-modules", strings.Join(modules, " "),
 			"--max-loras", strconv.Itoa(s.MaxLoRAs), "--max-cpu-loras", strconv.Itoa(s.MaxLoRAs),
 			"--lora-load-ms", fmt.Sprint(s.LoRALoadMs))
+	}
+	if s.KVEventsPort != 0 {
+		args = append(args, "--kv-events-config",
+			fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d"}`, s.KVEventsPort))
 	}
 	return args
 }
@@ -270,6 +277,9 @@ func (c *Cluster) startPicker(bin string, addrs []string, cfg policy.Config, rep
 		"--grpc-port", strconv.Itoa(ports[0]), "--grpc-health-port", strconv.Itoa(ports[1]),
 		"--metrics-port", strconv.Itoa(ports[2]),
 		"--refresh-metrics-interval", c.spec.ScrapeEvery.String(),
+	}
+	if c.spec.KVEventsPort != 0 {
+		args = append(args, "--kv-events-port", strconv.Itoa(c.spec.KVEventsPort))
 	}
 	pp.p, err = proc.Start("inferpick "+strconv.Itoa(replica), bin, append(args, c.spec.PickerArgs...)...)
 	if err != nil {

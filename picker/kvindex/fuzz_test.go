@@ -1,0 +1,102 @@
+package kvindex
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/inferpick/inferpick/picker/kvevents"
+)
+
+func FuzzParseTokens(f *testing.F) {
+	f.Add([]byte(`{"count":3,"max_model_len":8192,"tokens":[1,2,3],"token_strs":null}`))
+	f.Add([]byte(`{"tokens":[]}`))
+	f.Add([]byte(`{"tokens":[4294967295],"tokens":[7]}`))
+	f.Add([]byte(`{"tokens":[-1]}`))
+	f.Add([]byte(`{"tokens":null}`))
+	f.Add([]byte(`[1,2]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		buf := []uint32{9, 9, 9}
+		got, err := ParseTokens(data, buf)
+		if err != nil {
+			if len(got) != 0 {
+				t.Fatalf("error %v with %d tokens", err, len(got))
+			}
+			return
+		}
+		again, err := ParseTokens(data, nil)
+		if err != nil || !cmp.Equal(got, again, cmp.Comparer(func(a, b []uint32) bool {
+			return len(a) == len(b) && (len(a) == 0 || cmp.Equal(a, b))
+		})) {
+			t.Fatalf("parsing again: %v, %v != %v", err, again, got)
+		}
+	})
+}
+
+// FuzzIndex applies arbitrary events to two workers and checks the index's
+// bookkeeping: every block key's holders are exactly the workers whose
+// blocks map to it, and a lookup never reports more blocks than the prompt
+// has.
+func FuzzIndex(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 2, 1, 1, 0, 3, 2, 2})
+	f.Add([]byte{0, 0, 0, 4, 0, 1, 4, 2, 1, 0, 3})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		ix := New(8)
+		tokens := prompt(1, 8, -1)
+		for len(ops) >= 2 {
+			op, arg := ops[0], ops[1]
+			ops = ops[2:]
+			id := uint32(op&1) + 1
+			switch op >> 1 % 5 {
+			case 0: // store blocks [from, from+n) of prompt p
+				p, from := uint64(arg>>6), int(arg>>3&7)
+				to := min(8, from+int(arg&7)+1)
+				ix.Apply(id, []kvevents.Event{stored(p, tokens, from, to, "")})
+			case 1:
+				ix.Apply(id, []kvevents.Event{removed(uint64(arg>>6)*1000 + uint64(arg&7))})
+			case 2:
+				ix.Clear(id)
+			case 3:
+				ix.Remove(id)
+			case 4:
+				ix.Apply(id, []kvevents.Event{{Kind: kvevents.AllBlocksCleared}})
+			}
+		}
+		checkHolders(t, ix)
+		holds, blocks := ix.Lookup(tokens, "", nil)
+		for _, h := range holds {
+			if h.Blocks > blocks {
+				t.Fatalf("hold %+v over the prompt's %d blocks", h, blocks)
+			}
+		}
+	})
+}
+
+func checkHolders(t *testing.T, ix *Index) {
+	t.Helper()
+	want := map[uint64]map[uint32]int{}
+	for id, w := range ix.workers {
+		for _, b := range w.keys {
+			if want[b.key] == nil {
+				want[b.key] = map[uint32]int{}
+			}
+			want[b.key][id]++
+		}
+		if len(w.keys) > ix.maxPerWorker {
+			t.Fatalf("worker %d holds %d blocks, over its bound %d", id, len(w.keys), ix.maxPerWorker)
+		}
+	}
+	got := map[uint64]map[uint32]int{}
+	for k, hs := range ix.holders {
+		got[k] = map[uint32]int{}
+		for _, h := range hs {
+			if got[k][h.id] != 0 || h.n == 0 {
+				t.Fatalf("worker %d listed twice or with no block for key %x", h.id, k)
+			}
+			got[k][h.id] = int(h.n)
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("holders (-from workers' blocks +index):\n%s", diff)
+	}
+}

@@ -1,0 +1,159 @@
+package kvindex
+
+import (
+	"sort"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/inferpick/inferpick/picker/kvevents"
+)
+
+const bs = 4 // tokens per block in these tests
+
+// prompt returns n blocks of tokens; blocks of prompts with the same base
+// are equal up to the first block where diverge starts (-1: never).
+func prompt(base uint32, n, diverge int) []uint32 {
+	t := make([]uint32, n*bs)
+	for i := range t {
+		t[i] = base + uint32(i)
+		if diverge >= 0 && i >= diverge*bs {
+			t[i] += 1 << 20
+		}
+	}
+	return t
+}
+
+// stored is the event of blocks [from, to) of tokens, the server hashing
+// block i of the prompt named p as p*1000+i.
+func stored(p uint64, tokens []uint32, from, to int, adapter string) kvevents.Event {
+	ev := kvevents.Event{Kind: kvevents.BlockStored, BlockSize: bs, LoraName: adapter, Medium: "GPU"}
+	for i := from; i < to; i++ {
+		ev.Hashes = append(ev.Hashes, p*1000+uint64(i))
+	}
+	if from > 0 {
+		ev.Parent, ev.HasParent = p*1000+uint64(from-1), true
+	}
+	ev.TokenIDs = tokens[from*bs : to*bs]
+	return ev
+}
+
+func removed(hashes ...uint64) kvevents.Event {
+	return kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: hashes}
+}
+
+func sorted(h []Hold) []Hold {
+	sort.Slice(h, func(i, j int) bool { return h[i].Worker < h[j].Worker })
+	return h
+}
+
+func TestLookup(t *testing.T) {
+	a := prompt(1, 6, -1)
+	b := prompt(1, 6, 3) // shares a's first 3 blocks
+	cases := map[string]struct {
+		events  map[uint32][]kvevents.Event // applied by worker, workers in order
+		tokens  []uint32
+		adapter string
+		want    []Hold
+	}{
+		"nothing stored": {
+			tokens: a,
+		},
+		"one worker holds the whole prompt, stored in two events": {
+			events: map[uint32][]kvevents.Event{1: {stored(1, a, 0, 2, ""), stored(1, a, 2, 6, "")}},
+			tokens: a,
+			want:   []Hold{{Worker: 1, Blocks: 6}},
+		},
+		"a shared prefix on one worker, the whole prompt on another": {
+			events: map[uint32][]kvevents.Event{
+				1: {stored(2, b, 0, 6, "")},
+				2: {stored(1, a, 0, 6, "")},
+			},
+			tokens: a,
+			want:   []Hold{{Worker: 1, Blocks: 3}, {Worker: 2, Blocks: 6}},
+		},
+		"a removed middle block ends the run there": {
+			events: map[uint32][]kvevents.Event{1: {stored(1, a, 0, 6, ""), removed(1002)}},
+			tokens: a,
+			want:   []Hold{{Worker: 1, Blocks: 2}},
+		},
+		"an adapter's blocks are not the base model's": {
+			events:  map[uint32][]kvevents.Event{1: {stored(1, a, 0, 6, "sql")}},
+			tokens:  a,
+			adapter: "",
+		},
+		"an adapter's blocks for the adapter": {
+			events:  map[uint32][]kvevents.Event{1: {stored(1, a, 0, 6, "sql")}},
+			tokens:  a,
+			adapter: "sql",
+			want:    []Hold{{Worker: 1, Blocks: 6}},
+		},
+		"blocks whose parent was never seen are not chained": {
+			events: map[uint32][]kvevents.Event{1: {stored(1, a, 2, 6, "")}},
+			tokens: a,
+		},
+		"cleared": {
+			events: map[uint32][]kvevents.Event{1: {stored(1, a, 0, 6, ""), {Kind: kvevents.AllBlocksCleared}}},
+			tokens: a,
+		},
+		"a partial last block is not looked up": {
+			events: map[uint32][]kvevents.Event{1: {stored(1, a, 0, 6, "")}},
+			tokens: a[:2*bs+1],
+			want:   []Hold{{Worker: 1, Blocks: 2}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ix := New(0)
+			for id := uint32(1); id <= 2; id++ {
+				ix.Apply(id, tc.events[id])
+			}
+			got, _ := ix.Lookup(tc.tokens, tc.adapter, nil)
+			if len(got) == 0 {
+				got = nil
+			}
+			if diff := cmp.Diff(tc.want, sorted(got)); diff != "" {
+				t.Errorf("holds (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRemoveForgetsAWorkerAndItsCounts(t *testing.T) {
+	ix := New(0)
+	a := prompt(1, 4, -1)
+	ix.Apply(1, []kvevents.Event{stored(1, a, 0, 4, "sql")})
+	ix.Apply(2, []kvevents.Event{stored(1, a, 0, 4, "sql")})
+	if got := ix.Held(1); got != 4 {
+		t.Fatalf("Held(1) = %d, want 4", got)
+	}
+	ix.Remove(1)
+	got, blocks := ix.Lookup(a, "sql", nil)
+	if diff := cmp.Diff([]Hold{{Worker: 2, Blocks: 4}}, got); diff != "" || blocks != 4 {
+		t.Errorf("after Remove(1): blocks %d, holds (-want +got):\n%s", blocks, diff)
+	}
+	if ix.Held(1) != 0 || !ix.Adapter("sql") {
+		t.Errorf("Held(1) = %d, Adapter(sql) = %v; want 0, true", ix.Held(1), ix.Adapter("sql"))
+	}
+	ix.Remove(2)
+	if n, _ := ix.Stats(); n != 0 || ix.Adapter("sql") || len(ix.holders) != 0 {
+		t.Errorf("after removing both: %d blocks, adapter known %v, %d keys; want none", n, ix.Adapter("sql"), len(ix.holders))
+	}
+}
+
+func TestMalformedAndFullStoresAreDropped(t *testing.T) {
+	ix := New(3)
+	a := prompt(1, 4, -1)
+	short := stored(1, a, 0, 2, "")
+	short.TokenIDs = short.TokenIDs[:bs+1]
+	ix.Apply(1, []kvevents.Event{short})
+	ix.Apply(1, []kvevents.Event{stored(1, a, 0, 4, "")})
+	odd := stored(2, a, 0, 1, "")
+	odd.BlockSize = 2 * bs
+	odd.TokenIDs = a[:2*bs]
+	ix.Apply(2, []kvevents.Event{odd})
+	n, dropped := ix.Stats()
+	if diff := cmp.Diff(Dropped{Malformed: 2, Full: 1}, dropped); diff != "" || n != 3 {
+		t.Errorf("blocks %d (want 3), dropped (-want +got):\n%s", n, diff)
+	}
+}

@@ -1,0 +1,178 @@
+package kvindex
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/openai"
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// DefaultTimeout bounds one /tokenize call.
+const DefaultTimeout = 250 * time.Millisecond
+
+// maxTokensResponse bounds a /tokenize answer read: a long context's ids
+// with room to spare.
+const maxTokensResponse = 16 << 20
+
+// Locator finds where the model servers hold a prompt: it asks one of them
+// for the prompt's token ids (vLLM's POST /tokenize renders the chat
+// template and tokenizes exactly as serving does) and looks the ids up in
+// the index.
+type Locator struct {
+	index   *Index
+	reg     *registry.Registry
+	client  *http.Client
+	timeout time.Duration
+	next    atomic.Uint32
+	bufs    sync.Pool // *buffers
+	calls   atomic.Int64
+	failed  atomic.Int64
+}
+
+type buffers struct {
+	body   bytes.Buffer
+	tokens []uint32
+	holds  []Hold
+}
+
+// NewLocator returns a locator that tokenizes on the registry's workers
+// with the given timeout (DefaultTimeout when <= 0).
+func NewLocator(ix *Index, reg *registry.Registry, timeout time.Duration) *Locator {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	return &Locator{
+		index: ix, reg: reg, timeout: timeout,
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}},
+	}
+}
+
+// Calls returns the /tokenize calls made and how many of them failed.
+func (l *Locator) Calls() (calls, failed int64) { return l.calls.Load(), l.failed.Load() }
+
+// Locate fills dst with the servers' account of the parsed request's prompt,
+// for the model the request names (after any rewrite). It reports false,
+// leaving dst alone, when it cannot tell: a request other than a chat or a
+// single-prompt completion, a salted prompt (the index does not key salts),
+// no events yet, or a /tokenize call that failed.
+func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, dst *policy.Shared) (bool, error) {
+	if len(r.Input) == 0 || len(r.CacheSalt) > 0 || l.index.BlockSize() == 0 {
+		return false, nil
+	}
+	var field string
+	switch {
+	case r.Kind == openai.ChatCompletions:
+		field = "messages"
+	case r.Kind == openai.Completions && r.Input[0] == '"':
+		field = "prompt"
+	default:
+		return false, nil
+	}
+	w := l.worker()
+	if w == nil {
+		return false, nil
+	}
+	b, _ := l.bufs.Get().(*buffers)
+	if b == nil {
+		b = &buffers{}
+	}
+	defer l.bufs.Put(b)
+	b.body.Reset()
+	writeBody(&b.body, model, field, r)
+	l.calls.Add(1)
+	tokens, err := l.tokenize(ctx, w.Address(), b.body.Bytes(), b.tokens)
+	if err != nil {
+		l.failed.Add(1)
+		return false, fmt.Errorf("tokenize on %s: %w", w.Address(), err)
+	}
+	b.tokens = tokens
+	adapter := ""
+	if l.index.Adapter(model) {
+		adapter = model
+	}
+	holds, blocks := l.index.Lookup(tokens, adapter, b.holds)
+	b.holds = holds
+	dst.Holds = dst.Holds[:0]
+	for _, h := range holds {
+		if h.Blocks > 0 && blocks > 0 {
+			dst.Holds = append(dst.Holds, policy.SharedHold{Worker: h.Worker, Share: float64(h.Blocks) / float64(blocks)})
+		}
+	}
+	dst.Blocks = l.index
+	return true, nil
+}
+
+// worker returns the next worker to tokenize on, round robin over the
+// registry, nil when there is none.
+func (l *Locator) worker() *registry.Worker {
+	ws := l.reg.Workers()
+	for range ws {
+		w := ws[int(l.next.Add(1))%len(ws)]
+		if !w.Removed() {
+			return w
+		}
+	}
+	return nil
+}
+
+// writeBody writes the /tokenize request for the prompt: the model and the
+// prompt's field as the client sent it (and a chat's tools, which templates
+// render).
+func writeBody(b *bytes.Buffer, model, field string, r *openai.Request) {
+	m, _ := json.Marshal(model) // a string always marshals
+	b.WriteString(`{"model":`)
+	b.Write(m)
+	b.WriteString(`,"`)
+	b.WriteString(field)
+	b.WriteString(`":`)
+	b.Write(r.Input)
+	if len(r.Tools) > 0 {
+		b.WriteString(`,"tools":`)
+		b.Write(r.Tools)
+	}
+	b.WriteByte('}')
+}
+
+func (l *Locator) tokenize(ctx context.Context, addr string, body []byte, dst []uint32) ([]uint32, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/tokenize", bytes.NewReader(body))
+	if err != nil {
+		return dst, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return dst, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxTokensResponse))
+	if err != nil {
+		return dst, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return dst, fmt.Errorf("status %d: %.200s", resp.StatusCode, data)
+	}
+	return ParseTokens(data, dst)
+}
+
+// ParseTokens reads the "tokens" array of a /tokenize answer into dst[:0].
+// An answer without one has no tokens.
+func ParseTokens(data []byte, dst []uint32) ([]uint32, error) {
+	v := struct {
+		Tokens []uint32 `json:"tokens"`
+	}{Tokens: dst[:0]}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return dst[:0], fmt.Errorf("tokenize answer: %w", err)
+	}
+	return v.Tokens, nil
+}
