@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -30,6 +31,8 @@ type Subscriber struct {
 	// doubling up to Backoff. Zero means 5 s.
 	Backoff time.Duration
 	Log     logr.Logger
+
+	connected atomic.Int64
 
 	mu      sync.Mutex
 	ctx     context.Context // set by Start; nil before
@@ -57,6 +60,9 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	s.wg.Wait()
 	return nil
 }
+
+// Connected returns how many workers' events are subscribed to now.
+func (s *Subscriber) Connected() int { return int(s.connected.Load()) }
 
 // WorkerAdded starts following the worker.
 func (s *Subscriber) WorkerAdded(w *registry.Worker) {
@@ -124,7 +130,9 @@ func (s *Subscriber) follow(ctx context.Context, id uint32, addr string) {
 			wait = limit / 50
 			s.Index.Clear(id)
 			stop := context.AfterFunc(ctx, func() { _ = sub.Close() })
+			s.connected.Add(1)
 			err = s.read(id, sub, log)
+			s.connected.Add(-1)
 			stop()
 			_ = sub.Close()
 			s.Index.Clear(id)

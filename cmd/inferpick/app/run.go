@@ -163,7 +163,9 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		sub := &kvindex.Subscriber{Index: kvIndex, Port: o.KVEventsPort, Topic: o.KVEventsTopic, Log: log.WithName("kvevents")}
 		reg.AddListener(sub)
 		runnables = append(runnables, replicaRunnable{sub})
-		locator = kvindex.NewLocator(kvIndex, reg, o.TokenizeTimeout)
+		loc := kvindex.NewLocator(kvIndex, reg, o.TokenizeTimeout)
+		promReg.MustRegister(kvindex.NewCollector(kvIndex, sub, loc))
+		locator = loc
 	}
 	srv := extproc.New(reg, pol, extproc.Options{
 		Fallbacks:            o.Fallbacks,

@@ -1,0 +1,53 @@
+package kvindex
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Collector exports what the index learned from the servers' events and
+// how its lookups went.
+type Collector struct {
+	ix  *Index
+	sub *Subscriber
+	loc *Locator
+
+	subs, blocks, dropped, lookups, failed *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// NewCollector returns the collector of ix, the subscriber feeding it and
+// the locator reading it.
+func NewCollector(ix *Index, sub *Subscriber, loc *Locator) *Collector {
+	return &Collector{
+		ix: ix, sub: sub, loc: loc,
+		subs: prometheus.NewDesc("inferpick_kv_events_subscriptions",
+			"Model servers whose KV-cache events the picker is subscribed to now.", nil, nil),
+		blocks: prometheus.NewDesc("inferpick_kv_events_blocks",
+			"KV blocks the model servers' events say their caches hold, over all servers.", nil, nil),
+		dropped: prometheus.NewDesc("inferpick_kv_events_dropped_blocks_total",
+			"Stored blocks the picker could not index, by reason: unchained (parent never seen stored), malformed, full (over a server's bound).", []string{"reason"}, nil),
+		lookups: prometheus.NewDesc("inferpick_kv_events_lookups_total",
+			"Prompts the picker's own index did not know, looked up by tokenizing them on a model server (/tokenize).", nil, nil),
+		failed: prometheus.NewDesc("inferpick_kv_events_lookup_failures_total",
+			"Lookups whose /tokenize call failed; those prompts were routed on the picker's own index.", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.subs, c.blocks, c.dropped, c.lookups, c.failed} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	blocks, d := c.ix.Stats()
+	calls, failed := c.loc.Calls()
+	ch <- prometheus.MustNewConstMetric(c.subs, prometheus.GaugeValue, float64(c.sub.Connected()))
+	ch <- prometheus.MustNewConstMetric(c.blocks, prometheus.GaugeValue, float64(blocks))
+	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(d.Unchained), "unchained")
+	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(d.Malformed), "malformed")
+	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(d.Full), "full")
+	ch <- prometheus.MustNewConstMetric(c.lookups, prometheus.CounterValue, float64(calls))
+	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(failed))
+}

@@ -1,0 +1,112 @@
+package reliability
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestReplicasFindPromptsOthersPlaced runs two pickers over the same four
+// simulated pods, each with its own gateway and index, both subscribed to
+// the pods' KV-cache events. A long prompt sent through the first picker
+// is cached on the pod it chose; the same prompt sent through the second,
+// which never routed it, must land on a pod that holds it: the server
+// reports the prompt cached. With six prompts, a picker guessing among four
+// pods would be right for all six about once in 4,096 runs.
+func TestReplicasFindPromptsOthersPlaced(t *testing.T) {
+	hosts := []string{"127.0.0.110", "127.0.0.111", "127.0.0.112", "127.0.0.113"}
+	port := freePortOn(t, hosts...)
+	kvPort := freePortOn(t, hosts...)
+	for kvPort == port {
+		kvPort = freePortOn(t, hosts...)
+	}
+	events := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d"}`, kvPort)
+	var addrs []string
+	for _, h := range hosts {
+		addrs = append(addrs, startSim(t, h, port, "--kv-events-config", events).addr)
+	}
+	var gws [2]*gw
+	var pickers [2]*picker
+	for i := range pickers {
+		pickers[i] = startPicker(t, "--static-endpoints", strings.Join(addrs, ","), "--kv-events-port", strconv.Itoa(kvPort))
+		pickers[i].WaitWorkers(t, len(hosts))
+		gws[i] = startGateway(t, pickers[i].Addr())
+	}
+	for i, p := range pickers {
+		eventually(t, 30*time.Second, func() error {
+			m, err := p.Metrics()
+			if err != nil {
+				return err
+			}
+			if n := m.Sum("inferpick_kv_events_subscriptions"); n != float64(len(hosts)) {
+				return fmt.Errorf("picker %d follows %v pods' events, want %d", i, n, len(hosts))
+			}
+			return nil
+		})
+	}
+
+	r := rand.New(rand.NewPCG(7, 11))
+	for i := range 6 {
+		prompt := randomPrompt(r, 400) // about 5 KB: 80 blocks of the simulator's 16 tokens
+		before := kvBlocks(t, pickers[1])
+		first := cachedTokens(t, gws[0], prompt)
+		if first != 0 {
+			t.Fatalf("prompt %d: %d tokens cached on its first request, want none", i, first)
+		}
+		// The events of its blocks reach the second picker.
+		eventually(t, 10*time.Second, func() error {
+			if n := kvBlocks(t, pickers[1]); n < before+70 {
+				return fmt.Errorf("the second picker knows %v blocks, want %v", n, before+70)
+			}
+			return nil
+		})
+		again := cachedTokens(t, gws[1], prompt)
+		if least := 70 * 16; again < least {
+			t.Errorf("prompt %d through the other picker: %d tokens cached, want at least %d (the pod the first picker chose)", i, again, least)
+		}
+	}
+	m, err := pickers[1].Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := m.Sum("inferpick_kv_events_lookups_total"); n < 6 || m.Sum("inferpick_kv_events_lookup_failures_total") != 0 {
+		t.Errorf("the second picker looked up %v prompts (%v failed), want at least 6, none failed",
+			n, m.Sum("inferpick_kv_events_lookup_failures_total"))
+	}
+}
+
+// kvBlocks is the KV blocks the picker's events say the servers hold.
+func kvBlocks(t *testing.T, p *picker) float64 {
+	t.Helper()
+	m, err := p.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Sum("inferpick_kv_events_blocks")
+}
+
+// cachedTokens sends a completion of prompt through g and returns the
+// prompt tokens the server found cached.
+func cachedTokens(t *testing.T, g *gw, prompt string) int {
+	t.Helper()
+	code, body, err := g.Complete(t.Context(), completion(prompt, 1, false))
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("completion: %d %v %.200s", code, err, body)
+	}
+	var resp struct {
+		Usage struct {
+			Details struct {
+				Cached int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(body), &resp); err != nil {
+		t.Fatalf("completion answer: %v: %.200s", err, body)
+	}
+	return resp.Usage.Details.Cached
+}
