@@ -5,16 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/inferpick/inferpick/picker/kvevents"
 )
 
 // KVEventsConfig is vLLM's --kv-events-config, the fields the simulator
-// uses; vLLM's others (replay_endpoint, buffer_steps, hwm, ...) are
-// accepted and ignored.
+// uses; vLLM's others (replay_endpoint, buffer_steps, hwm, max_queue_size,
+// ...) are accepted and ignored.
 type KVEventsConfig struct {
 	Enabled   bool   `json:"enable_kv_cache_events"`
 	Publisher string `json:"publisher"`
@@ -23,39 +23,61 @@ type KVEventsConfig struct {
 }
 
 // parseKVEventsConfig reads the flag's JSON. A publisher left out is zmq,
-// and an endpoint left out is vLLM's tcp://*:5557.
+// and an endpoint left out is vLLM's tcp://*:5557. The values are checked
+// by validate.
 func parseKVEventsConfig(s string) (KVEventsConfig, error) {
 	c := KVEventsConfig{Publisher: "zmq", Endpoint: "tcp://*:5557"}
 	if err := json.Unmarshal([]byte(s), &c); err != nil {
-		return c, fmt.Errorf("--kv-events-config: %w", err)
-	}
-	if !c.Enabled {
-		return c, nil
-	}
-	switch c.Publisher {
-	case "zmq":
-	case "null":
-		c.Enabled = false
-		return c, nil
-	default:
-		return c, fmt.Errorf("--kv-events-config: publisher %q: the simulator publishes over zmq only", c.Publisher)
-	}
-	if _, err := c.listenAddr("127.0.0.1"); err != nil {
-		return c, err
+		return KVEventsConfig{}, fmt.Errorf("--kv-events-config: %w", err)
 	}
 	return c, nil
 }
 
-// listenAddr is the TCP address to bind: the endpoint's, with the host "*"
-// (or an empty one) meaning host.
-func (c KVEventsConfig) listenAddr(host string) (string, error) {
+// publishes reports whether events are to be published: they are enabled
+// and the publisher is not vLLM's "null" one.
+func (c KVEventsConfig) publishes() bool { return c.Enabled && c.Publisher != "null" }
+
+// validate checks an enabled configuration: the publisher is zmq (or
+// null) and the endpoint one the simulator can bind.
+func (c KVEventsConfig) validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	switch c.Publisher {
+	case "zmq", "null":
+	default:
+		return fmt.Errorf("--kv-events-config: publisher %q: the simulator publishes over zmq only", c.Publisher)
+	}
+	_, _, err := c.hostPort()
+	return err
+}
+
+// hostPort splits the endpoint, tcp://HOST:PORT, checking that HOST is
+// "*", empty, localhost or an IP address and PORT a port number.
+func (c KVEventsConfig) hostPort() (host, port string, err error) {
 	rest, ok := strings.CutPrefix(c.Endpoint, "tcp://")
 	if !ok {
-		return "", fmt.Errorf("--kv-events-config: endpoint %q: only tcp://HOST:PORT is served", c.Endpoint)
+		return "", "", fmt.Errorf("--kv-events-config: endpoint %q: only tcp://HOST:PORT is served", c.Endpoint)
 	}
-	h, port, err := net.SplitHostPort(rest)
+	host, port, err = net.SplitHostPort(rest)
 	if err != nil {
-		return "", fmt.Errorf("--kv-events-config: endpoint %q: %w", c.Endpoint, err)
+		return "", "", fmt.Errorf("--kv-events-config: endpoint %q: %w", c.Endpoint, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return "", "", fmt.Errorf("--kv-events-config: endpoint %q: port %q is not a port number", c.Endpoint, port)
+	}
+	if host != "*" && host != "" && host != "localhost" && net.ParseIP(host) == nil {
+		return "", "", fmt.Errorf("--kv-events-config: endpoint %q: host %q is not *, localhost or an IP address", c.Endpoint, host)
+	}
+	return host, port, nil
+}
+
+// listenAddr is the TCP address to bind: the endpoint's, with the host "*"
+// (or an empty one) meaning host, the simulator's --host.
+func (c KVEventsConfig) listenAddr(host string) (string, error) {
+	h, port, err := c.hostPort()
+	if err != nil {
+		return "", err
 	}
 	if h == "*" || h == "" {
 		h = host
@@ -64,24 +86,44 @@ func (c KVEventsConfig) listenAddr(host string) (string, error) {
 }
 
 // eventPublisher sends the engine's events as vLLM does: one message per
-// batch of topic, an 8-byte big-endian sequence number from 0, and the
-// msgpack batch.
+// batch, of three frames: the topic, an 8-byte big-endian sequence number
+// counting from 0, and the msgpack batch. Its publish is called by the
+// engine's loop only; Pub.Send never blocks it.
 type eventPublisher struct {
 	pub   *kvevents.Pub
 	topic []byte
 
-	mu    sync.Mutex
 	seq   uint64
 	batch kvevents.Batch
 	buf   []byte
 }
 
+// listenEvents binds the PUB socket of c at the endpoint, the host "*"
+// meaning host.
+func listenEvents(c KVEventsConfig, host string) (*eventPublisher, error) {
+	addr, err := c.listenAddr(host)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := kvevents.ListenPub(addr)
+	if err != nil {
+		return nil, fmt.Errorf("KV events: %w", err)
+	}
+	return &eventPublisher{pub: pub, topic: []byte(c.Topic)}, nil
+}
+
+// publish sends one batch of events, stamped with the wall time, on data
+// parallel rank 0. Send copies the frames, so the buffers are reused.
 func (p *eventPublisher) publish(events []kvevents.Event) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.batch.TS = float64(time.Now().UnixNano()) / 1e9
 	p.batch.Events = events
 	p.buf = kvevents.AppendBatch(p.buf[:0], &p.batch)
-	p.pub.Send(p.topic, binary.BigEndian.AppendUint64(nil, p.seq), append([]byte(nil), p.buf...))
+	p.batch.Events = nil
+	var seq [8]byte
+	binary.BigEndian.PutUint64(seq[:], p.seq)
+	p.pub.Send(p.topic, seq[:], p.buf)
 	p.seq++
 }
+
+// close closes the PUB socket, ending its subscribers' connections.
+func (p *eventPublisher) close() error { return p.pub.Close() }

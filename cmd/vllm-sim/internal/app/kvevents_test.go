@@ -20,21 +20,44 @@ import (
 	"github.com/inferpick/inferpick/picker/kvevents"
 )
 
-func TestParseKVEventsConfig(t *testing.T) {
+func TestKVEventsConfig(t *testing.T) {
 	cases := map[string]struct {
-		in      string
-		want    KVEventsConfig
-		wantErr bool
+		in          string
+		want        KVEventsConfig
+		publishes   bool
+		parseErr    bool
+		validateErr bool
 	}{
-		"vLLM's example": {in: `{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","topic":"kv@a","replay_endpoint":"tcp://*:5558","buffer_steps":100,"hwm":1000}`,
-			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*:5557", Topic: "kv@a"}},
-		"defaults":          {in: `{"enable_kv_cache_events":true}`, want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*:5557"}},
-		"off":               {in: `{"enable_kv_cache_events":false,"publisher":"nats"}`, want: KVEventsConfig{Publisher: "nats", Endpoint: "tcp://*:5557"}},
-		"null publisher":    {in: `{"enable_kv_cache_events":true,"publisher":"null"}`, want: KVEventsConfig{Publisher: "null", Endpoint: "tcp://*:5557"}},
-		"unknown publisher": {in: `{"enable_kv_cache_events":true,"publisher":"nats"}`, wantErr: true},
-		"ipc endpoint":      {in: `{"enable_kv_cache_events":true,"endpoint":"ipc:///tmp/kv"}`, wantErr: true},
-		"no port":           {in: `{"enable_kv_cache_events":true,"endpoint":"tcp://*"}`, wantErr: true},
-		"not JSON":          {in: `enable`, wantErr: true},
+		"vLLM's example": {
+			in:   `{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","topic":"kv@a","replay_endpoint":"tcp://*:5558","buffer_steps":100,"hwm":1000,"max_queue_size":10}`,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*:5557", Topic: "kv@a"}, publishes: true,
+		},
+		"defaults":       {in: `{"enable_kv_cache_events":true}`, want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*:5557"}, publishes: true},
+		"IP and port 0":  {in: `{"enable_kv_cache_events":true,"endpoint":"tcp://[::1]:0"}`, want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://[::1]:0"}, publishes: true},
+		"off":            {in: `{"enable_kv_cache_events":false,"publisher":"nats","endpoint":"x"}`, want: KVEventsConfig{Publisher: "nats", Endpoint: "x"}},
+		"null publisher": {in: `{"enable_kv_cache_events":true,"publisher":"null"}`, want: KVEventsConfig{Enabled: true, Publisher: "null", Endpoint: "tcp://*:5557"}},
+		"unknown publisher": {
+			in:   `{"enable_kv_cache_events":true,"publisher":"nats"}`,
+			want: KVEventsConfig{Enabled: true, Publisher: "nats", Endpoint: "tcp://*:5557"}, publishes: true, validateErr: true,
+		},
+		"ipc endpoint": {
+			in:   `{"enable_kv_cache_events":true,"endpoint":"ipc:///tmp/kv"}`,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "ipc:///tmp/kv"}, publishes: true, validateErr: true,
+		},
+		"no port": {
+			in:   `{"enable_kv_cache_events":true,"endpoint":"tcp://*"}`,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*"}, publishes: true, validateErr: true,
+		},
+		"port out of range": {
+			in:   `{"enable_kv_cache_events":true,"endpoint":"tcp://*:65536"}`,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*:65536"}, publishes: true, validateErr: true,
+		},
+		"host name": {
+			in:   `{"enable_kv_cache_events":true,"endpoint":"tcp://example.com:5557"}`,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://example.com:5557"}, publishes: true, validateErr: true,
+		},
+		"not JSON":   {in: `enable`, parseErr: true},
+		"wrong type": {in: `{"enable_kv_cache_events":"yes"}`, parseErr: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -43,103 +66,180 @@ func TestParseKVEventsConfig(t *testing.T) {
 			fs.SetOutput(io.Discard)
 			o.AddFlags(fs)
 			err := fs.Parse([]string{"--kv-events-config", tc.in})
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("error %v, want error %v", err, tc.wantErr)
+			if (err != nil) != tc.parseErr {
+				t.Fatalf("parse error %v, want error %v", err, tc.parseErr)
 			}
-			if err == nil {
-				if diff := cmp.Diff(tc.want, o.KVEvents); diff != "" {
-					t.Errorf("(-want +got):\n%s", diff)
-				}
+			if err != nil {
+				return
+			}
+			if diff := cmp.Diff(tc.want, o.KVEvents); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			if got := o.KVEvents.publishes(); got != tc.publishes {
+				t.Errorf("publishes() = %v, want %v", got, tc.publishes)
+			}
+			if err := o.Validate(); (err != nil) != tc.validateErr {
+				t.Errorf("Validate() = %v, want error %v", err, tc.validateErr)
 			}
 		})
 	}
 }
 
-// simWithEvents runs the simulator with KV-cache events on a free port and
-// returns its HTTP base URL and a subscriber's channel of batches.
-func simWithEvents(t *testing.T, args ...string) (base string, batches <-chan kvevents.Batch) {
+// TestRunAnnouncesKVEvents checks that Run binds the events endpoint on
+// --host, prints its real address before the HTTP one, and closes it at
+// stop.
+func TestRunAnnouncesKVEvents(t *testing.T) {
+	o := parse(t, "--host", "127.0.0.7", "--port", "0", "--time-scale", "0",
+		"--kv-events-config", `{"enable_kv_cache_events":true,"endpoint":"tcp://*:0"}`)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := Run(ctx, o, pw)
+		pw.Close()
+		done <- err
+	}()
+	r := bufio.NewReader(pr)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the announcement: %v", err)
+	}
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "vllm-sim KV events on tcp://")
+	if !ok || !strings.HasPrefix(addr, "127.0.0.7:") || strings.HasSuffix(addr, ":0") {
+		t.Fatalf("first announcement %q, want the real events address on 127.0.0.7", line)
+	}
+	if line, err = r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "vllm-sim listening on http://127.0.0.7:") {
+		t.Fatalf("second announcement %q (%v), want the HTTP address", line, err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, r) }()
+	sub, err := kvevents.DialSub(t.Context(), addr, nil)
+	if err != nil {
+		t.Fatalf("subscribing: %v", err)
+	}
+	defer sub.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run after stop: %v", err)
+	}
+	if _, err := sub.Recv(nil); err == nil {
+		t.Error("the subscription outlived the simulator")
+	}
+}
+
+// parse returns the options of args, validated.
+func parse(t *testing.T, args ...string) *Options {
 	t.Helper()
 	o := NewOptions()
 	fs := flag.NewFlagSet("vllm-sim", flag.ContinueOnError)
 	o.AddFlags(fs)
-	args = append([]string{"--host", "127.0.0.8", "--port", "0", "--model", "m", "--time-scale", "0",
-		"--kv-events-config", `{"enable_kv_cache_events":true,"endpoint":"tcp://*:0","topic":"kv@m"}`}, args...)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
 	if err := o.Validate(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Validate: %v", err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	pr, pw := io.Pipe()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = Run(ctx, o, pw)
-		pw.Close()
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	r := bufio.NewReader(pr)
-	var events string
-	for base == "" {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			t.Fatalf("reading the announcements: %v", err)
-		}
-		if a, ok := strings.CutPrefix(strings.TrimSpace(line), "vllm-sim KV events on tcp://"); ok {
-			events = a
-		}
-		if a, ok := strings.CutPrefix(strings.TrimSpace(line), "vllm-sim listening on "); ok {
-			base = a
-		}
-	}
-	go func() { _, _ = io.Copy(io.Discard, r) }()
-	if events == "" {
-		t.Fatal("no KV events address announced before the HTTP one")
-	}
-	sub, err := kvevents.DialSub(ctx, events, []byte("kv@"))
+	return o
+}
+
+// simWithEvents serves the simulator with KV-cache events on free ports on
+// 127.0.0.8, subscribed to before it starts, and returns its HTTP base URL
+// and the subscriber's batches. It checks that every message has vLLM's
+// three frames and that the sequence numbers count from 0 without a gap.
+func simWithEvents(t *testing.T, args ...string) (base string, batches <-chan kvevents.Batch) {
+	t.Helper()
+	o := parse(t, append([]string{"--host", "127.0.0.8", "--port", "0", "--model", "m", "--time-scale", "0",
+		"--kv-events-config", `{"enable_kv_cache_events":true,"endpoint":"tcp://*:0","topic":"kv@m"}`}, args...)...)
+	events, err := listenEvents(o.KVEvents, o.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sub.Close() })
-	ch := make(chan kvevents.Batch, 100)
+	sub, err := kvevents.DialSub(t.Context(), events.pub.Addr().String(), []byte("kv@"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitSubscribed(t, events.pub)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	served := make(chan struct{})
 	go func() {
+		defer close(served)
+		_ = serve(ctx, o, pw, events)
+		pw.Close()
+	}()
+	ch, received := receive(t, sub)
+	t.Cleanup(func() {
+		cancel()
+		<-served
+		_ = events.close()
+		_ = sub.Close()
+		<-received
+	})
+	r := bufio.NewReader(pr)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the announcement: %v", err)
+	}
+	base, ok := strings.CutPrefix(strings.TrimSpace(line), "vllm-sim listening on ")
+	if !ok {
+		t.Fatalf("announcement %q", line)
+	}
+	go func() { _, _ = io.Copy(io.Discard, r) }()
+	return base, ch
+}
+
+// waitSubscribed waits until the publisher has a subscriber.
+func waitSubscribed(t *testing.T, pub *kvevents.Pub) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for pub.Subscribers() == 0 {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("the subscription did not reach the publisher")
+		}
+	}
+}
+
+// receive decodes sub's messages into batches until sub is closed; done is
+// closed when it stops.
+func receive(t *testing.T, sub *kvevents.Sub) (batches <-chan kvevents.Batch, done <-chan struct{}) {
+	ch, stopped := make(chan kvevents.Batch, 1000), make(chan struct{})
+	go func() {
+		defer close(stopped)
 		var parts [][]byte
-		next := uint64(0)
-		for {
-			parts, err = sub.Recv(parts)
-			if err != nil {
-				return
+		var err error
+		for next := uint64(0); ; next++ {
+			if parts, err = sub.Recv(parts); err != nil {
+				return // closed
 			}
 			if len(parts) != 3 || string(parts[0]) != "kv@m" || len(parts[1]) != 8 {
 				t.Errorf("message of %d parts, topic %q", len(parts), parts[0])
 				return
 			}
-			if seq := binary.BigEndian.Uint64(parts[1]); next != 0 && seq != next {
-				t.Errorf("sequence %d after %d", seq, next-1)
-			} else {
-				next = seq + 1
+			if seq := binary.BigEndian.Uint64(parts[1]); seq != next {
+				t.Errorf("sequence number %d, want %d", seq, next)
 			}
 			var b kvevents.Batch
 			if err := kvevents.DecodeBatch(parts[2], &b); err != nil {
-				t.Errorf("batch: %v", err)
+				t.Errorf("batch %d: %v", next, err)
 				return
 			}
-			ch <- b
+			if b.DPRank != 0 || b.TS <= 0 {
+				t.Errorf("batch %d: rank %d, ts %v", next, b.DPRank, b.TS)
+			}
+			select {
+			case ch <- b:
+			default:
+				t.Errorf("batch %d: the test reads too slowly", next)
+				return
+			}
 		}
 	}()
-	// The subscription reaches the publisher after DialSub returns: send
-	// distinct prompts until one's events arrive.
-	for i := 0; ; i++ {
-		post(t, base+"/v1/completions", fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":1}`, strings.Repeat(fmt.Sprint(i), 64)))
-		select {
-		case <-ch:
-			return base, ch
-		case <-time.After(100 * time.Millisecond):
-		case <-t.Context().Done():
-			t.Fatal("no events")
-		}
-	}
+	return ch, stopped
 }
 
 func post(t *testing.T, url, body string) []byte {
@@ -156,8 +256,8 @@ func post(t *testing.T, url, body string) []byte {
 	return b
 }
 
-// nextStored returns the stored events of the next batch.
-func nextStored(t *testing.T, ch <-chan kvevents.Batch) []kvevents.Event {
+// nextBatch returns the events of the next batch.
+func nextBatch(t *testing.T, ch <-chan kvevents.Batch) []kvevents.Event {
 	t.Helper()
 	select {
 	case b := <-ch:
@@ -177,25 +277,54 @@ func text(ids []uint32) string {
 	return b.String()
 }
 
+// cacheReplay keeps the blocks the events say are cached.
+type cacheReplay map[uint64]bool
+
+func (c cacheReplay) apply(t *testing.T, evs []kvevents.Event) {
+	t.Helper()
+	for i := range evs {
+		ev := &evs[i]
+		for _, h := range ev.Hashes {
+			switch ev.Kind {
+			case kvevents.BlockStored:
+				c[h] = true
+			case kvevents.BlockRemoved:
+				if !c[h] {
+					t.Errorf("block %x removed but never stored", h)
+				}
+				delete(c, h)
+			default:
+				t.Errorf("event of kind %v", ev.Kind)
+			}
+		}
+	}
+}
+
 func TestKVEventsFollowTheCache(t *testing.T) {
 	base, ch := simWithEvents(t, "--block-size", "4", "--num-gpu-blocks", "64")
+	replay := cacheReplay{}
 	system := strings.Repeat("You are a careful assistant. ", 4) // 116 bytes
 	chat := func(q string) string {
 		return fmt.Sprintf(`{"model":"m","max_tokens":1,"messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`, system, q)
 	}
-	rendered := "<|system|>\n" + system + "\n<|user|>\nfirst question\n<|assistant|>\n"
-	blockBytes := 4 * kvcache.BytesPerToken
+	render := func(q string) string { return "<|system|>\n" + system + "\n<|user|>\n" + q + "\n<|assistant|>\n" }
+	const blockBytes = 4 * kvcache.BytesPerToken
 
-	// The first chat stores every full block of its prompt, in one chained run.
+	// The first chat stores every full block of its prompt, in one run
+	// named as the cache names them.
 	post(t, base+"/v1/chat/completions", chat("first question"))
-	evs := nextStored(t, ch)
-	if len(evs) != 1 || evs[0].Kind != kvevents.BlockStored || evs[0].HasParent {
-		t.Fatalf("events %+v, want one BlockStored without parent", evs)
+	evs := nextBatch(t, ch)
+	replay.apply(t, evs)
+	if len(evs) != 1 {
+		t.Fatalf("the first chat's events %+v, want one BlockStored", evs)
 	}
 	first := evs[0]
+	rendered := render("first question")
 	full := len(rendered) / blockBytes
-	if len(first.Hashes) != full || first.BlockSize != 4 || first.Medium != "GPU" {
-		t.Errorf("%d hashes of block size %d in %q, want %d of 4 in GPU", len(first.Hashes), first.BlockSize, first.Medium, full)
+	want := kvevents.Event{Kind: kvevents.BlockStored, Hashes: kvcache.BlockHashes(rendered, 4),
+		TokenIDs: first.TokenIDs, BlockSize: 4, Medium: "GPU"}
+	if diff := cmp.Diff(want, first); diff != "" {
+		t.Fatalf("the first chat's event (-want +got):\n%s", diff)
 	}
 	if got := text(first.TokenIDs); got != rendered[:full*blockBytes] {
 		t.Errorf("token ids read back %q, want %q", got, rendered[:full*blockBytes])
@@ -209,48 +338,73 @@ func TestKVEventsFollowTheCache(t *testing.T) {
 	if err := json.Unmarshal(post(t, base+"/tokenize", chat("first question")), &tok); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(first.TokenIDs, tok.Tokens[:full*4]); diff != "" || tok.Count != len(tok.Tokens) {
-		t.Errorf("count %d of %d; /tokenize's full blocks (-events +tokenize):\n%s", tok.Count, len(tok.Tokens), diff)
+	if tok.Count != len(tok.Tokens) || len(tok.Tokens) < full*4 {
+		t.Fatalf("/tokenize: count %d of %d tokens, want at least the %d of the stored blocks", tok.Count, len(tok.Tokens), full*4)
+	}
+	if diff := cmp.Diff(first.TokenIDs, tok.Tokens[:full*4]); diff != "" {
+		t.Errorf("/tokenize's full blocks (-events +tokenize):\n%s", diff)
 	}
 
-	// A second chat with the same system prompt stores only what follows the
-	// shared blocks, chained to the last of them.
-	post(t, base+"/v1/chat/completions", chat("second question, longer than the first"))
-	evs = nextStored(t, ch)
+	// A second chat with the same system prompt stores only what follows
+	// the shared blocks, chained to the last of them.
+	q2 := "second question, longer than the first"
+	post(t, base+"/v1/chat/completions", chat(q2))
+	evs = nextBatch(t, ch)
+	replay.apply(t, evs)
 	shared := len("<|system|>\n"+system+"\n<|user|>\n") / blockBytes
+	rendered2 := render(q2)
+	hs2 := kvcache.BlockHashes(rendered2, 4)
 	if len(evs) != 1 || !evs[0].HasParent || evs[0].Parent != first.Hashes[shared-1] {
 		t.Fatalf("events %+v, want one BlockStored chained to block %d (%x)", evs, shared-1, first.Hashes[shared-1])
 	}
-	rendered2 := "<|system|>\n" + system + "\n<|user|>\nsecond question, longer than the first\n<|assistant|>\n"
-	if got, want := text(evs[0].TokenIDs), rendered2[shared*blockBytes:len(rendered2)/blockBytes*blockBytes]; got != want {
+	if diff := cmp.Diff(hs2[shared:], evs[0].Hashes); diff != "" {
+		t.Errorf("the second chat's stored blocks (-want +got):\n%s", diff)
+	}
+	if got, want := text(evs[0].TokenIDs), rendered2[shared*blockBytes:len(hs2)*blockBytes]; got != want {
 		t.Errorf("the second chat's stored tokens read back %q, want %q", got, want)
 	}
 
 	// Filling the cache with other prompts evicts the first chat's blocks.
-	removed := map[uint64]bool{}
-	for i := 0; len(removed) < len(first.Hashes); i++ {
+	for i := 0; keep(replay, first.Hashes) > 0; i++ {
 		if i == 40 {
-			t.Fatalf("after %d more prompts only %d of the first chat's %d blocks were removed", i, len(removed), len(first.Hashes))
+			t.Fatalf("after %d more prompts %d of the first chat's %d blocks are still cached", i, keep(replay, first.Hashes), len(first.Hashes))
 		}
-		post(t, base+"/v1/completions", fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":1}`, strings.Repeat(string(rune('a'+i%26)), 100+i)))
-		for _, ev := range nextStored(t, ch) {
-			if ev.Kind == kvevents.BlockRemoved {
-				for _, h := range ev.Hashes {
-					removed[h] = true
-				}
-			}
-		}
-		removed = keep(removed, first.Hashes)
+		post(t, base+"/v1/completions", fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":1}`, strings.Repeat(string(rune('a'+i)), 100)))
+		replay.apply(t, nextBatch(t, ch))
+	}
+	// The events replayed give the blocks the cache holds.
+	var stats struct {
+		CachedBlocks int `json:"cached_blocks"`
+	}
+	if err := json.Unmarshal(get(t, base+"/sim/stats"), &stats); err != nil {
+		t.Fatal(err)
+	}
+	if stats.CachedBlocks != len(replay) {
+		t.Errorf("%d blocks cached, the events say %d", stats.CachedBlocks, len(replay))
 	}
 }
 
-// keep returns the keys of m that are in hs.
-func keep(m map[uint64]bool, hs []uint64) map[uint64]bool {
-	out := map[uint64]bool{}
+// keep returns how many of hs are in m.
+func keep(m cacheReplay, hs []uint64) int {
+	n := 0
 	for _, h := range hs {
 		if m[h] {
-			out[h] = true
+			n++
 		}
 	}
-	return out
+	return n
+}
+
+func get(t *testing.T, url string) []byte {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s %v", url, resp.StatusCode, b, err)
+	}
+	return b
 }

@@ -103,7 +103,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 			}
 			return nil
 		})
-	fs.Func("kv-events-config", `vLLM's KV-cache events configuration, JSON: {"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": ""}; the host * is --host, port 0 picks a free one`,
+	fs.Func("kv-events-config", `vLLM's KV-cache events configuration, JSON: {"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": ""}; the endpoint is bound, its host * is --host and port 0 picks a free one; vLLM's other keys are ignored`,
 		func(v string) (err error) {
 			o.KVEvents, err = parseKVEventsConfig(v)
 			return err
@@ -161,6 +161,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := o.Faults.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.KVEvents.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -14,31 +14,36 @@ import (
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/engine"
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/faults"
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/server"
-	"github.com/inferpick/inferpick/picker/kvevents"
 )
 
 // shutdownGrace is how long in-flight requests get to end at stop.
 const shutdownGrace = 5 * time.Second
 
 // Run serves until ctx ends. Once listening it prints
-// "vllm-sim listening on http://HOST:PORT" (the real port) to out.
+// "vllm-sim listening on http://HOST:PORT" (the real port) to out, after
+// "vllm-sim KV events on tcp://HOST:PORT" when KV-cache events are on.
 func Run(ctx context.Context, o *Options, out io.Writer) error {
+	if !o.KVEvents.publishes() {
+		return serve(ctx, o, out, nil)
+	}
+	events, err := listenEvents(o.KVEvents, o.Host)
+	if err != nil {
+		return err
+	}
+	defer events.close() // after serve has stopped the engine
+	if _, err := fmt.Fprintf(out, "vllm-sim KV events on tcp://%s\n", events.pub.Addr()); err != nil {
+		return fmt.Errorf("announce: %w", err)
+	}
+	return serve(ctx, o, out, events)
+}
+
+// serve runs the engine and the HTTP server until ctx ends, the engine
+// publishing its KV-cache events to events unless that is nil. It returns
+// once the engine has stopped.
+func serve(ctx context.Context, o *Options, out io.Writer, events *eventPublisher) error {
 	engOpts := []engine.Option{engine.WithPacer(&engine.WallPacer{Scale: o.TimeScale})}
-	if o.KVEvents.Enabled {
-		addr, err := o.KVEvents.listenAddr(o.Host)
-		if err != nil {
-			return err
-		}
-		pub, err := kvevents.ListenPub(addr)
-		if err != nil {
-			return fmt.Errorf("KV events: %w", err)
-		}
-		defer pub.Close() // after the engine has stopped publishing
-		ep := &eventPublisher{pub: pub, topic: []byte(o.KVEvents.Topic)}
-		engOpts = append(engOpts, engine.WithEvents(ep.publish))
-		if _, err := fmt.Fprintf(out, "vllm-sim KV events on tcp://%s\n", pub.Addr()); err != nil {
-			return fmt.Errorf("announce: %w", err)
-		}
+	if events != nil {
+		engOpts = append(engOpts, engine.WithEvents(events.publish))
 	}
 	eng, err := engine.New(o.engineConfig(), engOpts...)
 	if err != nil {

@@ -37,14 +37,13 @@ type Engine struct {
 	stopped bool
 	lora    adapters
 
-	// KV-cache events (WithEvents), guarded by mu: those of the step being
-	// planned, the sequence being admitted, and where its last stored run
-	// ends.
+	// KV-cache events (WithEvents). publish is set at New; the rest is
+	// guarded by mu: the events of the step being planned, the sequence
+	// being admitted, and the adapters' ids in events.
 	publish   func([]kvevents.Event)
 	events    []kvevents.Event
 	admitting *Sequence
-	lastRun   *Sequence
-	lastIndex int
+	loraIDs   map[string]int64
 }
 
 // Option configures an Engine.
@@ -128,9 +127,6 @@ func (e *Engine) Run(ctx context.Context) {
 	defer e.shutdown()
 	for {
 		st, ok := e.plan()
-		if len(st.events) > 0 {
-			e.publish(st.events)
-		}
 		if !ok {
 			select {
 			case <-e.wake:
@@ -139,7 +135,11 @@ func (e *Engine) Run(ctx context.Context) {
 				return
 			}
 		}
-		if err := e.pacer.Wait(ctx, st.cost); err != nil {
+		err := e.pacer.Wait(ctx, st.cost)
+		// The step's cache changes happened at planning: they go out as
+		// one batch, even when the engine stops during the step.
+		e.publishEvents(st.events)
+		if err != nil {
 			return
 		}
 		e.apply(st)

@@ -83,7 +83,13 @@ func testConfig() Config {
 // start runs an engine until the test ends.
 func start(t *testing.T, cfg Config, p Pacer) *Engine {
 	t.Helper()
-	e, err := New(cfg, WithPacer(p))
+	return startWith(t, cfg, WithPacer(p))
+}
+
+// startWith runs an engine with options until the test ends.
+func startWith(t *testing.T, cfg Config, opts ...Option) *Engine {
+	t.Helper()
+	e, err := New(cfg, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

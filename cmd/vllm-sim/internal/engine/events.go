@@ -1,14 +1,17 @@
 package engine
 
 import (
+	"slices"
+
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/kvcache"
 	"github.com/inferpick/inferpick/picker/kvevents"
 )
 
 // WithEvents makes the engine report its KV-cache events, as vLLM's
 // --kv-events-config does: publish receives the events of each step that
-// changed the cache, in order, once the step is planned and outside the
-// engine's lock. It must not keep the slice.
+// changed the cache, in order, as one batch once the step's time has
+// passed and before its tokens reach the sequences. It is called from the
+// Run loop, outside the engine's lock, and must not keep the slice.
 func WithEvents(publish func([]kvevents.Event)) Option {
 	return func(e *Engine) {
 		e.publish = publish
@@ -20,48 +23,70 @@ func WithEvents(publish func([]kvevents.Event)) Option {
 // under e.mu, inside the admission of e.admitting.
 type eventLog Engine
 
-// Added appends hashes[i] to the admitted sequence's last BlockStored when
-// it continues that event's run, else starts one: a run of newly cached
-// blocks, its parent the block before it.
-func (l *eventLog) Added(hashes []uint64, i int) {
+var _ kvcache.Observer = (*eventLog)(nil)
+
+// Stored logs a BlockStored for a run of blocks the admitted sequence put
+// in the cache: their hashes, the block before them as the parent, the ids
+// of their tokens, and the sequence's adapter.
+func (l *eventLog) Stored(hashes []uint64, from, to int) {
 	e := (*Engine)(l)
 	s := e.admitting
 	bs := e.cfg.BlockSize
-	blockText := s.prompt[i*bs*kvcache.BytesPerToken : (i+1)*bs*kvcache.BytesPerToken]
-	if n := len(e.events); n > 0 && e.lastRun == s && e.lastIndex == i-1 {
-		ev := &e.events[n-1]
-		ev.Hashes = append(ev.Hashes, hashes[i])
-		ev.TokenIDs = kvcache.TokenIDs(blockText, ev.TokenIDs)
-		e.lastIndex = i
-		return
+	blockBytes := bs * kvcache.BytesPerToken
+	text := s.prompt[from*blockBytes : to*blockBytes]
+	ev := kvevents.Event{
+		Kind:      kvevents.BlockStored,
+		Hashes:    slices.Clone(hashes[from:to]),
+		TokenIDs:  kvcache.TokenIDs(text, make([]uint32, 0, (to-from)*bs)),
+		BlockSize: bs,
+		Medium:    "GPU",
 	}
-	ev := kvevents.Event{Kind: kvevents.BlockStored, BlockSize: bs, Medium: "GPU",
-		Hashes: []uint64{hashes[i]}, TokenIDs: kvcache.TokenIDs(blockText, nil)}
-	if i > 0 {
-		ev.Parent, ev.HasParent = hashes[i-1], true
+	if from > 0 {
+		ev.Parent, ev.HasParent = hashes[from-1], true
 	}
 	if s.lora != "" {
-		ev.LoraName, ev.LoraID, ev.HasLora = s.lora, int64(loraSalt(s.lora)>>33), true
+		ev.LoraName, ev.LoraID, ev.HasLora = s.lora, e.loraID(s.lora), true
 	}
 	e.events = append(e.events, ev)
-	e.lastRun, e.lastIndex = s, i
 }
 
-// Evicted appends a BlockRemoved, or extends the last event when it is one.
-func (l *eventLog) Evicted(h uint64) {
+// Removed logs a BlockRemoved, or adds h to the last event when that is
+// one.
+func (l *eventLog) Removed(h uint64) {
 	e := (*Engine)(l)
 	if n := len(e.events); n > 0 && e.events[n-1].Kind == kvevents.BlockRemoved {
 		e.events[n-1].Hashes = append(e.events[n-1].Hashes, h)
 		return
 	}
 	e.events = append(e.events, kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []uint64{h}, Medium: "GPU"})
-	e.lastRun = nil
+}
+
+// loraID returns the adapter's id in events: 1 for the first adapter that
+// stored blocks, 2 for the next, and so on, kept for the engine's life.
+// Called with e.mu held.
+func (e *Engine) loraID(name string) int64 {
+	id, ok := e.loraIDs[name]
+	if !ok {
+		if e.loraIDs == nil {
+			e.loraIDs = map[string]int64{}
+		}
+		id = int64(len(e.loraIDs) + 1)
+		e.loraIDs[name] = id
+	}
+	return id
 }
 
 // takeEvents returns the events logged since the last call. Called with
 // e.mu held.
 func (e *Engine) takeEvents() []kvevents.Event {
 	evs := e.events
-	e.events, e.lastRun = nil, nil
+	e.events = nil
 	return evs
+}
+
+// publishEvents hands a step's events to the publisher, if any.
+func (e *Engine) publishEvents(evs []kvevents.Event) {
+	if e.publish != nil && len(evs) > 0 {
+		e.publish(evs)
+	}
 }

@@ -73,9 +73,10 @@ func TestBatchHoldsAtMostMaxLoRAs(t *testing.T) {
 	e := start(t, loraConfig(1, 2), g)
 	long := submitLoRA(t, e, "a", "first request", 50)
 	g.nextStep(t)
-	g.finishStep()
+	// Queued while the first step runs, so that the next plan sees them.
 	blocked := submitLoRA(t, e, "b", "second request", 1)
 	same := submitLoRA(t, e, "a", "third request", 1)
+	g.finishStep()
 	g.nextStep(t) // plans a's decode and the third request
 	st := e.Stats()
 	if diff := cmp.Diff([]string{"a"}, st.RunningLoRAs); diff != "" {

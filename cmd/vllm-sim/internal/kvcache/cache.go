@@ -28,13 +28,16 @@ type block struct {
 }
 
 // Observer is told of every hashed block that enters or leaves the cache,
-// as vLLM's KV-cache events tell.
+// as vLLM's KV-cache events tell. Its methods run inside Acquire: first
+// Removed for each block evicted, then Stored for each run of blocks the
+// call filled in, in prompt order.
 type Observer interface {
-	// Added: hashes[i], of a request whose blocks are hashes, entered the
-	// cache.
-	Added(hashes []uint64, i int)
-	// Evicted: the block h left the cache.
-	Evicted(h uint64)
+	// Stored: hashes[from:to] entered the cache, a contiguous run of the
+	// blocks of a request whose blocks are hashes. hashes[from-1], when
+	// from > 0, was cached already. The observer must not keep hashes.
+	Stored(hashes []uint64, from, to int)
+	// Removed: the block h was evicted.
+	Removed(h uint64)
 }
 
 // SetObserver sets the observer of the cache's blocks (nil: none).
@@ -103,6 +106,23 @@ func (c *Cache) Acquire(hashes []uint64, anonymous int) (Lease, bool) {
 			c.ref(b)
 		}
 	}
+	filled := c.fill(hashes)
+	for range anonymous {
+		c.makeRoom()
+		c.anonymous++
+		c.referenced++
+	}
+	c.notifyStored(hashes, filled)
+	return Lease{hashes: hashes, anonymous: anonymous}, true
+}
+
+// fill puts in the hashes that are not cached, each with a reference, and
+// returns which ones it put in when there is an observer to tell.
+func (c *Cache) fill(hashes []uint64) []bool {
+	var filled []bool
+	if c.observer != nil {
+		filled = make([]bool, len(hashes))
+	}
 	for i, h := range hashes {
 		if _, ok := c.blocks[h]; ok {
 			continue
@@ -111,16 +131,11 @@ func (c *Cache) Acquire(hashes []uint64, anonymous int) (Lease, bool) {
 		b := &block{hash: h}
 		c.blocks[h] = b
 		c.ref(b)
-		if c.observer != nil {
-			c.observer.Added(hashes, i)
+		if filled != nil {
+			filled[i] = true
 		}
 	}
-	for range anonymous {
-		c.makeRoom()
-		c.anonymous++
-		c.referenced++
-	}
-	return Lease{hashes: hashes, anonymous: anonymous}, true
+	return filled
 }
 
 // Release drops the lease's references. Hashed blocks stay cached.
@@ -164,6 +179,22 @@ func (c *Cache) makeRoom() {
 	b := c.free.Remove(front).(*block)
 	delete(c.blocks, b.hash)
 	if c.observer != nil {
-		c.observer.Evicted(b.hash)
+		c.observer.Removed(b.hash)
+	}
+}
+
+// notifyStored tells the observer of each run of hashes marked filled.
+func (c *Cache) notifyStored(hashes []uint64, filled []bool) {
+	for from := 0; from < len(filled); {
+		if !filled[from] {
+			from++
+			continue
+		}
+		to := from + 1
+		for to < len(filled) && filled[to] {
+			to++
+		}
+		c.observer.Stored(hashes, from, to)
+		from = to
 	}
 }

@@ -99,16 +99,105 @@ func TestAcquireCountsUnreferencedOwnBlocksAsNeeded(t *testing.T) {
 	}
 }
 
-// replay is an Observer that keeps the set of blocks the notifications
-// say are cached.
-type replay map[uint64]bool
+// note is one observer notification: a stored run or a removed block.
+type note struct {
+	Stored  []uint64
+	Parent  uint64 // of a stored run not at the start of its request
+	Removed uint64
+}
 
-func (r replay) Added(hashes []uint64, i int) { r[hashes[i]] = true }
-func (r replay) Evicted(h uint64)             { delete(r, h) }
+// recorder is an Observer that logs its notifications.
+type recorder struct{ notes []note }
+
+func (r *recorder) Stored(hashes []uint64, from, to int) {
+	n := note{Stored: append([]uint64(nil), hashes[from:to]...)}
+	if from > 0 {
+		n.Parent = hashes[from-1]
+	}
+	r.notes = append(r.notes, n)
+}
+
+func (r *recorder) Removed(h uint64) { r.notes = append(r.notes, note{Removed: h}) }
+
+func TestObserverIsToldRunsAfterEvictions(t *testing.T) {
+	cases := map[string]struct {
+		capacity int
+		before   [][]uint64 // acquired and released first, in order
+		acquire  []uint64
+		anon     int
+		want     []note
+	}{
+		"new prompt is one run": {
+			capacity: 8, acquire: []uint64{1, 2, 3},
+			want: []note{{Stored: []uint64{1, 2, 3}}},
+		},
+		"cached prefix is skipped, the rest chains to it": {
+			capacity: 8, before: [][]uint64{{1, 2}}, acquire: []uint64{1, 2, 3, 4},
+			want: []note{{Stored: []uint64{3, 4}, Parent: 2}},
+		},
+		"a cached block in the middle splits the runs": {
+			capacity: 8, before: [][]uint64{{1}, {3}}, acquire: []uint64{1, 2, 3, 4},
+			want: []note{{Stored: []uint64{2}, Parent: 1}, {Stored: []uint64{4}, Parent: 3}},
+		},
+		"fully cached stores nothing": {
+			capacity: 8, before: [][]uint64{{1, 2}}, acquire: []uint64{1, 2}, anon: 1,
+		},
+		"evictions come first and do not split a run": {
+			capacity: 3, before: [][]uint64{{7, 8, 9}}, acquire: []uint64{1, 2}, anon: 1,
+			want: []note{{Removed: 9}, {Removed: 8}, {Removed: 7}, {Stored: []uint64{1, 2}}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := New(tc.capacity)
+			for _, hs := range tc.before {
+				l, ok := c.Acquire(hs, 0)
+				if !ok {
+					t.Fatalf("Acquire(%v) failed", hs)
+				}
+				c.Release(l)
+			}
+			r := &recorder{}
+			c.SetObserver(r)
+			if _, ok := c.Acquire(tc.acquire, tc.anon); !ok {
+				t.Fatalf("Acquire(%v, %d) failed", tc.acquire, tc.anon)
+			}
+			if diff := cmp.Diff(tc.want, r.notes); diff != "" {
+				t.Errorf("notifications (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// replay is an Observer that keeps the set of blocks the notifications
+// say are cached, and checks each notification against it.
+type replay struct {
+	t   *testing.T
+	set map[uint64]bool
+}
+
+func (r replay) Stored(hashes []uint64, from, to int) {
+	if from > 0 && !r.set[hashes[from-1]] {
+		r.t.Errorf("run %v stored after %x, which is not cached", hashes[from:to], hashes[from-1])
+	}
+	for _, h := range hashes[from:to] {
+		if r.set[h] {
+			r.t.Errorf("block %x stored twice", h)
+		}
+		r.set[h] = true
+	}
+}
+
+func (r replay) Removed(h uint64) {
+	if !r.set[h] {
+		r.t.Errorf("block %x removed but not cached", h)
+	}
+	delete(r.set, h)
+}
 
 func TestObserverSeesWhatTheCacheHolds(t *testing.T) {
 	c := New(12)
-	seen := replay{}
+	seen := replay{t: t, set: map[uint64]bool{}}
 	c.SetObserver(seen)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var leases []Lease
@@ -132,16 +221,8 @@ func TestObserverSeesWhatTheCacheHolds(t *testing.T) {
 		for h := range c.blocks {
 			want[h] = true
 		}
-		if diff := cmp.Diff(want, map[uint64]bool(seen)); diff != "" {
+		if diff := cmp.Diff(want, seen.set); diff != "" {
 			t.Fatalf("cached blocks (-cache +notified):\n%s", diff)
 		}
-	}
-}
-
-func TestTokenIDs(t *testing.T) {
-	got := TokenIDs("abcdefg", nil)
-	want := []uint32{'a' | 'b'<<8 | 'c'<<16 | 'd'<<24, 'e' | 'f'<<8 | 'g'<<16}
-	if diff := cmp.Diff(want, got); diff != "" || len(got) != NumTokens("abcdefg") {
-		t.Errorf("(-want +got):\n%s", diff)
 	}
 }

@@ -51,9 +51,14 @@ func BlockHashes(text string, blockSize int) []uint64 {
 	return hashes
 }
 
-// TokenIDs appends the ids of text's tokens to dst: each token's
-// BytesPerToken bytes as a little-endian uint32, the last one zero-padded.
-// The ids of full tokens give the text back.
+// TokenIDs appends the ids of text's tokens to dst and returns the
+// extended slice: each token's BytesPerToken bytes read as a little-endian
+// uint32, a trailing partial token padded with zeros. It appends
+// NumTokens(text) ids.
+//
+// TokenIDs is reversible for full tokens: writing each id back as 4
+// little-endian bytes gives the text. Only a partial last token loses its
+// length (its padding reads as NUL bytes).
 func TokenIDs(text string, dst []uint32) []uint32 {
 	for text != "" {
 		var id uint32

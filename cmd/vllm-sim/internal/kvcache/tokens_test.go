@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"encoding/binary"
 	"strings"
 	"testing"
 
@@ -75,6 +76,61 @@ func FuzzBlockHashes(f *testing.F) {
 		half := BlockHashes(text[:len(text)/2], blockSize)
 		if diff := cmp.Diff(got[:len(half)], half); diff != "" {
 			t.Fatalf("prefix hashes differ (-full +half):\n%s", diff)
+		}
+	})
+}
+
+func TestTokenIDs(t *testing.T) {
+	cases := map[string]struct {
+		text string
+		dst  []uint32
+		want []uint32
+	}{
+		"empty":              {text: "", want: nil},
+		"one full token":     {text: "abcd", want: []uint32{0x64636261}},
+		"partial is padded":  {text: "abcdefg", want: []uint32{0x64636261, 0x00676665}},
+		"one byte":           {text: "\xff", want: []uint32{0xff}},
+		"appends to dst":     {text: "abcd", dst: []uint32{7}, want: []uint32{7, 0x64636261}},
+		"high bytes":         {text: "\xff\xfe\xfd\xfc", want: []uint32{0xfcfdfeff}},
+		"multi-byte runes":   {text: "héllo", want: []uint32{0x6ca9c368, 0x6f6c}},
+		"zero bytes are ids": {text: "\x00\x00\x00\x00", want: []uint32{0}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := TokenIDs(tc.text, tc.dst)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("TokenIDs(%q) (-want +got):\n%s", tc.text, diff)
+			}
+		})
+	}
+}
+
+// textOf writes ids back as little-endian bytes.
+func textOf(ids []uint32) string {
+	b := make([]byte, 0, len(ids)*BytesPerToken)
+	for _, id := range ids {
+		b = binary.LittleEndian.AppendUint32(b, id)
+	}
+	return string(b)
+}
+
+func FuzzTokenIDs(f *testing.F) {
+	f.Add("hello world, this is a prompt")
+	f.Add("")
+	f.Add("abc")
+	f.Fuzz(func(t *testing.T, text string) {
+		ids := TokenIDs(text, nil)
+		if len(ids) != NumTokens(text) {
+			t.Fatalf("%d ids, want NumTokens = %d", len(ids), NumTokens(text))
+		}
+		// Full tokens read back exactly; a partial one with zero padding.
+		back := textOf(ids)
+		full := len(text) / BytesPerToken * BytesPerToken
+		if back[:full] != text[:full] {
+			t.Fatalf("full tokens read back %q, want %q", back[:full], text[:full])
+		}
+		if tail := strings.TrimRight(back[full:], "\x00"); !strings.HasPrefix(text[full:], tail) {
+			t.Fatalf("partial token read back %q, want a prefix of %q", tail, text[full:])
 		}
 	})
 }

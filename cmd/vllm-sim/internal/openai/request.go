@@ -103,6 +103,9 @@ func ParseCompletion(body []byte) (*CompletionRequest, error) {
 type ChatRequest struct {
 	Common
 	Messages []Message `json:"messages"`
+	// AddGenerationPrompt false leaves the reply's opening out of the
+	// prompt text, as vLLM's add_generation_prompt does; unset is true.
+	AddGenerationPrompt *bool `json:"add_generation_prompt,omitempty"`
 }
 
 // Message is one chat message.
@@ -167,14 +170,17 @@ func ParseChat(body []byte) (*ChatRequest, error) {
 
 // PromptText is the text the model reads for a chat: each message as
 // "<|role|>\n" + content + "\n", in order, then "<|assistant|>\n" for the
-// reply. A later turn of the same conversation therefore extends the earlier
-// turn's prompt text, and shares its cached blocks.
+// reply unless add_generation_prompt is false. A later turn of the same
+// conversation therefore extends the earlier turn's prompt text, and shares
+// its cached blocks.
 func (r *ChatRequest) PromptText() string {
 	var b strings.Builder
 	for _, m := range r.Messages {
 		writeTurn(&b, m.Role, string(m.Content))
 	}
-	b.WriteString("<|assistant|>\n")
+	if r.AddGenerationPrompt == nil || *r.AddGenerationPrompt {
+		b.WriteString("<|assistant|>\n")
+	}
 	return b.String()
 }
 

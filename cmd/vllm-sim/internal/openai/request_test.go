@@ -74,6 +74,14 @@ func TestParseChatPromptText(t *testing.T) {
 			body: `{"messages":[{"role":"assistant","content":null},{"role":"user","content":"q"}]}`,
 			want: "<|assistant|>\n\n<|user|>\nq\n<|assistant|>\n",
 		},
+		"generation prompt asked for": {
+			body: `{"messages":[{"role":"user","content":"q"}],"add_generation_prompt":true}`,
+			want: "<|user|>\nq\n<|assistant|>\n",
+		},
+		"no generation prompt": {
+			body: `{"messages":[{"role":"user","content":"q"}],"add_generation_prompt":false}`,
+			want: "<|user|>\nq\n",
+		},
 		"no messages":     {body: `{"model":"m","messages":[]}`, wantErr: true},
 		"no role":         {body: `{"messages":[{"content":"x"}]}`, wantErr: true},
 		"content object":  {body: `{"messages":[{"role":"user","content":{"a":1}}]}`, wantErr: true},

@@ -83,8 +83,7 @@ func (s *Server) resolve(model string) (echo, lora string, ok bool) {
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
-	ecfg := s.cfg.Engine.Config()
-	maxLen := ecfg.NumGPUBlocks * ecfg.BlockSize
+	maxLen := s.maxModelLen()
 	list := openai.ModelList{Object: "list"}
 	for _, name := range s.cfg.ServedModelNames {
 		list.Data = append(list.Data, openai.Model{

@@ -1,0 +1,141 @@
+package engine
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/kvcache"
+	"github.com/inferpick/inferpick/picker/kvevents"
+)
+
+// startWithEvents runs an engine that publishes its KV-cache events to the
+// returned channel, one value per batch.
+func startWithEvents(t *testing.T, cfg Config, p Pacer) (*Engine, <-chan []kvevents.Event) {
+	t.Helper()
+	ch := make(chan []kvevents.Event, 100)
+	e := startWith(t, cfg, WithPacer(p), WithEvents(func(evs []kvevents.Event) {
+		ch <- slices.Clone(evs)
+	}))
+	return e, ch
+}
+
+// nextBatch returns the next published batch.
+func nextBatch(t *testing.T, ch <-chan []kvevents.Event) []kvevents.Event {
+	t.Helper()
+	select {
+	case evs := <-ch:
+		return evs
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch published")
+		return nil
+	}
+}
+
+// stored is the BlockStored of blocks [from, to) of prompt, as the engine
+// with block size bs names them.
+func stored(prompt string, bs, from, to int) kvevents.Event {
+	hs := kvcache.BlockHashes(prompt, bs)
+	blockBytes := bs * kvcache.BytesPerToken
+	ev := kvevents.Event{
+		Kind:      kvevents.BlockStored,
+		Hashes:    hs[from:to],
+		TokenIDs:  kvcache.TokenIDs(prompt[from*blockBytes:to*blockBytes], nil),
+		BlockSize: bs,
+		Medium:    "GPU",
+	}
+	if from > 0 {
+		ev.Parent, ev.HasParent = hs[from-1], true
+	}
+	return ev
+}
+
+func removed(hs ...uint64) kvevents.Event {
+	return kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: hs, Medium: "GPU"}
+}
+
+// The events of the sequences a step admits go out as one batch once the
+// step's time has passed; a later admission stores only what is new,
+// chained to the cached block before it.
+func TestEventsOfAStepAreOneBatchAfterIt(t *testing.T) {
+	g := newGatedPacer()
+	e, ch := startWithEvents(t, testConfig(), g)
+	first := strings.Repeat("f", 16)     // 1 block of 4 tokens
+	shared := strings.Repeat("s", 32)    // 2 blocks
+	a := shared + strings.Repeat("a", 8) // plus a partial block
+	b := shared + strings.Repeat("b", 40)
+	submit(t.Context(), t, e, first, 1)
+	g.nextStep(t)
+	// Queued while the first step runs, so that the next step admits both.
+	submit(t.Context(), t, e, a, 1)
+	submit(t.Context(), t, e, b, 1)
+	for i, want := range [][]kvevents.Event{
+		{stored(first, 4, 0, 1)},
+		{stored(a, 4, 0, 2), stored(b, 4, 2, 4)},
+	} {
+		if i > 0 {
+			g.nextStep(t)
+		}
+		select {
+		case evs := <-ch:
+			t.Fatalf("step %d: events %+v published before the step ended", i, evs)
+		default:
+		}
+		g.finishStep()
+		if diff := cmp.Diff(want, nextBatch(t, ch)); diff != "" {
+			t.Errorf("step %d's batch (-want +got):\n%s", i, diff)
+		}
+	}
+}
+
+// Blocks evicted to make room are removed in one event before the run they
+// made room for, which stays one event.
+func TestEvictionsComeBeforeTheRunTheyMakeRoomFor(t *testing.T) {
+	cfg := testConfig()
+	cfg.NumGPUBlocks = 4
+	e, ch := startWithEvents(t, cfg, &WallPacer{})
+	a, b := strings.Repeat("a", 48), strings.Repeat("b", 48) // 3 blocks, 1 more for the output
+	waitDone(t, submit(t.Context(), t, e, a, 1))
+	if diff := cmp.Diff([]kvevents.Event{stored(a, 4, 0, 3)}, nextBatch(t, ch)); diff != "" {
+		t.Errorf("first prompt (-want +got):\n%s", diff)
+	}
+	waitDone(t, submit(t.Context(), t, e, b, 1))
+	ha := kvcache.BlockHashes(a, 4)
+	want := []kvevents.Event{removed(ha[2], ha[1], ha[0]), stored(b, 4, 0, 3)}
+	if diff := cmp.Diff(want, nextBatch(t, ch)); diff != "" {
+		t.Errorf("second prompt (-want +got):\n%s", diff)
+	}
+}
+
+// A sequence with an adapter stores blocks named by the adapter and a small
+// id that stays the adapter's.
+func TestStoredEventsNameTheAdapter(t *testing.T) {
+	e, ch := startWithEvents(t, loraConfig(2, 2), &WallPacer{})
+	prompt := strings.Repeat("p", 16)
+	for _, step := range []struct {
+		lora   string
+		prompt string
+		wantID int64
+	}{
+		{lora: "x", prompt: prompt, wantID: 1},
+		{lora: "y", prompt: prompt, wantID: 2},
+		{lora: "x", prompt: prompt + strings.Repeat("q", 16), wantID: 1},
+		{lora: "", prompt: prompt},
+	} {
+		waitDone(t, submitLoRA(t, e, step.lora, step.prompt, 1))
+		evs := nextBatch(t, ch)
+		if len(evs) != 1 {
+			t.Fatalf("adapter %q: events %+v, want one BlockStored", step.lora, evs)
+		}
+		got := evs[0]
+		want := kvevents.Event{LoraName: step.lora, LoraID: step.wantID, HasLora: step.lora != ""}
+		opts := cmpopts.IgnoreFields(kvevents.Event{}, "Kind", "Hashes", "Parent", "HasParent", "TokenIDs", "BlockSize", "Medium")
+		if diff := cmp.Diff(want, got, opts); diff != "" {
+			t.Errorf("adapter %q (-want +got):\n%s", step.lora, diff)
+		}
+	}
+}
