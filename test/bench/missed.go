@@ -37,27 +37,19 @@ var explanations = map[string]string{
 		"ratio there on shared-prefix, and multi-turn misses it by about 5%.",
 	"matrix: cache-aware no-sharing": "with nothing shared cache-aware ranks by load as least-load does; the gaps " +
 		"are of the size of the run-to-run spread of a 120-request p90 on this machine.",
-	"3 replicas:": "the TTFT p90 follows the hit rate: once more than about a tenth of the requests miss their " +
-		"prefix, the p90 request is a cold prefill (shared-prefix@18's miss rate is 8% with one picker, 12–13% with " +
-		"three). A trace of every request of shared-prefix@18 (the pod the gateway served it from and the cached " +
-		"tokens in the server's usage, three runs) finds with one picker 16 cold requests, the 16 prompts' first, two " +
-		"prompts per pod; with three replicas 25–26, 9–10 of them for a prompt some pod already held: 7–8 sent by a " +
-		"replica that had not routed that prompt before to another pod than the one a peer had chosen, 1–3 by a " +
-		"replica that knew the holder and left it for its load. The prompts' homes (rendezvous hashing over 8 pods) " +
-		"put the 16 first requests on 6 or 7 pods, up to 4 on one, so they stack: 11–12 of them waited for another " +
-		"prompt's cold prefill on the same pod (TTFT 0.8–1.8 s against 0.63–0.73 with one picker). In " +
-		"multi-turn, 25–27 of the 144 turns change pods (none with one picker), most at the second or third turn of a " +
-		"session by a replica that had not seen it. Each pod pays for its place in the prefix's order, so replicas " +
-		"choose alike where costs are close (the discrete-event model of `picker/policy/replicasim_test.go`: hit " +
-		"ratio 0.70 → 0.77 with 3 replicas, one picker 0.87). Tried and not kept: a home bound judged on the servers' " +
-		"scraped figures (better at 250 ms scrapes, worse at 50 ms in the model, no change here); presuming one peer " +
-		"before the first measure; a home bound without its one request of slack, so that a pod prefilling is no " +
-		"home while another is idle (avoidable cold requests 19–24 in two runs instead of 9); three requests of " +
-		"slack (9, unchanged); no reuse presumed before the replica's own index shows it (14–18). Every rule that " +
-		"lets what one replica alone knows (its own requests in prefill, its own index) move a prefix off its home " +
-		"made the replicas disagree more, and a placement as even as one picker's cannot follow from the prompts' " +
-		"hashes alone. Next: a view of the servers' caches every replica shares, from the KV-cache events each vLLM " +
-		"pod publishes, so that a replica learns where a prefix went whoever routed it.",
+	"3 replicas:": "with the servers' KV-cache events every replica finds a prefix wherever a replica put it, " +
+		"and the hit rate is within 1–2% of one picker's (without the events, 0.870 against 0.917 on " +
+		"shared-prefix@18, 0.699 against 0.789 on multi-turn; rows below). What remains is load. A trace of " +
+		"shared-prefix@18 (each request's client TTFT and the server's cached tokens, three runs) finds with one " +
+		"picker 31 requests over 0.25 s: the 16 prompts' first (cold, 0.64–0.73 s) and 15 that waited behind one of " +
+		"them; with three replicas 38–44: one or two of the first 16 share a pod with another cold prefill " +
+		"(1.1–1.3 s), and 3–4 later requests go cold to a second pod, sent by a replica that judged the holder " +
+		"busy, each also delaying the warm requests queued behind it. A replica knows its own requests at once and " +
+		"the others' only at the next scrape (50 ms here, 250 ms of simulated time), and then as running requests, " +
+		"not as prefills. Tried and not kept: counting as load the prefills the events show in progress (a stored " +
+		"run of 256 tokens or more, drained at the calibrated prefill rate): 0.51 s; weighing the others' work " +
+		"extrapolated between scrapes as decode, or not at all: 0.47 and 0.48 s. Next: each pod's queue as the " +
+		"server reports it with its events, or scraped as often as the events arrive.",
 	"whole pick, 400 KB": "a CPU profile (`go test -tags vtprotobuf -run '^$' -bench '^BenchmarkHandle$/body=400KB/workers=100$' " +
 		"-benchtime 4000x -cpuprofile cpu.out ./picker/extproc/`, then `go tool pprof -top`) splits it into recording " +
 		"the pick in the index (about a quarter: each of the prompt's ~6,400 blocks is read to confirm it is the " +

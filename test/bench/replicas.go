@@ -23,6 +23,10 @@ var replicaWorkloads = []string{"shared-prefix@18", "multi-turn", "no-sharing"}
 // whoever routed it.
 var kvEventsPort = 5557
 
+// noEvents labels the cache-aware runs whose replicas do not read the pods'
+// KV-cache events, for comparison.
+const noEvents = "cache-aware, no KV events"
+
 // replicaRun is one run of the replica comparison.
 type replicaRun struct {
 	Replicas int
@@ -60,6 +64,9 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 		spec := simSpec()
 		spec.Replicas = n
 		spec.KVEventsPort = kvEventsPort
+		if pol.Label == noEvents {
+			spec.KVEventsPort = 0
+		}
 		c, err := routing.Start(ctx, bins, spec, pol.Config, workdir)
 		if err != nil {
 			return fmt.Errorf("%d replicas %s / %s: %w", n, pol.Label, w.Name, err)
@@ -101,6 +108,16 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 	if w := byName["no-sharing"]; w != nil {
 		if err := one(3, ll, w, false); err != nil {
 			return out, err
+		}
+	}
+	if kvEventsPort != 0 {
+		without := routing.Policy{Label: noEvents, Config: ca.Config}
+		for _, name := range []string{"shared-prefix@18", "multi-turn"} {
+			if w := byName[name]; w != nil {
+				if err := one(3, without, w, false); err != nil {
+					return out, err
+				}
+			}
 		}
 	}
 	if w := byName["shared-prefix@18"]; w != nil {
@@ -182,6 +199,10 @@ func replicasMarkdown(rr *replicaReport) string {
 	w("## Active-active replicas\n\n")
 	w("The routing cluster behind 1, 2 and 3 picker replicas (`--ha-mode=active-active`), each with its own index and\n")
 	w("guards and no shared state; the gateway stand-in spreads ext_proc streams round robin over them. Each run is cold.\n")
+	if kvEventsPort != 0 {
+		w("The pods publish their KV-cache events and every replica subscribes (`--kv-events-port`), except in the rows\n")
+		w("marked \"%s\".\n", noEvents)
+	}
 	w("TTFT in simulated seconds, measured by the client.\n\n")
 	w("| replicas | policy | workload | ok/sent | hit rate | TTFT p50 | TTFT p90 | TTFT p99 |\n|---:|---|---|---:|---:|---:|---:|---:|\n")
 	for _, r := range rr.runs {
