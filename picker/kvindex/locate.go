@@ -107,7 +107,6 @@ func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, d
 			dst.Holds = append(dst.Holds, policy.SharedHold{Worker: h.Worker, Share: float64(h.Blocks) / float64(blocks)})
 		}
 	}
-	dst.Blocks = l.index
 	return true, nil
 }
 

@@ -42,11 +42,7 @@ func (c *cacheAware) rank(e *engine, p *pick) {
 	if p.measured {
 		c.peers.add(min(p.others, 1))
 	}
-	// A prompt the servers say is new to every replica is placed as a lone
-	// picker places it, by the blocks parked on each worker as the servers
-	// count them: no replica can have sent it to its home.
-	fresh := p.fresh()
-	parked := p.ordered && (fresh || c.peers.rate() < aloneOthers)
+	parked := p.ordered && c.peers.rate() < aloneOthers
 	for i := range p.cands {
 		cd := &p.cands[i]
 		uncached := p.blocks - cd.matched
@@ -54,14 +50,10 @@ func (c *cacheAware) rank(e *engine, p *pick) {
 		if parked || (uncached > 0 && reuse > 0) {
 			held = c.ix.Held(cd.w.ID())
 		}
-		parkedHere := held
-		if parked && fresh && p.req.Shared.Blocks != nil {
-			parkedHere = p.req.Shared.Blocks.Held(cd.w.ID())
-		}
 		cd.cost = cd.load + (float64(uncached)+c.evicted(cd.w, held, uncached, reuse))/c.cfg.BlocksPerLoad +
 			c.lora.cost(p, cd, c.cfg.AdapterLoadCost) - c.homeCredit(p, i, home) + c.orderCost(p, i)
 		if parked {
-			cd.tie = parkedFirst(parkedHere, cd.tie)
+			cd.tie = parkedFirst(held, cd.tie)
 		}
 	}
 }

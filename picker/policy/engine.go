@@ -44,12 +44,6 @@ type pick struct {
 	adapterSet  bool
 }
 
-// fresh reports whether the model servers say no worker holds the prompt's
-// first block (Request.Shared).
-func (p *pick) fresh() bool {
-	return p.req.Shared != nil && len(p.req.Shared.Holds) == 0
-}
-
 // rand returns the next number of the pick's private generator.
 func (p *pick) rand() uint64 {
 	p.rng += 0x9e3779b97f4a7c15

@@ -111,7 +111,7 @@ func (c *cacheAware) orderCost(p *pick, i int) float64 {
 // others' requests per own (about N-1 of N replicas). It is 0 for a lone
 // picker.
 func (c *cacheAware) othersShare(p *pick) float64 {
-	if p.others <= 0 || p.fresh() {
+	if p.others <= 0 {
 		return 0
 	}
 	return c.reuse.rate() * p.others / (1 + p.others)

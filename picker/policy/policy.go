@@ -43,24 +43,17 @@ type Request struct {
 
 // Shared is what the model servers' KV-cache events tell of a prompt.
 type Shared struct {
-	// Holds are the workers whose caches hold a leading part of the prompt.
-	// None means no server holds its first block: the prefix is new to the
-	// whole pool, not just to this replica.
+	// Holds are the workers whose caches hold a leading part of the
+	// prompt. None means no server had stored its first block when the
+	// events were last read; a replica may still have sent it somewhere,
+	// its prefill not yet done, so the prompt's home keeps its credit.
 	Holds []SharedHold
-	// Blocks tells how many KV blocks a worker's cache holds in all; nil
-	// when unknown.
-	Blocks BlockCounter
 }
 
 // SharedHold is one worker holding the first Share (0 to 1) of a prompt.
 type SharedHold struct {
 	Worker uint32
 	Share  float64
-}
-
-// BlockCounter counts the blocks a worker's cache holds.
-type BlockCounter interface {
-	Held(worker uint32) int
 }
 
 // Policy orders candidates for a request.

@@ -37,19 +37,20 @@ var explanations = map[string]string{
 		"ratio there on shared-prefix, and multi-turn misses it by about 5%.",
 	"matrix: cache-aware no-sharing": "with nothing shared cache-aware ranks by load as least-load does; the gaps " +
 		"are of the size of the run-to-run spread of a 120-request p90 on this machine.",
-	"3 replicas:": "with the servers' KV-cache events every replica finds a prefix wherever a replica put it, " +
-		"and the hit rate is within 1–2% of one picker's (without the events, 0.870 against 0.917 on " +
-		"shared-prefix@18, 0.699 against 0.789 on multi-turn; rows below). What remains is load. A trace of " +
-		"shared-prefix@18 (each request's client TTFT and the server's cached tokens, three runs) finds with one " +
-		"picker 31 requests over 0.25 s: the 16 prompts' first (cold, 0.64–0.73 s) and 15 that waited behind one of " +
-		"them; with three replicas 38–44: one or two of the first 16 share a pod with another cold prefill " +
-		"(1.1–1.3 s), and 3–4 later requests go cold to a second pod, sent by a replica that judged the holder " +
-		"busy, each also delaying the warm requests queued behind it. A replica knows its own requests at once and " +
-		"the others' only at the next scrape (50 ms here, 250 ms of simulated time), and then as running requests, " +
-		"not as prefills. Tried and not kept: counting as load the prefills the events show in progress (a stored " +
-		"run of 256 tokens or more, drained at the calibrated prefill rate): 0.51 s; weighing the others' work " +
-		"extrapolated between scrapes as decode, or not at all: 0.47 and 0.48 s. Next: each pod's queue as the " +
-		"server reports it with its events, or scraped as often as the events arrive.",
+	"3 replicas:": "the loss is at the first placements, before any KV-cache event. A trace of shared-prefix@18 " +
+		"(each request's client TTFT and the server's cached tokens, two runs) finds with one picker 16 cold " +
+		"requests, the 16 prompts' first, each alone on its pod (0.64–0.73 s); with three replicas 21–23, and the " +
+		"first 16 stacked two or three to a pod (1.2–1.8 s), as their homes (rendezvous hashing over 8 pods) fall: " +
+		"a replica sees another's request on a pod only at the next scrape (50 ms, 250 ms of simulated time here), " +
+		"so the bounded load does not move a home that another replica has just filled. A server publishes a " +
+		"step's blocks once the step is done, as vLLM does, so the events say nothing until those prefills end; " +
+		"after that they keep the replicas together (5–7 cold requests more than one picker's, against 11–14 " +
+		"without the events: the rows marked \"no KV events\"). Multi-turn, whose later turns are found by " +
+		"their events, meets both targets. Tried and not kept: placing a prompt no server holds on the pod whose " +
+		"cache holds the fewest blocks, as one picker does (every replica chose the same pod until the events " +
+		"arrived: no-sharing's p90 went to 1.3 × least-load's); counting as load the prefills the events show in " +
+		"progress (no change); weighing the others' work extrapolated between scrapes as decode, or not at all (no " +
+		"change). Next: the servers' queues read as often as the events arrive.",
 	"whole pick, 400 KB": "a CPU profile (`go test -tags vtprotobuf -run '^$' -bench '^BenchmarkHandle$/body=400KB/workers=100$' " +
 		"-benchtime 4000x -cpuprofile cpu.out ./picker/extproc/`, then `go tool pprof -top`) splits it into recording " +
 		"the pick in the index (about a quarter: each of the prompt's ~6,400 blocks is read to confirm it is the " +
