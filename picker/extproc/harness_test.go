@@ -25,7 +25,13 @@ type inOrder struct {
 	err   error
 	panic bool
 	seen  func(*policy.Request) // when set, sees each request picked for
+	// knows, when set, answers Knows (whether the policy's index knows a
+	// prompt); every prompt is known otherwise.
+	knows func(*policy.Request) bool
 }
+
+// Knows reports whether the policy knows the prompt (Options.Locator).
+func (p *inOrder) Knows(req *policy.Request) bool { return p.knows == nil || p.knows(req) }
 
 // Observe learns nothing.
 func (p *inOrder) Observe(*policy.Request, *registry.Worker) {}
