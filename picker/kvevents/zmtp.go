@@ -23,6 +23,9 @@ const (
 // MaxFrame bounds a frame the package reads; a longer one is an error.
 var MaxFrame = 16 << 20
 
+// readChunk is how much a frame's buffer grows by at a time.
+const readChunk = 64 << 10
+
 // maxParts bounds the frames of one message.
 const maxParts = 64
 
@@ -119,14 +122,20 @@ func readFrame(r *bufio.Reader, buf []byte) (frame, []byte, error) {
 	if n > uint64(MaxFrame) {
 		return frame{}, buf, fmt.Errorf("zmtp: a frame of %d bytes is over the %d allowed", n, MaxFrame)
 	}
-	if uint64(cap(buf)) < n {
-		buf = make([]byte, n)
+	// The buffer grows only as the bytes arrive, so a length a peer claims
+	// but never sends reserves no memory.
+	body := buf[:0]
+	for uint64(len(body)) < n {
+		if len(body) == cap(body) {
+			body = append(body, make([]byte, min(n-uint64(len(body)), readChunk))...)[:len(body)]
+		}
+		m, err := r.Read(body[len(body):min(uint64(cap(body)), n)])
+		body = body[:len(body)+m]
+		if err != nil && uint64(len(body)) < n {
+			return frame{}, body, unexpected(err)
+		}
 	}
-	body := buf[:n]
-	if _, err := io.ReadFull(r, body); err != nil {
-		return frame{}, buf, unexpected(err)
-	}
-	return frame{flags: flags, body: body}, buf, nil
+	return frame{flags: flags, body: body}, body, nil
 }
 
 func unexpected(err error) error {
