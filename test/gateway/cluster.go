@@ -11,7 +11,9 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"k8s.io/utils/clock"
 )
 
 // The ext_proc service is an Envoy cluster: the gRPC service of the filter
@@ -27,6 +29,13 @@ import (
 // applies. Like Envoy's connection pools, a host that comes back is
 // reconnected to at the next stream, not after a growing backoff. A stream that breaks after
 // messages were sent is never retried: its request takes the failure mode.
+//
+// With a HealthCheck, the cluster also checks each host actively, as
+// Envoy's gRPC health checker does and as a Kubernetes Service lists only
+// ready pods: a host whose health service does not answer SERVING (not yet
+// ready after a start, draining before a stop) takes no stream while
+// another host does, and is used, as an ejected host is, only when none is
+// healthy. A host counts as unhealthy until its first check passes.
 
 // PickerCluster is the outlier detection and retry of the ext_proc cluster.
 type PickerCluster struct {
@@ -37,6 +46,20 @@ type PickerCluster struct {
 	Ejection time.Duration
 	// Retry retries a stream that could not be opened on another host.
 	Retry bool
+	// HealthCheck, when set, checks every host actively.
+	HealthCheck *HealthCheck
+}
+
+// HealthCheck is the active health checking of the ext_proc cluster.
+type HealthCheck struct {
+	// Addrs are the hosts' gRPC health addresses, one for each picker
+	// address and in the same order.
+	Addrs []string
+	// Service is the service name each check asks about.
+	Service string
+	// Interval is the time between two checks of a host; a check that
+	// takes longer fails.
+	Interval time.Duration
 }
 
 // DefaultPickerCluster is Envoy's outlier-detection defaults, with retry on
@@ -58,6 +81,9 @@ type pickerHost struct {
 	ejectedUntil time.Time
 
 	streams atomic.Int64
+
+	health    *grpc.ClientConn // nil without a health check
+	unhealthy atomic.Bool
 }
 
 // pickers is the ext_proc cluster.
@@ -67,6 +93,9 @@ type pickers struct {
 	now   func() time.Time
 	next  atomic.Uint64
 	c     *counters
+
+	stopChecks context.CancelFunc // nil without a health check
+	checks     sync.WaitGroup
 }
 
 // open opens a stream on the next host; see the comment at the top.
@@ -92,22 +121,66 @@ func (ps *pickers) open(ctx context.Context) (extprocv3.ExternalProcessor_Proces
 }
 
 // order lists the hosts to try, starting at the next host in turn: the
-// healthy ones, then the ejected ones as a last resort (all of them when
-// none is healthy, as Envoy's panic threshold does).
+// healthy ones, then the ejected and the unhealthy ones as a last resort
+// (all of them when none is healthy, as Envoy's panic threshold does).
 func (ps *pickers) order() []*pickerHost {
 	start := int(ps.next.Add(1) - 1)
 	now := ps.now()
 	out := make([]*pickerHost, 0, len(ps.hosts))
-	var ejected []*pickerHost
+	var rest []*pickerHost
 	for i := range ps.hosts {
 		h := ps.hosts[(start+i)%len(ps.hosts)]
-		if h.ejected(now) {
-			ejected = append(ejected, h)
+		if h.unhealthy.Load() || h.ejected(now) {
+			rest = append(rest, h)
 		} else {
 			out = append(out, h)
 		}
 	}
-	return append(out, ejected...)
+	return append(out, rest...)
+}
+
+// startChecks dials every host's health address and checks it every
+// interval until close.
+func (ps *pickers) startChecks(hc *HealthCheck, clk clock.WithTicker, opts ...grpc.DialOption) error {
+	if len(hc.Addrs) != len(ps.hosts) {
+		return fmt.Errorf("health check: %d addresses for %d pickers", len(hc.Addrs), len(ps.hosts))
+	}
+	if hc.Interval <= 0 {
+		return fmt.Errorf("health check: interval %v: must be positive", hc.Interval)
+	}
+	for i, h := range ps.hosts {
+		conn, err := grpc.NewClient(hc.Addrs[i], opts...)
+		if err != nil {
+			return fmt.Errorf("health check client %s: %w", hc.Addrs[i], err)
+		}
+		h.health = conn
+		h.unhealthy.Store(true)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ps.stopChecks = cancel
+	for _, h := range ps.hosts {
+		ps.checks.Go(func() { h.check(ctx, hc, clk) })
+	}
+	return nil
+}
+
+// check asks h's health service about hc.Service at once, then every
+// interval, until ctx ends.
+func (h *pickerHost) check(ctx context.Context, hc *HealthCheck, clk clock.WithTicker) {
+	client := healthpb.NewHealthClient(h.health)
+	t := clk.NewTicker(hc.Interval)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, hc.Interval)
+		resp, err := client.Check(cctx, &healthpb.HealthCheckRequest{Service: hc.Service})
+		cancel()
+		h.unhealthy.Store(err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
 }
 
 func (h *pickerHost) ejected(now time.Time) bool {
@@ -147,13 +220,32 @@ func transportFailure(err error) bool {
 }
 
 func (ps *pickers) close() error {
+	if ps.stopChecks != nil {
+		ps.stopChecks()
+		ps.checks.Wait()
+	}
 	var errs []error
 	for _, h := range ps.hosts {
 		if err := h.conn.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close picker connection %s: %w", h.addr, err))
 		}
+		if h.health != nil {
+			if err := h.health.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close health connection %s: %w", h.addr, err))
+			}
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// PickersHealthy returns, for each picker address, whether its last health
+// check passed; every address is healthy without a health check.
+func (g *Gateway) PickersHealthy() map[string]bool {
+	out := make(map[string]bool, len(g.pickers.hosts))
+	for _, h := range g.pickers.hosts {
+		out[h.addr] = !h.unhealthy.Load()
+	}
+	return out
 }
 
 // PickerStreams returns how many ext_proc streams each picker address took.

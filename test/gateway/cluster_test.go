@@ -1,12 +1,18 @@
 package gateway
 
 import (
+	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // okUpstream is a model server stand-in that answers every request 200.
@@ -110,5 +116,92 @@ func TestClusterWithoutRetryFailsTheRequestsOfADeadPicker(t *testing.T) {
 	}
 	if c := g.Counters(); c.PickerEjections != 1 {
 		t.Errorf("counters %+v, want one ejection", c)
+	}
+}
+
+// healthService serves the gRPC health protocol on a port of its own, as a
+// picker replica's health port does; set changes what it answers.
+func healthService(t *testing.T, serving bool) (addr string, set func(serving bool)) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := health.NewServer()
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	set = func(serving bool) {
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if serving {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		hs.SetServingStatus("readiness", st)
+	}
+	set(serving)
+	return lis.Addr().String(), set
+}
+
+// waitHealthy waits until the gateway's last checks say want.
+func waitHealthy(t *testing.T, g *Gateway, want map[string]bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !maps.Equal(g.PickersHealthy(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("picker health %v, want %v", g.PickersHealthy(), want)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the checker's state, not waiting for an outcome
+	}
+}
+
+func TestClusterSendsNoStreamToAnUnreadyPicker(t *testing.T) {
+	up := okUpstream(t)
+	addrs := []string{newFakePicker(t, &fakePicker{endpoints: up}), newFakePicker(t, &fakePicker{endpoints: up})}
+	hA, setA := healthService(t, false)
+	hB, setB := healthService(t, true)
+	g, url := startCluster(t, addrs, WithPickerCluster(PickerCluster{Consecutive: 5, Ejection: time.Hour, Retry: true,
+		HealthCheck: &HealthCheck{Addrs: []string{hA, hB}, Service: "readiness", Interval: 10 * time.Millisecond}}))
+
+	waitHealthy(t, g, map[string]bool{addrs[0]: false, addrs[1]: true})
+	for i := range 10 {
+		if code := post(t, url); code != http.StatusOK {
+			t.Fatalf("request %d: status %d", i, code)
+		}
+	}
+	if diff := cmp.Diff(map[string]int64{addrs[0]: 0, addrs[1]: 10}, g.PickerStreams()); diff != "" {
+		t.Errorf("streams while the first picker is not ready (-want +got):\n%s", diff)
+	}
+
+	setA(true)
+	waitHealthy(t, g, map[string]bool{addrs[0]: true, addrs[1]: true})
+	for i := range 10 {
+		if code := post(t, url); code != http.StatusOK {
+			t.Fatalf("request %d: status %d", i, code)
+		}
+	}
+	if diff := cmp.Diff(map[string]int64{addrs[0]: 5, addrs[1]: 15}, g.PickerStreams()); diff != "" {
+		t.Errorf("streams once both are ready (-want +got):\n%s", diff)
+	}
+
+	// None ready: every picker is used rather than none.
+	setA(false)
+	setB(false)
+	waitHealthy(t, g, map[string]bool{addrs[0]: false, addrs[1]: false})
+	for i := range 4 {
+		if code := post(t, url); code != http.StatusOK {
+			t.Fatalf("request %d with no picker ready: status %d, want it served", i, code)
+		}
+	}
+	if diff := cmp.Diff(map[string]int64{addrs[0]: 7, addrs[1]: 17}, g.PickerStreams()); diff != "" {
+		t.Errorf("streams with none ready (-want +got):\n%s", diff)
+	}
+}
+
+func TestClusterHealthCheckNeedsAnAddressPerPicker(t *testing.T) {
+	_, err := NewCluster([]string{"127.0.0.1:1", "127.0.0.1:2"}, WithPickerCluster(PickerCluster{
+		HealthCheck: &HealthCheck{Addrs: []string{"127.0.0.1:3"}, Service: "readiness", Interval: time.Second}}))
+	if err == nil || !strings.Contains(err.Error(), "1 addresses for 2 pickers") {
+		t.Errorf("error %v, want it to name the missing health address", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/inferpick/inferpick/picker/health"
 	"github.com/inferpick/inferpick/test/framework"
 	"github.com/inferpick/inferpick/test/gateway"
 )
@@ -48,11 +49,12 @@ func startReplicaSet(t *testing.T, c *cluster, hosts []string, n int) *replicaSe
 		c.ReadyPod(t, framework.MakePod(rs.ns, name).Obj(), h)
 		rs.pods = append(rs.pods, name)
 	}
-	var addrs []string
+	var addrs, healthAddrs []string
 	for range n {
 		p := startClusterPicker(t, c, rs.ns, "pool", leaseArgs...)
 		rs.replicas = append(rs.replicas, p)
 		addrs = append(addrs, p.Addr())
+		healthAddrs = append(healthAddrs, "127.0.0.1:"+strconv.Itoa(p.HealthPort))
 	}
 	for i, p := range rs.replicas {
 		p.WaitWorkers(t, len(hosts))
@@ -63,8 +65,11 @@ func startReplicaSet(t *testing.T, c *cluster, hosts []string, n int) *replicaSe
 			return nil
 		})
 	}
+	// The gateway checks the replicas' readiness as the Service in front of
+	// them would: a replica restarting takes no stream until it is ready.
 	rs.g = startClusterGateway(t, addrs, gateway.WithPickerCluster(gateway.PickerCluster{
 		Consecutive: 1, Ejection: time.Second, Retry: true,
+		HealthCheck: &gateway.HealthCheck{Addrs: healthAddrs, Service: health.Readiness, Interval: 50 * time.Millisecond},
 	}))
 	return rs
 }
