@@ -182,6 +182,14 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"picker.refreshMetricsInterval=fast"},
 			want: []string{"refreshMetricsInterval"},
 		},
+		"kv events port out of range": {
+			sets: []string{"picker.kvEvents.port=70000"},
+			want: []string{"kvEvents", "port", "maximum"},
+		},
+		"bad tokenize timeout": {
+			sets: []string{"picker.kvEvents.tokenizeTimeout=soon"},
+			want: []string{"kvEvents", "tokenizeTimeout"},
+		},
 		"bad keepalive": {
 			sets: []string{"picker.keepalive.time=often"},
 			want: []string{"keepalive", "time"},
