@@ -36,7 +36,27 @@ type Locator struct {
 	bufs    sync.Pool // *buffers
 	calls   atomic.Int64
 	failed  atomic.Int64
+	skipped atomic.Int64
+	now     func() time.Time
+
+	mu      sync.Mutex
+	failing map[*registry.Worker]*failing // only workers whose last call failed
 }
+
+// failing is the run of failed /tokenize calls of one worker. After
+// breakAfter in a row the worker is left out until until, for a pause that
+// doubles with each further failure, from minPause up to maxPause; then one
+// call tries it again. A success forgets the run.
+type failing struct {
+	n     int
+	until time.Time
+}
+
+const (
+	breakAfter = 3
+	minPause   = time.Second
+	maxPause   = 30 * time.Second
+)
 
 type buffers struct {
 	body   bytes.Buffer
@@ -51,13 +71,17 @@ func NewLocator(ix *Index, reg *registry.Registry, timeout time.Duration) *Locat
 		timeout = DefaultTimeout
 	}
 	return &Locator{
-		index: ix, reg: reg, timeout: timeout,
-		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}},
+		index: ix, reg: reg, timeout: timeout, now: time.Now,
+		client:  &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}},
+		failing: map[*registry.Worker]*failing{},
 	}
 }
 
-// Calls returns the /tokenize calls made and how many of them failed.
-func (l *Locator) Calls() (calls, failed int64) { return l.calls.Load(), l.failed.Load() }
+// Calls returns the /tokenize calls made, how many of them failed, and how
+// many lookups were not made because every server's calls kept failing.
+func (l *Locator) Calls() (calls, failed, skipped int64) {
+	return l.calls.Load(), l.failed.Load(), l.skipped.Load()
+}
 
 // Locate fills dst with the servers' account of the parsed request's prompt,
 // for the model the request names (after any rewrite). It reports false,
@@ -77,8 +101,11 @@ func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, d
 	default:
 		return false, nil
 	}
-	w := l.worker()
+	w, left := l.worker()
 	if w == nil {
+		if left {
+			l.skipped.Add(1)
+		}
 		return false, nil
 	}
 	b, _ := l.bufs.Get().(*buffers)
@@ -91,9 +118,14 @@ func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, d
 	l.calls.Add(1)
 	tokens, err := l.tokenize(ctx, w.Address(), b.body.Bytes(), b.tokens)
 	if err != nil {
+		if ctx.Err() != nil { // the stream ended: the server is not to blame
+			return false, ctx.Err()
+		}
 		l.failed.Add(1)
+		l.record(w, false)
 		return false, fmt.Errorf("tokenize on %s: %w", w.Address(), err)
 	}
+	l.record(w, true)
 	b.tokens = tokens
 	adapter := ""
 	if l.index.Adapter(model) {
@@ -111,16 +143,55 @@ func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, d
 }
 
 // worker returns the next worker to tokenize on, round robin over the
-// registry, nil when there is none.
-func (l *Locator) worker() *registry.Worker {
+// registry and past the workers left out for failing; nil when there is
+// none, left telling whether some live worker was left out.
+func (l *Locator) worker() (w *registry.Worker, left bool) {
 	ws := l.reg.Workers()
 	for range ws {
 		w := ws[int(l.next.Add(1))%len(ws)]
-		if !w.Removed() {
-			return w
+		if w.Removed() {
+			continue
+		}
+		if l.resting(w) {
+			left = true
+			continue
+		}
+		return w, false
+	}
+	return nil, left
+}
+
+// resting reports whether w is left out for now.
+func (l *Locator) resting(w *registry.Worker) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := l.failing[w]
+	return f != nil && l.now().Before(f.until)
+}
+
+// record notes how a call to w went. The map holds only workers whose last
+// call failed, and a removed worker leaves it at the next failure.
+func (l *Locator) record(w *registry.Worker, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ok {
+		delete(l.failing, w)
+		return
+	}
+	for x := range l.failing {
+		if x.Removed() {
+			delete(l.failing, x)
 		}
 	}
-	return nil
+	f := l.failing[w]
+	if f == nil {
+		f = &failing{}
+		l.failing[w] = f
+	}
+	f.n++
+	if f.n >= breakAfter {
+		f.until = l.now().Add(min(minPause<<(f.n-breakAfter), maxPause))
+	}
 }
 
 // writeBody writes the /tokenize request for the prompt: the model and the

@@ -9,7 +9,7 @@ type Collector struct {
 	sub *Subscriber
 	loc *Locator
 
-	subs, blocks, dropped, lookups, failed *prometheus.Desc
+	subs, blocks, dropped, lookups, failed, skipped *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -29,12 +29,14 @@ func NewCollector(ix *Index, sub *Subscriber, loc *Locator) *Collector {
 			"Prompts the picker's own index did not know, looked up by tokenizing them on a model server (/tokenize).", nil, nil),
 		failed: prometheus.NewDesc("inferpick_kv_events_lookup_failures_total",
 			"Lookups whose /tokenize call failed; those prompts were routed on the picker's own index.", nil, nil),
+		skipped: prometheus.NewDesc("inferpick_kv_events_lookups_skipped_total",
+			"Prompts not looked up because every model server's /tokenize calls kept failing (each is left out for 1 s after 3 failures in a row, doubling up to 30 s); they were routed on the picker's own index.", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.subs, c.blocks, c.dropped, c.lookups, c.failed} {
+	for _, d := range []*prometheus.Desc{c.subs, c.blocks, c.dropped, c.lookups, c.failed, c.skipped} {
 		ch <- d
 	}
 }
@@ -42,7 +44,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	blocks, d := c.ix.Stats()
-	calls, failed := c.loc.Calls()
+	calls, failed, skipped := c.loc.Calls()
 	ch <- prometheus.MustNewConstMetric(c.subs, prometheus.GaugeValue, float64(c.sub.Connected()))
 	ch <- prometheus.MustNewConstMetric(c.blocks, prometheus.GaugeValue, float64(blocks))
 	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(d.Unchained), "unchained")
@@ -50,4 +52,5 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(d.Full), "full")
 	ch <- prometheus.MustNewConstMetric(c.lookups, prometheus.CounterValue, float64(calls))
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(failed))
+	ch <- prometheus.MustNewConstMetric(c.skipped, prometheus.CounterValue, float64(skipped))
 }

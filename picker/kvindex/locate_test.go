@@ -1,0 +1,137 @@
+package kvindex
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/kvevents"
+	"github.com/inferpick/inferpick/picker/openai"
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
+)
+
+// tokenizer is a model server's /tokenize on a loopback port: it answers
+// tokens, or 500 while broken, and counts the calls it took.
+type tokenizer struct {
+	tokens []uint32
+	broken atomic.Bool
+	calls  atomic.Int64
+	addr   netip.AddrPort
+}
+
+func startTokenizer(t *testing.T, tokens []uint32) *tokenizer {
+	t.Helper()
+	tk := &tokenizer{tokens: tokens}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tk.calls.Add(1)
+		if r.URL.Path != "/tokenize" || tk.broken.Load() {
+			http.Error(w, "tokenizer unavailable", http.StatusInternalServerError)
+			return
+		}
+		b := []byte(`{"count":` + strconv.Itoa(len(tk.tokens)) + `,"tokens":[`)
+		for i, id := range tk.tokens {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, uint64(id), 10)
+		}
+		_, _ = w.Write(append(b, "]}"...))
+	}))
+	t.Cleanup(srv.Close)
+	tk.addr = netip.MustParseAddrPort(srv.Listener.Addr().(*net.TCPAddr).String())
+	return tk
+}
+
+func chat(t *testing.T) *openai.Request {
+	t.Helper()
+	var r openai.Request
+	if err := openai.Parse(openai.ChatCompletions, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), &r); err != nil {
+		t.Fatal(err)
+	}
+	return &r
+}
+
+// TestLocatorLeavesOutAFailingServer checks the circuit breaker: a server
+// whose /tokenize fails three times in a row is not asked again for a
+// second, then once; a success forgets its failures; with every server
+// resting, prompts are routed without a lookup and counted as skipped.
+func TestLocatorLeavesOutAFailingServer(t *testing.T) {
+	tokens := prompt(1, 4, -1)
+	good, bad := startTokenizer(t, tokens), startTokenizer(t, tokens)
+	bad.broken.Store(true)
+	reg := registry.New()
+	wGood := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "good", Port: 1}, Name: "good", Address: good.addr})
+	registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "bad", Port: 1}, Name: "bad", Address: bad.addr})
+	ix := New(0)
+	ix.Apply(wGood.ID(), []kvevents.Event{stored(1, tokens, 0, 4, "")})
+	now := time.Unix(1000, 0)
+	l := NewLocator(ix, reg, time.Second)
+	l.now = func() time.Time { return now }
+
+	locate := func() bool {
+		var sh policy.Shared
+		found, _ := l.Locate(context.Background(), "m", chat(t), &sh)
+		if found && (len(sh.Holds) != 1 || sh.Holds[0].Worker != wGood.ID() || sh.Holds[0].Share != 1) {
+			t.Fatalf("holds %+v, want the good server holding the whole prompt", sh.Holds)
+		}
+		return found
+	}
+	for range 12 {
+		locate()
+	}
+	if got := bad.calls.Load(); got != breakAfter {
+		t.Errorf("the failing server took %d calls of 12, want %d before it is left out", got, breakAfter)
+	}
+	if got := good.calls.Load(); got != 12-breakAfter {
+		t.Errorf("the good server took %d calls, want the other %d", got, 12-breakAfter)
+	}
+
+	// A second later the failing server is tried once more; failing again,
+	// it rests two seconds.
+	now = now.Add(minPause)
+	for range 4 {
+		locate()
+	}
+	if got := bad.calls.Load(); got != breakAfter+1 {
+		t.Errorf("after its pause the failing server took %d calls in all, want %d", got, breakAfter+1)
+	}
+	now = now.Add(minPause)
+	locate()
+	locate()
+	if got := bad.calls.Load(); got != breakAfter+1 {
+		t.Errorf("one second into its doubled pause the failing server took %d calls in all, want %d", got, breakAfter+1)
+	}
+
+	// Mended, it is asked again after the pause and its failures forgotten.
+	bad.broken.Store(false)
+	now = now.Add(minPause)
+	for range 4 {
+		if !locate() {
+			t.Error("a lookup failed with both servers answering")
+		}
+	}
+	if got := bad.calls.Load(); got != breakAfter+3 {
+		t.Errorf("the mended server took %d calls in all, want %d", got, breakAfter+3)
+	}
+
+	// Both broken: once both rest, no call is made and lookups are skipped.
+	good.broken.Store(true)
+	bad.broken.Store(true)
+	for range 12 {
+		if locate() {
+			t.Fatal("a lookup succeeded with both servers failing")
+		}
+	}
+	calls, failed, skipped := l.Calls()
+	if failed != breakAfter+1+2*breakAfter || skipped != 12-2*breakAfter {
+		t.Errorf("calls %d, failed %d, skipped %d: want %d failed and %d skipped", calls, failed, skipped, breakAfter+1+2*breakAfter, 12-2*breakAfter)
+	}
+}
