@@ -163,38 +163,30 @@ func TestClusterSendsNoStreamToAnUnreadyPicker(t *testing.T) {
 	g, url := startCluster(t, addrs, WithPickerCluster(PickerCluster{Consecutive: 5, Ejection: time.Hour, Retry: true,
 		HealthCheck: &HealthCheck{Addrs: []string{hA, hB}, Service: "readiness", Interval: 10 * time.Millisecond}}))
 
-	waitHealthy(t, g, map[string]bool{addrs[0]: false, addrs[1]: true})
-	for i := range 10 {
-		if code := post(t, url); code != http.StatusOK {
-			t.Fatalf("request %d: status %d", i, code)
+	// Each phase sets the pickers' readiness, waits for the checks to see
+	// it, sends requests and compares the streams each picker took in all.
+	for _, ph := range []struct {
+		name     string
+		a, b     bool
+		requests int
+		streams  [2]int64
+	}{
+		{"only the second ready", false, true, 10, [2]int64{0, 10}},
+		{"both ready", true, true, 10, [2]int64{5, 15}},
+		{"none ready: every picker is used rather than none", false, false, 4, [2]int64{7, 17}},
+	} {
+		setA(ph.a)
+		setB(ph.b)
+		waitHealthy(t, g, map[string]bool{addrs[0]: ph.a, addrs[1]: ph.b})
+		for i := range ph.requests {
+			if code := post(t, url); code != http.StatusOK {
+				t.Fatalf("%s: request %d: status %d", ph.name, i, code)
+			}
 		}
-	}
-	if diff := cmp.Diff(map[string]int64{addrs[0]: 0, addrs[1]: 10}, g.PickerStreams()); diff != "" {
-		t.Errorf("streams while the first picker is not ready (-want +got):\n%s", diff)
-	}
-
-	setA(true)
-	waitHealthy(t, g, map[string]bool{addrs[0]: true, addrs[1]: true})
-	for i := range 10 {
-		if code := post(t, url); code != http.StatusOK {
-			t.Fatalf("request %d: status %d", i, code)
+		want := map[string]int64{addrs[0]: ph.streams[0], addrs[1]: ph.streams[1]}
+		if diff := cmp.Diff(want, g.PickerStreams()); diff != "" {
+			t.Errorf("%s: streams (-want +got):\n%s", ph.name, diff)
 		}
-	}
-	if diff := cmp.Diff(map[string]int64{addrs[0]: 5, addrs[1]: 15}, g.PickerStreams()); diff != "" {
-		t.Errorf("streams once both are ready (-want +got):\n%s", diff)
-	}
-
-	// None ready: every picker is used rather than none.
-	setA(false)
-	setB(false)
-	waitHealthy(t, g, map[string]bool{addrs[0]: false, addrs[1]: false})
-	for i := range 4 {
-		if code := post(t, url); code != http.StatusOK {
-			t.Fatalf("request %d with no picker ready: status %d, want it served", i, code)
-		}
-	}
-	if diff := cmp.Diff(map[string]int64{addrs[0]: 7, addrs[1]: 17}, g.PickerStreams()); diff != "" {
-		t.Errorf("streams with none ready (-want +got):\n%s", diff)
 	}
 }
 
