@@ -94,7 +94,7 @@ type pickers struct {
 	next  atomic.Uint64
 	c     *counters
 
-	stopChecks context.CancelFunc // nil without a health check
+	stopChecks func() // nil without a health check
 	checks     sync.WaitGroup
 }
 
@@ -156,27 +156,27 @@ func (ps *pickers) startChecks(hc *HealthCheck, clk clock.WithTicker, opts ...gr
 		h.health = conn
 		h.unhealthy.Store(true)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ps.stopChecks = cancel
+	stop := make(chan struct{})
+	ps.stopChecks = func() { close(stop) }
 	for _, h := range ps.hosts {
-		ps.checks.Go(func() { h.check(ctx, hc, clk) })
+		ps.checks.Go(func() { h.check(stop, hc, clk) })
 	}
 	return nil
 }
 
 // check asks h's health service about hc.Service at once, then every
-// interval, until ctx ends.
-func (h *pickerHost) check(ctx context.Context, hc *HealthCheck, clk clock.WithTicker) {
+// interval, until stop closes.
+func (h *pickerHost) check(stop <-chan struct{}, hc *HealthCheck, clk clock.WithTicker) {
 	client := healthpb.NewHealthClient(h.health)
 	t := clk.NewTicker(hc.Interval)
 	defer t.Stop()
 	for {
-		cctx, cancel := context.WithTimeout(ctx, hc.Interval)
-		resp, err := client.Check(cctx, &healthpb.HealthCheckRequest{Service: hc.Service})
+		ctx, cancel := context.WithTimeout(context.Background(), hc.Interval)
+		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: hc.Service})
 		cancel()
 		h.unhealthy.Store(err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING)
 		select {
-		case <-ctx.Done():
+		case <-stop:
 			return
 		case <-t.C():
 		}

@@ -83,13 +83,14 @@ func NewCluster(pickerAddrs []string, opts ...Option) (*Gateway, error) {
 		}
 		g.pickers.hosts = append(g.pickers.hosts, &pickerHost{addr: addr, conn: conn, client: extprocv3.NewExternalProcessorClient(conn)})
 	}
+	base, cancel := context.WithCancel(context.Background())
 	if hc := o.cluster.HealthCheck; hc != nil {
 		if err := g.pickers.startChecks(hc, o.clock, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+			cancel()
 			_ = g.pickers.close()
 			return nil, err
 		}
 	}
-	base, cancel := context.WithCancel(context.Background())
 	*g = Gateway{
 		o:       o,
 		pickers: g.pickers,

@@ -208,7 +208,7 @@ func (c *Cluster) startSims(bin string) ([]string, error) {
 // startGateway serves the gateway stand-in in front of the pickers.
 func (c *Cluster) startGateway(ctx context.Context, grpcAddrs []string) error {
 	var err error
-	c.gw, err = gateway.NewCluster(grpcAddrs, gateway.WithMessageTimeout(0), gateway.WithRecorder(c.record))
+	c.gw, err = gateway.NewCluster(grpcAddrs, gateway.WithMessageTimeout(0), gateway.WithRecorder(c.record)) //nolint:contextcheck // the gateway lives until Stop closes it, ctx only bounds its start.
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
