@@ -32,6 +32,9 @@ type options struct {
 	maxAttempts     int
 	retryOn         string
 	allowCL         bool
+	pickerHealth    string
+	healthService   string
+	healthInterval  time.Duration
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
@@ -47,6 +50,9 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxAttempts, "max-attempts", gateway.DefaultRetryPolicy.MaxAttempts, "upstream attempts per request, the first included")
 	fs.StringVar(&o.retryOn, "retry-on", "5xx,connect-failure", "comma list of 5xx, connect-failure (empty: no retries)")
 	fs.BoolVar(&o.allowCL, "allow-content-length", false, "keep content-length on forwarded messages")
+	fs.StringVar(&o.pickerHealth, "picker-health", "", "the pickers' gRPC health addresses, comma-separated in the order of --picker: each is checked every --health-check-interval and takes no stream while it does not answer SERVING (empty: no checks)")
+	fs.StringVar(&o.healthService, "health-check-service", "readiness", "service name the health checks ask about")
+	fs.DurationVar(&o.healthInterval, "health-check-interval", time.Second, "time between two health checks of a picker")
 }
 
 func (o *options) validate() error {
@@ -62,6 +68,14 @@ func (o *options) validate() error {
 	for _, r := range strings.Split(o.retryOn, ",") {
 		if r = strings.TrimSpace(r); r != "" && r != "5xx" && r != "connect-failure" {
 			return fmt.Errorf("--retry-on: unknown condition %q", r)
+		}
+	}
+	if o.pickerHealth != "" {
+		if n, m := len(strings.Split(o.pickerHealth, ",")), len(strings.Split(o.picker, ",")); n != m {
+			return fmt.Errorf("--picker-health lists %d addresses for %d in --picker", n, m)
+		}
+		if o.healthInterval <= 0 {
+			return fmt.Errorf("--health-check-interval %v must be positive", o.healthInterval)
 		}
 	}
 	return nil
@@ -85,6 +99,13 @@ func (o *options) gatewayOptions() ([]gateway.Option, error) {
 		gateway.WithChunkSize(o.chunkSize),
 		gateway.WithRetryPolicy(policy),
 		gateway.WithAllowContentLength(o.allowCL),
+	}
+	if o.pickerHealth != "" {
+		cluster := gateway.DefaultPickerCluster
+		cluster.HealthCheck = &gateway.HealthCheck{
+			Addrs: strings.Split(o.pickerHealth, ","), Service: o.healthService, Interval: o.healthInterval,
+		}
+		opts = append(opts, gateway.WithPickerCluster(cluster))
 	}
 	if o.pickerTLS {
 		cfg, err := gateway.TLSConfig(o.pickerCA, o.pickerInsecure)
