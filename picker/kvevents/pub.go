@@ -13,6 +13,12 @@ import (
 // further ones are dropped for it (ZeroMQ's high-water mark).
 const subscriberQueue = 10_000
 
+// maxSubscriptions bounds what one subscriber may hold subscribed at once
+// (a repeated subscription counts again until cancelled, as in ZeroMQ): a
+// peer asking for more is disconnected, so that no peer makes the
+// publisher's memory grow without end.
+const maxSubscriptions = 1024
+
 // Pub is a ZeroMQ PUB socket listening on TCP: every message sent goes to
 // each connected subscriber whose subscriptions match its first frame.
 type Pub struct {
@@ -128,23 +134,31 @@ func (p *Pub) read(s *peer) {
 			}
 			sub, topic = f.body[0] == 1, f.body[1:]
 		}
-		s.subscribe(sub, bytes.Clone(topic))
+		if !s.subscribe(sub, bytes.Clone(topic)) {
+			return
+		}
 	}
 }
 
-func (s *peer) subscribe(sub bool, topic []byte) {
+// subscribe adds or cancels a subscription; it reports false when the peer
+// would hold more than maxSubscriptions.
+func (s *peer) subscribe(sub bool, topic []byte) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sub {
+		if len(s.topics) >= maxSubscriptions {
+			return false
+		}
 		s.topics = append(s.topics, topic)
-		return
+		return true
 	}
 	for i, t := range s.topics {
 		if bytes.Equal(t, topic) {
 			s.topics = append(s.topics[:i], s.topics[i+1:]...)
-			return
+			break
 		}
 	}
+	return true
 }
 
 func (s *peer) matches(first []byte) bool {

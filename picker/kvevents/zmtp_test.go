@@ -234,3 +234,46 @@ func FuzzSubRecv(f *testing.F) {
 		}
 	})
 }
+
+// TestPubDropsAPeerOverTheSubscriptionBound subscribes a raw SUB peer n
+// times, then pings: at the bound the PONG comes back (every subscription
+// was taken and the peer kept); one more and the publisher hangs up.
+func TestPubDropsAPeerOverTheSubscriptionBound(t *testing.T) {
+	p := listen(t)
+	for _, tc := range []struct {
+		n    int
+		kept bool
+	}{{maxSubscriptions, true}, {maxSubscriptions + 1, false}} {
+		conn, err := net.Dial("tcp", p.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		r := bufio.NewReader(conn)
+		if err := handshake(conn, r, "SUB", "PUB"); err != nil {
+			t.Fatal(err)
+		}
+		var out []byte
+		for range tc.n {
+			out = appendFrame(out, 0, []byte("\x01topic"))
+		}
+		out = appendFrame(out, flagCommand, command("PING", []byte{0, 0, 'x'}))
+		if _, err := conn.Write(out); err != nil && tc.kept {
+			t.Fatal(err)
+		}
+		pong := false
+		for !pong {
+			f, _, err := readFrame(r, nil)
+			if err != nil {
+				break
+			}
+			name, _, _ := parseCommand(f.body)
+			pong = f.flags&flagCommand != 0 && name == "PONG"
+		}
+		if pong != tc.kept {
+			t.Errorf("%d subscriptions: answered %v, want %v", tc.n, pong, tc.kept)
+		}
+		_ = conn.Close()
+	}
+	waitSubscribers(t, p, 0)
+}
