@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // ZMTP 3.0 (rfc.zeromq.org/spec/23) with the NULL mechanism: a 64-byte
@@ -127,7 +128,7 @@ func readFrame(r *bufio.Reader, buf []byte) (frame, []byte, error) {
 	body := buf[:0]
 	for uint64(len(body)) < n {
 		if len(body) == cap(body) {
-			body = append(body, make([]byte, min(n-uint64(len(body)), readChunk))...)[:len(body)]
+			body = slices.Grow(body, int(min(n-uint64(len(body)), readChunk)))
 		}
 		m, err := r.Read(body[len(body):min(uint64(cap(body)), n)])
 		body = body[:len(body)+m]
