@@ -41,7 +41,11 @@ func execute() int {
 	flag.StringVar(&o.workloads, "workloads", "", "comma-separated workload name prefixes for the routing benchmark and the matrix, e.g. shared-prefix,multi-lora (default all)")
 	flag.StringVar(&o.cells, "cells", "", "comma-separated matrix cells as prefill-ms/cache-prompts/seqs, e.g. 1/4/2,2/1.5/64 (default all)")
 	flag.IntVar(&kvEventsPort, "replica-kv-events-port", kvEventsPort, "port of the pods' KV-cache events in the replica runs; 0 runs the replicas without them")
+	flag.IntVar(&replicaRuns, "replica-runs", replicaRuns, "runs of each replica setting; the table and the verdicts take medians (-quick: 1)")
 	flag.Parse()
+	if o.quick {
+		replicaRuns = 1
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o); err != nil {

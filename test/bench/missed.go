@@ -37,20 +37,23 @@ var explanations = map[string]string{
 		"ratio there on shared-prefix, and multi-turn misses it by about 5%.",
 	"matrix: cache-aware no-sharing": "with nothing shared cache-aware ranks by load as least-load does; the gaps " +
 		"are of the size of the run-to-run spread of a 120-request p90 on this machine.",
-	"3 replicas:": "the loss is at the first placements, before any KV-cache event. A trace of shared-prefix@18 " +
-		"(each request's client TTFT and the server's cached tokens, two runs) finds with one picker 16 cold " +
-		"requests, the 16 prompts' first, each alone on its pod (0.64–0.73 s); with three replicas 21–23, and the " +
-		"first 16 stacked two or three to a pod (1.2–1.8 s), as their homes (rendezvous hashing over 8 pods) fall: " +
-		"a replica sees another's request on a pod only at the next scrape (50 ms, 250 ms of simulated time here), " +
-		"so the bounded load does not move a home that another replica has just filled. A server publishes a " +
-		"step's blocks once the step is done, as vLLM does, so the events say nothing until those prefills end; " +
-		"after that they keep the replicas together (5–7 cold requests more than one picker's, against 11–14 " +
-		"without the events: the rows marked \"no KV events\"). Multi-turn, whose later turns are found by " +
-		"their events, meets both targets. Tried and not kept: placing a prompt no server holds on the pod whose " +
-		"cache holds the fewest blocks, as one picker does (every replica chose the same pod until the events " +
-		"arrived: no-sharing's p90 went to 1.3 × least-load's); counting as load the prefills the events show in " +
-		"progress (no change); weighing the others' work extrapolated between scrapes as decode, or not at all (no " +
-		"change). Next: the servers' queues read as often as the events arrive.",
+	"3 replicas:": "the p90 of 288 requests is the 260th, and a prompt's first request takes a whole prefill " +
+		"(0.63–0.68 s alone on its pod). One picker leaves 28 requests over 0.3 s (the 16 prompts' first and 12 " +
+		"that queued behind them): its p90 sits one request below that cliff, three replicas' (37–40 requests over " +
+		"0.3 s in four traced runs) above it. Traces of each request's pod and TTFT (real time, two runs each) show " +
+		"where the extra ones come from: in the first two seconds, before a prompt's blocks are published (a " +
+		"server publishes a step's blocks when the step ends, and a prompt of about 2,100 tokens is two steps of 2,048 " +
+		"tokens), replicas send new prompts to their homes, and the homes of 16 prompts over 8 pods fall as balls " +
+		"in bins: one pod was the home of four of them and took four first requests within 0.25 s (1.2–1.8 s each) " +
+		"while another took none. A replica sees another's request on a pod at the next scrape as one request, not " +
+		"as the 2,100-token prefill it is, so the bounded load lets the home keep its prompts. Tried this time and " +
+		"not kept, each leaving 39 to 51 requests over 0.3 s: no home credit and no order cost (new prompts spread, " +
+		"but replicas then sent a prompt's second request to another idle pod while its first was still being " +
+		"prefilled at home, a second cold prefill); weighing the others' requests on a pod as this replica's own " +
+		"picks' mean prefill; scraping every 20 ms. Next: price the prefill others started on a pod from the " +
+		"servers' prefix-cache counters (`vllm:prefix_cache_queries_total` less `vllm:prefix_cache_hits_total` " +
+		"grows by the uncached tokens a server scheduled since the last scrape), and credit the home only with " +
+		"what its events or that growth leave unexplained.",
 	"whole pick, 400 KB": "a CPU profile (`go test -tags vtprotobuf -run '^$' -bench '^BenchmarkHandle$/body=400KB/workers=100$' " +
 		"-benchtime 4000x -cpuprofile cpu.out ./picker/extproc/`, then `go tool pprof -top`) splits it into recording " +
 		"the pick in the index (about a quarter: each of the prompt's ~6,400 blocks is read to confirm it is the " +
