@@ -37,23 +37,27 @@ var explanations = map[string]string{
 		"ratio there on shared-prefix, and multi-turn misses it by about 5%.",
 	"matrix: cache-aware no-sharing": "with nothing shared cache-aware ranks by load as least-load does; the gaps " +
 		"are of the size of the run-to-run spread of a 120-request p90 on this machine.",
-	"3 replicas:": "the p90 of 288 requests is the 260th, and a prompt's first request takes a whole prefill " +
-		"(0.63–0.68 s alone on its pod). One picker leaves 28 requests over 0.3 s (the 16 prompts' first and 12 " +
-		"that queued behind them): its p90 sits one request below that cliff, three replicas' (37–40 requests over " +
-		"0.3 s in four traced runs) above it. Traces of each request's pod and TTFT (real time, two runs each) show " +
-		"where the extra ones come from: in the first two seconds, before a prompt's blocks are published (a " +
-		"server publishes a step's blocks when the step ends, and a prompt of about 2,100 tokens is two steps of 2,048 " +
+	"3 replicas:": "the p90 of 288 requests is the 260th, and a prompt's first request takes a whole prefill (0.63–0.68 s " +
+		"alone on its pod). One picker leaves 28 requests over 0.3 s (the 16 prompts' first and 12 that queued " +
+		"behind them): its p90 sits one request below that cliff, three replicas' (37–40 requests over 0.3 s in " +
+		"four traced runs) above it. Traces of each request's pod and TTFT (real time, two runs each) show where " +
+		"the extra ones come from: in the first two seconds, before a prompt's blocks are published (a server " +
+		"publishes a step's blocks when the step ends, and a prompt of about 2,100 tokens is two steps of 2,048 " +
 		"tokens), replicas send new prompts to their homes, and the homes of 16 prompts over 8 pods fall as balls " +
 		"in bins: one pod was the home of four of them and took four first requests within 0.25 s (1.2–1.8 s each) " +
 		"while another took none. A replica sees another's request on a pod at the next scrape as one request, not " +
-		"as the 2,100-token prefill it is, so the bounded load lets the home keep its prompts. Tried this time and " +
-		"not kept, each leaving 39 to 51 requests over 0.3 s: no home credit and no order cost (new prompts spread, " +
-		"but replicas then sent a prompt's second request to another idle pod while its first was still being " +
-		"prefilled at home, a second cold prefill); weighing the others' requests on a pod as this replica's own " +
-		"picks' mean prefill; scraping every 20 ms. Next: price the prefill others started on a pod from the " +
-		"servers' prefix-cache counters (`vllm:prefix_cache_queries_total` less `vllm:prefix_cache_hits_total` " +
-		"grows by the uncached tokens a server scheduled since the last scrape), and credit the home only with " +
-		"what its events or that growth leave unexplained.",
+		"as the 2,100-token prefill it is, so the bounded load lets the home keep its prompts. Tried and not kept, " +
+		"each leaving 39 to 51 requests over 0.3 s: no home credit and no order cost (new prompts spread, but " +
+		"replicas then sent a prompt's second request to another idle pod while its first was still being " +
+		"prefilled at home, a second cold prefill); weighing the others' requests on a pod at this replica's own " +
+		"picks' mean prefill; the prefill others started on a pod, from the growth of the servers' prefix-cache " +
+		"counters (`vllm:prefix_cache_queries_total` less `vllm:prefix_cache_hits_total`) less this replica's own, " +
+		"drained at the measured prefill speed (new prompts spread, but replicas also left a prompt's home while " +
+		"its first request was still being prefilled there: hit rate 0.867–0.870); scraping every 20 ms (at time " +
+		"scale 0.2). Each either stacks different prompts on a home or splits one prompt over two pods: until a " +
+		"prompt's first step is published, a replica cannot tell which of the two a busy home holds. Next: a home " +
+		"function that balances prompts over pods from what every replica reads alike, the events (pods weighed by " +
+		"how many prompts each is already home to), for the prompts that arrive once the first are published.",
 	"whole pick, 400 KB": "a CPU profile (`go test -tags vtprotobuf -run '^$' -bench '^BenchmarkHandle$/body=400KB/workers=100$' " +
 		"-benchtime 4000x -cpuprofile cpu.out ./picker/extproc/`, then `go tool pprof -top`) splits it into recording " +
 		"the pick in the index (about a quarter: each of the prompt's ~6,400 blocks is read to confirm it is the " +
