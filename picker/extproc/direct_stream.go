@@ -358,13 +358,17 @@ func (st *directStream) sendPending() {
 }
 
 // finish ends the exchange with err (nil: OK), sending the status unless
-// the stream was reset, and forgets the stream.
+// the stream was reset, and forgets the stream. A stream whose context was
+// cancelled is being reset (by the client, or here with a code of the
+// reader's choosing): an exchange that ends on that cancellation before the
+// reset event reaches it sends no status either, which would otherwise
+// close the stream ahead of the reset with NO_ERROR.
 func (st *directStream) finish(err error, reset bool) {
 	st.finished.Store(true)
 	c := st.c
 	c.mu.Lock()
 	switch {
-	case reset || c.closed:
+	case reset || st.cancelled.Load() || c.closed:
 		st.pending, st.trailer = nil, nil
 		delete(c.streams, st.id)
 	case len(st.pending) > 0:

@@ -484,7 +484,7 @@ func TestDirectStreamSentPastItsWindowIsReset(t *testing.T) {
 	}
 	rst := c.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
 	if rst == nil || rst.Header().StreamID != 1 || rst.(*http2.RSTStreamFrame).ErrCode != http2.ErrCodeFlowControl {
-		t.Fatalf("stream ended with %v, want RST_STREAM FLOW_CONTROL_ERROR on stream 1", rst)
+		t.Fatalf("stream ended with %v (%v), want RST_STREAM FLOW_CONTROL_ERROR on stream 1", rst, rstCode(rst))
 	}
 	eventually(t, "the reset request left the queue", func() bool { return q.Len() == 0 })
 	if p, _ := e.worker("127.0.0.1:8000").Load(); p != 1 {
@@ -537,4 +537,12 @@ func waitingRawStream(t *testing.T, opts DirectOptions) (*env, *flowcontrol.Queu
 	c.send(1, reqBody(body, true))
 	eventually(t, "the raw client's request queued", func() bool { return q.Len() == 1 })
 	return e, q, first, c
+}
+
+// rstCode is the error code of a RST_STREAM frame, for a failure message.
+func rstCode(f http2.Frame) any {
+	if r, ok := f.(*http2.RSTStreamFrame); ok {
+		return r.ErrCode
+	}
+	return nil
 }
