@@ -43,6 +43,7 @@ func execute() int {
 	flag.IntVar(&kvEventsPort, "replica-kv-events-port", kvEventsPort, "port of the pods' KV-cache events in the replica runs; 0 runs the replicas without them")
 	flag.IntVar(&replicaRuns, "replica-runs", replicaRuns, "runs of each replica setting; the table and the verdicts take medians (-quick: 1)")
 	flag.Parse()
+	replicaRuns = max(replicaRuns, 1)
 	if o.quick {
 		replicaRuns = 1
 	}

@@ -90,8 +90,13 @@ func (m matrixRun) hit(label string) float64 {
 
 // each returns f of every run of the policy, sorted.
 func (m matrixRun) each(label string, f func(*routing.Result) float64) []float64 {
-	var v []float64
-	for _, r := range m.Runs[label] {
+	return sortedOver(m.Runs[label], f)
+}
+
+// sortedOver returns f of every run of rs, sorted.
+func sortedOver(rs []*routing.Result, f func(*routing.Result) float64) []float64 {
+	v := make([]float64, 0, len(rs))
+	for _, r := range rs {
 		v = append(v, f(r))
 	}
 	slices.Sort(v)

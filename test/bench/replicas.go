@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"math"
 	"os"
 	"strings"
 	"time"
@@ -36,8 +35,8 @@ const noEvents = "cache-aware, no KV events"
 // of simulated time) and bury the routing the runs compare.
 const replicaTimeScale = 1
 
-// replicaRuns is how many times each replica cell runs; the table and the
-// verdicts take each figure's median over the runs.
+// replicaRuns is how many times each replica cell runs (at least once); the
+// table and the verdicts take each figure's median over the runs.
 var replicaRuns = 3
 
 // replicaCell is the runs of one setting of the replica comparison.
@@ -48,30 +47,22 @@ type replicaCell struct {
 	runs     []*routing.Result
 }
 
-// med returns the median over the cell's runs of f.
-func (c *replicaCell) med(f func(*routing.Result) float64) float64 {
-	v := make([]float64, len(c.runs))
-	for i, r := range c.runs {
-		v[i] = f(r)
-	}
-	return median(v)
+// stat returns the median over the cell's runs of f, and the lowest and
+// highest.
+func (c *replicaCell) stat(f func(*routing.Result) float64) (med, lo, hi float64) {
+	v := sortedOver(c.runs, f)
+	return median(v), v[0], v[len(v)-1]
 }
 
 func (c *replicaCell) hitRate() float64 {
-	return c.med(func(r *routing.Result) float64 { return r.HitRate })
+	med, _, _ := c.stat(func(r *routing.Result) float64 { return r.HitRate })
+	return med
 }
 
-func (c *replicaCell) quantile(q float64) float64 {
-	return c.med(func(r *routing.Result) float64 { return r.Quantile(q) })
-}
-
-// spread is the lowest and highest of the runs' q-quantiles.
-func (c *replicaCell) spread(q float64) (lo, hi float64) {
-	lo, hi = math.Inf(1), math.Inf(-1)
-	for _, r := range c.runs {
-		lo, hi = min(lo, r.Quantile(q)), max(hi, r.Quantile(q))
-	}
-	return lo, hi
+// quantile is the median over the runs of their TTFT q-quantiles, and the
+// lowest and highest.
+func (c *replicaCell) quantile(q float64) (med, lo, hi float64) {
+	return c.stat(func(r *routing.Result) float64 { return r.Quantile(q) })
 }
 
 // replicaReport is the replica section's results.
@@ -147,7 +138,7 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 	}
 	one := func(n int, pol routing.Policy, w *routing.Workload) error {
 		cell := &replicaCell{Replicas: n, Policy: pol.Label, Workload: w.Name}
-		for range max(replicaRuns, 1) {
+		for range replicaRuns {
 			res, err := runOnce(n, pol, w)
 			if err != nil {
 				return err
@@ -228,7 +219,8 @@ func replicaVerdicts(rr *replicaReport) []verdict {
 			h3, h1 := three.hitRate(), one.hitRate()
 			hit.known, hit.met = true, h3 >= 0.95*h1
 			hit.observed = fmt.Sprintf("%.3f vs %.3f (ratio %.2f)", h3, h1, h3/h1)
-			p3, p1 := three.quantile(0.9), one.quantile(0.9)
+			p3, _, _ := three.quantile(0.9)
+			p1, _, _ := one.quantile(0.9)
 			ttft.known, ttft.met = true, p3 <= 1.1*p1
 			ttft.observed = fmt.Sprintf("%.3f s vs %.3f s (ratio %.2f)", p3, p1, p3/p1)
 		}
@@ -236,7 +228,8 @@ func replicaVerdicts(rr *replicaReport) []verdict {
 	}
 	v := verdict{target: "3 replicas: cache-aware no-sharing TTFT p90 within 5% of least-load's"}
 	if a, b := rr.find(3, "cache-aware", "no-sharing"), rr.find(3, "least-load", "no-sharing"); a != nil && b != nil {
-		pa, pb := a.quantile(0.9), b.quantile(0.9)
+		pa, _, _ := a.quantile(0.9)
+		pb, _, _ := b.quantile(0.9)
 		ratio := pa / pb
 		v.known, v.met = true, ratio <= 1.05
 		v.observed = fmt.Sprintf("%.3f s vs %.3f s (ratio %.2f)", pa, pb, ratio)
@@ -267,7 +260,7 @@ func replicasMarkdown(rr *replicaReport) string {
 	w("## Active-active replicas\n\n")
 	w("The routing cluster behind 1, 2 and 3 picker replicas (`--ha-mode=active-active`), each with its own index and\n")
 	w("guards and no shared state; the gateway stand-in spreads ext_proc streams round robin over them. Each run is cold,\n")
-	w("in real time (time scale %g: see `replicaTimeScale` in `test/bench/replicas.go`), and each setting runs %s:\n", float64(replicaTimeScale), times(max(replicaRuns, 1)))
+	w("in real time (time scale %g: see `replicaTimeScale` in `test/bench/replicas.go`), and each setting runs %s:\n", float64(replicaTimeScale), times(replicaRuns))
 	w("the table and the verdicts show each figure's median over the runs, and the range of the runs' TTFT p90s.\n")
 	if kvEventsPort != 0 {
 		w("The pods publish their KV-cache events and every replica subscribes (`--kv-events-port`), except in the rows\n")
@@ -280,9 +273,11 @@ func replicasMarkdown(rr *replicaReport) string {
 		for _, r := range c.runs {
 			ok, sent = ok+r.OK, sent+r.Sent
 		}
-		lo, hi := c.spread(0.9)
+		p50, _, _ := c.quantile(0.5)
+		p90, lo, hi := c.quantile(0.9)
+		p99, _, _ := c.quantile(0.99)
 		w("| %d | %s | %s | %d/%d | %.3f | %.3f | %.3f | %.3f–%.3f | %.3f |\n", c.Replicas, c.Policy, c.Workload, ok, sent,
-			c.hitRate(), c.quantile(0.5), c.quantile(0.9), lo, hi, c.quantile(0.99))
+			c.hitRate(), p50, p90, lo, hi, p99)
 	}
 	if k := rr.kill; k != nil {
 		w("\nOne of %d replicas killed (SIGKILL) half-way through the arrivals of %s: of the requests whose stream the\n", k.Replicas, rr.killRun.Workload)

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/inferpick/inferpick/test/bench/routing"
+)
+
+// One of three 3-replica runs has a p90 far above the others': the verdict
+// compares the median with one replica's, and the table shows the range.
+func TestReplicaVerdictsCompareMedians(t *testing.T) {
+	cell := func(n int, pol string, rs ...*routing.Result) *replicaCell {
+		for _, r := range rs {
+			r.Workload, r.OK = "shared-prefix@18", len(r.TTFT)
+		}
+		return &replicaCell{Replicas: n, Policy: pol, Workload: "shared-prefix@18", runs: rs}
+	}
+	rr := &replicaReport{cells: []*replicaCell{
+		cell(1, "cache-aware", result(1.00, 0.90), result(1.02, 0.92), result(0.98, 0.91)),
+		cell(3, "cache-aware", result(1.05, 0.89), result(5.00, 0.50), result(1.08, 0.88)),
+	}}
+	var hit, ttft *verdict
+	vs := replicaVerdicts(rr)
+	for i := range vs {
+		switch vs[i].target {
+		case "3 replicas: shared-prefix@18 hit rate ≥ 0.95 × one replica's":
+			hit = &vs[i]
+		case "3 replicas: shared-prefix@18 TTFT p90 ≤ 1.1 × one replica's":
+			ttft = &vs[i]
+		}
+	}
+	if hit == nil || !hit.known || !hit.met || hit.observed != "0.880 vs 0.910 (ratio 0.97)" {
+		t.Errorf("hit verdict %+v, want met on the medians 0.880 vs 0.910", hit)
+	}
+	if ttft == nil || !ttft.known || !ttft.met || ttft.observed != "1.080 s vs 1.000 s (ratio 1.08)" {
+		t.Errorf("TTFT verdict %+v, want met on the medians 1.080 s vs 1.000 s", ttft)
+	}
+	md := replicasMarkdown(rr)
+	if row := "| 3 | cache-aware | shared-prefix@18 | 30/30 | 0.880 | 1.080 | 1.080 | 1.050–5.000 | 1.080 |"; !strings.Contains(md, row) {
+		t.Errorf("table lacks the row %q:\n%s", row, md)
+	}
+}
