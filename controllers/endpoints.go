@@ -87,8 +87,8 @@ func endpointsFor(ports []int32, pods []corev1.Pod) []registry.Endpoint {
 }
 
 // podEndpoints returns the pod's endpoints, one per valid port, in the
-// order of ports; none when the pod does not serve or its IP does not
-// parse. The pod is assumed to match the selector.
+// order of ports, each ranked by its place there; none when the pod does not
+// serve or its IP does not parse. The pod is assumed to match the selector.
 func podEndpoints(ports []int32, pod *corev1.Pod) []registry.Endpoint {
 	if !podServes(pod) {
 		return nil
@@ -98,7 +98,7 @@ func podEndpoints(ports []int32, pod *corev1.Pod) []registry.Endpoint {
 		return nil
 	}
 	eps := make([]registry.Endpoint, 0, len(ports))
-	for _, n := range ports {
+	for rank, n := range ports {
 		if n < 1 || n > 65535 {
 			continue
 		}
@@ -107,6 +107,7 @@ func podEndpoints(ports []int32, pod *corev1.Pod) []registry.Endpoint {
 			Namespace: pod.Namespace,
 			Name:      pod.Name,
 			Address:   netip.AddrPortFrom(addr.Unmap(), uint16(n)),
+			Rank:      rank,
 		})
 	}
 	return eps

@@ -20,6 +20,11 @@ func endpoint(name, uid, addr string) registry.Endpoint {
 	}
 }
 
+func ranked(ep registry.Endpoint, rank int) registry.Endpoint {
+	ep.Rank = rank
+	return ep
+}
+
 func TestEndpointsOf(t *testing.T) {
 	tests := map[string]struct {
 		ports []int32
@@ -37,12 +42,13 @@ func TestEndpointsOf(t *testing.T) {
 				endpoint("b", "uid-b", "127.0.0.2:8000"),
 			},
 		},
-		"one endpoint per target port": {
-			ports: []int32{8000, 8001},
+		"one endpoint per target port, ranked by its place": {
+			ports: []int32{8002, 8000, 8001},
 			pods:  []corev1.Pod{makePod("a").ready().ip("127.0.0.1").obj()},
 			want: []registry.Endpoint{
-				endpoint("a", "uid-a", "127.0.0.1:8000"),
-				endpoint("a", "uid-a", "127.0.0.1:8001"),
+				endpoint("a", "uid-a", "127.0.0.1:8002"),
+				ranked(endpoint("a", "uid-a", "127.0.0.1:8000"), 1),
+				ranked(endpoint("a", "uid-a", "127.0.0.1:8001"), 2),
 			},
 		},
 		"not ready, unknown readiness, no condition": {

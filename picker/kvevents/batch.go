@@ -83,31 +83,20 @@ func decodeBatch(r *reader, dst *Batch, events []Event) error {
 	if err != nil {
 		return err
 	}
-	if kind == 'a' {
-		for i := range n {
-			switch i {
-			case 0:
-				dst.TS, err = r.float()
-			case 1:
-				events, err = decodeEvents(r, dst, events)
-			case 2:
-				dst.DPRank, err = intOrNil(r)
-			default:
-				err = r.skip(1)
+	for i := range n {
+		name := ""
+		if kind == 'a' {
+			if i < len(batchFields) {
+				name = batchFields[i]
 			}
+		} else {
+			key, err := r.bytes()
 			if err != nil {
 				return err
 			}
+			name = string(key)
 		}
-		dst.Events = events
-		return nil
-	}
-	for range n {
-		key, err := r.bytes()
-		if err != nil {
-			return err
-		}
-		switch string(key) {
+		switch name {
 		case "ts":
 			dst.TS, err = r.float()
 		case "events":
@@ -124,6 +113,10 @@ func decodeBatch(r *reader, dst *Batch, events []Event) error {
 	dst.Events = events
 	return nil
 }
+
+// batchFields are a batch's fields in declaration order, as an array_like
+// struct lists them.
+var batchFields = [...]string{"ts", "events", "data_parallel_rank"}
 
 func decodeEvents(r *reader, dst *Batch, events []Event) ([]Event, error) {
 	n, err := r.array()

@@ -3,6 +3,7 @@ package kvindex
 import (
 	"context"
 	"encoding/binary"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -16,13 +17,14 @@ import (
 )
 
 // Subscriber keeps one KV-event subscription to every worker in the
-// registry, on the worker's IP at Port, and applies the events to Index. A
-// worker's blocks are forgotten whenever its events may have been missed:
-// before each (re)connection, after a gap in its sequence numbers or an
-// undecodable batch, and when it leaves the registry.
+// registry, on the worker's IP at Port plus the worker's data-parallel rank
+// (vLLM offsets each rank's endpoint port by its rank), and applies the
+// events to Index. A worker's blocks are forgotten whenever its events may
+// have been missed: before each (re)connection, after a gap in its sequence
+// numbers or an undecodable batch, and when it leaves the registry.
 type Subscriber struct {
 	Index *Index
-	// Port is where every worker publishes its events (vLLM's
+	// Port is where every worker of rank 0 publishes its events (vLLM's
 	// --kv-events-config endpoint, tcp://*:5557 by default).
 	Port int
 	// Topic is the prefix of the topics to subscribe to; empty for all.
@@ -101,6 +103,11 @@ func (s *Subscriber) followLocked(ctx context.Context, w *registry.Worker) {
 	if _, ok := s.follows[w.ID()]; ok {
 		return
 	}
+	port := s.Port + w.Endpoint().Rank
+	if port > math.MaxUint16 {
+		s.Log.Error(nil, "Not following a worker's KV events: its rank's port is past the last", "worker", w.Address(), "port", port)
+		return
+	}
 	host, _, err := net.SplitHostPort(w.Address())
 	if err != nil {
 		host = w.Address()
@@ -110,7 +117,7 @@ func (s *Subscriber) followLocked(ctx context.Context, w *registry.Worker) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.follow(ctx, w.ID(), net.JoinHostPort(host, strconv.Itoa(s.Port)))
+		s.follow(ctx, w.ID(), net.JoinHostPort(host, strconv.Itoa(port)))
 	}()
 }
 

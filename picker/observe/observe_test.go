@@ -30,6 +30,7 @@ func twoWorkers(t *testing.T) (*registry.Registry, *registry.Worker, *registry.W
 
 func TestWorkersHandler(t *testing.T) {
 	reg, a, _ := twoWorkers(t)
+	registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "b", Port: 8001}, Namespace: "ns", Name: "pod-b", Address: netip.MustParseAddrPort("127.0.0.2:8001"), Rank: 1})
 	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
 	a.SetMetrics(&registry.Metrics{Waiting: 3, Running: 2, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 100, Scraped: now.Add(-250 * time.Millisecond)})
 	g := a.Admit()
@@ -61,6 +62,7 @@ func TestWorkersHandler(t *testing.T) {
 				DecodeSource: "none yet", BlocksPerLoadScale: 0.5, BytesPerToken: 4, CapacityBlocks: 80, CapacityScale: 0.8,
 				CapacitySource: "cache_config_info, shrunk", HitRatio: 0.6, MaxSeqs: 2, MaxSeqsSource: "queue"}},
 		{Name: "pod-b", Namespace: "ns", UID: "b", Address: "127.0.0.2:8000"},
+		{Name: "pod-b", Namespace: "ns", UID: "b", Address: "127.0.0.2:8001", Rank: 1},
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("/debug/workers (-want +got):\n%s", diff)

@@ -18,9 +18,12 @@ type WorkerView struct {
 	Namespace string `json:"namespace,omitempty"`
 	UID       string `json:"uid,omitempty"`
 	Address   string `json:"address"`
-	Load      int64  `json:"load"`
-	Prefill   int64  `json:"prefill"`
-	Decode    int64  `json:"decode"`
+	// Rank is the data-parallel rank of the port (its place in the pool's
+	// target ports); absent for 0.
+	Rank    int   `json:"rank,omitempty"`
+	Load    int64 `json:"load"`
+	Prefill int64 `json:"prefill"`
+	Decode  int64 `json:"decode"`
 	// Scraped model-server view; absent until the first scrape.
 	Waiting      *int     `json:"waiting,omitempty"`
 	Running      *int     `json:"running,omitempty"`
@@ -81,7 +84,7 @@ func Snapshot(reg SyncedWorkers, now time.Time) WorkersView {
 		ep := w.Endpoint()
 		p, d := w.Load()
 		wv := WorkerView{
-			Name: ep.Name, Namespace: ep.Namespace, UID: ep.Key.UID, Address: w.Address(),
+			Name: ep.Name, Namespace: ep.Namespace, UID: ep.Key.UID, Address: w.Address(), Rank: ep.Rank,
 			Load: p + d, Prefill: p, Decode: d,
 		}
 		if m := w.Metrics(); m != nil {

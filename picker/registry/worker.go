@@ -31,6 +31,10 @@ type Endpoint struct {
 	Namespace string
 	Name      string // pod name; the address for static endpoints
 	Address   netip.AddrPort
+	// Rank is the data-parallel rank the port serves: its place in the
+	// pool's target ports (a vLLM started with --data-parallel-size
+	// serves rank r on the r-th port), 0 for a single port.
+	Rank int
 }
 
 // Metrics is a snapshot of what a worker's model server reported about

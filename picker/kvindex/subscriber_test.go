@@ -1,0 +1,119 @@
+package kvindex
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/inferpick/inferpick/picker/kvevents"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// TestSubscriberFollowsEachRankOnItsPort serves one pod with two
+// data-parallel ranks, as a pool with two target ports does: rank r
+// publishes its events on the events port plus r, as vLLM does. Each
+// rank's blocks must be found on that rank's worker only.
+func TestSubscriberFollowsEachRankOnItsPort(t *testing.T) {
+	const host = "127.0.0.150"
+	pubs, base := rankPubs(t, host, 2)
+
+	reg := registry.New()
+	ix := New(0)
+	sub := &Subscriber{Index: ix, Port: base, Backoff: 100 * time.Millisecond}
+	reg.AddListener(sub)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sub.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	addr := netip.MustParseAddr(host)
+	var eps []registry.Endpoint
+	for rank := range pubs {
+		port := uint16(8000 + rank)
+		eps = append(eps, registry.Endpoint{
+			Key:     registry.Key{UID: "pod-a", Port: int32(port)},
+			Name:    "pod-a",
+			Address: netip.AddrPortFrom(addr, port),
+			Rank:    rank,
+		})
+	}
+	reg.Update(eps, nil)
+	workers := reg.Workers()
+	if len(workers) != len(pubs) {
+		t.Fatalf("%d workers, want %d", len(workers), len(pubs))
+	}
+	byRank := map[int]*registry.Worker{}
+	for _, w := range workers {
+		byRank[w.Endpoint().Rank] = w
+	}
+
+	prompts := [][]uint32{prompt(1, 4, -1), prompt(500, 4, -1)}
+	for rank, p := range pubs {
+		waitFor(t, func() bool { return p.Subscribers() == 1 }, "rank %d's publisher has one subscriber, its rank's worker", rank)
+		batch := kvevents.Batch{TS: 1, DPRank: rank, Events: []kvevents.Event{stored(uint64(rank+1), prompts[rank], 0, 4, "")}}
+		p.Send([]byte("kv"), binary.BigEndian.AppendUint64(nil, 0), kvevents.AppendBatch(nil, &batch))
+	}
+	for rank, w := range byRank {
+		waitFor(t, func() bool { return ix.Held(w.ID()) > 0 }, "rank %d's worker holds blocks", rank)
+	}
+	for rank, tokens := range prompts {
+		got, _ := ix.Lookup(tokens, "", nil)
+		want := []Hold{{Worker: byRank[rank].ID(), Blocks: 4}}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("rank %d's prompt: holders (-want +got):\n%s", rank, diff)
+		}
+	}
+}
+
+// rankPubs listens for n ranks' events on host at consecutive ports, and
+// returns the publishers and the first port.
+func rankPubs(t *testing.T, host string, n int) ([]*kvevents.Pub, int) {
+	t.Helper()
+	for range 50 {
+		first, err := kvevents.ListenPub(net.JoinHostPort(host, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := first.Addr().(*net.TCPAddr).Port
+		pubs := []*kvevents.Pub{first}
+		for r := 1; r < n && base+r <= 65535; r++ {
+			p, err := kvevents.ListenPub(net.JoinHostPort(host, strconv.Itoa(base+r)))
+			if err != nil {
+				break
+			}
+			pubs = append(pubs, p)
+		}
+		if len(pubs) == n {
+			for _, p := range pubs {
+				t.Cleanup(func() { _ = p.Close() })
+			}
+			return pubs, base
+		}
+		for _, p := range pubs {
+			_ = p.Close()
+		}
+	}
+	t.Fatalf("no %d consecutive free ports on %s", n, host)
+	return nil, 0
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t *testing.T, cond func() bool, what string, args ...any) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("waited 10 s for: "+what, args...)
+		}
+	}
+}
