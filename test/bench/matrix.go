@@ -403,8 +403,9 @@ func matrixMarkdown(runs []matrixRun, plotDir string) string {
 		"**oracle**: the unbounded-cache oracle where the pool's caches hold all 16 prompts (cache ≥ 2 prompts per pod), else the\n" +
 		"best median hit rate any policy reached in the cell (no router reaches the unbounded figure with fewer cache slots than\n" +
 		"prompts). Targets: hit ≥ 0.95 × oracle, TTFT p90 ≤ weighted-scorer's and ≤ 0.5 × round-robin's, no-sharing p90 ≤ 1.05 ×\n" +
-		"least-load's. Times are simulated seconds; the p90 counts every request sent, one never answered (the server refused it or\n" +
-		"it was still waiting at the deadline) as slower than any answer.\n\n" +
+		"least-load's. Times are simulated seconds, TTFT measured as in the routing benchmark (the time until the pod's\n" +
+		"response headers as it was, the engine's time after it scaled); the p90 counts every request sent, one never answered\n" +
+		"(the server refused it or it was still waiting at the deadline) as slower than any answer.\n\n" +
 		"| cell | workload | cache-aware hit | oracle | p90 cache-aware | weighted | round-robin | least-load | verdict |\n" +
 		"|---|---|---:|---:|---:|---:|---:|---:|---|\n"
 	for _, m := range runs {
@@ -463,7 +464,8 @@ func reproMarkdown(res []*routing.Result) string {
 	out := "## Tight cache, slow prefill\n\n" +
 		fmt.Sprintf("8 `vllm-sim` pods of %d KV blocks × %d tokens (about two of the 2,000-token prompts each), prefill %g ms per\n", s.NumGPUBlocks, s.BlockSize, s.PrefillUsTok/1000) +
 		fmt.Sprintf("uncached token, %d concurrent sequences, time scale %g; 300 streaming requests at 4 per simulated second over 16\n", s.MaxNumSeqs, s.TimeScale) +
-		"shared 8,000-byte system prompts, each with its own question; the same sequence for each policy, cold caches.\n\n" +
+		"shared 8,000-byte system prompts, each with its own question; the same sequence for each policy, cold caches.\n" +
+		"TTFT as in the routing benchmark.\n\n" +
 		"| policy | hit (server-side) | oracle | TTFT p50 | p90 | p99 | ok |\n|---|---:|---:|---:|---:|---:|---:|\n"
 	for _, r := range res {
 		out += fmt.Sprintf("| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %d/%d |\n", r.Policy, r.HitRate, r.Oracle,

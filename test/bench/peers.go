@@ -281,7 +281,8 @@ func peersMarkdown(pr *peersResult) string {
 		w("The routing benchmark's cluster (BENCHMARKS.md: %d `vllm-sim` pods behind the gateway stand-in, cold\n", simSpec().Pods)
 		w("caches for every run), with the upstream picker in inferpick's place: it reads the pods from an API server,\n")
 		w("scrapes them as often as inferpick does there, and runs its default configuration. **hit** is the servers'\n")
-		w("own cached / prompt tokens; TTFT in simulated seconds, as measured by the client.\n\n")
+		w("own cached / prompt tokens; TTFT in simulated seconds, measured by the client as in BENCHMARKS.md (the time until\n")
+		w("the pod's response headers, which includes the pick, as it was; the engine's time after it scaled).\n\n")
 		peersRoutingTable(w, pr.Routing)
 	}
 	if len(pr.Repro) > 0 {

@@ -50,6 +50,13 @@ type SimSpec struct {
 	// KVEventsPort, when not 0, is where every pod publishes its KV-cache
 	// events, and the pickers subscribe to them (--kv-events-port).
 	KVEventsPort int
+	// ScaleTransport counts a request's wall time until the pod's response
+	// headers in simulated time like the rest of its TTFT. By default it
+	// counts at its wall duration, being this host's work rather than the
+	// engines' (driver.simulated); runs whose picker holds requests in a
+	// queue before routing them (flow control), a wait the engines cause,
+	// scale it.
+	ScaleTransport bool
 }
 
 // Args returns the vllm-sim flags of pod i.

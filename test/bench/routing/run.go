@@ -25,8 +25,8 @@ type Result struct {
 	// Completed is false when requests failed or the run hit its deadline.
 	Completed bool
 	// TTFT holds each successful request's time to first token in
-	// simulated seconds: the client-measured wall time divided by the time
-	// scale, so it includes the gateway and picker overhead.
+	// simulated seconds, as the client measured it (SimSpec.ScaleTransport
+	// says how), so it includes the gateway and picker overhead.
 	TTFT []float64
 	// SimMeanTTFT is the simulators' own mean simulated TTFT (engine time,
 	// no transport), weighted by requests.
@@ -91,19 +91,22 @@ type driver struct {
 	c      *Cluster
 	client *http.Client
 	scale  float64
-	start  time.Time
-	mu     sync.Mutex
-	ttft   []float64
-	ok     int
-	last   time.Time
-	ttftBy map[string][]float64
-	refBy  map[string]int
+	// scaleAll scales a request's wall time until the pod's response
+	// headers too (SimSpec.ScaleTransport).
+	scaleAll bool
+	start    time.Time
+	mu       sync.Mutex
+	ttft     []float64
+	ok       int
+	last     time.Time
+	ttftBy   map[string][]float64
+	refBy    map[string]int
 }
 
 // Run drives w through c and gathers the result. Requests still open at
 // the deadline (simulated time after the last arrival) are cancelled.
 func Run(ctx context.Context, c *Cluster, w *Workload, deadline time.Duration) (*Result, error) {
-	d := &driver{c: c, scale: c.spec.TimeScale, ttftBy: map[string][]float64{}, refBy: map[string]int{}, client: &http.Client{Transport: &http.Transport{
+	d := &driver{c: c, scale: c.spec.TimeScale, scaleAll: c.spec.ScaleTransport, ttftBy: map[string][]float64{}, refBy: map[string]int{}, client: &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: 1024, DisableCompression: true,
 	}}}
 	defer d.client.CloseIdleConnections()
@@ -245,6 +248,7 @@ func (d *driver) send(ctx context.Context, r Request) bool {
 	if err != nil {
 		return false
 	}
+	answered := time.Since(begin)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		if resp.StatusCode == http.StatusTooManyRequests {
@@ -276,13 +280,31 @@ func (d *driver) send(ctx context.Context, r Request) bool {
 	if !done || first == 0 {
 		return false
 	}
+	ttft := d.simulated(answered, first)
 	d.mu.Lock()
-	d.ttft = append(d.ttft, first.Seconds()/d.scale)
-	d.ttftBy[r.Objective] = append(d.ttftBy[r.Objective], first.Seconds()/d.scale)
+	d.ttft = append(d.ttft, ttft)
+	d.ttftBy[r.Objective] = append(d.ttftBy[r.Objective], ttft)
 	d.ok++
 	d.last = time.Now()
 	d.mu.Unlock()
 	return true
+}
+
+// simulated is a request's TTFT in simulated seconds from the wall times
+// until the pod's response headers (answered) and until the first token.
+// The simulator answers with its headers as soon as it has queued the
+// request, so the time until then is this host's work (the gateway, the
+// pick, the pod's admission) and counts at its wall duration: compressing
+// the engines' time does not make the host faster, and dividing it by the
+// time scale would multiply what the host's load costs a request. The time
+// after it, the engine's queue and prefill, is scaled. With scaleAll, both
+// are scaled.
+func (d *driver) simulated(answered, first time.Duration) float64 {
+	if d.scaleAll {
+		return first.Seconds() / d.scale
+	}
+	answered = min(answered, first)
+	return answered.Seconds() + (first-answered).Seconds()/d.scale
 }
 
 // sampleEvery is the wall-time period of the load samples.

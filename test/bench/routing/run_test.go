@@ -3,6 +3,7 @@ package routing
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 func TestQuantileAllCountsUnansweredRequestsAsSlowest(t *testing.T) {
@@ -25,5 +26,21 @@ func TestQuantileAllCountsUnansweredRequestsAsSlowest(t *testing.T) {
 				t.Errorf("Quantile(0.9) = %v, want 0.8 (answered requests only)", got)
 			}
 		})
+	}
+}
+
+// TestTTFTScalesOnlyTheEnginesTime: at a time scale of 0.1, a request
+// answered with headers after 5 ms of wall time and a first token 20 ms
+// later spent 5 ms of this host's time and 200 ms of the engine's.
+func TestTTFTScalesOnlyTheEnginesTime(t *testing.T) {
+	answered, first := 5*time.Millisecond, 25*time.Millisecond
+	for _, tc := range []struct {
+		scaleAll bool
+		want     float64
+	}{{false, 0.205}, {true, 0.25}} {
+		d := &driver{scale: 0.1, scaleAll: tc.scaleAll}
+		if got := d.simulated(answered, first); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("scaleAll %v: TTFT %v s, want %v s", tc.scaleAll, got, tc.want)
+		}
 	}
 }
