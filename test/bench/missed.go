@@ -19,24 +19,26 @@ var explanations = map[string]string{
 		"prefilled beside the batch requests dispatched with it. `--flow-control-reserved-slots` keeps places free " +
 		"for it; the run with one place reserved shows how much a smaller reserve costs. Next: a reserve sized from " +
 		"the measured interactive arrival rate instead of a flag.",
-	"matrix: cache-aware TTFT p90 ≤ weighted-scorer's": "both policies reach the oracle's hit rate in these " +
-		"cells and prefill the same tokens; what differs is which pods' prefills collide, and one collision moves a " +
-		"300-request p90 by a prefill. The verdicts compare medians of three runs of each (round-robin and least-load " +
-		"run once): in the report of 2026-12-04 13:05 four cells miss, by 1.5 to 8% (multi-turn at 0.3 ms a token " +
-		"with caches of 4 prompts and 2 sequences, and of 10 prompts and 64; multi-turn at 1 ms with 10 prompts and 2; " +
-		"shared-prefix at 1 ms with 4 prompts and 16), where a policy's three p90s in one cell often spread wider than " +
-		"the gap (multi-turn at 0.3 ms, 10 prompts, 64 sequences: cache-aware 0.121–0.163 s, the weighted scorer " +
-		"0.115–0.138 s). A picker alone sends a new conversation to the idle pod with the fewest blocks parked, not to " +
-		"its prefix's home, so sixteen sessions on eight pods sit two to a pod rather than as balls in bins; five of " +
-		"the six multi-turn cells at 1 ms a token now meet the target. Next: a trace of every pick in the cell that " +
-		"misses by most (multi-turn, 1 ms, 10 prompts, 2 sequences), to find which collisions the weighted scorer " +
-		"avoids.",
+	"matrix: cache-aware TTFT p90 ≤ weighted-scorer's": "in the cells that miss, both policies " +
+		"reach the oracle's hit rate and prefill the same tokens, and the gap lies within the run-to-run spread of a 192- or 300-request p90: the simulators step in compressed " +
+		"time (0.1), so a millisecond of this host's scheduling delay in a step is ten simulated ones. The eight " +
+		"cells the report of 2026-12-05 12:10 lists as missed were run again right after it (three runs of each " +
+		"policy, `go run ./test/bench -only matrix -cells <cell> -policies cache-aware,weighted-scorer`): in seven " +
+		"of them cache-aware came out at or below the weighted scorer (multi-turn at 0.3 ms a token, 10 prompts, " +
+		"16 sequences: 0.114 s against 0.126 s, where the report has 0.149 against 0.119; shared-prefix at 1 ms, " +
+		"10 prompts, 64 sequences: 0.164 against 0.259, where it has 0.152 against 0.142), and multi-turn at 1 ms, " +
+		"10 prompts, 2 sequences missed again by 1% (0.285 against 0.282), while two multi-turn cells at 0.3 ms " +
+		"that the report has as met missed (64 sequences, caches of 4 and of 10 prompts: 0.118 against 0.112 and " +
+		"0.113 against 0.100). Next: run the matrix's cells where both reach the oracle at a time scale of 0.2 or " +
+		"more, or with more runs, so that a verdict there separates routing from the host.",
 	"matrix: cache-aware TTFT p90 ≤ 0.5 × round-robin's": "in the cells whose caches hold 1.5 prompts at 0.3 ms a " +
 		"token, even the best hit rate any policy reaches leaves more than 10% of the requests to prefill their " +
 		"whole prompt, so the p90 of every policy, round-robin's included, is such a prefill: no router meets the " +
 		"ratio there on shared-prefix, and multi-turn misses it by about 5%.",
 	"matrix: cache-aware no-sharing": "with nothing shared cache-aware ranks by load as least-load does; the gaps " +
-		"are of the size of the run-to-run spread of a 120-request p90 on this machine.",
+		"are of the size of the run-to-run spread of a 120-request p90 on this machine. The cell that misses in the " +
+		"report of 2026-12-05 12:10 (0.3 ms a token, 10 prompts, 64 sequences: 0.193 s against 0.180 s) came out at " +
+		"0.182 s against 0.186 s when run again right after it (three runs of each).",
 	"3 replicas:": "the p90 of 288 requests is the 260th, and a prompt's first request takes a whole prefill (0.63–0.68 s " +
 		"alone on its pod). One picker leaves 28 requests over 0.3 s (the 16 prompts' first and 12 that queued " +
 		"behind them): its p90 sits one request below that cliff, three replicas' (37–40 requests over 0.3 s in " +
