@@ -84,19 +84,15 @@ func decodeBatch(r *reader, dst *Batch, events []Event) error {
 		return err
 	}
 	for i := range n {
-		name := ""
+		var key []byte // nil past the fields an array lists
 		if kind == 'a' {
 			if i < len(batchFields) {
-				name = batchFields[i]
+				key = batchFields[i]
 			}
-		} else {
-			key, err := r.bytes()
-			if err != nil {
-				return err
-			}
-			name = string(key)
+		} else if key, err = r.bytes(); err != nil {
+			return err
 		}
-		switch name {
+		switch string(key) {
 		case "ts":
 			dst.TS, err = r.float()
 		case "events":
@@ -116,7 +112,7 @@ func decodeBatch(r *reader, dst *Batch, events []Event) error {
 
 // batchFields are a batch's fields in declaration order, as an array_like
 // struct lists them.
-var batchFields = [...]string{"ts", "events", "data_parallel_rank"}
+var batchFields = [...][]byte{[]byte("ts"), []byte("events"), []byte("data_parallel_rank")}
 
 func decodeEvents(r *reader, dst *Batch, events []Event) ([]Event, error) {
 	n, err := r.array()

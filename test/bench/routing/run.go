@@ -303,7 +303,6 @@ func (d *driver) simulated(answered, first time.Duration) float64 {
 	if d.scaleAll {
 		return first.Seconds() / d.scale
 	}
-	answered = min(answered, first)
 	return answered.Seconds() + (first-answered).Seconds()/d.scale
 }
 
