@@ -3,6 +3,8 @@ package kvindex
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/inferpick/inferpick/picker/kvevents"
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // TestSubscriberFollowsEachRankOnItsPort serves one pod with two
@@ -55,12 +58,22 @@ func TestSubscriberFollowsEachRankOnItsPort(t *testing.T) {
 
 	prompts := [][]uint32{prompt(1, 4, -1), prompt(500, 4, -1)}
 	for rank, p := range pubs {
-		waitFor(t, func() bool { return p.Subscribers() == 1 }, "rank %d's publisher has one subscriber, its rank's worker", rank)
+		framework.Eventually(t, framework.Timeout, fmt.Sprintf("rank %d's publisher has one subscriber, its rank's worker", rank), func() error {
+			if n := p.Subscribers(); n != 1 {
+				return fmt.Errorf("%d subscribers", n)
+			}
+			return nil
+		})
 		batch := kvevents.Batch{TS: 1, DPRank: rank, Events: []kvevents.Event{stored(uint64(rank+1), prompts[rank], 0, 4, "")}}
 		p.Send([]byte("kv"), binary.BigEndian.AppendUint64(nil, 0), kvevents.AppendBatch(nil, &batch))
 	}
 	for rank, w := range byRank {
-		waitFor(t, func() bool { return ix.Held(w.ID()) > 0 }, "rank %d's worker holds blocks", rank)
+		framework.Eventually(t, framework.Timeout, fmt.Sprintf("rank %d's worker holds blocks", rank), func() error {
+			if ix.Held(w.ID()) == 0 {
+				return errors.New("none yet")
+			}
+			return nil
+		})
 	}
 	for rank, tokens := range prompts {
 		got, _ := ix.Lookup(tokens, "", nil)
@@ -101,19 +114,4 @@ func rankPubs(t *testing.T, host string, n int) ([]*kvevents.Pub, int) {
 	}
 	t.Fatalf("no %d consecutive free ports on %s", n, host)
 	return nil, 0
-}
-
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, cond func() bool, what string, args ...any) {
-	t.Helper()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(10 * time.Second)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("waited 10 s for: "+what, args...)
-		}
-	}
 }
