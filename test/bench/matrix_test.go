@@ -108,6 +108,44 @@ func TestCloseCallsRunEveryRound(t *testing.T) {
 	}
 }
 
+// A cell runs more rounds when cache-aware's median lies within 10% of
+// its bound on either side, whichever way it leans, and not otherwise.
+func TestCloseVerdictsGetMoreRuns(t *testing.T) {
+	three := func(p90 float64) []*routing.Result {
+		return []*routing.Result{result(p90, 0.9), result(p90, 0.9), result(p90, 0.9)}
+	}
+	for _, tc := range []struct {
+		name         string
+		workload     string
+		ca, other    float64 // medians; other is the weighted scorer's, or least-load's on no-sharing
+		wantMoreRuns bool
+	}{
+		{"cache-aware 5% over the weighted scorer", "multi-turn", 0.210, 0.200, true},
+		{"cache-aware 5% under the weighted scorer", "shared-prefix@4", 0.190, 0.200, true},
+		{"cache-aware far under", "shared-prefix@4", 0.100, 0.200, false},
+		{"cache-aware far over", "multi-turn", 0.300, 0.200, false},
+		{"no-sharing near 1.05 × least-load", "no-sharing@4", 0.200, 0.190, true},
+		{"no-sharing far under", "no-sharing@4", 0.150, 0.200, false},
+	} {
+		label := "weighted-scorer"
+		if tc.workload == "no-sharing@4" {
+			label = "least-load"
+		}
+		m := cellWith(map[string][]*routing.Result{"cache-aware": three(tc.ca), label: three(tc.other), "round-robin": {result(2, 0.1)}})
+		m.Workload = tc.workload
+		if got := m.closeVerdict(); got != tc.wantMoreRuns {
+			t.Errorf("%s: closeVerdict = %v, want %v", tc.name, got, tc.wantMoreRuns)
+		}
+	}
+	never := cellWith(map[string][]*routing.Result{
+		"cache-aware":     {{Sent: 10, TTFT: []float64{0.1}}},
+		"weighted-scorer": three(0.2),
+	})
+	if never.closeVerdict() {
+		t.Error("closeVerdict = true for a cache-aware that left most requests unanswered, want false")
+	}
+}
+
 // A target over several benchmarks shows the highest of them, the one
 // that decides the verdict.
 func TestWorstReportsTheHighest(t *testing.T) {
