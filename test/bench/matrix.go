@@ -120,6 +120,27 @@ var matrixPolicies = []routing.Policy{
 	{Label: "least-load", Config: policy.Config{Name: policy.LeastLoad}},
 	{Label: "weighted-scorer", Config: policy.Config{Name: policy.WeightedScorer}},
 	{Label: "cache-aware", Config: policy.Config{Name: policy.CacheAware}},
+	{Label: pinnedPairs, Config: policy.Config{Name: policy.LeastLoad}},
+}
+
+// pinnedPairs is a fixed placement run only on shared-prefix and only when
+// -policies names it: each system prompt pinned to one pod, two prompts a
+// pod in the order they first appear, the picker only forwarding to the
+// pod the gateway's subset hint names. Where a pod's cache holds 1.5
+// prompts it is the placement that keeps the most of each prompt cached
+// (a pod holds the prompt it served last and the head of its other one),
+// so it shows what the cell allows a router at all.
+const pinnedPairs = "pinned-pairs"
+
+// pinPairs pins the workload's requests by their first message.
+func pinPairs(w *routing.Workload) func(routing.Request) int {
+	idx := map[string]int{}
+	for _, r := range w.Requests {
+		if _, ok := idx[r.Messages[0].Content]; !ok {
+			idx[r.Messages[0].Content] = len(idx)
+		}
+	}
+	return func(r routing.Request) int { return idx[r.Messages[0].Content] / 2 }
 }
 
 // matrixCells returns the cells to run: those listed, else all 27, or with
@@ -244,7 +265,8 @@ func matrixRound(ctx context.Context, bins routing.Binaries, run *matrixRun, w *
 	for i := range matrixPolicies {
 		p := &matrixPolicies[i]
 		if w.Name == "no-sharing@4" && p.Label != "cache-aware" && p.Label != "least-load" ||
-			!selected(o.policies, p.Label) || again && !closeCall(w.Name, p.Label) {
+			!selected(o.policies, p.Label) || again && !closeCall(w.Name, p.Label) ||
+			p.Label == pinnedPairs && (o.policies == "" || !strings.HasPrefix(w.Name, "shared-prefix")) {
 			continue
 		}
 		res, err := matrixOnce(ctx, bins, run.Cell, w, p, workdir)
@@ -299,6 +321,11 @@ func closeCall(workload, label string) bool {
 
 // matrixOnce runs one policy on one workload of one cell, on a cold cluster.
 func matrixOnce(ctx context.Context, bins routing.Binaries, cell matrixCell, w *routing.Workload, p *routing.Policy, workdir string) (*routing.Result, error) {
+	if p.Label == pinnedPairs {
+		pinned := *w
+		pinned.Pin = pinPairs(w)
+		w = &pinned
+	}
 	c, err := routing.Start(ctx, bins, matrixSpec(cell), p.Config, workdir)
 	if err != nil {
 		return nil, fmt.Errorf("matrix %s / %s / %s: %w", cell, w.Name, p.Label, err)

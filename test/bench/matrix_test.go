@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"path/filepath"
 	"testing"
 
 	"github.com/inferpick/inferpick/test/bench/routing"
@@ -187,5 +188,45 @@ func TestExchangeTargetHoldsAtEveryStreamCount(t *testing.T) {
 		if v.known != want.known || v.met != want.met {
 			t.Errorf("%s: known %v, met %v (%q); want %v, %v", target, v.known, v.met, v.observed, want.known, want.met)
 		}
+	}
+}
+
+// Pinned pairs put two system prompts on each pod and every request of a
+// prompt on its prompt's pod.
+func TestPinPairsPutsTwoPromptsOnEachPod(t *testing.T) {
+	w := routing.SharedPrefix(routing.SharedPrefixSpec{Groups: 16, SystemBytes: 100, QuestionByte: 20, Requests: 300, Rate: 4, Seed: 18})
+	pin := pinPairs(w)
+	podOf := map[string]int{}
+	prompts := map[int]int{}
+	for _, r := range w.Requests {
+		sys, pod := r.Messages[0].Content, pin(r)
+		if was, ok := podOf[sys]; ok && was != pod {
+			t.Fatalf("one system prompt pinned to pods %d and %d", was, pod)
+		} else if !ok {
+			podOf[sys] = pod
+			prompts[pod]++
+		}
+	}
+	if len(prompts) != 8 {
+		t.Fatalf("prompts pinned to %d pods, want 8: %v", len(prompts), prompts)
+	}
+	for pod, n := range prompts {
+		if n != 2 {
+			t.Errorf("pod %d has %d prompts, want 2", pod, n)
+		}
+	}
+}
+
+// A matrix whose only ratios are 1 (cache-aware alone, at the best hit
+// rate of its cell) still draws: the log axis gets a range of its own.
+func TestMatrixPlotOfOneRatioDraws(t *testing.T) {
+	m := matrixRun{Cell: matrixCell{300, 1.5, 2}, Workload: "shared-prefix@4",
+		Runs: map[string][]*routing.Result{"cache-aware": {result(0.5, 0.67)}}}
+	p, err := matrixPlot([]matrixRun{m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Save(200, 100, filepath.Join(t.TempDir(), "m.png")); err != nil {
+		t.Fatalf("saving the plot: %v", err)
 	}
 }

@@ -36,6 +36,7 @@ func matrixPlot(runs []matrixRun) (*plot.Plot, error) {
 			return m.hit("cache-aware") / m.oracle(), true
 		}},
 	}
+	lo, hi := math.Inf(1), math.Inf(-1)
 	for i, s := range series {
 		var xy plotter.XYs
 		x := 0
@@ -45,7 +46,9 @@ func matrixPlot(runs []matrixRun) (*plot.Plot, error) {
 			}
 			x++
 			if v, ok := s.ratio(m); ok {
-				xy = append(xy, plotter.XY{X: float64(x), Y: max(v, 1e-3)})
+				v = max(v, 1e-3)
+				lo, hi = min(lo, v), max(hi, v)
+				xy = append(xy, plotter.XY{X: float64(x), Y: v})
 			}
 		}
 		if len(xy) == 0 {
@@ -60,6 +63,11 @@ func matrixPlot(runs []matrixRun) (*plot.Plot, error) {
 		pts.Radius = vg.Points(3)
 		p.Add(pts)
 		p.Legend.Add(s.label, pts)
+	}
+	if lo <= hi {
+		// A range of its own, since the axis' default padding of a single
+		// value (every ratio 1, say) reaches 0, which a log scale refuses.
+		p.Y.Min, p.Y.Max = lo/2, hi*2
 	}
 	p.Add(plotter.NewGrid())
 	return p, nil

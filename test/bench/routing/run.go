@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/inferpick/inferpick/test/gateway"
 )
 
 // Result is what one policy did on one workload.
@@ -89,6 +91,7 @@ func (r *Result) QuantileAll(q float64) float64 {
 // driver sends a workload's requests through the cluster's gateway.
 type driver struct {
 	c      *Cluster
+	pin    func(Request) int // Workload.Pin
 	client *http.Client
 	scale  float64
 	// scaleAll scales a request's wall time until the pod's response
@@ -106,7 +109,7 @@ type driver struct {
 // Run drives w through c and gathers the result. Requests still open at
 // the deadline (simulated time after the last arrival) are cancelled.
 func Run(ctx context.Context, c *Cluster, w *Workload, deadline time.Duration) (*Result, error) {
-	d := &driver{c: c, scale: c.spec.TimeScale, scaleAll: c.spec.ScaleTransport, ttftBy: map[string][]float64{}, refBy: map[string]int{}, client: &http.Client{Transport: &http.Transport{
+	d := &driver{c: c, pin: w.Pin, scale: c.spec.TimeScale, scaleAll: c.spec.ScaleTransport, ttftBy: map[string][]float64{}, refBy: map[string]int{}, client: &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: 1024, DisableCompression: true,
 	}}}
 	defer d.client.CloseIdleConnections()
@@ -242,6 +245,9 @@ func (d *driver) send(ctx context.Context, r Request) bool {
 	req.Header.Set("Content-Type", "application/json")
 	if r.Objective != "" {
 		req.Header.Set("x-gateway-inference-objective", r.Objective)
+	}
+	if d.pin != nil {
+		req.Header.Set(gateway.SubsetHintHeader, d.c.spec.Addr(d.pin(r)%d.c.spec.Pods))
 	}
 	begin := time.Now()
 	resp, err := d.client.Do(req)

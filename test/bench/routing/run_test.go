@@ -1,9 +1,17 @@
 package routing
 
 import (
+	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/inferpick/inferpick/test/gateway"
 )
 
 func TestQuantileAllCountsUnansweredRequestsAsSlowest(t *testing.T) {
@@ -42,5 +50,41 @@ func TestTTFTScalesOnlyTheEnginesTime(t *testing.T) {
 		if got := d.simulated(answered, first); math.Abs(got-tc.want) > 1e-9 {
 			t.Errorf("scaleAll %v: TTFT %v s, want %v s", tc.scaleAll, got, tc.want)
 		}
+	}
+}
+
+// A pinned workload names each request's pod to the gateway in the subset
+// hint header, the pod's ip:port.
+func TestPinnedRequestsNameTheirPod(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get(gateway.SubsetHintHeader))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	spec := SimSpec{Pods: 4, FirstIP: 40, Port: 18000, TimeScale: 1}
+	c := &Cluster{spec: spec, gwAddr: strings.TrimPrefix(srv.URL, "http://")}
+	d := &driver{c: c, scale: 1, client: srv.Client(), ttftBy: map[string][]float64{}, refBy: map[string]int{},
+		pin: func(r Request) int { return len(r.Messages[0].Content) }}
+	for _, n := range []int{1, 6} {
+		if !d.send(t.Context(), Request{Messages: []Message{{Role: "system", Content: strings.Repeat("x", n)}}}) {
+			t.Fatalf("request pinned to pod %d failed", n)
+		}
+	}
+	// Pod 6 of 4 wraps to pod 2.
+	if want := []string{"127.0.0.41:18000", "127.0.0.42:18000"}; !slices.Equal(got, want) {
+		t.Errorf("subset hints = %q, want %q", got, want)
+	}
+
+	d.pin = nil
+	if !d.send(t.Context(), Request{Messages: []Message{{Role: "user", Content: "x"}}}) {
+		t.Fatal("unpinned request failed")
+	}
+	if last := got[len(got)-1]; last != "" {
+		t.Errorf("an unpinned request sent subset hint %q, want none", last)
 	}
 }

@@ -54,6 +54,10 @@ type Workload struct {
 	Think    time.Duration
 	// Warm precedes a Burst.
 	Warm []Request
+	// Pin, when set, routes every request to the pod it names (an index
+	// into the cluster's pods) through the gateway's subset hint, whatever
+	// the picker's policy: a fixed placement to measure policies against.
+	Pin func(Request) int
 }
 
 // Len returns how many requests the workload sends.
