@@ -20,21 +20,28 @@ var explanations = map[string]string{
 		"for it; the run with one place reserved shows how much a smaller reserve costs. Next: a reserve sized from " +
 		"the measured interactive arrival rate instead of a flag.",
 	"matrix: cache-aware TTFT p90 ≤ weighted-scorer's": "in the cells that miss, both policies " +
-		"reach the oracle's hit rate and prefill the same tokens, and the gap lies within the run-to-run spread of a 192- or 300-request p90: the simulators step in compressed " +
-		"time (0.1), so a millisecond of this host's scheduling delay in a step is ten simulated ones. The eight " +
-		"cells the report of 2026-12-05 12:10 lists as missed were run again right after it (three runs of each " +
-		"policy, `go run ./test/bench -only matrix -cells <cell> -policies cache-aware,weighted-scorer`): in seven " +
-		"of them cache-aware came out at or below the weighted scorer (multi-turn at 0.3 ms a token, 10 prompts, " +
-		"16 sequences: 0.114 s against 0.126 s, where the report has 0.149 against 0.119; shared-prefix at 1 ms, " +
-		"10 prompts, 64 sequences: 0.164 against 0.259, where it has 0.152 against 0.142), and multi-turn at 1 ms, " +
-		"10 prompts, 2 sequences missed again by 1% (0.285 against 0.282), while two multi-turn cells at 0.3 ms " +
-		"that the report has as met missed (64 sequences, caches of 4 and of 10 prompts: 0.118 against 0.112 and " +
-		"0.113 against 0.100). Next: run the matrix's cells where both reach the oracle at a time scale of 0.2 or " +
-		"more, or with more runs, so that a verdict there separates routing from the host.",
-	"matrix: cache-aware TTFT p90 ≤ 0.5 × round-robin's": "in the cells whose caches hold 1.5 prompts at 0.3 ms a " +
-		"token, even the best hit rate any policy reaches leaves more than 10% of the requests to prefill their " +
-		"whole prompt, so the p90 of every policy, round-robin's included, is such a prefill: no router meets the " +
-		"ratio there on shared-prefix, and multi-turn misses it by about 5%.",
+		"reach the oracle's hit rate and prefill the same tokens. A cell whose cache-aware median lay within 10% of " +
+		"the weighted scorer's after three runs ran seven (column runs); four of the five that miss did, and three " +
+		"of those end within 2% (shared-prefix at 0.3 ms a token, 10 prompts, 64 sequences: 0.069 s against 0.068 s; " +
+		"multi-turn at 1 ms, 64 sequences, caches of 4 and of 10 prompts: 0.281 against 0.278 and 0.288 against " +
+		"0.284), inside either policy's spread over its runs (0.237–0.296 s and 0.239–0.314 s in the first of the " +
+		"two). The fifth, shared-prefix at 0.3 ms, 4 prompts, 2 sequences (0.088 against 0.080), fell just outside " +
+		"the margin for more runs. None of the eight cells the report of 2026-12-05 12:10 missed (three runs each) " +
+		"misses here, and none of these five missed there: at time scale 0.1 a millisecond of this host's " +
+		"scheduling delay in a step is ten simulated ones. One gap is wider than that: multi-turn at 0.3 ms, 4 " +
+		"prompts, 16 sequences, 0.131 s against 0.111 s over seven runs (cache-aware's runs 0.111–0.161 s, the " +
+		"weighted scorer's 0.096–0.190 s). Next: trace that cell's sessions and queues per pod under both " +
+		"policies, and give the close cells more runs at a time scale of 0.2.",
+	"matrix: cache-aware TTFT p90 ≤ 0.5 × round-robin's": "in the shared-prefix cells whose caches hold 1.5 " +
+		"prompts at 0.3 ms a token no placement meets it. A pod's cache (187 blocks of 16 tokens) holds one " +
+		"2,050-token prompt and the head of a second, so with 16 prompts over 8 pods a request whose prompt is not " +
+		"the one its pod served last prefills about half of it, and one that arrives while its pod prefills shares " +
+		"that step. Round-robin's p90 is a whole prefill (0.64 s), so the target asks that nine requests in ten " +
+		"take at most half of one. Measured with a fixed placement of two prompts a pod, the one that keeps the " +
+		"most of each prompt cached (`go run ./test/bench -only matrix -cells 0.3/1.5/2,0.3/1.5/16,1/1.5/2 " +
+		"-workloads shared-prefix -policies pinned-pairs,cache-aware -matrix-runs 1`): hit rate 0.65 and TTFT p90 " +
+		"0.574 s and 0.589 s at 2 and 16 sequences, where cache-aware in the same run reached 0.67 and 0.540 s and " +
+		"0.547 s (at 1 ms, 2 sequences: 2.400 s against 2.110 s). Multi-turn meets the ratio in these cells.",
 	"matrix: cache-aware no-sharing": "with nothing shared cache-aware ranks by load as least-load does; the gaps " +
 		"are of the size of the run-to-run spread of a 120-request p90 on this machine. The cell that misses in the " +
 		"report of 2026-12-05 12:10 (0.3 ms a token, 10 prompts, 64 sequences: 0.193 s against 0.180 s) came out at " +
