@@ -71,6 +71,10 @@ func selected(list, item string) bool {
 	return list == "" || strings.Contains(","+list+",", ","+item+",")
 }
 
+// named reports whether the comma-separated list names item itself: an
+// opt-in part or policy runs only then, never by default.
+func named(list, item string) bool { return list != "" && selected(list, item) }
+
 func run(ctx context.Context, o options) error {
 	started := time.Now()
 	rep := &report{started: started, machine: describeMachine(), command: strings.Join(append([]string{"go run ./test/bench"}, os.Args[1:]...), " ")}
@@ -89,7 +93,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	// peers runs only when named: it builds the upstream picker.
-	peers := o.only != "" && o.want("peers")
+	peers := named(o.only, "peers")
 	var page string
 	if o.want("load") || o.want("scrape") || peers {
 		if page, err = simMetricsPage(sim); err != nil {

@@ -264,9 +264,11 @@ func matrixBench(ctx context.Context, bins routing.Binaries, o options) ([]matri
 func matrixRound(ctx context.Context, bins routing.Binaries, run *matrixRun, w *routing.Workload, o options, again bool, workdir string) error {
 	for i := range matrixPolicies {
 		p := &matrixPolicies[i]
+		if p.Label == pinnedPairs && (!named(o.policies, pinnedPairs) || !strings.HasPrefix(w.Name, "shared-prefix")) {
+			continue
+		}
 		if w.Name == "no-sharing@4" && p.Label != "cache-aware" && p.Label != "least-load" ||
-			!selected(o.policies, p.Label) || again && !closeCall(w.Name, p.Label) ||
-			p.Label == pinnedPairs && (o.policies == "" || !strings.HasPrefix(w.Name, "shared-prefix")) {
+			!selected(o.policies, p.Label) || again && !closeCall(w.Name, p.Label) {
 			continue
 		}
 		res, err := matrixOnce(ctx, bins, run.Cell, w, p, workdir)

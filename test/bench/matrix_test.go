@@ -230,3 +230,14 @@ func TestMatrixPlotOfOneRatioDraws(t *testing.T) {
 		t.Fatalf("saving the plot: %v", err)
 	}
 }
+
+// An opt-in part or policy runs only when named, while an empty list
+// selects every other one.
+func TestNamedIsOptIn(t *testing.T) {
+	if named("", pinnedPairs) || !selected("", "cache-aware") {
+		t.Error("an empty list must select the defaults and name nothing")
+	}
+	if !named("cache-aware,pinned-pairs", pinnedPairs) || named("cache-aware", pinnedPairs) {
+		t.Error("named must hold exactly for an item the list names")
+	}
+}

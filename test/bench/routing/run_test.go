@@ -75,8 +75,13 @@ func TestPinnedRequestsNameTheirPod(t *testing.T) {
 			t.Fatalf("request pinned to pod %d failed", n)
 		}
 	}
+	hints := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
 	// Pod 6 of 4 wraps to pod 2.
-	if want := []string{"127.0.0.41:18000", "127.0.0.42:18000"}; !slices.Equal(got, want) {
+	if got, want := hints(), []string{"127.0.0.41:18000", "127.0.0.42:18000"}; !slices.Equal(got, want) {
 		t.Errorf("subset hints = %q, want %q", got, want)
 	}
 
@@ -84,7 +89,7 @@ func TestPinnedRequestsNameTheirPod(t *testing.T) {
 	if !d.send(t.Context(), Request{Messages: []Message{{Role: "user", Content: "x"}}}) {
 		t.Fatal("unpinned request failed")
 	}
-	if last := got[len(got)-1]; last != "" {
-		t.Errorf("an unpinned request sent subset hint %q, want none", last)
+	if h := hints(); h[len(h)-1] != "" {
+		t.Errorf("an unpinned request sent subset hint %q, want none", h[len(h)-1])
 	}
 }
