@@ -48,6 +48,35 @@ type Event struct {
 	LoraID    int64  // lora_id, when HasLora
 	HasLora   bool
 	Medium    string // "GPU", "CPU", ...; "" when absent or nil
+	// Extra are the extra_keys of a BlockStored's blocks beyond the
+	// adapter's name, for the blocks that have any, in block order.
+	Extra []ExtraKeys
+}
+
+// ExtraKeys is what a server mixes into one stored block's hash besides its
+// tokens, its parent and its adapter's name: the cache salt of a prompt's
+// first block, the identifiers of multimodal inputs, and the like (vLLM's
+// BlockStored.extra_keys, one tuple per block, whose first item is the
+// adapter's name when there is one). Raw holds the N items as msgpack, in
+// their order.
+type ExtraKeys struct {
+	Block int // the block's place in the event's Hashes
+	N     int
+	Raw   []byte
+}
+
+// SaltKeys returns the extra keys of the first block of a text prompt sent
+// with a cache salt: the salt alone (beyond the adapter's name).
+func SaltKeys(salt string) ExtraKeys {
+	return ExtraKeys{N: 1, Raw: appendStr(nil, salt)}
+}
+
+// Hash folds the keys into 64 bits (FNV-1a over the count and the bytes).
+// Equal keys hash alike in every process.
+func (x ExtraKeys) Hash() uint64 {
+	h := FoldHash(x.Raw)
+	h ^= uint64(x.N)
+	return h * 1099511628211
 }
 
 // Batch is one published message's events.
@@ -124,7 +153,7 @@ func decodeEvents(r *reader, dst *Batch, events []Event) ([]Event, error) {
 		var ev Event
 		if len(events) < cap(events) {
 			old := events[:len(events)+1][len(events)]
-			ev.Hashes, ev.TokenIDs = old.Hashes[:0], old.TokenIDs[:0]
+			ev.Hashes, ev.TokenIDs, ev.Extra = old.Hashes[:0], old.TokenIDs[:0], old.Extra[:0]
 		}
 		known, err := decodeEvent(r, &ev)
 		if err != nil {
@@ -207,7 +236,7 @@ func (ev *Event) keepFieldsOfKind() {
 // arrayFields are the fields of each kind in declaration order, as an
 // array_like struct lists them after its tag.
 var arrayFields = map[Kind][]string{
-	BlockStored:  {"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"},
+	BlockStored:  {"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys"},
 	BlockRemoved: {"block_hashes", "medium"},
 }
 
@@ -236,10 +265,50 @@ func field(r *reader, ev *Event, name string) error {
 		ev.Medium, err = r.strOrNil()
 	case "lora_name":
 		ev.LoraName, err = r.strOrNil()
+	case "extra_keys":
+		ev.Extra, err = extraKeys(r, ev.Extra[:0], ev.LoraName)
 	default:
 		err = r.skip(1)
 	}
 	return err
+}
+
+// extraKeys reads extra_keys: nil, or per block nil or an array of items.
+// A first item that is the adapter's name (read before, as both of vLLM's
+// shapes list lora_name first) is left out: the adapter keys every block
+// already. Blocks left with no items are left out.
+func extraKeys(r *reader, dst []ExtraKeys, lora string) ([]ExtraKeys, error) {
+	if r.nil() {
+		return dst, nil
+	}
+	n, err := r.array()
+	if err != nil {
+		return dst, err
+	}
+	for block := range n {
+		if r.nil() {
+			continue
+		}
+		items, err := r.array()
+		if err != nil {
+			return dst, err
+		}
+		start := r.i
+		for j := range items {
+			if j == 0 && lora != "" && r.isStr(lora) {
+				items--
+				start = r.i
+				continue
+			}
+			if err := r.skip(1); err != nil {
+				return dst, err
+			}
+		}
+		if items > 0 {
+			dst = append(dst, ExtraKeys{Block: block, N: items, Raw: append([]byte(nil), r.b[start:r.i]...)})
+		}
+	}
+	return dst, nil
 }
 
 func hashes(r *reader, dst []uint64) ([]uint64, error) {

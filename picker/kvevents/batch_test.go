@@ -14,6 +14,8 @@ func sampleBatch() Batch {
 			BlockSize: 4, Medium: "GPU"},
 		{Kind: BlockStored, Hashes: []uint64{9}, Parent: math.MaxUint64, HasParent: true, TokenIDs: []uint32{9, 10, 11, 12},
 			BlockSize: 4, LoraName: "sql", LoraID: 2, HasLora: true, Medium: "GPU"},
+		{Kind: BlockStored, Hashes: []uint64{5, 6}, TokenIDs: []uint32{1, 2, 3, 4, 5, 6, 7, 8}, BlockSize: 4, LoraName: "sql",
+			LoraID: 2, HasLora: true, Medium: "GPU", Extra: []ExtraKeys{SaltKeys("tenant-a")}},
 		{Kind: BlockRemoved, Hashes: []uint64{7}, Medium: "CPU"},
 		{Kind: AllBlocksCleared},
 	}}
@@ -81,6 +83,23 @@ func TestDecodeShapes(t *testing.T) {
 				arr(4).str("BlockRemoved").arr(0).str("GPU").uint(1),
 			want: Batch{TS: 3, Events: []Event{{Kind: BlockStored, BlockSize: 16}, {Kind: BlockRemoved, Medium: "GPU"}}},
 		},
+		"array form with an adapter's extra keys and a cache salt": {
+			// vLLM lists the adapter's name first in every block's extra
+			// keys, and the salt after it in the first block's.
+			in: w{}.arr(3).f32(1).arr(1).
+				arr(9).str("BlockStored").arr(3).uint(1).uint(2).uint(3).raw(0xc0).tokens(1, 2, 3).uint(1).uint(4).str("GPU").str("sql").
+				arr(3).arr(2).str("sql").str("tenant-a").arr(1).str("sql").raw(0xc0).
+				raw(0xc0),
+			want: Batch{TS: 1, Events: []Event{{Kind: BlockStored, Hashes: []uint64{1, 2, 3}, TokenIDs: []uint32{1, 2, 3}, BlockSize: 1,
+				LoraID: 4, HasLora: true, Medium: "GPU", LoraName: "sql", Extra: []ExtraKeys{SaltKeys("tenant-a")}}}},
+		},
+		"array form, extra keys without an adapter: a salt and a multimodal input": {
+			in: w{}.arr(2).f32(1).arr(1).
+				arr(9).str("BlockStored").arr(2).uint(1).uint(2).raw(0xc0).tokens(1, 2).uint(1).raw(0xc0).str("GPU").raw(0xc0).
+				arr(2).arr(1).str("tenant-a").arr(2).str("image-hash").uint(7),
+			want: Batch{TS: 1, Events: []Event{{Kind: BlockStored, Hashes: []uint64{1, 2}, TokenIDs: []uint32{1, 2}, BlockSize: 1,
+				Medium: "GPU", Extra: []ExtraKeys{SaltKeys("tenant-a"), {Block: 1, N: 2, Raw: w{}.str("image-hash").uint(7)}}}}},
+		},
 		"map form, bytes hashes, keys in any order, unknown ones skipped": {
 			in: w{}.raw(0x83).str("events").arr(1).
 				raw(0x87).str("token_ids").tokens(5).str("extra_keys").arr(1).arr(2).str("salt").raw(0xc3).
@@ -89,7 +108,8 @@ func TestDecodeShapes(t *testing.T) {
 				str("future").raw(0x81).str("k").raw(0xcb, 0, 0, 0, 0, 0, 0, 0, 0).
 				str("ts").raw(0xcb, 0x40, 0x09, 0x21, 0xfb, 0x54, 0x44, 0x2d, 0x18),
 			want: Batch{TS: math.Pi, Events: []Event{{Kind: BlockStored, Hashes: []uint64{FoldHash(digest)},
-				Parent: FoldHash(digest[:8]), HasParent: true, TokenIDs: []uint32{5}, BlockSize: 1}}},
+				Parent: FoldHash(digest[:8]), HasParent: true, TokenIDs: []uint32{5}, BlockSize: 1,
+				Extra: []ExtraKeys{{N: 2, Raw: w{}.str("salt").raw(0xc3)}}}}},
 		},
 		"unknown kinds are skipped": {
 			in: w{}.raw(0x82).str("ts").uint(1).str("events").arr(2).

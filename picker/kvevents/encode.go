@@ -7,7 +7,9 @@ import (
 // AppendBatch appends src to dst in the shape current vLLM publishes: the
 // batch a map of ts, events and data_parallel_rank; each event a map whose
 // "type" comes first. parent_block_hash, lora_id and medium are written as
-// nil when absent, lora_name is omitted when empty. Skipped is not encoded.
+// nil when absent, lora_name is omitted when empty, and extra_keys is
+// written when an adapter or Extra gives a block any (the adapter's name
+// first in each block's, as vLLM lists it). Skipped is not encoded.
 func AppendBatch(dst []byte, src *Batch) []byte {
 	dst = append(dst, 0x83)
 	dst = appendStr(dst, "ts")
@@ -27,6 +29,8 @@ func appendEvent(dst []byte, ev *Event) []byte {
 	case BlockStored:
 		n := 7
 		if ev.LoraName != "" {
+			n += 2 // lora_name and extra_keys
+		} else if len(ev.Extra) > 0 {
 			n++
 		}
 		dst = append(dst, 0x80|byte(n))
@@ -56,6 +60,9 @@ func appendEvent(dst []byte, ev *Event) []byte {
 			dst = appendStr(dst, "lora_name")
 			dst = appendStr(dst, ev.LoraName)
 		}
+		if ev.LoraName != "" || len(ev.Extra) > 0 {
+			dst = appendExtraKeys(dst, ev)
+		}
 	case BlockRemoved:
 		dst = append(dst, 0x83)
 		dst = appendTag(dst, ev.Kind)
@@ -64,6 +71,38 @@ func appendEvent(dst []byte, ev *Event) []byte {
 	default:
 		dst = append(dst, 0x81)
 		dst = appendTag(dst, ev.Kind)
+	}
+	return dst
+}
+
+// appendExtraKeys writes extra_keys: one entry per block (and up to the
+// last block Extra names, should it name more), nil for a block with none.
+func appendExtraKeys(dst []byte, ev *Event) []byte {
+	dst = appendStr(dst, "extra_keys")
+	blocks := len(ev.Hashes)
+	if n := len(ev.Extra); n > 0 {
+		blocks = max(blocks, ev.Extra[n-1].Block+1)
+	}
+	dst = appendArrayHeader(dst, blocks)
+	x := ev.Extra
+	for i := range blocks {
+		var keys ExtraKeys
+		if len(x) > 0 && x[0].Block == i {
+			keys, x = x[0], x[1:]
+		}
+		n := keys.N
+		if ev.LoraName != "" {
+			n++
+		}
+		if n == 0 {
+			dst = append(dst, 0xc0)
+			continue
+		}
+		dst = appendArrayHeader(dst, n)
+		if ev.LoraName != "" {
+			dst = appendStr(dst, ev.LoraName)
+		}
+		dst = append(dst, keys.Raw...)
 	}
 	return dst
 }

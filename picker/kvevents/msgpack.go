@@ -157,6 +157,19 @@ func (r *reader) bytes() ([]byte, error) {
 	return r.take(n)
 }
 
+// isStr reports whether the next value is the str s, and consumes it if so.
+func (r *reader) isStr(s string) bool {
+	at := r.i
+	if c, err := r.peek(); err != nil || c < 0xa0 || c > 0xbf && (c < 0xd9 || c > 0xdb) {
+		return false
+	}
+	if b, err := r.bytes(); err == nil && string(b) == s {
+		return true
+	}
+	r.i = at
+	return false
+}
+
 // strOrNil reads a str, or nil as "".
 func (r *reader) strOrNil() (string, error) {
 	if r.nil() {

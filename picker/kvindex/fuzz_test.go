@@ -51,7 +51,11 @@ func FuzzIndex(f *testing.F) {
 			case 0: // store blocks [from, from+n) of prompt p
 				p, from := uint64(arg>>6), int(arg>>3&7)
 				to := min(8, from+int(arg&7)+1)
-				ix.Apply(id, []kvevents.Event{stored(p, tokens, from, to, "")})
+				ev := stored(p, tokens, from, to, "")
+				if p&1 == 1 && from == 0 { // a salted prompt's first run
+					ev.Extra = []kvevents.ExtraKeys{kvevents.SaltKeys("s")}
+				}
+				ix.Apply(id, []kvevents.Event{ev})
 			case 1:
 				ix.Apply(id, []kvevents.Event{removed(uint64(arg>>6)*1000 + uint64(arg&7))})
 			case 2:
@@ -63,10 +67,12 @@ func FuzzIndex(f *testing.F) {
 			}
 		}
 		checkHolders(t, ix)
-		holds, blocks := ix.Lookup(tokens, "", nil)
-		for _, h := range holds {
-			if h.Blocks > blocks {
-				t.Fatalf("hold %+v over the prompt's %d blocks", h, blocks)
+		for _, salt := range []string{"", "s"} {
+			holds, blocks := ix.Lookup(tokens, "", salt, nil)
+			for _, h := range holds {
+				if h.Blocks > blocks {
+					t.Fatalf("salt %q: hold %+v over the prompt's %d blocks", salt, h, blocks)
+				}
 			}
 		}
 	})

@@ -5,8 +5,9 @@
 //
 // Every picker replica that subscribes to the same servers reads the same
 // events, so a prefix another replica placed is found where it went. The
-// index keys a block by its tokens and the key of the block before it, under
-// a seed of the adapter's name: the servers' own block hashes are not used
+// index keys a block by its tokens, the key of the block before it and the
+// extra keys the server gave it (a cache salt), under a seed of the
+// adapter's name: the servers' own block hashes are not used
 // as keys (vLLM seeds them per process unless PYTHONHASHSEED is shared), only
 // to find an event's parent and to remove what the server evicted.
 package kvindex
@@ -35,6 +36,7 @@ type Index struct {
 	holders   map[uint64][]holder // block key -> workers holding it
 	workers   map[uint32]*worker
 	adapters  map[string]int // adapter name -> workers' blocks stored under it
+	extraKeys bool           // a stored block came with extra keys (SaltKeyed)
 	dropped   Dropped
 }
 
@@ -125,8 +127,14 @@ func (ix *Index) stored(id uint32, w *worker, ev *kvevents.Event) {
 		}
 		key = p.key
 	}
+	extra := ev.Extra
 	for i, h := range ev.Hashes {
 		key = chain(key, ev.TokenIDs[i*bs:(i+1)*bs])
+		if len(extra) > 0 && extra[0].Block == i {
+			key = mix(key, extra[0].Hash())
+			extra = extra[1:]
+			ix.extraKeys = true
+		}
 		if old, ok := w.keys[h]; ok {
 			if old.key == key {
 				continue
@@ -226,6 +234,15 @@ func (ix *Index) Held(id uint32) int {
 		return len(w.keys)
 	}
 	return 0
+}
+
+// SaltKeyed reports whether the servers' events key blocks by their extra
+// keys (a cache salt, beyond the adapter), as seen once a block came with
+// any. Until then a salted prompt's blocks may look like unsalted ones.
+func (ix *Index) SaltKeyed() bool {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.extraKeys
 }
 
 // BlockSize returns the servers' tokens per block, 0 before the first

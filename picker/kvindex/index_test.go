@@ -108,7 +108,7 @@ func TestLookup(t *testing.T) {
 			for id := uint32(1); id <= 2; id++ {
 				ix.Apply(id, tc.events[id])
 			}
-			got, _ := ix.Lookup(tc.tokens, tc.adapter, nil)
+			got, _ := ix.Lookup(tc.tokens, tc.adapter, "", nil)
 			if len(got) == 0 {
 				got = nil
 			}
@@ -128,7 +128,7 @@ func TestRemoveForgetsAWorkerAndItsCounts(t *testing.T) {
 		t.Fatalf("Held(1) = %d, want 4", got)
 	}
 	ix.Remove(1)
-	got, blocks := ix.Lookup(a, "sql", nil)
+	got, blocks := ix.Lookup(a, "sql", "", nil)
 	if diff := cmp.Diff([]Hold{{Worker: 2, Blocks: 4}}, got); diff != "" || blocks != 4 {
 		t.Errorf("after Remove(1): blocks %d, holds (-want +got):\n%s", blocks, diff)
 	}
@@ -155,5 +155,43 @@ func TestMalformedAndFullStoresAreDropped(t *testing.T) {
 	n, dropped := ix.Stats()
 	if diff := cmp.Diff(Dropped{Malformed: 2, Full: 1}, dropped); diff != "" || n != 3 {
 		t.Errorf("blocks %d (want 3), dropped (-want +got):\n%s", n, diff)
+	}
+}
+
+// TestSaltedPromptsAreKeptApart: a server that keys a salted prompt's first
+// block by its salt (extra keys) holds it apart from the same tokens without
+// a salt or under another, as vLLM's cache does; the blocks after the first
+// chain from the salted one.
+func TestSaltedPromptsAreKeptApart(t *testing.T) {
+	ix := New(0)
+	a := prompt(1, 4, -1)
+	ix.Apply(1, []kvevents.Event{stored(1, a, 0, 4, "")})
+	if ix.SaltKeyed() {
+		t.Fatal("SaltKeyed before any block came with extra keys")
+	}
+	salted := stored(2, a, 0, 2, "sql")
+	salted.Extra = []kvevents.ExtraKeys{kvevents.SaltKeys("tenant-a")}
+	ix.Apply(2, []kvevents.Event{salted, stored(2, a, 2, 4, "sql")})
+	plain := stored(3, a, 0, 4, "")
+	plain.Extra = []kvevents.ExtraKeys{{Block: 1, N: 1, Raw: kvevents.SaltKeys("image").Raw}}
+	ix.Apply(3, []kvevents.Event{plain})
+	if !ix.SaltKeyed() {
+		t.Fatal("not SaltKeyed after a salted block was stored")
+	}
+	cases := []struct {
+		adapter, salt string
+		want          []Hold
+	}{
+		{"", "", []Hold{{Worker: 1, Blocks: 4}, {Worker: 3, Blocks: 1}}}, // worker 3's second block has other keys
+		{"sql", "tenant-a", []Hold{{Worker: 2, Blocks: 4}}},
+		{"sql", "tenant-b", nil},
+		{"", "tenant-a", nil},
+		{"sql", "", nil},
+	}
+	for _, tc := range cases {
+		got, _ := ix.Lookup(a, tc.adapter, tc.salt, nil)
+		if diff := cmp.Diff(tc.want, sorted(got)); diff != "" {
+			t.Errorf("adapter %q salt %q: holds (-want +got):\n%s", tc.adapter, tc.salt, diff)
+		}
 	}
 }

@@ -86,10 +86,15 @@ func (l *Locator) Calls() (calls, failed, skipped int64) {
 // Locate fills dst with the servers' account of the parsed request's prompt,
 // for the model the request names (after any rewrite). It reports false,
 // leaving dst alone, when it cannot tell: a request other than a chat or a
-// single-prompt completion, a salted prompt (the index does not key salts),
-// no events yet, or a /tokenize call that failed.
+// single-prompt completion, a salted prompt while the servers' events have
+// not shown that they key blocks by salt (SaltKeyed), no events yet, or a
+// /tokenize call that failed.
 func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, dst *policy.Shared) (bool, error) {
-	if len(r.Input) == 0 || len(r.CacheSalt) > 0 || l.index.BlockSize() == 0 {
+	if len(r.Input) == 0 || l.index.BlockSize() == 0 {
+		return false, nil
+	}
+	salt, ok := cacheSalt(r.CacheSalt)
+	if !ok || salt != "" && !l.index.SaltKeyed() {
 		return false, nil
 	}
 	var field string
@@ -131,7 +136,7 @@ func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, d
 	if l.index.Adapter(model) {
 		adapter = model
 	}
-	holds, blocks := l.index.Lookup(tokens, adapter, b.holds)
+	holds, blocks := l.index.Lookup(tokens, adapter, salt, b.holds)
 	b.holds = holds
 	dst.Holds = dst.Holds[:0]
 	for _, h := range holds {
@@ -192,6 +197,17 @@ func (l *Locator) record(w *registry.Worker, ok bool) {
 	if f.n >= breakAfter {
 		f.until = l.now().Add(min(minPause<<(f.n-breakAfter), maxPause))
 	}
+}
+
+// cacheSalt returns the salt a request's raw cache_salt string stands for
+// (its JSON escapes undone), and false when the escapes do not decode.
+func cacheSalt(raw []byte) (string, bool) {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw), true
+	}
+	var s string
+	err := json.Unmarshal(append(append([]byte{'"'}, raw...), '"'), &s)
+	return s, err == nil
 }
 
 // writeBody writes the /tokenize request for the prompt: the model and the

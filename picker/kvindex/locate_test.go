@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/inferpick/inferpick/picker/kvevents"
 	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
@@ -133,5 +135,47 @@ func TestLocatorLeavesOutAFailingServer(t *testing.T) {
 	calls, failed, skipped := l.Calls()
 	if failed != breakAfter+1+2*breakAfter || skipped != 12-2*breakAfter {
 		t.Errorf("calls %d, failed %d, skipped %d: want %d failed and %d skipped", calls, failed, skipped, breakAfter+1+2*breakAfter, 12-2*breakAfter)
+	}
+}
+
+// TestLocatorLooksUpSaltedPrompts: a salted prompt is looked up only once
+// the servers' events have shown that they key blocks by salt; then it is
+// found where it was stored under its salt (escapes in the request's JSON
+// undone), and not under another.
+func TestLocatorLooksUpSaltedPrompts(t *testing.T) {
+	tokens := prompt(1, 4, -1)
+	tk := startTokenizer(t, tokens)
+	reg := registry.New()
+	w1 := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "a", Port: 1}, Name: "a", Address: tk.addr})
+	w2 := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "b", Port: 1}, Name: "b", Address: tk.addr})
+	ix := New(0)
+	ix.Apply(w1.ID(), []kvevents.Event{stored(1, tokens, 0, 4, "")})
+	l := NewLocator(ix, reg, time.Second)
+	locate := func(salt string) (bool, []policy.SharedHold) {
+		t.Helper()
+		var r openai.Request
+		body := `{"model":"m","cache_salt":` + salt + `,"messages":[{"role":"user","content":"hi"}]}`
+		if err := openai.Parse(openai.ChatCompletions, []byte(body), &r); err != nil {
+			t.Fatal(err)
+		}
+		var sh policy.Shared
+		found, err := l.Locate(context.Background(), "m", &r, &sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return found, sh.Holds
+	}
+	if found, _ := locate(`"tenant-a"`); found {
+		t.Error("a salted prompt was looked up before the servers keyed any block by salt")
+	}
+	salted := stored(2, tokens, 0, 4, "")
+	salted.Extra = []kvevents.ExtraKeys{kvevents.SaltKeys(`tenant "a"`)}
+	ix.Apply(w2.ID(), []kvevents.Event{salted})
+	found, holds := locate(`"tenant \"a\""`)
+	if want := []policy.SharedHold{{Worker: w2.ID(), Share: 1}}; !found || !cmp.Equal(holds, want) {
+		t.Errorf("salted lookup: found %v, holds %+v; want %+v", found, holds, want)
+	}
+	if found, holds := locate(`"tenant-b"`); !found || len(holds) != 0 {
+		t.Errorf("another salt: found %v, holds %+v; want a lookup finding none", found, holds)
 	}
 }

@@ -1,5 +1,7 @@
 package kvindex
 
+import "github.com/inferpick/inferpick/picker/kvevents"
+
 // Hold is how much of a prompt one worker's cache holds: its first Blocks
 // full blocks.
 type Hold struct {
@@ -10,9 +12,10 @@ type Hold struct {
 // Lookup returns the workers whose caches hold a leading run of the prompt's
 // blocks, and the prompt's full blocks. tokens are the prompt's token ids as
 // the model server gives them; adapter is the LoRA adapter the request names
-// ("" for the base model). The holds are appended to dst[:0], longest first
-// is not guaranteed.
-func (ix *Index) Lookup(tokens []uint32, adapter string, dst []Hold) (holds []Hold, blocks int) {
+// ("" for the base model) and salt the request's cache salt ("" for none),
+// which vLLM keys the prompt's first block by. The holds are appended to
+// dst[:0], longest first is not guaranteed.
+func (ix *Index) Lookup(tokens []uint32, adapter, salt string, dst []Hold) (holds []Hold, blocks int) {
 	dst = dst[:0]
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
@@ -22,8 +25,15 @@ func (ix *Index) Lookup(tokens []uint32, adapter string, dst []Hold) (holds []Ho
 	}
 	blocks = len(tokens) / bs
 	key := seed(adapter)
+	var salted uint64
+	if salt != "" {
+		salted = kvevents.SaltKeys(salt).Hash()
+	}
 	for i := range blocks {
 		key = chain(key, tokens[i*bs:(i+1)*bs])
+		if i == 0 && salt != "" {
+			key = mix(key, salted)
+		}
 		hs := ix.holders[key]
 		if i == 0 {
 			for _, h := range hs {

@@ -76,7 +76,7 @@ func TestSubscriberFollowsEachRankOnItsPort(t *testing.T) {
 		})
 	}
 	for rank, tokens := range prompts {
-		got, _ := ix.Lookup(tokens, "", nil)
+		got, _ := ix.Lookup(tokens, "", "", nil)
 		want := []Hold{{Worker: byRank[rank].ID(), Blocks: 4}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("rank %d's prompt: holders (-want +got):\n%s", rank, diff)

@@ -16,8 +16,10 @@ import (
 // the pods' KV-cache events. A long prompt sent through the first picker
 // is cached on the pod it chose; the same prompt sent through the second,
 // which never routed it, must land on a pod that holds it: the server
-// reports the prompt cached. With six prompts, a picker guessing among four
-// pods would be right for all six about once in 4,096 runs.
+// reports the prompt cached. Every other prompt carries a cache salt, which
+// the servers key its blocks by and publish with them. With six prompts, a
+// picker guessing among four pods would be right for all six about once in
+// 4,096 runs.
 func TestReplicasFindPromptsOthersPlaced(t *testing.T) {
 	hosts := []string{"127.0.0.110", "127.0.0.111", "127.0.0.112", "127.0.0.113"}
 	port := freePortOn(t, hosts...)
@@ -53,8 +55,12 @@ func TestReplicasFindPromptsOthersPlaced(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
 	for i := range 6 {
 		prompt := randomPrompt(r, 400) // about 5 KB: 80 blocks of the simulator's 16 tokens
+		salt := ""
+		if i%2 == 1 {
+			salt = fmt.Sprintf("tenant-%d", i)
+		}
 		before := kvBlocks(t, pickers[1])
-		first := cachedTokens(t, gws[0], prompt)
+		first := cachedTokens(t, gws[0], prompt, salt)
 		if first != 0 {
 			t.Fatalf("prompt %d: %d tokens cached on its first request, want none", i, first)
 		}
@@ -65,9 +71,9 @@ func TestReplicasFindPromptsOthersPlaced(t *testing.T) {
 			}
 			return nil
 		})
-		again := cachedTokens(t, gws[1], prompt)
+		again := cachedTokens(t, gws[1], prompt, salt)
 		if least := 70 * 16; again < least {
-			t.Errorf("prompt %d through the other picker: %d tokens cached, want at least %d (the pod the first picker chose)", i, again, least)
+			t.Errorf("prompt %d (salt %q) through the other picker: %d tokens cached, want at least %d (the pod the first picker chose)", i, salt, again, least)
 		}
 	}
 	m, err := pickers[1].Metrics()
@@ -90,11 +96,16 @@ func kvBlocks(t *testing.T, p *picker) float64 {
 	return m.Sum("inferpick_kv_events_blocks")
 }
 
-// cachedTokens sends a completion of prompt through g and returns the
-// prompt tokens the server found cached.
-func cachedTokens(t *testing.T, g *gw, prompt string) int {
+// cachedTokens sends a completion of prompt (with the cache salt, unless
+// "") through g and returns the prompt tokens the server found cached.
+func cachedTokens(t *testing.T, g *gw, prompt, salt string) int {
 	t.Helper()
-	code, body, err := g.Complete(t.Context(), completion(prompt, 1, false))
+	req := completion(prompt, 1, false)
+	if salt != "" {
+		s, _ := json.Marshal(salt) // a string always marshals
+		req = append(append([]byte(`{"cache_salt":`), s...), append([]byte{','}, req[1:]...)...)
+	}
+	code, body, err := g.Complete(t.Context(), req)
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("completion: %d %v %.200s", code, err, body)
 	}

@@ -80,9 +80,9 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Sequence, error) {
 	}
 	bs := e.cfg.BlockSize
 	hashes := kvcache.BlockHashes(req.Prompt, bs)
-	if req.LoRA != "" {
-		// An adapter's KV blocks are its own, as vLLM keys them.
-		h := loraSalt(req.LoRA)
+	// An adapter's KV blocks are its own, and so are a salt's, as vLLM keys
+	// them.
+	for _, h := range []uint64{saltOf("lora:", req.LoRA), saltOf("salt:", req.CacheSalt)} {
 		for i := range hashes {
 			hashes[i] ^= h
 		}
@@ -101,6 +101,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Sequence, error) {
 		anonymous:    blocks - len(hashes),
 		maxTokens:    req.MaxTokens,
 		lora:         req.LoRA,
+		salt:         req.CacheSalt,
 	}
 	if s.notify == nil {
 		s.notify = make(chan struct{}, 1)

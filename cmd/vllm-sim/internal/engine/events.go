@@ -47,6 +47,9 @@ func (l *eventLog) Stored(hashes []uint64, from, to int) {
 	if s.lora != "" {
 		ev.LoraName, ev.LoraID, ev.HasLora = s.lora, e.loraID(s.lora), true
 	}
+	if s.salt != "" && from == 0 {
+		ev.Extra = []kvevents.ExtraKeys{kvevents.SaltKeys(s.salt)}
+	}
 	e.events = append(e.events, ev)
 }
 

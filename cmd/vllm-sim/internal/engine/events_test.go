@@ -139,3 +139,42 @@ func TestStoredEventsNameTheAdapter(t *testing.T) {
 		}
 	}
 }
+
+// A cache salt keeps a prompt's blocks apart from the same prompt without
+// it or under another, and its first stored run carries the salt as the
+// first block's extra keys (after the adapter's name, on the wire), as vLLM
+// publishes them; the runs after it chain from there and carry none.
+func TestSaltedPromptsAreCachedApartAndSaySo(t *testing.T) {
+	e, ch := startWithEvents(t, loraConfig(2, 2), &WallPacer{})
+	prompt := strings.Repeat("p", 32) // 2 blocks of 4 tokens
+	submitSalted := func(lora, salt, prompt string) Status {
+		t.Helper()
+		s, err := e.Submit(t.Context(), Request{Prompt: prompt, MaxTokens: 1, LoRA: lora, CacheSalt: salt})
+		if err != nil {
+			t.Fatalf("Submit: %v", err)
+		}
+		return waitDone(t, s)
+	}
+	for _, step := range []struct {
+		lora, salt, prompt string
+		wantCached         int
+		wantExtra          []kvevents.ExtraKeys
+	}{
+		{"", "tenant-a", prompt, 0, []kvevents.ExtraKeys{kvevents.SaltKeys("tenant-a")}},
+		{"", "", prompt, 0, nil},
+		{"", "tenant-b", prompt, 0, []kvevents.ExtraKeys{kvevents.SaltKeys("tenant-b")}},
+		{"x", "tenant-a", prompt, 0, []kvevents.ExtraKeys{kvevents.SaltKeys("tenant-a")}},
+		{"", "tenant-a", prompt + strings.Repeat("q", 16), 8, nil}, // extends the first: only the new block is stored
+	} {
+		if st := submitSalted(step.lora, step.salt, step.prompt); st.CachedTokens != step.wantCached {
+			t.Errorf("adapter %q salt %q: %d tokens cached, want %d", step.lora, step.salt, st.CachedTokens, step.wantCached)
+		}
+		evs := nextBatch(t, ch)
+		if len(evs) != 1 || evs[0].Kind != kvevents.BlockStored {
+			t.Fatalf("adapter %q salt %q: events %+v, want one BlockStored", step.lora, step.salt, evs)
+		}
+		if diff := cmp.Diff(step.wantExtra, evs[0].Extra, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("adapter %q salt %q: extra keys (-want +got):\n%s", step.lora, step.salt, diff)
+		}
+	}
+}

@@ -112,12 +112,18 @@ func distinctAdapters(seqs []*Sequence) []string {
 	return out
 }
 
-// loraSalt is mixed into every block hash of a sequence with an adapter.
-func loraSalt(name string) uint64 {
+// saltOf is mixed into every block hash of a sequence with an adapter or a
+// cache salt named name (kind keeps the two apart); 0 for an empty name.
+func saltOf(kind, name string) uint64 {
+	if name == "" {
+		return 0
+	}
 	h := uint64(14695981039346656037)
-	for i := 0; i < len(name); i++ {
-		h ^= uint64(name[i])
-		h *= 1099511628211
+	for _, s := range []string{kind, name} {
+		for i := 0; i < len(s); i++ {
+			h ^= uint64(s[i])
+			h *= 1099511628211
+		}
 	}
 	return h | 1
 }

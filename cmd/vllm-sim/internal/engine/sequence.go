@@ -25,6 +25,10 @@ type Request struct {
 	// LoRA names the adapter the sequence runs with; empty for the base
 	// model. Adapters load on demand (Config.LoRALoadCost).
 	LoRA string
+	// CacheSalt, when set, keeps the sequence's blocks apart from those of
+	// sequences with another salt or none, as vLLM keys a prompt's first
+	// block (and through it the rest) by its cache_salt.
+	CacheSalt string
 	// Notify, if set, receives a value (without blocking; give it a buffer)
 	// whenever the sequence makes progress. Several sequences may share it.
 	Notify chan struct{}
@@ -58,6 +62,7 @@ type Sequence struct {
 	anonymous    int // KV blocks needed beyond the hashed prompt blocks
 	maxTokens    int
 	lora         string
+	salt         string
 
 	// Guarded by e.mu.
 	phase      phase

@@ -26,6 +26,9 @@ type Common struct {
 	MaxCompletionTokens *int           `json:"max_completion_tokens,omitempty"`
 	Stream              bool           `json:"stream"`
 	StreamOptions       *StreamOptions `json:"stream_options,omitempty"`
+	// CacheSalt keeps the request's cached blocks apart from those of
+	// requests with another salt or none (vLLM's cache_salt).
+	CacheSalt *string `json:"cache_salt,omitempty"`
 }
 
 // RequestedMaxTokens returns max_completion_tokens, else max_tokens, else 0
@@ -46,6 +49,9 @@ func (c *Common) IncludeUsage() bool {
 }
 
 func (c *Common) validate() error {
+	if c.CacheSalt != nil && *c.CacheSalt == "" {
+		return fmt.Errorf("%w: cache_salt, when given, must not be empty", ErrBadRequest)
+	}
 	for name, v := range map[string]*int{"max_tokens": c.MaxTokens, "max_completion_tokens": c.MaxCompletionTokens} {
 		if v != nil && *v < 1 {
 			return fmt.Errorf("%w: %s must be at least 1, got %d", ErrBadRequest, name, *v)

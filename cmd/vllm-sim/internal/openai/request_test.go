@@ -32,6 +32,8 @@ func TestParseCompletion(t *testing.T) {
 		"missing prompt":     {body: `{"model":"m"}`, wantErr: true},
 		"empty prompt":       {body: `{"prompt":""}`, wantErr: true},
 		"zero max tokens":    {body: `{"prompt":"x","max_tokens":0}`, wantErr: true},
+		"salted":             {body: `{"prompt":"x","cache_salt":"tenant-a"}`, wantPrompt: Prompt{"x"}},
+		"empty salt":         {body: `{"prompt":"x","cache_salt":""}`, wantErr: true},
 		"not json":           {body: `{"prompt":`, wantErr: true},
 	}
 	for name, tc := range cases {

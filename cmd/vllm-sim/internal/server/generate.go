@@ -17,6 +17,7 @@ type job struct {
 	chat         bool
 	model        string // echoed in responses
 	lora         string // adapter to run with; empty for the base model
+	salt         string // cache_salt; empty for none
 	prompts      []string
 	maxTokens    int
 	stream       bool
@@ -52,6 +53,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) newJob(chat bool, c *openai.Common, prompts []string) job {
+	salt := ""
+	if c.CacheSalt != nil {
+		salt = *c.CacheSalt
+	}
 	limit := c.RequestedMaxTokens()
 	if limit == 0 {
 		limit = s.cfg.DefaultMaxTokens
@@ -63,6 +68,7 @@ func (s *Server) newJob(chat bool, c *openai.Common, prompts []string) job {
 		maxTokens:    min(limit, s.cfg.MaxTokensCap),
 		stream:       c.Stream,
 		includeUsage: c.IncludeUsage(),
+		salt:         salt,
 	}
 }
 
@@ -135,7 +141,7 @@ func (s *Server) start(ctx context.Context, j job) (*run, error) {
 		sent:    make([]int, len(j.prompts)),
 	}
 	for _, p := range j.prompts {
-		seq, err := s.cfg.Engine.Submit(ctx, engine.Request{Prompt: p, MaxTokens: j.maxTokens, LoRA: j.lora, Notify: rn.notify})
+		seq, err := s.cfg.Engine.Submit(ctx, engine.Request{Prompt: p, MaxTokens: j.maxTokens, LoRA: j.lora, CacheSalt: j.salt, Notify: rn.notify})
 		if err != nil {
 			rn.abort()
 			return nil, fmt.Errorf("submit: %w", err)
