@@ -43,9 +43,9 @@ var explanations = map[string]string{
 		"0.574 s and 0.589 s at 2 and 16 sequences, where cache-aware in the same run reached 0.67 and 0.540 s and " +
 		"0.547 s (at 1 ms, 2 sequences: 2.400 s against 2.110 s). Multi-turn meets the ratio in these cells.",
 	"matrix: cache-aware no-sharing": "with nothing shared cache-aware ranks by load as least-load does; the gaps " +
-		"are of the size of the run-to-run spread of a 120-request p90 on this machine. The cell that misses in the " +
-		"report of 2026-12-05 12:10 (0.3 ms a token, 10 prompts, 64 sequences: 0.193 s against 0.180 s) came out at " +
-		"0.182 s against 0.186 s when run again right after it (three runs of each).",
+		"are of the size of the run-to-run spread of a 120-request p90 on this machine (column runs and the ranges " +
+		"in parentheses). Such a cell runs seven times when its medians lie within 10%; next, run it again with " +
+		"`go run ./test/bench -only matrix -cells <cell> -workloads no-sharing -policies cache-aware,least-load`.",
 	"3 replicas:": "the p90 of 288 requests is the 260th, and a prompt's first request takes a whole prefill (0.63–0.68 s " +
 		"alone on its pod). One picker leaves 28 requests over 0.3 s (the 16 prompts' first and 12 that queued " +
 		"behind them): its p90 sits one request below that cliff, three replicas' (37–40 requests over 0.3 s in " +
