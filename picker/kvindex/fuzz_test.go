@@ -46,7 +46,7 @@ func FuzzIndex(f *testing.F) {
 		for len(ops) >= 2 {
 			op, arg := ops[0], ops[1]
 			ops = ops[2:]
-			id := uint32(op&1) + 1
+			id, e := uint32(op&1)+1, int(op>>7) // worker 1 or 2, engine 0 or 1
 			switch op >> 1 % 5 {
 			case 0: // store blocks [from, from+n) of prompt p
 				p, from := uint64(arg>>6), int(arg>>3&7)
@@ -55,15 +55,23 @@ func FuzzIndex(f *testing.F) {
 				if p&1 == 1 && from == 0 { // a salted prompt's first run
 					ev.Extra = []kvevents.ExtraKeys{kvevents.SaltKeys("s")}
 				}
-				ix.Apply(id, []kvevents.Event{ev})
+				ix.ApplyEngine(id, e, []kvevents.Event{ev})
 			case 1:
-				ix.Apply(id, []kvevents.Event{removed(uint64(arg>>6)*1000 + uint64(arg&7))})
+				ix.ApplyEngine(id, e, []kvevents.Event{removed(uint64(arg>>6)*1000 + uint64(arg&7))})
 			case 2:
-				ix.Clear(id)
+				if e == 0 {
+					ix.Clear(id)
+				} else {
+					ix.ClearEngine(id, e)
+				}
 			case 3:
-				ix.Remove(id)
+				if e == 0 {
+					ix.Remove(id)
+				} else {
+					ix.RemoveEngine(id, e)
+				}
 			case 4:
-				ix.Apply(id, []kvevents.Event{{Kind: kvevents.AllBlocksCleared}})
+				ix.ApplyEngine(id, e, []kvevents.Event{{Kind: kvevents.AllBlocksCleared}})
 			}
 		}
 		checkHolders(t, ix)
@@ -80,29 +88,40 @@ func FuzzIndex(f *testing.F) {
 
 func checkHolders(t *testing.T, ix *Index) {
 	t.Helper()
-	want := map[uint64]map[uint32]int{}
-	for id, w := range ix.workers {
-		for _, b := range w.keys {
-			if want[b.key] == nil {
-				want[b.key] = map[uint32]int{}
+	want := map[uint64]map[src]int{}
+	for id, es := range ix.workers {
+		live := 0
+		for e, w := range es {
+			if w == nil {
+				continue
 			}
-			want[b.key][id]++
+			live++
+			s := src{id: id, engine: uint32(e)}
+			for _, b := range w.keys {
+				if want[b.key] == nil {
+					want[b.key] = map[src]int{}
+				}
+				want[b.key][s]++
+			}
+			if len(w.keys) > ix.maxPerWorker {
+				t.Fatalf("worker %d engine %d holds %d blocks, over its bound %d", id, e, len(w.keys), ix.maxPerWorker)
+			}
 		}
-		if len(w.keys) > ix.maxPerWorker {
-			t.Fatalf("worker %d holds %d blocks, over its bound %d", id, len(w.keys), ix.maxPerWorker)
+		if live == 0 {
+			t.Fatalf("worker %d kept with no engine", id)
 		}
 	}
-	got := map[uint64]map[uint32]int{}
+	got := map[uint64]map[src]int{}
 	for k, hs := range ix.holders {
-		got[k] = map[uint32]int{}
+		got[k] = map[src]int{}
 		for _, h := range hs {
-			if got[k][h.id] != 0 || h.n == 0 {
-				t.Fatalf("worker %d listed twice or with no block for key %x", h.id, k)
+			if got[k][h.src] != 0 || h.n == 0 {
+				t.Fatalf("engine %+v listed twice or with no block for key %x", h.src, k)
 			}
-			got[k][h.id] = int(h.n)
+			got[k][h.src] = int(h.n)
 		}
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Fatalf("holders (-from workers' blocks +index):\n%s", diff)
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(src{})); diff != "" {
+		t.Fatalf("holders (-from engines' blocks +index):\n%s", diff)
 	}
 }

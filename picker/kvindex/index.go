@@ -32,26 +32,35 @@ type Index struct {
 	maxPerWorker int
 
 	mu        sync.RWMutex
-	blockSize int                 // tokens per block, set by the first stored event
-	holders   map[uint64][]holder // block key -> workers holding it
-	workers   map[uint32]*worker
-	adapters  map[string]int // adapter name -> workers' blocks stored under it
-	extraKeys bool           // a stored block came with extra keys (SaltKeyed)
+	blockSize int                  // tokens per block, set by the first stored event
+	holders   map[uint64][]holder  // block key -> engines holding it
+	workers   map[uint32][]*engine // worker -> its engines' blocks, by engine (nil: not followed)
+	adapters  map[string]int       // adapter name -> workers' blocks stored under it
+	extraKeys bool                 // a stored block came with extra keys (SaltKeyed)
 	dropped   Dropped
 }
 
-// worker is one worker's blocks: the server's hash of each, mapped to the
-// index's key, and the adapter it was stored under.
-type worker struct {
+// engine is the blocks of one engine of a worker: the server's hash of
+// each, mapped to the index's key, and the adapter it was stored under. A
+// worker has one engine, or several when its server fronts data-parallel
+// engines behind one port (vLLM's internal load balancer), each publishing
+// events of its own; their hashes may coincide, so each keeps its own.
+type engine struct {
 	keys map[uint64]held
 }
 
-// holder is a worker holding a block key under n of its server's hashes
+// src names an engine: the worker and the engine's number.
+type src struct {
+	id     uint32
+	engine uint32
+}
+
+// holder is an engine holding a block key under n of its server's hashes
 // (one, unless two of its blocks have the same tokens after the same
 // parent).
 type holder struct {
-	id uint32
-	n  uint32
+	src
+	n uint32
 }
 
 type held struct {
@@ -80,35 +89,56 @@ func New(maxPerWorker int) *Index {
 	return &Index{
 		maxPerWorker: maxPerWorker,
 		holders:      map[uint64][]holder{},
-		workers:      map[uint32]*worker{},
+		workers:      map[uint32][]*engine{},
 		adapters:     map[string]int{},
 	}
 }
 
-// Apply applies one batch of a worker's events in order.
-func (ix *Index) Apply(id uint32, events []kvevents.Event) {
+// MaxEngines bounds the engines of one worker the index follows.
+const MaxEngines = 64
+
+// Apply applies one batch of a worker's events in order: those of its
+// server's only (or first) engine.
+func (ix *Index) Apply(id uint32, events []kvevents.Event) { ix.ApplyEngine(id, 0, events) }
+
+// ApplyEngine applies one batch of the events of engine e (in [0,
+// MaxEngines)) of a worker whose server fronts several.
+func (ix *Index) ApplyEngine(id uint32, e int, events []kvevents.Event) {
+	if e < 0 || e >= MaxEngines {
+		return
+	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	w := ix.workers[id]
-	if w == nil {
-		w = &worker{keys: map[uint64]held{}}
-		ix.workers[id] = w
-	}
+	s := src{id: id, engine: uint32(e)}
+	w := ix.engineLocked(s)
 	for i := range events {
 		switch ev := &events[i]; ev.Kind {
 		case kvevents.BlockStored:
-			ix.stored(id, w, ev)
+			ix.stored(s, w, ev)
 		case kvevents.BlockRemoved:
 			for _, h := range ev.Hashes {
-				ix.removed(id, w, h)
+				ix.removed(s, w, h)
 			}
 		case kvevents.AllBlocksCleared:
-			ix.clearLocked(id, w)
+			ix.clearLocked(s, w)
 		}
 	}
 }
 
-func (ix *Index) stored(id uint32, w *worker, ev *kvevents.Event) {
+// engineLocked returns the engine's blocks, made empty when new.
+func (ix *Index) engineLocked(s src) *engine {
+	es := ix.workers[s.id]
+	for len(es) <= int(s.engine) {
+		es = append(es, nil)
+	}
+	if es[s.engine] == nil {
+		es[s.engine] = &engine{keys: map[uint64]held{}}
+	}
+	ix.workers[s.id] = es
+	return es[s.engine]
+}
+
+func (ix *Index) stored(id src, w *engine, ev *kvevents.Event) {
 	bs := ev.BlockSize
 	if ix.blockSize == 0 && bs > 0 {
 		ix.blockSize = bs
@@ -151,8 +181,8 @@ func (ix *Index) stored(id uint32, w *worker, ev *kvevents.Event) {
 	}
 }
 
-// removed forgets that the worker holds the block the server names h.
-func (ix *Index) removed(id uint32, w *worker, h uint64) {
+// removed forgets that the engine holds the block the server names h.
+func (ix *Index) removed(id src, w *engine, h uint64) {
 	b, ok := w.keys[h]
 	if !ok {
 		return
@@ -161,23 +191,23 @@ func (ix *Index) removed(id uint32, w *worker, h uint64) {
 	ix.drop(id, b)
 }
 
-// hold adds the worker to the key's holders.
-func (ix *Index) hold(id uint32, key uint64) {
+// hold adds the engine to the key's holders.
+func (ix *Index) hold(id src, key uint64) {
 	hs := ix.holders[key]
 	for i := range hs {
-		if hs[i].id == id {
+		if hs[i].src == id {
 			hs[i].n++
 			return
 		}
 	}
-	ix.holders[key] = append(hs, holder{id: id, n: 1})
+	ix.holders[key] = append(hs, holder{src: id, n: 1})
 }
 
-// drop takes one of the worker's blocks off the key's holders.
-func (ix *Index) drop(id uint32, b held) {
+// drop takes one of the engine's blocks off the key's holders.
+func (ix *Index) drop(id src, b held) {
 	hs := ix.holders[b.key]
 	for i := range hs {
-		if hs[i].id != id {
+		if hs[i].src != id {
 			continue
 		}
 		hs[i].n--
@@ -198,27 +228,61 @@ func (ix *Index) drop(id uint32, b held) {
 	}
 }
 
-// Clear forgets everything the worker holds, as when its events were
-// interrupted: what it evicted meanwhile is unknown.
+// Clear forgets everything the worker's engines hold.
 func (ix *Index) Clear(id uint32) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if w := ix.workers[id]; w != nil {
-		ix.clearLocked(id, w)
+	for e, w := range ix.workers[id] {
+		if w != nil {
+			ix.clearLocked(src{id: id, engine: uint32(e)}, w)
+		}
 	}
+}
+
+// ClearEngine forgets everything engine e of the worker holds, as when its
+// events were interrupted: what it evicted meanwhile is unknown. The engine
+// stays followed.
+func (ix *Index) ClearEngine(id uint32, e int) {
+	if e < 0 || e >= MaxEngines {
+		return
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.clearLocked(src{id: id, engine: uint32(e)}, ix.engineLocked(src{id: id, engine: uint32(e)}))
 }
 
 // Remove forgets the worker.
 func (ix *Index) Remove(id uint32) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if w := ix.workers[id]; w != nil {
-		ix.clearLocked(id, w)
-		delete(ix.workers, id)
+	for e, w := range ix.workers[id] {
+		if w != nil {
+			ix.clearLocked(src{id: id, engine: uint32(e)}, w)
+		}
 	}
+	delete(ix.workers, id)
 }
 
-func (ix *Index) clearLocked(id uint32, w *worker) {
+// RemoveEngine forgets engine e of the worker, and the worker with its last
+// engine.
+func (ix *Index) RemoveEngine(id uint32, e int) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	es := ix.workers[id]
+	if e < 0 || e >= len(es) || es[e] == nil {
+		return
+	}
+	ix.clearLocked(src{id: id, engine: uint32(e)}, es[e])
+	es[e] = nil
+	for _, w := range es {
+		if w != nil {
+			return
+		}
+	}
+	delete(ix.workers, id)
+}
+
+func (ix *Index) clearLocked(id src, w *engine) {
 	for _, b := range w.keys {
 		ix.drop(id, b)
 	}
@@ -226,14 +290,28 @@ func (ix *Index) clearLocked(id uint32, w *worker) {
 }
 
 // Held returns how many blocks the worker's cache holds, as its events
-// tell.
+// tell (over all its engines).
 func (ix *Index) Held(id uint32) int {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	if w := ix.workers[id]; w != nil {
-		return len(w.keys)
+	n := 0
+	for _, w := range ix.workers[id] {
+		if w != nil {
+			n += len(w.keys)
+		}
 	}
-	return 0
+	return n
+}
+
+// enginesLocked returns how many of the worker's engines are followed.
+func (ix *Index) enginesLocked(id uint32) int {
+	n := 0
+	for _, w := range ix.workers[id] {
+		if w != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // SaltKeyed reports whether the servers' events key blocks by their extra
@@ -257,8 +335,12 @@ func (ix *Index) BlockSize() int {
 func (ix *Index) Stats() (blocks int, dropped Dropped) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	for _, w := range ix.workers {
-		blocks += len(w.keys)
+	for _, es := range ix.workers {
+		for _, w := range es {
+			if w != nil {
+				blocks += len(w.keys)
+			}
+		}
 	}
 	return blocks, ix.dropped
 }

@@ -3,7 +3,10 @@ package kvindex
 import "github.com/inferpick/inferpick/picker/kvevents"
 
 // Hold is how much of a prompt one worker's cache holds: its first Blocks
-// full blocks.
+// full blocks. For a worker whose server fronts several data-parallel
+// engines, Blocks is the mean over its engines of the blocks each holds
+// (rounded): its balancer places a request on an engine by load, not by
+// what the engine holds.
 type Hold struct {
 	Worker uint32
 	Blocks int
@@ -23,6 +26,8 @@ func (ix *Index) Lookup(tokens []uint32, adapter, salt string, dst []Hold) (hold
 	if bs == 0 {
 		return dst, 0
 	}
+	var buf [16]run
+	runs := buf[:0]
 	blocks = len(tokens) / bs
 	key := seed(adapter)
 	var salted uint64
@@ -37,18 +42,18 @@ func (ix *Index) Lookup(tokens []uint32, adapter, salt string, dst []Hold) (hold
 		hs := ix.holders[key]
 		if i == 0 {
 			for _, h := range hs {
-				dst = append(dst, Hold{Worker: h.id})
+				runs = append(runs, run{src: h.src})
 			}
 		}
-		// A worker still in the run holds this block or its run ends at i.
+		// An engine still in the run holds this block or its run ends at i.
 		alive := 0
-		for j := range dst {
-			d := &dst[j]
-			if d.Blocks < i {
+		for j := range runs {
+			r := &runs[j]
+			if r.blocks < i {
 				continue // its run ended before
 			}
-			if contains(hs, d.Worker) {
-				d.Blocks = i + 1
+			if contains(hs, r.src) {
+				r.blocks = i + 1
 				alive++
 			}
 		}
@@ -56,7 +61,41 @@ func (ix *Index) Lookup(tokens []uint32, adapter, salt string, dst []Hold) (hold
 			break
 		}
 	}
-	return dst, blocks
+	return ix.perWorker(runs, dst), blocks
+}
+
+// run is the leading blocks of a prompt one engine holds.
+type run struct {
+	src
+	blocks int
+}
+
+// perWorker appends to dst each worker's blocks: its engine's run, or the
+// mean of its engines' runs when it has several.
+func (ix *Index) perWorker(runs []run, dst []Hold) []Hold {
+	for _, r := range runs {
+		if n := ix.enginesLocked(r.id); n > 1 {
+			found := false
+			for j := range dst {
+				if dst[j].Worker == r.id {
+					dst[j].Blocks += r.blocks
+					found = true
+					break
+				}
+			}
+			if !found {
+				dst = append(dst, Hold{Worker: r.id, Blocks: r.blocks})
+			}
+			continue
+		}
+		dst = append(dst, Hold{Worker: r.id, Blocks: r.blocks})
+	}
+	for j := range dst {
+		if n := ix.enginesLocked(dst[j].Worker); n > 1 {
+			dst[j].Blocks = (dst[j].Blocks + n/2) / n
+		}
+	}
+	return dst
 }
 
 // Adapter reports whether blocks were stored under the adapter name: a
@@ -67,9 +106,9 @@ func (ix *Index) Adapter(name string) bool {
 	return ix.adapters[name] > 0
 }
 
-func contains(hs []holder, id uint32) bool {
+func contains(hs []holder, id src) bool {
 	for _, h := range hs {
-		if h.id == id {
+		if h.src == id {
 			return true
 		}
 	}

@@ -20,7 +20,7 @@ func NewCollector(ix *Index, sub *Subscriber, loc *Locator) *Collector {
 	return &Collector{
 		ix: ix, sub: sub, loc: loc,
 		subs: prometheus.NewDesc("inferpick_kv_events_subscriptions",
-			"Model servers whose KV-cache events the picker is subscribed to now.", nil, nil),
+			"Model-server engines whose KV-cache events the picker is subscribed to now (one per server, or one per data-parallel engine behind a server's port).", nil, nil),
 		blocks: prometheus.NewDesc("inferpick_kv_events_blocks",
 			"KV blocks the model servers' events say their caches hold, over all servers.", nil, nil),
 		dropped: prometheus.NewDesc("inferpick_kv_events_dropped_blocks_total",

@@ -19,9 +19,12 @@ import (
 // Subscriber keeps one KV-event subscription to every worker in the
 // registry, on the worker's IP at Port plus the worker's data-parallel rank
 // (vLLM offsets each rank's endpoint port by its rank), and applies the
-// events to Index. A worker's blocks are forgotten whenever its events may
-// have been missed: before each (re)connection, after a gap in its sequence
-// numbers or an undecodable batch, and when it leaves the registry.
+// events to Index. A worker of rank 0 whose server reports several engines
+// behind its port (vLLM's internal load balancer: Metrics.Engines) is also
+// followed on the ports after it, one per engine. An engine's blocks are
+// forgotten whenever its events may have been missed: before each
+// (re)connection, after a gap in its sequence numbers or an undecodable
+// batch, and when the worker leaves the registry.
 type Subscriber struct {
 	Index *Index
 	// Port is where every worker of rank 0 publishes its events (vLLM's
@@ -32,7 +35,10 @@ type Subscriber struct {
 	// Backoff bounds the wait between failed connections: from Backoff/50
 	// doubling up to Backoff. Zero means 5 s.
 	Backoff time.Duration
-	Log     logr.Logger
+	// EngineCheck is how often a rank-0 worker's reported engines are read
+	// to follow more or fewer of them. Zero means 2 s.
+	EngineCheck time.Duration
+	Log         logr.Logger
 
 	connected atomic.Int64
 
@@ -108,41 +114,90 @@ func (s *Subscriber) followLocked(ctx context.Context, w *registry.Worker) {
 		s.Log.Error(nil, "Not following a worker's KV events: its rank's port is past the last", "worker", w.Address(), "port", port)
 		return
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	s.follows[w.ID()] = cancel
+	s.start(ctx, w, 0, port)
+	if w.Endpoint().Rank == 0 {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.engines(ctx, w, port)
+		}()
+	}
+}
+
+// start follows engine e of w on port until ctx ends.
+func (s *Subscriber) start(ctx context.Context, w *registry.Worker, e, port int) {
 	host, _, err := net.SplitHostPort(w.Address())
 	if err != nil {
 		host = w.Address()
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	s.follows[w.ID()] = cancel
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.follow(ctx, w.ID(), net.JoinHostPort(host, strconv.Itoa(port)))
+		s.follow(ctx, w.ID(), e, net.JoinHostPort(host, strconv.Itoa(port)))
 	}()
 }
 
-// follow subscribes to one worker's events until ctx ends, reconnecting
-// with a growing wait after each failure.
-func (s *Subscriber) follow(ctx context.Context, id uint32, addr string) {
-	defer s.Index.Remove(id) // after the last Apply
+// engines follows the engines after the first that w's server reports
+// behind its port, engine e on port base+e, until ctx ends: more as the
+// server reports more, and those past the count it reports stopped and
+// forgotten.
+func (s *Subscriber) engines(ctx context.Context, w *registry.Worker, base int) {
+	every := s.EngineCheck
+	if every <= 0 {
+		every = 2 * time.Second
+	}
+	var stops []context.CancelFunc // stops[e-1] ends engine e's subscription
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		n := 1
+		if m := w.Metrics(); m != nil {
+			n = min(max(m.Engines, 1), MaxEngines, math.MaxUint16-base+1)
+		}
+		for e := len(stops) + 1; e < n; e++ {
+			ectx, stop := context.WithCancel(ctx)
+			stops = append(stops, stop)
+			s.start(ectx, w, e, base+e)
+		}
+		for len(stops) >= n {
+			stops[len(stops)-1]()
+			stops = stops[:len(stops)-1]
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// follow subscribes to the events of engine e of a worker until ctx ends,
+// reconnecting with a growing wait after each failure.
+func (s *Subscriber) follow(ctx context.Context, id uint32, e int, addr string) {
+	defer s.Index.RemoveEngine(id, e) // after the last Apply
 	limit := s.Backoff
 	if limit <= 0 {
 		limit = 5 * time.Second
 	}
 	wait := limit / 50
 	log := s.Log.WithValues("worker", addr)
+	if e > 0 {
+		log = log.WithValues("engine", e)
+	}
 	for ctx.Err() == nil {
 		sub, err := kvevents.DialSub(ctx, addr, []byte(s.Topic))
 		if err == nil {
 			wait = limit / 50
-			s.Index.Clear(id)
+			s.Index.ClearEngine(id, e)
 			stop := context.AfterFunc(ctx, func() { _ = sub.Close() })
 			s.connected.Add(1)
-			err = s.read(id, sub, log)
+			err = s.read(id, e, sub, log)
 			s.connected.Add(-1)
 			stop()
 			_ = sub.Close()
-			s.Index.Clear(id)
+			s.Index.ClearEngine(id, e)
 		}
 		if ctx.Err() != nil {
 			return
@@ -159,8 +214,9 @@ func (s *Subscriber) follow(ctx context.Context, id uint32, addr string) {
 	}
 }
 
-// read applies the subscription's batches until it fails.
-func (s *Subscriber) read(id uint32, sub *kvevents.Sub, log logr.Logger) error {
+// read applies the subscription's batches to engine e of worker id until
+// it fails.
+func (s *Subscriber) read(id uint32, e int, sub *kvevents.Sub, log logr.Logger) error {
 	var (
 		parts [][]byte
 		batch kvevents.Batch
@@ -180,14 +236,14 @@ func (s *Subscriber) read(id uint32, sub *kvevents.Sub, log logr.Logger) error {
 		seq := binary.BigEndian.Uint64(parts[1])
 		if begun && seq != next {
 			log.V(2).Info("KV events missed; forgetting the worker's blocks", "expected", next, "got", seq)
-			s.Index.Clear(id)
+			s.Index.ClearEngine(id, e)
 		}
 		begun, next = true, seq+1
 		if err := kvevents.DecodeBatch(parts[2], &batch); err != nil {
 			log.V(2).Info("KV event batch undecodable; forgetting the worker's blocks", "err", err)
-			s.Index.Clear(id)
+			s.Index.ClearEngine(id, e)
 			continue
 		}
-		s.Index.Apply(id, batch.Events)
+		s.Index.ApplyEngine(id, e, batch.Events)
 	}
 }

@@ -115,3 +115,81 @@ func rankPubs(t *testing.T, host string, n int) ([]*kvevents.Pub, int) {
 	t.Fatalf("no %d consecutive free ports on %s", n, host)
 	return nil, 0
 }
+
+// TestSubscriberFollowsTheEnginesBehindOnePort serves one pod whose server
+// fronts two data-parallel engines behind one API port, as vLLM's internal
+// load balancer does: its metrics label two engines, and engine e publishes
+// on the events port plus e. Both engines are followed for the one worker; a
+// prompt one of them holds counts half, one both hold counts whole. When
+// the server reports one engine again, the second is no longer followed
+// and its blocks are forgotten.
+func TestSubscriberFollowsTheEnginesBehindOnePort(t *testing.T) {
+	const host = "127.0.0.151"
+	pubs, base := rankPubs(t, host, 2)
+
+	reg := registry.New()
+	ix := New(0)
+	sub := &Subscriber{Index: ix, Port: base, Backoff: 100 * time.Millisecond, EngineCheck: 10 * time.Millisecond}
+	reg.AddListener(sub)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sub.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	reg.Update([]registry.Endpoint{{
+		Key: registry.Key{UID: "pod-a", Port: 8000}, Name: "pod-a", Address: netip.MustParseAddrPort(host + ":8000"),
+	}}, nil)
+	w := reg.Workers()[0]
+	w.SetMetrics(&registry.Metrics{Engines: 2})
+
+	one, other, both := prompt(1, 4, -1), prompt(500, 4, -1), prompt(900, 4, -1)
+	for e, p := range pubs {
+		framework.Eventually(t, framework.Timeout, fmt.Sprintf("engine %d's publisher has one subscriber", e), func() error {
+			if n := p.Subscribers(); n != 1 {
+				return fmt.Errorf("%d subscribers", n)
+			}
+			return nil
+		})
+		mine := [][]uint32{one, other}[e]
+		batch := kvevents.Batch{TS: 1, DPRank: e, Events: []kvevents.Event{
+			stored(uint64(e+1), mine, 0, 4, ""), stored(7, both, 0, 4, ""), // the same hashes on both engines
+		}}
+		p.Send([]byte("kv"), binary.BigEndian.AppendUint64(nil, 0), kvevents.AppendBatch(nil, &batch))
+	}
+	framework.Eventually(t, framework.Timeout, "both engines' blocks are held", func() error {
+		if n := ix.Held(w.ID()); n != 16 {
+			return fmt.Errorf("%d blocks held, want 16", n)
+		}
+		return nil
+	})
+	for name, tc := range map[string]struct {
+		tokens []uint32
+		want   []Hold
+	}{
+		"held by engine 0": {one, []Hold{{Worker: w.ID(), Blocks: 2}}},
+		"held by engine 1": {other, []Hold{{Worker: w.ID(), Blocks: 2}}},
+		"held by both":     {both, []Hold{{Worker: w.ID(), Blocks: 4}}},
+	} {
+		got, _ := ix.Lookup(tc.tokens, "", "", nil)
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s: holders (-want +got):\n%s", name, diff)
+		}
+	}
+
+	w.SetMetrics(&registry.Metrics{Engines: 1})
+	framework.Eventually(t, framework.Timeout, "engine 1 is no longer followed and its blocks are forgotten", func() error {
+		if n := pubs[1].Subscribers(); n != 0 {
+			return fmt.Errorf("engine 1's publisher has %d subscribers", n)
+		}
+		if n := ix.Held(w.ID()); n != 8 {
+			return fmt.Errorf("%d blocks held, want engine 0's 8", n)
+		}
+		return nil
+	})
+	if got, _ := ix.Lookup(other, "", "", nil); len(got) != 0 {
+		t.Errorf("engine 1's prompt after it left: holders %+v, want none", got)
+	}
+	if got, _ := ix.Lookup(one, "", "", nil); !cmp.Equal(got, []Hold{{Worker: w.ID(), Blocks: 4}}) {
+		t.Errorf("engine 0's prompt with one engine left: holders %+v, want the whole of it", got)
+	}
+}

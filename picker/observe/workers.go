@@ -20,7 +20,10 @@ type WorkerView struct {
 	Address   string `json:"address"`
 	// Rank is the data-parallel rank of the port (its place in the pool's
 	// target ports); absent for 0.
-	Rank    int   `json:"rank,omitempty"`
+	Rank int `json:"rank,omitempty"`
+	// Engines is how many data-parallel engines the server fronts behind
+	// the port, as its metrics label them; absent for one.
+	Engines int   `json:"engines,omitempty"`
 	Load    int64 `json:"load"`
 	Prefill int64 `json:"prefill"`
 	Decode  int64 `json:"decode"`
@@ -92,6 +95,9 @@ func Snapshot(reg SyncedWorkers, now time.Time) WorkersView {
 			age := now.Sub(m.Scraped).Milliseconds()
 			wv.Waiting, wv.Running, wv.KVUsage, wv.MetricsAgeMS = &waiting, &running, &kv, &age
 			wv.KVBlocks, wv.BlockSize = m.NumGPUBlocks, m.BlockSize
+			if m.Engines > 1 {
+				wv.Engines = m.Engines
+			}
 			if s := m.Served; s != nil {
 				wv.Models = append(wv.Models, s.Bases...)
 				for _, a := range s.Adapters {

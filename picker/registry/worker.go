@@ -52,7 +52,10 @@ type Metrics struct {
 	// Counters are the server's cumulative counters the policies calibrate
 	// their cost model from; 0 means not reported.
 	Counters Counters
-	Scraped  time.Time
+	// Engines is how many data-parallel engines the server behind the
+	// port fronts (vLLM's internal load balancer); 0 or 1 for one.
+	Engines int
+	Scraped time.Time
 	// Own and OwnPrefill are this picker's requests in flight on the
 	// worker (all, and those in prefill) when the page was fetched: the
 	// part of Running + Waiting that is its own.

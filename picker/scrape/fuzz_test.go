@@ -25,6 +25,8 @@ func FuzzParse(f *testing.F) {
 		sglangPage,
 		"vllm:num_requests_waiting{model_name=\"a \\\"b\\\"\"} 2 1700000000000\n",
 		"{\"vllm:num_requests_running\",engine=\"0\"} 3\n",
+		"vllm:num_requests_running{engine=\"0\"} 1\nvllm:num_requests_running{engine=\"1\"} 2\n" +
+			"vllm:num_requests_running{engine=\"63\"} 0\nvllm:num_requests_running{engine=\"64\"} 0\nvllm:num_requests_running{engine=\"-0\"} 0\n",
 		"vllm:num_\"requests_waiting\" 4\n",
 		"vllm:kv_cache_usage_perc NaN\nvllm:gpu_cache_usage_perc +Inf\n",
 		"vllm:lora_requests_info{max_lora=\"1\",running_lora_adapters=\"x,y\",waiting_lora_adapters=\"\"} 5\n",
@@ -188,6 +190,9 @@ func reportFromFamilies(s *Schema, families map[string]*dto.MetricFamily) (*Repo
 				}
 				a.seen[tg.slot] = true
 				noteModel(labels, tg)
+				if e, err := strconv.Atoi(labels["engine"]); tg.field == fieldRunning && err == nil && e < 64 && (e > 0 || labels["engine"] == "0") {
+					a.engines |= 1 << e
+				}
 				switch tg.field {
 				case fieldWaiting, fieldRunning:
 					if !math.IsNaN(v) {

@@ -31,7 +31,7 @@ func TestPresets(t *testing.T) {
 	}{
 		"auto reads vLLM": {
 			kind: Auto, body: llama,
-			want: Report{Waiting: 3, Running: 12, KVUsage: 0.625, BlockSize: 16, NumGPUBlocks: 27911, Models: []string{"meta-llama/Llama-3.1-8B-Instruct"}, Counters: v1Counters(1)},
+			want: Report{Waiting: 3, Running: 12, KVUsage: 0.625, BlockSize: 16, NumGPUBlocks: 27911, Models: []string{"meta-llama/Llama-3.1-8B-Instruct"}, Counters: v1Counters(1), Engines: 1},
 		},
 		"auto reads SGLang with its page size and count": {
 			kind: Auto, body: sglangCachePage,
@@ -152,7 +152,7 @@ func TestScraperPresets(t *testing.T) {
 		want registry.Metrics
 	}{
 		"vllm": {kind: VLLM, page: pageWith(3, 7, 0.25), want: registry.Metrics{Waiting: 3, Running: 7, KVUsage: 0.25, BlockSize: 16, NumGPUBlocks: 27911, Served: bases("m"),
-			Counters: registry.Counters(v1Counters(1))}},
+			Counters: registry.Counters(v1Counters(1)), Engines: 1}},
 		"sglang":       {kind: SGLang, page: sglangCachePage, want: registry.Metrics{Waiting: 2, Running: 5, KVUsage: 0.28, BlockSize: 1, NumGPUBlocks: 215880, Served: bases("Qwen/Qwen2.5-7B-Instruct")}},
 		"trtllm-serve": {kind: TRTLLM, page: trtllmServePage, want: registry.Metrics{Waiting: 2, Running: 6, KVUsage: 0.3125, BlockSize: 32, NumGPUBlocks: 12850, Served: bases("meta-llama/Llama-3.1-8B-Instruct")}},
 		"triton":       {kind: TRTLLM, page: tritonPage, want: registry.Metrics{Waiting: 3, Running: 4, KVUsage: 0.25, BlockSize: 64, NumGPUBlocks: 8000}},

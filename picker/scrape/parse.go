@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +39,10 @@ type Report struct {
 	// read: the served model a vLLM or SGLang server labels its series
 	// with. Nil when no series carries the label.
 	Models []string
+	// Engines is how many data-parallel engines the server fronts: the
+	// distinct values (below 64) of the engine label vLLM puts on each
+	// engine's running-requests series; 0 when the series has no such label.
+	Engines int
 	// Counters are the cumulative counters the cost model calibrates
 	// itself from.
 	Counters Counters
@@ -111,6 +116,7 @@ type accumulator struct {
 	lora      *LoRAInfo
 	loraAt    float64
 	models    modelSet
+	engines   uint64 // bit e: a running-requests sample of engine e
 	malformed int
 }
 
@@ -167,7 +173,7 @@ func (a *accumulator) add(t *target, smp *sample) {
 	a.seen[t.slot] = true
 	if len(smp.labels) > 0 && t.field != fieldCacheInfo {
 		it := labelIter{c: cursor{b: smp.labels}}
-		a.modelNames(&it)
+		a.modelNames(&it, t.field == fieldRunning)
 	}
 	v := smp.value
 	switch t.field {
@@ -195,15 +201,22 @@ func (a *accumulator) add(t *target, smp *sample) {
 	}
 }
 
-// modelNames adds the model_name label of one sample to the set.
-func (a *accumulator) modelNames(it *labelIter) {
+// modelNames adds the model_name label of one sample to the set, and with
+// engines its engine label to the engines seen.
+func (a *accumulator) modelNames(it *labelIter, engines bool) {
 	for {
 		l, ok := it.next()
 		if !ok {
 			return
 		}
-		if l.hasValue && string(l.key) == "model_name" {
+		switch {
+		case !l.hasValue:
+		case string(l.key) == "model_name":
 			a.models.add(l)
+		case engines && string(l.key) == "engine":
+			if e := labelInt(l); e < 64 && (e > 0 || string(l.value) == "0") {
+				a.engines |= 1 << e
+			}
 		}
 	}
 }
@@ -297,6 +310,7 @@ func (a *accumulator) report(s *Schema) (Report, error) {
 	}
 	r.LoRA = a.lora
 	r.Models = a.models.result()
+	r.Engines = bits.OnesCount64(a.engines)
 	counter := func(f field) float64 {
 		if slot, ok := a.first(s, f); ok {
 			return min(a.val[slot], maxCounter)

@@ -56,13 +56,13 @@ func TestParse(t *testing.T) {
 	}{
 		"vllm v1 page": {
 			body: vllmPage(pageSpec{models: []string{"meta-llama/Llama-3.1-8B-Instruct"}, waiting: 3, running: 12, kv: 0.625}),
-			want: Report{Waiting: 3, Running: 12, KVUsage: 0.625, BlockSize: 16, NumGPUBlocks: 27911, Models: []string{"meta-llama/Llama-3.1-8B-Instruct"}, Counters: v1Counters(1)},
+			want: Report{Waiting: 3, Running: 12, KVUsage: 0.625, BlockSize: 16, NumGPUBlocks: 27911, Models: []string{"meta-llama/Llama-3.1-8B-Instruct"}, Counters: v1Counters(1), Engines: 1},
 		},
 		"vllm v1 page with two models is summed and maxed": {
 			body: vllmPage(pageSpec{models: []string{"base", "base-lora"}, waiting: 2, running: 5, kv: 0.5}),
 			// The page generator gives the n-th model n+1 times the counts
 			// and a usage of kv/(n+1).
-			want: Report{Waiting: 2 + 4, Running: 5 + 10, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 27911, Models: []string{"base", "base-lora"}, Counters: v1Counters(2)},
+			want: Report{Waiting: 2 + 4, Running: 5 + 10, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 27911, Models: []string{"base", "base-lora"}, Counters: v1Counters(2), Engines: 1},
 		},
 		"vllm v0 page with the older cache usage name": {
 			body: vllmV0Page,
@@ -76,6 +76,16 @@ func TestParse(t *testing.T) {
 				"vllm:time_per_output_token_seconds_count 25\n",
 			want: Report{Models: []string{"a", "b"}, Counters: Counters{PromptTokens: 30, PrefixQueries: 40, PrefixHits: 10, Prefills: 2,
 				DecodeSeconds: 0.5, DecodeTokens: 25}},
+		},
+		"data-parallel engines behind one port: running summed, engines counted": {
+			body: `vllm:num_requests_running{engine="0",model_name="m"} 2
+vllm:num_requests_running{engine="1",model_name="m"} 3
+vllm:num_requests_running{engine="3",model_name="m"} 0
+vllm:num_requests_waiting{engine="7",model_name="m"} 1
+vllm:num_requests_running{engine="x",model_name="m"} 0
+vllm:num_requests_running{engine="64",model_name="m"} 0
+`,
+			want: Report{Running: 5, Waiting: 1, Engines: 3, Models: []string{"m"}},
 		},
 		"the newer cache usage name wins over the older": {
 			body: "vllm:gpu_cache_usage_perc 0.9\nvllm:kv_cache_usage_perc 0.1\n",

@@ -28,7 +28,7 @@ func TestScraperStoresMetrics(t *testing.T) {
 	// The test server answers /v1/models with the metrics page too, so the
 	// served models are the model_name values of the metrics.
 	want := &registry.Metrics{Waiting: 3, Running: 7, KVUsage: 0.25, BlockSize: 16, NumGPUBlocks: 27911, Served: bases("m"),
-		Counters: registry.Counters(v1Counters(1)), Scraped: clock.Now()}
+		Counters: registry.Counters(v1Counters(1)), Engines: 1, Scraped: clock.Now()}
 	if diff := cmp.Diff(want, w.Metrics()); diff != "" {
 		t.Errorf("Metrics() (-want +got):\n%s", diff)
 	}
