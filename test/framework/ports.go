@@ -67,6 +67,32 @@ func FreePortOn(hosts ...string) (int, error) {
 	return 0, fmt.Errorf("no port free on all of %v", hosts)
 }
 
+// ConsecutivePortsT returns the first of n consecutive ports free on host
+// at the time of the call (a server with several data-parallel engines
+// publishes each engine's events on the port after the one before),
+// failing the test when it finds none.
+func ConsecutivePortsT(t testing.TB, host string, n int) int {
+	t.Helper()
+	for range 50 {
+		first, err := FreePort(host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := first+n-1 <= 65535
+		for p := first + 1; ok && p < first+n; p++ {
+			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+			if ok = err == nil; ok {
+				_ = l.Close()
+			}
+		}
+		if ok {
+			return first
+		}
+	}
+	t.Fatalf("no %d consecutive free ports on %s", n, host)
+	return 0
+}
+
 // FreePortT is FreePortOn failing the test on error.
 func FreePortT(t testing.TB, hosts ...string) int {
 	t.Helper()

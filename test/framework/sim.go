@@ -68,6 +68,9 @@ type SimStats struct {
 	Aborted  int64 `json:"aborted"`
 	Running  int   `json:"running"`
 	Waiting  int   `json:"waiting"`
+	// CachedBlocks is the blocks the prefix caches hold (over the
+	// simulator's engines).
+	CachedBlocks int `json:"cached_blocks"`
 }
 
 // Stats reads the simulator's counters.

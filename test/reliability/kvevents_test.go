@@ -1,14 +1,18 @@
 package reliability
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // TestReplicasFindPromptsOthersPlaced runs two pickers over the same four
@@ -120,4 +124,64 @@ func cachedTokens(t *testing.T, g *gw, prompt, salt string) int {
 		t.Fatalf("completion answer: %v: %.200s", err, body)
 	}
 	return resp.Usage.Details.Cached
+}
+
+// TestPickerFollowsEnginesBehindOnePort serves one pod whose port fronts two
+// data-parallel engines (vllm-sim --data-parallel-size 2, as vLLM's internal
+// balancer does), engine e publishing its KV-cache events on the events port
+// plus e. The picker reads the two engines from the pod's metrics and
+// follows both: a request that reaches the second engine, the first being
+// busy, is in the picker's index as much as one on the first, so the index
+// holds every block both engines cache.
+func TestPickerFollowsEnginesBehindOnePort(t *testing.T) {
+	const host = "127.0.0.114"
+	port := freePortOn(t, host)
+	kvPort := framework.ConsecutivePortsT(t, host, 2)
+	events := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d"}`, kvPort)
+	s := startSim(t, host, port, "--kv-events-config", events, "--data-parallel-size", "2")
+	p := startPicker(t, "--static-endpoints", s.addr, "--kv-events-port", strconv.Itoa(kvPort))
+	p.WaitWorkers(t, 1)
+	g := startGateway(t, p.Addr())
+	eventually(t, 30*time.Second, func() error {
+		m, err := p.Metrics()
+		if err != nil {
+			return err
+		}
+		if n := m.Sum("inferpick_kv_events_subscriptions"); n != 2 {
+			return fmt.Errorf("the picker follows %v engines' events, want 2", n)
+		}
+		return nil
+	})
+
+	// A long request holds the first engine, so the next goes to the second.
+	r := rand.New(rand.NewPCG(3, 5))
+	ctx, cancel := context.WithCancel(t.Context())
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		resp, err := g.Post(ctx, "/v1/completions", completion(randomPrompt(r, 100), 4000, true), nil)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-held })
+	eventually(t, 10*time.Second, func() error {
+		if st, err := s.Stats(); err != nil || st.Running != 1 {
+			return fmt.Errorf("the simulator runs %d requests (%v), want the long one", st.Running, err)
+		}
+		return nil
+	})
+	cachedTokens(t, g, randomPrompt(r, 100), "")
+
+	eventually(t, 10*time.Second, func() error {
+		st, err := s.Stats()
+		if err != nil {
+			return err
+		}
+		if n := kvBlocks(t, p); n != float64(st.CachedBlocks) || st.CachedBlocks == 0 {
+			return fmt.Errorf("the picker's index holds %v blocks, the engines cache %d", n, st.CachedBlocks)
+		}
+		return nil
+	})
 }

@@ -98,22 +98,36 @@ type eventPublisher struct {
 	buf   []byte
 }
 
-// listenEvents binds the PUB socket of c at the endpoint, the host "*"
-// meaning host.
-func listenEvents(c KVEventsConfig, host string) (*eventPublisher, error) {
+// listenEvents binds the PUB sockets of c for n engines: engine 0's at the
+// endpoint, the host "*" meaning host, and engine e's at the port after it
+// plus e, as vLLM offsets each data-parallel rank's endpoint. On failure
+// the sockets already bound are closed.
+func listenEvents(c KVEventsConfig, host string, n int) ([]*eventPublisher, error) {
 	addr, err := c.listenAddr(host)
 	if err != nil {
 		return nil, err
 	}
-	pub, err := kvevents.ListenPub(addr)
-	if err != nil {
-		return nil, fmt.Errorf("KV events: %w", err)
+	var pubs []*eventPublisher
+	for e := range n {
+		if e > 0 {
+			first := pubs[0].pub.Addr().(*net.TCPAddr)
+			addr = net.JoinHostPort(first.IP.String(), strconv.Itoa(first.Port+e))
+		}
+		pub, err := kvevents.ListenPub(addr)
+		if err != nil {
+			for _, p := range pubs {
+				_ = p.close()
+			}
+			return nil, fmt.Errorf("KV events of engine %d: %w", e, err)
+		}
+		pubs = append(pubs, &eventPublisher{pub: pub, topic: []byte(c.Topic), batch: kvevents.Batch{DPRank: e}})
 	}
-	return &eventPublisher{pub: pub, topic: []byte(c.Topic)}, nil
+	return pubs, nil
 }
 
-// publish sends one batch of events, stamped with the wall time, on data
-// parallel rank 0. Send copies the frames, so the buffers are reused.
+// publish sends one batch of events, stamped with the wall time, on the
+// publisher's data-parallel rank. Send copies the frames, so the buffers
+// are reused.
 func (p *eventPublisher) publish(events []kvevents.Event) {
 	p.batch.TS = float64(time.Now().UnixNano()) / 1e9
 	p.batch.Events = events

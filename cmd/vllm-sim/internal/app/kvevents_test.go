@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/kvcache"
 	"github.com/inferpick/inferpick/picker/kvevents"
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 func TestKVEventsConfig(t *testing.T) {
@@ -148,17 +150,29 @@ func parse(t *testing.T, args ...string) *Options {
 // three frames and that the sequence numbers count from 0 without a gap.
 func simWithEvents(t *testing.T, args ...string) (base string, batches <-chan kvevents.Batch) {
 	t.Helper()
+	base, all := simWithEngineEvents(t, args...)
+	return base, all[0]
+}
+
+// simWithEngineEvents is simWithEvents with a channel of batches for each
+// engine (--data-parallel-size).
+func simWithEngineEvents(t *testing.T, args ...string) (base string, batches []<-chan kvevents.Batch) {
+	t.Helper()
 	o := parse(t, append([]string{"--host", "127.0.0.8", "--port", "0", "--model", "m", "--time-scale", "0",
 		"--kv-events-config", `{"enable_kv_cache_events":true,"endpoint":"tcp://*:0","topic":"kv@m"}`}, args...)...)
-	events, err := listenEvents(o.KVEvents, o.Host)
+	events, err := listenEvents(o.KVEvents, o.Host, o.DataParallelSize)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := kvevents.DialSub(t.Context(), events.pub.Addr().String(), []byte("kv@"))
-	if err != nil {
-		t.Fatal(err)
+	var subs []*kvevents.Sub
+	for _, p := range events {
+		sub, err := kvevents.DialSub(t.Context(), p.pub.Addr().String(), []byte("kv@"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitSubscribed(t, p.pub)
+		subs = append(subs, sub)
 	}
-	waitSubscribed(t, events.pub)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	pr, pw := io.Pipe()
@@ -168,13 +182,21 @@ func simWithEvents(t *testing.T, args ...string) (base string, batches <-chan kv
 		_ = serve(ctx, o, pw, events)
 		pw.Close()
 	}()
-	ch, received := receive(t, sub)
+	var received []<-chan struct{}
+	for rank, sub := range subs {
+		ch, done := receive(t, sub, rank)
+		batches, received = append(batches, ch), append(received, done)
+	}
 	t.Cleanup(func() {
 		cancel()
 		<-served
-		_ = events.close()
-		_ = sub.Close()
-		<-received
+		for _, p := range events {
+			_ = p.close()
+		}
+		for i, sub := range subs {
+			_ = sub.Close()
+			<-received[i]
+		}
 	})
 	r := bufio.NewReader(pr)
 	line, err := r.ReadString('\n')
@@ -186,7 +208,7 @@ func simWithEvents(t *testing.T, args ...string) (base string, batches <-chan kv
 		t.Fatalf("announcement %q", line)
 	}
 	go func() { _, _ = io.Copy(io.Discard, r) }()
-	return base, ch
+	return base, batches
 }
 
 // waitSubscribed waits until the publisher has a subscriber.
@@ -206,7 +228,7 @@ func waitSubscribed(t *testing.T, pub *kvevents.Pub) {
 
 // receive decodes sub's messages into batches until sub is closed; done is
 // closed when it stops.
-func receive(t *testing.T, sub *kvevents.Sub) (batches <-chan kvevents.Batch, done <-chan struct{}) {
+func receive(t *testing.T, sub *kvevents.Sub, rank int) (batches <-chan kvevents.Batch, done <-chan struct{}) {
 	ch, stopped := make(chan kvevents.Batch, 1000), make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -228,7 +250,7 @@ func receive(t *testing.T, sub *kvevents.Sub) (batches <-chan kvevents.Batch, do
 				t.Errorf("batch %d: %v", next, err)
 				return
 			}
-			if b.DPRank != 0 || b.TS <= 0 {
+			if b.DPRank != rank || b.TS <= 0 {
 				t.Errorf("batch %d: rank %d, ts %v", next, b.DPRank, b.TS)
 			}
 			select {
@@ -407,4 +429,55 @@ func get(t *testing.T, url string) []byte {
 		t.Fatalf("GET %s: %d %s %v", url, resp.StatusCode, b, err)
 	}
 	return b
+}
+
+// TestDataParallelEnginesShareThePort serves two engines behind one port,
+// as vLLM's --data-parallel-size does: a request arriving while the first
+// engine holds one goes to the second, each engine publishes the blocks it
+// caches on its own events port (the second's is the first's plus one,
+// with its rank in the batches), and every series of the metrics names its
+// engine.
+func TestDataParallelEnginesShareThePort(t *testing.T) {
+	base, batches := simWithEngineEvents(t, "--data-parallel-size", "2", "--time-scale", "1", "--decode-ms-per-token", "200")
+	long, short := strings.Repeat("a", 200), strings.Repeat("b", 200) // 3 blocks of 16 tokens each
+	ctx, cancel := context.WithCancel(t.Context())
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions",
+			strings.NewReader(fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":100,"stream":true}`, long)))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-held })
+
+	running := `vllm:num_requests_running{engine="0",model_name="m"} 1`
+	framework.Eventually(t, framework.Timeout, "the first engine runs the long request", func() error {
+		if !strings.Contains(string(get(t, base+"/metrics")), running) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	post(t, base+"/v1/completions", fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":1}`, short))
+
+	for e, prompt := range []string{long, short} {
+		select {
+		case b := <-batches[e]:
+			if b.DPRank != e || len(b.Events) != 1 || text(b.Events[0].TokenIDs) != prompt[:len(b.Events[0].TokenIDs)*4] ||
+				len(b.Events[0].Hashes) != 3 {
+				t.Errorf("engine %d's first batch: rank %d, events %+v; want rank %d storing the 3 blocks of its prompt", e, b.DPRank, b.Events, e)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("engine %d published nothing within 10 s", e)
+		}
+	}
+	page := string(get(t, base+"/metrics"))
+	for _, want := range []string{running, `vllm:request_success_total{engine="1",finished_reason="length",model_name="m"} 1`,
+		`vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 0`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
 }

@@ -44,6 +44,9 @@ type Options struct {
 	MaxCPULoRAs int
 	LoRALoadMs  float64
 	LoRAModules []server.LoRAModule
+	// DataParallelSize is how many engines serve behind the one port, as
+	// vLLM's --data-parallel-size with its internal load balancer.
+	DataParallelSize int
 }
 
 // NewOptions returns the defaults.
@@ -67,6 +70,7 @@ func NewOptions() *Options {
 		Faults:           faults.None(),
 		MaxLoRAs:         1,
 		LoRALoadMs:       float64(DefaultLoRALoad) / float64(time.Millisecond),
+		DataParallelSize: 1,
 	}
 }
 
@@ -108,6 +112,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 			o.KVEvents, err = parseKVEventsConfig(v)
 			return err
 		})
+	fs.IntVar(&o.DataParallelSize, "data-parallel-size", o.DataParallelSize, "engines behind the one port, each request to the least loaded (waiting x 4 + running); engine e publishes its KV events on the events port plus e and labels its metrics engine=\"e\"")
 	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "tokens per KV block")
 	fs.IntVar(&o.NumGPUBlocks, "num-gpu-blocks", o.NumGPUBlocks, "KV blocks in the pool")
 	fs.IntVar(&o.MaxNumSeqs, "max-num-seqs", o.MaxNumSeqs, "maximum running sequences")
@@ -126,6 +131,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Faults.MetricsDelayMs, "fault-metrics-delay-ms", o.Faults.MetricsDelayMs, "delay every /metrics answer (milliseconds)")
 	fs.BoolVar(&o.Faults.MetricsGarbage, "fault-metrics-garbage", o.Faults.MetricsGarbage, "answer /metrics with text that does not parse")
 }
+
+// maxEngines bounds --data-parallel-size.
+const maxEngines = 64
 
 // Validate reports every invalid option.
 func (o *Options) Validate() error {
@@ -153,6 +161,9 @@ func (o *Options) Validate() error {
 	}
 	if o.TimeScale < 0 || o.PrefillUsPerTok < 0 || o.DecodeMsPerTok < 0 || o.StepOverheadMs < 0 || o.LoRALoadMs < 0 {
 		errs = append(errs, errors.New("times and --time-scale must not be negative"))
+	}
+	if o.DataParallelSize < 1 || o.DataParallelSize > maxEngines {
+		errs = append(errs, fmt.Errorf("--data-parallel-size %d out of range [1, %d]", o.DataParallelSize, maxEngines))
 	}
 	if o.DefaultMaxTokens < 1 || o.MaxTokensCap < 1 {
 		errs = append(errs, errors.New("--default-max-tokens and --max-tokens-cap must be at least 1"))

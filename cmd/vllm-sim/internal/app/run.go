@@ -21,39 +21,50 @@ const shutdownGrace = 5 * time.Second
 
 // Run serves until ctx ends. Once listening it prints
 // "vllm-sim listening on http://HOST:PORT" (the real port) to out, after
-// "vllm-sim KV events on tcp://HOST:PORT" when KV-cache events are on.
+// "vllm-sim KV events on tcp://HOST:PORT" for each engine when KV-cache
+// events are on.
 func Run(ctx context.Context, o *Options, out io.Writer) error {
 	if !o.KVEvents.publishes() {
 		return serve(ctx, o, out, nil)
 	}
-	events, err := listenEvents(o.KVEvents, o.Host)
+	events, err := listenEvents(o.KVEvents, o.Host, max(o.DataParallelSize, 1))
 	if err != nil {
 		return err
 	}
-	defer events.close() // after serve has stopped the engine
-	if _, err := fmt.Fprintf(out, "vllm-sim KV events on tcp://%s\n", events.pub.Addr()); err != nil {
-		return fmt.Errorf("announce: %w", err)
+	defer func() { // after serve has stopped the engines
+		for _, p := range events {
+			_ = p.close()
+		}
+	}()
+	for _, p := range events {
+		if _, err := fmt.Fprintf(out, "vllm-sim KV events on tcp://%s\n", p.pub.Addr()); err != nil {
+			return fmt.Errorf("announce: %w", err)
+		}
 	}
 	return serve(ctx, o, out, events)
 }
 
-// serve runs the engine and the HTTP server until ctx ends, the engine
-// publishing its KV-cache events to events unless that is nil. It returns
-// once the engine has stopped.
-func serve(ctx context.Context, o *Options, out io.Writer, events *eventPublisher) error {
-	engOpts := []engine.Option{engine.WithPacer(&engine.WallPacer{Scale: o.TimeScale})}
-	if events != nil {
-		engOpts = append(engOpts, engine.WithEvents(events.publish))
-	}
-	eng, err := engine.New(o.engineConfig(), engOpts...)
-	if err != nil {
-		return err
+// serve runs the engines and the HTTP server until ctx ends, engine e
+// publishing its KV-cache events to events[e] unless events is nil. It
+// returns once the engines have stopped.
+func serve(ctx context.Context, o *Options, out io.Writer, events []*eventPublisher) error {
+	var engines []*engine.Engine
+	for e := range max(o.DataParallelSize, 1) {
+		engOpts := []engine.Option{engine.WithPacer(&engine.WallPacer{Scale: o.TimeScale})}
+		if events != nil {
+			engOpts = append(engOpts, engine.WithEvents(events[e].publish))
+		}
+		eng, err := engine.New(o.engineConfig(), engOpts...)
+		if err != nil {
+			return err
+		}
+		engines = append(engines, eng)
 	}
 	srv, err := server.New(server.Config{
 		Model:            o.Model,
 		ServedModelNames: o.ServedModelNames,
 		LoRAModules:      o.LoRAModules,
-		Engine:           eng,
+		Engines:          engines,
 		Faults:           faults.NewState(o.Faults, o.Seed),
 		DefaultMaxTokens: o.DefaultMaxTokens,
 		MaxTokensCap:     o.MaxTokensCap,
@@ -69,7 +80,9 @@ func serve(ctx context.Context, o *Options, out io.Writer, events *eventPublishe
 
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Go(func() { eng.Run(engineCtx) })
+	for _, eng := range engines {
+		wg.Go(func() { eng.Run(engineCtx) })
+	}
 	defer wg.Wait()
 	defer stopEngine()
 

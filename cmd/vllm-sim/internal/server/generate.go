@@ -75,6 +75,7 @@ func (s *Server) newJob(chat bool, c *openai.Common, prompts []string) job {
 // run is a job in flight: its sequences and what the client has been sent.
 type run struct {
 	job
+	engine  int // the engine its sequences run on
 	id      string
 	created int64
 	start   time.Time
@@ -139,9 +140,10 @@ func (s *Server) start(ctx context.Context, j job) (*run, error) {
 		start:   now,
 		notify:  make(chan struct{}, 1),
 		sent:    make([]int, len(j.prompts)),
+		engine:  s.pickEngine(),
 	}
 	for _, p := range j.prompts {
-		seq, err := s.cfg.Engine.Submit(ctx, engine.Request{Prompt: p, MaxTokens: j.maxTokens, LoRA: j.lora, CacheSalt: j.salt, Notify: rn.notify})
+		seq, err := s.cfg.Engines[rn.engine].Submit(ctx, engine.Request{Prompt: p, MaxTokens: j.maxTokens, LoRA: j.lora, CacheSalt: j.salt, Notify: rn.notify})
 		if err != nil {
 			rn.abort()
 			return nil, fmt.Errorf("submit: %w", err)
@@ -179,13 +181,13 @@ func (s *Server) wait(ctx context.Context, rn *run) bool {
 		sts, done, aborted := rn.statuses()
 		if !firstSeen && anyGenerated(sts) {
 			firstSeen = true
-			firstAt = s.metrics.firstToken(rn.start, sts)
+			firstAt = s.metrics.firstToken(rn.engine, rn.start, sts)
 		}
 		if aborted {
 			return false
 		}
 		if done {
-			s.metrics.finished(rn.start, firstAt, sts)
+			s.metrics.finished(rn.engine, rn.start, firstAt, sts)
 			return true
 		}
 		select {

@@ -59,7 +59,9 @@ func (s *Server) register(m LoRAModule) error {
 		return fmt.Errorf("lora module %q: the name is taken", m.Name)
 	}
 	s.adapters = append(s.adapters, adapter{LoRAModule: m, created: time.Now().Unix()})
-	s.cfg.Engine.Preload(m.Name)
+	for _, e := range s.cfg.Engines {
+		e.Preload(m.Name)
+	}
 	return nil
 }
 
@@ -146,7 +148,9 @@ func (s *Server) handleLoadLoRA(w http.ResponseWriter, r *http.Request) {
 		created:    time.Now().Unix(),
 	})
 	s.mu.Unlock()
-	s.cfg.Engine.LoadAdapter(req.Name)
+	for _, e := range s.cfg.Engines {
+		e.LoadAdapter(req.Name)
+	}
 	writeText(w, http.StatusOK, "Success: LoRA adapter '"+req.Name+"' added successfully.")
 }
 
@@ -171,7 +175,9 @@ func (s *Server) handleUnloadLoRA(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "", "The lora adapter '"+req.Name+"' cannot be found.")
 		return
 	}
-	s.cfg.Engine.UnloadAdapter(req.Name)
+	for _, e := range s.cfg.Engines {
+		e.UnloadAdapter(req.Name)
+	}
 	writeText(w, http.StatusOK, "Success: LoRA adapter '"+req.Name+"' removed successfully.")
 }
 

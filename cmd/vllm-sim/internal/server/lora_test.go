@@ -127,7 +127,7 @@ func TestRuntimeLoadAndUnloadAdapter(t *testing.T) {
 	}
 }
 
-var loraInfoLine = regexp.MustCompile(`(?m)^vllm:lora_requests_info\{max_lora="2",running_lora_adapters="([^"]*)",waiting_lora_adapters="([^"]*)"\} (\S+)$`)
+var loraInfoLine = regexp.MustCompile(`(?m)^vllm:lora_requests_info\{engine="0",max_lora="2",running_lora_adapters="([^"]*)",waiting_lora_adapters="([^"]*)"\} (\S+)$`)
 
 // vllm:lora_requests_info is a gauge per combination of running and
 // waiting adapters, valued with the time it was last current; the adapter

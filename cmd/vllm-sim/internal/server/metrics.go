@@ -27,22 +27,24 @@ type statsSource interface {
 	Config() engine.Config
 }
 
-// metrics is the vLLM metric set of one served model.
+// metrics is the vLLM metric set of one served model, every series
+// labelled with its engine as vLLM labels them (engine="0" for the only
+// one).
 type metrics struct {
 	handler http.Handler
-	ttft    prometheus.Observer
-	e2e     prometheus.Observer
-	prefill prometheus.Observer
-	itl     prometheus.Observer
+	ttft    []prometheus.Observer // by engine
+	e2e     []prometheus.Observer
+	prefill []prometheus.Observer
+	itl     []prometheus.Observer
 }
 
 // firstToken records a request's time to first token and its prefill time
 // (the part of it not spent queued, as vLLM counts from scheduling), both
-// in wall seconds; it returns the time of the first token.
-func (m *metrics) firstToken(start time.Time, sts []engine.Status) time.Time {
+// in wall seconds, on engine e; it returns the time of the first token.
+func (m *metrics) firstToken(e int, start time.Time, sts []engine.Status) time.Time {
 	now := time.Now()
 	ttft := now.Sub(start).Seconds()
-	m.ttft.Observe(ttft)
+	m.ttft[e].Observe(ttft)
 	// The engine's simulated times give the queued share of the wall TTFT,
 	// whatever the time scale.
 	for _, st := range sts {
@@ -53,15 +55,15 @@ func (m *metrics) firstToken(start time.Time, sts []engine.Status) time.Time {
 			break
 		}
 	}
-	m.prefill.Observe(max(ttft, 0))
+	m.prefill[e].Observe(max(ttft, 0))
 	return now
 }
 
-// finished records a request's end-to-end latency and, once per output
-// token after the first, the mean wall time between its tokens.
-func (m *metrics) finished(start, first time.Time, sts []engine.Status) {
+// finished records a request's end-to-end latency on engine e and, once per
+// output token after the first, the mean wall time between its tokens.
+func (m *metrics) finished(e int, start, first time.Time, sts []engine.Status) {
 	now := time.Now()
-	m.e2e.Observe(now.Sub(start).Seconds())
+	m.e2e[e].Observe(now.Sub(start).Seconds())
 	gen := 0
 	for _, st := range sts {
 		gen = max(gen, st.Generated)
@@ -71,48 +73,70 @@ func (m *metrics) finished(start, first time.Time, sts []engine.Status) {
 	}
 	itl := now.Sub(first).Seconds() / float64(gen-1)
 	for range gen - 1 {
-		m.itl.Observe(itl)
+		m.itl[e].Observe(itl)
 	}
 }
 
-func newMetrics(model string, src statsSource) *metrics {
+func newMetrics(model string, srcs []statsSource) *metrics {
 	reg := prometheus.NewRegistry()
-	labels := prometheus.Labels{"model_name": model}
-	gauge := func(name, help string, value func(engine.Stats) float64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(
-			prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels},
-			func() float64 { return value(src.Stats()) }))
+	m := &metrics{}
+	histogram := func(name, help string, labels prometheus.Labels, buckets []float64) prometheus.Histogram {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: labels, Buckets: buckets})
+		reg.MustRegister(h)
+		return h
 	}
-	counter := func(name, help string, extra prometheus.Labels, value func(engine.Stats) int64) {
-		cl := prometheus.Labels{"model_name": model}
-		for k, v := range extra {
-			cl[k] = v
+	for e, src := range srcs {
+		labels := prometheus.Labels{"model_name": model, "engine": strconv.Itoa(e)}
+		gauge := func(name, help string, value func(engine.Stats) float64) {
+			reg.MustRegister(prometheus.NewGaugeFunc(
+				prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels},
+				func() float64 { return value(src.Stats()) }))
 		}
-		reg.MustRegister(prometheus.NewCounterFunc(
-			prometheus.CounterOpts{Name: name, Help: help, ConstLabels: cl},
-			func() float64 { return float64(value(src.Stats())) }))
-	}
+		counter := func(name, help string, extra prometheus.Labels, value func(engine.Stats) int64) {
+			cl := prometheus.Labels{}
+			for _, ls := range []prometheus.Labels{labels, extra} {
+				for k, v := range ls {
+					cl[k] = v
+				}
+			}
+			reg.MustRegister(prometheus.NewCounterFunc(
+				prometheus.CounterOpts{Name: name, Help: help, ConstLabels: cl},
+				func() float64 { return float64(value(src.Stats())) }))
+		}
 
-	gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-		func(s engine.Stats) float64 { return float64(s.Running) })
-	gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-		func(s engine.Stats) float64 { return float64(s.Waiting) })
-	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-		func(s engine.Stats) float64 { return s.KVCacheUsage })
-	counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", nil,
-		func(s engine.Stats) int64 { return s.PromptTokens })
-	counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", nil,
-		func(s engine.Stats) int64 { return s.CachedTokens })
-	counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", nil,
-		func(s engine.Stats) int64 { return s.PromptTokens })
-	counter("vllm:generation_tokens_total", "Number of generation tokens processed.", nil,
-		func(s engine.Stats) int64 { return s.GenerationTokens })
-	counter("vllm:request_success_total", "Count of successfully processed requests.",
-		prometheus.Labels{"finished_reason": "length"},
-		func(s engine.Stats) int64 { return s.Finished })
+		gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+			func(s engine.Stats) float64 { return float64(s.Running) })
+		gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+			func(s engine.Stats) float64 { return float64(s.Waiting) })
+		gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+			func(s engine.Stats) float64 { return s.KVCacheUsage })
+		counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", nil,
+			func(s engine.Stats) int64 { return s.PromptTokens })
+		counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", nil,
+			func(s engine.Stats) int64 { return s.CachedTokens })
+		counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", nil,
+			func(s engine.Stats) int64 { return s.PromptTokens })
+		counter("vllm:generation_tokens_total", "Number of generation tokens processed.", nil,
+			func(s engine.Stats) int64 { return s.GenerationTokens })
+		counter("vllm:request_success_total", "Count of successfully processed requests.",
+			prometheus.Labels{"finished_reason": "length"},
+			func(s engine.Stats) int64 { return s.Finished })
+
+		m.ttft = append(m.ttft, histogram("vllm:time_to_first_token_seconds",
+			"Histogram of time to first token in seconds (wall clock).", labels, ttftBuckets))
+		m.e2e = append(m.e2e, histogram("vllm:e2e_request_latency_seconds",
+			"Histogram of end to end request latency in seconds (wall clock).", labels, e2eBuckets))
+		m.prefill = append(m.prefill, histogram("vllm:request_prefill_time_seconds",
+			"Histogram of time spent in PREFILL phase for request.", labels, e2eBuckets))
+		m.itl = append(m.itl, histogram("vllm:inter_token_latency_seconds",
+			"Histogram of inter-token latency in seconds.", labels, itlBuckets))
+		if src.Config().MaxLoRAs > 0 {
+			reg.MustRegister(newLoRAInfo(src, strconv.Itoa(e)))
+		}
+	}
 
 	// Like vLLM's, the cache config info carries no model_name label.
-	cfg := src.Config()
+	cfg := srcs[0].Config()
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "vllm:cache_config_info",
 		Help: "Information of the KV cache config.",
@@ -125,35 +149,8 @@ func newMetrics(model string, src statsSource) *metrics {
 	})
 	info.Set(1)
 	reg.MustRegister(info)
-
-	ttft := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "vllm:time_to_first_token_seconds", Help: "Histogram of time to first token in seconds (wall clock).",
-		ConstLabels: labels, Buckets: ttftBuckets,
-	})
-	e2e := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "vllm:e2e_request_latency_seconds", Help: "Histogram of end to end request latency in seconds (wall clock).",
-		ConstLabels: labels, Buckets: e2eBuckets,
-	})
-	prefill := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "vllm:request_prefill_time_seconds", Help: "Histogram of time spent in PREFILL phase for request.",
-		ConstLabels: labels, Buckets: e2eBuckets,
-	})
-	itl := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "vllm:inter_token_latency_seconds", Help: "Histogram of inter-token latency in seconds.",
-		ConstLabels: labels, Buckets: itlBuckets,
-	})
-	reg.MustRegister(ttft, e2e, prefill, itl)
-	if cfg.MaxLoRAs > 0 {
-		reg.MustRegister(newLoRAInfo(src))
-	}
-
-	return &metrics{
-		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		ttft:    ttft,
-		e2e:     e2e,
-		prefill: prefill,
-		itl:     itl,
-	}
+	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	return m
 }
 
 // garbageMetrics is what /metrics answers with when told to serve garbage.

@@ -42,6 +42,12 @@ type Config struct {
 	LoRAModules []LoRAModule
 	// Engine runs the sequences; its Run loop is owned by the caller.
 	Engine *engine.Engine
+	// Engines, when set, are data-parallel engines behind the one port, as
+	// vLLM's --data-parallel-size serves them: each request goes to the
+	// least loaded (waiting × 4 + running, the first of equals), and every
+	// series of the metrics is labelled with its engine. Engine is then the
+	// first of them. Their configurations must be the same.
+	Engines []*engine.Engine
 	// Faults is the fault state (default: no faults).
 	Faults *faults.State
 	// DefaultMaxTokens applies when a request sets no limit (default 16).
@@ -68,9 +74,13 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.ServedModelNames) == 0 && cfg.Model != "" {
 		cfg.ServedModelNames = []string{cfg.Model}
 	}
-	if cfg.Engine == nil || len(cfg.ServedModelNames) == 0 || slices.Contains(cfg.ServedModelNames, "") {
+	if len(cfg.Engines) == 0 && cfg.Engine != nil {
+		cfg.Engines = []*engine.Engine{cfg.Engine}
+	}
+	if len(cfg.Engines) == 0 || slices.Contains(cfg.Engines, nil) || len(cfg.ServedModelNames) == 0 || slices.Contains(cfg.ServedModelNames, "") {
 		return nil, errors.New("server: engine and model are required")
 	}
+	cfg.Engine = cfg.Engines[0]
 	cfg.Model = cfg.ServedModelNames[0]
 	if len(cfg.LoRAModules) > 0 && cfg.Engine.Config().MaxLoRAs == 0 {
 		return nil, errors.New("server: LoRA modules need max loras > 0")
@@ -90,7 +100,11 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	}
-	s.metrics = newMetrics(cfg.Model, cfg.Engine)
+	srcs := make([]statsSource, len(cfg.Engines))
+	for i, e := range cfg.Engines {
+		srcs[i] = e
+	}
+	s.metrics = newMetrics(cfg.Model, srcs)
 	if cfg.Engine.Config().MaxLoRAs > 0 {
 		s.mux.HandleFunc("POST /v1/load_lora_adapter", s.handleLoadLoRA)
 		s.mux.HandleFunc("POST /v1/unload_lora_adapter", s.handleUnloadLoRA)
@@ -155,4 +169,17 @@ func errorType(status int) string {
 		return "InternalServerError"
 	}
 	return "BadRequestError"
+}
+
+// pickEngine returns the engine a new request goes to: the least loaded by
+// vLLM's data-parallel balancer's score, waiting × 4 + running.
+func (s *Server) pickEngine() int {
+	best, bestScore := 0, 0
+	for i, e := range s.cfg.Engines {
+		st := e.Stats()
+		if score := st.Waiting*4 + st.Running; i == 0 || score < bestScore {
+			best, bestScore = i, score
+		}
+	}
+	return best
 }

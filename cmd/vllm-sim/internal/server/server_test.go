@@ -199,8 +199,8 @@ func TestMetricsExposeCacheConfig(t *testing.T) {
 	resp.Body.Close()
 	for _, want := range []string{
 		`vllm:cache_config_info{block_size="4",cache_dtype="auto",enable_prefix_caching="True",num_gpu_blocks="512"} 1`,
-		`vllm:num_requests_running{model_name="sim-model"} 0`,
-		`vllm:kv_cache_usage_perc{model_name="sim-model"} 0`,
+		`vllm:num_requests_running{engine="0",model_name="sim-model"} 0`,
+		`vllm:kv_cache_usage_perc{engine="0",model_name="sim-model"} 0`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)

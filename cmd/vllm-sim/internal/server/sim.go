@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 
+	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/engine"
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/faults"
 )
 
@@ -37,7 +38,7 @@ type Stats struct {
 }
 
 func (s *Server) stats() Stats {
-	es := s.cfg.Engine.Stats()
+	es := s.engineStats()
 	st := Stats{
 		Model:            s.cfg.Model,
 		Requests:         es.Requests,
@@ -62,6 +63,26 @@ func (s *Server) stats() Stats {
 		st.MeanSimulatedTTFTSeconds = es.SimulatedTTFTSum.Seconds() / float64(es.FirstTokens)
 	}
 	return st
+}
+
+// engineStats sums the engines' counters (KV-cache usage averaged; the
+// adapters are the first engine's, every engine loading the same ones).
+func (s *Server) engineStats() engine.Stats {
+	es := s.cfg.Engines[0].Stats()
+	for _, e := range s.cfg.Engines[1:] {
+		o := e.Stats()
+		es.Requests, es.Finished, es.Aborted = es.Requests+o.Requests, es.Finished+o.Finished, es.Aborted+o.Aborted
+		es.PromptTokens, es.CachedTokens = es.PromptTokens+o.PromptTokens, es.CachedTokens+o.CachedTokens
+		es.GenerationTokens += o.GenerationTokens
+		es.Running, es.Waiting = es.Running+o.Running, es.Waiting+o.Waiting
+		es.KVCacheUsage += o.KVCacheUsage
+		es.CachedBlocks += o.CachedBlocks
+		es.SimulatedTime = max(es.SimulatedTime, o.SimulatedTime)
+		es.FirstTokens, es.SimulatedTTFTSum = es.FirstTokens+o.FirstTokens, es.SimulatedTTFTSum+o.SimulatedTTFTSum
+		es.LoRALoads += o.LoRALoads
+	}
+	es.KVCacheUsage /= float64(len(s.cfg.Engines))
+	return es
 }
 
 func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {

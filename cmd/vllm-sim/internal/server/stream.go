@@ -77,7 +77,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, rn *run, fc 
 		for i, st := range sts {
 			if st.Generated > rn.sent[i] && !firstSeen {
 				firstSeen = true
-				firstAt = s.metrics.firstToken(rn.start, sts)
+				firstAt = s.metrics.firstToken(rn.engine, rn.start, sts)
 			}
 			for rn.sent[i] < st.Generated {
 				if !out.json(rn.chunk(i, rn.sent[i])) {
@@ -90,7 +90,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, rn *run, fc 
 			return
 		}
 		if done {
-			s.metrics.finished(rn.start, firstAt, sts)
+			s.metrics.finished(rn.engine, rn.start, firstAt, sts)
 			if rn.includeUsage && !out.json(rn.usageChunk(rn.usage(sts))) {
 				return
 			}
