@@ -167,8 +167,12 @@ func TestPickerFollowsEnginesBehindOnePort(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); <-held })
 	eventually(t, 10*time.Second, func() error {
-		if st, err := s.Stats(); err != nil || st.Running != 1 {
-			return fmt.Errorf("the simulator runs %d requests (%v), want the long one", st.Running, err)
+		st, err := s.Stats()
+		if err != nil {
+			return err
+		}
+		if st.Running != 1 {
+			return fmt.Errorf("the simulator runs %d requests, want the long one", st.Running)
 		}
 		return nil
 	})

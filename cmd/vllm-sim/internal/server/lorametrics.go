@@ -34,11 +34,11 @@ type loraSeries struct {
 	at               float64
 }
 
-func newLoRAInfo(src statsSource, engine string) *loraInfo {
+func newLoRAInfo(src statsSource, engineLabel string) *loraInfo {
 	return &loraInfo{
 		src: src,
 		desc: prometheus.NewDesc("vllm:lora_requests_info", "Running stats on lora requests.",
-			[]string{"max_lora", "running_lora_adapters", "waiting_lora_adapters"}, prometheus.Labels{"engine": engine}),
+			[]string{"max_lora", "running_lora_adapters", "waiting_lora_adapters"}, prometheus.Labels{"engine": engineLabel}),
 		maxLoRA: strconv.Itoa(src.Config().MaxLoRAs),
 		now:     time.Now,
 	}
