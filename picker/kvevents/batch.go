@@ -262,7 +262,7 @@ func field(r *reader, ev *Event, name string) error {
 			ev.LoraID, ev.HasLora = int64(v), true
 		}
 	case "medium":
-		ev.Medium, err = r.strOrNil()
+		ev.Medium, err = r.medium()
 	case "lora_name":
 		ev.LoraName, err = r.strOrNil()
 	case "extra_keys":

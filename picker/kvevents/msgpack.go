@@ -170,6 +170,21 @@ func (r *reader) isStr(s string) bool {
 	return false
 }
 
+// medium reads a medium, or nil as "": vLLM's names are not allocated.
+func (r *reader) medium() (string, error) {
+	if r.nil() {
+		return "", nil
+	}
+	b, err := r.bytes()
+	switch string(b) {
+	case "GPU":
+		return "GPU", err
+	case "CPU":
+		return "CPU", err
+	}
+	return string(b), err
+}
+
 // strOrNil reads a str, or nil as "".
 func (r *reader) strOrNil() (string, error) {
 	if r.nil() {
