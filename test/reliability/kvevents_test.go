@@ -43,17 +43,8 @@ func TestReplicasFindPromptsOthersPlaced(t *testing.T) {
 		pickers[i].WaitWorkers(t, len(hosts))
 		gws[i] = startGateway(t, pickers[i].Addr())
 	}
-	for i, p := range pickers {
-		eventually(t, 30*time.Second, func() error {
-			m, err := p.Metrics()
-			if err != nil {
-				return err
-			}
-			if n := m.Sum("inferpick_kv_events_subscriptions"); n != float64(len(hosts)) {
-				return fmt.Errorf("picker %d follows %v pods' events, want %d", i, n, len(hosts))
-			}
-			return nil
-		})
+	for _, p := range pickers {
+		waitSubscriptions(t, p, len(hosts))
 	}
 
 	r := rand.New(rand.NewPCG(7, 11))
@@ -88,6 +79,22 @@ func TestReplicasFindPromptsOthersPlaced(t *testing.T) {
 		t.Errorf("the second picker looked up %v prompts (%v failed), want at least 6, none failed",
 			n, m.Sum("inferpick_kv_events_lookup_failures_total"))
 	}
+}
+
+// waitSubscriptions waits until the picker follows n engines' events
+// (one per pod, unless a pod runs several engines behind its port).
+func waitSubscriptions(t *testing.T, p *picker, n int) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() error {
+		m, err := p.Metrics()
+		if err != nil {
+			return err
+		}
+		if got := m.Sum("inferpick_kv_events_subscriptions"); got != float64(n) {
+			return fmt.Errorf("the picker follows %v engines' events, want %d", got, n)
+		}
+		return nil
+	})
 }
 
 // kvBlocks is the KV blocks the picker's events say the servers hold.
@@ -142,16 +149,7 @@ func TestPickerFollowsEnginesBehindOnePort(t *testing.T) {
 	p := startPicker(t, "--static-endpoints", s.addr, "--kv-events-port", strconv.Itoa(kvPort))
 	p.WaitWorkers(t, 1)
 	g := startGateway(t, p.Addr())
-	eventually(t, 30*time.Second, func() error {
-		m, err := p.Metrics()
-		if err != nil {
-			return err
-		}
-		if n := m.Sum("inferpick_kv_events_subscriptions"); n != 2 {
-			return fmt.Errorf("the picker follows %v engines' events, want 2", n)
-		}
-		return nil
-	})
+	waitSubscriptions(t, p, 2)
 
 	// A long request holds the first engine, so the next goes to the second.
 	r := rand.New(rand.NewPCG(3, 5))
