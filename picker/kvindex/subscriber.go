@@ -126,17 +126,21 @@ func (s *Subscriber) followLocked(ctx context.Context, w *registry.Worker) {
 	}
 }
 
-// start follows engine e of w on port until ctx ends.
-func (s *Subscriber) start(ctx context.Context, w *registry.Worker, e, port int) {
+// start follows engine e of w on port until ctx ends, and returns a
+// channel closed once the engine's blocks are forgotten after that.
+func (s *Subscriber) start(ctx context.Context, w *registry.Worker, e, port int) <-chan struct{} {
 	host, _, err := net.SplitHostPort(w.Address())
 	if err != nil {
 		host = w.Address()
 	}
+	done := make(chan struct{})
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer close(done)
 		s.follow(ctx, w.ID(), e, net.JoinHostPort(host, strconv.Itoa(port)))
 	}()
+	return done
 }
 
 // engines follows the engines after the first that w's server reports
@@ -148,7 +152,9 @@ func (s *Subscriber) engines(ctx context.Context, w *registry.Worker, base int) 
 	if every <= 0 {
 		every = 2 * time.Second
 	}
-	var stops []context.CancelFunc // stops[e-1] ends engine e's subscription
+	// stops[e-1] ends engine e's subscription and returns once its blocks
+	// are forgotten, so that a later one of the same engine starts afresh.
+	var stops []func()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -157,9 +163,9 @@ func (s *Subscriber) engines(ctx context.Context, w *registry.Worker, base int) 
 			n = min(max(m.Engines, 1), MaxEngines, math.MaxUint16-base+1)
 		}
 		for e := len(stops) + 1; e < n; e++ {
-			ectx, stop := context.WithCancel(ctx)
-			stops = append(stops, stop)
-			s.start(ectx, w, e, base+e)
+			ectx, cancel := context.WithCancel(ctx)
+			done := s.start(ectx, w, e, base+e)
+			stops = append(stops, func() { cancel(); <-done })
 		}
 		for len(stops) >= n {
 			stops[len(stops)-1]()

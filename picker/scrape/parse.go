@@ -173,7 +173,7 @@ func (a *accumulator) add(t *target, smp *sample) {
 	a.seen[t.slot] = true
 	if len(smp.labels) > 0 && t.field != fieldCacheInfo {
 		it := labelIter{c: cursor{b: smp.labels}}
-		a.modelNames(&it, t.field == fieldRunning)
+		a.sampleLabels(&it, t.field == fieldRunning)
 	}
 	v := smp.value
 	switch t.field {
@@ -201,9 +201,9 @@ func (a *accumulator) add(t *target, smp *sample) {
 	}
 }
 
-// modelNames adds the model_name label of one sample to the set, and with
+// sampleLabels adds the model_name label of one sample to the set, and with
 // engines its engine label to the engines seen.
-func (a *accumulator) modelNames(it *labelIter, engines bool) {
+func (a *accumulator) sampleLabels(it *labelIter, engines bool) {
 	for {
 		l, ok := it.next()
 		if !ok {

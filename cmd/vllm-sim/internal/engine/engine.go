@@ -82,7 +82,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Sequence, error) {
 	hashes := kvcache.BlockHashes(req.Prompt, bs)
 	// An adapter's KV blocks are its own, and so are a salt's, as vLLM keys
 	// them.
-	for _, h := range []uint64{saltOf("lora:", req.LoRA), saltOf("salt:", req.CacheSalt)} {
+	if h := saltOf("lora:", req.LoRA) ^ saltOf("salt:", req.CacheSalt); h != 0 {
 		for i := range hashes {
 			hashes[i] ^= h
 		}

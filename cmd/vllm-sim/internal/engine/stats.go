@@ -41,6 +41,14 @@ type Stats struct {
 	RunningLoRAs, WaitingLoRAs, LoadedLoRAs []string
 }
 
+// Queues returns the sequences running and waiting now, without the rest
+// of Stats.
+func (e *Engine) Queues() (running, waiting int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.running), len(e.waiting)
+}
+
 // Stats returns the current counters.
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()

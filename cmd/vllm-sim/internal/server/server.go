@@ -174,10 +174,13 @@ func errorType(status int) string {
 // pickEngine returns the engine a new request goes to: the least loaded by
 // vLLM's data-parallel balancer's score, waiting × 4 + running.
 func (s *Server) pickEngine() int {
+	if len(s.cfg.Engines) == 1 {
+		return 0
+	}
 	best, bestScore := 0, 0
 	for i, e := range s.cfg.Engines {
-		st := e.Stats()
-		if score := st.Waiting*4 + st.Running; i == 0 || score < bestScore {
+		running, waiting := e.Queues()
+		if score := waiting*4 + running; i == 0 || score < bestScore {
 			best, bestScore = i, score
 		}
 	}
