@@ -15,7 +15,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 	for i := range hashes {
 		hashes[i] = uint64(i) * 0x9e3779b97f4a7c15
 	}
-	for _, bc := range []struct {
+	cases := []struct {
 		name string
 		ev   Event
 	}{
@@ -24,7 +24,9 @@ func BenchmarkDecodeBatch(b *testing.B) {
 			LoraName: "sql-lora", LoraID: 1, HasLora: true}},
 		{"salted", Event{Kind: BlockStored, Hashes: hashes, TokenIDs: tokens, BlockSize: 16, Medium: "GPU",
 			Extra: []ExtraKeys{SaltKeys("tenant-0123456789")}}},
-	} {
+	}
+	for i := range cases {
+		bc := &cases[i]
 		msg := AppendBatch(nil, &Batch{TS: 1, Events: []Event{bc.ev}})
 		b.Run(bc.name, func(b *testing.B) {
 			var got Batch
