@@ -46,7 +46,7 @@ func FuzzIndex(f *testing.F) {
 		for len(ops) >= 2 {
 			op, arg := ops[0], ops[1]
 			ops = ops[2:]
-			id, e := uint32(op&1)+1, int(op>>7) // worker 1 or 2, engine 0 or 1
+			id, e := uint32(op&1)+1, int(op>>7)*5 // worker 1 or 2, engine 0 or 5 (a node's engines need not start at 0)
 			switch op >> 1 % 5 {
 			case 0: // store blocks [from, from+n) of prompt p
 				p, from := uint64(arg>>6), int(arg>>3&7)

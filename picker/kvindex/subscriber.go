@@ -19,12 +19,12 @@ import (
 // Subscriber keeps one KV-event subscription to every worker in the
 // registry, on the worker's IP at Port plus the worker's data-parallel rank
 // (vLLM offsets each rank's endpoint port by its rank), and applies the
-// events to Index. A worker of rank 0 whose server reports several engines
-// behind its port (vLLM's internal load balancer: Metrics.Engines) is also
-// followed on the ports after it, one per engine. An engine's blocks are
-// forgotten whenever its events may have been missed: before each
-// (re)connection, after a gap in its sequence numbers or an undecodable
-// batch, and when the worker leaves the registry.
+// events to Index. A worker of rank 0 whose server names the engines behind
+// its port (Metrics.Engines: vLLM's internal or hybrid load balancer) is
+// followed engine by engine instead, engine e on Port plus e. An engine's
+// blocks are forgotten whenever its events may have been missed: before
+// each (re)connection, after a gap in its sequence numbers or an
+// undecodable batch, and when the worker leaves the registry.
 type Subscriber struct {
 	Index *Index
 	// Port is where every worker of rank 0 publishes its events (vLLM's
@@ -36,7 +36,7 @@ type Subscriber struct {
 	// doubling up to Backoff. Zero means 5 s.
 	Backoff time.Duration
 	// EngineCheck is how often a rank-0 worker's reported engines are read
-	// to follow more or fewer of them. Zero means 2 s.
+	// to follow those it names. Zero means 2 s.
 	EngineCheck time.Duration
 	Log         logr.Logger
 
@@ -109,21 +109,22 @@ func (s *Subscriber) followLocked(ctx context.Context, w *registry.Worker) {
 	if _, ok := s.follows[w.ID()]; ok {
 		return
 	}
-	port := s.Port + w.Endpoint().Rank
-	if port > math.MaxUint16 {
-		s.Log.Error(nil, "Not following a worker's KV events: its rank's port is past the last", "worker", w.Address(), "port", port)
+	rank := w.Endpoint().Rank
+	if rank > 0 && s.Port+rank > math.MaxUint16 {
+		s.Log.Error(nil, "Not following a worker's KV events: its rank's port is past the last", "worker", w.Address(), "port", s.Port+rank)
 		return
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	s.follows[w.ID()] = cancel
-	s.start(ctx, w, 0, port)
-	if w.Endpoint().Rank == 0 {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.engines(ctx, w, port)
-		}()
+	if rank > 0 {
+		s.start(ctx, w, 0, s.Port+rank)
+		return
 	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.engines(ctx, w)
+	}()
 }
 
 // start follows engine e of w on port until ctx ends, and returns a
@@ -143,34 +144,47 @@ func (s *Subscriber) start(ctx context.Context, w *registry.Worker, e, port int)
 	return done
 }
 
-// engines follows the engines after the first that w's server reports
-// behind its port, engine e on port base+e, until ctx ends: more as the
-// server reports more, and those past the count it reports stopped and
-// forgotten.
-func (s *Subscriber) engines(ctx context.Context, w *registry.Worker, base int) {
+// engines follows the engines w's server reports behind its port, engine e
+// on Port plus e, until ctx ends: engine 0 until the server's metrics name
+// its engines, then those they name (vLLM's internal load balancer: 0 … N−1;
+// its hybrid one: the node's ranks, from its start rank on). Engines the
+// server stops naming are stopped and forgotten.
+func (s *Subscriber) engines(ctx context.Context, w *registry.Worker) {
 	every := s.EngineCheck
 	if every <= 0 {
 		every = 2 * time.Second
 	}
-	// stops[e-1] ends engine e's subscription and returns once its blocks
-	// are forgotten, so that a later one of the same engine starts afresh.
-	var stops []func()
+	// stops[e] ends engine e's subscription and returns once its blocks are
+	// forgotten, so that a later one of the same engine starts afresh.
+	var (
+		stops    [MaxEngines]func()
+		followed registry.Engines
+		past     bool // an engine's port past the last was logged
+	)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		n := 1
-		if m := w.Metrics(); m != nil {
-			n = min(max(m.Engines, 1), MaxEngines, math.MaxUint16-base+1)
+		want := registry.Engines(1)
+		if m := w.Metrics(); m != nil && m.Engines != 0 {
+			want = m.Engines
 		}
-		for e := len(stops) + 1; e < n; e++ {
+		if last := math.MaxUint16 - s.Port; last < MaxEngines-1 && want>>(last+1) != 0 {
+			if !past {
+				s.Log.Error(nil, "Not following some of a server's engines: their ports are past the last", "worker", w.Address(), "engines", want.List())
+				past = true
+			}
+			want &= 1<<(last+1) - 1
+		}
+		for _, e := range (followed &^ want).List() {
+			stops[e]()
+			stops[e] = nil
+		}
+		for _, e := range (want &^ followed).List() {
 			ectx, cancel := context.WithCancel(ctx)
-			done := s.start(ectx, w, e, base+e)
-			stops = append(stops, func() { cancel(); <-done })
+			done := s.start(ectx, w, e, s.Port+e)
+			stops[e] = func() { cancel(); <-done }
 		}
-		for len(stops) >= n {
-			stops[len(stops)-1]()
-			stops = stops[:len(stops)-1]
-		}
+		followed = want
 		select {
 		case <-ctx.Done():
 			return

@@ -140,7 +140,7 @@ func TestSubscriberFollowsTheEnginesBehindOnePort(t *testing.T) {
 		Key: registry.Key{UID: "pod-a", Port: 8000}, Name: "pod-a", Address: netip.MustParseAddrPort(host + ":8000"),
 	}}, nil)
 	w := reg.Workers()[0]
-	w.SetMetrics(&registry.Metrics{Engines: 2})
+	w.SetMetrics(&registry.Metrics{Engines: 1<<0 | 1<<1})
 
 	one, other, both := prompt(1, 4, -1), prompt(500, 4, -1), prompt(900, 4, -1)
 	for e, p := range pubs {
@@ -176,7 +176,7 @@ func TestSubscriberFollowsTheEnginesBehindOnePort(t *testing.T) {
 		}
 	}
 
-	w.SetMetrics(&registry.Metrics{Engines: 1})
+	w.SetMetrics(&registry.Metrics{Engines: 1 << 0})
 	framework.Eventually(t, framework.Timeout, "engine 1 is no longer followed and its blocks are forgotten", func() error {
 		if n := pubs[1].Subscribers(); n != 0 {
 			return fmt.Errorf("engine 1's publisher has %d subscribers", n)
@@ -191,5 +191,67 @@ func TestSubscriberFollowsTheEnginesBehindOnePort(t *testing.T) {
 	}
 	if got, _ := ix.Lookup(one, "", "", nil); !cmp.Equal(got, []Hold{{Worker: w.ID(), Blocks: 4}}) {
 		t.Errorf("engine 0's prompt with one engine left: holders %+v, want the whole of it", got)
+	}
+}
+
+// TestSubscriberFollowsANodesEngines serves one pod of a deployment whose
+// data-parallel ranks span nodes, each node's API port fronting its own
+// engines (vLLM's hybrid load balancer): this one runs ranks 2 and 3, labels
+// its metrics with them and publishes on the events port plus 2 and plus 3.
+// Those two are followed, and engine 0's port, where nothing of this node
+// publishes, is no longer dialled once the metrics have named them.
+func TestSubscriberFollowsANodesEngines(t *testing.T) {
+	const host = "127.0.0.152"
+	pubs, base := rankPubs(t, host, 4)
+
+	reg := registry.New()
+	ix := New(0)
+	sub := &Subscriber{Index: ix, Port: base, Backoff: 100 * time.Millisecond, EngineCheck: 10 * time.Millisecond}
+	reg.AddListener(sub)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sub.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	reg.Update([]registry.Endpoint{{
+		Key: registry.Key{UID: "pod-b", Port: 8000}, Name: "pod-b", Address: netip.MustParseAddrPort(host + ":8000"),
+	}}, nil)
+	w := reg.Workers()[0]
+	framework.Eventually(t, framework.Timeout, "engine 0 is followed before the metrics name the engines", func() error {
+		if n := pubs[0].Subscribers(); n != 1 {
+			return fmt.Errorf("engine 0's publisher has %d subscribers", n)
+		}
+		return nil
+	})
+	w.SetMetrics(&registry.Metrics{Engines: 1<<2 | 1<<3})
+	framework.Eventually(t, framework.Timeout, "engines 2 and 3 are followed, and no others", func() error {
+		for e, p := range pubs {
+			want := 0
+			if e >= 2 {
+				want = 1
+			}
+			if n := p.Subscribers(); n != want {
+				return fmt.Errorf("engine %d's publisher has %d subscribers, want %d", e, n, want)
+			}
+		}
+		return nil
+	})
+
+	two, three := prompt(1, 4, -1), prompt(500, 4, -1)
+	for e, mine := range map[int][]uint32{2: two, 3: three} {
+		batch := kvevents.Batch{TS: 1, DPRank: e, Events: []kvevents.Event{stored(uint64(e), mine, 0, 4, "")}}
+		pubs[e].Send([]byte("kv"), binary.BigEndian.AppendUint64(nil, 0), kvevents.AppendBatch(nil, &batch))
+	}
+	framework.Eventually(t, framework.Timeout, "both engines' blocks are held", func() error {
+		if n := ix.Held(w.ID()); n != 8 {
+			return fmt.Errorf("%d blocks held, want 8", n)
+		}
+		return nil
+	})
+	for name, tokens := range map[string][]uint32{"held by engine 2": two, "held by engine 3": three} {
+		got, _ := ix.Lookup(tokens, "", "", nil)
+		if want := []Hold{{Worker: w.ID(), Blocks: 2}}; !cmp.Equal(got, want) {
+			t.Errorf("%s: holders %+v, want %+v (half of the prompt: one of the two engines holds it)", name, got, want)
+		}
 	}
 }

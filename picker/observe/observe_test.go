@@ -32,7 +32,7 @@ func TestWorkersHandler(t *testing.T) {
 	reg, a, _ := twoWorkers(t)
 	registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "b", Port: 8001}, Namespace: "ns", Name: "pod-b", Address: netip.MustParseAddrPort("127.0.0.2:8001"), Rank: 1})
 	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
-	a.SetMetrics(&registry.Metrics{Waiting: 3, Running: 2, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 100, Engines: 2, Scraped: now.Add(-250 * time.Millisecond)})
+	a.SetMetrics(&registry.Metrics{Waiting: 3, Running: 2, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 100, Engines: 1<<0 | 1<<1, Scraped: now.Add(-250 * time.Millisecond)})
 	g := a.Admit()
 	g.FirstToken()
 	a.Admit()
@@ -56,7 +56,7 @@ func TestWorkersHandler(t *testing.T) {
 	}
 	waiting, running, kv, age := 3, 2, 0.5, int64(250)
 	want := WorkersView{Synced: true, Workers: []WorkerView{
-		{Name: "pod-a", Namespace: "ns", UID: "a", Address: "127.0.0.1:8000", Engines: 2, Load: 2, Prefill: 1, Decode: 1,
+		{Name: "pod-a", Namespace: "ns", UID: "a", Address: "127.0.0.1:8000", Engines: []int{0, 1}, Load: 2, Prefill: 1, Decode: 1,
 			Waiting: &waiting, Running: &running, KVUsage: &kv, KVBlocks: 100, BlockSize: 16, MetricsAgeMS: &age,
 			Calibration: &CalibrationView{PrefillUSPerToken: 1500, MeanPrefillMS: 90, PrefillSource: "prefill histogram",
 				DecodeSource: "none yet", BlocksPerLoadScale: 0.5, BytesPerToken: 4, CapacityBlocks: 80, CapacityScale: 0.8,

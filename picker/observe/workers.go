@@ -21,9 +21,10 @@ type WorkerView struct {
 	// Rank is the data-parallel rank of the port (its place in the pool's
 	// target ports); absent for 0.
 	Rank int `json:"rank,omitempty"`
-	// Engines is how many data-parallel engines the server fronts behind
-	// the port, as its metrics label them; absent for one.
-	Engines int   `json:"engines,omitempty"`
+	// Engines are the data-parallel engines the server fronts behind the
+	// port, by the index its metrics label each with; absent for engine 0
+	// alone.
+	Engines []int `json:"engines,omitempty"`
 	Load    int64 `json:"load"`
 	Prefill int64 `json:"prefill"`
 	Decode  int64 `json:"decode"`
@@ -96,7 +97,7 @@ func Snapshot(reg SyncedWorkers, now time.Time) WorkersView {
 			wv.Waiting, wv.Running, wv.KVUsage, wv.MetricsAgeMS = &waiting, &running, &kv, &age
 			wv.KVBlocks, wv.BlockSize = m.NumGPUBlocks, m.BlockSize
 			if m.Engines > 1 {
-				wv.Engines = m.Engines
+				wv.Engines = m.Engines.List()
 			}
 			if s := m.Served; s != nil {
 				wv.Models = append(wv.Models, s.Bases...)

@@ -10,6 +10,7 @@
 package registry
 
 import (
+	"math/bits"
 	"net/netip"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,26 @@ type Endpoint struct {
 	Rank int
 }
 
+// Engines is a set of a server's data-parallel engines by their index, the
+// engine label of vLLM's metrics (each engine's data-parallel rank over the
+// whole deployment): bit e for engine e. Indexes from 64 on are not kept.
+type Engines uint64
+
+// Len returns how many engines the set holds.
+func (s Engines) Len() int { return bits.OnesCount64(uint64(s)) }
+
+// Has reports whether the set holds engine e.
+func (s Engines) Has(e int) bool { return e >= 0 && e < 64 && s&(1<<e) != 0 }
+
+// List returns the set's engines in ascending order.
+func (s Engines) List() []int {
+	out := make([]int, 0, s.Len())
+	for v := uint64(s); v != 0; v &= v - 1 {
+		out = append(out, bits.TrailingZeros64(v))
+	}
+	return out
+}
+
 // Metrics is a snapshot of what a worker's model server reported about
 // itself. Zero values mean "not reported".
 type Metrics struct {
@@ -52,9 +73,10 @@ type Metrics struct {
 	// Counters are the server's cumulative counters the policies calibrate
 	// their cost model from; 0 means not reported.
 	Counters Counters
-	// Engines is how many data-parallel engines the server behind the
-	// port fronts (vLLM's internal load balancer); 0 or 1 for one.
-	Engines int
+	// Engines are the data-parallel engines the server behind the port
+	// fronts (vLLM's internal or hybrid load balancer); empty when its
+	// metrics name none.
+	Engines Engines
 	Scraped time.Time
 	// Own and OwnPrefill are this picker's requests in flight on the
 	// worker (all, and those in prefill) when the page was fetched: the

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"math"
-	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,10 +38,10 @@ type Report struct {
 	// read: the served model a vLLM or SGLang server labels its series
 	// with. Nil when no series carries the label.
 	Models []string
-	// Engines is how many data-parallel engines the server fronts: the
-	// distinct values (below 64) of the engine label vLLM puts on each
+	// Engines are the data-parallel engines the server fronts, bit e for
+	// engine e: the values (below 64) of the engine label vLLM puts on each
 	// engine's running-requests series; 0 when the series has no such label.
-	Engines int
+	Engines uint64
 	// Counters are the cumulative counters the cost model calibrates
 	// itself from.
 	Counters Counters
@@ -310,7 +309,7 @@ func (a *accumulator) report(s *Schema) (Report, error) {
 	}
 	r.LoRA = a.lora
 	r.Models = a.models.result()
-	r.Engines = bits.OnesCount64(a.engines)
+	r.Engines = a.engines
 	counter := func(f field) float64 {
 		if slot, ok := a.first(s, f); ok {
 			return min(a.val[slot], maxCounter)

@@ -77,7 +77,7 @@ func TestParse(t *testing.T) {
 			want: Report{Models: []string{"a", "b"}, Counters: Counters{PromptTokens: 30, PrefixQueries: 40, PrefixHits: 10, Prefills: 2,
 				DecodeSeconds: 0.5, DecodeTokens: 25}},
 		},
-		"data-parallel engines behind one port: running summed, engines counted": {
+		"data-parallel engines behind one port: running summed, engines named": {
 			body: `vllm:num_requests_running{engine="0",model_name="m"} 2
 vllm:num_requests_running{engine="1",model_name="m"} 3
 vllm:num_requests_running{engine="3",model_name="m"} 0
@@ -85,7 +85,13 @@ vllm:num_requests_waiting{engine="7",model_name="m"} 1
 vllm:num_requests_running{engine="x",model_name="m"} 0
 vllm:num_requests_running{engine="64",model_name="m"} 0
 `,
-			want: Report{Running: 5, Waiting: 1, Engines: 3, Models: []string{"m"}},
+			want: Report{Running: 5, Waiting: 1, Engines: 1<<0 | 1<<1 | 1<<3, Models: []string{"m"}},
+		},
+		"a node's engines behind one port (hybrid balancer): their ranks from the start rank on": {
+			body: `vllm:num_requests_running{engine="4",model_name="m"} 1
+vllm:num_requests_running{engine="5",model_name="m"} 2
+`,
+			want: Report{Running: 3, Engines: 1<<4 | 1<<5, Models: []string{"m"}},
 		},
 		"the newer cache usage name wins over the older": {
 			body: "vllm:gpu_cache_usage_perc 0.9\nvllm:kv_cache_usage_perc 0.1\n",

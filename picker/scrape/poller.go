@@ -166,7 +166,7 @@ func (p *poller) scrape(ctx context.Context) {
 		Served:       p.served(ctx, &rep, now),
 		LoRA:         p.loraState(rep.LoRA),
 		Counters:     registry.Counters(rep.Counters),
-		Engines:      rep.Engines,
+		Engines:      registry.Engines(rep.Engines),
 		Scraped:      now,
 		Own:          pre + dec,
 		OwnPrefill:   pre,
