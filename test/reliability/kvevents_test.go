@@ -134,18 +134,33 @@ func cachedTokens(t *testing.T, g *gw, prompt, salt string) int {
 }
 
 // TestPickerFollowsEnginesBehindOnePort serves one pod whose port fronts two
-// data-parallel engines (vllm-sim --data-parallel-size 2, as vLLM's internal
-// balancer does), engine e publishing its KV-cache events on the events port
-// plus e. The picker reads the two engines from the pod's metrics and
-// follows both: a request that reaches the second engine, the first being
-// busy, is in the picker's index as much as one on the first, so the index
-// holds every block both engines cache.
+// data-parallel engines, each publishing its KV-cache events on the events
+// port plus its rank: engines 0 and 1 (vllm-sim --data-parallel-size 2, as
+// vLLM's internal balancer runs them), or engines 2 and 3 of a deployment
+// of 4 (one node of vLLM's hybrid balancer). The picker reads the engines
+// from the pod's metrics and follows both: a request that reaches the
+// second engine, the first being busy, is in the picker's index as much as
+// one on the first, so the index holds every block both engines cache.
 func TestPickerFollowsEnginesBehindOnePort(t *testing.T) {
-	const host = "127.0.0.114"
+	for name, tc := range map[string]struct {
+		host  string
+		ports int // the events ports from the base on: as many as the last rank's
+		args  []string
+	}{
+		"internal balancer":    {"127.0.0.114", 2, []string{"--data-parallel-size", "2"}},
+		"a node of the hybrid": {"127.0.0.115", 4, []string{"--data-parallel-size", "4", "--data-parallel-size-local", "2", "--data-parallel-start-rank", "2"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			followsTwoEngines(t, tc.host, tc.ports, tc.args)
+		})
+	}
+}
+
+func followsTwoEngines(t *testing.T, host string, ports int, args []string) {
 	port := freePortOn(t, host)
-	kvPort := framework.ConsecutivePortsT(t, host, 2)
+	kvPort := framework.ConsecutivePortsT(t, host, ports)
 	events := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d"}`, kvPort)
-	s := startSim(t, host, port, "--kv-events-config", events, "--data-parallel-size", "2")
+	s := startSim(t, host, port, append([]string{"--kv-events-config", events}, args...)...)
 	p := startPicker(t, "--static-endpoints", s.addr, "--kv-events-port", strconv.Itoa(kvPort))
 	p.WaitWorkers(t, 1)
 	g := startGateway(t, p.Addr())

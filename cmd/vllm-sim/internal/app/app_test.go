@@ -69,6 +69,12 @@ func TestValidate(t *testing.T) {
 		"lora base not served": {args: []string{"--lora-modules", `{"name":"x","path":"/a/x","base_model_name":"qwen"}`}, wantErr: true},
 		"cpu loras below max":  {args: []string{"--enable-lora", "--max-loras", "4", "--max-cpu-loras", "2"}, wantErr: true},
 		"no lora slots":        {args: []string{"--enable-lora", "--max-loras", "0"}, wantErr: true},
+		"a node's engines":     {args: []string{"--data-parallel-size", "8", "--data-parallel-size-local", "4", "--data-parallel-start-rank", "4"}},
+		"the last node's rest": {args: []string{"--data-parallel-size", "8", "--data-parallel-start-rank", "6"}},
+		"ranks past the size":  {args: []string{"--data-parallel-size", "8", "--data-parallel-size-local", "4", "--data-parallel-start-rank", "6"}, wantErr: true},
+		"start past the size":  {args: []string{"--data-parallel-size", "2", "--data-parallel-start-rank", "2"}, wantErr: true},
+		"negative start rank":  {args: []string{"--data-parallel-start-rank", "-1"}, wantErr: true},
+		"too many engines":     {args: []string{"--data-parallel-size", "65"}, wantErr: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -98,29 +98,37 @@ type eventPublisher struct {
 	buf   []byte
 }
 
-// listenEvents binds the PUB sockets of c for n engines: engine 0's at the
-// endpoint, the host "*" meaning host, and engine e's at the port after it
-// plus e, as vLLM offsets each data-parallel rank's endpoint. On failure
-// the sockets already bound are closed.
-func listenEvents(c KVEventsConfig, host string, n int) ([]*eventPublisher, error) {
+// listenEvents binds the PUB sockets of c for the n engines of ranks
+// first, first+1, ...: rank r's at the endpoint's port plus r, as vLLM
+// offsets each data-parallel rank's endpoint, the host "*" meaning host.
+// With port 0 the first engine's port is a free one and the others follow
+// it. On failure the sockets already bound are closed.
+func listenEvents(c KVEventsConfig, host string, first, n int) ([]*eventPublisher, error) {
 	addr, err := c.listenAddr(host)
 	if err != nil {
 		return nil, err
 	}
+	if h, p, err := net.SplitHostPort(addr); err == nil && p != "0" {
+		port, _ := strconv.Atoi(p)
+		if port+first+n-1 > 65535 {
+			return nil, fmt.Errorf("KV events: the last engine's port %d is past 65535", port+first+n-1)
+		}
+		addr = net.JoinHostPort(h, strconv.Itoa(port+first))
+	}
 	var pubs []*eventPublisher
 	for e := range n {
 		if e > 0 {
-			first := pubs[0].pub.Addr().(*net.TCPAddr)
-			addr = net.JoinHostPort(first.IP.String(), strconv.Itoa(first.Port+e))
+			at := pubs[0].pub.Addr().(*net.TCPAddr)
+			addr = net.JoinHostPort(at.IP.String(), strconv.Itoa(at.Port+e))
 		}
 		pub, err := kvevents.ListenPub(addr)
 		if err != nil {
 			for _, p := range pubs {
 				_ = p.close()
 			}
-			return nil, fmt.Errorf("KV events of engine %d: %w", e, err)
+			return nil, fmt.Errorf("KV events of engine %d: %w", first+e, err)
 		}
-		pubs = append(pubs, &eventPublisher{pub: pub, topic: []byte(c.Topic), batch: kvevents.Batch{DPRank: e}})
+		pubs = append(pubs, &eventPublisher{pub: pub, topic: []byte(c.Topic), batch: kvevents.Batch{DPRank: first + e}})
 	}
 	return pubs, nil
 }

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -160,7 +161,7 @@ func simWithEngineEvents(t *testing.T, args ...string) (base string, batches []<
 	t.Helper()
 	o := parse(t, append([]string{"--host", "127.0.0.8", "--port", "0", "--model", "m", "--time-scale", "0",
 		"--kv-events-config", `{"enable_kv_cache_events":true,"endpoint":"tcp://*:0","topic":"kv@m"}`}, args...)...)
-	events, err := listenEvents(o.KVEvents, o.Host, o.DataParallelSize)
+	events, err := listenEvents(o.KVEvents, o.Host, o.DataParallelStartRank, o.engines())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,8 +184,8 @@ func simWithEngineEvents(t *testing.T, args ...string) (base string, batches []<
 		pw.Close()
 	}()
 	var received []<-chan struct{}
-	for rank, sub := range subs {
-		ch, done := receive(t, sub, rank)
+	for i, sub := range subs {
+		ch, done := receive(t, sub, o.DataParallelStartRank+i)
 		batches, received = append(batches, ch), append(received, done)
 	}
 	t.Cleanup(func() {
@@ -479,5 +480,59 @@ func TestDataParallelEnginesShareThePort(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// TestANodesEnginesTakeTheirRanks serves the engines of ranks 2 and 3 of a
+// deployment of 4 behind one port, as one node of vLLM's hybrid load
+// balancer does (--data-parallel-size-local 2 --data-parallel-start-rank
+// 2): they publish on the endpoint's port plus their rank, with their rank
+// in the batches, and label their metrics with it.
+func TestANodesEnginesTakeTheirRanks(t *testing.T) {
+	const host = "127.0.0.8"
+	port := framework.ConsecutivePortsT(t, host, 4)
+	base, batches := simWithEngineEvents(t, "--data-parallel-size", "4", "--data-parallel-size-local", "2", "--data-parallel-start-rank", "2",
+		"--kv-events-config", fmt.Sprintf(`{"enable_kv_cache_events":true,"endpoint":"tcp://*:%d","topic":"kv@m"}`, port))
+	post(t, base+"/v1/completions", fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":1}`, strings.Repeat("a", 200)))
+	select {
+	case b := <-batches[0]:
+		if b.DPRank != 2 || len(b.Events) != 1 || len(b.Events[0].Hashes) != 3 {
+			t.Errorf("the first engine's first batch: rank %d, events %+v; want rank 2 storing the prompt's 3 blocks", b.DPRank, b.Events)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the engine of rank 2 published nothing within 10 s")
+	}
+	page := string(get(t, base+"/metrics"))
+	for _, want := range []string{`vllm:request_success_total{engine="2",finished_reason="length",model_name="m"} 1`,
+		`vllm:num_requests_running{engine="3",model_name="m"} 0`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(page, `engine="0"`) || strings.Contains(page, `engine="1"`) {
+		t.Error("metrics name engines of ranks this port does not serve")
+	}
+}
+
+// TestEnginesListenOnTheirRanksPorts binds the events of ranks 2 and 3 on
+// the endpoint's port plus 2 and plus 3, and refuses ranks whose port would
+// be past the last.
+func TestEnginesListenOnTheirRanksPorts(t *testing.T) {
+	const host = "127.0.0.8"
+	port := framework.ConsecutivePortsT(t, host, 4)
+	c := KVEventsConfig{Enabled: true, Endpoint: fmt.Sprintf("tcp://*:%d", port)}
+	pubs, err := listenEvents(c, host, 2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range pubs {
+		if got, want := p.pub.Addr().(*net.TCPAddr).Port, port+2+i; got != want || p.batch.DPRank != 2+i {
+			t.Errorf("engine %d of the port: listens on %d with rank %d, want %d with rank %d", i, got, p.batch.DPRank, want, 2+i)
+		}
+		_ = p.close()
+	}
+	c.Endpoint = "tcp://*:65534"
+	if _, err := listenEvents(c, host, 1, 2); err == nil {
+		t.Error("ranks 1 and 2 on 65534: no error, want one (the last port is past 65535)")
 	}
 }

@@ -44,9 +44,24 @@ type Options struct {
 	MaxCPULoRAs int
 	LoRALoadMs  float64
 	LoRAModules []server.LoRAModule
-	// DataParallelSize is how many engines serve behind the one port, as
-	// vLLM's --data-parallel-size with its internal load balancer.
+	// DataParallelSize is how many engines the deployment runs, as vLLM's
+	// --data-parallel-size; with its internal load balancer all of them
+	// serve behind the one port.
 	DataParallelSize int
+	// DataParallelSizeLocal, when set, is how many of them serve behind
+	// this port (vLLM's --data-parallel-size-local, a node's share with its
+	// hybrid load balancer), and DataParallelStartRank the rank of the
+	// first (--data-parallel-start-rank).
+	DataParallelSizeLocal int
+	DataParallelStartRank int
+}
+
+// engines returns how many engines serve behind the port.
+func (o *Options) engines() int {
+	if o.DataParallelSizeLocal > 0 {
+		return o.DataParallelSizeLocal
+	}
+	return max(o.DataParallelSize-o.DataParallelStartRank, 1)
 }
 
 // NewOptions returns the defaults.
@@ -112,7 +127,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 			o.KVEvents, err = parseKVEventsConfig(v)
 			return err
 		})
-	fs.IntVar(&o.DataParallelSize, "data-parallel-size", o.DataParallelSize, "engines behind the one port, each request to the least loaded (waiting x 4 + running); engine e publishes its KV events on the events port plus e and labels its metrics engine=\"e\"")
+	fs.IntVar(&o.DataParallelSize, "data-parallel-size", o.DataParallelSize, "engines of the deployment, behind the one port unless --data-parallel-size-local says fewer; each request goes to the least loaded (waiting x 4 + running); the engine of rank r publishes its KV events on the endpoint's port plus r and labels its metrics engine=\"r\"")
+	fs.IntVar(&o.DataParallelSizeLocal, "data-parallel-size-local", o.DataParallelSizeLocal, "engines behind this port (a node's share of --data-parallel-size); 0 means all from the start rank on")
+	fs.IntVar(&o.DataParallelStartRank, "data-parallel-start-rank", o.DataParallelStartRank, "data-parallel rank of the first engine behind this port")
 	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "tokens per KV block")
 	fs.IntVar(&o.NumGPUBlocks, "num-gpu-blocks", o.NumGPUBlocks, "KV blocks in the pool")
 	fs.IntVar(&o.MaxNumSeqs, "max-num-seqs", o.MaxNumSeqs, "maximum running sequences")
@@ -132,7 +149,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Faults.MetricsGarbage, "fault-metrics-garbage", o.Faults.MetricsGarbage, "answer /metrics with text that does not parse")
 }
 
-// maxEngines bounds --data-parallel-size.
+// maxEngines bounds --data-parallel-size, as the picker follows the
+// engines of ranks below 64.
 const maxEngines = 64
 
 // Validate reports every invalid option.
@@ -164,6 +182,10 @@ func (o *Options) Validate() error {
 	}
 	if o.DataParallelSize < 1 || o.DataParallelSize > maxEngines {
 		errs = append(errs, fmt.Errorf("--data-parallel-size %d out of range [1, %d]", o.DataParallelSize, maxEngines))
+	}
+	if o.DataParallelStartRank < 0 || o.DataParallelSizeLocal < 0 || o.DataParallelStartRank+o.engines() > o.DataParallelSize {
+		errs = append(errs, fmt.Errorf("--data-parallel-start-rank %d and --data-parallel-size-local %d: the ranks behind the port must lie in [0, --data-parallel-size %d)",
+			o.DataParallelStartRank, o.DataParallelSizeLocal, o.DataParallelSize))
 	}
 	if o.DefaultMaxTokens < 1 || o.MaxTokensCap < 1 {
 		errs = append(errs, errors.New("--default-max-tokens and --max-tokens-cap must be at least 1"))

@@ -27,7 +27,7 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 	if !o.KVEvents.publishes() {
 		return serve(ctx, o, out, nil)
 	}
-	events, err := listenEvents(o.KVEvents, o.Host, max(o.DataParallelSize, 1))
+	events, err := listenEvents(o.KVEvents, o.Host, o.DataParallelStartRank, o.engines())
 	if err != nil {
 		return err
 	}
@@ -49,7 +49,7 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 // returns once the engines have stopped.
 func serve(ctx context.Context, o *Options, out io.Writer, events []*eventPublisher) error {
 	var engines []*engine.Engine
-	for e := range max(o.DataParallelSize, 1) {
+	for e := range o.engines() {
 		engOpts := []engine.Option{engine.WithPacer(&engine.WallPacer{Scale: o.TimeScale})}
 		if events != nil {
 			engOpts = append(engOpts, engine.WithEvents(events[e].publish))
@@ -65,6 +65,7 @@ func serve(ctx context.Context, o *Options, out io.Writer, events []*eventPublis
 		ServedModelNames: o.ServedModelNames,
 		LoRAModules:      o.LoRAModules,
 		Engines:          engines,
+		FirstRank:        o.DataParallelStartRank,
 		Faults:           faults.NewState(o.Faults, o.Seed),
 		DefaultMaxTokens: o.DefaultMaxTokens,
 		MaxTokensCap:     o.MaxTokensCap,

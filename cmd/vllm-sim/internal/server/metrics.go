@@ -28,8 +28,8 @@ type statsSource interface {
 }
 
 // metrics is the vLLM metric set of one served model, every series
-// labelled with its engine as vLLM labels them (engine="0" for the only
-// one).
+// labelled with its engine's data-parallel rank as vLLM labels them
+// (engine="0" for the only one).
 type metrics struct {
 	handler http.Handler
 	ttft    []prometheus.Observer // by engine
@@ -77,7 +77,7 @@ func (m *metrics) finished(e int, start, first time.Time, sts []engine.Status) {
 	}
 }
 
-func newMetrics(model string, srcs []statsSource) *metrics {
+func newMetrics(model string, firstRank int, srcs []statsSource) *metrics {
 	reg := prometheus.NewRegistry()
 	m := &metrics{}
 	histogram := func(name, help string, labels prometheus.Labels, buckets []float64) prometheus.Histogram {
@@ -86,7 +86,8 @@ func newMetrics(model string, srcs []statsSource) *metrics {
 		return h
 	}
 	for e, src := range srcs {
-		labels := prometheus.Labels{"model_name": model, "engine": strconv.Itoa(e)}
+		rank := strconv.Itoa(firstRank + e)
+		labels := prometheus.Labels{"model_name": model, "engine": rank}
 		gauge := func(name, help string, value func(engine.Stats) float64) {
 			reg.MustRegister(prometheus.NewGaugeFunc(
 				prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels},
@@ -131,7 +132,7 @@ func newMetrics(model string, srcs []statsSource) *metrics {
 		m.itl = append(m.itl, histogram("vllm:inter_token_latency_seconds",
 			"Histogram of inter-token latency in seconds.", labels, itlBuckets))
 		if src.Config().MaxLoRAs > 0 {
-			reg.MustRegister(newLoRAInfo(src, strconv.Itoa(e)))
+			reg.MustRegister(newLoRAInfo(src, rank))
 		}
 	}
 

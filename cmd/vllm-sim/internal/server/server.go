@@ -48,6 +48,10 @@ type Config struct {
 	// series of the metrics is labelled with its engine. Engine is then the
 	// first of them. Their configurations must be the same.
 	Engines []*engine.Engine
+	// FirstRank is the data-parallel rank of the first engine, the others'
+	// following it (vLLM's --data-parallel-start-rank): their metrics are
+	// labelled engine="<rank>".
+	FirstRank int
 	// Faults is the fault state (default: no faults).
 	Faults *faults.State
 	// DefaultMaxTokens applies when a request sets no limit (default 16).
@@ -80,6 +84,9 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Engines) == 0 || slices.Contains(cfg.Engines, nil) || len(cfg.ServedModelNames) == 0 || slices.Contains(cfg.ServedModelNames, "") {
 		return nil, errors.New("server: engine and model are required")
 	}
+	if cfg.FirstRank < 0 {
+		return nil, errors.New("server: the first engine's rank must not be negative")
+	}
 	cfg.Engine = cfg.Engines[0]
 	cfg.Model = cfg.ServedModelNames[0]
 	if len(cfg.LoRAModules) > 0 && cfg.Engine.Config().MaxLoRAs == 0 {
@@ -104,7 +111,7 @@ func New(cfg Config) (*Server, error) {
 	for i, e := range cfg.Engines {
 		srcs[i] = e
 	}
-	s.metrics = newMetrics(cfg.Model, srcs)
+	s.metrics = newMetrics(cfg.Model, cfg.FirstRank, srcs)
 	if cfg.Engine.Config().MaxLoRAs > 0 {
 		s.mux.HandleFunc("POST /v1/load_lora_adapter", s.handleLoadLoRA)
 		s.mux.HandleFunc("POST /v1/unload_lora_adapter", s.handleUnloadLoRA)
