@@ -116,6 +116,27 @@ func rankPubs(t *testing.T, host string, n int) ([]*kvevents.Pub, int) {
 	return nil, 0
 }
 
+// followOnePod serves n engines' publishers on consecutive ports of host,
+// and a subscriber, with the events port the first of them, following one
+// pod at host of rank 0. It returns the publishers, the subscriber's index
+// and the pod's worker.
+func followOnePod(t *testing.T, host string, n int) ([]*kvevents.Pub, *Index, *registry.Worker) {
+	t.Helper()
+	pubs, base := rankPubs(t, host, n)
+	reg := registry.New()
+	ix := New(0)
+	sub := &Subscriber{Index: ix, Port: base, Backoff: 100 * time.Millisecond, EngineCheck: 10 * time.Millisecond}
+	reg.AddListener(sub)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sub.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	reg.Update([]registry.Endpoint{{
+		Key: registry.Key{UID: "pod", Port: 8000}, Name: "pod", Address: netip.MustParseAddrPort(host + ":8000"),
+	}}, nil)
+	return pubs, ix, reg.Workers()[0]
+}
+
 // TestSubscriberFollowsTheEnginesBehindOnePort serves one pod whose server
 // fronts two data-parallel engines behind one API port, as vLLM's internal
 // load balancer does: its metrics label two engines, and engine e publishes
@@ -125,21 +146,7 @@ func rankPubs(t *testing.T, host string, n int) ([]*kvevents.Pub, int) {
 // and its blocks are forgotten.
 func TestSubscriberFollowsTheEnginesBehindOnePort(t *testing.T) {
 	const host = "127.0.0.151"
-	pubs, base := rankPubs(t, host, 2)
-
-	reg := registry.New()
-	ix := New(0)
-	sub := &Subscriber{Index: ix, Port: base, Backoff: 100 * time.Millisecond, EngineCheck: 10 * time.Millisecond}
-	reg.AddListener(sub)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sub.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	reg.Update([]registry.Endpoint{{
-		Key: registry.Key{UID: "pod-a", Port: 8000}, Name: "pod-a", Address: netip.MustParseAddrPort(host + ":8000"),
-	}}, nil)
-	w := reg.Workers()[0]
+	pubs, ix, w := followOnePod(t, host, 2)
 	w.SetMetrics(&registry.Metrics{Engines: 1<<0 | 1<<1})
 
 	one, other, both := prompt(1, 4, -1), prompt(500, 4, -1), prompt(900, 4, -1)
@@ -202,21 +209,7 @@ func TestSubscriberFollowsTheEnginesBehindOnePort(t *testing.T) {
 // publishes, is no longer dialled once the metrics have named them.
 func TestSubscriberFollowsANodesEngines(t *testing.T) {
 	const host = "127.0.0.152"
-	pubs, base := rankPubs(t, host, 4)
-
-	reg := registry.New()
-	ix := New(0)
-	sub := &Subscriber{Index: ix, Port: base, Backoff: 100 * time.Millisecond, EngineCheck: 10 * time.Millisecond}
-	reg.AddListener(sub)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sub.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	reg.Update([]registry.Endpoint{{
-		Key: registry.Key{UID: "pod-b", Port: 8000}, Name: "pod-b", Address: netip.MustParseAddrPort(host + ":8000"),
-	}}, nil)
-	w := reg.Workers()[0]
+	pubs, ix, w := followOnePod(t, host, 4)
 	framework.Eventually(t, framework.Timeout, "engine 0 is followed before the metrics name the engines", func() error {
 		if n := pubs[0].Subscribers(); n != 1 {
 			return fmt.Errorf("engine 0's publisher has %d subscribers", n)
