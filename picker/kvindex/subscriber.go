@@ -19,8 +19,8 @@ import (
 // Subscriber keeps one KV-event subscription to every worker in the
 // registry, on the worker's IP at Port plus the worker's data-parallel rank
 // (vLLM offsets each rank's endpoint port by its rank), and applies the
-// events to Index. A worker of rank 0 whose server names the engines behind
-// its port (Metrics.Engines: vLLM's internal or hybrid load balancer) is
+// events to Index. A worker whose server names the engines behind its port
+// (Metrics.Engines: vLLM's internal, hybrid or external load balancer) is
 // followed engine by engine instead, engine e on Port plus e. An engine's
 // blocks are forgotten whenever its events may have been missed: before
 // each (re)connection, after a gap in its sequence numbers or an
@@ -35,8 +35,8 @@ type Subscriber struct {
 	// Backoff bounds the wait between failed connections: from Backoff/50
 	// doubling up to Backoff. Zero means 5 s.
 	Backoff time.Duration
-	// EngineCheck is how often a rank-0 worker's reported engines are read
-	// to follow those it names. Zero means 2 s.
+	// EngineCheck is how often a worker's reported engines are read to
+	// follow those it names. Zero means 2 s.
 	EngineCheck time.Duration
 	Log         logr.Logger
 
@@ -109,17 +109,8 @@ func (s *Subscriber) followLocked(ctx context.Context, w *registry.Worker) {
 	if _, ok := s.follows[w.ID()]; ok {
 		return
 	}
-	rank := w.Endpoint().Rank
-	if rank > 0 && s.Port+rank > math.MaxUint16 {
-		s.Log.Error(nil, "Not following a worker's KV events: its rank's port is past the last", "worker", w.Address(), "port", s.Port+rank)
-		return
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	s.follows[w.ID()] = cancel
-	if rank > 0 {
-		s.start(ctx, w, 0, s.Port+rank)
-		return
-	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -144,11 +135,9 @@ func (s *Subscriber) start(ctx context.Context, w *registry.Worker, e, port int)
 	return done
 }
 
-// engines follows the engines w's server reports behind its port, engine e
-// on Port plus e, until ctx ends: engine 0 until the server's metrics name
-// its engines, then those they name (vLLM's internal load balancer: 0 … N−1;
-// its hybrid one: the node's ranks, from its start rank on). Engines the
-// server stops naming are stopped and forgotten.
+// engines follows the engines behind w's port until ctx ends, the engine
+// of rank r on Port plus r (wanted), and stops and forgets those the server
+// stops naming.
 func (s *Subscriber) engines(ctx context.Context, w *registry.Worker) {
 	every := s.EngineCheck
 	if every <= 0 {
@@ -164,16 +153,17 @@ func (s *Subscriber) engines(ctx context.Context, w *registry.Worker) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		want := registry.Engines(1)
-		if m := w.Metrics(); m != nil && m.Engines != 0 {
-			want = m.Engines
-		}
-		if last := math.MaxUint16 - s.Port; last < MaxEngines-1 && want>>(last+1) != 0 {
-			if !past {
-				s.Log.Error(nil, "Not following some of a server's engines: their ports are past the last", "worker", w.Address(), "engines", want.List())
+		want := wanted(w.Endpoint().Rank, w.Metrics())
+		if last := math.MaxUint16 - s.Port; last < MaxEngines-1 {
+			var keep registry.Engines // the engines whose port is a port
+			if last >= 0 {
+				keep = 1<<(last+1) - 1
+			}
+			if want&^keep != 0 && !past {
+				s.Log.Error(nil, "Not following some of a server's engines: their ports are past the last", "worker", w.Address(), "engines", (want &^ keep).List())
 				past = true
 			}
-			want &= 1<<(last+1) - 1
+			want &= keep
 		}
 		for _, e := range (followed &^ want).List() {
 			stops[e]()
@@ -191,6 +181,26 @@ func (s *Subscriber) engines(ctx context.Context, w *registry.Worker) {
 		case <-t.C:
 		}
 	}
+}
+
+// wanted returns the engines to follow behind the port of the given rank
+// (its place in the pool's target ports) whose server reported m (nil
+// before the first scrape): the port's rank until the server's metrics name
+// its engines, then those they name. vLLM labels each engine with its rank
+// over the whole deployment: 0 … N−1 behind one port with its internal load
+// balancer, a node's ranks from its start rank on with its hybrid one, a
+// port's one rank with its external one (which on a node after the first is
+// not the port's place in the pool). A server at a later port that names
+// engine 0 alone is taken for one that is no rank of a deployment, and
+// followed at its port's rank.
+func wanted(rank int, m *registry.Metrics) registry.Engines {
+	if m != nil && m.Engines != 0 && (rank == 0 || m.Engines != 1) {
+		return m.Engines
+	}
+	if rank < 0 || rank >= MaxEngines {
+		return 0
+	}
+	return 1 << rank
 }
 
 // follow subscribes to the events of engine e of a worker until ctx ends,

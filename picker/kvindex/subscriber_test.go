@@ -24,37 +24,7 @@ import (
 // rank's blocks must be found on that rank's worker only.
 func TestSubscriberFollowsEachRankOnItsPort(t *testing.T) {
 	const host = "127.0.0.150"
-	pubs, base := rankPubs(t, host, 2)
-
-	reg := registry.New()
-	ix := New(0)
-	sub := &Subscriber{Index: ix, Port: base, Backoff: 100 * time.Millisecond}
-	reg.AddListener(sub)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sub.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	addr := netip.MustParseAddr(host)
-	var eps []registry.Endpoint
-	for rank := range pubs {
-		port := uint16(8000 + rank)
-		eps = append(eps, registry.Endpoint{
-			Key:     registry.Key{UID: "pod-a", Port: int32(port)},
-			Name:    "pod-a",
-			Address: netip.AddrPortFrom(addr, port),
-			Rank:    rank,
-		})
-	}
-	reg.Update(eps, nil)
-	workers := reg.Workers()
-	if len(workers) != len(pubs) {
-		t.Fatalf("%d workers, want %d", len(workers), len(pubs))
-	}
-	byRank := map[int]*registry.Worker{}
-	for _, w := range workers {
-		byRank[w.Endpoint().Rank] = w
-	}
+	pubs, ix, byRank := followPod(t, host, 2, 2)
 
 	prompts := [][]uint32{prompt(1, 4, -1), prompt(500, 4, -1)}
 	for rank, p := range pubs {
@@ -116,11 +86,12 @@ func rankPubs(t *testing.T, host string, n int) ([]*kvevents.Pub, int) {
 	return nil, 0
 }
 
-// followOnePod serves n engines' publishers on consecutive ports of host,
-// and a subscriber, with the events port the first of them, following one
-// pod at host of rank 0. It returns the publishers, the subscriber's index
-// and the pod's worker.
-func followOnePod(t *testing.T, host string, n int) ([]*kvevents.Pub, *Index, *registry.Worker) {
+// followPod serves n publishers on consecutive ports of host, and a
+// subscriber, with the events port the first of them, following one pod at
+// host whose ports are the first `ports` of its pool, of ranks 0, 1, ....
+// It returns the publishers, the subscriber's index and the pod's workers
+// by rank.
+func followPod(t *testing.T, host string, n, ports int) ([]*kvevents.Pub, *Index, []*registry.Worker) {
 	t.Helper()
 	pubs, base := rankPubs(t, host, n)
 	reg := registry.New()
@@ -131,10 +102,18 @@ func followOnePod(t *testing.T, host string, n int) ([]*kvevents.Pub, *Index, *r
 	done := make(chan struct{})
 	go func() { defer close(done); _ = sub.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	reg.Update([]registry.Endpoint{{
-		Key: registry.Key{UID: "pod", Port: 8000}, Name: "pod", Address: netip.MustParseAddrPort(host + ":8000"),
-	}}, nil)
-	return pubs, ix, reg.Workers()[0]
+	var eps []registry.Endpoint
+	for rank := range ports {
+		port := uint16(8000 + rank)
+		eps = append(eps, registry.Endpoint{Key: registry.Key{UID: "pod", Port: int32(port)}, Name: "pod",
+			Address: netip.AddrPortFrom(netip.MustParseAddr(host), port), Rank: rank})
+	}
+	reg.Update(eps, nil)
+	workers := make([]*registry.Worker, ports)
+	for _, w := range reg.Workers() {
+		workers[w.Endpoint().Rank] = w
+	}
+	return pubs, ix, workers
 }
 
 // TestSubscriberFollowsTheEnginesBehindOnePort serves one pod whose server
@@ -146,7 +125,8 @@ func followOnePod(t *testing.T, host string, n int) ([]*kvevents.Pub, *Index, *r
 // and its blocks are forgotten.
 func TestSubscriberFollowsTheEnginesBehindOnePort(t *testing.T) {
 	const host = "127.0.0.151"
-	pubs, ix, w := followOnePod(t, host, 2)
+	pubs, ix, ws := followPod(t, host, 2, 1)
+	w := ws[0]
 	w.SetMetrics(&registry.Metrics{Engines: 1<<0 | 1<<1})
 
 	one, other, both := prompt(1, 4, -1), prompt(500, 4, -1), prompt(900, 4, -1)
@@ -209,7 +189,8 @@ func TestSubscriberFollowsTheEnginesBehindOnePort(t *testing.T) {
 // publishes, is no longer dialled once the metrics have named them.
 func TestSubscriberFollowsANodesEngines(t *testing.T) {
 	const host = "127.0.0.152"
-	pubs, ix, w := followOnePod(t, host, 4)
+	pubs, ix, ws := followPod(t, host, 4, 1)
+	w := ws[0]
 	framework.Eventually(t, framework.Timeout, "engine 0 is followed before the metrics name the engines", func() error {
 		if n := pubs[0].Subscribers(); n != 1 {
 			return fmt.Errorf("engine 0's publisher has %d subscribers", n)
@@ -217,18 +198,7 @@ func TestSubscriberFollowsANodesEngines(t *testing.T) {
 		return nil
 	})
 	w.SetMetrics(&registry.Metrics{Engines: 1<<2 | 1<<3})
-	framework.Eventually(t, framework.Timeout, "engines 2 and 3 are followed, and no others", func() error {
-		for e, p := range pubs {
-			want := 0
-			if e >= 2 {
-				want = 1
-			}
-			if n := p.Subscribers(); n != want {
-				return fmt.Errorf("engine %d's publisher has %d subscribers, want %d", e, n, want)
-			}
-		}
-		return nil
-	})
+	waitFollowed(t, pubs, 1<<2|1<<3)
 
 	two, three := prompt(1, 4, -1), prompt(500, 4, -1)
 	for e, mine := range map[int][]uint32{2: two, 3: three} {
@@ -247,4 +217,63 @@ func TestSubscriberFollowsANodesEngines(t *testing.T) {
 			t.Errorf("%s: holders %+v, want %+v (half of the prompt: one of the two engines holds it)", name, got, want)
 		}
 	}
+}
+
+// TestWanted: a port is followed at its rank until its server names its
+// engines, then at the ranks it names, unless a later port's server names
+// engine 0 alone.
+func TestWanted(t *testing.T) {
+	for name, tc := range map[string]struct {
+		rank int
+		m    *registry.Metrics
+		want []int
+	}{
+		"first port, not scraped yet":              {0, nil, []int{0}},
+		"first port, no engine label":              {0, &registry.Metrics{}, []int{0}},
+		"internal balancer":                        {0, &registry.Metrics{Engines: 0b1111}, []int{0, 1, 2, 3}},
+		"hybrid balancer, second node":             {0, &registry.Metrics{Engines: 0b1100}, []int{2, 3}},
+		"later port, not scraped yet":              {2, nil, []int{2}},
+		"external balancer, first node":            {2, &registry.Metrics{Engines: 1 << 2}, []int{2}},
+		"external balancer, second node":           {1, &registry.Metrics{Engines: 1 << 5}, []int{5}},
+		"later port whose server names engine 0":   {1, &registry.Metrics{Engines: 1}, []int{1}},
+		"later port whose server names no engine":  {1, &registry.Metrics{}, []int{1}},
+		"a rank past the engines the index tracks": {MaxEngines, nil, []int{}},
+	} {
+		if got := wanted(tc.rank, tc.m).List(); !cmp.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+// TestSubscriberFollowsAnExternalRankByItsLabel serves the second node of a
+// deployment whose every rank has its own API port (vLLM's external load
+// balancer, four ranks a node): the pod's ports 0 and 1 in the pool serve
+// ranks 4 and 5, label their metrics with them and publish on the events
+// port plus 4 and plus 5, where they are followed once their metrics are
+// read.
+func TestSubscriberFollowsAnExternalRankByItsLabel(t *testing.T) {
+	const host = "127.0.0.153"
+	pubs, _, ws := followPod(t, host, 6, 2)
+	for place, w := range ws {
+		w.SetMetrics(&registry.Metrics{Engines: 1 << (4 + place)})
+	}
+	waitFollowed(t, pubs, 1<<4|1<<5)
+}
+
+// waitFollowed waits until the publishers of the ranks in want have one
+// subscriber each and the others none.
+func waitFollowed(t *testing.T, pubs []*kvevents.Pub, want registry.Engines) {
+	t.Helper()
+	framework.Eventually(t, framework.Timeout, fmt.Sprintf("ranks %v are followed, and no others", want.List()), func() error {
+		for e, p := range pubs {
+			n, w := p.Subscribers(), 0
+			if want.Has(e) {
+				w = 1
+			}
+			if n != w {
+				return fmt.Errorf("rank %d's publisher has %d subscribers, want %d", e, n, w)
+			}
+		}
+		return nil
+	})
 }
