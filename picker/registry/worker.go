@@ -32,9 +32,10 @@ type Endpoint struct {
 	Namespace string
 	Name      string // pod name; the address for static endpoints
 	Address   netip.AddrPort
-	// Rank is the data-parallel rank the port serves: its place in the
-	// pool's target ports (a vLLM started with --data-parallel-size
-	// serves rank r on the r-th port), 0 for a single port.
+	// Rank is the port's place in the pool's target ports, 0 for a single
+	// port: the data-parallel rank it serves when each of a deployment's
+	// ranks has a port of its own, on its first node (its metrics name the
+	// rank wherever it runs: Metrics.Engines).
 	Rank int
 }
 
