@@ -536,3 +536,24 @@ func TestEnginesListenOnTheirRanksPorts(t *testing.T) {
 		t.Error("ranks 1 and 2 on 65534: no error, want one (the last port is past 65535)")
 	}
 }
+
+// TestABatchsPromptsArePlacedOneByOne sends one completion of two prompts
+// to two engines behind one port: as vLLM's balancer places each prompt of
+// a batch on its own, the second goes to the engine the first left idle,
+// and each engine counts and times its prompt.
+func TestABatchsPromptsArePlacedOneByOne(t *testing.T) {
+	// In real time, the first prompt is still queued or running on its
+	// engine when the second is placed a moment later.
+	base, _ := simWithEngineEvents(t, "--data-parallel-size", "2", "--time-scale", "1")
+	post(t, base+"/v1/completions", fmt.Sprintf(`{"model":"m","prompt":[%q,%q],"max_tokens":1}`, strings.Repeat("a", 200), strings.Repeat("b", 200)))
+	page := string(get(t, base+"/metrics"))
+	for _, e := range []string{"0", "1"} {
+		for _, want := range []string{`vllm:request_success_total{engine="` + e + `",finished_reason="length",model_name="m"} 1`,
+			`vllm:time_to_first_token_seconds_count{engine="` + e + `",model_name="m"} 1`,
+			`vllm:e2e_request_latency_seconds_count{engine="` + e + `",model_name="m"} 1`} {
+			if !strings.Contains(page, want) {
+				t.Errorf("metrics lack %q", want)
+			}
+		}
+	}
+}

@@ -73,15 +73,20 @@ func (s *Server) newJob(chat bool, c *openai.Common, prompts []string) job {
 }
 
 // run is a job in flight: its sequences and what the client has been sent.
+// Each prompt is a sequence of its own, placed on an engine of its own, as
+// vLLM's data-parallel balancer places each prompt of a batch, and timed on
+// its own, as vLLM's metrics count each prompt as a request.
 type run struct {
 	job
-	engine  int // the engine its sequences run on
 	id      string
 	created int64
 	start   time.Time
 	notify  chan struct{}
 	seqs    []*engine.Sequence
-	sent    []int // tokens sent (streaming) per sequence
+	engines []int       // the engine each sequence runs on
+	firstAt []time.Time // each sequence's first token, zero before it
+	ended   []bool      // each sequence's end recorded
+	sent    []int       // tokens sent (streaming) per sequence
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, j job) {
@@ -140,17 +145,32 @@ func (s *Server) start(ctx context.Context, j job) (*run, error) {
 		start:   now,
 		notify:  make(chan struct{}, 1),
 		sent:    make([]int, len(j.prompts)),
-		engine:  s.pickEngine(),
+		firstAt: make([]time.Time, len(j.prompts)),
+		ended:   make([]bool, len(j.prompts)),
 	}
 	for _, p := range j.prompts {
-		seq, err := s.cfg.Engines[rn.engine].Submit(ctx, engine.Request{Prompt: p, MaxTokens: j.maxTokens, LoRA: j.lora, CacheSalt: j.salt, Notify: rn.notify})
+		e := s.pickEngine() // after the prompts before it were queued
+		seq, err := s.cfg.Engines[e].Submit(ctx, engine.Request{Prompt: p, MaxTokens: j.maxTokens, LoRA: j.lora, CacheSalt: j.salt, Notify: rn.notify})
 		if err != nil {
 			rn.abort()
 			return nil, fmt.Errorf("submit: %w", err)
 		}
-		rn.seqs = append(rn.seqs, seq)
+		rn.seqs, rn.engines = append(rn.seqs, seq), append(rn.engines, e)
 	}
 	return rn, nil
+}
+
+// record records each sequence's first token and end not recorded yet.
+func (rn *run) record(m *metrics, sts []engine.Status) {
+	for i, st := range sts {
+		if st.Generated > 0 && rn.firstAt[i].IsZero() {
+			rn.firstAt[i] = m.firstToken(rn.engines[i], rn.start, st)
+		}
+		if st.Done && !rn.ended[i] {
+			rn.ended[i] = true
+			m.finished(rn.engines[i], rn.start, rn.firstAt[i], st)
+		}
+	}
 }
 
 func (rn *run) abort() {
@@ -175,19 +195,13 @@ func (rn *run) statuses() (sts []engine.Status, done, aborted bool) {
 // wait blocks until every sequence is done, recording latencies. It reports
 // false if the client left or the engine stopped.
 func (s *Server) wait(ctx context.Context, rn *run) bool {
-	firstSeen := false
-	var firstAt time.Time
 	for {
 		sts, done, aborted := rn.statuses()
-		if !firstSeen && anyGenerated(sts) {
-			firstSeen = true
-			firstAt = s.metrics.firstToken(rn.engine, rn.start, sts)
-		}
+		rn.record(s.metrics, sts)
 		if aborted {
 			return false
 		}
 		if done {
-			s.metrics.finished(rn.engine, rn.start, firstAt, sts)
 			return true
 		}
 		select {
@@ -196,15 +210,6 @@ func (s *Server) wait(ctx context.Context, rn *run) bool {
 			return false
 		}
 	}
-}
-
-func anyGenerated(sts []engine.Status) bool {
-	for _, st := range sts {
-		if st.Generated > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // holdBack applies the stall and drop faults once sent chunks have gone out.

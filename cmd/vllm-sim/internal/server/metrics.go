@@ -38,36 +38,28 @@ type metrics struct {
 	itl     []prometheus.Observer
 }
 
-// firstToken records a request's time to first token and its prefill time
+// firstToken records a sequence's time to first token and its prefill time
 // (the part of it not spent queued, as vLLM counts from scheduling), both
 // in wall seconds, on engine e; it returns the time of the first token.
-func (m *metrics) firstToken(e int, start time.Time, sts []engine.Status) time.Time {
+func (m *metrics) firstToken(e int, start time.Time, st engine.Status) time.Time {
 	now := time.Now()
 	ttft := now.Sub(start).Seconds()
 	m.ttft[e].Observe(ttft)
 	// The engine's simulated times give the queued share of the wall TTFT,
 	// whatever the time scale.
-	for _, st := range sts {
-		if st.Generated > 0 {
-			if st.TTFT > 0 {
-				ttft *= float64(st.TTFT-st.QueueTime) / float64(st.TTFT)
-			}
-			break
-		}
+	if st.TTFT > 0 {
+		ttft *= float64(st.TTFT-st.QueueTime) / float64(st.TTFT)
 	}
 	m.prefill[e].Observe(max(ttft, 0))
 	return now
 }
 
-// finished records a request's end-to-end latency on engine e and, once per
-// output token after the first, the mean wall time between its tokens.
-func (m *metrics) finished(e int, start, first time.Time, sts []engine.Status) {
+// finished records a sequence's end-to-end latency on engine e and, once
+// per output token after the first, the mean wall time between its tokens.
+func (m *metrics) finished(e int, start, first time.Time, st engine.Status) {
 	now := time.Now()
 	m.e2e[e].Observe(now.Sub(start).Seconds())
-	gen := 0
-	for _, st := range sts {
-		gen = max(gen, st.Generated)
-	}
+	gen := st.Generated
 	if first.IsZero() || gen < 2 {
 		return
 	}

@@ -149,6 +149,17 @@ func TestCompletionStreamOfTwoPrompts(t *testing.T) {
 	if diff := cmp.Diff(map[int]int{0: 2, 1: 2}, perChoice); diff != "" {
 		t.Errorf("tokens per choice (-want +got):\n%s", diff)
 	}
+	// vLLM times each prompt of a batch as a request of its own.
+	m, err := scrape(t, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"vllm:time_to_first_token_seconds_count", "vllm:request_prefill_time_seconds_count",
+		"vllm:e2e_request_latency_seconds_count"} {
+		if m[name] != 2 {
+			t.Errorf("%s = %v, want 2 (one per prompt)", name, m[name])
+		}
+	}
 }
 
 func TestErrorsAndInfoEndpoints(t *testing.T) {

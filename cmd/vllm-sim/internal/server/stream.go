@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"time"
 
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/faults"
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/openai"
@@ -70,15 +69,10 @@ func (e *sse) json(v any) bool {
 // the stream just ends.
 func (s *Server) stream(ctx context.Context, w http.ResponseWriter, rn *run, fc faults.Config) {
 	out := newSSE(ctx, w, fc)
-	firstSeen := false
-	var firstAt time.Time
 	for {
 		sts, done, aborted := rn.statuses()
+		rn.record(s.metrics, sts)
 		for i, st := range sts {
-			if st.Generated > rn.sent[i] && !firstSeen {
-				firstSeen = true
-				firstAt = s.metrics.firstToken(rn.engine, rn.start, sts)
-			}
 			for rn.sent[i] < st.Generated {
 				if !out.json(rn.chunk(i, rn.sent[i])) {
 					return
@@ -90,7 +84,6 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, rn *run, fc 
 			return
 		}
 		if done {
-			s.metrics.finished(rn.engine, rn.start, firstAt, sts)
 			if rn.includeUsage && !out.json(rn.usageChunk(rn.usage(sts))) {
 				return
 			}
