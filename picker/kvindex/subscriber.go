@@ -150,21 +150,22 @@ func (s *Subscriber) engines(ctx context.Context, w *registry.Worker) {
 		followed registry.Engines
 		past     bool // an engine's port past the last was logged
 	)
+	reach := ^registry.Engines(0) // the engines whose port Port+e is a port
+	if last := math.MaxUint16 - s.Port; last < MaxEngines-1 {
+		reach = 0
+		if last >= 0 {
+			reach = 1<<(last+1) - 1
+		}
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		want := wanted(w.Endpoint().Rank, w.Metrics())
-		if last := math.MaxUint16 - s.Port; last < MaxEngines-1 {
-			var keep registry.Engines // the engines whose port is a port
-			if last >= 0 {
-				keep = 1<<(last+1) - 1
-			}
-			if want&^keep != 0 && !past {
-				s.Log.Error(nil, "Not following some of a server's engines: their ports are past the last", "worker", w.Address(), "engines", (want &^ keep).List())
-				past = true
-			}
-			want &= keep
+		if want&^reach != 0 && !past {
+			s.Log.Error(nil, "Not following some of a server's engines: their ports are past the last", "worker", w.Address(), "engines", (want &^ reach).List())
+			past = true
 		}
+		want &= reach
 		for _, e := range (followed &^ want).List() {
 			stops[e]()
 			stops[e] = nil

@@ -96,7 +96,7 @@ func Snapshot(reg SyncedWorkers, now time.Time) WorkersView {
 			age := now.Sub(m.Scraped).Milliseconds()
 			wv.Waiting, wv.Running, wv.KVUsage, wv.MetricsAgeMS = &waiting, &running, &kv, &age
 			wv.KVBlocks, wv.BlockSize = m.NumGPUBlocks, m.BlockSize
-			if m.Engines > 1 {
+			if m.Engines&^1 != 0 { // an engine besides engine 0
 				wv.Engines = m.Engines.List()
 			}
 			if s := m.Served; s != nil {

@@ -75,8 +75,8 @@ type Metrics struct {
 	// their cost model from; 0 means not reported.
 	Counters Counters
 	// Engines are the data-parallel engines the server behind the port
-	// fronts (vLLM's internal or hybrid load balancer); empty when its
-	// metrics name none.
+	// fronts, by rank (vLLM's internal, hybrid or external load balancer);
+	// empty when its metrics name none.
 	Engines Engines
 	Scraped time.Time
 	// Own and OwnPrefill are this picker's requests in flight on the

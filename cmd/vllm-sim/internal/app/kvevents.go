@@ -108,8 +108,8 @@ func listenEvents(c KVEventsConfig, host string, first, n int) ([]*eventPublishe
 	if err != nil {
 		return nil, err
 	}
-	if h, p, err := net.SplitHostPort(addr); err == nil && p != "0" {
-		port, _ := strconv.Atoi(p)
+	h, p, _ := net.SplitHostPort(addr) // listenAddr joined a checked host and port
+	if port, _ := strconv.Atoi(p); port != 0 {
 		if port+first+n-1 > 65535 {
 			return nil, fmt.Errorf("KV events: the last engine's port %d is past 65535", port+first+n-1)
 		}
