@@ -150,13 +150,7 @@ func (s *Subscriber) engines(ctx context.Context, w *registry.Worker) {
 		followed registry.Engines
 		past     bool // an engine's port past the last was logged
 	)
-	reach := ^registry.Engines(0) // the engines whose port Port+e is a port
-	if last := math.MaxUint16 - s.Port; last < MaxEngines-1 {
-		reach = 0
-		if last >= 0 {
-			reach = 1<<(last+1) - 1
-		}
-	}
+	reach := reachable(s.Port)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -182,6 +176,19 @@ func (s *Subscriber) engines(ctx context.Context, w *registry.Worker) {
 		case <-t.C:
 		}
 	}
+}
+
+// reachable returns the engines whose events port, port plus the engine's
+// rank, is a TCP port.
+func reachable(port int) registry.Engines {
+	last := math.MaxUint16 - port // the highest rank with a port
+	switch {
+	case last >= MaxEngines-1:
+		return ^registry.Engines(0)
+	case last < 0:
+		return 0
+	}
+	return 1<<(last+1) - 1
 }
 
 // wanted returns the engines to follow behind the port of the given rank

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -241,6 +242,28 @@ func TestWanted(t *testing.T) {
 	} {
 		if got := wanted(tc.rank, tc.m).List(); !cmp.Equal(got, tc.want) {
 			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+// TestReachable checks that an engine is followed only where its events
+// port exists: with the events port near the last, the ranks past it are
+// dropped.
+func TestReachable(t *testing.T) {
+	all := ^registry.Engines(0)
+	for _, tc := range []struct {
+		port int
+		want registry.Engines
+	}{
+		{5557, all},
+		{math.MaxUint16 - MaxEngines + 1, all},
+		{math.MaxUint16 - MaxEngines + 2, all &^ (1 << 63)},
+		{math.MaxUint16 - 2, 0b111},
+		{math.MaxUint16, 0b1},
+		{math.MaxUint16 + 1, 0},
+	} {
+		if got := reachable(tc.port); got != tc.want {
+			t.Errorf("port %d: engines %v, want %v", tc.port, got.List(), tc.want.List())
 		}
 	}
 }
