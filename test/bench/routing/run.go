@@ -30,6 +30,9 @@ type Result struct {
 	// simulated seconds, as the client measured it (SimSpec.ScaleTransport
 	// says how), so it includes the gateway and picker overhead.
 	TTFT []float64
+	// SentAt is, for each TTFT in the same order, when its request was
+	// sent: simulated seconds since the run began.
+	SentAt []float64
 	// SimMeanTTFT is the simulators' own mean simulated TTFT (engine time,
 	// no transport), weighted by requests.
 	SimMeanTTFT float64
@@ -77,6 +80,18 @@ type LoadSample struct {
 // Quantile returns the q-quantile of TTFT (nearest rank).
 func (r *Result) Quantile(q float64) float64 { return QuantileOf(r.TTFT, q) }
 
+// QuantileFrom is Quantile over the requests sent from the simulated time
+// from on, once a cold run's first prefills are behind it.
+func (r *Result) QuantileFrom(q, from float64) float64 {
+	var v []float64
+	for i, t := range r.TTFT {
+		if r.SentAt[i] >= from {
+			v = append(v, t)
+		}
+	}
+	return QuantileOf(v, q)
+}
+
 // QuantileAll is Quantile over every request sent, one that was never
 // answered counting as slower than any answer (+Inf): a policy cannot
 // improve its tail by failing requests.
@@ -100,6 +115,7 @@ type driver struct {
 	start    time.Time
 	mu       sync.Mutex
 	ttft     []float64
+	sentAt   []float64
 	ok       int
 	last     time.Time
 	ttftBy   map[string][]float64
@@ -179,7 +195,7 @@ func Run(ctx context.Context, c *Cluster, w *Workload, deadline time.Duration) (
 	res.Load = <-sampled
 
 	d.mu.Lock()
-	res.TTFT, res.OK = d.ttft, d.ok
+	res.TTFT, res.SentAt, res.OK = d.ttft, d.sentAt, d.ok
 	res.TTFTBy, res.RefusedBy = d.ttftBy, d.refBy
 	span := d.last.Sub(d.start).Seconds() / d.scale
 	d.mu.Unlock()
@@ -289,6 +305,7 @@ func (d *driver) send(ctx context.Context, r Request) bool {
 	ttft := d.simulated(answered, first)
 	d.mu.Lock()
 	d.ttft = append(d.ttft, ttft)
+	d.sentAt = append(d.sentAt, begin.Sub(d.start).Seconds()/d.scale)
 	d.ttftBy[r.Objective] = append(d.ttftBy[r.Objective], ttft)
 	d.ok++
 	d.last = time.Now()

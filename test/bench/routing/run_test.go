@@ -37,6 +37,16 @@ func TestQuantileAllCountsUnansweredRequestsAsSlowest(t *testing.T) {
 	}
 }
 
+func TestQuantileFromCountsRequestsSentSinceThen(t *testing.T) {
+	r := &Result{TTFT: []float64{0.9, 0.8, 0.1, 0.3, 0.2}, SentAt: []float64{0, 1, 4, 4.5, 9}}
+	if got := r.QuantileFrom(0.9, 4); got != 0.3 {
+		t.Errorf("QuantileFrom(0.9, 4) = %v, want 0.3 (the three sent at 4 s or later)", got)
+	}
+	if got := r.QuantileFrom(0.9, 0); got != r.Quantile(0.9) {
+		t.Errorf("QuantileFrom(0.9, 0) = %v, want Quantile's %v", got, r.Quantile(0.9))
+	}
+}
+
 // TestTTFTScalesOnlyTheEnginesTime: at a time scale of 0.1, a request
 // answered with headers after 5 ms of wall time and a first token 20 ms
 // later spent 5 ms of this host's time and 200 ms of the engine's.
