@@ -28,10 +28,17 @@ var explanations = map[string]string{
 		"two). The fifth, shared-prefix at 0.3 ms, 4 prompts, 2 sequences (0.088 against 0.080), fell just outside " +
 		"the margin for more runs. None of the eight cells the report of 2026-12-05 12:10 missed (three runs each) " +
 		"misses here, and none of these five missed there: at time scale 0.1 a millisecond of this host's " +
-		"scheduling delay in a step is ten simulated ones. One gap is wider than that: multi-turn at 0.3 ms, 4 " +
-		"prompts, 16 sequences, 0.131 s against 0.111 s over seven runs (cache-aware's runs 0.111–0.161 s, the " +
-		"weighted scorer's 0.096–0.190 s). Next: trace that cell's sessions and queues per pod under both " +
-		"policies, and give the close cells more runs at a time scale of 0.2.",
+		"scheduling delay in a step is ten simulated ones. One gap looks wider: multi-turn at 0.3 ms, 4 prompts, " +
+		"16 sequences, 0.131 s against 0.111 s over seven runs (cache-aware's runs 0.111–0.161 s, the weighted " +
+		"scorer's 0.096–0.190 s). The five cells were run again at fd4ed23, nine runs of each policy " +
+		"(`go run ./test/bench -only matrix -cells 0.3/4/16,1/4/64,1/10/64 -workloads multi-turn -policies " +
+		"cache-aware,weighted-scorer -matrix-runs 9 -matrix-extra-runs 0`, and `-cells 0.3/4/2,0.3/10/64 " +
+		"-workloads shared-prefix`): at time scale 0.1 cache-aware's median was at most the weighted scorer's in " +
+		"four and 0.001 s above it in that one (0.116 against 0.115 s); with `matrixTimeScale` set to 0.2, where " +
+		"the spreads narrow (that cell's cache-aware runs 0.084–0.101 s against 0.089–0.124 s), it was at most " +
+		"the weighted scorer's in all five (multi-turn 0.093 against 0.100, 0.254 against 0.273 and 0.256 against " +
+		"0.298 s; shared-prefix 0.061 against 0.071 and 0.060 against 0.060 s). Next: decide a close cell's " +
+		"runs at time scale 0.2 in `make bench`, about 45 more minutes of matrix.",
 	"matrix: cache-aware TTFT p90 ≤ 0.5 × round-robin's": "in the shared-prefix cells whose caches hold 1.5 " +
 		"prompts at 0.3 ms a token no placement meets it. A pod's cache (187 blocks of 16 tokens) holds one " +
 		"2,050-token prompt and the head of a second, so with 16 prompts over 8 pods a request whose prompt is not " +
@@ -49,7 +56,10 @@ var explanations = map[string]string{
 	"3 replicas:": "the p90 of 288 requests is the 260th, and a prompt's first request takes a whole prefill (0.63–0.68 s " +
 		"alone on its pod). One picker leaves 28 requests over 0.3 s (the 16 prompts' first and 12 that queued " +
 		"behind them): its p90 sits one request below that cliff, three replicas' (37–40 requests over 0.3 s in " +
-		"four traced runs) above it. Traces of each request's pod and TTFT (real time, two runs each) show where " +
+		"four traced runs) above it. The miss is the cold start's: over the requests sent from 4 s into " +
+		"the run on (column p90 from 4 s, 08ba347), three replicas' p90 is 0.066 s against one's 0.062 s (1.06×) " +
+		"on shared-prefix@18 and 0.082 s against 0.078 s (1.05×) on multi-turn. Traces of each request's pod " +
+		"and TTFT (real time, two runs each) show where " +
 		"the extra ones come from: in the first two seconds, before a prompt's blocks are published (a server " +
 		"publishes a step's blocks when the step ends, and a prompt of about 2,100 tokens is two steps of 2,048 " +
 		"tokens), replicas send new prompts to their homes, and the homes of 16 prompts over 8 pods fall as balls " +
