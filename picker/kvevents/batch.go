@@ -154,6 +154,9 @@ func decodeEvents(r *reader, dst *Batch, events []Event) ([]Event, error) {
 		if len(events) < cap(events) {
 			old := events[:len(events)+1][len(events)]
 			ev.Hashes, ev.TokenIDs, ev.Extra = old.Hashes[:0], old.TokenIDs[:0], old.Extra[:0]
+			if old.LoraName != "" {
+				r.lora = old.LoraName
+			}
 		}
 		known, err := decodeEvent(r, &ev)
 		if err != nil {
@@ -264,7 +267,7 @@ func field(r *reader, ev *Event, name string) error {
 	case "medium":
 		ev.Medium, err = r.medium()
 	case "lora_name":
-		ev.LoraName, err = r.strOrNil()
+		ev.LoraName, err = r.name()
 	case "extra_keys":
 		ev.Extra, err = extraKeys(r, ev.Extra[:0], ev.LoraName)
 	default:

@@ -41,6 +41,37 @@ func TestAppendThenDecode(t *testing.T) {
 	}
 }
 
+// Batches decoded one after the other into one Batch name their adapters
+// as each published them, whether a slot held the same name, another or
+// none before.
+func TestAdapterNamesAcrossBatches(t *testing.T) {
+	stored := func(lora ...string) Batch {
+		var b Batch
+		for i, name := range lora {
+			ev := Event{Kind: BlockStored, Hashes: []uint64{uint64(i + 1)}, TokenIDs: []uint32{1, 2}, BlockSize: 2}
+			if name != "" {
+				ev.LoraName, ev.LoraID, ev.HasLora = name, int64(len(name)), true
+			}
+			b.Events = append(b.Events, ev)
+		}
+		return b
+	}
+	var got Batch
+	for _, want := range []Batch{
+		stored("sql-lora", "sql-lora"),
+		stored("sql-lora", "chat-lora", ""),
+		stored("", "chat-lora", "sql-lora"),
+		stored("chat-lora"),
+	} {
+		if err := DecodeBatch(AppendBatch(nil, &want), &got); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got, ignoreEmpty); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	}
+}
+
 // w builds msgpack by hand for the shapes AppendBatch does not write.
 type w []byte
 

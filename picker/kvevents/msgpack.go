@@ -17,6 +17,10 @@ var errTruncated = errors.New("msgpack: truncated")
 type reader struct {
 	b []byte
 	i int
+	// lora is the adapter name decoded last into the event slot being
+	// filled, or into the event before it: a name that repeats it is not
+	// allocated again.
+	lora string
 }
 
 func (r *reader) byte() (byte, error) {
@@ -185,13 +189,20 @@ func (r *reader) medium() (string, error) {
 	return string(b), err
 }
 
-// strOrNil reads a str, or nil as "".
-func (r *reader) strOrNil() (string, error) {
+// name reads an adapter's name, a str or nil (""), reusing r.lora when it
+// is the same and keeping it there for the next event.
+func (r *reader) name() (string, error) {
 	if r.nil() {
 		return "", nil
 	}
 	b, err := r.bytes()
-	return string(b), err
+	if err != nil {
+		return "", err
+	}
+	if string(b) != r.lora {
+		r.lora = string(b)
+	}
+	return r.lora, nil
 }
 
 // container reads an array or map header (kind 'a' or 'm') and its length.
