@@ -19,7 +19,10 @@ import (
 // Options are the simulator's settings.
 type Options struct {
 	// KVEvents is --kv-events-config: where KV-cache events are published.
-	KVEvents         KVEventsConfig
+	KVEvents KVEventsConfig
+	// KVEventsWhen is --kv-events-when: when a step's events go out,
+	// EventsAtStepEnd or EventsWhenScheduled.
+	KVEventsWhen     string
 	Host             string
 	Port             int
 	Model            string
@@ -56,6 +59,16 @@ type Options struct {
 	DataParallelStartRank int
 }
 
+// When a step's KV-cache events are published (--kv-events-when).
+const (
+	// EventsAtStepEnd publishes them once the step has run, as current
+	// vLLM does (from update_from_output).
+	EventsAtStepEnd = "step-end"
+	// EventsWhenScheduled publishes them as the step is scheduled, as vLLM
+	// releases did that published from schedule().
+	EventsWhenScheduled = "scheduled"
+)
+
 // engines returns how many engines serve behind the port.
 func (o *Options) engines() int {
 	if o.DataParallelSizeLocal > 0 {
@@ -86,6 +99,7 @@ func NewOptions() *Options {
 		MaxLoRAs:         1,
 		LoRALoadMs:       float64(DefaultLoRALoad) / float64(time.Millisecond),
 		DataParallelSize: 1,
+		KVEventsWhen:     EventsAtStepEnd,
 	}
 }
 
@@ -127,6 +141,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 			o.KVEvents, err = parseKVEventsConfig(v)
 			return err
 		})
+	fs.StringVar(&o.KVEventsWhen, "kv-events-when", o.KVEventsWhen, `when a step's KV events are published: "step-end", once the step has run (current vLLM), or "scheduled", as it starts (vLLM releases that published from the scheduler's schedule())`)
 	fs.IntVar(&o.DataParallelSize, "data-parallel-size", o.DataParallelSize, "engines of the deployment, behind the one port unless --data-parallel-size-local says fewer; each request goes to the least loaded (waiting x 4 + running); the engine of rank r publishes its KV events on the endpoint's port plus r and labels its metrics engine=\"r\"")
 	fs.IntVar(&o.DataParallelSizeLocal, "data-parallel-size-local", o.DataParallelSizeLocal, "engines behind this port (a node's share of --data-parallel-size); 0 means all from the start rank on")
 	fs.IntVar(&o.DataParallelStartRank, "data-parallel-start-rank", o.DataParallelStartRank, "data-parallel rank of the first engine behind this port")
@@ -179,6 +194,9 @@ func (o *Options) Validate() error {
 	}
 	if o.TimeScale < 0 || o.PrefillUsPerTok < 0 || o.DecodeMsPerTok < 0 || o.StepOverheadMs < 0 || o.LoRALoadMs < 0 {
 		errs = append(errs, errors.New("times and --time-scale must not be negative"))
+	}
+	if o.KVEventsWhen != EventsAtStepEnd && o.KVEventsWhen != EventsWhenScheduled {
+		errs = append(errs, fmt.Errorf("--kv-events-when %q: want %q or %q", o.KVEventsWhen, EventsAtStepEnd, EventsWhenScheduled))
 	}
 	if o.DataParallelSize < 1 || o.DataParallelSize > maxEngines {
 		errs = append(errs, fmt.Errorf("--data-parallel-size %d out of range [1, %d]", o.DataParallelSize, maxEngines))

@@ -53,6 +53,9 @@ func serve(ctx context.Context, o *Options, out io.Writer, events []*eventPublis
 		engOpts := []engine.Option{engine.WithPacer(&engine.WallPacer{Scale: o.TimeScale})}
 		if events != nil {
 			engOpts = append(engOpts, engine.WithEvents(events[e].publish))
+			if o.KVEventsWhen == EventsWhenScheduled {
+				engOpts = append(engOpts, engine.WhenScheduled())
+			}
 		}
 		eng, err := engine.New(o.engineConfig(), engOpts...)
 		if err != nil {

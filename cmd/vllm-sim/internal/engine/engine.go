@@ -41,6 +41,7 @@ type Engine struct {
 	// guarded by mu: the events of the step being planned, the sequence
 	// being admitted, and the adapters' ids in events.
 	publish   func([]kvevents.Event)
+	scheduled bool // WhenScheduled: a step's events go out before its time passes
 	events    []kvevents.Event
 	admitting *Sequence
 	loraIDs   map[string]int64
@@ -136,10 +137,16 @@ func (e *Engine) Run(ctx context.Context) {
 				return
 			}
 		}
-		err := e.pacer.Wait(ctx, st.cost)
 		// The step's cache changes happened at planning: they go out as
-		// one batch, even when the engine stops during the step.
-		e.publishEvents(st.events)
+		// one batch, after the step's time or, WhenScheduled, before it,
+		// even when the engine stops during the step.
+		if e.scheduled {
+			e.publishEvents(st.events)
+		}
+		err := e.pacer.Wait(ctx, st.cost)
+		if !e.scheduled {
+			e.publishEvents(st.events)
+		}
 		if err != nil {
 			return
 		}

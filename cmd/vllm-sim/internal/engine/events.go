@@ -19,6 +19,12 @@ func WithEvents(publish func([]kvevents.Event)) Option {
 	}
 }
 
+// WhenScheduled makes the engine publish a step's events as the step is
+// planned, before its time passes, as vLLM releases did that published from
+// the scheduler's schedule(); later ones publish from update_from_output,
+// once the step has run (WithEvents).
+func WhenScheduled() Option { return func(e *Engine) { e.scheduled = true } }
+
 // eventLog turns the cache's notifications into events. Its methods run
 // under e.mu, inside the admission of e.admitting.
 type eventLog Engine

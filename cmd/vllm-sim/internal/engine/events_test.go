@@ -92,6 +92,23 @@ func TestEventsOfAStepAreOneBatchAfterIt(t *testing.T) {
 	}
 }
 
+// WhenScheduled, a step's batch goes out while the step runs, before its
+// time has passed.
+func TestEventsWhenScheduledGoOutBeforeTheStepEnds(t *testing.T) {
+	g := newGatedPacer()
+	ch := make(chan []kvevents.Event, 100)
+	e := startWith(t, testConfig(), WithPacer(g), WhenScheduled(), WithEvents(func(evs []kvevents.Event) {
+		ch <- slices.Clone(evs)
+	}))
+	first := strings.Repeat("f", 16)
+	submit(t.Context(), t, e, first, 1)
+	g.nextStep(t)
+	if diff := cmp.Diff([]kvevents.Event{stored(first, 4, 0, 1)}, nextBatch(t, ch)); diff != "" {
+		t.Errorf("the running step's batch (-want +got):\n%s", diff)
+	}
+	g.finishStep()
+}
+
 // Blocks evicted to make room are removed in one event before the run they
 // made room for, which stays one event.
 func TestEvictionsComeBeforeTheRunTheyMakeRoomFor(t *testing.T) {
