@@ -27,6 +27,12 @@ var kvEventsPort = 5557
 // KV-cache events, for comparison.
 const noEvents = "cache-aware, no KV events"
 
+// whenScheduled labels the cache-aware runs whose pods publish a step's
+// KV-cache events as it starts, as vLLM releases did that published from
+// the scheduler's schedule(): the replicas learn where a prompt went while
+// its first prefill runs.
+const whenScheduled = "cache-aware, events when scheduled"
+
 // replicaTimeScale is the replica runs' time scale: real time. Three
 // picker processes, eight simulators, the gateway stand-in and the client
 // share the host's cores; compressed time would multiply what that costs a
@@ -102,8 +108,11 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 		spec.Replicas = n
 		spec.TimeScale = replicaTimeScale
 		spec.KVEventsPort = kvEventsPort
-		if pol.Label == noEvents {
+		switch pol.Label {
+		case noEvents:
 			spec.KVEventsPort = 0
+		case whenScheduled:
+			spec.EventsWhenScheduled = true
 		}
 		c, err := routing.Start(ctx, bins, spec, pol.Config, workdir)
 		if err != nil {
@@ -176,6 +185,14 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 		for _, name := range []string{"shared-prefix@18", "multi-turn"} {
 			if w := byName[name]; w != nil {
 				if err := one(3, without, w); err != nil {
+					return out, err
+				}
+			}
+		}
+		if w := byName["shared-prefix@18"]; w != nil {
+			early := routing.Policy{Label: whenScheduled, Config: ca.Config}
+			for _, n := range []int{1, 3} {
+				if err := one(n, early, w); err != nil {
 					return out, err
 				}
 			}
@@ -269,7 +286,9 @@ func replicasMarkdown(rr *replicaReport) string {
 	w("the table and the verdicts show each figure's median over the runs, and the range of the runs' TTFT p90s.\n")
 	if kvEventsPort != 0 {
 		w("The pods publish their KV-cache events and every replica subscribes (`--kv-events-port`), except in the rows\n")
-		w("marked \"%s\".\n", noEvents)
+		w("marked \"%s\". A pod publishes a step's events once the step has run, as current vLLM does, except in the\n", noEvents)
+		w("rows marked \"%s\" (`vllm-sim --kv-events-when scheduled`), where it publishes them as the step starts,\n", whenScheduled)
+		w("as vLLM releases did that published from the scheduler's `schedule()`.\n")
 	}
 	w("TTFT in seconds, measured by the client. **p90 from %g s**: the TTFT p90 of the requests sent from %g s into the run on,\n", replicaWarm, replicaWarm)
 	w("once every prompt has been sent and its first prefill published (the median over the runs).\n\n")

@@ -50,6 +50,9 @@ type SimSpec struct {
 	// KVEventsPort, when not 0, is where every pod publishes its KV-cache
 	// events, and the pickers subscribe to them (--kv-events-port).
 	KVEventsPort int
+	// EventsWhenScheduled makes the pods publish a step's events as it
+	// starts (vllm-sim --kv-events-when scheduled), not once it has run.
+	EventsWhenScheduled bool
 	// ScaleTransport counts a request's wall time until the pod's response
 	// headers in simulated time like the rest of its TTFT. By default it
 	// counts at its wall duration, being this host's work rather than the
@@ -83,6 +86,9 @@ func (s SimSpec) Args(i int) []string {
 	if s.KVEventsPort != 0 {
 		args = append(args, "--kv-events-config",
 			fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d"}`, s.KVEventsPort))
+		if s.EventsWhenScheduled {
+			args = append(args, "--kv-events-when", "scheduled")
+		}
 	}
 	return args
 }
