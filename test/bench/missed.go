@@ -57,8 +57,8 @@ var explanations = map[string]string{
 		"alone on its pod). One picker leaves 28 requests over 0.3 s (the 16 prompts' first and 12 that queued " +
 		"behind them): its p90 sits one request below that cliff, three replicas' (37–40 requests over 0.3 s in " +
 		"four traced runs) above it. The miss is the cold start's: over the requests sent from 4 s into " +
-		"the run on (column p90 from 4 s, 08ba347), three replicas' p90 is 0.066 s against one's 0.062 s (1.06×) " +
-		"on shared-prefix@18 and 0.082 s against 0.078 s (1.05×) on multi-turn. Traces of each request's pod " +
+		"the run on (column p90 from 4 s), three replicas' p90 is 0.063 s against one's 0.058 s (1.09×; 0.066 " +
+		"against 0.062 s in a run at 08ba347). Traces of each request's pod " +
 		"and TTFT (real time, two runs each) show where " +
 		"the extra ones come from: in the first two seconds, before a prompt's blocks are published (a server " +
 		"publishes a step's blocks when the step ends, and a prompt of about 2,100 tokens is two steps of 2,048 " +
@@ -74,9 +74,15 @@ var explanations = map[string]string{
 		"drained at the measured prefill speed (new prompts spread, but replicas also left a prompt's home while " +
 		"its first request was still being prefilled there: hit rate 0.867–0.870); scraping every 20 ms (at time " +
 		"scale 0.2). Each either stacks different prompts on a home or splits one prompt over two pods: until a " +
-		"prompt's first step is published, a replica cannot tell which of the two a busy home holds. Next: a home " +
-		"function that balances prompts over pods from what every replica reads alike, the events (pods weighed by " +
-		"how many prompts each is already home to), for the prompts that arrive once the first are published.",
+		"prompt's first step is published, a replica cannot tell which of the two a busy home holds. Servers " +
+		"that publish a step's events as it starts (rows \"events when scheduled\") do not change that by " +
+		"themselves (0.660 s against 0.263 s): a prompt the events show nowhere still gets its home's credit for " +
+		"a prefill another replica may have started. Dropping that credit when the events show the prompt " +
+		"nowhere, right only with such servers, was tried by hand (two runs each of one and three replicas, " +
+		"`go run ./test/bench -only replicas -replica-runs 2` with the other rows left out): 0.466 and 0.475 s " +
+		"against 0.254 and 0.260 s. Those runs were not traced; a request queued at a busy pod shows in no event " +
+		"until its step starts. Next: tell the picker when its servers publish, by a setting or from the lag of its " +
+		"own prompts' events, and drop the credit then.",
 	"whole pick, 400 KB": "a CPU profile (`go test -tags vtprotobuf -run '^$' -bench '^BenchmarkHandle$/body=400KB/workers=100$' " +
 		"-benchtime 4000x -cpuprofile cpu.out ./picker/extproc/`, then `go tool pprof -top`) splits it into recording " +
 		"the pick in the index (about a quarter: each of the prompt's ~6,400 blocks is read to confirm it is the " +

@@ -286,12 +286,12 @@ func replicasMarkdown(rr *replicaReport) string {
 	w("the table and the verdicts show each figure's median over the runs, and the range of the runs' TTFT p90s.\n")
 	if kvEventsPort != 0 {
 		w("The pods publish their KV-cache events and every replica subscribes (`--kv-events-port`), except in the rows\n")
-		w("marked \"%s\". A pod publishes a step's events once the step has run, as current vLLM does, except in the\n", noEvents)
-		w("rows marked \"%s\" (`vllm-sim --kv-events-when scheduled`), where it publishes them as the step starts,\n", whenScheduled)
-		w("as vLLM releases did that published from the scheduler's `schedule()`.\n")
+		w("marked \"%s\". A pod publishes a step's events once the step has run, as current vLLM does,\n", noEvents)
+		w("except in the rows marked \"%s\" (`vllm-sim --kv-events-when scheduled`), where it\n", whenScheduled)
+		w("publishes them as the step starts, as vLLM releases did that published from the scheduler's `schedule()`.\n")
 	}
-	w("TTFT in seconds, measured by the client. **p90 from %g s**: the TTFT p90 of the requests sent from %g s into the run on,\n", replicaWarm, replicaWarm)
-	w("once every prompt has been sent and its first prefill published (the median over the runs).\n\n")
+	w("TTFT in seconds, measured by the client. **p90 from %g s**: the TTFT p90 of the requests sent from %g s into the\n", replicaWarm, replicaWarm)
+	w("run on, once every prompt has been sent and its first prefill published (the median over the runs).\n\n")
 	w("| replicas | policy | workload | ok/sent | hit rate | TTFT p50 | TTFT p90 | p90 range | TTFT p99 | p90 from %g s |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n", replicaWarm)
 	for _, c := range rr.cells {
 		ok, sent := 0, 0
