@@ -37,11 +37,12 @@ type Engine struct {
 	stopped bool
 	lora    adapters
 
-	// KV-cache events (WithEvents). publish is set at New; the rest is
-	// guarded by mu: the events of the step being planned, the sequence
-	// being admitted, and the adapters' ids in events.
+	// KV-cache events (WithEvents). publish and scheduled (WhenScheduled:
+	// a step's events go out before its time passes) are set at New; the
+	// rest is guarded by mu: the events of the step being planned, the
+	// sequence being admitted, and the adapters' ids in events.
 	publish   func([]kvevents.Event)
-	scheduled bool // WhenScheduled: a step's events go out before its time passes
+	scheduled bool
 	events    []kvevents.Event
 	admitting *Sequence
 	loraIDs   map[string]int64
