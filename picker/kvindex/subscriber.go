@@ -27,8 +27,9 @@ import (
 // undecodable batch, and when the worker leaves the registry.
 type Subscriber struct {
 	Index *Index
-	// Port is where every worker of rank 0 publishes its events (vLLM's
-	// --kv-events-config endpoint, tcp://*:5557 by default).
+	// Port is where engine 0 of a deployment publishes its events (vLLM's
+	// --kv-events-config endpoint, tcp://*:5557 by default); engine r
+	// publishes on Port plus r.
 	Port int
 	// Topic is the prefix of the topics to subscribe to; empty for all.
 	Topic string
