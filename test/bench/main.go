@@ -36,7 +36,7 @@ func execute() int {
 	flag.BoolVar(&o.quick, "quick", false, "shorter runs")
 	flag.IntVar(&o.count, "count", 5, "go test -count for the micro-benchmarks")
 	flag.IntVar(&o.matrixRuns, "matrix-runs", 3, "runs of each policy in each matrix cell; the verdicts compare medians (-quick: 1)")
-	flag.IntVar(&o.matrixExtra, "matrix-extra-runs", 4, "further runs of cache-aware and the policy it is compared with in a matrix cell whose verdict is close after -matrix-runs (-quick: 0)")
+	flag.IntVar(&o.matrixClose, "matrix-close-runs", 7, "runs of cache-aware and the policy it is compared with, at time scale 0.2, that decide a matrix verdict still close after -matrix-runs (-quick: 0)")
 	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,scaling,routing,replicas,flow,repro,matrix (default all), or peers (opt-in: the load test through the upstream endpoint picker)")
 	flag.StringVar(&o.policies, "policies", "", "comma-separated policy labels for the routing benchmark and the matrix (default all)")
 	flag.StringVar(&o.workloads, "workloads", "", "comma-separated workload name prefixes for the routing benchmark and the matrix, e.g. shared-prefix,multi-lora (default all)")
@@ -60,7 +60,7 @@ func execute() int {
 type options struct {
 	out, plots, only, policies, workloads, cells string
 	quick                                        bool
-	count, matrixRuns, matrixExtra               int
+	count, matrixRuns, matrixClose               int
 }
 
 func (o options) want(part string) bool { return selected(o.only, part) }

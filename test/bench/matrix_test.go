@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/inferpick/inferpick/test/bench/routing"
@@ -144,6 +145,76 @@ func TestCloseVerdictsGetMoreRuns(t *testing.T) {
 	})
 	if never.closeVerdict() {
 		t.Error("closeVerdict = true for a cache-aware that left most requests unanswered, want false")
+	}
+}
+
+// Where a cell ran its close call again at the slower time scale, those
+// runs decide the weighted-scorer and no-sharing verdicts, whichever way
+// they go, while round-robin is still compared with the first runs.
+func TestCloseRunsDecideTheCloseVerdict(t *testing.T) {
+	three := func(p90 float64) []*routing.Result {
+		return []*routing.Result{result(p90, 0.9), result(p90, 0.9), result(p90, 0.9)}
+	}
+	m := cellWith(map[string][]*routing.Result{
+		"cache-aware": three(0.21), "weighted-scorer": three(0.20), "round-robin": {result(0.40, 0.1)},
+	})
+	if c := m.check(); c.vsWeighted || c.vsRR {
+		t.Fatalf("check = %+v before the close runs, want both p90 targets missed (0.21 against 0.20 and 0.5 × 0.40)", c)
+	}
+	m.Close = map[string][]*routing.Result{"cache-aware": three(0.09), "weighted-scorer": three(0.10)}
+	if c := m.check(); !c.vsWeighted || c.vsRR {
+		t.Errorf("check = %+v, want the weighted scorer's met by the close runs (0.09 against 0.10) and round-robin's "+
+			"still missed by the first runs' 0.21", c)
+	}
+	if got, want := m.closeCell(), "0.090 vs 0.100 (3 runs)"; got != want {
+		t.Errorf("close column = %q, want %q", got, want)
+	}
+	if r, ok := m.p90Ratio("weighted-scorer"); !ok || math.Abs(r-0.9) > 1e-9 {
+		t.Errorf("plotted ratio to the weighted scorer = %v, %v; want 0.9 from the close runs", r, ok)
+	}
+
+	m.Close = map[string][]*routing.Result{"cache-aware": three(0.11), "weighted-scorer": three(0.10)}
+	m.Runs["cache-aware"] = three(0.19)
+	if c := m.check(); c.vsWeighted {
+		t.Errorf("check = %+v, want the weighted scorer's missed by the close runs (0.11 against 0.10) though the first met it", c)
+	}
+
+	ns := cellWith(map[string][]*routing.Result{"cache-aware": three(0.20), "least-load": three(0.18)})
+	ns.Workload = "no-sharing@4"
+	if ns.check().noHarm {
+		t.Fatal("no-sharing 0.20 against 1.05 × 0.18 met, want missed")
+	}
+	ns.Close = map[string][]*routing.Result{"cache-aware": three(0.18), "least-load": three(0.18)}
+	if !ns.check().noHarm {
+		t.Error("no-sharing close runs 0.18 against 1.05 × 0.18 missed, want met")
+	}
+	if got, want := ns.closeCell(), "0.180 vs 0.180 (3 runs)"; got != want {
+		t.Errorf("no-sharing close column = %q, want %q", got, want)
+	}
+	if got := cellWith(map[string][]*routing.Result{"cache-aware": three(0.1)}).closeCell(); got != "–" {
+		t.Errorf("close column of a cell without close runs = %q, want a dash", got)
+	}
+}
+
+// The matrix section says how close calls were decided only when some
+// were, and gives the table a column for them.
+func TestMatrixMarkdownNamesTheCloseRuns(t *testing.T) {
+	three := func(p90 float64) []*routing.Result {
+		return []*routing.Result{result(p90, 0.9), result(p90, 0.9), result(p90, 0.9)}
+	}
+	m := cellWith(map[string][]*routing.Result{
+		"cache-aware": three(0.21), "weighted-scorer": three(0.20), "round-robin": {result(2, 0.1)},
+	})
+	md := matrixMarkdown([]matrixRun{m}, "docs/bench")
+	if strings.Contains(md, "time\nscale 0.2") || strings.Contains(md, "ran 9 times more") {
+		t.Errorf("matrix section names close runs no cell ran:\n%s", md)
+	}
+	m.Close = map[string][]*routing.Result{"cache-aware": three(0.09), "weighted-scorer": three(0.10)}
+	md = matrixMarkdown([]matrixRun{m}, "docs/bench")
+	for _, want := range []string{"ran 3 times more each at time\nscale 0.2", "| at 0.2 | verdict |", "| 0.090 vs 0.100 (3 runs) | met |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("matrix section lacks %q:\n%s", want, md)
+		}
 	}
 }
 

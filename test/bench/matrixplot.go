@@ -74,11 +74,16 @@ func matrixPlot(runs []matrixRun) (*plot.Plot, error) {
 }
 
 // p90Ratio is cache-aware's median TTFT p90 over other's, both counting
-// every request sent; false when either is missing, zero or never reached
-// (a plot in log scale has no place for it).
+// every request sent, and against the weighted scorer those of the runs
+// that decide that verdict (closeP90); false when either is missing, zero
+// or never reached (a plot in log scale has no place for it).
 func (m matrixRun) p90Ratio(other string) (float64, bool) {
 	pa, _, _, okA := m.p90("cache-aware")
 	pb, _, _, okB := m.p90(other)
+	if other == "weighted-scorer" {
+		pa, okA = m.closeP90("cache-aware")
+		pb, okB = m.closeP90(other)
+	}
 	if !okA || !okB || pb == 0 || math.IsInf(pa, 1) || math.IsInf(pb, 1) {
 		return 0, false
 	}
