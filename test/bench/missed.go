@@ -19,26 +19,14 @@ var explanations = map[string]string{
 		"prefilled beside the batch requests dispatched with it. `--flow-control-reserved-slots` keeps places free " +
 		"for it; the run with one place reserved shows how much a smaller reserve costs. Next: a reserve sized from " +
 		"the measured interactive arrival rate instead of a flag.",
-	"matrix: cache-aware TTFT p90 ≤ weighted-scorer's": "in the cells that miss, both policies " +
-		"reach the oracle's hit rate and prefill the same tokens. A cell whose cache-aware median lay within 10% of " +
-		"the weighted scorer's after three runs ran seven (column runs); four of the five that miss did, and three " +
-		"of those end within 2% (shared-prefix at 0.3 ms a token, 10 prompts, 64 sequences: 0.069 s against 0.068 s; " +
-		"multi-turn at 1 ms, 64 sequences, caches of 4 and of 10 prompts: 0.281 against 0.278 and 0.288 against " +
-		"0.284), inside either policy's spread over its runs (0.237–0.296 s and 0.239–0.314 s in the first of the " +
-		"two). The fifth, shared-prefix at 0.3 ms, 4 prompts, 2 sequences (0.088 against 0.080), fell just outside " +
-		"the margin for more runs. None of the eight cells the report of 2026-12-05 12:10 missed (three runs each) " +
-		"misses here, and none of these five missed there: at time scale 0.1 a millisecond of this host's " +
-		"scheduling delay in a step is ten simulated ones. One gap looks wider: multi-turn at 0.3 ms, 4 prompts, " +
-		"16 sequences, 0.131 s against 0.111 s over seven runs (cache-aware's runs 0.111–0.161 s, the weighted " +
-		"scorer's 0.096–0.190 s). The five cells were run again at fd4ed23, nine runs of each policy " +
-		"(`go run ./test/bench -only matrix -cells 0.3/4/16,1/4/64,1/10/64 -workloads multi-turn -policies " +
-		"cache-aware,weighted-scorer -matrix-runs 9 -matrix-extra-runs 0`, and `-cells 0.3/4/2,0.3/10/64 " +
-		"-workloads shared-prefix`): at time scale 0.1 cache-aware's median was at most the weighted scorer's in " +
-		"four and 0.001 s above it in that one (0.116 against 0.115 s); with `matrixTimeScale` set to 0.2, where " +
-		"the spreads narrow (that cell's cache-aware runs 0.084–0.101 s against 0.089–0.124 s), it was at most " +
-		"the weighted scorer's in all five (multi-turn 0.093 against 0.100, 0.254 against 0.273 and 0.256 against " +
-		"0.298 s; shared-prefix 0.061 against 0.071 and 0.060 against 0.060 s). Next: decide a close cell's " +
-		"runs at time scale 0.2 in `make bench`, about 45 more minutes of matrix.",
+	"matrix: cache-aware TTFT p90 ≤ weighted-scorer's": "where both policies reach the oracle's hit rate, their " +
+		"p90s differ by about the run-to-run spread: at time scale 0.1 a millisecond of this host's scheduling " +
+		"delay in a step is ten simulated ones. A verdict within 10% after three runs is decided by seven runs of " +
+		"each policy at time scale 0.2 (column at 0.2). In the run at af3a366, 17 cells were decided so and " +
+		"cache-aware met the target in each, the nearest being multi-turn at 2 ms a token, 4 prompts, 64 " +
+		"sequences (0.556 against 0.559 s). Next: run a missed cell again with `go run ./test/bench -only " +
+		"matrix -cells <cell> -workloads <workload> -policies cache-aware,weighted-scorer` and compare the hit " +
+		"rates and the spread of the runs at 0.2.",
 	"matrix: cache-aware TTFT p90 ≤ 0.5 × round-robin's": "in the shared-prefix cells whose caches hold 1.5 " +
 		"prompts at 0.3 ms a token no placement meets it. A pod's cache (187 blocks of 16 tokens) holds one " +
 		"2,050-token prompt and the head of a second, so with 16 prompts over 8 pods a request whose prompt is not " +
@@ -51,7 +39,8 @@ var explanations = map[string]string{
 		"0.547 s (at 1 ms, 2 sequences: 2.400 s against 2.110 s). Multi-turn meets the ratio in these cells.",
 	"matrix: cache-aware no-sharing": "with nothing shared cache-aware ranks by load as least-load does; the gaps " +
 		"are of the size of the run-to-run spread of a 120-request p90 on this machine (column runs and the ranges " +
-		"in parentheses). Such a cell runs seven times when its medians lie within 10%; next, run it again with " +
+		"in parentheses). A cell whose medians lie within 10% after three runs is decided by seven runs of each at " +
+		"time scale 0.2 (column at 0.2); next, run it again with " +
 		"`go run ./test/bench -only matrix -cells <cell> -workloads no-sharing -policies cache-aware,least-load`.",
 	"3 replicas:": "the p90 of 288 requests is the 260th, and a prompt's first request takes a whole prefill (0.63–0.68 s " +
 		"alone on its pod). One picker leaves 28 requests over 0.3 s (the 16 prompts' first and 12 that queued " +
