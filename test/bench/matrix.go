@@ -331,16 +331,24 @@ func (m matrixRun) closeVerdict() bool {
 	if !ok || math.IsInf(ca, 1) {
 		return false
 	}
-	bound, _, _, ok := m.p90("weighted-scorer")
+	bound, _, _, ok := m.p90(comparedWith(m.Workload))
 	if m.Workload == "no-sharing@4" {
-		var ll float64
-		ll, _, _, ok = m.p90("least-load")
-		bound = 1.05 * ll
+		bound *= 1.05
 	}
 	if !ok || math.IsInf(bound, 1) || bound <= 0 {
 		return false
 	}
 	return math.Abs(ca-bound) <= closeMargin*bound
+}
+
+// comparedWith is the policy whose p90 bounds cache-aware's in a close
+// verdict on the workload: least-load on no-sharing, else the weighted
+// scorer.
+func comparedWith(workload string) string {
+	if workload == "no-sharing@4" {
+		return "least-load"
+	}
+	return "weighted-scorer"
 }
 
 // closeCall reports whether the policy's p90 on the workload enters a
@@ -407,18 +415,18 @@ func (m matrixRun) check() matrixCheck {
 	if !ok {
 		return matrixCheck{}
 	}
-	if ll, ok := m.closeP90("least-load"); m.Workload == "no-sharing@4" && ok {
-		return matrixCheck{known: true, noHarm: closeCA <= 1.05*ll, hitOK: true, vsWeighted: true, vsRR: true}
+	bound, okB := m.closeP90(comparedWith(m.Workload))
+	if m.Workload == "no-sharing@4" && okB {
+		return matrixCheck{known: true, noHarm: closeCA <= 1.05*bound, hitOK: true, vsWeighted: true, vsRR: true}
 	}
-	ws, okW := m.closeP90("weighted-scorer")
 	rr, _, _, okR := m.p90("round-robin")
-	if !okW || !okR {
+	if !okB || !okR {
 		return matrixCheck{}
 	}
 	o, hit := m.oracle(), m.hit("cache-aware")
 	return matrixCheck{known: true, noHarm: true,
 		hitOK:      o == 0 || hit >= 0.95*o,
-		vsWeighted: closeCA <= ws,
+		vsWeighted: closeCA <= bound,
 		vsRR:       p90 <= 0.5*rr,
 	}
 }
@@ -476,45 +484,37 @@ func (m matrixRun) p90Cell(label string) string {
 	if !ok {
 		return "–"
 	}
-	show := func(p float64) string {
-		if math.IsInf(p, 1) {
-			return "never"
-		}
-		return fmt.Sprintf("%.3f", p)
-	}
 	if r := m.median(label); math.IsInf(med, 1) {
 		return fmt.Sprintf("never (%d of %d unanswered)", r.Sent-len(r.TTFT), r.Sent)
 	}
 	if len(m.Runs[label]) < 2 {
-		return show(med)
+		return showP90(med)
 	}
-	return fmt.Sprintf("%s (%s–%s)", show(med), show(lo), show(hi))
+	return fmt.Sprintf("%s (%s–%s)", showP90(med), showP90(lo), showP90(hi))
+}
+
+// showP90 writes a p90 in seconds, or never for one not reached.
+func showP90(p float64) string {
+	if math.IsInf(p, 1) {
+		return "never"
+	}
+	return fmt.Sprintf("%.3f", p)
 }
 
 // closeCell is the table's column of the runs at matrixCloseTimeScale:
 // cache-aware's median p90 against that of the policy it is compared with,
 // and each one's run count, or a dash where the cell ran none.
 func (m matrixRun) closeCell() string {
-	other := "weighted-scorer"
-	if m.Workload == "no-sharing@4" {
-		other = "least-load"
-	}
 	ca, okA := m.closeP90("cache-aware")
-	o, okO := m.closeP90(other)
+	o, okO := m.closeP90(comparedWith(m.Workload))
 	if len(m.Close["cache-aware"]) == 0 || !okA || !okO {
 		return "–"
-	}
-	show := func(p float64) string {
-		if math.IsInf(p, 1) {
-			return "never"
-		}
-		return fmt.Sprintf("%.3f", p)
 	}
 	runs := "runs"
 	if len(m.Close["cache-aware"]) == 1 {
 		runs = "run"
 	}
-	return fmt.Sprintf("%s vs %s (%d %s)", show(ca), show(o), len(m.Close["cache-aware"]), runs)
+	return fmt.Sprintf("%s vs %s (%d %s)", showP90(ca), showP90(o), len(m.Close["cache-aware"]), runs)
 }
 
 // matrixMarkdown writes the matrix section.

@@ -15,6 +15,11 @@ func result(p90, hit float64) *routing.Result {
 	return &routing.Result{Sent: 10, TTFT: []float64{p90, p90, p90, p90, p90, p90, p90, p90, p90, p90}, HitRate: hit, Oracle: 0.9}
 }
 
+// threeRuns is three runs of p90 seconds each at hit rate 0.9.
+func threeRuns(p90 float64) []*routing.Result {
+	return []*routing.Result{result(p90, 0.9), result(p90, 0.9), result(p90, 0.9)}
+}
+
 // cellWith is a shared-prefix run of a roomy cell holding the runs given
 // per policy.
 func cellWith(runs map[string][]*routing.Result) matrixRun {
@@ -113,9 +118,6 @@ func TestCloseCallsRunEveryRound(t *testing.T) {
 // A cell runs more rounds when cache-aware's median lies within 10% of
 // its bound on either side, whichever way it leans, and not otherwise.
 func TestCloseVerdictsGetMoreRuns(t *testing.T) {
-	three := func(p90 float64) []*routing.Result {
-		return []*routing.Result{result(p90, 0.9), result(p90, 0.9), result(p90, 0.9)}
-	}
 	for _, tc := range []struct {
 		name         string
 		workload     string
@@ -129,11 +131,7 @@ func TestCloseVerdictsGetMoreRuns(t *testing.T) {
 		{"no-sharing near 1.05 × least-load", "no-sharing@4", 0.200, 0.190, true},
 		{"no-sharing far under", "no-sharing@4", 0.150, 0.200, false},
 	} {
-		label := "weighted-scorer"
-		if tc.workload == "no-sharing@4" {
-			label = "least-load"
-		}
-		m := cellWith(map[string][]*routing.Result{"cache-aware": three(tc.ca), label: three(tc.other), "round-robin": {result(2, 0.1)}})
+		m := cellWith(map[string][]*routing.Result{"cache-aware": threeRuns(tc.ca), comparedWith(tc.workload): threeRuns(tc.other), "round-robin": {result(2, 0.1)}})
 		m.Workload = tc.workload
 		if got := m.closeVerdict(); got != tc.wantMoreRuns {
 			t.Errorf("%s: closeVerdict = %v, want %v", tc.name, got, tc.wantMoreRuns)
@@ -141,7 +139,7 @@ func TestCloseVerdictsGetMoreRuns(t *testing.T) {
 	}
 	never := cellWith(map[string][]*routing.Result{
 		"cache-aware":     {{Sent: 10, TTFT: []float64{0.1}}},
-		"weighted-scorer": three(0.2),
+		"weighted-scorer": threeRuns(0.2),
 	})
 	if never.closeVerdict() {
 		t.Error("closeVerdict = true for a cache-aware that left most requests unanswered, want false")
@@ -152,16 +150,13 @@ func TestCloseVerdictsGetMoreRuns(t *testing.T) {
 // runs decide the weighted-scorer and no-sharing verdicts, whichever way
 // they go, while round-robin is still compared with the first runs.
 func TestCloseRunsDecideTheCloseVerdict(t *testing.T) {
-	three := func(p90 float64) []*routing.Result {
-		return []*routing.Result{result(p90, 0.9), result(p90, 0.9), result(p90, 0.9)}
-	}
 	m := cellWith(map[string][]*routing.Result{
-		"cache-aware": three(0.21), "weighted-scorer": three(0.20), "round-robin": {result(0.40, 0.1)},
+		"cache-aware": threeRuns(0.21), "weighted-scorer": threeRuns(0.20), "round-robin": {result(0.40, 0.1)},
 	})
 	if c := m.check(); c.vsWeighted || c.vsRR {
 		t.Fatalf("check = %+v before the close runs, want both p90 targets missed (0.21 against 0.20 and 0.5 × 0.40)", c)
 	}
-	m.Close = map[string][]*routing.Result{"cache-aware": three(0.09), "weighted-scorer": three(0.10)}
+	m.Close = map[string][]*routing.Result{"cache-aware": threeRuns(0.09), "weighted-scorer": threeRuns(0.10)}
 	if c := m.check(); !c.vsWeighted || c.vsRR {
 		t.Errorf("check = %+v, want the weighted scorer's met by the close runs (0.09 against 0.10) and round-robin's "+
 			"still missed by the first runs' 0.21", c)
@@ -173,25 +168,25 @@ func TestCloseRunsDecideTheCloseVerdict(t *testing.T) {
 		t.Errorf("plotted ratio to the weighted scorer = %v, %v; want 0.9 from the close runs", r, ok)
 	}
 
-	m.Close = map[string][]*routing.Result{"cache-aware": three(0.11), "weighted-scorer": three(0.10)}
-	m.Runs["cache-aware"] = three(0.19)
+	m.Close = map[string][]*routing.Result{"cache-aware": threeRuns(0.11), "weighted-scorer": threeRuns(0.10)}
+	m.Runs["cache-aware"] = threeRuns(0.19)
 	if c := m.check(); c.vsWeighted {
 		t.Errorf("check = %+v, want the weighted scorer's missed by the close runs (0.11 against 0.10) though the first met it", c)
 	}
 
-	ns := cellWith(map[string][]*routing.Result{"cache-aware": three(0.20), "least-load": three(0.18)})
+	ns := cellWith(map[string][]*routing.Result{"cache-aware": threeRuns(0.20), "least-load": threeRuns(0.18)})
 	ns.Workload = "no-sharing@4"
 	if ns.check().noHarm {
 		t.Fatal("no-sharing 0.20 against 1.05 × 0.18 met, want missed")
 	}
-	ns.Close = map[string][]*routing.Result{"cache-aware": three(0.18), "least-load": three(0.18)}
+	ns.Close = map[string][]*routing.Result{"cache-aware": threeRuns(0.18), "least-load": threeRuns(0.18)}
 	if !ns.check().noHarm {
 		t.Error("no-sharing close runs 0.18 against 1.05 × 0.18 missed, want met")
 	}
 	if got, want := ns.closeCell(), "0.180 vs 0.180 (3 runs)"; got != want {
 		t.Errorf("no-sharing close column = %q, want %q", got, want)
 	}
-	if got := cellWith(map[string][]*routing.Result{"cache-aware": three(0.1)}).closeCell(); got != "–" {
+	if got := cellWith(map[string][]*routing.Result{"cache-aware": threeRuns(0.1)}).closeCell(); got != "–" {
 		t.Errorf("close column of a cell without close runs = %q, want a dash", got)
 	}
 }
@@ -199,17 +194,14 @@ func TestCloseRunsDecideTheCloseVerdict(t *testing.T) {
 // The matrix section says how close calls were decided only when some
 // were, and gives the table a column for them.
 func TestMatrixMarkdownNamesTheCloseRuns(t *testing.T) {
-	three := func(p90 float64) []*routing.Result {
-		return []*routing.Result{result(p90, 0.9), result(p90, 0.9), result(p90, 0.9)}
-	}
 	m := cellWith(map[string][]*routing.Result{
-		"cache-aware": three(0.21), "weighted-scorer": three(0.20), "round-robin": {result(2, 0.1)},
+		"cache-aware": threeRuns(0.21), "weighted-scorer": threeRuns(0.20), "round-robin": {result(2, 0.1)},
 	})
 	md := matrixMarkdown([]matrixRun{m}, "docs/bench")
-	if strings.Contains(md, "time\nscale 0.2") || strings.Contains(md, "ran 9 times more") {
+	if strings.Contains(md, "time\nscale 0.2") || strings.Contains(md, "times more each") {
 		t.Errorf("matrix section names close runs no cell ran:\n%s", md)
 	}
-	m.Close = map[string][]*routing.Result{"cache-aware": three(0.09), "weighted-scorer": three(0.10)}
+	m.Close = map[string][]*routing.Result{"cache-aware": threeRuns(0.09), "weighted-scorer": threeRuns(0.10)}
 	md = matrixMarkdown([]matrixRun{m}, "docs/bench")
 	for _, want := range []string{"ran 3 times more each at time\nscale 0.2", "| at 0.2 | verdict |", "| 0.090 vs 0.100 (3 runs) | met |"} {
 		if !strings.Contains(md, want) {
