@@ -42,10 +42,11 @@ var explanations = map[string]string{
 		"in parentheses). A cell whose medians lie within 10% after three runs is decided by seven runs of each at " +
 		"time scale 0.2 (column at 0.2); next, run it again with " +
 		"`go run ./test/bench -only matrix -cells <cell> -workloads no-sharing -policies cache-aware,least-load`.",
-	"3 replicas:": "the p90 of 288 requests is the 260th, and a prompt's first request takes a whole prefill (0.63–0.68 s " +
-		"alone on its pod). One picker leaves 28 requests over 0.3 s (the 16 prompts' first and 12 that queued " +
-		"behind them): its p90 sits one request below that cliff, three replicas' (37–40 requests over 0.3 s in " +
-		"four traced runs) above it. The miss is the cold start's: over the requests sent from 4 s into " +
+	"3 replicas:": "the p90 of 288 requests is the 259th, so the target allows 29 requests over 1.1 × one " +
+		"picker's p90 (the row counts them), and a prompt's first request takes a whole prefill (0.63–0.68 s " +
+		"alone on its pod). One picker leaves 28 requests over 0.3 s in every run (the 16 prompts' first and 12 " +
+		"that queued behind them): its p90 sits just below that cliff, three replicas' (37–41 requests over 0.3 s " +
+		"in ten runs) above it. The miss is the cold start's: over the requests sent from 4 s into " +
 		"the run on (column p90 from 4 s), three replicas' p90 is 0.063 s against one's 0.058 s (1.09×; 0.066 " +
 		"against 0.062 s in a run at 08ba347). Traces of each request's pod " +
 		"and TTFT (real time, two runs each) show where " +
@@ -62,7 +63,12 @@ var explanations = map[string]string{
 		"counters (`vllm:prefix_cache_queries_total` less `vllm:prefix_cache_hits_total`) less this replica's own, " +
 		"drained at the measured prefill speed (new prompts spread, but replicas also left a prompt's home while " +
 		"its first request was still being prefilled there: hit rate 0.867–0.870); scraping every 20 ms (at time " +
-		"scale 0.2). Each either stacks different prompts on a home or splits one prompt over two pods: until a " +
+		"scale 0.2); for a prompt no replica has published, counting this replica's own requests in prefill and " +
+		"the others' beyond a pod's first as whole prefills of it (37–42 requests over 0.3 s in six runs); no home " +
+		"credit while the home shows only this replica's own work (37–39); the home's load bound taken from the " +
+		"servers' figures alone, which every replica reads alike (requests sent to another pod than their " +
+		"prompt's first went from 13–14 to 7–8 in the first 5 s, but 38–40 requests over 0.3 s, and multi-turn's " +
+		"p90 reached 0.49 s in two of three runs). Each either stacks different prompts on a home or splits one prompt over two pods: until a " +
 		"prompt's first step is published, a replica cannot tell which of the two a busy home holds. Servers " +
 		"that publish a step's events as it starts (rows \"events when scheduled\") do not change that by " +
 		"themselves (0.660 s against 0.263 s): a prompt the events show nowhere still gets its home's credit for " +
@@ -71,7 +77,12 @@ var explanations = map[string]string{
 		"`go run ./test/bench -only replicas -replica-runs 2` with the other rows left out): 0.466 and 0.475 s " +
 		"against 0.254 and 0.260 s. Those runs were not traced; a request queued at a busy pod shows in no event " +
 		"until its step starts. Next: tell the picker when its servers publish, by a setting or from the lag of its " +
-		"own prompts' events, and drop the credit then.",
+		"own prompts' events, and drop the credit then. The same credit is what makes multi-turn's verdict " +
+		"fragile: there every new conversation is a prefix no other replica will send, and when several new " +
+		"conversations share a home it takes their first turns together (three on one pod within 0.09 s while " +
+		"another pod held one, in a traced run); 3 of 14 three-replica multi-turn runs had a p90 of 0.45–0.53 s, " +
+		"the other 11 0.34–0.40 s. At a prefix's first request a replica cannot tell one that recurs from one " +
+		"that does not.",
 	"whole pick, 400 KB": "a CPU profile (`go test -tags vtprotobuf -run '^$' -bench '^BenchmarkHandle$/body=400KB/workers=100$' " +
 		"-benchtime 4000x -cpuprofile cpu.out ./picker/extproc/`, then `go tool pprof -top`) splits it into recording " +
 		"the pick in the index (about a quarter: each of the prompt's ~6,400 blocks is read to confirm it is the " +

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -74,6 +75,25 @@ func (c *replicaCell) hitRate() float64 {
 // lowest and highest.
 func (c *replicaCell) quantile(q float64) (med, lo, hi float64) {
 	return c.stat(func(r *routing.Result) float64 { return r.Quantile(q) })
+}
+
+// over is, as medians over the cell's runs, how many answered requests took
+// longer than bound, how many were answered, and how many a TTFT p90 within
+// bound leaves room for: those ranked above the p90.
+func (c *replicaCell) over(bound float64) (over, n, room int) {
+	med := func(f func(*routing.Result) float64) int { return int(math.Round(median(sortedOver(c.runs, f)))) }
+	over = med(func(r *routing.Result) float64 {
+		k := 0
+		for _, t := range r.TTFT {
+			if t > bound {
+				k++
+			}
+		}
+		return float64(k)
+	})
+	n = med(func(r *routing.Result) float64 { return float64(len(r.TTFT)) })
+	room = med(func(r *routing.Result) float64 { return float64(len(r.TTFT) - routing.QuantileRank(len(r.TTFT), 0.9)) })
+	return over, n, room
 }
 
 // replicaReport is the replica section's results.
@@ -244,7 +264,9 @@ func replicaVerdicts(rr *replicaReport) []verdict {
 			p3, _, _ := three.quantile(0.9)
 			p1, _, _ := one.quantile(0.9)
 			ttft.known, ttft.met = true, p3 <= 1.1*p1
-			ttft.observed = fmt.Sprintf("%.3f s vs %.3f s (ratio %.2f)", p3, p1, p3/p1)
+			over, n, room := three.over(1.1 * p1)
+			ttft.observed = fmt.Sprintf("%.3f s vs %.3f s (ratio %.2f; %d of %d requests took over %.3f s, the target allows %d)",
+				p3, p1, p3/p1, over, n, 1.1*p1, room)
 		}
 		out = append(out, hit, ttft)
 	}

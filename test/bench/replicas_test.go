@@ -36,13 +36,45 @@ func TestReplicaVerdictsCompareMedians(t *testing.T) {
 	if hit == nil || !hit.known || !hit.met || hit.observed != "0.880 vs 0.910 (ratio 0.97)" {
 		t.Errorf("hit verdict %+v, want met on the medians 0.880 vs 0.910", hit)
 	}
-	if ttft == nil || !ttft.known || !ttft.met || ttft.observed != "1.080 s vs 1.000 s (ratio 1.08)" {
+	if ttft == nil || !ttft.known || !ttft.met || ttft.observed != "1.080 s vs 1.000 s (ratio 1.08; 0 of 10 requests took over 1.100 s, the target allows 1)" {
 		t.Errorf("TTFT verdict %+v, want met on the medians 1.080 s vs 1.000 s", ttft)
 	}
 	md := replicasMarkdown(rr)
 	if row := "| 3 | cache-aware | shared-prefix@18 | 30/30 | 0.880 | 1.080 | 1.080 | 1.050–5.000 | 1.080 | 1.080 |"; !strings.Contains(md, row) {
 		t.Errorf("table lacks the row %q:\n%s", row, md)
 	}
+}
+
+// Three replicas leave two of ten requests slow where one replica left one:
+// the p90 (the ninth of ten) lands on a slow one, and the verdict counts the
+// requests over the bound against the one the target allows.
+func TestReplicaP90VerdictCountsTheRequestsOverTheBound(t *testing.T) {
+	run := func(slow int) *routing.Result {
+		r := &routing.Result{Workload: "multi-turn", Sent: 10}
+		for i := range 10 {
+			r.TTFT = append(r.TTFT, 0.1)
+			if i < slow {
+				r.TTFT[i] = 0.7
+			}
+		}
+		r.OK = len(r.TTFT)
+		return r
+	}
+	rr := &replicaReport{cells: []*replicaCell{
+		{Replicas: 1, Policy: "cache-aware", Workload: "multi-turn", runs: []*routing.Result{run(1), run(1), run(1)}},
+		{Replicas: 3, Policy: "cache-aware", Workload: "multi-turn", runs: []*routing.Result{run(2), run(3), run(1)}},
+	}}
+	for _, v := range replicaVerdicts(rr) {
+		if v.target != "3 replicas: multi-turn TTFT p90 ≤ 1.1 × one replica's" {
+			continue
+		}
+		want := "0.700 s vs 0.100 s (ratio 7.00; 2 of 10 requests took over 0.110 s, the target allows 1)"
+		if !v.known || v.met || v.observed != want {
+			t.Errorf("verdict %+v, want missed with %q", v, want)
+		}
+		return
+	}
+	t.Fatal("no multi-turn TTFT verdict")
 }
 
 // A run whose first requests waited for cold prefills: the table's last

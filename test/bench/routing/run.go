@@ -66,9 +66,12 @@ func QuantileOf(v []float64, q float64) float64 {
 	}
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
-	i := int(q*float64(len(s)) + 0.5)
-	return s[min(max(i-1, 0), len(s)-1)]
+	return s[QuantileRank(len(s), q)-1]
 }
+
+// QuantileRank is the rank, from 1 for the least, of the value QuantileOf
+// takes as the q-quantile of n > 0 values.
+func QuantileRank(n int, q float64) int { return min(max(int(q*float64(n)+0.5), 1), n) }
 
 // LoadSample is the picker's view of per-pod requests in flight at At
 // (simulated seconds since the start of the run).
