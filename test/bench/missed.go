@@ -3,14 +3,17 @@ package main
 import "strings"
 
 // missedBecause explains, from profiles and the measurements that go with
-// them, why a target can be missed. Keyed by the start of the target's text.
+// them, why a target can be missed. Keyed by the start of the target's text:
+// the longest key that starts it.
 func missedBecause(target string) (string, bool) {
-	for prefix, why := range explanations {
-		if strings.HasPrefix(target, prefix) {
-			return why, true
+	key := ""
+	for prefix := range explanations {
+		if strings.HasPrefix(target, prefix) && len(prefix) > len(key) {
+			key = prefix
 		}
 	}
-	return "", false
+	why, ok := explanations[key]
+	return why, ok && key != ""
 }
 
 var explanations = map[string]string{
@@ -47,8 +50,8 @@ var explanations = map[string]string{
 		"alone on its pod). One picker leaves 28 requests over 0.3 s in every run (the 16 prompts' first and 12 " +
 		"that queued behind them): its p90 sits just below that cliff, three replicas' (37–41 requests over 0.3 s " +
 		"in ten runs) above it. The miss is the cold start's: over the requests sent from 4 s into " +
-		"the run on (column p90 from 4 s), three replicas' p90 is 0.063 s against one's 0.058 s (1.09×; 0.066 " +
-		"against 0.062 s in a run at 08ba347). Traces of each request's pod " +
+		"the run on (column p90 from 4 s), three replicas' p90 is 0.065 s against one's 0.059 s (1.10×; 0.063 " +
+		"against 0.058 s in the run at 8907229). Traces of each request's pod " +
 		"and TTFT (real time, two runs each) show where " +
 		"the extra ones come from: in the first two seconds, before a prompt's blocks are published (a server " +
 		"publishes a step's blocks when the step ends, and a prompt of about 2,100 tokens is two steps of 2,048 " +
@@ -71,18 +74,26 @@ var explanations = map[string]string{
 		"p90 reached 0.49 s in two of three runs). Each either stacks different prompts on a home or splits one prompt over two pods: until a " +
 		"prompt's first step is published, a replica cannot tell which of the two a busy home holds. Servers " +
 		"that publish a step's events as it starts (rows \"events when scheduled\") do not change that by " +
-		"themselves (0.660 s against 0.263 s): a prompt the events show nowhere still gets its home's credit for " +
+		"themselves (0.663 s against 0.257 s): a prompt the events show nowhere still gets its home's credit for " +
 		"a prefill another replica may have started. Dropping that credit when the events show the prompt " +
 		"nowhere, right only with such servers, was tried by hand (two runs each of one and three replicas, " +
 		"`go run ./test/bench -only replicas -replica-runs 2` with the other rows left out): 0.466 and 0.475 s " +
 		"against 0.254 and 0.260 s. Those runs were not traced; a request queued at a busy pod shows in no event " +
 		"until its step starts. Next: tell the picker when its servers publish, by a setting or from the lag of its " +
-		"own prompts' events, and drop the credit then. The same credit is what makes multi-turn's verdict " +
-		"fragile: there every new conversation is a prefix no other replica will send, and when several new " +
-		"conversations share a home it takes their first turns together (three on one pod within 0.09 s while " +
-		"another pod held one, in a traced run); 3 of 14 three-replica multi-turn runs had a p90 of 0.45–0.53 s, " +
-		"the other 11 0.34–0.40 s. At a prefix's first request a replica cannot tell one that recurs from one " +
-		"that does not.",
+		"own prompts' events, and drop the credit then.",
+	"3 replicas: multi-turn TTFT p90": "the runs split in two: before this run, 3 of 14 three-replica runs had a " +
+		"p90 of 0.45–0.53 s and the other 11 0.34–0.40 s (median 0.36 s, within the target), so a median of three " +
+		"lands on either side (column p90 range). Every conversation's first turn is a cold prefill of about " +
+		"1,000 tokens, and the 24 conversations begin within the first second. A picker trace shows the slow runs' " +
+		"cause: a prefix no replica knows gets its home's credit (the chance that another replica sent it there " +
+		"first, which shared-prefix@18 needs to keep a prompt's concurrent requests on one pod), but a new " +
+		"conversation is a prefix no other replica will send, and another replica's request on a pod counts as " +
+		"one request of load, not the prefill it is. When several new conversations share a home, replicas " +
+		"stack their first turns there: three on one pod within 0.09 s while another pod held one. At a " +
+		"prefix's first request a replica cannot tell one that recurs from one that does not. Next: learn the " +
+		"credit from what the servers' events show afterwards (how often a new prefix this replica sent to its " +
+		"home had been sent there by another replica too) instead of presuming it, and measure what the prior " +
+		"still costs in the first second.",
 	"whole pick, 400 KB": "a CPU profile (`go test -tags vtprotobuf -run '^$' -bench '^BenchmarkHandle$/body=400KB/workers=100$' " +
 		"-benchtime 4000x -cpuprofile cpu.out ./picker/extproc/`, then `go tool pprof -top`) splits it into recording " +
 		"the pick in the index (about a quarter: each of the prompt's ~6,400 blocks is read to confirm it is the " +

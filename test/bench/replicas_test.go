@@ -89,3 +89,21 @@ func TestReplicaTableShowsTheWarmP90(t *testing.T) {
 		t.Errorf("table lacks the row %q:\n%s", row, md)
 	}
 }
+
+// Two explanations start the multi-turn target's text: the longer one is
+// its own, whatever order the map yields them in.
+func TestMissedBecauseTakesTheLongestKey(t *testing.T) {
+	mt, _ := missedBecause("3 replicas: multi-turn TTFT p90 ≤ 1.1 × one replica's")
+	sp, _ := missedBecause("3 replicas: shared-prefix@18 TTFT p90 ≤ 1.1 × one replica's")
+	for range 50 {
+		if got, ok := missedBecause("3 replicas: multi-turn TTFT p90 ≤ 1.1 × one replica's"); !ok || got != explanations["3 replicas: multi-turn TTFT p90"] {
+			t.Fatalf("multi-turn's explanation: got %.60q", got)
+		}
+	}
+	if mt == sp || sp != explanations["3 replicas:"] {
+		t.Errorf("shared-prefix@18's explanation is %.60q, multi-turn's %.60q", sp, mt)
+	}
+	if _, ok := missedBecause("no such target"); ok {
+		t.Error("an unknown target has an explanation")
+	}
+}
