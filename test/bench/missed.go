@@ -12,8 +12,10 @@ func missedBecause(target string) (string, bool) {
 			key = prefix
 		}
 	}
-	why, ok := explanations[key]
-	return why, ok && key != ""
+	if key == "" {
+		return "", false
+	}
+	return explanations[key], true
 }
 
 var explanations = map[string]string{
@@ -71,7 +73,8 @@ var explanations = map[string]string{
 		"credit while the home shows only this replica's own work (37–39); the home's load bound taken from the " +
 		"servers' figures alone, which every replica reads alike (requests sent to another pod than their " +
 		"prompt's first went from 13–14 to 7–8 in the first 5 s, but 38–40 requests over 0.3 s, and multi-turn's " +
-		"p90 reached 0.49 s in two of three runs). Each either stacks different prompts on a home or splits one prompt over two pods: until a " +
+		"p90 reached 0.49 s in two of three runs). Each either stacks different prompts on a home or splits one " +
+		"prompt over two pods: until a " +
 		"prompt's first step is published, a replica cannot tell which of the two a busy home holds. Servers " +
 		"that publish a step's events as it starts (rows \"events when scheduled\") do not change that by " +
 		"themselves (0.663 s against 0.257 s): a prompt the events show nowhere still gets its home's credit for " +
