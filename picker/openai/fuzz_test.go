@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"reflect"
 	"testing"
 	"unicode/utf8"
@@ -54,7 +55,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		var doc map[string]any
-		if err := json.Unmarshal(body, &doc); err != nil {
+		if err := decodeJSON(body, &doc); err != nil {
 			t.Fatalf("Parse accepted a body encoding/json rejects: %v", err)
 		}
 		if r.Model == "" || r.Model != doc["model"] {
@@ -113,6 +114,22 @@ func FuzzStreamScanner(f *testing.F) {
 // checkModelSpan checks that the model span holds the raw model string, and
 // that splicing another name into it gives a valid body whose model is that
 // name, everything else unchanged.
+// decodeJSON is json.Unmarshal with numbers kept as their text: JSON sets
+// no range on numbers (1e400 is valid, and the model server reads it), where
+// decoding into float64 rejects the body. Like json.Unmarshal, it rejects
+// anything after the value.
+func decodeJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("data after the JSON value")
+	}
+	return nil
+}
+
 func checkModelSpan(t *testing.T, body []byte, r *Request) {
 	t.Helper()
 	if r.ModelStart < 1 || r.ModelEnd < r.ModelStart || r.ModelEnd >= len(body) ||
@@ -125,13 +142,13 @@ func checkModelSpan(t *testing.T, body []byte, r *Request) {
 	}
 	spliced := append(append(append([]byte{}, body[:r.ModelStart]...), `new\"name`...), body[r.ModelEnd:]...)
 	var doc, was map[string]any
-	if err := json.Unmarshal(spliced, &doc); err != nil {
+	if err := decodeJSON(spliced, &doc); err != nil {
 		t.Fatalf("spliced body %q is not JSON: %v", spliced, err)
 	}
 	if doc["model"] != `new"name` {
 		t.Fatalf("spliced body's model = %v", doc["model"])
 	}
-	_ = json.Unmarshal(body, &was)
+	_ = decodeJSON(body, &was)
 	delete(doc, "model")
 	delete(was, "model")
 	if !reflect.DeepEqual(doc, was) {

@@ -47,6 +47,11 @@ func TestParse(t *testing.T) {
 			body: `{"model":"m","stream":true,"stream_options":{"include_usage":true,"x":[1]},"cache_salt":"tenant-a","messages":[]}`,
 			want: parsed{Model: "m", Stream: true, IncludeUsage: true, CacheSalt: "tenant-a"},
 		},
+		"numbers beyond float64's range": {
+			kind: ChatCompletions,
+			body: `{"model":"m","temperature":1e400,"seed":-123456789012345678901234567890,"messages":[]}`,
+			want: parsed{Model: "m"},
+		},
 		"chat null optionals": {
 			kind: ChatCompletions,
 			body: `{"model":"m","stream":null,"stream_options":null,"cache_salt":null,"tools":null,"messages":[{"role":"assistant","content":null}]}`,
