@@ -84,9 +84,9 @@ var explanations = map[string]string{
 		"against 0.254 and 0.260 s. Those runs were not traced; a request queued at a busy pod shows in no event " +
 		"until its step starts. Next: tell the picker when its servers publish, by a setting or from the lag of its " +
 		"own prompts' events, and drop the credit then.",
-	"3 replicas: multi-turn TTFT p90": "the runs split in two: before this run, 3 of 14 three-replica runs had a " +
-		"p90 of 0.45–0.53 s and the other 11 0.34–0.40 s (median 0.36 s, within the target), so a median of three " +
-		"lands on either side (column p90 range). Every conversation's first turn is a cold prefill of about " +
+	"3 replicas: multi-turn TTFT p90": "the runs split in two: in 14 hand runs of the same picker before the run at 543f68a, 3 " +
+		"three-replica runs had a p90 of 0.45–0.53 s and the other 11 0.34–0.40 s (median 0.36 s, within the " +
+		"target), so a median of three lands on either side (column p90 range). Every conversation's first turn is a cold prefill of about " +
 		"1,000 tokens, and the 24 conversations begin within the first second. A picker trace shows the slow runs' " +
 		"cause: a prefix no replica knows gets its home's credit (the chance that another replica sent it there " +
 		"first, which shared-prefix@18 needs to keep a prompt's concurrent requests on one pod), but a new " +
