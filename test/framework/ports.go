@@ -4,39 +4,90 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 )
 
-// FreePort returns a TCP port free on host at the time of the call.
+// FreePort returns a TCP port free on host at the time of the call, and
+// one that no function here returned before in this process.
 func FreePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	l, port, err := listenFresh(host)
 	if err != nil {
-		return 0, fmt.Errorf("free port on %s: %w", host, err)
+		return 0, err
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	_ = l.Close()
+	return port, nil
 }
 
 // FreePorts returns n distinct TCP ports free on host at the time of the
 // call.
 func FreePorts(host string, n int) ([]int, error) {
-	// Each is held open until all are chosen, so that none is chosen twice.
-	ls := make([]net.Listener, 0, n)
+	ports := make([]int, 0, n)
+	err := holdFresh(host, n, func(_ net.Listener, port int) { ports = append(ports, port) })
+	return ports, err
+}
+
+// handedOut is every port the functions here returned in this process. None
+// is returned twice: the kernel may give a port just closed to the next
+// listener on port 0, so servers a test starts at once, each told a port
+// chosen a moment before, could otherwise be told the same one.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// claim records port as handed out, reporting false if it already was.
+func claim(port int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports[port] {
+		return false
+	}
+	handedOut.ports[port] = true
+	return true
+}
+
+// listenFresh listens on a port of host that was not handed out before and
+// claims it; the caller closes the listener.
+func listenFresh(host string) (net.Listener, int, error) {
+	var taken []net.Listener // held open so the kernel offers another port
 	defer func() {
-		for _, l := range ls {
+		for _, l := range taken {
 			_ = l.Close()
 		}
 	}()
-	ports := make([]int, 0, n)
-	for range n {
+	for range 64 {
 		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
-			return nil, fmt.Errorf("free port on %s: %w", host, err)
+			return nil, 0, fmt.Errorf("free port on %s: %w", host, err)
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		port := l.Addr().(*net.TCPAddr).Port
+		if claim(port) {
+			return l, port, nil
+		}
+		taken = append(taken, l)
 	}
-	return ports, nil
+	return nil, 0, fmt.Errorf("free port on %s: every one offered was handed out before", host)
+}
+
+// holdFresh claims n fresh ports of host, each held open until all are
+// chosen, and calls got with each.
+func holdFresh(host string, n int, got func(net.Listener, int)) error {
+	open := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range open {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, port, err := listenFresh(host)
+		if err != nil {
+			return err
+		}
+		open = append(open, l)
+		got(l, port)
+	}
+	return nil
 }
 
 // FreePortOn returns a port free on every one of hosts at the time of the
@@ -80,6 +131,9 @@ func ConsecutivePortsT(t testing.TB, host string, n int) int {
 		}
 		ok := first+n-1 <= 65535
 		for p := first + 1; ok && p < first+n; p++ {
+			if ok = claim(p); !ok {
+				break
+			}
 			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
 			if ok = err == nil; ok {
 				_ = l.Close()
@@ -116,23 +170,10 @@ func Loopback(first, n int) []string {
 }
 
 // FreeAddrs returns n distinct host:port addresses whose ports were free a
-// moment ago (all held open together while they are chosen, so no two are
-// the same).
+// moment ago (all held open together while they are chosen, and none handed
+// out before).
 func FreeAddrs(host string, n int) ([]string, error) {
 	addrs := make([]string, 0, n)
-	var open []net.Listener
-	defer func() {
-		for _, l := range open {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			return nil, fmt.Errorf("free port on %s: %w", host, err)
-		}
-		open = append(open, l)
-		addrs = append(addrs, l.Addr().String())
-	}
-	return addrs, nil
+	err := holdFresh(host, n, func(l net.Listener, _ int) { addrs = append(addrs, l.Addr().String()) })
+	return addrs, err
 }
