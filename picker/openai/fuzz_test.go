@@ -111,9 +111,6 @@ func FuzzStreamScanner(f *testing.F) {
 	})
 }
 
-// checkModelSpan checks that the model span holds the raw model string, and
-// that splicing another name into it gives a valid body whose model is that
-// name, everything else unchanged.
 // decodeJSON is json.Unmarshal with numbers kept as their text: JSON sets
 // no range on numbers (1e400 is valid, and the model server reads it), where
 // decoding into float64 rejects the body. Like json.Unmarshal, it rejects
@@ -130,6 +127,9 @@ func decodeJSON(b []byte, v any) error {
 	return nil
 }
 
+// checkModelSpan checks that the model span holds the raw model string, and
+// that splicing another name into it gives a valid body whose model is that
+// name, everything else unchanged.
 func checkModelSpan(t *testing.T, body []byte, r *Request) {
 	t.Helper()
 	if r.ModelStart < 1 || r.ModelEnd < r.ModelStart || r.ModelEnd >= len(body) ||

@@ -48,6 +48,10 @@ const (
 	matrixCloseTimeScale = 0.2
 )
 
+// matrixNoSharing is the name of the matrix's no-sharing workload
+// (routing.NoSharing at matrixRate).
+var matrixNoSharing = fmt.Sprintf("no-sharing@%g", matrixRate)
+
 // matrixCell is one server shape.
 type matrixCell struct {
 	PrefillUs float64
@@ -297,7 +301,7 @@ func matrixRound(ctx context.Context, bins routing.Binaries, cell matrixCell, w 
 		if p.Label == pinnedPairs && (!named(o.policies, pinnedPairs) || !strings.HasPrefix(w.Name, "shared-prefix")) {
 			continue
 		}
-		if w.Name == "no-sharing@4" && p.Label != "cache-aware" && p.Label != "least-load" ||
+		if w.Name == matrixNoSharing && p.Label != "cache-aware" && p.Label != "least-load" ||
 			!selected(o.policies, p.Label) || again && !closeCall(w.Name, p.Label) {
 			continue
 		}
@@ -332,7 +336,7 @@ func (m matrixRun) closeVerdict() bool {
 		return false
 	}
 	bound, _, _, ok := m.p90(comparedWith(m.Workload))
-	if m.Workload == "no-sharing@4" {
+	if m.Workload == matrixNoSharing {
 		bound *= 1.05
 	}
 	if !ok || math.IsInf(bound, 1) || bound <= 0 {
@@ -345,7 +349,7 @@ func (m matrixRun) closeVerdict() bool {
 // verdict on the workload: least-load on no-sharing, else the weighted
 // scorer.
 func comparedWith(workload string) string {
-	if workload == "no-sharing@4" {
+	if workload == matrixNoSharing {
 		return "least-load"
 	}
 	return "weighted-scorer"
@@ -357,7 +361,7 @@ func comparedWith(workload string) string {
 // least-load on no-sharing. Round-robin is compared at half its p90 and
 // least-load elsewhere not at all: one run each.
 func closeCall(workload, label string) bool {
-	return label == "cache-aware" || label == "weighted-scorer" || label == "least-load" && workload == "no-sharing@4"
+	return label == "cache-aware" || label == "weighted-scorer" || label == "least-load" && workload == matrixNoSharing
 }
 
 // matrixOnce runs one policy on one workload of one cell, on a cold cluster.
@@ -416,7 +420,7 @@ func (m matrixRun) check() matrixCheck {
 		return matrixCheck{}
 	}
 	bound, okB := m.closeP90(comparedWith(m.Workload))
-	if m.Workload == "no-sharing@4" && okB {
+	if m.Workload == matrixNoSharing && okB {
 		return matrixCheck{known: true, noHarm: closeCA <= 1.05*bound, hitOK: true, vsWeighted: true, vsRR: true}
 	}
 	rr, _, _, okR := m.p90("round-robin")
@@ -445,7 +449,7 @@ func matrixVerdicts(runs []matrixRun) []verdict {
 		if !c.known {
 			continue
 		}
-		if m.Workload == "no-sharing@4" {
+		if m.Workload == matrixNoSharing {
 			harm.all++
 			if c.noHarm {
 				harm.met++
@@ -542,7 +546,7 @@ func matrixMarkdown(runs []matrixRun, plotDir string) string {
 		"(`--max-num-seqs`). Workloads at 4 requests per simulated second: `shared-prefix@4` (" + fmt.Sprint(matrixRequests) + " requests, 16 system\n" +
 		fmt.Sprintf("prompts of 8,000 bytes + a 200-byte question), `multi-turn` (16 sessions × %d turns over a %d-byte system prompt, 300-byte\n", matrixTurns, matrixTurnSystem) +
 		"questions and 200-byte replies, think times of 1 to 3 s) and\n" +
-		"`no-sharing@4` (" + fmt.Sprint(matrixNoSharingRequest) + " unrelated 2,000-byte prompts; cache-aware and least-load only). Every run starts cold.\n" +
+		"`" + matrixNoSharing + "` (" + fmt.Sprint(matrixNoSharingRequest) + " unrelated 2,000-byte prompts; cache-aware and least-load only). Every run starts cold.\n" +
 		fmt.Sprintf("Cache-aware, the weighted scorer and, on no-sharing, least-load run %d times in each cell and workload, round by\n", base) +
 		"round (round-robin, compared at half its p90, and least-load elsewhere once)" + closeText + ". The table shows the\n" +
 		"median hit rate and the median TTFT p90 (with the lowest and highest in parentheses), and the verdicts compare medians.\n" +

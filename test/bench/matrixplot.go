@@ -41,7 +41,7 @@ func matrixPlot(runs []matrixRun) (*plot.Plot, error) {
 		var xy plotter.XYs
 		x := 0
 		for _, m := range runs {
-			if m.Workload == "no-sharing@4" {
+			if m.Workload == matrixNoSharing {
 				continue
 			}
 			x++

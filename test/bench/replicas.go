@@ -81,7 +81,10 @@ func (c *replicaCell) quantile(q float64) (med, lo, hi float64) {
 // longer than bound, how many were answered, and how many a TTFT p90 within
 // bound leaves room for: those ranked above the p90.
 func (c *replicaCell) over(bound float64) (over, n, room int) {
-	med := func(f func(*routing.Result) float64) int { return int(math.Round(median(sortedOver(c.runs, f)))) }
+	med := func(f func(*routing.Result) float64) int {
+		m, _, _ := c.stat(f)
+		return int(math.Round(m))
+	}
 	over = med(func(r *routing.Result) float64 {
 		k := 0
 		for _, t := range r.TTFT {
