@@ -51,17 +51,18 @@ var explanations = map[string]string{
 		"picker's p90 (the row counts them), and a prompt's first request takes a whole prefill (0.63–0.68 s " +
 		"alone on its pod). One picker leaves 28 requests over 0.3 s in every run (the 16 prompts' first and 12 " +
 		"that queued behind them): its p90 sits just below that cliff, three replicas' (37–41 requests over 0.3 s " +
-		"in ten runs) above it. The miss is the cold start's: over the requests sent from 4 s into " +
-		"the run on (column p90 from 4 s), three replicas' p90 is 0.065 s against one's 0.059 s (1.10×; 0.063 " +
-		"against 0.058 s in the run at 8907229). Traces of each request's pod " +
+		"in ten runs) above it. The miss is the cold start's: once every prompt has been sent, three replicas' " +
+		"p90 is within about a tenth of one picker's (figures above). Traces of each request's pod " +
 		"and TTFT (real time, two runs each) show where " +
 		"the extra ones come from: in the first two seconds, before a prompt's blocks are published (a server " +
 		"publishes a step's blocks when the step ends, and a prompt of about 2,100 tokens is two steps of 2,048 " +
 		"tokens), replicas send new prompts to their homes, and the homes of 16 prompts over 8 pods fall as balls " +
 		"in bins: one pod was the home of four of them and took four first requests within 0.25 s (1.2–1.8 s each) " +
-		"while another took none. A replica sees another's request on a pod at the next scrape as one request, not " +
+		"while another took none. A prompt sent to a pod whose first prompt has only its second step left (52 " +
+		"tokens) makes that step a whole prefill, so the first prompt's requests wait 1.2 s instead of 0.6 s. " +
+		"A replica sees another's request on a pod at the next scrape as one request, not " +
 		"as the 2,100-token prefill it is, so the bounded load lets the home keep its prompts. Tried and not kept, " +
-		"each leaving 39 to 51 requests over 0.3 s: no home credit and no order cost (new prompts spread, but " +
+		"each leaving 36 to 51 requests over 0.3 s: no home credit and no order cost (new prompts spread, but " +
 		"replicas then sent a prompt's second request to another idle pod while its first was still being " +
 		"prefilled at home, a second cold prefill); weighing the others' requests on a pod at this replica's own " +
 		"picks' mean prefill; the prefill others started on a pod, from the growth of the servers' prefix-cache " +
@@ -73,11 +74,13 @@ var explanations = map[string]string{
 		"credit while the home shows only this replica's own work (37–39); the home's load bound taken from the " +
 		"servers' figures alone, which every replica reads alike (requests sent to another pod than their " +
 		"prompt's first went from 13–14 to 7–8 in the first 5 s, but 38–40 requests over 0.3 s, and multi-turn's " +
-		"p90 reached 0.49 s in two of three runs). Each either stacks different prompts on a home or splits one " +
+		"p90 reached 0.49 s in two of three runs); the whole credit (the reuse rate, not the others' share of it) " +
+		"and 0.3 of it, and no extrapolation of the others' load from this replica's picks since the scrape (36–42 " +
+		"requests over 0.3 s in two runs each, 36 of them from the first 4 s in every run). Each either stacks different prompts on a home or splits one " +
 		"prompt over two pods: until a " +
 		"prompt's first step is published, a replica cannot tell which of the two a busy home holds. Servers " +
 		"that publish a step's events as it starts (rows \"events when scheduled\") do not change that by " +
-		"themselves (0.663 s against 0.257 s): a prompt the events show nowhere still gets its home's credit for " +
+		"themselves (figures above): a prompt the events show nowhere still gets its home's credit for " +
 		"a prefill another replica may have started. Dropping that credit when the events show the prompt " +
 		"nowhere, right only with such servers, was tried by hand (two runs each of one and three replicas, " +
 		"`go run ./test/bench -only replicas -replica-runs 2` with the other rows left out): 0.466 and 0.475 s " +
@@ -97,7 +100,8 @@ var explanations = map[string]string{
 		"the credit's chance taken from this replica's own new prefixes, as the share that came to it again within " +
 		"0.5 s (from even odds at the start) in place of the presumed one; all 10 three-replica multi-turn runs " +
 		"then had a p90 of 0.346–0.381 s, but shared-prefix@18 left 43–46 requests over 0.3 s (38–41 without) " +
-		"at a hit rate of 0.880–0.894. Next: a measure that drops the credit for conversations within the first " +
+		"at a hit rate of 0.880–0.894. Ten more runs of the same picker on 2026-12-06 (load average about 2) " +
+		"all had 0.332–0.356 s. Next: a measure that drops the credit for conversations within the first " +
 		"second and keeps it for prompts that recur.",
 	"whole pick, 400 KB": "a CPU profile (`go test -tags vtprotobuf -run '^$' -bench '^BenchmarkHandle$/body=400KB/workers=100$' " +
 		"-benchtime 4000x -cpuprofile cpu.out ./picker/extproc/`, then `go tool pprof -top`) splits it into recording " +

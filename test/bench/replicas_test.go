@@ -36,7 +36,7 @@ func TestReplicaVerdictsCompareMedians(t *testing.T) {
 	if hit == nil || !hit.known || !hit.met || hit.observed != "0.880 vs 0.910 (ratio 0.97)" {
 		t.Errorf("hit verdict %+v, want met on the medians 0.880 vs 0.910", hit)
 	}
-	if ttft == nil || !ttft.known || !ttft.met || ttft.observed != "1.080 s vs 1.000 s (ratio 1.08; 0 of 10 requests took over 1.100 s, the target allows 1)" {
+	if ttft == nil || !ttft.known || !ttft.met || ttft.observed != "1.080 s vs 1.000 s (ratio 1.08; 0 of 10 requests took over 1.100 s, one picker's 0, the target allows 1)" {
 		t.Errorf("TTFT verdict %+v, want met on the medians 1.080 s vs 1.000 s", ttft)
 	}
 	md := replicasMarkdown(rr)
@@ -49,32 +49,58 @@ func TestReplicaVerdictsCompareMedians(t *testing.T) {
 // the p90 (the ninth of ten) lands on a slow one, and the verdict counts the
 // requests over the bound against the one the target allows.
 func TestReplicaP90VerdictCountsTheRequestsOverTheBound(t *testing.T) {
-	run := func(slow int) *routing.Result {
-		r := &routing.Result{Workload: "multi-turn", Sent: 10}
-		for i := range 10 {
-			r.TTFT = append(r.TTFT, 0.1)
-			if i < slow {
-				r.TTFT[i] = 0.7
-			}
-		}
-		r.OK = len(r.TTFT)
-		return r
-	}
 	rr := &replicaReport{cells: []*replicaCell{
-		{Replicas: 1, Policy: "cache-aware", Workload: "multi-turn", runs: []*routing.Result{run(1), run(1), run(1)}},
-		{Replicas: 3, Policy: "cache-aware", Workload: "multi-turn", runs: []*routing.Result{run(2), run(3), run(1)}},
+		{Replicas: 1, Policy: "cache-aware", Workload: "multi-turn", runs: []*routing.Result{coldRun(1, 0.1), coldRun(1, 0.1), coldRun(1, 0.1)}},
+		{Replicas: 3, Policy: "cache-aware", Workload: "multi-turn", runs: []*routing.Result{coldRun(2, 0.105), coldRun(3, 0.104), coldRun(1, 0.106)}},
 	}}
 	for _, v := range replicaVerdicts(rr) {
 		if v.target != "3 replicas: multi-turn TTFT p90 ≤ 1.1 × one replica's" {
 			continue
 		}
-		want := "0.700 s vs 0.100 s (ratio 7.00; 2 of 10 requests took over 0.110 s, the target allows 1)"
+		want := "0.700 s vs 0.100 s (ratio 7.00; 2 of 10 requests took over 0.110 s, one picker's 1, the target allows 1)"
 		if !v.known || v.met || v.observed != want {
 			t.Errorf("verdict %+v, want missed with %q", v, want)
 		}
 		return
 	}
 	t.Fatal("no multi-turn TTFT verdict")
+}
+
+// coldRun is a run of ten requests, a second apart, whose first slow ones
+// take 0.7 s and the rest warm.
+func coldRun(slow int, warm float64) *routing.Result {
+	r := &routing.Result{Workload: "multi-turn", Sent: 10}
+	for i := range 10 {
+		r.TTFT = append(r.TTFT, warm)
+		r.SentAt = append(r.SentAt, float64(i))
+		if i < slow {
+			r.TTFT[i] = 0.7
+		}
+	}
+	r.OK = len(r.TTFT)
+	return r
+}
+
+// A missed replica TTFT target's explanation in the report opens with the
+// figures of the run it is in: the warm p90s and the runs whose servers
+// publish events as a step starts, none of them written into the
+// explanation's text.
+func TestMissedReplicaTargetOpensWithItsRunsFigures(t *testing.T) {
+	rr := &replicaReport{cells: []*replicaCell{
+		{Replicas: 1, Policy: "cache-aware", Workload: "multi-turn", runs: []*routing.Result{coldRun(1, 0.1)}},
+		{Replicas: 3, Policy: "cache-aware", Workload: "multi-turn", runs: []*routing.Result{coldRun(3, 0.12)}},
+		{Replicas: 1, Policy: whenScheduled, Workload: "multi-turn", runs: []*routing.Result{coldRun(1, 0.2)}},
+		{Replicas: 3, Policy: whenScheduled, Workload: "multi-turn", runs: []*routing.Result{coldRun(2, 0.3)}},
+	}}
+	md := (&report{replicas: rr}).markdown(t.TempDir())
+	why, _ := missedBecause("3 replicas: multi-turn TTFT p90")
+	want := "- **3 replicas: multi-turn TTFT p90 ≤ 1.1 × one replica's**: In this run, over the requests sent from 4 s " +
+		"into the run on (column p90 from 4 s), three replicas' TTFT p90 is 0.120 s against one picker's 0.100 s " +
+		"(1.20×). With servers that publish a step's events as it starts (rows \"cache-aware, events when " +
+		"scheduled\"), the whole run's is 0.700 s against 0.200 s. " + why + "\n"
+	if !strings.Contains(md, want) {
+		t.Errorf("report lacks\n%s\nin:\n%s", want, md)
+	}
 }
 
 // A run whose first requests waited for cold prefills: the table's last

@@ -73,6 +73,10 @@ type verdict struct {
 	target, observed string
 	met              bool
 	known            bool
+	// detail is this run's figures behind a miss, which the report puts
+	// before the target's explanation (missedBecause), so that the
+	// explanation needs no figure a later run would change.
+	detail string
 }
 
 func (v verdict) mark() string {
@@ -132,10 +136,17 @@ func (r *report) markdown(plotDir string) string {
 			missed = true
 		}
 		if first, ok := explained[why]; ok {
-			w("- **%s**: as for %s.\n", v.target, first)
+			if v.detail != "" {
+				w("- **%s**: %s As for %s.\n", v.target, v.detail, first)
+			} else {
+				w("- **%s**: as for %s.\n", v.target, first)
+			}
 			continue
 		}
 		explained[why] = v.target
+		if v.detail != "" {
+			why = v.detail + " " + why
+		}
 		w("- **%s**: %s\n", v.target, why)
 	}
 	if missed {
