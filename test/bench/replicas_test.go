@@ -97,7 +97,7 @@ func TestMissedReplicaTargetOpensWithItsRunsFigures(t *testing.T) {
 	want := "- **3 replicas: multi-turn TTFT p90 ≤ 1.1 × one replica's**: In this run, over the requests sent from 4 s " +
 		"into the run on (column p90 from 4 s), three replicas' TTFT p90 is 0.120 s against one picker's 0.100 s " +
 		"(1.20×). With servers that publish a step's events as it starts (rows \"cache-aware, events when " +
-		"scheduled\"), the whole run's is 0.700 s against 0.200 s. " + why + "\n"
+		"scheduled\"), the whole run's is 0.700 s against 0.200 s. " + strings.ToUpper(why[:1]) + why[1:] + "\n"
 	if !strings.Contains(md, want) {
 		t.Errorf("report lacks\n%s\nin:\n%s", want, md)
 	}

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/inferpick/inferpick/test/bench/routing"
 )
@@ -145,7 +147,8 @@ func (r *report) markdown(plotDir string) string {
 		}
 		explained[why] = v.target
 		if v.detail != "" {
-			why = v.detail + " " + why
+			r, n := utf8.DecodeRuneInString(why)
+			why = v.detail + " " + string(unicode.ToUpper(r)) + why[n:]
 		}
 		w("- **%s**: %s\n", v.target, why)
 	}
