@@ -76,11 +76,11 @@ var explanations = map[string]string{
 		"prompt's first went from 13–14 to 7–8 in the first 5 s, but 38–40 requests over 0.3 s, and multi-turn's " +
 		"p90 reached 0.49 s in two of three runs); the whole credit (the reuse rate, not the others' share of it) " +
 		"and 0.3 of it, and no extrapolation of the others' load from this replica's picks since the scrape (36–42 " +
-		"requests over 0.3 s in two runs each, 36 of them from the first 4 s in every run). Each either stacks different prompts on a home or splits one " +
-		"prompt over two pods: until a " +
-		"prompt's first step is published, a replica cannot tell which of the two a busy home holds. Servers " +
-		"that publish a step's events as it starts (rows \"events when scheduled\") do not change that by " +
-		"themselves (figures above): a prompt the events show nowhere still gets its home's credit for " +
+		"requests over 0.3 s in two runs each, 36 of them from the first 4 s in every run). Each either stacks " +
+		"different prompts on a home or splits one prompt over two pods: until a prompt's first step is " +
+		"published, a replica cannot tell which of the two a busy home holds. Servers that publish a step's " +
+		"events as it starts (rows \"events when scheduled\") do not change that by themselves (figures " +
+		"above): a prompt the events show nowhere still gets its home's credit for " +
 		"a prefill another replica may have started. Dropping that credit when the events show the prompt " +
 		"nowhere, right only with such servers, was tried by hand (two runs each of one and three replicas, " +
 		"`go run ./test/bench -only replicas -replica-runs 2` with the other rows left out): 0.466 and 0.475 s " +

@@ -51,7 +51,7 @@ func TestReplicaVerdictsCompareMedians(t *testing.T) {
 func TestReplicaP90VerdictCountsTheRequestsOverTheBound(t *testing.T) {
 	rr := &replicaReport{cells: []*replicaCell{
 		{Replicas: 1, Policy: "cache-aware", Workload: "multi-turn", runs: []*routing.Result{coldRun(1, 0.1), coldRun(1, 0.1), coldRun(1, 0.1)}},
-		{Replicas: 3, Policy: "cache-aware", Workload: "multi-turn", runs: []*routing.Result{coldRun(2, 0.105), coldRun(3, 0.104), coldRun(1, 0.106)}},
+		{Replicas: 3, Policy: "cache-aware", Workload: "multi-turn", runs: []*routing.Result{coldRun(2, 0.1), coldRun(3, 0.1), coldRun(1, 0.1)}},
 	}}
 	for _, v := range replicaVerdicts(rr) {
 		if v.target != "3 replicas: multi-turn TTFT p90 ≤ 1.1 × one replica's" {
