@@ -23,11 +23,13 @@ type Registry struct {
 	snapshot  atomic.Pointer[[]*Worker]
 	listeners []Listener
 	synced    atomic.Bool
+	first     chan struct{} // closed by the first MarkSynced
+	firstOnce sync.Once
 }
 
 // New returns an empty registry.
 func New() *Registry {
-	r := &Registry{byKey: map[Key]*Worker{}}
+	r := &Registry{byKey: map[Key]*Worker{}, first: make(chan struct{})}
 	r.snapshot.Store(&[]*Worker{})
 	return r
 }
@@ -48,7 +50,15 @@ func (r *Registry) Workers() []*Worker { return *r.snapshot.Load() }
 
 // MarkSynced records that the registry reflects its source (the API server's
 // view, or the static list). Readiness waits for it.
-func (r *Registry) MarkSynced() { r.synced.Store(true) }
+func (r *Registry) MarkSynced() {
+	r.synced.Store(true)
+	r.firstOnce.Do(func() { close(r.first) })
+}
+
+// FirstSynced is closed once the registry has first reflected its source:
+// from then on a request finds the pool's workers, or learns that it has
+// none. It stays closed through MarkUnsynced.
+func (r *Registry) FirstSynced() <-chan struct{} { return r.first }
 
 // MarkUnsynced records that the registry no longer reflects its source (the
 // served pool is gone): readiness turns false until MarkSynced.

@@ -356,3 +356,26 @@ func TestAdmitBelowHoldsTheLimit(t *testing.T) {
 		t.Errorf("after every release load = (%d,%d), in flight %d; want 0", p, d, w.InFlight())
 	}
 }
+
+// FirstSynced is open until the registry first reflects its source, and
+// stays closed when the source is lost again (a deleted pool), so a
+// listener held back by it opens once.
+func TestFirstSyncedClosesOnceAndStaysClosed(t *testing.T) {
+	r := New()
+	select {
+	case <-r.FirstSynced():
+		t.Fatal("closed before MarkSynced")
+	default:
+	}
+	r.MarkSynced()
+	r.MarkUnsynced()
+	r.MarkSynced()
+	select {
+	case <-r.FirstSynced():
+	default:
+		t.Fatal("open after MarkSynced")
+	}
+	if !r.Synced() {
+		t.Error("Synced is false after MarkSynced")
+	}
+}

@@ -22,6 +22,10 @@ type grpcServer struct {
 	addr    string
 	drain   time.Duration
 	onDrain func()
+	// after, when set, holds the listener back until it is closed: a
+	// gateway that connects before then is refused and, as with a replica
+	// that is down, opens its stream on another.
+	after <-chan struct{}
 }
 
 // grpcService is a gRPC server: grpc-go's, or the ext_proc service's
@@ -38,6 +42,13 @@ func (g *grpcServer) NeedLeaderElection() bool { return false }
 
 // Start implements manager.Runnable.
 func (g *grpcServer) Start(ctx context.Context) error {
+	if g.after != nil {
+		select {
+		case <-g.after:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	lis, err := net.Listen("tcp", g.addr)
 	if err != nil {
 		return fmt.Errorf("%s: listen on %s: %w", g.name, g.addr, err)

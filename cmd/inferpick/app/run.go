@@ -223,7 +223,8 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 	runnables = append(runnables,
 		scraper,
 		&healthRunnable{hc},
-		&grpcServer{name: "ext_proc", srv: extSrv, addr: hostPort(o.BindAddress, o.GRPCPort), drain: o.DrainTimeout, onDrain: hc.Drain},
+		&grpcServer{name: "ext_proc", srv: extSrv, addr: hostPort(o.BindAddress, o.GRPCPort), drain: o.DrainTimeout, onDrain: hc.Drain,
+			after: reg.FirstSynced()},
 		&grpcServer{name: "health", srv: healthSrv, addr: hostPort(o.BindAddress, o.GRPCHealthPort), drain: time.Second},
 	)
 	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg, priorities: priorities, rewrites: rewrites}, nil
