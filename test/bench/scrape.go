@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/inferpick/inferpick/test/bench/proc"
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // scrapeResult is the picker's CPU while it scrapes idle model servers.
@@ -59,7 +60,7 @@ func scrapeCost(ctx context.Context, pickerBin, page string, quick bool) (*scrap
 // simMetricsPage starts one simulator and returns its /metrics page, the
 // page every fake endpoint of the load and scrape tests serves.
 func simMetricsPage(simBin string) (string, error) {
-	port, err := proc.FreePort("127.0.0.1")
+	port, err := framework.FreePort("127.0.0.1")
 	if err != nil {
 		return "", err
 	}

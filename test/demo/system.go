@@ -70,7 +70,7 @@ func (s *system) start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	ports, err := freePorts("127.0.0.1", 3)
+	ports, err := framework.FreeAddrs("127.0.0.1", 3)
 	if err != nil {
 		return err
 	}
@@ -195,9 +195,6 @@ func (s *system) stop() error {
 	}
 	return errors.Join(errs...)
 }
-
-// freePorts returns n addresses on host whose ports were free a moment ago.
-func freePorts(host string, n int) ([]string, error) { return framework.FreeAddrs(host, n) }
 
 // servedLog remembers which endpoint served each planned request, from the
 // gateway's records.

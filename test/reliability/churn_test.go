@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/inferpick/inferpick/picker/observe"
+	"github.com/inferpick/inferpick/test/framework"
 	"github.com/inferpick/inferpick/test/gateway"
-	"github.com/inferpick/inferpick/test/integration/framework"
 )
 
 // absence is a span during which the picker must not route to addr: from
@@ -41,7 +41,7 @@ func TestPodChurnUnderLoad(t *testing.T) {
 	c := sharedCluster(t)
 	ns := c.Namespace(t)
 	hosts := []string{"127.0.0.41", "127.0.0.42", "127.0.0.43", "127.0.0.44"}
-	port := freePortOn(t, hosts...)
+	port := framework.FreePortT(t, hosts...)
 	sims := make([]*sim, len(hosts))
 	for i, h := range hosts {
 		sims[i] = startSim(t, h, port, "--max-tokens-cap", "20000", "--num-gpu-blocks", "8192")

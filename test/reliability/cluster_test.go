@@ -17,7 +17,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/inferpick/inferpick/test/integration/framework"
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // TestAPIServerRestart stops the API server under a running picker: the
@@ -27,7 +27,7 @@ func TestAPIServerRestart(t *testing.T) {
 	c := ownCluster(t)
 	ns := c.Namespace(t)
 	hosts := []string{"127.0.0.45", "127.0.0.46", "127.0.0.47"}
-	port := freePortOn(t, hosts...)
+	port := framework.FreePortT(t, hosts...)
 	for _, h := range hosts {
 		startSim(t, h, port)
 	}

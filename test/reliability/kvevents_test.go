@@ -26,10 +26,10 @@ import (
 // 4,096 runs.
 func TestReplicasFindPromptsOthersPlaced(t *testing.T) {
 	hosts := []string{"127.0.0.110", "127.0.0.111", "127.0.0.112", "127.0.0.113"}
-	port := freePortOn(t, hosts...)
-	kvPort := freePortOn(t, hosts...)
+	port := framework.FreePortT(t, hosts...)
+	kvPort := framework.FreePortT(t, hosts...)
 	for kvPort == port {
-		kvPort = freePortOn(t, hosts...)
+		kvPort = framework.FreePortT(t, hosts...)
 	}
 	events := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d"}`, kvPort)
 	var addrs []string
@@ -157,7 +157,7 @@ func TestPickerFollowsEnginesBehindOnePort(t *testing.T) {
 }
 
 func followsTwoEngines(t *testing.T, host string, ports int, args []string) {
-	port := freePortOn(t, host)
+	port := framework.FreePortT(t, host)
 	kvPort := framework.ConsecutivePortsT(t, host, ports)
 	events := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d"}`, kvPort)
 	s := startSim(t, host, port, append([]string{"--kv-events-config", events}, args...)...)

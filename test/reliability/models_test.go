@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // TestTwoModelsAndAdaptersLandOnServingPods runs two vLLM simulators of
@@ -16,7 +18,7 @@ import (
 // adapter, and a model no pod serves gets the picker's 404.
 func TestTwoModelsAndAdaptersLandOnServingPods(t *testing.T) {
 	hosts := []string{"127.0.0.90", "127.0.0.91", "127.0.0.92", "127.0.0.93"}
-	port := freePortOn(t, hosts...)
+	port := framework.FreePortT(t, hosts...)
 	lora := []string{"--max-loras", "2", "--lora-load-ms", "50"}
 	sims := []*sim{
 		startSim(t, hosts[0], port, append([]string{"--served-model-name", "llama", "--lora-modules", "sql=/a/sql chat=/a/chat"}, lora...)...),

@@ -39,7 +39,7 @@ type replicaSet struct {
 func startReplicaSet(t *testing.T, c *cluster, hosts []string, n int) *replicaSet {
 	t.Helper()
 	rs := &replicaSet{ns: c.Namespace(t)}
-	port := freePortOn(t, hosts...)
+	port := framework.FreePortT(t, hosts...)
 	if err := c.Client.Create(t.Context(), framework.MakePool(rs.ns, "pool").Ports(int32(port)).Obj()); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // soakSample is one row of the soak report.
@@ -32,7 +34,7 @@ func TestSoak(t *testing.T) {
 		duration = d
 	}
 	hosts := []string{"127.0.0.41", "127.0.0.42", "127.0.0.43"}
-	port := freePortOn(t, hosts...)
+	port := framework.FreePortT(t, hosts...)
 	sims := make([]*sim, len(hosts))
 	addrs := make([]string, len(hosts))
 	for i, h := range hosts {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // chartArgs reads an args file of testdata: one argument per line, # for
@@ -180,13 +182,13 @@ func TestChartArgsStartTheBinary(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(cfgDir, "default-plugins.yaml"), cfg, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			healthPort := freePort(t)
+			healthPort := framework.FreePortT(t)
 			args := append(chartArgs(t, tc.args, cfgDir),
 				"--static-endpoints", "127.0.0.1:1",
 				"--bind-address", "127.0.0.1",
-				"--grpc-port", fmt.Sprint(freePort(t)),
+				"--grpc-port", fmt.Sprint(framework.FreePortT(t)),
 				"--grpc-health-port", fmt.Sprint(healthPort),
-				"--metrics-port", fmt.Sprint(freePort(t)))
+				"--metrics-port", fmt.Sprint(framework.FreePortT(t)))
 			p := startBinary(t, healthPort, args...)
 			p.stop(t)
 			if diff := cmp.Diff(tc.warned, warnedFlags(t, p.stderr.String())); diff != "" {

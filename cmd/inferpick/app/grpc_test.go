@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // A replica restarted in place listens for ext_proc streams only once its
@@ -15,7 +17,7 @@ import (
 // (and opened on another replica), instead of being answered 503 for a pool
 // the replica has not read yet.
 func TestExtProcListensOnlyOnceThePoolIsListed(t *testing.T) {
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", framework.FreePortT(t))
 	synced := make(chan struct{})
 	g := &grpcServer{name: "ext_proc", srv: grpc.NewServer(), addr: addr, drain: time.Second, after: synced}
 	ctx, cancel := context.WithCancel(t.Context())

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,17 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-)
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
-}
+	"github.com/inferpick/inferpick/test/framework"
+)
 
 func dial(t *testing.T, port int) *grpc.ClientConn {
 	t.Helper()
@@ -58,7 +49,7 @@ func until(t *testing.T, what string, cond func() bool) {
 func TestStaticRunServesAndDrains(t *testing.T) {
 	o, err := parse(t, "--static-endpoints", "127.0.0.1:1,127.0.0.2:1", "--bind-address", "127.0.0.1",
 		"--secure-serving=false", "--refresh-metrics-interval", "1h", "--extproc-transport", transportGRPC, "--grpc-max-concurrent-streams", "8",
-		"--grpc-port", fmt.Sprint(freePort(t)), "--grpc-health-port", fmt.Sprint(freePort(t)), "--metrics-port", fmt.Sprint(freePort(t)))
+		"--grpc-port", fmt.Sprint(framework.FreePortT(t)), "--grpc-health-port", fmt.Sprint(framework.FreePortT(t)), "--metrics-port", fmt.Sprint(framework.FreePortT(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,13 +14,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // TestServingFlags runs the binary with the upstream serving flags and
 // checks what a client sees: pprof on the metrics port, TLS below the
 // minimum version refused, messages above the receive limit refused.
 func TestServingFlags(t *testing.T) {
-	grpcPort, healthPort, metricsPort := freePort(t), freePort(t), freePort(t)
+	grpcPort, healthPort, metricsPort := framework.FreePortT(t), framework.FreePortT(t), framework.FreePortT(t)
 	p := startBinary(t, healthPort, "--static-endpoints", "127.0.0.1:1", "--bind-address", "127.0.0.1",
 		"--refresh-metrics-interval", "1h", "--enable-pprof",
 		"--tls-min-version", "VersionTLS13", "--grpc-max-recv-msg-size", "1Ki",

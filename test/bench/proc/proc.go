@@ -144,9 +144,6 @@ func SelfCPUSeconds() float64 {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
-// FreePort returns a TCP port free on host at the time of the call.
-func FreePort(host string) (int, error) { return framework.FreePort(host) }
-
 // WaitHTTP polls url until ok accepts the answer, p exits, or timeout.
 func WaitHTTP(p *Process, url string, timeout time.Duration, ok func(*http.Response) bool) error {
 	client := &http.Client{Timeout: time.Second}
