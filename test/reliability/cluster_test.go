@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/inferpick/inferpick/test/framework"
 )
@@ -40,12 +42,8 @@ func TestAPIServerRestart(t *testing.T) {
 	p.WaitWorkers(t, 2)
 	g := startGateway(t, p.Addr())
 
-	// The API server crashes: SIGKILL, then envtest notes it is gone.
-	apiserver := c.env.ControlPlane.GetAPIServer()
-	killProcess(t, "kube-apiserver", apiserver.CertDir)
-	if err := apiserver.Stop(); err != nil {
-		t.Fatal(err)
-	}
+	// The API server crashes.
+	apiserver := crashAPIServer(t, c)
 	r := rand.New(rand.NewPCG(8, 8))
 	for i := range 30 {
 		if code, body, err := g.Complete(t.Context(), completion(randomPrompt(r, 4), 4, i%2 == 0)); err != nil || code != http.StatusOK {
@@ -188,6 +186,24 @@ func TestMetricsEndpointAuth(t *testing.T) {
 
 // procDir is where Linux lists its processes.
 const procDir = "/proc"
+
+// crashAPIServer kills the cluster's API server (SIGKILL) and has envtest
+// note that it is gone, so that its Start runs it again.
+func crashAPIServer(t *testing.T, c *cluster) *envtest.APIServer {
+	t.Helper()
+	apiserver := c.env.ControlPlane.GetAPIServer()
+	killProcess(t, "kube-apiserver", apiserver.CertDir)
+	// envtest reaps the process on a goroutine of its own; until that one
+	// has seen the exit, Stop signals a process group that is gone (ESRCH).
+	eventually(t, 30*time.Second, func() error {
+		err := apiserver.Stop()
+		if err != nil && !errors.Is(err, syscall.ESRCH) {
+			return framework.Stop(err)
+		}
+		return err
+	})
+	return apiserver
+}
 
 // killProcess sends SIGKILL to the process named name whose command line
 // mentions marker, and waits until it is gone.

@@ -265,11 +265,7 @@ func portOf(t *testing.T, s *sim) string {
 func TestReplicasOutliveTheirLease(t *testing.T) {
 	c := ownCluster(t)
 	rs := startReplicaSet(t, c, []string{"127.0.0.99", "127.0.0.100"}, 2)
-	apiserver := c.env.ControlPlane.GetAPIServer()
-	killProcess(t, "kube-apiserver", apiserver.CertDir)
-	if err := apiserver.Stop(); err != nil {
-		t.Fatal(err)
-	}
+	apiserver := crashAPIServer(t, c)
 	// Past the lease duration (4 s) and its renew deadline (3 s), from now.
 	lost := time.Now().Add(8 * time.Second)
 	r := rand.New(rand.NewPCG(9, 9))
