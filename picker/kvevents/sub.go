@@ -22,6 +22,14 @@ type Sub struct {
 // the messages whose first frame begins with topic (all when empty), and
 // returns once the handshake is done. ctx bounds the dial and handshake.
 func DialSub(ctx context.Context, addr string, topic []byte) (*Sub, error) {
+	// ZMTP 3.0 subscribes with a message: 1, then the topic prefix.
+	return dialZMTP(ctx, addr, appendFrame(nil, 0, append([]byte{1}, topic...)), "SUB", "PUB", "XPUB")
+}
+
+// dialZMTP connects to addr as a socket of type mine, does the handshake with a
+// peer of one of the types want, and writes first (when not empty). ctx
+// bounds all of it.
+func dialZMTP(ctx context.Context, addr string, first []byte, mine string, want ...string) (*Sub, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -32,17 +40,16 @@ func DialSub(ctx context.Context, addr string, topic []byte) (*Sub, error) {
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	s := &Sub{conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
-	err = handshake(conn, s.r, "SUB", "PUB", "XPUB")
-	if err == nil {
-		// ZMTP 3.0 subscribes with a message: 1, then the topic prefix.
-		_, err = conn.Write(appendFrame(nil, 0, append([]byte{1}, topic...)))
+	err = handshake(conn, s.r, mine, want...)
+	if err == nil && len(first) > 0 {
+		_, err = conn.Write(first)
 	}
 	if !stop() || err != nil {
 		_ = conn.Close()
 		if err == nil {
 			err = ctx.Err()
 		}
-		return nil, fmt.Errorf("zmtp subscribe to %s: %w", addr, err)
+		return nil, fmt.Errorf("zmtp %s handshake with %s: %w", mine, addr, err)
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return s, nil

@@ -24,7 +24,9 @@ import (
 // followed engine by engine instead, engine e on Port plus e. An engine's
 // blocks are forgotten whenever its events may have been missed: before
 // each (re)connection, after a gap in its sequence numbers or an
-// undecodable batch, and when the worker leaves the registry.
+// undecodable batch, and when the worker leaves the registry; with a
+// replay port, those its server still keeps are read again on each
+// (re)connection and after a gap.
 type Subscriber struct {
 	Index *Index
 	// Port is where engine 0 of a deployment publishes its events (vLLM's
@@ -33,6 +35,14 @@ type Subscriber struct {
 	Port int
 	// Topic is the prefix of the topics to subscribe to; empty for all.
 	Topic string
+	// ReplayPort, when not 0, is where engine 0 serves its kept batches
+	// again (vLLM's --kv-events-config replay_endpoint); engine r serves
+	// them on ReplayPort plus r. A subscription then starts from the
+	// batches the engine still keeps, and a gap in the sequence numbers is
+	// filled from them, instead of the engine's blocks being forgotten.
+	ReplayPort int
+	// ReplayTimeout bounds one replay. Zero means 2 s.
+	ReplayTimeout time.Duration
 	// Backoff bounds the wait between failed connections: from Backoff/50
 	// doubling up to Backoff. Zero means 5 s.
 	Backoff time.Duration
@@ -126,12 +136,16 @@ func (s *Subscriber) start(ctx context.Context, w *registry.Worker, e, port int)
 	if err != nil {
 		host = w.Address()
 	}
+	replay := ""
+	if s.ReplayPort > 0 && s.ReplayPort+e <= math.MaxUint16 {
+		replay = net.JoinHostPort(host, strconv.Itoa(s.ReplayPort+e))
+	}
 	done := make(chan struct{})
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer close(done)
-		s.follow(ctx, w.ID(), e, net.JoinHostPort(host, strconv.Itoa(port)))
+		s.follow(ctx, w.ID(), e, net.JoinHostPort(host, strconv.Itoa(port)), replay)
 	}()
 	return done
 }
@@ -213,8 +227,9 @@ func wanted(rank int, m *registry.Metrics) registry.Engines {
 }
 
 // follow subscribes to the events of engine e of a worker until ctx ends,
-// reconnecting with a growing wait after each failure.
-func (s *Subscriber) follow(ctx context.Context, id uint32, e int, addr string) {
+// reconnecting with a growing wait after each failure; replay is the
+// engine's replay endpoint (empty: none).
+func (s *Subscriber) follow(ctx context.Context, id uint32, e int, addr, replay string) {
 	defer s.Index.RemoveEngine(id, e) // after the last Apply
 	limit := s.Backoff
 	if limit <= 0 {
@@ -232,7 +247,9 @@ func (s *Subscriber) follow(ctx context.Context, id uint32, e int, addr string) 
 			s.Index.ClearEngine(id, e)
 			stop := context.AfterFunc(ctx, func() { _ = sub.Close() })
 			s.connected.Add(1)
-			err = s.read(id, e, sub, log)
+			st := &stream{s: s, id: id, e: e, replay: replay, log: log}
+			st.catchUp(ctx)
+			err = st.read(ctx, sub)
 			s.connected.Add(-1)
 			stop()
 			_ = sub.Close()
@@ -253,15 +270,22 @@ func (s *Subscriber) follow(ctx context.Context, id uint32, e int, addr string) 
 	}
 }
 
-// read applies the subscription's batches to engine e of worker id until
-// it fails.
-func (s *Subscriber) read(id uint32, e int, sub *kvevents.Sub, log logr.Logger) error {
-	var (
-		parts [][]byte
-		batch kvevents.Batch
-		next  uint64
-		begun bool
-	)
+// stream is one subscription to an engine's events: what was applied of
+// them, and where to ask for those missed.
+type stream struct {
+	s      *Subscriber
+	id     uint32
+	e      int
+	replay string
+	log    logr.Logger
+	batch  kvevents.Batch
+	begun  bool   // a batch was applied
+	next   uint64 // the sequence number after the last applied, once begun
+}
+
+// read applies the subscription's batches until it fails.
+func (st *stream) read(ctx context.Context, sub *kvevents.Sub) error {
+	var parts [][]byte
 	for {
 		var err error
 		parts, err = sub.Recv(parts)
@@ -269,20 +293,64 @@ func (s *Subscriber) read(id uint32, e int, sub *kvevents.Sub, log logr.Logger) 
 			return err
 		}
 		if len(parts) != 3 || len(parts[1]) != 8 {
-			log.V(2).Info("KV event message ignored: not topic, sequence and payload", "parts", len(parts))
+			st.log.V(2).Info("KV event message ignored: not topic, sequence and payload", "parts", len(parts))
 			continue
 		}
 		seq := binary.BigEndian.Uint64(parts[1])
-		if begun && seq != next {
-			log.V(2).Info("KV events missed; forgetting the worker's blocks", "expected", next, "got", seq)
-			s.Index.ClearEngine(id, e)
+		if st.begun && seq > st.next {
+			st.log.V(2).Info("KV events missed", "expected", st.next, "got", seq, "replay", st.replay != "")
+			st.catchUp(ctx)
+			if seq > st.next { // not every missed batch came back
+				st.s.Index.ClearEngine(st.id, st.e)
+			}
 		}
-		begun, next = true, seq+1
-		if err := kvevents.DecodeBatch(parts[2], &batch); err != nil {
-			log.V(2).Info("KV event batch undecodable; forgetting the worker's blocks", "err", err)
-			s.Index.ClearEngine(id, e)
-			continue
+		if st.begun && seq < st.next {
+			continue // applied from a replay
 		}
-		s.Index.ApplyEngine(id, e, batch.Events)
+		st.apply(seq, parts[2])
+	}
+}
+
+// apply applies the batch of sequence number seq, forgetting the engine's
+// blocks instead when it does not decode.
+func (st *stream) apply(seq uint64, payload []byte) {
+	if err := kvevents.DecodeBatch(payload, &st.batch); err != nil {
+		st.log.V(2).Info("KV event batch undecodable; forgetting the worker's blocks", "err", err)
+		st.s.Index.ClearEngine(st.id, st.e)
+	} else {
+		st.s.Index.ApplyEngine(st.id, st.e, st.batch.Events)
+	}
+	st.begun, st.next = true, seq+1
+}
+
+// catchUp applies the batches the engine still keeps that this stream has
+// not: from the one after the last applied on, or every kept one before
+// the first. When the engine no longer keeps the first of those asked for,
+// or the replay fails, batches were lost, and the engine's blocks are
+// forgotten before (or after) what did come back is applied.
+func (st *stream) catchUp(ctx context.Context) {
+	if st.replay == "" {
+		return
+	}
+	timeout := st.s.ReplayTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	from, first := st.next, true
+	err := kvevents.Replay(ctx, st.replay, from, func(seq uint64, payload []byte) error {
+		if first && st.begun && seq != from {
+			st.s.Index.ClearEngine(st.id, st.e)
+		}
+		first = false
+		if !st.begun || seq >= st.next {
+			st.apply(seq, payload)
+		}
+		return nil
+	})
+	if err != nil {
+		st.log.V(2).Info("KV events not replayed; forgetting the worker's blocks", "err", err)
+		st.s.Index.ClearEngine(st.id, st.e)
 	}
 }
