@@ -3,6 +3,7 @@ package app
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -13,20 +14,26 @@ import (
 )
 
 // KVEventsConfig is vLLM's --kv-events-config, the fields the simulator
-// uses; vLLM's others (replay_endpoint, buffer_steps, hwm, max_queue_size,
-// ...) are accepted and ignored.
+// uses; vLLM's others (hwm, max_queue_size, ...) are accepted and ignored.
 type KVEventsConfig struct {
 	Enabled   bool   `json:"enable_kv_cache_events"`
 	Publisher string `json:"publisher"`
 	Endpoint  string `json:"endpoint"`
 	Topic     string `json:"topic"`
+	// ReplayEndpoint, when set, serves the last BufferSteps batches again
+	// to a client that asks (a ZeroMQ ROUTER socket).
+	ReplayEndpoint string `json:"replay_endpoint"`
+	BufferSteps    int    `json:"buffer_steps"`
 }
 
+// defaultBufferSteps is vLLM's buffer_steps default.
+const defaultBufferSteps = 10_000
+
 // parseKVEventsConfig reads the flag's JSON. A publisher left out is zmq,
-// and an endpoint left out is vLLM's tcp://*:5557. The values are checked
-// by validate.
+// an endpoint left out is vLLM's tcp://*:5557, and buffer_steps is vLLM's
+// 10,000. The values are checked by validate.
 func parseKVEventsConfig(s string) (KVEventsConfig, error) {
-	c := KVEventsConfig{Publisher: "zmq", Endpoint: "tcp://*:5557"}
+	c := KVEventsConfig{Publisher: "zmq", Endpoint: "tcp://*:5557", BufferSteps: defaultBufferSteps}
 	if err := json.Unmarshal([]byte(s), &c); err != nil {
 		return KVEventsConfig{}, fmt.Errorf("--kv-events-config: %w", err)
 	}
@@ -48,34 +55,44 @@ func (c KVEventsConfig) validate() error {
 	default:
 		return fmt.Errorf("--kv-events-config: publisher %q: the simulator publishes over zmq only", c.Publisher)
 	}
-	_, _, err := c.hostPort()
+	if _, _, err := hostPort("endpoint", c.Endpoint); err != nil {
+		return err
+	}
+	if c.ReplayEndpoint == "" {
+		return nil
+	}
+	if c.BufferSteps < 1 {
+		return fmt.Errorf("--kv-events-config: buffer_steps %d: a replay endpoint needs at least 1", c.BufferSteps)
+	}
+	_, _, err := hostPort("replay_endpoint", c.ReplayEndpoint)
 	return err
 }
 
-// hostPort splits the endpoint, tcp://HOST:PORT, checking that HOST is
-// "*", empty, localhost or an IP address and PORT a port number.
-func (c KVEventsConfig) hostPort() (host, port string, err error) {
-	rest, ok := strings.CutPrefix(c.Endpoint, "tcp://")
+// hostPort splits the endpoint named key, tcp://HOST:PORT, checking that
+// HOST is "*", empty, localhost or an IP address and PORT a port number.
+func hostPort(key, endpoint string) (host, port string, err error) {
+	rest, ok := strings.CutPrefix(endpoint, "tcp://")
 	if !ok {
-		return "", "", fmt.Errorf("--kv-events-config: endpoint %q: only tcp://HOST:PORT is served", c.Endpoint)
+		return "", "", fmt.Errorf("--kv-events-config: %s %q: only tcp://HOST:PORT is served", key, endpoint)
 	}
 	host, port, err = net.SplitHostPort(rest)
 	if err != nil {
-		return "", "", fmt.Errorf("--kv-events-config: endpoint %q: %w", c.Endpoint, err)
+		return "", "", fmt.Errorf("--kv-events-config: %s %q: %w", key, endpoint, err)
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return "", "", fmt.Errorf("--kv-events-config: endpoint %q: port %q is not a port number", c.Endpoint, port)
+		return "", "", fmt.Errorf("--kv-events-config: %s %q: port %q is not a port number", key, endpoint, port)
 	}
 	if host != "*" && host != "" && host != "localhost" && net.ParseIP(host) == nil {
-		return "", "", fmt.Errorf("--kv-events-config: endpoint %q: host %q is not *, localhost or an IP address", c.Endpoint, host)
+		return "", "", fmt.Errorf("--kv-events-config: %s %q: host %q is not *, localhost or an IP address", key, endpoint, host)
 	}
 	return host, port, nil
 }
 
-// listenAddr is the TCP address to bind: the endpoint's, with the host "*"
-// (or an empty one) meaning host, the simulator's --host.
-func (c KVEventsConfig) listenAddr(host string) (string, error) {
-	h, port, err := c.hostPort()
+// listenAddr is the TCP address to bind for the endpoint named key: its
+// own, with the host "*" (or an empty one) meaning host, the simulator's
+// --host.
+func listenAddr(key, endpoint, host string) (string, error) {
+	h, port, err := hostPort(key, endpoint)
 	if err != nil {
 		return "", err
 	}
@@ -90,8 +107,9 @@ func (c KVEventsConfig) listenAddr(host string) (string, error) {
 // counting from 0, and the msgpack batch. Its publish is called by the
 // engine's loop only; Pub.Send never blocks it.
 type eventPublisher struct {
-	pub   *kvevents.Pub
-	topic []byte
+	pub    *kvevents.Pub
+	replay *kvevents.Replayer // nil without a replay endpoint
+	topic  []byte
 
 	seq   uint64
 	batch kvevents.Batch
@@ -99,38 +117,77 @@ type eventPublisher struct {
 }
 
 // listenEvents binds the PUB sockets of c for the n engines of ranks
-// first, first+1, ...: rank r's at the endpoint's port plus r, as vLLM
-// offsets each data-parallel rank's endpoint, the host "*" meaning host.
-// With port 0 the first engine's port is a free one and the others follow
-// it. On failure the sockets already bound are closed.
+// first, first+1, ..., and their replay sockets when c has a replay
+// endpoint: rank r's at the endpoint's port plus r, as vLLM offsets each
+// data-parallel rank's endpoints, the host "*" meaning host. With port 0
+// the first engine's port is a free one and the others follow it. On
+// failure the sockets already bound are closed.
 func listenEvents(c KVEventsConfig, host string, first, n int) ([]*eventPublisher, error) {
-	addr, err := c.listenAddr(host)
+	pubs, err := listenRanks("endpoint", c.Endpoint, host, first, n, func(addr string) (bound, error) {
+		return kvevents.ListenPub(addr)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*eventPublisher, n)
+	for e, p := range pubs {
+		out[e] = &eventPublisher{pub: p.(*kvevents.Pub), topic: []byte(c.Topic), batch: kvevents.Batch{DPRank: first + e}}
+	}
+	if c.ReplayEndpoint == "" {
+		return out, nil
+	}
+	replays, err := listenRanks("replay_endpoint", c.ReplayEndpoint, host, first, n, func(addr string) (bound, error) {
+		return kvevents.ListenReplay(addr, c.BufferSteps)
+	})
+	if err != nil {
+		for _, p := range out {
+			_ = p.close()
+		}
+		return nil, err
+	}
+	for e, r := range replays {
+		out[e].replay = r.(*kvevents.Replayer)
+	}
+	return out, nil
+}
+
+// bound is a socket listenRanks bound: a Pub or a Replayer.
+type bound interface {
+	Addr() net.Addr
+	Close() error
+}
+
+// listenRanks binds, with bind, the sockets of the endpoint named key for
+// the n engines of ranks first, first+1, ...: rank r's at the endpoint's
+// port plus r. On failure the sockets already bound are closed.
+func listenRanks(key, endpoint, host string, first, n int, bind func(addr string) (bound, error)) ([]bound, error) {
+	addr, err := listenAddr(key, endpoint, host)
 	if err != nil {
 		return nil, err
 	}
 	h, p, _ := net.SplitHostPort(addr) // listenAddr joined a checked host and port
 	if port, _ := strconv.Atoi(p); port != 0 {
 		if port+first+n-1 > 65535 {
-			return nil, fmt.Errorf("KV events: the last engine's port %d is past 65535", port+first+n-1)
+			return nil, fmt.Errorf("KV events: the last engine's %s port %d is past 65535", key, port+first+n-1)
 		}
 		addr = net.JoinHostPort(h, strconv.Itoa(port+first))
 	}
-	var pubs []*eventPublisher
+	var out []bound
 	for e := range n {
 		if e > 0 {
-			at := pubs[0].pub.Addr().(*net.TCPAddr)
+			at := out[0].Addr().(*net.TCPAddr)
 			addr = net.JoinHostPort(at.IP.String(), strconv.Itoa(at.Port+e))
 		}
-		pub, err := kvevents.ListenPub(addr)
+		b, err := bind(addr)
 		if err != nil {
-			for _, p := range pubs {
-				_ = p.close()
+			for _, b := range out {
+				_ = b.Close()
 			}
-			return nil, fmt.Errorf("KV events of engine %d: %w", first+e, err)
+			return nil, fmt.Errorf("KV events %s of engine %d: %w", key, first+e, err)
 		}
-		pubs = append(pubs, &eventPublisher{pub: pub, topic: []byte(c.Topic), batch: kvevents.Batch{DPRank: first + e}})
+		out = append(out, b)
 	}
-	return pubs, nil
+	return out, nil
 }
 
 // publish sends one batch of events, stamped with the wall time, on the
@@ -141,11 +198,21 @@ func (p *eventPublisher) publish(events []kvevents.Event) {
 	p.batch.Events = events
 	p.buf = kvevents.AppendBatch(p.buf[:0], &p.batch)
 	p.batch.Events = nil
+	if p.replay != nil {
+		p.replay.Record(p.seq, p.buf)
+	}
 	var seq [8]byte
 	binary.BigEndian.PutUint64(seq[:], p.seq)
 	p.pub.Send(p.topic, seq[:], p.buf)
 	p.seq++
 }
 
-// close closes the PUB socket, ending its subscribers' connections.
-func (p *eventPublisher) close() error { return p.pub.Close() }
+// close closes the PUB socket and the replay socket, ending their
+// clients' connections.
+func (p *eventPublisher) close() error {
+	err := p.pub.Close()
+	if p.replay != nil {
+		err = errors.Join(err, p.replay.Close())
+	}
+	return err
+}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,31 +34,39 @@ func TestKVEventsConfig(t *testing.T) {
 	}{
 		"vLLM's example": {
 			in:   `{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","topic":"kv@a","replay_endpoint":"tcp://*:5558","buffer_steps":100,"hwm":1000,"max_queue_size":10}`,
-			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*:5557", Topic: "kv@a"}, publishes: true,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*:5557", Topic: "kv@a", ReplayEndpoint: "tcp://*:5558", BufferSteps: 100}, publishes: true,
 		},
-		"defaults":       {in: `{"enable_kv_cache_events":true}`, want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*:5557"}, publishes: true},
-		"IP and port 0":  {in: `{"enable_kv_cache_events":true,"endpoint":"tcp://[::1]:0"}`, want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://[::1]:0"}, publishes: true},
-		"off":            {in: `{"enable_kv_cache_events":false,"publisher":"nats","endpoint":"x"}`, want: KVEventsConfig{Publisher: "nats", Endpoint: "x"}},
-		"null publisher": {in: `{"enable_kv_cache_events":true,"publisher":"null"}`, want: KVEventsConfig{Enabled: true, Publisher: "null", Endpoint: "tcp://*:5557"}},
+		"defaults":       {in: `{"enable_kv_cache_events":true}`, want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*:5557", BufferSteps: defaultBufferSteps}, publishes: true},
+		"IP and port 0":  {in: `{"enable_kv_cache_events":true,"endpoint":"tcp://[::1]:0"}`, want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://[::1]:0", BufferSteps: defaultBufferSteps}, publishes: true},
+		"off":            {in: `{"enable_kv_cache_events":false,"publisher":"nats","endpoint":"x"}`, want: KVEventsConfig{Publisher: "nats", Endpoint: "x", BufferSteps: defaultBufferSteps}},
+		"null publisher": {in: `{"enable_kv_cache_events":true,"publisher":"null"}`, want: KVEventsConfig{Enabled: true, Publisher: "null", Endpoint: "tcp://*:5557", BufferSteps: defaultBufferSteps}},
 		"unknown publisher": {
 			in:   `{"enable_kv_cache_events":true,"publisher":"nats"}`,
-			want: KVEventsConfig{Enabled: true, Publisher: "nats", Endpoint: "tcp://*:5557"}, publishes: true, validateErr: true,
+			want: KVEventsConfig{Enabled: true, Publisher: "nats", Endpoint: "tcp://*:5557", BufferSteps: defaultBufferSteps}, publishes: true, validateErr: true,
 		},
 		"ipc endpoint": {
 			in:   `{"enable_kv_cache_events":true,"endpoint":"ipc:///tmp/kv"}`,
-			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "ipc:///tmp/kv"}, publishes: true, validateErr: true,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "ipc:///tmp/kv", BufferSteps: defaultBufferSteps}, publishes: true, validateErr: true,
 		},
 		"no port": {
 			in:   `{"enable_kv_cache_events":true,"endpoint":"tcp://*"}`,
-			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*"}, publishes: true, validateErr: true,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*", BufferSteps: defaultBufferSteps}, publishes: true, validateErr: true,
 		},
 		"port out of range": {
 			in:   `{"enable_kv_cache_events":true,"endpoint":"tcp://*:65536"}`,
-			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*:65536"}, publishes: true, validateErr: true,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*:65536", BufferSteps: defaultBufferSteps}, publishes: true, validateErr: true,
 		},
 		"host name": {
 			in:   `{"enable_kv_cache_events":true,"endpoint":"tcp://example.com:5557"}`,
-			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://example.com:5557"}, publishes: true, validateErr: true,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://example.com:5557", BufferSteps: defaultBufferSteps}, publishes: true, validateErr: true,
+		},
+		"replay, no buffer": {
+			in:   `{"enable_kv_cache_events":true,"replay_endpoint":"tcp://*:5558","buffer_steps":0}`,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*:5557", ReplayEndpoint: "tcp://*:5558"}, publishes: true, validateErr: true,
+		},
+		"replay endpoint ipc": {
+			in:   `{"enable_kv_cache_events":true,"replay_endpoint":"ipc:///tmp/replay"}`,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*:5557", ReplayEndpoint: "ipc:///tmp/replay", BufferSteps: defaultBufferSteps}, publishes: true, validateErr: true,
 		},
 		"not JSON":   {in: `enable`, parseErr: true},
 		"wrong type": {in: `{"enable_kv_cache_events":"yes"}`, parseErr: true},
@@ -534,6 +543,54 @@ func TestEnginesListenOnTheirRanksPorts(t *testing.T) {
 	c.Endpoint = "tcp://*:65534"
 	if _, err := listenEvents(c, host, 1, 2); err == nil {
 		t.Error("ranks 1 and 2 on 65534: no error, want one (the last port is past 65535)")
+	}
+}
+
+// TestReplayServesTheBatchesPublished runs the simulator with two engines
+// and a replay endpoint each, on the ranks' ports: after a completion, a
+// replay from 0 of the engine that served it brings the batch that stored
+// its prompt, as its subscribers got it, and the other engine's nothing.
+func TestReplayServesTheBatchesPublished(t *testing.T) {
+	const host = "127.0.0.8"
+	port := framework.ConsecutivePortsT(t, host, 2)
+	base, chs := simWithEngineEvents(t, "--kv-events-config",
+		fmt.Sprintf(`{"enable_kv_cache_events":true,"endpoint":"tcp://*:0","topic":"kv@m","replay_endpoint":"tcp://*:%d","buffer_steps":4}`, port),
+		"--data-parallel-size", "2")
+	post(t, base+"/v1/completions", `{"model":"m","max_tokens":1,"prompt":"`+strings.Repeat("a long enough prompt ", 20)+`"}`)
+	var (
+		want   []kvevents.Event
+		served int
+	)
+	select {
+	case b := <-chs[0]:
+		want = b.Events
+	case b := <-chs[1]:
+		want, served = b.Events, 1
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch within 10 s")
+	}
+	for e := range 2 {
+		var got []kvevents.Event
+		err := kvevents.Replay(t.Context(), net.JoinHostPort(host, strconv.Itoa(port+e)), 0, func(_ uint64, payload []byte) error {
+			var b kvevents.Batch
+			if err := kvevents.DecodeBatch(payload, &b); err != nil {
+				return err
+			}
+			got = append(got, b.Events...)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("engine %d: %v", e, err)
+		}
+		if e != served {
+			if len(got) != 0 {
+				t.Errorf("engine %d served nothing, yet its replay brought %d events", e, len(got))
+			}
+			continue
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("engine %d: replayed events (-published +replayed):\n%s", e, diff)
+		}
 	}
 }
 

@@ -22,7 +22,8 @@ const shutdownGrace = 5 * time.Second
 // Run serves until ctx ends. Once listening it prints
 // "vllm-sim listening on http://HOST:PORT" (the real port) to out, after
 // "vllm-sim KV events on tcp://HOST:PORT" for each engine when KV-cache
-// events are on.
+// events are on, each followed by "vllm-sim KV event replay on
+// tcp://HOST:PORT" with a replay endpoint.
 func Run(ctx context.Context, o *Options, out io.Writer) error {
 	if !o.KVEvents.publishes() {
 		return serve(ctx, o, out, nil)
@@ -38,6 +39,12 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 	}()
 	for _, p := range events {
 		if _, err := fmt.Fprintf(out, "vllm-sim KV events on tcp://%s\n", p.pub.Addr()); err != nil {
+			return fmt.Errorf("announce: %w", err)
+		}
+		if p.replay == nil {
+			continue
+		}
+		if _, err := fmt.Fprintf(out, "vllm-sim KV event replay on tcp://%s\n", p.replay.Addr()); err != nil {
 			return fmt.Errorf("announce: %w", err)
 		}
 	}
