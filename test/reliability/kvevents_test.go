@@ -81,6 +81,76 @@ func TestReplicasFindPromptsOthersPlaced(t *testing.T) {
 	}
 }
 
+// TestAPickerStartedLaterReadsTheCachesFromTheReplay: pods whose servers
+// keep their event batches (vLLM's replay_endpoint) serve six prompts
+// through one picker; a picker started afterwards with
+// --kv-events-replay-port knows, before any further event, every block
+// the first one's prompts left, and routes each of them to a pod that
+// holds it. One started without it knows none of them.
+func TestAPickerStartedLaterReadsTheCachesFromTheReplay(t *testing.T) {
+	hosts := []string{"127.0.0.114", "127.0.0.115", "127.0.0.116", "127.0.0.117"}
+	ports := map[int]bool{}
+	for len(ports) < 3 {
+		ports[framework.FreePortT(t, hosts...)] = true
+	}
+	var port, kvPort, replayPort int
+	for p := range ports {
+		switch {
+		case port == 0:
+			port = p
+		case kvPort == 0:
+			kvPort = p
+		default:
+			replayPort = p
+		}
+	}
+	events := fmt.Sprintf(`{"enable_kv_cache_events":true,"endpoint":"tcp://*:%d","replay_endpoint":"tcp://*:%d"}`, kvPort, replayPort)
+	var addrs []string
+	for _, h := range hosts {
+		addrs = append(addrs, startSim(t, h, port, "--kv-events-config", events).addr)
+	}
+	args := []string{"--static-endpoints", strings.Join(addrs, ","), "--kv-events-port", strconv.Itoa(kvPort)}
+	first := startPicker(t, args...)
+	first.WaitWorkers(t, len(hosts))
+	g := startGateway(t, first.Addr())
+	r := rand.New(rand.NewPCG(5, 13))
+	var prompts []string
+	for range 6 {
+		prompts = append(prompts, randomPrompt(r, 400)) // about 80 blocks each
+		if n := cachedTokens(t, g, prompts[len(prompts)-1], ""); n != 0 {
+			t.Fatalf("a new prompt found %d tokens cached", n)
+		}
+	}
+	eventually(t, 10*time.Second, func() error {
+		if n := kvBlocks(t, first); n < 6*70 {
+			return fmt.Errorf("the first picker knows %v blocks, want at least %d", n, 6*70)
+		}
+		return nil
+	})
+
+	without := startPicker(t, args...)
+	later := startPicker(t, append(args, "--kv-events-replay-port", strconv.Itoa(replayPort))...)
+	for _, p := range []*picker{without, later} {
+		p.WaitWorkers(t, len(hosts))
+		waitSubscriptions(t, p, len(hosts))
+	}
+	eventually(t, 10*time.Second, func() error {
+		if n := kvBlocks(t, later); n < 6*70 {
+			return fmt.Errorf("the picker started later knows %v blocks, want at least %d", n, 6*70)
+		}
+		return nil
+	})
+	if n := kvBlocks(t, without); n != 0 {
+		t.Errorf("the picker started later without replay knows %v blocks, want 0 (no event since it subscribed)", n)
+	}
+	gl := startGateway(t, later.Addr())
+	for i, prompt := range prompts {
+		if n, least := cachedTokens(t, gl, prompt, ""), 70*16; n < least {
+			t.Errorf("prompt %d through the picker started later: %d tokens cached, want at least %d", i, n, least)
+		}
+	}
+}
+
 // waitSubscriptions waits until the picker follows n engines' events
 // (one per pod, unless a pod runs several engines behind its port).
 func waitSubscriptions(t *testing.T, p *picker, n int) {

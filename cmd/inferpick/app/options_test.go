@@ -84,6 +84,8 @@ func TestOptions(t *testing.T) {
 		"negative stream cap":         {args: []string{"--pool-name", "p", "--grpc-max-concurrent-streams", "-1"}, wantErr: "grpc-max-concurrent-streams"},
 		"stream cap over HTTP/2's":    {args: []string{"--pool-name", "p", "--grpc-max-concurrent-streams", "4294967296"}, wantErr: "--grpc-max-concurrent-streams"},
 		"KV events port out of range": {args: []string{"--pool-name", "p", "--kv-events-port", "70000"}, wantErr: "--kv-events-port"},
+		"replay port out of range":    {args: []string{"--pool-name", "p", "--kv-events-port", "5557", "--kv-events-replay-port", "-1"}, wantErr: "--kv-events-replay-port"},
+		"replay without events":       {args: []string{"--pool-name", "p", "--kv-events-replay-port", "5558"}, wantErr: "needs --kv-events-port"},
 		"no tokenize timeout":         {args: []string{"--pool-name", "p", "--kv-events-port", "5557", "--tokenize-timeout", "0s"}, wantErr: "--tokenize-timeout"},
 	}
 	for name, tc := range cases {

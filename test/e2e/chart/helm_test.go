@@ -186,6 +186,10 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"picker.kvEvents.port=70000"},
 			want: []string{"kvEvents", "port", "maximum"},
 		},
+		"kv events replay port out of range": {
+			sets: []string{"picker.kvEvents.replayPort=-1"},
+			want: []string{"kvEvents", "replayPort", "minimum"},
+		},
 		"bad tokenize timeout": {
 			sets: []string{"picker.kvEvents.tokenizeTimeout=soon"},
 			want: []string{"kvEvents", "tokenizeTimeout"},
