@@ -150,3 +150,49 @@ func TestSubscriberFillsAGapFromTheReplay(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCatchUp is what a subscriber spends, on connecting, reading
+// the batches an engine keeps and applying them to a fresh index: a
+// replayer on loopback keeping n batches, each one prefill step of a new
+// 2,048-token prompt (a BlockStored of 128 blocks of 16 tokens) that
+// evicts the prompt stored 16 steps before (a BlockRemoved of its 128
+// blocks), as a server with a cache of 2,048 blocks publishes them.
+func BenchmarkCatchUp(b *testing.B) {
+	const blocks, resident = 128, 16
+	for _, n := range []int{1_000, 10_000} {
+		b.Run(fmt.Sprintf("batches=%d", n), func(b *testing.B) {
+			r, err := kvevents.ListenReplay("127.0.0.1:0", n)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			bytes := 0
+			for i := range n {
+				p := uint64(i + 1)
+				evs := []kvevents.Event{stored(p, prompt(uint32(i)*blocks*bs, blocks, -1), 0, blocks, "")}
+				if i >= resident {
+					old := make([]uint64, blocks)
+					for j := range old {
+						old[j] = (p-resident)*1000 + uint64(j)
+					}
+					evs = append([]kvevents.Event{removed(old...)}, evs...)
+				}
+				msg := kvevents.AppendBatch(nil, &kvevents.Batch{TS: 1, Events: evs})
+				bytes += len(msg)
+				r.Record(uint64(i), msg)
+			}
+			addr := r.Addr().String()
+			b.SetBytes(int64(bytes))
+			b.ReportAllocs()
+			for b.Loop() {
+				ix := New(0)
+				st := &stream{s: &Subscriber{Index: ix, ReplayTimeout: time.Minute}, id: 1, replay: addr}
+				st.catchUp(b.Context())
+				if st.next != uint64(n) || ix.Held(1) != resident*blocks {
+					b.Fatalf("caught up to %d with %d blocks held, want %d with %d", st.next, ix.Held(1), n, resident*blocks)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/batch")
+		})
+	}
+}
