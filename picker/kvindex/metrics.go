@@ -9,7 +9,7 @@ type Collector struct {
 	sub *Subscriber
 	loc *Locator
 
-	subs, blocks, dropped, lookups, failed, skipped *prometheus.Desc
+	subs, blocks, dropped, lookups, failed, skipped, gaps, replays *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -31,12 +31,16 @@ func NewCollector(ix *Index, sub *Subscriber, loc *Locator) *Collector {
 			"Lookups whose /tokenize call failed; those prompts were routed on the picker's own index.", nil, nil),
 		skipped: prometheus.NewDesc("inferpick_kv_events_lookups_skipped_total",
 			"Prompts not looked up because every model server's /tokenize calls kept failing (each is left out for 1 s after 3 failures in a row, doubling up to 30 s); they were routed on the picker's own index.", nil, nil),
+		gaps: prometheus.NewDesc("inferpick_kv_events_gaps_total",
+			"Gaps in an engine's event sequence numbers: batches the picker missed (read again from the server with --kv-events-replay-port, else the engine's blocks are forgotten).", nil, nil),
+		replays: prometheus.NewDesc("inferpick_kv_events_replays_total",
+			"Replays of an engine's kept event batches (on each subscription and after a gap, with --kv-events-replay-port), by result: whole, truncated (the server no longer kept the first batch asked for; the engine's blocks were forgotten), failed (likewise).", []string{"result"}, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.subs, c.blocks, c.dropped, c.lookups, c.failed, c.skipped} {
+	for _, d := range []*prometheus.Desc{c.subs, c.blocks, c.dropped, c.lookups, c.failed, c.skipped, c.gaps, c.replays} {
 		ch <- d
 	}
 }
@@ -53,4 +57,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.lookups, prometheus.CounterValue, float64(calls))
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(failed))
 	ch <- prometheus.MustNewConstMetric(c.skipped, prometheus.CounterValue, float64(skipped))
+	ch <- prometheus.MustNewConstMetric(c.gaps, prometheus.CounterValue, float64(c.sub.Gaps()))
+	for i, name := range replayResultNames {
+		ch <- prometheus.MustNewConstMetric(c.replays, prometheus.CounterValue, float64(c.sub.replays[i].Load()), name)
+	}
 }

@@ -20,6 +20,7 @@ type server struct {
 	pub    *kvevents.Pub
 	replay *kvevents.Replayer
 	seq    uint64
+	keeps  bool // false: the replay endpoint answers, but keeps nothing
 }
 
 func startServer(t *testing.T, host string, keep int) *server {
@@ -34,14 +35,16 @@ func startServer(t *testing.T, host string, keep int) *server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = replay.Close() })
-	return &server{pub: pub, replay: replay}
+	return &server{pub: pub, replay: replay, keeps: true}
 }
 
 // publish keeps the next batch of events and, unless lost, sends it to
 // the subscribers.
 func (s *server) publish(lost bool, events ...kvevents.Event) {
 	b := kvevents.AppendBatch(nil, &kvevents.Batch{TS: 1, Events: events})
-	s.replay.Record(s.seq, b)
+	if s.keeps {
+		s.replay.Record(s.seq, b)
+	}
 	if !lost {
 		s.pub.Send([]byte("kv"), binary.BigEndian.AppendUint64(nil, s.seq), b)
 	}
@@ -50,7 +53,7 @@ func (s *server) publish(lost bool, events ...kvevents.Event) {
 
 // follow starts a subscriber of the server's events, with its replay
 // endpoint when replay is set, for one worker at host.
-func (s *server) follow(t *testing.T, host string, replay bool) (*Index, *registry.Worker) {
+func (s *server) follow(t *testing.T, host string, replay bool) (*Index, *registry.Worker, *Subscriber) {
 	t.Helper()
 	ix := New(0)
 	sub := &Subscriber{Index: ix, Port: s.pub.Addr().(*net.TCPAddr).Port, Backoff: 100 * time.Millisecond}
@@ -71,7 +74,7 @@ func (s *server) follow(t *testing.T, host string, replay bool) (*Index, *regist
 		}
 		return nil
 	})
-	return ix, reg.Workers()[0]
+	return ix, reg.Workers()[0], sub
 }
 
 // holds returns, for each prompt, how many of its blocks the index has
@@ -111,7 +114,7 @@ func TestSubscriberStartsFromTheKeptBatches(t *testing.T) {
 			s.publish(true, stored(1, a, 0, 4, ""))
 			s.publish(true, stored(2, b, 0, 4, ""))
 			s.publish(true, removed(1000, 1001, 1002, 1003))
-			ix, w := s.follow(t, "127.0.0.152", replay)
+			ix, w, _ := s.follow(t, "127.0.0.152", replay)
 			s.publish(false, stored(3, c, 0, 4, ""))
 			want := []int{0, 0, 4}
 			if replay {
@@ -132,21 +135,33 @@ func TestSubscriberFillsAGapFromTheReplay(t *testing.T) {
 		replay bool
 		keep   int
 		want   []int
+		// replays by result (whole, truncated, failed): the one on
+		// connecting, then the gap's.
+		replays [replayResults]int64
 	}{
-		"replay":            {replay: true, keep: 100, want: []int{4, 4, 4}},
+		"replay":            {replay: true, keep: 100, want: []int{4, 4, 4}, replays: [replayResults]int64{2, 0, 0}},
 		"no-replay":         {replay: false, keep: 100, want: []int{0, 0, 4}},
-		"missed-not-kept":   {replay: true, keep: 1, want: []int{0, 0, 4}},
-		"missed-kept-ahead": {replay: true, keep: 2, want: []int{4, 4, 4}},
+		"missed-not-kept":   {replay: true, keep: 1, want: []int{0, 0, 4}, replays: [replayResults]int64{1, 1, 0}},
+		"missed-kept-ahead": {replay: true, keep: 2, want: []int{4, 4, 4}, replays: [replayResults]int64{2, 0, 0}},
+		"nothing-kept":      {replay: true, keep: 0, want: []int{0, 0, 4}, replays: [replayResults]int64{1, 1, 0}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			s := startServer(t, "127.0.0.153", tc.keep)
-			ix, w := s.follow(t, "127.0.0.153", tc.replay)
+			s.keeps = tc.keep > 0
+			ix, w, sub := s.follow(t, "127.0.0.153", tc.replay)
 			s.publish(false, stored(1, a, 0, 4, ""))
 			waitHolds(t, ix, w, []int{4, 0, 0}, a, b, c)
 			s.publish(true, stored(2, b, 0, 4, ""))
 			s.publish(false, stored(3, c, 0, 4, ""))
 			waitHolds(t, ix, w, tc.want, a, b, c)
+			var got [replayResults]int64
+			for i := range got {
+				got[i] = sub.replays[i].Load()
+			}
+			if got != tc.replays || sub.Gaps() != 1 {
+				t.Errorf("replays %v and %d gaps, want %v and 1", got, sub.Gaps(), tc.replays)
+			}
 		})
 	}
 }

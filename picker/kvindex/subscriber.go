@@ -52,6 +52,8 @@ type Subscriber struct {
 	Log         logr.Logger
 
 	connected atomic.Int64
+	gaps      atomic.Int64
+	replays   [replayResults]atomic.Int64
 
 	mu      sync.Mutex
 	ctx     context.Context // set by Start; nil before
@@ -82,6 +84,20 @@ func (s *Subscriber) Start(ctx context.Context) error {
 
 // Connected returns how many workers' events are subscribed to now.
 func (s *Subscriber) Connected() int { return int(s.connected.Load()) }
+
+// How a replay ended.
+const (
+	replayWhole     = iota // every batch asked for came back
+	replayTruncated        // the engine no longer kept the first asked for
+	replayFailed           // the replay endpoint failed or took too long
+	replayResults
+)
+
+// replayResultNames are the result label's values, by result.
+var replayResultNames = [replayResults]string{"whole", "truncated", "failed"}
+
+// Gaps returns how many gaps in an engine's sequence numbers were seen.
+func (s *Subscriber) Gaps() int64 { return s.gaps.Load() }
 
 // WorkerAdded starts following the worker.
 func (s *Subscriber) WorkerAdded(w *registry.Worker) {
@@ -298,6 +314,7 @@ func (st *stream) read(ctx context.Context, sub *kvevents.Sub) error {
 		}
 		seq := binary.BigEndian.Uint64(parts[1])
 		if st.begun && seq > st.next {
+			st.s.gaps.Add(1)
 			st.log.V(2).Info("KV events missed", "expected", st.next, "got", seq, "replay", st.replay != "")
 			st.catchUp(ctx)
 			if seq > st.next { // not every missed batch came back
@@ -338,9 +355,10 @@ func (st *stream) catchUp(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	from, first := st.next, true
+	from, begun, first, result := st.next, st.begun, true, replayWhole
 	err := kvevents.Replay(ctx, st.replay, from, func(seq uint64, payload []byte) error {
-		if first && st.begun && seq != from {
+		if first && begun && seq != from {
+			result = replayTruncated
 			st.s.Index.ClearEngine(st.id, st.e)
 		}
 		first = false
@@ -349,8 +367,14 @@ func (st *stream) catchUp(ctx context.Context) {
 		}
 		return nil
 	})
-	if err != nil {
+	switch {
+	case err != nil:
+		result = replayFailed
 		st.log.V(2).Info("KV events not replayed; forgetting the worker's blocks", "err", err)
 		st.s.Index.ClearEngine(st.id, st.e)
+	case first && begun: // nothing came back, not even the batch after the gap
+		result = replayTruncated
+		st.s.Index.ClearEngine(st.id, st.e)
 	}
+	st.s.replays[result].Add(1)
 }

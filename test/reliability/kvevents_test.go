@@ -143,6 +143,13 @@ func TestAPickerStartedLaterReadsTheCachesFromTheReplay(t *testing.T) {
 	if n := kvBlocks(t, without); n != 0 {
 		t.Errorf("the picker started later without replay knows %v blocks, want 0 (no event since it subscribed)", n)
 	}
+	m, err := later.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole, all := m.Sum("inferpick_kv_events_replays_total", "result", "whole"), m.Sum("inferpick_kv_events_replays_total"); whole != float64(len(hosts)) || all != whole {
+		t.Errorf("replays: %v whole of %v, want one whole per pod (%d)", whole, all, len(hosts))
+	}
 	gl := startGateway(t, later.Addr())
 	for i, prompt := range prompts {
 		if n, least := cachedTokens(t, gl, prompt, ""), 70*16; n < least {
