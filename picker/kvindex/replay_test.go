@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,6 +211,105 @@ func BenchmarkCatchUp(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/batch")
+		})
+	}
+}
+
+// gate stands in front of a replay endpoint on several hosts: it counts
+// the connections and holds each until the test releases it, and records
+// the most held at once.
+type gate struct {
+	release        chan struct{}
+	accepted, held atomic.Int64
+	peak           atomic.Int64
+}
+
+func (g *gate) listen(t *testing.T, addr, target string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			g.accepted.Add(1)
+			n := g.held.Add(1)
+			for p := g.peak.Load(); n > p && !g.peak.CompareAndSwap(p, n); p = g.peak.Load() {
+			}
+			go func() {
+				defer c.Close()
+				select {
+				case <-g.release:
+					g.held.Add(-1)
+				case <-t.Context().Done():
+					return
+				}
+				up, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+				_, _ = io.Copy(c, up)
+			}()
+		}
+	}()
+}
+
+// TestReplaysWaitForASlot: three pods' replays on connecting, with one
+// slot, are read one after the other; with three, at once.
+func TestReplaysWaitForASlot(t *testing.T) {
+	for _, slots := range []int{1, 3} {
+		t.Run(fmt.Sprintf("slots=%d", slots), func(t *testing.T) {
+			hosts := framework.Loopback(154+3*(slots/3), 3)
+			pubPort, replayPort := framework.FreePortT(t, hosts...), framework.FreePortT(t, hosts...)
+			target := startServer(t, "127.0.0.1", 10).replay.Addr().String()
+			g := &gate{release: make(chan struct{})}
+			var eps []registry.Endpoint
+			for i, h := range hosts {
+				pub, err := kvevents.ListenPub(net.JoinHostPort(h, strconv.Itoa(pubPort)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = pub.Close() })
+				g.listen(t, net.JoinHostPort(h, strconv.Itoa(replayPort)), target)
+				eps = append(eps, registry.Endpoint{Key: registry.Key{UID: h, Port: 8000}, Name: fmt.Sprint("pod-", i),
+					Address: netip.AddrPortFrom(netip.MustParseAddr(h), 8000)})
+			}
+			sub := &Subscriber{Index: New(0), Port: pubPort, ReplayPort: replayPort, ReplaySlots: slots,
+				ReplayTimeout: time.Minute, Backoff: 100 * time.Millisecond}
+			reg := registry.New()
+			reg.AddListener(sub)
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = sub.Start(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+			reg.Update(eps, nil)
+
+			for released := range 3 {
+				want := min(released+slots, 3)
+				framework.Eventually(t, framework.Timeout, fmt.Sprintf("%d replays begun", want), func() error {
+					if n := g.accepted.Load(); n != int64(want) {
+						return fmt.Errorf("%d begun", n)
+					}
+					return nil
+				})
+				g.release <- struct{}{}
+			}
+			framework.Eventually(t, framework.Timeout, "every replay done", func() error {
+				if n := sub.replays[replayWhole].Load(); n != 3 {
+					return fmt.Errorf("%d whole", n)
+				}
+				return nil
+			})
+			if p := g.peak.Load(); p != int64(slots) {
+				t.Errorf("%d replays begun at once, want %d", p, slots)
+			}
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,10 @@ type Subscriber struct {
 	ReplayPort int
 	// ReplayTimeout bounds one replay. Zero means 2 s.
 	ReplayTimeout time.Duration
+	// ReplaySlots bounds the replays read at once, so that a replica
+	// starting beside many pods leaves cores to routing. Zero means half
+	// of GOMAXPROCS, at least one.
+	ReplaySlots int
 	// Backoff bounds the wait between failed connections: from Backoff/50
 	// doubling up to Backoff. Zero means 5 s.
 	Backoff time.Duration
@@ -54,6 +59,8 @@ type Subscriber struct {
 	connected atomic.Int64
 	gaps      atomic.Int64
 	replays   [replayResults]atomic.Int64
+	slotsOnce sync.Once
+	slots     chan struct{} // a replay holds one
 
 	mu      sync.Mutex
 	ctx     context.Context // set by Start; nil before
@@ -340,6 +347,18 @@ func (st *stream) apply(seq uint64, payload []byte) {
 	st.begun, st.next = true, seq+1
 }
 
+// replaySlots returns the channel whose places the replays take.
+func (s *Subscriber) replaySlots() chan struct{} {
+	s.slotsOnce.Do(func() {
+		n := s.ReplaySlots
+		if n <= 0 {
+			n = max(runtime.GOMAXPROCS(0)/2, 1)
+		}
+		s.slots = make(chan struct{}, n)
+	})
+	return s.slots
+}
+
 // catchUp applies the batches the engine still keeps that this stream has
 // not: from the one after the last applied on, or every kept one before
 // the first. When the engine no longer keeps the first of those asked for,
@@ -347,6 +366,13 @@ func (st *stream) apply(seq uint64, payload []byte) {
 // forgotten before (or after) what did come back is applied.
 func (st *stream) catchUp(ctx context.Context) {
 	if st.replay == "" {
+		return
+	}
+	slots := st.s.replaySlots()
+	select {
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
+	case <-ctx.Done():
 		return
 	}
 	timeout := st.s.ReplayTimeout
