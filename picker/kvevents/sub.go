@@ -10,7 +10,9 @@ import (
 	"time"
 )
 
-// Sub is a ZeroMQ SUB socket connected to one PUB endpoint over TCP.
+// Sub is a ZeroMQ SUB socket connected to one PUB endpoint over TCP. The
+// package also reads a replay's DEALER connection and a Replayer's
+// clients with it: Recv reads any ZMTP 3.0 peer's messages.
 type Sub struct {
 	conn net.Conn
 	r    *bufio.Reader
