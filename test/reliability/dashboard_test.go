@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"sigs.k8s.io/yaml"
+
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // metricName matches the series names inferpick exports, as they appear in
@@ -99,7 +102,11 @@ func TestDashboardAndAlertsQueryExportedSeries(t *testing.T) {
 		t.Fatalf("found only %d series in the dashboard and rules: %v", len(names), names)
 	}
 	s1, s2 := startSim(t, "127.0.0.70", 0), startSim(t, "127.0.0.71", 0)
-	p := startPicker(t, "--static-endpoints", s1.addr+","+s2.addr)
+	// The KV-event series are exported once the picker follows the pods'
+	// events, whether or not a pod publishes.
+	kvPort := framework.FreePortT(t, "127.0.0.70", "127.0.0.71")
+	p := startPicker(t, "--static-endpoints", s1.addr+","+s2.addr,
+		"--kv-events-port", strconv.Itoa(kvPort), "--kv-events-replay-port", strconv.Itoa(kvPort))
 	p.WaitWorkers(t, 2)
 	g := startGateway(t, p.Addr())
 
