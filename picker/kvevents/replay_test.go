@@ -78,8 +78,9 @@ func TestReplayPayloadIsACopy(t *testing.T) {
 }
 
 // rawRouter accepts one connection, answers the handshake as a ROUTER and
-// writes reply after the client's request has arrived.
-func rawRouter(t *testing.T, reply []byte) string {
+// writes reply after the client's request has arrived; then it hangs up
+// when hangUp is set, else reads until the client does.
+func rawRouter(t *testing.T, reply []byte, hangUp bool) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -101,7 +102,9 @@ func rawRouter(t *testing.T, reply []byte) string {
 			return
 		}
 		_, _ = c.Write(reply)
-		_, _ = io.Copy(io.Discard, c)
+		if !hangUp {
+			_, _ = io.Copy(io.Discard, c)
+		}
 	}()
 	return ln.Addr().String()
 }
@@ -123,7 +126,7 @@ func message(parts ...[]byte) []byte {
 func TestReplayReadsTheTopicForm(t *testing.T) {
 	reply := append(message(nil, []byte("kv"), seq(4), []byte("p4")), message(nil, []byte("kv"), seq(5), []byte("p5"))...)
 	reply = append(reply, message(nil, nil, seq(endSeq), nil)...)
-	if diff := cmp.Diff([]string{"4:p4", "5:p5"}, replayAll(t, rawRouter(t, reply), 4)); diff != "" {
+	if diff := cmp.Diff([]string{"4:p4", "5:p5"}, replayAll(t, rawRouter(t, reply, false), 4)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
@@ -134,28 +137,14 @@ func TestReplayReadsTheTopicForm(t *testing.T) {
 // it is.
 func TestReplayFailures(t *testing.T) {
 	t.Run("shape", func(t *testing.T) {
-		err := Replay(t.Context(), rawRouter(t, message(nil, []byte("short"), []byte("x"))), 0, func(uint64, []byte) error { return nil })
+		err := Replay(t.Context(), rawRouter(t, message(nil, []byte("short"), []byte("x")), false), 0, func(uint64, []byte) error { return nil })
 		if !errors.Is(err, errReply) {
 			t.Errorf("got %v, want %v", err, errReply)
 		}
 	})
 	t.Run("hang-up", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = ln.Close() })
-		go func() {
-			c, err := ln.Accept()
-			if err == nil {
-				br := bufio.NewReader(c)
-				_ = handshake(c, br, "ROUTER", "DEALER")
-				_, _ = c.Write(message(nil, seq(0), []byte("p0")))
-				_ = c.Close()
-			}
-		}()
 		n := 0
-		err = Replay(t.Context(), ln.Addr().String(), 0, func(uint64, []byte) error { n++; return nil })
+		err := Replay(t.Context(), rawRouter(t, message(nil, seq(0), []byte("p0")), true), 0, func(uint64, []byte) error { n++; return nil })
 		if err == nil || n != 1 {
 			t.Errorf("got %v after %d batches, want an error after 1", err, n)
 		}
@@ -163,7 +152,7 @@ func TestReplayFailures(t *testing.T) {
 	t.Run("silent", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 		defer cancel()
-		err := Replay(ctx, rawRouter(t, nil), 0, func(uint64, []byte) error { return nil })
+		err := Replay(ctx, rawRouter(t, nil, false), 0, func(uint64, []byte) error { return nil })
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("got %v, want the context's deadline", err)
 		}

@@ -1,7 +1,6 @@
 package kvindex
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -63,14 +62,8 @@ func (s *server) follow(t *testing.T, host string, replay bool) (*Index, *regist
 	if replay {
 		sub.ReplayPort = s.replay.Addr().(*net.TCPAddr).Port
 	}
-	reg := registry.New()
-	reg.AddListener(sub)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sub.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	reg.Update([]registry.Endpoint{{Key: registry.Key{UID: "pod", Port: 8000}, Name: "pod",
-		Address: netip.AddrPortFrom(netip.MustParseAddr(host), 8000)}}, nil)
+	reg := runSubscriber(t, sub, registry.Endpoint{Key: registry.Key{UID: "pod", Port: 8000}, Name: "pod",
+		Address: netip.AddrPortFrom(netip.MustParseAddr(host), 8000)})
 	framework.Eventually(t, framework.Timeout, "the subscriber is connected", func() error {
 		if n := s.pub.Subscribers(); n != 1 {
 			return fmt.Errorf("%d subscribers", n)
@@ -283,13 +276,7 @@ func TestReplaysWaitForASlot(t *testing.T) {
 			}
 			sub := &Subscriber{Index: New(0), Port: pubPort, ReplayPort: replayPort, ReplaySlots: slots,
 				ReplayTimeout: time.Minute, Backoff: 100 * time.Millisecond}
-			reg := registry.New()
-			reg.AddListener(sub)
-			ctx, cancel := context.WithCancel(t.Context())
-			done := make(chan struct{})
-			go func() { defer close(done); _ = sub.Start(ctx) }()
-			t.Cleanup(func() { cancel(); <-done })
-			reg.Update(eps, nil)
+			runSubscriber(t, sub, eps...)
 
 			for released := range 3 {
 				want := min(released+slots, 3)

@@ -95,26 +95,34 @@ func rankPubs(t *testing.T, host string, n int) ([]*kvevents.Pub, int) {
 func followPod(t *testing.T, host string, n, ports int) ([]*kvevents.Pub, *Index, []*registry.Worker) {
 	t.Helper()
 	pubs, base := rankPubs(t, host, n)
-	reg := registry.New()
 	ix := New(0)
 	sub := &Subscriber{Index: ix, Port: base, Backoff: 100 * time.Millisecond, EngineCheck: 10 * time.Millisecond}
-	reg.AddListener(sub)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sub.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
 	var eps []registry.Endpoint
 	for rank := range ports {
 		port := uint16(8000 + rank)
 		eps = append(eps, registry.Endpoint{Key: registry.Key{UID: "pod", Port: int32(port)}, Name: "pod",
 			Address: netip.AddrPortFrom(netip.MustParseAddr(host), port), Rank: rank})
 	}
-	reg.Update(eps, nil)
+	reg := runSubscriber(t, sub, eps...)
 	workers := make([]*registry.Worker, ports)
 	for _, w := range reg.Workers() {
 		workers[w.Endpoint().Rank] = w
 	}
 	return pubs, ix, workers
+}
+
+// runSubscriber starts sub until the test ends, listening to a registry
+// of eps, and returns the registry.
+func runSubscriber(t *testing.T, sub *Subscriber, eps ...registry.Endpoint) *registry.Registry {
+	t.Helper()
+	reg := registry.New()
+	reg.AddListener(sub)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sub.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	reg.Update(eps, nil)
+	return reg
 }
 
 // TestSubscriberFollowsTheEnginesBehindOnePort serves one pod whose server
