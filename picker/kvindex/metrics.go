@@ -57,7 +57,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.lookups, prometheus.CounterValue, float64(calls))
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(failed))
 	ch <- prometheus.MustNewConstMetric(c.skipped, prometheus.CounterValue, float64(skipped))
-	ch <- prometheus.MustNewConstMetric(c.gaps, prometheus.CounterValue, float64(c.sub.Gaps()))
+	ch <- prometheus.MustNewConstMetric(c.gaps, prometheus.CounterValue, float64(c.sub.gaps.Load()))
 	for i, name := range replayResultNames {
 		ch <- prometheus.MustNewConstMetric(c.replays, prometheus.CounterValue, float64(c.sub.replays[i].Load()), name)
 	}

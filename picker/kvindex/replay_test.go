@@ -155,8 +155,8 @@ func TestSubscriberFillsAGapFromTheReplay(t *testing.T) {
 			for i := range got {
 				got[i] = sub.replays[i].Load()
 			}
-			if got != tc.replays || sub.Gaps() != 1 {
-				t.Errorf("replays %v and %d gaps, want %v and 1", got, sub.Gaps(), tc.replays)
+			if got != tc.replays || sub.gaps.Load() != 1 {
+				t.Errorf("replays %v and %d gaps, want %v and 1", got, sub.gaps.Load(), tc.replays)
 			}
 		})
 	}

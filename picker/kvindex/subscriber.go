@@ -103,9 +103,6 @@ const (
 // replayResultNames are the result label's values, by result.
 var replayResultNames = [replayResults]string{"whole", "truncated", "failed"}
 
-// Gaps returns how many gaps in an engine's sequence numbers were seen.
-func (s *Subscriber) Gaps() int64 { return s.gaps.Load() }
-
 // WorkerAdded starts following the worker.
 func (s *Subscriber) WorkerAdded(w *registry.Worker) {
 	s.mu.Lock()

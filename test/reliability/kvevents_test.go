@@ -27,10 +27,7 @@ import (
 func TestReplicasFindPromptsOthersPlaced(t *testing.T) {
 	hosts := []string{"127.0.0.110", "127.0.0.111", "127.0.0.112", "127.0.0.113"}
 	port := framework.FreePortT(t, hosts...)
-	kvPort := framework.FreePortT(t, hosts...)
-	for kvPort == port {
-		kvPort = framework.FreePortT(t, hosts...)
-	}
+	kvPort := framework.FreePortT(t, hosts...) // never port: the framework hands a port out once
 	events := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d"}`, kvPort)
 	var addrs []string
 	for _, h := range hosts {
@@ -89,21 +86,8 @@ func TestReplicasFindPromptsOthersPlaced(t *testing.T) {
 // holds it. One started without it knows none of them.
 func TestAPickerStartedLaterReadsTheCachesFromTheReplay(t *testing.T) {
 	hosts := []string{"127.0.0.114", "127.0.0.115", "127.0.0.116", "127.0.0.117"}
-	ports := map[int]bool{}
-	for len(ports) < 3 {
-		ports[framework.FreePortT(t, hosts...)] = true
-	}
-	var port, kvPort, replayPort int
-	for p := range ports {
-		switch {
-		case port == 0:
-			port = p
-		case kvPort == 0:
-			kvPort = p
-		default:
-			replayPort = p
-		}
-	}
+	// The framework never hands out a port twice.
+	port, kvPort, replayPort := framework.FreePortT(t, hosts...), framework.FreePortT(t, hosts...), framework.FreePortT(t, hosts...)
 	events := fmt.Sprintf(`{"enable_kv_cache_events":true,"endpoint":"tcp://*:%d","replay_endpoint":"tcp://*:%d"}`, kvPort, replayPort)
 	var addrs []string
 	for _, h := range hosts {

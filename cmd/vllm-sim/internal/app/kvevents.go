@@ -123,20 +123,18 @@ type eventPublisher struct {
 // the first engine's port is a free one and the others follow it. On
 // failure the sockets already bound are closed.
 func listenEvents(c KVEventsConfig, host string, first, n int) ([]*eventPublisher, error) {
-	pubs, err := listenRanks("endpoint", c.Endpoint, host, first, n, func(addr string) (bound, error) {
-		return kvevents.ListenPub(addr)
-	})
+	pubs, err := listenRanks("endpoint", c.Endpoint, host, first, n, kvevents.ListenPub)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]*eventPublisher, n)
 	for e, p := range pubs {
-		out[e] = &eventPublisher{pub: p.(*kvevents.Pub), topic: []byte(c.Topic), batch: kvevents.Batch{DPRank: first + e}}
+		out[e] = &eventPublisher{pub: p, topic: []byte(c.Topic), batch: kvevents.Batch{DPRank: first + e}}
 	}
 	if c.ReplayEndpoint == "" {
 		return out, nil
 	}
-	replays, err := listenRanks("replay_endpoint", c.ReplayEndpoint, host, first, n, func(addr string) (bound, error) {
+	replays, err := listenRanks("replay_endpoint", c.ReplayEndpoint, host, first, n, func(addr string) (*kvevents.Replayer, error) {
 		return kvevents.ListenReplay(addr, c.BufferSteps)
 	})
 	if err != nil {
@@ -146,13 +144,13 @@ func listenEvents(c KVEventsConfig, host string, first, n int) ([]*eventPublishe
 		return nil, err
 	}
 	for e, r := range replays {
-		out[e].replay = r.(*kvevents.Replayer)
+		out[e].replay = r
 	}
 	return out, nil
 }
 
-// bound is a socket listenRanks bound: a Pub or a Replayer.
-type bound interface {
+// socket is what listenRanks binds: a Pub or a Replayer.
+type socket interface {
 	Addr() net.Addr
 	Close() error
 }
@@ -160,7 +158,7 @@ type bound interface {
 // listenRanks binds, with bind, the sockets of the endpoint named key for
 // the n engines of ranks first, first+1, ...: rank r's at the endpoint's
 // port plus r. On failure the sockets already bound are closed.
-func listenRanks(key, endpoint, host string, first, n int, bind func(addr string) (bound, error)) ([]bound, error) {
+func listenRanks[S socket](key, endpoint, host string, first, n int, bind func(addr string) (S, error)) ([]S, error) {
 	addr, err := listenAddr(key, endpoint, host)
 	if err != nil {
 		return nil, err
@@ -172,7 +170,7 @@ func listenRanks(key, endpoint, host string, first, n int, bind func(addr string
 		}
 		addr = net.JoinHostPort(h, strconv.Itoa(port+first))
 	}
-	var out []bound
+	var out []S
 	for e := range n {
 		if e > 0 {
 			at := out[0].Addr().(*net.TCPAddr)
