@@ -7,9 +7,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func TestMessageTimeoutAndFailureMode(t *testing.T) {
@@ -200,5 +203,45 @@ func TestUpstreamDeathMidBodyResetsDownstream(t *testing.T) {
 	}
 	if err := waitFor(t, picker.ended); err == nil {
 		t.Error("the picker's stream ended cleanly, want it cancelled")
+	}
+}
+
+// TestRecordTimesTheRoutingApartFromTheArrival: a request whose body comes
+// 5 s (of the gateway's clock) after its headers is routed once the body
+// is in, and its record says so.
+func TestRecordTimesTheRoutingApartFromTheArrival(t *testing.T) {
+	addr, _ := upstream(t, http.StatusOK, "ok")
+	picker := &fakePicker{endpoints: addr}
+	clk := clocktesting.NewFakeClock(time.Now())
+	_, url, records := startGateway(t, newFakePicker(t, picker), WithClock(clk), WithMessageTimeout(0))
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const body = `{"model":"m"}`
+	if _, err := io.WriteString(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 13\r\n\r\n"+body[:5]); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(waitLimit)
+	for len(picker.received()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the picker never got the request's headers")
+		}
+		runtime.Gosched()
+	}
+	clk.Step(5 * time.Second)
+	if _, err := io.WriteString(conn, body[5:]); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	rec := waitFor(t, records)
+	if rec.Routed != 5*time.Second || rec.Duration < rec.Routed || len(rec.Endpoints) != 1 {
+		t.Errorf("routed %v after arrival, duration %v, endpoints %v; want 5s, at least that, one", rec.Routed, rec.Duration, rec.Endpoints)
 	}
 }

@@ -90,7 +90,7 @@ func (f *flow) serve(ctx context.Context) {
 	if err != nil && f.g.o.defaultUpstream != "" {
 		endpoints = []string{f.g.o.defaultUpstream}
 	}
-	f.rec.Endpoints = endpoints
+	f.rec.Endpoints, f.rec.Routed = endpoints, f.g.o.clock.Since(f.start)
 	var body func() io.ReadCloser
 	if hasBody {
 		body = func() io.ReadCloser { return f.x.reqBody.reader(ctx) }

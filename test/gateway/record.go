@@ -21,6 +21,11 @@ type Record struct {
 	Immediate bool
 	// Endpoints is the destination list the picker returned (primary first).
 	Endpoints []string
+	// Routed runs from the request's arrival to the picker's destination
+	// reaching the gateway (zero when none did). A request with a body is
+	// routed once its body has been read, which may be long after it
+	// arrived.
+	Routed time.Duration
 	// Attempts are the upstream attempts in order.
 	Attempts []Attempt
 	// Served is the endpoint whose response reached the client.
