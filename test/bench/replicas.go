@@ -34,6 +34,21 @@ const noEvents = "cache-aware, no KV events"
 // its first prefill runs.
 const whenScheduled = "cache-aware, events when scheduled"
 
+// rolling labels the cache-aware runs during which every replica is
+// restarted in turn (SIGTERM, drained, started again, ready before the
+// next), the gateway checking the replicas' readiness; rollingReplay is the
+// same with the pods replaying the KV-event batches they keep
+// (--kv-events-replay-port), so that a restarted replica learns where the
+// fleet's prefixes already are.
+const (
+	rolling       = "cache-aware, rolling restart"
+	rollingReplay = "cache-aware, rolling restart, replay"
+)
+
+// kvEventsReplayPort is where the pods of the rollingReplay runs replay
+// their kept KV-event batches.
+var kvEventsReplayPort = 5558
+
 // replicaTimeScale is the replica runs' time scale: real time. Three
 // picker processes, eight simulators, the gateway stand-in and the client
 // share the host's cores; compressed time would multiply what that costs a
@@ -57,6 +72,8 @@ type replicaCell struct {
 	Policy   string
 	Workload string
 	runs     []*routing.Result
+	// restarts are the runs' rolling restarts, for the rolling cells.
+	restarts []*routing.RestartReport
 }
 
 // stat returns the median over the cell's runs of f, and the lowest and
@@ -136,6 +153,11 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 			spec.KVEventsPort = 0
 		case whenScheduled:
 			spec.EventsWhenScheduled = true
+		case rolling:
+			spec.HealthCheck = true
+		case rollingReplay:
+			spec.HealthCheck = true
+			spec.KVEventsReplayPort = kvEventsReplayPort
 		}
 		c, err := routing.Start(ctx, bins, spec, pol.Config, workdir)
 		if err != nil {
@@ -172,6 +194,27 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 		log.Printf("replicas %d %-12s %-18s ok %d/%d hit %.3f ttft p50 %.3fs p90 %.3fs",
 			n, pol.Label, w.Name, res.OK, res.Sent, res.HitRate, res.Quantile(0.5), res.Quantile(0.9))
 		return res, nil
+	}
+	restarting := func(n int, pol routing.Policy, w *routing.Workload) error {
+		cell := &replicaCell{Replicas: n, Policy: pol.Label, Workload: w.Name}
+		for range replicaRuns {
+			c, err := start(n, pol, w)
+			if err != nil {
+				return err
+			}
+			res, rep, err := routing.RunRestarting(ctx, c, w, deadline(w), restartTimes(n, w))
+			c.Stop()
+			if err != nil {
+				return fmt.Errorf("%d replicas %s / %s: %w", n, pol.Label, w.Name, err)
+			}
+			res.Policy = pol.Label
+			log.Printf("replicas %d %-12s %-18s ok %d/%d hit %.3f ttft p50 %.3fs p90 %.3fs; restarted at %v, away %v; failed %d, idle: %v",
+				n, pol.Label, w.Name, res.OK, res.Sent, res.HitRate, res.Quantile(0.5), res.Quantile(0.9), rep.At, rep.Took, rep.Failed, rep.Idle)
+			cell.runs = append(cell.runs, res)
+			cell.restarts = append(cell.restarts, rep)
+		}
+		out.cells = append(out.cells, cell)
+		return nil
 	}
 	one := func(n int, pol routing.Policy, w *routing.Workload) error {
 		cell := &replicaCell{Replicas: n, Policy: pol.Label, Workload: w.Name}
@@ -226,7 +269,39 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 			return out, err
 		}
 	}
+	if kvEventsPort != 0 {
+		for _, name := range []string{"shared-prefix@18", "multi-turn"} {
+			w := byName[name]
+			if w == nil {
+				continue
+			}
+			for _, label := range []string{rolling, rollingReplay} {
+				if err := restarting(3, routing.Policy{Label: label, Config: ca.Config}, w); err != nil {
+					return out, err
+				}
+			}
+		}
+	}
 	return out, nil
+}
+
+// restartTimes are when, in simulated time from a run's start, a rolling
+// restart of n replicas stops each: spread evenly over w's arrivals (for
+// sessions, over their turns' think times).
+func restartTimes(n int, w *routing.Workload) []time.Duration {
+	span := lastArrival(w)
+	if w.Kind == routing.Sessions {
+		turns := 0
+		for _, s := range w.Sessions {
+			turns = max(turns, len(s))
+		}
+		span = time.Duration(turns) * w.Think
+	}
+	at := make([]time.Duration, n)
+	for i := range at {
+		at[i] = span * time.Duration(i+1) / time.Duration(n+1)
+	}
+	return at
 }
 
 func lastArrival(w *routing.Workload) time.Duration {
@@ -363,8 +438,58 @@ func replicasMarkdown(rr *replicaReport) string {
 			w("Afterwards the survivors were not idle: %v.\n", k.Idle)
 		}
 	}
+	rollingMarkdown(w, rr)
 	w("\n")
 	return b.String()
+}
+
+// rollingMarkdown describes the rolling-restart rows: how they were made
+// and what the restarts cost in failed requests and counts left behind.
+func rollingMarkdown(w func(string, ...any), rr *replicaReport) {
+	var cells []*replicaCell
+	for _, c := range rr.cells {
+		if len(c.restarts) > 0 {
+			cells = append(cells, c)
+		}
+	}
+	if len(cells) == 0 {
+		return
+	}
+	w("\nIn the rows marked \"%s\", every replica was stopped in turn while the run went on (SIGTERM: it turns\n", rolling)
+	w("unready and drains its streams) and started again with the same flags, the next once it was ready again; the\n")
+	w("gateway stand-in checks the replicas' readiness every 50 ms, as Envoy's health checker or a Service's endpoints\n")
+	w("would. A restarted replica starts with an empty index. In the rows marked \"%s\", the pods also\n", rollingReplay)
+	w("replay the KV-event batches they keep (vLLM's `replay_endpoint`; `--kv-events-replay-port`), so it starts\n")
+	w("knowing what their caches hold; without the replay it learns a prefix only when a pod stores it again, and\n")
+	w("sends the others to their homes.\n\n")
+	for _, c := range cells {
+		var at []string
+		for i := range c.restarts[0].At {
+			var v []float64
+			for _, r := range c.restarts {
+				if i < len(r.At) {
+					v = append(v, r.At[i].Seconds())
+				}
+			}
+			at = append(at, fmt.Sprintf("%.1f", median(v)))
+		}
+		var away time.Duration
+		failed, sent, idle := 0, 0, true
+		for i, r := range c.restarts {
+			for _, t := range r.Took {
+				away = max(away, t)
+			}
+			failed += r.Failed
+			sent += c.runs[i].Sent
+			idle = idle && r.Idle == nil
+		}
+		end := "every replica ended idle"
+		if !idle {
+			end = "**not every replica ended idle**"
+		}
+		w("- %s, %s: replicas stopped at %s s; each away for at most %.2f s (stop, drain, start, first scrapes);\n"+
+			"  %d of %d requests failed; %s.\n", c.Policy, c.Workload, strings.Join(at, ", "), away.Seconds(), failed, sent, end)
+	}
 }
 
 // times spells a count of runs.

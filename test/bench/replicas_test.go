@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/inferpick/inferpick/test/bench/routing"
 )
@@ -131,5 +134,52 @@ func TestMissedBecauseTakesTheLongestKey(t *testing.T) {
 	}
 	if _, ok := missedBecause("no such target"); ok {
 		t.Error("an unknown target has an explanation")
+	}
+}
+
+// A rolling restart of three replicas stops them at a quarter, half and
+// three quarters of the arrivals; for sessions, of their turns' think time.
+func TestRestartsSpreadOverTheRun(t *testing.T) {
+	open := &routing.Workload{Kind: routing.Open, Requests: []routing.Request{{At: 0}, {At: 16 * time.Second}, {At: 9 * time.Second}}}
+	if got, want := restartTimes(3, open), []time.Duration{4 * time.Second, 8 * time.Second, 12 * time.Second}; !slices.Equal(got, want) {
+		t.Errorf("open workload: restarts at %v, want %v", got, want)
+	}
+	sessions := &routing.Workload{Kind: routing.Sessions, Think: time.Second, Sessions: [][]routing.Request{make([]routing.Request, 6), make([]routing.Request, 4)}}
+	if got, want := restartTimes(3, sessions), []time.Duration{1500 * time.Millisecond, 3 * time.Second, 4500 * time.Millisecond}; !slices.Equal(got, want) {
+		t.Errorf("sessions: restarts at %v, want %v", got, want)
+	}
+}
+
+// The rolling rows are told apart from the others, and what the restarts
+// cost is summed over the runs: a failed request or a replica left with a
+// count shows.
+func TestRollingRowsSayWhatTheRestartsCost(t *testing.T) {
+	restart := func(failed int, idle error, at ...float64) *routing.RestartReport {
+		r := &routing.RestartReport{Failed: failed, Idle: idle}
+		for i, a := range at {
+			r.At = append(r.At, time.Duration(a*float64(time.Second)))
+			r.Took = append(r.Took, time.Duration(i+1)*100*time.Millisecond)
+		}
+		return r
+	}
+	rr := &replicaReport{cells: []*replicaCell{
+		{Replicas: 3, Policy: "cache-aware", Workload: "multi-turn", runs: []*routing.Result{coldRun(1, 0.1)}},
+		{Replicas: 3, Policy: rolling, Workload: "multi-turn", runs: []*routing.Result{coldRun(1, 0.1), coldRun(1, 0.1)},
+			restarts: []*routing.RestartReport{restart(0, nil, 1.5, 3.0, 4.5), restart(0, nil, 1.7, 3.2, 4.5)}},
+		{Replicas: 3, Policy: rollingReplay, Workload: "multi-turn", runs: []*routing.Result{coldRun(1, 0.1), coldRun(1, 0.1)},
+			restarts: []*routing.RestartReport{restart(1, nil, 1.5, 3.0, 4.5), restart(0, errors.New("replica 2: pod-1 has 1"), 1.5, 3.0, 4.5)}},
+	}}
+	md := replicasMarkdown(rr)
+	for _, want := range []string{
+		"| 3 | " + rolling + " | multi-turn | 20/20 |",
+		"- " + rolling + ", multi-turn: replicas stopped at 1.6, 3.1, 4.5 s; each away for at most 0.30 s (stop, drain, start, first scrapes);\n  0 of 20 requests failed; every replica ended idle.",
+		"- " + rollingReplay + ", multi-turn: replicas stopped at 1.5, 3.0, 4.5 s; each away for at most 0.30 s (stop, drain, start, first scrapes);\n  1 of 20 requests failed; **not every replica ended idle**.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the replica section lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Count(md, "(stop, drain, start, first scrapes)") != 2 {
+		t.Errorf("a cell without restarts is described as restarted:\n%s", md)
 	}
 }

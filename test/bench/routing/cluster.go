@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inferpick/inferpick/picker/health"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/test/bench/proc"
 	"github.com/inferpick/inferpick/test/framework"
@@ -53,6 +54,14 @@ type SimSpec struct {
 	// EventsWhenScheduled makes the pods publish a step's events as it
 	// starts (vllm-sim --kv-events-when scheduled), not once it has run.
 	EventsWhenScheduled bool
+	// KVEventsReplayPort, when not 0 (with KVEventsPort), is where every pod
+	// replays the KV-cache event batches it keeps, and the pickers read them
+	// back each time they subscribe (--kv-events-replay-port).
+	KVEventsReplayPort int
+	// HealthCheck makes the gateway check each picker's readiness, so that
+	// a replica that drains or starts takes no stream while another is
+	// ready, as a rolling restart behind Envoy needs.
+	HealthCheck bool
 	// ScaleTransport counts a request's wall time until the pod's response
 	// headers in simulated time like the rest of its TTFT. By default it
 	// counts at its wall duration, being this host's work rather than the
@@ -84,8 +93,12 @@ func (s SimSpec) Args(i int) []string {
 			"--lora-load-ms", fmt.Sprint(s.LoRALoadMs))
 	}
 	if s.KVEventsPort != 0 {
+		replay := ""
+		if s.KVEventsReplayPort != 0 {
+			replay = fmt.Sprintf(`,"replay_endpoint":"tcp://*:%d"`, s.KVEventsReplayPort)
+		}
 		args = append(args, "--kv-events-config",
-			fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d"}`, s.KVEventsPort))
+			fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d"%s}`, s.KVEventsPort, replay))
 		if s.EventsWhenScheduled {
 			args = append(args, "--kv-events-when", "scheduled")
 		}
@@ -122,8 +135,13 @@ type Cluster struct {
 // pickerProc is one picker replica.
 type pickerProc struct {
 	p        *proc.Process
+	name     string
+	bin      string
+	args     []string
 	grpcAddr string
+	health   string // its gRPC health address
 	debug    string
+	workers  int // the pods it must have scraped to be ready
 }
 
 // Start brings up spec's simulators and a picker running cfg, and a
@@ -141,7 +159,7 @@ func Start(ctx context.Context, bins Binaries, spec SimSpec, cfg policy.Config, 
 	if err != nil {
 		return nil, err
 	}
-	var grpcAddrs []string
+	var grpcAddrs, healthAddrs []string
 	if cfg.CacheAware.Replicas == 0 {
 		cfg.CacheAware.Replicas = max(spec.Replicas, 1) // as the chart's flags tell a deployed picker
 	}
@@ -152,9 +170,16 @@ func Start(ctx context.Context, bins Binaries, spec SimSpec, cfg policy.Config, 
 			return nil, err
 		}
 		grpcAddrs = append(grpcAddrs, p.grpcAddr)
+		healthAddrs = append(healthAddrs, p.health)
 	}
 	c.debug = c.pickers[0].debug
-	if err := c.startGateway(ctx, grpcAddrs); err != nil {
+	var opts []gateway.Option
+	if spec.HealthCheck {
+		pc := gateway.DefaultPickerCluster
+		pc.HealthCheck = &gateway.HealthCheck{Addrs: healthAddrs, Service: health.Readiness, Interval: 50 * time.Millisecond}
+		opts = append(opts, gateway.WithPickerCluster(pc))
+	}
+	if err := c.startGateway(ctx, grpcAddrs, opts...); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -219,9 +244,9 @@ func (c *Cluster) startSims(bin string) ([]string, error) {
 }
 
 // startGateway serves the gateway stand-in in front of the pickers.
-func (c *Cluster) startGateway(ctx context.Context, grpcAddrs []string) error {
+func (c *Cluster) startGateway(ctx context.Context, grpcAddrs []string, opts ...gateway.Option) error {
 	var err error
-	c.gw, err = gateway.NewCluster(grpcAddrs, gateway.WithMessageTimeout(0), gateway.WithRecorder(c.record)) //nolint:contextcheck // the gateway lives until Stop closes it, ctx only bounds its start.
+	c.gw, err = gateway.NewCluster(grpcAddrs, append([]gateway.Option{gateway.WithMessageTimeout(0), gateway.WithRecorder(c.record)}, opts...)...) //nolint:contextcheck // the gateway lives until Stop closes it, ctx only bounds its start.
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -280,10 +305,14 @@ func (c *Cluster) startPicker(bin string, addrs []string, cfg policy.Config, rep
 		return nil, fmt.Errorf("policy config: %w", err)
 	}
 	pp := &pickerProc{
+		name:     "inferpick " + strconv.Itoa(replica),
+		bin:      bin,
 		grpcAddr: "127.0.0.1:" + strconv.Itoa(ports[0]),
+		health:   "127.0.0.1:" + strconv.Itoa(ports[1]),
 		debug:    "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/debug/workers",
+		workers:  len(addrs),
 	}
-	args := []string{
+	pp.args = []string{
 		"--static-endpoints", strings.Join(addrs, ","),
 		"--config-file", file,
 		"--secure-serving=false", "--bind-address", "127.0.0.1",
@@ -292,20 +321,30 @@ func (c *Cluster) startPicker(bin string, addrs []string, cfg policy.Config, rep
 		"--refresh-metrics-interval", c.spec.ScrapeEvery.String(),
 	}
 	if c.spec.KVEventsPort != 0 {
-		args = append(args, "--kv-events-port", strconv.Itoa(c.spec.KVEventsPort))
+		pp.args = append(pp.args, "--kv-events-port", strconv.Itoa(c.spec.KVEventsPort))
+		if c.spec.KVEventsReplayPort != 0 {
+			pp.args = append(pp.args, "--kv-events-replay-port", strconv.Itoa(c.spec.KVEventsReplayPort))
+		}
 	}
-	pp.p, err = proc.Start("inferpick "+strconv.Itoa(replica), bin, append(args, c.spec.PickerArgs...)...)
+	pp.args = append(pp.args, c.spec.PickerArgs...)
+	return pp, c.launch(pp)
+}
+
+// launch starts pp's process and waits until it is ready: every worker
+// shows a scrape (the cache-aware policy then knows each pod's KV
+// capacity).
+func (c *Cluster) launch(pp *pickerProc) error {
+	var err error
+	pp.p, err = proc.Start(pp.name, pp.bin, pp.args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	// Ready once every worker shows a scrape (the cache-aware policy then
-	// knows each pod's KV capacity).
-	return pp, proc.WaitHTTP(pp.p, pp.debug, c.spec.StartupWindow, func(r *http.Response) bool {
+	return proc.WaitHTTP(pp.p, pp.debug, c.spec.StartupWindow, func(r *http.Response) bool {
 		var v workersView
 		if r.StatusCode != http.StatusOK || json.NewDecoder(r.Body).Decode(&v) != nil {
 			return false
 		}
-		if !v.Synced || len(v.Workers) != len(addrs) {
+		if !v.Synced || len(v.Workers) != pp.workers {
 			return false
 		}
 		for _, w := range v.Workers {

@@ -149,3 +149,77 @@ func RunKilling(ctx context.Context, c *Cluster, w *Workload, deadline, at time.
 	rep.Idle = c.WaitIdle(ctx, 30*time.Second)
 	return res, rep, nil
 }
+
+// RestartReplica stops picker replica i gracefully (SIGTERM: it turns
+// unready and drains its streams) and starts it again with the same flags
+// and ports, returning once the new process has scraped every pod.
+func (c *Cluster) RestartReplica(i int) error {
+	p := c.pickers[i]
+	p.p.Stop(restartGrace)
+	return c.launch(p)
+}
+
+// restartGrace bounds a replica's drain before it is killed: the picker's
+// own --drain-timeout (30 s) and a margin.
+const restartGrace = 40 * time.Second
+
+// RestartReport is what a rolling restart in the middle of a run cost.
+type RestartReport struct {
+	// At is when each replica was stopped and Took how long it was away
+	// (stop, drain, start, first scrapes), in simulated time.
+	At, Took []time.Duration
+	// Failed counts the requests that did not end in a complete 200 answer.
+	Failed int
+	// Idle is nil when every replica counted no request in flight once the
+	// run was over.
+	Idle error
+}
+
+// RunRestarting drives w through c like Run and restarts replica i at at[i]
+// (simulated time from the start), one after another: a replica is ready
+// again before the next stops. Then it waits for every replica to be idle.
+func RunRestarting(ctx context.Context, c *Cluster, w *Workload, deadline time.Duration, at []time.Duration) (*Result, *RestartReport, error) {
+	if len(at) > len(c.pickers) {
+		return nil, nil, errors.New("more restarts than replicas")
+	}
+	rep := &RestartReport{}
+	scale := c.spec.TimeScale
+	start := time.Now()
+	restarted := make(chan error, 1)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for i, t := range at {
+			select {
+			case <-rctx.Done():
+				restarted <- rctx.Err()
+				return
+			case <-time.After(time.Until(start.Add(time.Duration(float64(t) * scale)))):
+			}
+			stopped := time.Now()
+			if err := c.RestartReplica(i); err != nil {
+				restarted <- fmt.Errorf("restart of replica %d: %w", i, err)
+				return
+			}
+			rep.At = append(rep.At, time.Duration(float64(stopped.Sub(start))/scale))
+			rep.Took = append(rep.Took, time.Duration(float64(time.Since(stopped))/scale))
+		}
+		restarted <- nil
+	}()
+	res, err := Run(ctx, c, w, deadline)
+	if err != nil {
+		cancel()
+		return nil, nil, errors.Join(err, <-restarted)
+	}
+	if err := <-restarted; err != nil {
+		return nil, nil, err
+	}
+	recs := c.Records()
+	for i := range recs {
+		if r := &recs[i]; r.Status != http.StatusOK || r.Reset || r.ProcessingError != nil {
+			rep.Failed++
+		}
+	}
+	rep.Idle = c.WaitIdle(ctx, 30*time.Second)
+	return res, rep, nil
+}
