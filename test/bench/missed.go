@@ -76,7 +76,12 @@ var explanations = map[string]string{
 		"prompt's first went from 13–14 to 7–8 in the first 5 s, but 38–40 requests over 0.3 s, and multi-turn's " +
 		"p90 reached 0.49 s in two of three runs); the whole credit (the reuse rate, not the others' share of it) " +
 		"and 0.3 of it, and no extrapolation of the others' load from this replica's picks since the scrape (36–42 " +
-		"requests over 0.3 s in two runs each, 36 of them from the first 4 s in every run). Each either stacks " +
+		"requests over 0.3 s in two runs each, 36 of them from the first 4 s in every run); holding a request " +
+		"whose prompt no server was known to hold, while its home showed requests this replica had not sent, " +
+		"until the home's next batch of events (at most 0.8 s), then picking again without the home's credit " +
+		"when that batch did not hold the prompt (38–39 requests over 0.28 s in three traced runs, p90 0.54 s: " +
+		"a prompt that another replica's request had queued behind the home's step shows in no batch, so the " +
+		"hold split it over two pods instead of stacking). Each either stacks " +
 		"different prompts on a home or splits one prompt over two pods: until a prompt's first step is " +
 		"published, a replica cannot tell which of the two a busy home holds. Servers that publish a step's " +
 		"events as it starts (rows \"events when scheduled\") do not change that by themselves (figures " +
