@@ -114,7 +114,10 @@ func checkHolders(t *testing.T, ix *Index) {
 	got := map[uint64]map[src]int{}
 	for k, hs := range ix.holders {
 		got[k] = map[src]int{}
-		for _, h := range hs {
+		if hs.first.n == 0 {
+			t.Fatalf("key %x kept with no holder first (%d more)", k, len(hs.more))
+		}
+		for _, h := range append([]holder{hs.first}, hs.more...) {
 			if got[k][h.src] != 0 || h.n == 0 {
 				t.Fatalf("engine %+v listed twice or with no block for key %x", h.src, k)
 			}

@@ -33,7 +33,7 @@ type Index struct {
 
 	mu        sync.RWMutex
 	blockSize int                  // tokens per block, set by the first stored event
-	holders   map[uint64][]holder  // block key -> engines holding it
+	holders   map[uint64]holders   // block key -> engines holding it
 	workers   map[uint32][]*engine // worker -> its engines' blocks, by engine (nil: not followed)
 	adapters  map[string]int       // adapter name -> workers' blocks stored under it
 	extraKeys bool                 // a stored block came with extra keys (SaltKeyed)
@@ -88,7 +88,7 @@ func New(maxPerWorker int) *Index {
 	}
 	return &Index{
 		maxPerWorker: maxPerWorker,
-		holders:      map[uint64][]holder{},
+		holders:      map[uint64]holders{},
 		workers:      map[uint32][]*engine{},
 		adapters:     map[string]int{},
 	}
@@ -158,6 +158,7 @@ func (ix *Index) stored(id src, w *engine, ev *kvevents.Event) {
 		key = p.key
 	}
 	extra := ev.Extra
+	added := 0 // blocks now held under adapter, counted once at the end
 	for i, h := range ev.Hashes {
 		key = chain(key, ev.TokenIDs[i*bs:(i+1)*bs])
 		if len(extra) > 0 && extra[0].Block == i {
@@ -173,11 +174,14 @@ func (ix *Index) stored(id src, w *engine, ev *kvevents.Event) {
 		}
 		if len(w.keys) >= ix.maxPerWorker {
 			ix.dropped.Full += int64(len(ev.Hashes) - i)
-			return
+			break
 		}
 		w.keys[h] = held{key: key, adapter: adapter}
 		ix.hold(id, key)
-		ix.adapters[adapter]++
+		added++
+	}
+	if added > 0 {
+		ix.adapters[adapter] += added
 	}
 }
 
@@ -194,30 +198,14 @@ func (ix *Index) removed(id src, w *engine, h uint64) {
 // hold adds the engine to the key's holders.
 func (ix *Index) hold(id src, key uint64) {
 	hs := ix.holders[key]
-	for i := range hs {
-		if hs[i].src == id {
-			hs[i].n++
-			return
-		}
-	}
-	ix.holders[key] = append(hs, holder{src: id, n: 1})
+	hs.add(id)
+	ix.holders[key] = hs
 }
 
 // drop takes one of the engine's blocks off the key's holders.
 func (ix *Index) drop(id src, b held) {
 	hs := ix.holders[b.key]
-	for i := range hs {
-		if hs[i].src != id {
-			continue
-		}
-		hs[i].n--
-		if hs[i].n == 0 {
-			hs[i] = hs[len(hs)-1]
-			hs = hs[:len(hs)-1]
-		}
-		break
-	}
-	if len(hs) == 0 {
+	if hs.remove(id) {
 		delete(ix.holders, b.key)
 	} else {
 		ix.holders[b.key] = hs

@@ -41,7 +41,10 @@ func (ix *Index) Lookup(tokens []uint32, adapter, salt string, dst []Hold) (hold
 		}
 		hs := ix.holders[key]
 		if i == 0 {
-			for _, h := range hs {
+			if hs.first.n != 0 {
+				runs = append(runs, run{src: hs.first.src})
+			}
+			for _, h := range hs.more {
 				runs = append(runs, run{src: h.src})
 			}
 		}
@@ -52,7 +55,7 @@ func (ix *Index) Lookup(tokens []uint32, adapter, salt string, dst []Hold) (hold
 			if r.blocks < i {
 				continue // its run ended before
 			}
-			if contains(hs, r.src) {
+			if hs.has(r.src) {
 				r.blocks = i + 1
 				alive++
 			}
@@ -104,13 +107,4 @@ func (ix *Index) Adapter(name string) bool {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	return ix.adapters[name] > 0
-}
-
-func contains(hs []holder, id src) bool {
-	for _, h := range hs {
-		if h.src == id {
-			return true
-		}
-	}
-	return false
 }
