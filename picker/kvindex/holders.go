@@ -32,7 +32,8 @@ func (hs *holders) add(id src) {
 // whether no engine holds it any more.
 func (hs *holders) remove(id src) (empty bool) {
 	if hs.first.n != 0 && hs.first.src == id {
-		if hs.first.n--; hs.first.n == 0 {
+		hs.first.n--
+		if hs.first.n == 0 {
 			if last := len(hs.more) - 1; last >= 0 {
 				hs.first = hs.more[last]
 				hs.more = hs.more[:last]
@@ -44,7 +45,8 @@ func (hs *holders) remove(id src) (empty bool) {
 		if hs.more[i].src != id {
 			continue
 		}
-		if hs.more[i].n--; hs.more[i].n == 0 {
+		hs.more[i].n--
+		if hs.more[i].n == 0 {
 			last := len(hs.more) - 1
 			hs.more[i] = hs.more[last]
 			hs.more = hs.more[:last]
