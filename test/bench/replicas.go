@@ -180,50 +180,44 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 			n, w.Name, rep.OnKilled, rep.FailedOnKilled, rep.OnOthers, rep.FailedOnOthers, rep.OthersFailures, rep.Idle)
 		return nil
 	}
-	runOnce := func(n int, pol routing.Policy, w *routing.Workload) (*routing.Result, error) {
+	// runOnce runs w once behind n replicas; the rolling settings restart
+	// every replica in turn meanwhile and report it.
+	runOnce := func(n int, pol routing.Policy, w *routing.Workload) (*routing.Result, *routing.RestartReport, error) {
 		c, err := start(n, pol, w)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		defer c.Stop()
-		res, err := routing.Run(ctx, c, w, deadline(w))
+		var res *routing.Result
+		var rep *routing.RestartReport
+		if pol.Label == rolling || pol.Label == rollingReplay {
+			res, rep, err = routing.RunRestarting(ctx, c, w, deadline(w), restartTimes(n, w))
+		} else {
+			res, err = routing.Run(ctx, c, w, deadline(w))
+		}
 		if err != nil {
-			return nil, err
+			return nil, nil, fmt.Errorf("%d replicas %s / %s: %w", n, pol.Label, w.Name, err)
 		}
 		res.Policy = pol.Label
-		log.Printf("replicas %d %-12s %-18s ok %d/%d hit %.3f ttft p50 %.3fs p90 %.3fs",
-			n, pol.Label, w.Name, res.OK, res.Sent, res.HitRate, res.Quantile(0.5), res.Quantile(0.9))
-		return res, nil
-	}
-	restarting := func(n int, pol routing.Policy, w *routing.Workload) error {
-		cell := &replicaCell{Replicas: n, Policy: pol.Label, Workload: w.Name}
-		for range replicaRuns {
-			c, err := start(n, pol, w)
-			if err != nil {
-				return err
-			}
-			res, rep, err := routing.RunRestarting(ctx, c, w, deadline(w), restartTimes(n, w))
-			c.Stop()
-			if err != nil {
-				return fmt.Errorf("%d replicas %s / %s: %w", n, pol.Label, w.Name, err)
-			}
-			res.Policy = pol.Label
-			log.Printf("replicas %d %-12s %-18s ok %d/%d hit %.3f ttft p50 %.3fs p90 %.3fs; restarted at %v, away %v; failed %d, idle: %v",
-				n, pol.Label, w.Name, res.OK, res.Sent, res.HitRate, res.Quantile(0.5), res.Quantile(0.9), rep.At, rep.Took, rep.Failed, rep.Idle)
-			cell.runs = append(cell.runs, res)
-			cell.restarts = append(cell.restarts, rep)
+		restarts := ""
+		if rep != nil {
+			restarts = fmt.Sprintf("; restarted at %v, away %v; failed %d, idle: %v", rep.At, rep.Took, rep.Failed, rep.Idle)
 		}
-		out.cells = append(out.cells, cell)
-		return nil
+		log.Printf("replicas %d %-12s %-18s ok %d/%d hit %.3f ttft p50 %.3fs p90 %.3fs%s",
+			n, pol.Label, w.Name, res.OK, res.Sent, res.HitRate, res.Quantile(0.5), res.Quantile(0.9), restarts)
+		return res, rep, nil
 	}
 	one := func(n int, pol routing.Policy, w *routing.Workload) error {
 		cell := &replicaCell{Replicas: n, Policy: pol.Label, Workload: w.Name}
 		for range replicaRuns {
-			res, err := runOnce(n, pol, w)
+			res, rep, err := runOnce(n, pol, w)
 			if err != nil {
 				return err
 			}
 			cell.runs = append(cell.runs, res)
+			if rep != nil {
+				cell.restarts = append(cell.restarts, rep)
+			}
 		}
 		out.cells = append(out.cells, cell)
 		return nil
@@ -276,7 +270,7 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 				continue
 			}
 			for _, label := range []string{rolling, rollingReplay} {
-				if err := restarting(3, routing.Policy{Label: label, Config: ca.Config}, w); err != nil {
+				if err := one(3, routing.Policy{Label: label, Config: ca.Config}, w); err != nil {
 					return out, err
 				}
 			}
