@@ -115,9 +115,12 @@ func checkHolders(t *testing.T, ix *Index) {
 	for k, hs := range ix.holders {
 		got[k] = map[src]int{}
 		if hs.first.n == 0 {
-			t.Fatalf("key %x kept with no holder first (%d more)", k, len(hs.more))
+			t.Fatalf("key %x kept with no holder first (%d more)", k, len(hs.others()))
 		}
-		for _, h := range append([]holder{hs.first}, hs.more...) {
+		if hs.more != nil && len(*hs.more) == 0 {
+			t.Fatalf("key %x keeps an empty list of more holders", k)
+		}
+		for _, h := range append([]holder{hs.first}, hs.others()...) {
 			if got[k][h.src] != 0 || h.n == 0 {
 				t.Fatalf("engine %+v listed twice or with no block for key %x", h.src, k)
 			}

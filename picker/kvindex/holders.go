@@ -3,10 +3,11 @@ package kvindex
 // holders are the engines holding one block key, each with how many of its
 // blocks map to the key. Almost every key has one holder, kept in place so
 // that storing a block allocates nothing beyond the map's own growth; the
-// others, when several engines hold the key, follow in more.
+// others, when several engines hold the key, follow in more, behind a
+// pointer so that the map's value stays at 24 bytes.
 type holders struct {
 	first holder // n == 0: none
-	more  []holder
+	more  *[]holder
 }
 
 // add counts one more block of engine id under the key.
@@ -19,13 +20,17 @@ func (hs *holders) add(id src) {
 		hs.first.n++
 		return
 	}
-	for i := range hs.more {
-		if hs.more[i].src == id {
-			hs.more[i].n++
+	if hs.more == nil {
+		hs.more = &[]holder{{src: id, n: 1}}
+		return
+	}
+	for i := range *hs.more {
+		if h := &(*hs.more)[i]; h.src == id {
+			h.n++
 			return
 		}
 	}
-	hs.more = append(hs.more, holder{src: id, n: 1})
+	*hs.more = append(*hs.more, holder{src: id, n: 1})
 }
 
 // remove counts one block of engine id less under the key, and reports
@@ -33,27 +38,39 @@ func (hs *holders) add(id src) {
 func (hs *holders) remove(id src) (empty bool) {
 	if hs.first.n != 0 && hs.first.src == id {
 		hs.first.n--
-		if hs.first.n == 0 {
-			if last := len(hs.more) - 1; last >= 0 {
-				hs.first = hs.more[last]
-				hs.more = hs.more[:last]
-			}
+		if hs.first.n == 0 && hs.more != nil {
+			more := *hs.more
+			hs.first = more[len(more)-1]
+			hs.setMore(more[:len(more)-1])
 		}
 		return hs.first.n == 0
 	}
-	for i := range hs.more {
-		if hs.more[i].src != id {
+	if hs.more == nil {
+		return hs.first.n == 0
+	}
+	more := *hs.more
+	for i := range more {
+		if more[i].src != id {
 			continue
 		}
-		hs.more[i].n--
-		if hs.more[i].n == 0 {
-			last := len(hs.more) - 1
-			hs.more[i] = hs.more[last]
-			hs.more = hs.more[:last]
+		more[i].n--
+		if more[i].n == 0 {
+			last := len(more) - 1
+			more[i] = more[last]
+			hs.setMore(more[:last])
 		}
 		break
 	}
 	return hs.first.n == 0
+}
+
+// setMore keeps more, or none when it is empty.
+func (hs *holders) setMore(more []holder) {
+	if len(more) == 0 {
+		hs.more = nil
+		return
+	}
+	*hs.more = more
 }
 
 // has reports whether engine id holds the key.
@@ -64,10 +81,20 @@ func (hs *holders) has(id src) bool {
 	if hs.first.src == id {
 		return true
 	}
-	for i := range hs.more {
-		if hs.more[i].src == id {
-			return true
+	if hs.more != nil {
+		for _, h := range *hs.more {
+			if h.src == id {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// others returns the holders after the first.
+func (hs *holders) others() []holder {
+	if hs.more == nil {
+		return nil
+	}
+	return *hs.more
 }

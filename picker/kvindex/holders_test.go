@@ -11,7 +11,7 @@ func TestHoldersCountEachEngineOnce(t *testing.T) {
 	for _, id := range []src{a, b, a, c} {
 		hs.add(id)
 	}
-	if hs.first != (holder{src: a, n: 2}) || len(hs.more) != 2 {
+	if hs.first != (holder{src: a, n: 2}) || len(hs.others()) != 2 {
 		t.Fatalf("after a, b, a, c: %+v, want a twice first, then b and c", hs)
 	}
 	steps := []struct {

@@ -44,7 +44,7 @@ func (ix *Index) Lookup(tokens []uint32, adapter, salt string, dst []Hold) (hold
 			if hs.first.n != 0 {
 				runs = append(runs, run{src: hs.first.src})
 			}
-			for _, h := range hs.more {
+			for _, h := range hs.others() {
 				runs = append(runs, run{src: h.src})
 			}
 		}

@@ -50,6 +50,7 @@ func benchSets(quick bool) []benchSet {
 		{"./picker/scrape", "^Benchmark", bt},
 		{"./picker/extproc", "^Benchmark(Handle|HandleReplica|Exchange)$", bt},
 		{"./picker/kvindex", "^BenchmarkCatchUp$", bt},
+		{"./picker/kvindex", "^BenchmarkEventIndexMemory$", "1x"},
 	}
 }
 
