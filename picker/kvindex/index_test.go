@@ -199,39 +199,44 @@ func TestSaltedPromptsAreKeptApart(t *testing.T) {
 }
 
 // BenchmarkEventIndexMemory reports the heap the index takes per block a
-// worker holds: 16 workers each storing 512 prompts of 128 blocks (about a
-// million blocks in all), every prompt held by one worker, or by two (the
-// same tokens on two workers: one key, two holders).
+// worker holds: 16 workers each storing prompts of 128 blocks, every prompt
+// held by one worker, or by two (the same tokens on two workers: one key,
+// two holders). The index's tables double as they fill, so the cost per
+// block depends on where the count falls between two doublings: 51,200
+// blocks a worker is early after one, 65,536 just past one (the most), and
+// 89,600 late.
 func BenchmarkEventIndexMemory(b *testing.B) {
-	const workers, prompts, blocks = 16, 512, 128
-	for _, copies := range []int{1, 2} {
-		b.Run(fmt.Sprintf("holders=%d", copies), func(b *testing.B) {
-			batches := make([][]kvevents.Event, workers)
-			for w := range workers {
-				for p := range prompts {
-					owner := w / copies * copies // the worker whose tokens this prompt has
-					tokens := prompt(uint32(owner*prompts+p)*blocks*bs, blocks, -1)
-					batches[w] = append(batches[w], stored(uint64(w*prompts+p), tokens, 0, blocks, ""))
-				}
-			}
-			for b.Loop() {
-				runtime.GC()
-				var before, after runtime.MemStats
-				runtime.ReadMemStats(&before)
-				ix := New(0)
-				held := 0
+	const workers, blocks = 16, 128
+	for _, prompts := range []int{400, 512, 700} {
+		for _, copies := range []int{1, 2} {
+			b.Run(fmt.Sprintf("blocks=%d/holders=%d", workers*prompts*blocks, copies), func(b *testing.B) {
+				batches := make([][]kvevents.Event, workers)
 				for w := range workers {
-					ix.Apply(uint32(w+1), batches[w])
-					held += ix.Held(uint32(w + 1))
+					for p := range prompts {
+						owner := w / copies * copies // the worker whose tokens this prompt has
+						tokens := prompt(uint32(owner*prompts+p)*blocks*bs, blocks, -1)
+						batches[w] = append(batches[w], stored(uint64(w*prompts+p), tokens, 0, blocks, ""))
+					}
 				}
-				runtime.GC()
-				runtime.ReadMemStats(&after)
-				if held != workers*prompts*blocks {
-					b.Fatalf("%d blocks held, want %d", held, workers*prompts*blocks)
+				for b.Loop() {
+					runtime.GC()
+					var before, after runtime.MemStats
+					runtime.ReadMemStats(&before)
+					ix := New(0)
+					held := 0
+					for w := range workers {
+						ix.Apply(uint32(w+1), batches[w])
+						held += ix.Held(uint32(w + 1))
+					}
+					runtime.GC()
+					runtime.ReadMemStats(&after)
+					if held != workers*prompts*blocks {
+						b.Fatalf("%d blocks held, want %d", held, workers*prompts*blocks)
+					}
+					b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(held), "B/block")
+					runtime.KeepAlive(ix)
 				}
-				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(held), "B/block")
-				runtime.KeepAlive(ix)
-			}
-		})
+			})
+		}
 	}
 }

@@ -168,8 +168,9 @@ func (r *report) markdown(plotDir string) string {
 		w("stream over an in-process connection. `BenchmarkCatchUp` is off the request path: what a replica spends, as it\n")
 		w("subscribes to a pod, reading the KV-event batches the pod keeps (`--kv-events-replay-port`) over loopback into a\n")
 		w("fresh index, each batch a 2,048-token prefill step that evicts an older one; `BenchmarkEventIndexMemory` is the\n")
-		w("heap that index takes per block a worker holds (16 workers, a million blocks, each prompt on one worker or on\n")
-		w("two). ns/byte is ns/op per body byte (per batch byte for `BenchmarkCatchUp`; from `b.SetBytes`).\n\n")
+		w("heap that index takes per block a worker holds (16 workers, 0.8 to 1.4 million blocks, each prompt on one worker\n")
+		w("or on two; the most just after its tables double). ns/byte is ns/op per body byte (per batch byte for\n")
+		w("`BenchmarkCatchUp`; from `b.SetBytes`).\n\n")
 		w("| package | benchmark | runs | ns/op | ns/byte | B/op | allocs/op | other |\n|---|---|---:|---:|---:|---:|---:|---|\n")
 		for _, g := range r.gobench {
 			var other []string
