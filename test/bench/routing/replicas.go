@@ -82,6 +82,13 @@ func (c *Cluster) busy(ctx context.Context) []string {
 	return out
 }
 
+// answered reports whether the request ended in a complete 200 answer. The
+// client leaves as soon as it has read [DONE], which the gateway may see
+// before its last write: that is not a failure.
+func answered(r *gateway.Record) bool {
+	return r.Status == http.StatusOK && !r.Reset && r.ProcessingError == nil
+}
+
 // KillReport is what a replica kill in the middle of a run cost.
 type KillReport struct {
 	Replicas int
@@ -124,9 +131,7 @@ func RunKilling(ctx context.Context, c *Cluster, w *Workload, deadline, at time.
 	recs := c.Records()
 	for i := range recs {
 		r := &recs[i]
-		// The client leaves as soon as it has read [DONE], which the
-		// gateway may see before its last write: not a failure.
-		ok := r.Status == http.StatusOK && !r.Reset && r.ProcessingError == nil
+		ok := answered(r)
 		switch r.Picker {
 		case "":
 			rep.NoStream++
@@ -191,8 +196,8 @@ func RunRestarting(ctx context.Context, c *Cluster, w *Workload, deadline time.D
 	go func() {
 		for i, t := range at {
 			select {
-			case <-rctx.Done():
-				restarted <- rctx.Err()
+			case <-rctx.Done(): // the run failed, or ctx ended: Run says so
+				restarted <- nil
 				return
 			case <-time.After(time.Until(start.Add(time.Duration(float64(t) * scale)))):
 			}
@@ -216,7 +221,7 @@ func RunRestarting(ctx context.Context, c *Cluster, w *Workload, deadline time.D
 	}
 	recs := c.Records()
 	for i := range recs {
-		if r := &recs[i]; r.Status != http.StatusOK || r.Reset || r.ProcessingError != nil {
+		if !answered(&recs[i]) {
 			rep.Failed++
 		}
 	}
