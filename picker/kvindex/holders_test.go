@@ -6,12 +6,12 @@ import "testing"
 // one's blocks moves another into its place, and the key is empty only
 // once every block of every engine is gone.
 func TestHoldersCountEachEngineOnce(t *testing.T) {
-	a, b, c := src{id: 1}, src{id: 2}, src{id: 2, engine: 1}
+	a, b, c := src{id: 1}, src{id: 2}, src{id: 2, engine: MaxEngines - 1}
 	var hs holders
 	for _, id := range []src{a, b, a, c} {
 		hs.add(id)
 	}
-	if hs.first != (holder{src: a, n: 2}) || len(hs.others()) != 2 {
+	if hs.first.src() != a || hs.first.n() != 2 || len(hs.others()) != 2 {
 		t.Fatalf("after a, b, a, c: %+v, want a twice first, then b and c", hs)
 	}
 	steps := []struct {

@@ -35,13 +35,14 @@ type Index struct {
 	blockSize int                  // tokens per block, set by the first stored event
 	holders   map[uint64]holders   // block key -> engines holding it
 	workers   map[uint32][]*engine // worker -> its engines' blocks, by engine (nil: not followed)
-	adapters  map[string]int       // adapter name -> workers' blocks stored under it
+	adapters  adapterTable         // adapter names the workers' blocks are stored under
 	extraKeys bool                 // a stored block came with extra keys (SaltKeyed)
 	dropped   Dropped
 }
 
 // engine is the blocks of one engine of a worker: the server's hash of
-// each, mapped to the index's key, and the adapter it was stored under. A
+// each, mapped to the index's key, and the number of the adapter it was
+// stored under. A
 // worker has one engine, or several when its server fronts data-parallel
 // engines behind one port (vLLM's internal load balancer), each publishing
 // events of its own; their hashes may coincide, so each keeps its own.
@@ -55,17 +56,10 @@ type src struct {
 	engine uint32
 }
 
-// holder is an engine holding a block key under n of its server's hashes
-// (one, unless two of its blocks have the same tokens after the same
-// parent).
-type holder struct {
-	src
-	n uint32
-}
-
+// held is 16 bytes, so that an engine's map slot for a block is 24.
 type held struct {
 	key     uint64
-	adapter string
+	adapter uint32
 }
 
 // Dropped counts the events or blocks the index could not use.
@@ -81,21 +75,22 @@ type Dropped struct {
 }
 
 // New returns an empty index that keeps at most maxPerWorker blocks for one
-// worker (DefaultMaxBlocksPerWorker when maxPerWorker <= 0).
+// worker (DefaultMaxBlocksPerWorker when maxPerWorker <= 0; at most 2^26-1).
 func New(maxPerWorker int) *Index {
 	if maxPerWorker <= 0 {
 		maxPerWorker = DefaultMaxBlocksPerWorker
 	}
+	maxPerWorker = min(maxPerWorker, maxCount)
 	return &Index{
 		maxPerWorker: maxPerWorker,
 		holders:      map[uint64]holders{},
 		workers:      map[uint32][]*engine{},
-		adapters:     map[string]int{},
+		adapters:     newAdapterTable(),
 	}
 }
 
 // MaxEngines bounds the engines of one worker the index follows.
-const MaxEngines = 64
+const MaxEngines = 1 << engineBits
 
 // Apply applies one batch of a worker's events in order: those of its
 // server's only (or first) engine.
@@ -158,7 +153,8 @@ func (ix *Index) stored(id src, w *engine, ev *kvevents.Event) {
 		key = p.key
 	}
 	extra := ev.Extra
-	added := 0 // blocks now held under adapter, counted once at the end
+	var aid uint32 // the adapter's number, once a block is held under it
+	named := false
 	for i, h := range ev.Hashes {
 		key = chain(key, ev.TokenIDs[i*bs:(i+1)*bs])
 		if len(extra) > 0 && extra[0].Block == i {
@@ -176,12 +172,13 @@ func (ix *Index) stored(id src, w *engine, ev *kvevents.Event) {
 			ix.dropped.Full += int64(len(ev.Hashes) - i)
 			break
 		}
-		w.keys[h] = held{key: key, adapter: adapter}
+		if !named {
+			aid, named = ix.adapters.hold(adapter), true
+		} else {
+			ix.adapters.blocks[aid]++ // held since this event's first block
+		}
+		w.keys[h] = held{key: key, adapter: aid}
 		ix.hold(id, key)
-		added++
-	}
-	if added > 0 {
-		ix.adapters[adapter] += added
 	}
 }
 
@@ -210,10 +207,7 @@ func (ix *Index) drop(id src, b held) {
 	} else {
 		ix.holders[b.key] = hs
 	}
-	ix.adapters[b.adapter]--
-	if ix.adapters[b.adapter] <= 0 {
-		delete(ix.adapters, b.adapter)
-	}
+	ix.adapters.drop(b.adapter)
 }
 
 // Clear forgets everything the worker's engines hold.

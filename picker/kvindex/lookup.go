@@ -41,11 +41,11 @@ func (ix *Index) Lookup(tokens []uint32, adapter, salt string, dst []Hold) (hold
 		}
 		hs := ix.holders[key]
 		if i == 0 {
-			if hs.first.n != 0 {
-				runs = append(runs, run{src: hs.first.src})
+			if hs.first.n() != 0 {
+				runs = append(runs, run{src: hs.first.src()})
 			}
 			for _, h := range hs.others() {
-				runs = append(runs, run{src: h.src})
+				runs = append(runs, run{src: h.src()})
 			}
 		}
 		// An engine still in the run holds this block or its run ends at i.
@@ -106,5 +106,5 @@ func (ix *Index) perWorker(runs []run, dst []Hold) []Hold {
 func (ix *Index) Adapter(name string) bool {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	return ix.adapters[name] > 0
+	return ix.adapters.held(name)
 }

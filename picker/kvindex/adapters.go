@@ -1,0 +1,51 @@
+package kvindex
+
+// adapterTable numbers the adapter names blocks are stored under, so that
+// each block the index keeps carries four bytes for its adapter instead of
+// a string header. A name keeps its number while any worker holds a block
+// stored under it; a number freed is given to the next new name.
+type adapterTable struct {
+	ids    map[string]uint32
+	names  []string
+	blocks []int // by number: blocks held under the name
+	free   []uint32
+}
+
+func newAdapterTable() adapterTable { return adapterTable{ids: map[string]uint32{}} }
+
+// hold counts one more block stored under name and returns its number.
+func (t *adapterTable) hold(name string) uint32 {
+	id, ok := t.ids[name]
+	if !ok {
+		if n := len(t.free); n > 0 {
+			id = t.free[n-1]
+			t.free = t.free[:n-1]
+			t.names[id] = name
+		} else {
+			id = uint32(len(t.names))
+			t.names = append(t.names, name)
+			t.blocks = append(t.blocks, 0)
+		}
+		t.ids[name] = id
+	}
+	t.blocks[id]++
+	return id
+}
+
+// drop counts one block stored under number id less, and frees the number
+// with the name's last block.
+func (t *adapterTable) drop(id uint32) {
+	t.blocks[id]--
+	if t.blocks[id] > 0 {
+		return
+	}
+	delete(t.ids, t.names[id])
+	t.names[id] = ""
+	t.free = append(t.free, id)
+}
+
+// held reports whether any block is stored under name.
+func (t *adapterTable) held(name string) bool {
+	_, ok := t.ids[name]
+	return ok
+}
