@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -215,6 +216,7 @@ type gate struct {
 	release        chan struct{}
 	accepted, held atomic.Int64
 	peak           atomic.Int64
+	onAccept       func() // when set, called on each connection
 }
 
 func (g *gate) listen(t *testing.T, addr, target string) {
@@ -231,6 +233,9 @@ func (g *gate) listen(t *testing.T, addr, target string) {
 				return
 			}
 			g.accepted.Add(1)
+			if g.onAccept != nil {
+				g.onAccept()
+			}
 			n := g.held.Add(1)
 			for p := g.peak.Load(); n > p && !g.peak.CompareAndSwap(p, n); p = g.peak.Load() {
 			}
@@ -298,5 +303,52 @@ func TestReplaysWaitForASlot(t *testing.T) {
 				t.Errorf("%d replays begun at once, want %d", p, slots)
 			}
 		})
+	}
+}
+
+// TestAReplayPastItsTimeoutFails: a replay endpoint that takes the request
+// and never answers. Past the replay timeout the replay counts as failed
+// and the engine's blocks are forgotten, since what it missed is unknown; a
+// replay cut short because its stream ends (the worker left, or the picker
+// stops) is no failure of the endpoint's and is not counted.
+func TestAReplayPastItsTimeoutFails(t *testing.T) {
+	host := framework.Loopback(160, 1)[0]
+	addr := net.JoinHostPort(host, strconv.Itoa(framework.FreePortT(t, host)))
+	accepted := make(chan struct{}, 2)
+	g := &gate{release: make(chan struct{}), onAccept: func() { accepted <- struct{}{} }} // never released
+	g.listen(t, addr, startServer(t, "127.0.0.1", 10).replay.Addr().String())
+	a := prompt(1, 4, -1)
+
+	// follows is an engine that applied a's blocks and then missed batches.
+	follows := func(timeout time.Duration) (*Index, *stream) {
+		ix := New(0)
+		ix.Apply(1, []kvevents.Event{stored(1, a, 0, 4, "")})
+		return ix, &stream{s: &Subscriber{Index: ix, ReplayTimeout: timeout}, id: 1, replay: addr, begun: true, next: 3}
+	}
+	results := func(s *Subscriber) (got [replayResults]int64) {
+		for i := range got {
+			got[i] = s.replays[i].Load()
+		}
+		return got
+	}
+
+	ix, st := follows(50 * time.Millisecond)
+	st.catchUp(t.Context())
+	if got := results(st.s); got != [replayResults]int64{0, 0, 1} {
+		t.Errorf("past the timeout: replays by result %v, want one failed", got)
+	}
+	if n := ix.Held(1); n != 0 {
+		t.Errorf("past the timeout: %d blocks still held, want the engine's blocks forgotten", n)
+	}
+
+	_, st = follows(time.Minute)
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		<-accepted
+		cancel()
+	}()
+	st.catchUp(ctx)
+	if got := results(st.s); got != [replayResults]int64{} {
+		t.Errorf("stream ended during the replay: replays by result %v, want none counted", got)
 	}
 }

@@ -3,6 +3,8 @@ package kvindex
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"math"
 	"net"
 	"runtime"
@@ -42,7 +44,7 @@ type Subscriber struct {
 	// batches the engine still keeps, and a gap in the sequence numbers is
 	// filled from them, instead of the engine's blocks being forgotten.
 	ReplayPort int
-	// ReplayTimeout bounds one replay. Zero means 2 s.
+	// ReplayTimeout bounds one replay. Zero means DefaultReplayTimeout.
 	ReplayTimeout time.Duration
 	// ReplaySlots bounds the replays read at once, so that a replica
 	// starting beside many pods leaves cores to routing. Zero means half
@@ -88,6 +90,11 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	s.wg.Wait()
 	return nil
 }
+
+// DefaultReplayTimeout bounds one replay when the Subscriber is given no
+// bound: a server's default 10,000 kept batches are read and applied in
+// well under a second (docs/policy.md).
+const DefaultReplayTimeout = 2 * time.Second
 
 // Connected returns how many workers' events are subscribed to now.
 func (s *Subscriber) Connected() int { return int(s.connected.Load()) }
@@ -374,12 +381,12 @@ func (st *stream) catchUp(ctx context.Context) {
 	}
 	timeout := st.s.ReplayTimeout
 	if timeout <= 0 {
-		timeout = 2 * time.Second
+		timeout = DefaultReplayTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	from, begun, first, result := st.next, st.begun, true, replayWhole
-	err := kvevents.Replay(ctx, st.replay, from, func(seq uint64, payload []byte) error {
+	err := kvevents.Replay(rctx, st.replay, from, func(seq uint64, payload []byte) error {
 		if first && begun && seq != from {
 			result = replayTruncated
 			st.s.Index.ClearEngine(st.id, st.e)
@@ -391,9 +398,14 @@ func (st *stream) catchUp(ctx context.Context) {
 		return nil
 	})
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return // the stream ended (the worker left, or the picker stops): not the replay's failure
 	case err != nil:
 		result = replayFailed
-		st.log.V(2).Info("KV events not replayed; forgetting the worker's blocks", "err", err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("replay took longer than %v (--kv-events-replay-timeout): %w", timeout, err)
+		}
+		st.log.Info("KV events not replayed; forgetting the worker's blocks until its events tell them again", "endpoint", st.replay, "err", err)
 		st.s.Index.ClearEngine(st.id, st.e)
 	case first && begun: // nothing came back, not even the batch after the gap
 		result = replayTruncated

@@ -72,11 +72,13 @@ type Options struct {
 	// topic prefix subscribed to; TokenizeTimeout bounds one /tokenize.
 	// KVEventsReplayPort, when not 0, is where every model server replays
 	// the batches it keeps (vLLM's replay_endpoint): a subscription starts
-	// from them, and a gap is filled from them.
-	KVEventsPort       int
-	KVEventsTopic      string
-	KVEventsReplayPort int
-	TokenizeTimeout    time.Duration
+	// from them, and a gap is filled from them; KVEventsReplayTimeout
+	// bounds one replay.
+	KVEventsPort          int
+	KVEventsTopic         string
+	KVEventsReplayPort    int
+	KVEventsReplayTimeout time.Duration
+	TokenizeTimeout       time.Duration
 
 	// Keepalive of the ext_proc server: it pings a connection silent for
 	// KeepaliveTime and closes it (cancelling its streams, so their guards
@@ -173,6 +175,7 @@ func NewOptions() *Options {
 		KeepaliveMinTime:       5 * time.Second,
 		ExtProcTransport:       transportDirect,
 		TokenizeTimeout:        kvindex.DefaultTimeout,
+		KVEventsReplayTimeout:  kvindex.DefaultReplayTimeout,
 
 		HAMode: HAActiveActive,
 
@@ -212,6 +215,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.UintVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", o.GRPCMaxConcurrentStreams, "Most ext_proc streams (requests in flight) on one gateway connection, announced in HTTP/2 settings; a stream beyond it is refused, and the gateway opens another connection or waits. 0: no cap.")
 	fs.IntVar(&o.KVEventsPort, "kv-events-port", o.KVEventsPort, "Port on each model server pod where it publishes KV-cache events over ZeroMQ (vLLM's --kv-events-config endpoint, tcp://*:5557): the picker subscribes to every pod, learns which prompts each cache holds whichever replica routed them, and tokenizes a prompt it does not know with the servers' /tokenize. 0: off.")
 	fs.IntVar(&o.KVEventsReplayPort, "kv-events-replay-port", o.KVEventsReplayPort, "Port on each model server pod where it replays the KV-cache event batches it keeps (vLLM's --kv-events-config replay_endpoint, e.g. tcp://*:5558): a picker that (re)connects learns what the caches already hold, and one that missed batches reads them again instead of forgetting the pod's blocks. 0: off. Needs --kv-events-port.")
+	fs.DurationVar(&o.KVEventsReplayTimeout, "kv-events-replay-timeout", o.KVEventsReplayTimeout, "Longest a replay from one engine under --kv-events-replay-port may take; past it the replay counts as failed and the engine's blocks are forgotten until its events tell them again.")
 	fs.StringVar(&o.KVEventsTopic, "kv-events-topic", o.KVEventsTopic, "Topic prefix subscribed to on --kv-events-port (vLLM's kv-events-config topic); every topic when empty.")
 	fs.DurationVar(&o.TokenizeTimeout, "tokenize-timeout", o.TokenizeTimeout, "Longest wait for a model server's /tokenize under --kv-events-port; past it the prompt is routed on the picker's own index.")
 	fs.StringVar(&o.ExtProcTransport, "extproc-transport", o.ExtProcTransport, "HTTP/2 transport of the ext_proc service: direct (the picker's own: each connection's messages are handled on its reader, replies gathered into one write) or grpc (grpc-go's).")
@@ -394,6 +398,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--kv-events-replay-port %d is not a port (0 turns replay off)", o.KVEventsReplayPort))
 	case o.KVEventsReplayPort > 0 && o.KVEventsPort == 0:
 		errs = append(errs, fmt.Errorf("--kv-events-replay-port %d needs --kv-events-port", o.KVEventsReplayPort))
+	}
+	if o.KVEventsReplayTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--kv-events-replay-timeout %v must be positive", o.KVEventsReplayTimeout))
 	}
 	if o.TokenizeTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--tokenize-timeout %v must be positive", o.TokenizeTimeout))

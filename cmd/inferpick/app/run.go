@@ -160,7 +160,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 	var locator extproc.Locator
 	if o.KVEventsPort > 0 {
 		kvIndex := kvindex.New(0)
-		sub := &kvindex.Subscriber{Index: kvIndex, Port: o.KVEventsPort, Topic: o.KVEventsTopic, ReplayPort: o.KVEventsReplayPort, Log: log.WithName("kvevents")}
+		sub := &kvindex.Subscriber{Index: kvIndex, Port: o.KVEventsPort, Topic: o.KVEventsTopic, ReplayPort: o.KVEventsReplayPort, ReplayTimeout: o.KVEventsReplayTimeout, Log: log.WithName("kvevents")}
 		reg.AddListener(sub)
 		runnables = append(runnables, replicaRunnable{sub})
 		loc := kvindex.NewLocator(kvIndex, reg, o.TokenizeTimeout)

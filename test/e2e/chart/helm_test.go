@@ -190,6 +190,10 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"picker.kvEvents.replayPort=-1"},
 			want: []string{"kvEvents", "replayPort", "minimum"},
 		},
+		"bad replay timeout": {
+			sets: []string{"picker.kvEvents.replayTimeout=2"},
+			want: []string{"kvEvents", "replayTimeout"},
+		},
 		"bad tokenize timeout": {
 			sets: []string{"picker.kvEvents.tokenizeTimeout=soon"},
 			want: []string{"kvEvents", "tokenizeTimeout"},
