@@ -34,10 +34,10 @@ func FuzzParseTokens(f *testing.F) {
 }
 
 // FuzzIndex applies arbitrary events to two workers and checks the index's
-// bookkeeping: every block key's holders are exactly the workers whose
-// blocks map to it, every adapter name is numbered exactly while blocks
-// are held under it, and a lookup never reports more blocks than the
-// prompt has.
+// bookkeeping: every node an engine's table finds by its hash is in its
+// key's chain and no other node is, every adapter name is numbered exactly
+// while blocks are held under it, and a lookup never reports more blocks
+// than the prompt has.
 func FuzzIndex(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 2, 1, 1, 0, 3, 2, 2})
 	f.Add([]byte{0, 0, 0, 4, 0, 1, 4, 2, 1, 0, 3})
@@ -91,47 +91,74 @@ func FuzzIndex(f *testing.F) {
 
 func checkHolders(t *testing.T, ix *Index) {
 	t.Helper()
-	want := map[uint64]map[src]int{}
+	// Every node an engine's table names is the engine's, found by its
+	// hash, within the engine's bound.
+	live := map[uint32]bool{}
 	for id, es := range ix.workers {
-		live := 0
+		followed := 0
 		for e, w := range es {
 			if w == nil {
 				continue
 			}
-			live++
-			s := src{id: id, engine: uint32(e)}
-			for _, b := range w.keys {
-				if want[b.key] == nil {
-					want[b.key] = map[src]int{}
-				}
-				want[b.key][s]++
+			followed++
+			if w.src != (src{id: id, engine: uint32(e)}) || int(w.slot) >= len(ix.engines) || ix.engines[w.slot] != w {
+				t.Fatalf("worker %d engine %d: named %+v in slot %d, which holds another", id, e, w.src, w.slot)
 			}
-			if len(w.keys) > ix.maxPerWorker {
-				t.Fatalf("worker %d engine %d holds %d blocks, over its bound %d", id, e, len(w.keys), ix.maxPerWorker)
+			n := 0
+			for _, r := range w.blocks.slots {
+				if r == 0 {
+					continue
+				}
+				n++
+				nd := ix.nodes.at(r)
+				if nd.eng != w.slot || live[r] {
+					t.Fatalf("node %d (%+v) in the table of engine slot %d", r, *nd, w.slot)
+				}
+				if _, got := w.blocks.find(&ix.nodes, nd.hash); got != r {
+					t.Fatalf("engine slot %d: hash %d finds node %d, want %d", w.slot, nd.hash, got, r)
+				}
+				live[r] = true
+			}
+			if n != w.blocks.n || n > ix.maxPerWorker {
+				t.Fatalf("engine slot %d: %d nodes, counted %d, bound %d", w.slot, n, w.blocks.n, ix.maxPerWorker)
 			}
 		}
-		if live == 0 {
+		if followed == 0 {
 			t.Fatalf("worker %d kept with no engine", id)
 		}
 	}
-	got := map[uint64]map[src]int{}
-	for k, hs := range ix.holders {
-		got[k] = map[src]int{}
-		if hs.first.n() == 0 {
-			t.Fatalf("key %x kept with no holder first (%d more)", k, len(hs.others()))
-		}
-		if hs.more != nil && len(*hs.more) == 0 {
-			t.Fatalf("key %x keeps an empty list of more holders", k)
-		}
-		for _, h := range append([]holder{hs.first}, hs.others()...) {
-			if got[k][h.src()] != 0 || h.n() == 0 {
-				t.Fatalf("engine %+v listed twice or with no block for key %x", h.src(), k)
-			}
-			got[k][h.src()] = int(h.n())
+	for slot, w := range ix.engines {
+		if w != nil && ix.workers[w.src.id][w.src.engine] != w {
+			t.Fatalf("engine slot %d (%+v) is not its worker's", slot, w.src)
 		}
 	}
-	if diff := cmp.Diff(want, got, cmp.AllowUnexported(src{})); diff != "" {
-		t.Fatalf("holders (-from engines' blocks +index):\n%s", diff)
+	if len(live) != ix.nodes.live {
+		t.Fatalf("%d nodes in the engines' tables, %d handed out", len(live), ix.nodes.live)
+	}
+	// Every key's chain links, both ways, exactly the nodes of that key,
+	// and every node is in its key's chain.
+	chained, keys := 0, 0
+	for _, first := range ix.keys.slots {
+		if first == 0 {
+			continue
+		}
+		keys++
+		key := ix.nodes.at(first).key
+		if _, got := ix.keys.find(&ix.nodes, key); got != first {
+			t.Fatalf("key %x finds node %d, want %d", key, got, first)
+		}
+		prev := uint32(0)
+		for r := first; r != 0; r = ix.nodes.at(r).next {
+			nd := ix.nodes.at(r)
+			if !live[r] || nd.key != key || nd.prev != prev {
+				t.Fatalf("node %d (%+v) in the chain of key %x after node %d", r, *nd, key, prev)
+			}
+			chained++
+			prev = r
+		}
+	}
+	if chained != len(live) || keys != ix.keys.n {
+		t.Fatalf("%d nodes chained of %d, %d keys counted %d", chained, len(live), keys, ix.keys.n)
 	}
 }
 
@@ -141,16 +168,18 @@ func checkHolders(t *testing.T, ix *Index) {
 func checkAdapters(t *testing.T, ix *Index) {
 	t.Helper()
 	want := map[string]int{}
-	for _, es := range ix.workers {
-		for _, w := range es {
-			if w == nil {
+	for _, w := range ix.engines {
+		if w == nil {
+			continue
+		}
+		for _, r := range w.blocks.slots {
+			if r == 0 {
 				continue
 			}
-			for _, b := range w.keys {
-				if int(b.adapter) >= len(ix.adapters.names) {
-					t.Fatalf("block held under adapter number %d, beyond the table's %d", b.adapter, len(ix.adapters.names))
-				}
-				want[ix.adapters.names[b.adapter]]++
+			if a := ix.nodes.at(r).adapter; int(a) >= len(ix.adapters.names) {
+				t.Fatalf("block held under adapter number %d, beyond the table's %d", a, len(ix.adapters.names))
+			} else {
+				want[ix.adapters.names[a]]++
 			}
 		}
 	}

@@ -33,33 +33,31 @@ type Index struct {
 
 	mu        sync.RWMutex
 	blockSize int                  // tokens per block, set by the first stored event
-	holders   map[uint64]holders   // block key -> engines holding it
-	workers   map[uint32][]*engine // worker -> its engines' blocks, by engine (nil: not followed)
+	nodes     slab                 // every engine's blocks (store.go)
+	keys      refs                 // block key -> the first node of its chain
+	engines   []*engine            // by slot; nil: free
+	freeSlots []uint32             // slots of engines no longer followed
+	workers   map[uint32][]*engine // worker -> its engines, by engine number (nil: not followed)
 	adapters  adapterTable         // adapter names the workers' blocks are stored under
 	extraKeys bool                 // a stored block came with extra keys (SaltKeyed)
 	dropped   Dropped
 }
 
-// engine is the blocks of one engine of a worker: the server's hash of
-// each, mapped to the index's key, and the number of the adapter it was
-// stored under. A
-// worker has one engine, or several when its server fronts data-parallel
-// engines behind one port (vLLM's internal load balancer), each publishing
-// events of its own; their hashes may coincide, so each keeps its own.
+// engine is one engine of a worker and its blocks, found by the server's
+// hash of each. A worker has one engine, or several when its server fronts
+// data-parallel engines behind one port (vLLM's internal load balancer),
+// each publishing events of its own; their hashes may coincide, so each
+// engine keeps its own.
 type engine struct {
-	keys map[uint64]held
+	src    src
+	slot   uint32 // in Index.engines: the engine of its nodes
+	blocks refs
 }
 
 // src names an engine: the worker and the engine's number.
 type src struct {
 	id     uint32
 	engine uint32
-}
-
-// held is 16 bytes, so that an engine's map slot for a block is 24.
-type held struct {
-	key     uint64
-	adapter uint32
 }
 
 // Dropped counts the events or blocks the index could not use.
@@ -75,22 +73,21 @@ type Dropped struct {
 }
 
 // New returns an empty index that keeps at most maxPerWorker blocks for one
-// worker (DefaultMaxBlocksPerWorker when maxPerWorker <= 0; at most 2^26-1).
+// worker (DefaultMaxBlocksPerWorker when maxPerWorker <= 0).
 func New(maxPerWorker int) *Index {
 	if maxPerWorker <= 0 {
 		maxPerWorker = DefaultMaxBlocksPerWorker
 	}
-	maxPerWorker = min(maxPerWorker, maxCount)
 	return &Index{
 		maxPerWorker: maxPerWorker,
-		holders:      map[uint64]holders{},
+		keys:         refs{byKey: true},
 		workers:      map[uint32][]*engine{},
 		adapters:     newAdapterTable(),
 	}
 }
 
 // MaxEngines bounds the engines of one worker the index follows.
-const MaxEngines = 1 << engineBits
+const MaxEngines = 64
 
 // Apply applies one batch of a worker's events in order: those of its
 // server's only (or first) engine.
@@ -104,36 +101,46 @@ func (ix *Index) ApplyEngine(id uint32, e int, events []kvevents.Event) {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	s := src{id: id, engine: uint32(e)}
-	w := ix.engineLocked(s)
+	w := ix.engineLocked(src{id: id, engine: uint32(e)})
 	for i := range events {
 		switch ev := &events[i]; ev.Kind {
 		case kvevents.BlockStored:
-			ix.stored(s, w, ev)
+			ix.stored(w, ev)
 		case kvevents.BlockRemoved:
 			for _, h := range ev.Hashes {
-				ix.removed(s, w, h)
+				if pos, r := w.blocks.find(&ix.nodes, h); r != 0 {
+					ix.unhold(w, pos, r)
+				}
 			}
 		case kvevents.AllBlocksCleared:
-			ix.clearLocked(s, w)
+			ix.clearLocked(w)
 		}
 	}
 }
 
-// engineLocked returns the engine's blocks, made empty when new.
+// engineLocked returns the engine, followed from now on when new.
 func (ix *Index) engineLocked(s src) *engine {
 	es := ix.workers[s.id]
 	for len(es) <= int(s.engine) {
 		es = append(es, nil)
 	}
 	if es[s.engine] == nil {
-		es[s.engine] = &engine{keys: map[uint64]held{}}
+		w := &engine{src: s}
+		if n := len(ix.freeSlots); n > 0 {
+			w.slot = ix.freeSlots[n-1]
+			ix.freeSlots = ix.freeSlots[:n-1]
+			ix.engines[w.slot] = w
+		} else {
+			w.slot = uint32(len(ix.engines))
+			ix.engines = append(ix.engines, w)
+		}
+		es[s.engine] = w
 	}
 	ix.workers[s.id] = es
 	return es[s.engine]
 }
 
-func (ix *Index) stored(id src, w *engine, ev *kvevents.Event) {
+func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 	bs := ev.BlockSize
 	if ix.blockSize == 0 && bs > 0 {
 		ix.blockSize = bs
@@ -145,12 +152,12 @@ func (ix *Index) stored(id src, w *engine, ev *kvevents.Event) {
 	adapter := ev.LoraName
 	key := seed(adapter)
 	if ev.HasParent {
-		p, ok := w.keys[ev.Parent]
-		if !ok {
+		_, p := w.blocks.find(&ix.nodes, ev.Parent)
+		if p == 0 {
 			ix.dropped.Unchained += int64(len(ev.Hashes))
 			return
 		}
-		key = p.key
+		key = ix.nodes.at(p).key
 	}
 	extra := ev.Extra
 	var aid uint32 // the adapter's number, once a block is held under it
@@ -162,13 +169,13 @@ func (ix *Index) stored(id src, w *engine, ev *kvevents.Event) {
 			extra = extra[1:]
 			ix.extraKeys = true
 		}
-		if old, ok := w.keys[h]; ok {
-			if old.key == key {
+		if pos, old := w.blocks.find(&ix.nodes, h); old != 0 {
+			if ix.nodes.at(old).key == key {
 				continue
 			}
-			ix.removed(id, w, h)
+			ix.unhold(w, pos, old)
 		}
-		if len(w.keys) >= ix.maxPerWorker {
+		if w.blocks.n >= ix.maxPerWorker {
 			ix.dropped.Full += int64(len(ev.Hashes) - i)
 			break
 		}
@@ -177,46 +184,62 @@ func (ix *Index) stored(id src, w *engine, ev *kvevents.Event) {
 		} else {
 			ix.adapters.blocks[aid]++ // held since this event's first block
 		}
-		w.keys[h] = held{key: key, adapter: aid}
-		ix.hold(id, key)
+		ix.hold(w, h, key, aid)
 	}
 }
 
-// removed forgets that the engine holds the block the server names h.
-func (ix *Index) removed(id src, w *engine, h uint64) {
-	b, ok := w.keys[h]
-	if !ok {
+// hold records that the engine holds, under the server's hash h, the block
+// keyed key, stored under adapter number aid: a new node, first in its
+// key's chain.
+func (ix *Index) hold(w *engine, h, key uint64, aid uint32) {
+	r := ix.nodes.alloc()
+	nd := ix.nodes.at(r)
+	*nd = node{hash: h, key: key, eng: w.slot, adapter: aid}
+	w.blocks.insert(&ix.nodes, r)
+	pos, first := ix.keys.find(&ix.nodes, key)
+	if first == 0 {
+		ix.keys.insert(&ix.nodes, r)
 		return
 	}
-	delete(w.keys, h)
-	ix.drop(id, b)
+	nd.next = first
+	ix.nodes.at(first).prev = r
+	ix.keys.slots[pos] = r
 }
 
-// hold adds the engine to the key's holders.
-func (ix *Index) hold(id src, key uint64) {
-	hs := ix.holders[key]
-	hs.add(id)
-	ix.holders[key] = hs
+// unhold forgets node r, in slot pos of the engine's table.
+func (ix *Index) unhold(w *engine, pos int, r uint32) {
+	w.blocks.remove(&ix.nodes, pos)
+	ix.unchain(r)
 }
 
-// drop takes one of the engine's blocks off the key's holders.
-func (ix *Index) drop(id src, b held) {
-	hs := ix.holders[b.key]
-	if hs.remove(id) {
-		delete(ix.holders, b.key)
-	} else {
-		ix.holders[b.key] = hs
+// unchain takes node r off its key's chain, and the key off the index with
+// its last node, and frees the node.
+func (ix *Index) unchain(r uint32) {
+	nd := ix.nodes.at(r)
+	if nd.next != 0 {
+		ix.nodes.at(nd.next).prev = nd.prev
 	}
-	ix.adapters.drop(b.adapter)
+	if nd.prev != 0 {
+		ix.nodes.at(nd.prev).next = nd.next
+	} else {
+		pos, _ := ix.keys.find(&ix.nodes, nd.key)
+		if nd.next != 0 {
+			ix.keys.slots[pos] = nd.next
+		} else {
+			ix.keys.remove(&ix.nodes, pos)
+		}
+	}
+	ix.adapters.drop(nd.adapter)
+	ix.nodes.release(r)
 }
 
 // Clear forgets everything the worker's engines hold.
 func (ix *Index) Clear(id uint32) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	for e, w := range ix.workers[id] {
+	for _, w := range ix.workers[id] {
 		if w != nil {
-			ix.clearLocked(src{id: id, engine: uint32(e)}, w)
+			ix.clearLocked(w)
 		}
 	}
 }
@@ -230,16 +253,16 @@ func (ix *Index) ClearEngine(id uint32, e int) {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.clearLocked(src{id: id, engine: uint32(e)}, ix.engineLocked(src{id: id, engine: uint32(e)}))
+	ix.clearLocked(ix.engineLocked(src{id: id, engine: uint32(e)}))
 }
 
 // Remove forgets the worker.
 func (ix *Index) Remove(id uint32) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	for e, w := range ix.workers[id] {
+	for _, w := range ix.workers[id] {
 		if w != nil {
-			ix.clearLocked(src{id: id, engine: uint32(e)}, w)
+			ix.dropLocked(w)
 		}
 	}
 	delete(ix.workers, id)
@@ -254,7 +277,7 @@ func (ix *Index) RemoveEngine(id uint32, e int) {
 	if e < 0 || e >= len(es) || es[e] == nil {
 		return
 	}
-	ix.clearLocked(src{id: id, engine: uint32(e)}, es[e])
+	ix.dropLocked(es[e])
 	es[e] = nil
 	for _, w := range es {
 		if w != nil {
@@ -264,11 +287,23 @@ func (ix *Index) RemoveEngine(id uint32, e int) {
 	delete(ix.workers, id)
 }
 
-func (ix *Index) clearLocked(id src, w *engine) {
-	for _, b := range w.keys {
-		ix.drop(id, b)
+func (ix *Index) clearLocked(w *engine) {
+	if w.blocks.n == 0 {
+		return
 	}
-	clear(w.keys)
+	for _, r := range w.blocks.slots {
+		if r != 0 {
+			ix.unchain(r)
+		}
+	}
+	w.blocks.reset()
+}
+
+// dropLocked forgets the engine and frees its slot.
+func (ix *Index) dropLocked(w *engine) {
+	ix.clearLocked(w)
+	ix.engines[w.slot] = nil
+	ix.freeSlots = append(ix.freeSlots, w.slot)
 }
 
 // Held returns how many blocks the worker's cache holds, as its events
@@ -279,7 +314,7 @@ func (ix *Index) Held(id uint32) int {
 	n := 0
 	for _, w := range ix.workers[id] {
 		if w != nil {
-			n += len(w.keys)
+			n += w.blocks.n
 		}
 	}
 	return n
@@ -317,14 +352,7 @@ func (ix *Index) BlockSize() int {
 func (ix *Index) Stats() (blocks int, dropped Dropped) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	for _, es := range ix.workers {
-		for _, w := range es {
-			if w != nil {
-				blocks += len(w.keys)
-			}
-		}
-	}
-	return blocks, ix.dropped
+	return ix.nodes.live, ix.dropped
 }
 
 // Mixing constants: odd 64-bit values with well-spread bits.

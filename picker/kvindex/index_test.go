@@ -121,6 +121,62 @@ func TestLookup(t *testing.T) {
 	}
 }
 
+// TestLookupOverManyHolders: past 16 engines holding a prompt's first
+// block, each still gets its own run: 24 workers, the odd ones holding only
+// the first two of its four blocks.
+func TestLookupOverManyHolders(t *testing.T) {
+	a := prompt(1, 4, -1)
+	ix := New(0)
+	var want []Hold
+	for id := uint32(1); id <= 24; id++ {
+		n := 4 - 2*int(id%2)
+		ix.Apply(id, []kvevents.Event{stored(uint64(id), a, 0, n, "")})
+		want = append(want, Hold{Worker: id, Blocks: n})
+	}
+	got, _ := ix.Lookup(a, "", "", nil)
+	if diff := cmp.Diff(want, sorted(got)); diff != "" {
+		t.Errorf("holds (-want +got):\n%s", diff)
+	}
+}
+
+// TestABlockHeldUnderTwoHashes: an engine may hold the same tokens after
+// the same parent under two of its server's hashes, and another engine of
+// the worker under a third. The block stays held by the first engine until
+// both its hashes are removed, and the key is gone once every engine's are.
+// A worker of one engine holding the prompt under two hashes is one hold.
+func TestABlockHeldUnderTwoHashes(t *testing.T) {
+	a := prompt(1, 4, -1)
+	ix := New(0)
+	ix.ApplyEngine(1, 0, []kvevents.Event{stored(1, a, 0, 4, ""), stored(2, a, 0, 4, "")})
+	ix.ApplyEngine(1, 1, []kvevents.Event{stored(3, a, 0, 4, "")})
+	ix.Apply(2, []kvevents.Event{stored(4, a, 0, 4, ""), stored(5, a, 0, 4, "")})
+	hashes := func(p uint64) kvevents.Event { return removed(p*1000, p*1000+1, p*1000+2, p*1000+3) }
+	steps := []struct {
+		engine int
+		remove uint64
+		want   []Hold // the worker's mean over its two engines
+		held   int
+	}{
+		{want: []Hold{{Worker: 1, Blocks: 4}, {Worker: 2, Blocks: 4}}, held: 12},
+		{engine: 0, remove: 1, want: []Hold{{Worker: 1, Blocks: 4}, {Worker: 2, Blocks: 4}}, held: 8},
+		{engine: 0, remove: 2, want: []Hold{{Worker: 1, Blocks: 2}, {Worker: 2, Blocks: 4}}, held: 4},
+		{engine: 1, remove: 3, want: []Hold{{Worker: 2, Blocks: 4}}, held: 0},
+	}
+	for i, s := range steps {
+		if s.remove != 0 {
+			ix.ApplyEngine(1, s.engine, []kvevents.Event{hashes(s.remove)})
+		}
+		got, _ := ix.Lookup(a, "", "", nil)
+		if diff := cmp.Diff(s.want, sorted(got)); diff != "" || ix.Held(1) != s.held {
+			t.Errorf("step %d: %d blocks held (want %d), holds (-want +got):\n%s", i, ix.Held(1), s.held, diff)
+		}
+	}
+	ix.Remove(2)
+	if ix.keys.n != 0 || ix.nodes.live != 0 {
+		t.Errorf("after every removal: %d keys and %d nodes kept, want none", ix.keys.n, ix.nodes.live)
+	}
+}
+
 func TestRemoveForgetsAWorkerAndItsCounts(t *testing.T) {
 	ix := New(0)
 	a := prompt(1, 4, -1)
@@ -138,8 +194,8 @@ func TestRemoveForgetsAWorkerAndItsCounts(t *testing.T) {
 		t.Errorf("Held(1) = %d, Adapter(sql) = %v; want 0, true", ix.Held(1), ix.Adapter("sql"))
 	}
 	ix.Remove(2)
-	if n, _ := ix.Stats(); n != 0 || ix.Adapter("sql") || len(ix.holders) != 0 {
-		t.Errorf("after removing both: %d blocks, adapter known %v, %d keys; want none", n, ix.Adapter("sql"), len(ix.holders))
+	if n, _ := ix.Stats(); n != 0 || ix.Adapter("sql") || ix.keys.n != 0 {
+		t.Errorf("after removing both: %d blocks, adapter known %v, %d keys; want none", n, ix.Adapter("sql"), ix.keys.n)
 	}
 }
 
@@ -238,5 +294,35 @@ func BenchmarkEventIndexMemory(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkLookup is a lookup of a 2,048-token prompt (128 blocks of 16
+// tokens) that 1, 8 or all 16 workers hold, in an index of 100 other
+// prompts a worker: what a request whose prompt the picker's own index
+// does not know costs beyond its /tokenize.
+func BenchmarkLookup(b *testing.B) {
+	const workers, blocks, others = 16, 128, 100
+	for _, holders := range []int{1, 8, 16} {
+		b.Run(fmt.Sprintf("holders=%d", holders), func(b *testing.B) {
+			ix := New(0)
+			for w := range workers {
+				for p := range others {
+					tokens := prompt(uint32(1+w*others+p)*blocks*bs, blocks, -1)
+					ix.Apply(uint32(w+1), []kvevents.Event{stored(uint64(1+w*others+p), tokens, 0, blocks, "")})
+				}
+			}
+			shared := prompt(0, blocks, -1)
+			for w := range holders {
+				ix.Apply(uint32(w+1), []kvevents.Event{stored(0, shared, 0, blocks, "")})
+			}
+			var dst []Hold
+			for b.Loop() {
+				dst, _ = ix.Lookup(shared, "", "", dst)
+			}
+			if len(dst) != holders || dst[0].Blocks != blocks {
+				b.Fatalf("holds %+v, want %d workers of %d blocks", dst, holders, blocks)
+			}
+		})
 	}
 }

@@ -1,6 +1,11 @@
 package kvindex
 
-import "github.com/inferpick/inferpick/picker/kvevents"
+import (
+	"cmp"
+	"slices"
+
+	"github.com/inferpick/inferpick/picker/kvevents"
+)
 
 // Hold is how much of a prompt one worker's cache holds: its first Blocks
 // full blocks. For a worker whose server fronts several data-parallel
@@ -39,26 +44,24 @@ func (ix *Index) Lookup(tokens []uint32, adapter, salt string, dst []Hold) (hold
 		if i == 0 && salt != "" {
 			key = mix(key, salted)
 		}
-		hs := ix.holders[key]
+		_, first := ix.keys.find(&ix.nodes, key)
 		if i == 0 {
-			if hs.first.n() != 0 {
-				runs = append(runs, run{src: hs.first.src()})
+			for r := first; r != 0; r = ix.nodes.at(r).next {
+				runs = append(runs, run{eng: ix.nodes.at(r).eng})
 			}
-			for _, h := range hs.others() {
-				runs = append(runs, run{src: h.src()})
-			}
+			slices.SortFunc(runs, func(a, b run) int { return cmp.Compare(a.eng, b.eng) })
+			runs = slices.CompactFunc(runs, func(a, b run) bool { return a.eng == b.eng })
 		}
-		// An engine still in the run holds this block or its run ends at i.
+		// An engine whose run reached this block and holds it extends its
+		// run; the others' runs ended.
 		alive := 0
-		for j := range runs {
-			r := &runs[j]
-			if r.blocks < i {
-				continue // its run ended before
-			}
-			if hs.has(r.src) {
-				r.blocks = i + 1
+		for r := first; r != 0; {
+			nd := ix.nodes.at(r)
+			if j := findRun(runs, nd.eng); j >= 0 && runs[j].blocks == i {
+				runs[j].blocks = i + 1
 				alive++
 			}
+			r = nd.next
 		}
 		if alive == 0 {
 			break
@@ -67,9 +70,35 @@ func (ix *Index) Lookup(tokens []uint32, adapter, salt string, dst []Hold) (hold
 	return ix.perWorker(runs, dst), blocks
 }
 
+// findRun returns the index of engine eng's run in runs, sorted by engine,
+// or -1: by a scan when they are few, else by halving.
+func findRun(runs []run, eng uint32) int {
+	if len(runs) <= 16 {
+		for j := range runs {
+			if runs[j].eng == eng {
+				return j
+			}
+		}
+		return -1
+	}
+	lo, hi := 0, len(runs)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if runs[m].eng < eng {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(runs) && runs[lo].eng == eng {
+		return lo
+	}
+	return -1
+}
+
 // run is the leading blocks of a prompt one engine holds.
 type run struct {
-	src
+	eng    uint32 // the engine's slot
 	blocks int
 }
 
@@ -77,21 +106,22 @@ type run struct {
 // mean of its engines' runs when it has several.
 func (ix *Index) perWorker(runs []run, dst []Hold) []Hold {
 	for _, r := range runs {
-		if n := ix.enginesLocked(r.id); n > 1 {
+		id := ix.engines[r.eng].src.id
+		if n := ix.enginesLocked(id); n > 1 {
 			found := false
 			for j := range dst {
-				if dst[j].Worker == r.id {
+				if dst[j].Worker == id {
 					dst[j].Blocks += r.blocks
 					found = true
 					break
 				}
 			}
 			if !found {
-				dst = append(dst, Hold{Worker: r.id, Blocks: r.blocks})
+				dst = append(dst, Hold{Worker: id, Blocks: r.blocks})
 			}
 			continue
 		}
-		dst = append(dst, Hold{Worker: r.id, Blocks: r.blocks})
+		dst = append(dst, Hold{Worker: id, Blocks: r.blocks})
 	}
 	for j := range dst {
 		if n := ix.enginesLocked(dst[j].Worker); n > 1 {
