@@ -105,10 +105,7 @@ func checkHolders(t *testing.T, ix *Index) {
 				t.Fatalf("worker %d engine %d: named %+v in slot %d, which holds another", id, e, w.src, w.slot)
 			}
 			n := 0
-			for _, r := range w.blocks.slots {
-				if r == 0 {
-					continue
-				}
+			w.blocks.each(func(r uint32) {
 				n++
 				nd := ix.nodes.at(r)
 				if nd.eng != w.slot || live[r] {
@@ -118,7 +115,8 @@ func checkHolders(t *testing.T, ix *Index) {
 					t.Fatalf("engine slot %d: hash %d finds node %d, want %d", w.slot, nd.hash, got, r)
 				}
 				live[r] = true
-			}
+			})
+			checkParts(t, &w.blocks)
 			if n != w.blocks.n || n > ix.maxPerWorker {
 				t.Fatalf("engine slot %d: %d nodes, counted %d, bound %d", w.slot, n, w.blocks.n, ix.maxPerWorker)
 			}
@@ -137,11 +135,9 @@ func checkHolders(t *testing.T, ix *Index) {
 	}
 	// Every key's chain links, both ways, exactly the nodes of that key,
 	// and every node is in its key's chain.
+	checkParts(t, &ix.keys)
 	chained, keys := 0, 0
-	for _, first := range ix.keys.slots {
-		if first == 0 {
-			continue
-		}
+	ix.keys.each(func(first uint32) {
 		keys++
 		key := ix.nodes.at(first).key
 		if _, got := ix.keys.find(&ix.nodes, key); got != first {
@@ -156,7 +152,7 @@ func checkHolders(t *testing.T, ix *Index) {
 			chained++
 			prev = r
 		}
-	}
+	})
 	if chained != len(live) || keys != ix.keys.n {
 		t.Fatalf("%d nodes chained of %d, %d keys counted %d", chained, len(live), keys, ix.keys.n)
 	}
@@ -172,16 +168,13 @@ func checkAdapters(t *testing.T, ix *Index) {
 		if w == nil {
 			continue
 		}
-		for _, r := range w.blocks.slots {
-			if r == 0 {
-				continue
-			}
+		w.blocks.each(func(r uint32) {
 			if a := ix.nodes.at(r).adapter; int(a) >= len(ix.adapters.names) {
 				t.Fatalf("block held under adapter number %d, beyond the table's %d", a, len(ix.adapters.names))
 			} else {
 				want[ix.adapters.names[a]]++
 			}
-		}
+		})
 	}
 	got := map[string]int{}
 	for name, id := range ix.adapters.ids {
@@ -205,5 +198,28 @@ func checkAdapters(t *testing.T, ix *Index) {
 		if ix.Adapter(name) != (want[name] > 0) {
 			t.Fatalf("Adapter(%q) = %v with %d blocks held under it", name, ix.Adapter(name), want[name])
 		}
+	}
+}
+
+// checkParts checks that each part of the table counts its nodes and is
+// at most three quarters full.
+func checkParts(t *testing.T, tb *table) {
+	t.Helper()
+	total := 0
+	for i := range tb.parts {
+		p := &tb.parts[i]
+		n := 0
+		for _, r := range p.slots {
+			if r != 0 {
+				n++
+			}
+		}
+		if n != p.n || n*4 > len(p.slots)*3 {
+			t.Fatalf("part %d: %d nodes in %d slots, counted %d", i, n, len(p.slots), p.n)
+		}
+		total += n
+	}
+	if total != tb.n {
+		t.Fatalf("%d nodes in the parts, counted %d", total, tb.n)
 	}
 }

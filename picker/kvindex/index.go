@@ -34,7 +34,7 @@ type Index struct {
 	mu        sync.RWMutex
 	blockSize int                  // tokens per block, set by the first stored event
 	nodes     slab                 // every engine's blocks (store.go)
-	keys      refs                 // block key -> the first node of its chain
+	keys      table                // block key -> the first node of its chain
 	engines   []*engine            // by slot; nil: free
 	freeSlots []uint32             // slots of engines no longer followed
 	workers   map[uint32][]*engine // worker -> its engines, by engine number (nil: not followed)
@@ -51,7 +51,7 @@ type Index struct {
 type engine struct {
 	src    src
 	slot   uint32 // in Index.engines: the engine of its nodes
-	blocks refs
+	blocks table
 }
 
 // src names an engine: the worker and the engine's number.
@@ -80,11 +80,19 @@ func New(maxPerWorker int) *Index {
 	}
 	return &Index{
 		maxPerWorker: maxPerWorker,
-		keys:         refs{byKey: true},
+		keys:         newTable(keyTableBits, true),
 		workers:      map[uint32][]*engine{},
 		adapters:     newAdapterTable(),
 	}
 }
+
+// The parts of the key table and of an engine's: a part doubles on its
+// own, so the most a growth rehashes while applying events holds up
+// lookups is 1/256 of the keys, or 1/16 of an engine's blocks.
+const (
+	keyTableBits    = 8
+	engineTableBits = 4
+)
 
 // MaxEngines bounds the engines of one worker the index follows.
 const MaxEngines = 64
@@ -108,8 +116,8 @@ func (ix *Index) ApplyEngine(id uint32, e int, events []kvevents.Event) {
 			ix.stored(w, ev)
 		case kvevents.BlockRemoved:
 			for _, h := range ev.Hashes {
-				if pos, r := w.blocks.find(&ix.nodes, h); r != 0 {
-					ix.unhold(w, pos, r)
+				if at, r := w.blocks.find(&ix.nodes, h); r != 0 {
+					ix.unhold(w, at, r)
 				}
 			}
 		case kvevents.AllBlocksCleared:
@@ -125,7 +133,7 @@ func (ix *Index) engineLocked(s src) *engine {
 		es = append(es, nil)
 	}
 	if es[s.engine] == nil {
-		w := &engine{src: s}
+		w := &engine{src: s, blocks: newTable(engineTableBits, false)}
 		if n := len(ix.freeSlots); n > 0 {
 			w.slot = ix.freeSlots[n-1]
 			ix.freeSlots = ix.freeSlots[:n-1]
@@ -169,11 +177,11 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 			extra = extra[1:]
 			ix.extraKeys = true
 		}
-		if pos, old := w.blocks.find(&ix.nodes, h); old != 0 {
+		if at, old := w.blocks.find(&ix.nodes, h); old != 0 {
 			if ix.nodes.at(old).key == key {
 				continue
 			}
-			ix.unhold(w, pos, old)
+			ix.unhold(w, at, old)
 		}
 		if w.blocks.n >= ix.maxPerWorker {
 			ix.dropped.Full += int64(len(ev.Hashes) - i)
@@ -196,19 +204,19 @@ func (ix *Index) hold(w *engine, h, key uint64, aid uint32) {
 	nd := ix.nodes.at(r)
 	*nd = node{hash: h, key: key, eng: w.slot, adapter: aid}
 	w.blocks.insert(&ix.nodes, r)
-	pos, first := ix.keys.find(&ix.nodes, key)
+	at, first := ix.keys.find(&ix.nodes, key)
 	if first == 0 {
 		ix.keys.insert(&ix.nodes, r)
 		return
 	}
 	nd.next = first
 	ix.nodes.at(first).prev = r
-	ix.keys.slots[pos] = r
+	ix.keys.set(at, r)
 }
 
-// unhold forgets node r, in slot pos of the engine's table.
-func (ix *Index) unhold(w *engine, pos int, r uint32) {
-	w.blocks.remove(&ix.nodes, pos)
+// unhold forgets node r, in slot at of the engine's table.
+func (ix *Index) unhold(w *engine, at spot, r uint32) {
+	w.blocks.remove(&ix.nodes, at)
 	ix.unchain(r)
 }
 
@@ -222,11 +230,11 @@ func (ix *Index) unchain(r uint32) {
 	if nd.prev != 0 {
 		ix.nodes.at(nd.prev).next = nd.next
 	} else {
-		pos, _ := ix.keys.find(&ix.nodes, nd.key)
+		at, _ := ix.keys.find(&ix.nodes, nd.key)
 		if nd.next != 0 {
-			ix.keys.slots[pos] = nd.next
+			ix.keys.set(at, nd.next)
 		} else {
-			ix.keys.remove(&ix.nodes, pos)
+			ix.keys.remove(&ix.nodes, at)
 		}
 	}
 	ix.adapters.drop(nd.adapter)
@@ -291,11 +299,7 @@ func (ix *Index) clearLocked(w *engine) {
 	if w.blocks.n == 0 {
 		return
 	}
-	for _, r := range w.blocks.slots {
-		if r != 0 {
-			ix.unchain(r)
-		}
-	}
+	w.blocks.each(ix.unchain)
 	w.blocks.reset()
 }
 

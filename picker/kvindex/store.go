@@ -5,8 +5,8 @@ package kvindex
 // hash of a block (for removals and parents), and one for every engine, by
 // the index's key of a block, naming the first node of the key's chain (the
 // engines holding it). A block an engine holds costs its 32-byte node and a
-// 4-byte slot in each table at most three quarters full: 40 to 48 bytes,
-// where two Go maps took 68 to 107.
+// 4-byte slot in each table, at most three quarters full: about 40 to 53
+// bytes (BenchmarkEventIndexMemory).
 
 // node is a block one engine holds under one of its server's hashes.
 type node struct {
@@ -59,95 +59,142 @@ func (s *slab) release(i uint32) {
 	s.free = i
 }
 
-// refs is an open-addressed table of node numbers (0: an empty slot), each
-// found by its node's hash or, with byKey, its node's key. Linear probing
-// from a multiplicative hash of the word, at most three quarters full;
-// a removal shifts the slots after it back, so no tombstones are left.
-type refs struct {
-	slots []uint32
-	shift uint8 // 64 - log2(len(slots))
+// table is an open-addressed table of node numbers, each found by its
+// node's hash or, with byKey, its node's key. It is split in parts by the
+// top bits of a multiplicative hash of that word, each part a power of two
+// of slots (0: empty) at most three quarters full, probed linearly from the
+// hash's next bits; a part doubles on its own, so growing rehashes a part's
+// nodes, not the table's. A removal shifts the slots after it back, so no
+// tombstones are left.
+type table struct {
+	parts []part
+	bits  uint8 // log2(len(parts))
 	n     int
 	byKey bool
 }
 
-func (t *refs) word(s *slab, r uint32) uint64 {
+type part struct {
+	slots []uint32
+	shift uint8 // 64 - log2(len(slots))
+	n     int
+}
+
+// spot is a slot of a table: the part and the index in it.
+type spot struct {
+	p *part
+	i int
+}
+
+func newTable(bits uint8, byKey bool) table {
+	return table{parts: make([]part, 1<<bits), bits: bits, byKey: byKey}
+}
+
+func (t *table) word(s *slab, r uint32) uint64 {
 	if t.byKey {
 		return s.at(r).key
 	}
 	return s.at(r).hash
 }
 
-func (t *refs) home(w uint64) int { return int((w * m0) >> t.shift) }
+// locate returns the part of hash h = word × m0, and where in it h's
+// probe starts.
+func (t *table) locate(h uint64) (*part, int) {
+	p := &t.parts[h>>(64-t.bits)&(1<<t.bits-1)]
+	return p, int(h << t.bits >> p.shift)
+}
 
-// find returns the number of the node whose word is w, and the slot it is
-// in; 0 when there is none.
-func (t *refs) find(s *slab, w uint64) (pos int, r uint32) {
-	if t.n == 0 {
-		return -1, 0
+// find returns the number of the node whose word is w, and its slot; 0
+// when there is none.
+func (t *table) find(s *slab, w uint64) (spot, uint32) {
+	p, i := t.locate(w * m0)
+	if p.n == 0 {
+		return spot{}, 0
 	}
-	mask := len(t.slots) - 1
-	for i := t.home(w); ; i = (i + 1) & mask {
-		r := t.slots[i]
+	mask := len(p.slots) - 1
+	for ; ; i = (i + 1) & mask {
+		r := p.slots[i]
 		if r == 0 {
-			return -1, 0
+			return spot{}, 0
 		}
 		if t.word(s, r) == w {
-			return i, r
+			return spot{p, i}, r
 		}
 	}
 }
 
 // insert adds node r, whose word no node in the table has.
-func (t *refs) insert(s *slab, r uint32) {
-	if (t.n+1)*4 > len(t.slots)*3 {
-		t.grow(s)
+func (t *table) insert(s *slab, r uint32) {
+	h := t.word(s, r) * m0
+	p, _ := t.locate(h)
+	if (p.n+1)*4 > len(p.slots)*3 {
+		t.grow(s, p)
 	}
-	t.place(s, r)
+	t.place(s, p, r)
+	p.n++
 	t.n++
 }
 
-func (t *refs) place(s *slab, r uint32) {
-	mask := len(t.slots) - 1
-	i := t.home(t.word(s, r))
-	for t.slots[i] != 0 {
+func (t *table) place(s *slab, p *part, r uint32) {
+	_, i := t.locate(t.word(s, r) * m0)
+	mask := len(p.slots) - 1
+	for p.slots[i] != 0 {
 		i = (i + 1) & mask
 	}
-	t.slots[i] = r
+	p.slots[i] = r
 }
 
-func (t *refs) grow(s *slab) {
-	old := t.slots
+func (t *table) grow(s *slab, p *part) {
+	old := p.slots
 	size := max(2*len(old), 8)
-	t.slots = make([]uint32, size)
-	t.shift = uint8(64 - log2(size))
+	p.slots = make([]uint32, size)
+	p.shift = uint8(64 - log2(size))
 	for _, r := range old {
 		if r != 0 {
-			t.place(s, r)
+			t.place(s, p, r)
 		}
 	}
 }
 
-// remove empties slot pos, moving back each slot after it that its home
-// allows, up to the next empty one.
-func (t *refs) remove(s *slab, pos int) {
-	mask := len(t.slots) - 1
-	i := pos
-	for j := (i + 1) & mask; t.slots[j] != 0; j = (j + 1) & mask {
-		h := t.home(t.word(s, t.slots[j]))
-		// The slot at j may move to i unless its home lies in (i, j],
+// set puts node r in slot at, in place of the node there.
+func (t *table) set(at spot, r uint32) { at.p.slots[at.i] = r }
+
+// remove empties slot at, moving back each slot after it that its probe's
+// start allows, up to the next empty one.
+func (t *table) remove(s *slab, at spot) {
+	p := at.p
+	mask := len(p.slots) - 1
+	i := at.i
+	for j := (i + 1) & mask; p.slots[j] != 0; j = (j + 1) & mask {
+		_, h := t.locate(t.word(s, p.slots[j]) * m0)
+		// The slot at j may move to i unless its start lies in (i, j],
 		// cyclically.
 		if (i < j && (h <= i || h > j)) || (j < i && h <= i && h > j) {
-			t.slots[i] = t.slots[j]
+			p.slots[i] = p.slots[j]
 			i = j
 		}
 	}
-	t.slots[i] = 0
+	p.slots[i] = 0
+	p.n--
 	t.n--
 }
 
+// each calls f with every node in the table.
+func (t *table) each(f func(r uint32)) {
+	for pi := range t.parts {
+		for _, r := range t.parts[pi].slots {
+			if r != 0 {
+				f(r)
+			}
+		}
+	}
+}
+
 // reset empties the table, keeping its slots.
-func (t *refs) reset() {
-	clear(t.slots)
+func (t *table) reset() {
+	for pi := range t.parts {
+		clear(t.parts[pi].slots)
+		t.parts[pi].n = 0
+	}
 	t.n = 0
 }
 
