@@ -13,7 +13,7 @@ FUZZTIME=${1:-10s}
 shift || true
 PKGS=("$@")
 if [[ ${#PKGS[@]} -eq 0 ]]; then
-  PKGS=(./picker/... ./cmd/vllm-sim/... ./test/gateway/... ./test/framework/... ./hack/migrate-values/...)
+  PKGS=(./picker/... ./cmd/inferpick/... ./cmd/vllm-sim/... ./test/gateway/... ./test/framework/... ./hack/migrate-values/...)
 fi
 export GOTOOLCHAIN=local
 

@@ -53,6 +53,7 @@ func Run(ctx context.Context, o *Options) error {
 	ctrl.SetLogger(log)
 	ctx = logr.NewContext(ctx, log)
 	logWarnings(log, o.Warnings)
+	setMemoryLimit(log, "/sys/fs/cgroup")
 
 	tracer, stopTracing, err := startTracing(ctx, o.Tracing)
 	if err != nil {
