@@ -49,7 +49,7 @@ func benchSets(quick bool) []benchSet {
 		{"./picker/registry", "^BenchmarkPublish$", bt},
 		{"./picker/scrape", "^Benchmark", bt},
 		{"./picker/extproc", "^Benchmark(Handle|HandleReplica|Exchange)$", bt},
-		{"./picker/kvindex", "^BenchmarkCatchUp$", bt},
+		{"./picker/kvindex", "^Benchmark(CatchUp|Lookup)$", bt},
 		{"./picker/kvindex", "^BenchmarkEventIndexMemory$", "1x"},
 	}
 }

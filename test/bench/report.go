@@ -167,10 +167,12 @@ func (r *report) markdown(plotDir string) string {
 		w("its capacity and each pick there inserts and evicts half a prompt. `BenchmarkExchange` adds a real gRPC\n")
 		w("stream over an in-process connection. `BenchmarkCatchUp` is off the request path: what a replica spends, as it\n")
 		w("subscribes to a pod, reading the KV-event batches the pod keeps (`--kv-events-replay-port`) over loopback into a\n")
-		w("fresh index, each batch a 2,048-token prefill step that evicts an older one; `BenchmarkEventIndexMemory` is the\n")
-		w("heap that index takes per block a worker holds (16 workers, 0.8 to 1.4 million blocks, each prompt on one worker\n")
-		w("or on two; the most just after its tables double). ns/byte is ns/op per body byte (per batch byte for\n")
-		w("`BenchmarkCatchUp`; from `b.SetBytes`).\n\n")
+		w("fresh index, each batch a 2,048-token prefill step that evicts an older one; `BenchmarkLookup` is a lookup there\n")
+		w("of a 2,048-token prompt that 1, 8 or 16 of 16 workers hold, what a request whose prompt the picker's own index\n")
+		w("does not know costs beyond its `/tokenize`; `BenchmarkEventIndexMemory` is the heap that index takes per block a\n")
+		w("worker holds (16 workers, 0.8 to 1.4 million blocks, each prompt on one worker or on two; the most just after a\n")
+		w("part of its tables doubles). ns/byte is ns/op per body byte (per batch byte for `BenchmarkCatchUp`; from\n")
+		w("`b.SetBytes`).\n\n")
 		w("| package | benchmark | runs | ns/op | ns/byte | B/op | allocs/op | other |\n|---|---|---:|---:|---:|---:|---:|---|\n")
 		for _, g := range r.gobench {
 			var other []string
