@@ -326,3 +326,23 @@ func BenchmarkLookup(b *testing.B) {
 		})
 	}
 }
+
+// TestAClearedEngineLetsItsSlotsGo: an engine whose events were
+// interrupted keeps no table sized for what it held, and is filled again
+// from its next events.
+func TestAClearedEngineLetsItsSlotsGo(t *testing.T) {
+	ix := New(0)
+	a := prompt(1, 256, -1)
+	ix.Apply(1, []kvevents.Event{stored(1, a, 0, 256, "")})
+	ix.ClearEngine(1, 0)
+	w := ix.workers[1][0]
+	for i := range w.blocks.parts {
+		if n := len(w.blocks.parts[i].slots); n != 0 {
+			t.Fatalf("part %d keeps %d slots after the clear", i, n)
+		}
+	}
+	ix.Apply(1, []kvevents.Event{stored(1, a, 0, 256, "")})
+	if got, _ := ix.Lookup(a, "", "", nil); len(got) != 1 || got[0].Blocks != 256 {
+		t.Errorf("after storing again: holds %+v, want worker 1 with 256 blocks", got)
+	}
+}

@@ -189,11 +189,11 @@ func (t *table) each(f func(r uint32)) {
 	}
 }
 
-// reset empties the table, keeping its slots.
+// reset empties the table and lets its slots go: an engine cleared is
+// filled again from its events, growing back only as far as they take it.
 func (t *table) reset() {
 	for pi := range t.parts {
-		clear(t.parts[pi].slots)
-		t.parts[pi].n = 0
+		t.parts[pi] = part{}
 	}
 	t.n = 0
 }
