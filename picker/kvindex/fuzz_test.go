@@ -202,7 +202,8 @@ func checkAdapters(t *testing.T, ix *Index) {
 }
 
 // checkParts checks that each part of the table counts its nodes and is
-// at most three quarters full.
+// at most three quarters full and, past its first 8 slots, at least an
+// eighth.
 func checkParts(t *testing.T, tb *table) {
 	t.Helper()
 	total := 0
@@ -214,7 +215,7 @@ func checkParts(t *testing.T, tb *table) {
 				n++
 			}
 		}
-		if n != p.n || n*4 > len(p.slots)*3 {
+		if n != p.n || n*4 > len(p.slots)*3 || (len(p.slots) > 8 && n*8 < len(p.slots)) {
 			t.Fatalf("part %d: %d nodes in %d slots, counted %d", i, n, len(p.slots), p.n)
 		}
 		total += n
@@ -222,4 +223,62 @@ func checkParts(t *testing.T, tb *table) {
 	if total != tb.n {
 		t.Fatalf("%d nodes in the parts, counted %d", total, tb.n)
 	}
+}
+
+// FuzzTable inserts and removes arbitrary words in a table of few parts,
+// enough for its parts to double and halve, and checks it against a map:
+// every word present is found at its node and no other is, and each part
+// keeps its count and load.
+func FuzzTable(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 128, 129, 130, 131})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		var s slab
+		tb := newTable(2, false)
+		want := map[uint64]uint32{}
+		for i, op := range ops {
+			w := uint64(op&0x7f) * 0x9e37 // 128 words
+			if op&0x80 == 0 {
+				// Insert the word, or, when present, a run of the next ones.
+				for k := uint64(0); k < 1+uint64(i%7)*8; k++ {
+					w := w + k*0x10001
+					if _, ok := want[w]; ok {
+						continue
+					}
+					r := s.alloc()
+					s.at(r).hash = w
+					tb.insert(&s, r)
+					want[w] = r
+				}
+				continue
+			}
+			for w2, r := range want { // remove this word and every other one with its parity
+				if w2 == w || w2&1 == w&1 {
+					at, got := tb.find(&s, w2)
+					if got != r {
+						t.Fatalf("word %d found at node %d, want %d", w2, got, r)
+					}
+					tb.remove(&s, at)
+					s.release(r)
+					delete(want, w2)
+				}
+			}
+		}
+		checkParts(t, &tb)
+		if tb.n != len(want) {
+			t.Fatalf("table counts %d words, want %d", tb.n, len(want))
+		}
+		for w, r := range want {
+			if _, got := tb.find(&s, w); got != r {
+				t.Fatalf("word %d found at node %d, want %d", w, got, r)
+			}
+		}
+		for op := range 256 {
+			w := uint64(op) * 0x7f4a
+			if _, ok := want[w]; !ok {
+				if _, got := tb.find(&s, w); got != 0 {
+					t.Fatalf("absent word %d found at node %d", w, got)
+				}
+			}
+		}
+	})
 }

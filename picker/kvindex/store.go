@@ -64,8 +64,8 @@ func (s *slab) release(i uint32) {
 // top bits of a multiplicative hash of that word, each part a power of two
 // of slots (0: empty) at most three quarters full, probed linearly from the
 // hash's next bits; a part doubles on its own, so growing rehashes a part's
-// nodes, not the table's. A removal shifts the slots after it back, so no
-// tombstones are left.
+// nodes, not the table's, and halves once under an eighth full. A removal
+// shifts the slots after it back, so no tombstones are left.
 type table struct {
 	parts []part
 	bits  uint8 // log2(len(parts))
@@ -143,9 +143,11 @@ func (t *table) place(s *slab, p *part, r uint32) {
 	p.slots[i] = r
 }
 
-func (t *table) grow(s *slab, p *part) {
+func (t *table) grow(s *slab, p *part) { t.resize(s, p, max(2*len(p.slots), 8)) }
+
+// resize moves the part's nodes to size slots.
+func (t *table) resize(s *slab, p *part, size int) {
 	old := p.slots
-	size := max(2*len(old), 8)
 	p.slots = make([]uint32, size)
 	p.shift = uint8(64 - log2(size))
 	for _, r := range old {
@@ -176,6 +178,9 @@ func (t *table) remove(s *slab, at spot) {
 	p.slots[i] = 0
 	p.n--
 	t.n--
+	if len(p.slots) > 8 && p.n*8 < len(p.slots) {
+		t.resize(s, p, len(p.slots)/2)
+	}
 }
 
 // each calls f with every node in the table.
