@@ -258,10 +258,11 @@ func TestSaltedPromptsAreKeptApart(t *testing.T) {
 // BenchmarkEventIndexMemory reports the heap the index takes per block a
 // worker holds: 16 workers each storing prompts of 128 blocks, every prompt
 // held by one worker, or by two (the same tokens on two workers: one key,
-// two holders). The index's tables double as they fill, so the cost per
-// block depends on where the count falls between two doublings: 51,200
-// blocks a worker is early after one, 65,536 just past one (the most), and
-// 89,600 late. Each prompt is stored as a batch of its own, and the
+// two holders). The parts of the index's tables double as they fill, so
+// the cost per block depends on where the count falls between two
+// doublings: at 51,200 blocks a worker the parts have just doubled (the
+// most), at 65,536 they are half full, at 89,600 near the next doubling.
+// Each prompt is stored as a batch of its own, and the
 // longest batch is reported: the one whose store caught a table's growth.
 func BenchmarkEventIndexMemory(b *testing.B) {
 	const workers, blocks = 16, 128
