@@ -202,7 +202,7 @@ func checkAdapters(t *testing.T, ix *Index) {
 }
 
 // checkParts checks that each part of the table counts its nodes and is
-// at most three quarters full and, past its first 8 slots, at least an
+// at most three quarters full and, past minShrink slots, at least an
 // eighth.
 func checkParts(t *testing.T, tb *table) {
 	t.Helper()
@@ -215,7 +215,7 @@ func checkParts(t *testing.T, tb *table) {
 				n++
 			}
 		}
-		if n != p.n || n*4 > len(p.slots)*3 || (len(p.slots) > 8 && n*8 < len(p.slots)) {
+		if n != p.n || n*4 > len(p.slots)*3 || (len(p.slots) > minShrink && n*8 < len(p.slots)) {
 			t.Fatalf("part %d: %d nodes in %d slots, counted %d", i, n, len(p.slots), p.n)
 		}
 		total += n

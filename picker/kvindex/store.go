@@ -64,7 +64,8 @@ func (s *slab) release(i uint32) {
 // top bits of a multiplicative hash of that word, each part a power of two
 // of slots (0: empty) at most three quarters full, probed linearly from the
 // hash's next bits; a part doubles on its own, so growing rehashes a part's
-// nodes, not the table's, and halves once under an eighth full. A removal
+// nodes, not the table's, and halves once under an eighth full (from 128
+// slots up). A removal
 // shifts the slots after it back, so no tombstones are left.
 type table struct {
 	parts []part
@@ -157,6 +158,11 @@ func (t *table) resize(s *slab, p *part, size int) {
 	}
 }
 
+// minShrink is the fewest slots a part halves from: below it a part that
+// empties and fills again, as a small cache's does at every prefill step,
+// would be reallocated each time.
+const minShrink = 64
+
 // set puts node r in slot at, in place of the node there.
 func (t *table) set(at spot, r uint32) { at.p.slots[at.i] = r }
 
@@ -178,7 +184,7 @@ func (t *table) remove(s *slab, at spot) {
 	p.slots[i] = 0
 	p.n--
 	t.n--
-	if len(p.slots) > 8 && p.n*8 < len(p.slots) {
+	if len(p.slots) > minShrink && p.n*8 < len(p.slots) {
 		t.resize(s, p, len(p.slots)/2)
 	}
 }
