@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -176,11 +178,11 @@ func (r *report) markdown(plotDir string) string {
 		w("| package | benchmark | runs | ns/op | ns/byte | B/op | allocs/op | other |\n|---|---|---:|---:|---:|---:|---:|---|\n")
 		for _, g := range r.gobench {
 			var other []string
-			for unit, v := range g.Median {
+			for _, unit := range slices.Sorted(maps.Keys(g.Median)) { // the same order in every row
 				switch unit {
 				case "ns/op", "B/op", "allocs/op", "MB/s":
 				default:
-					other = append(other, fmt.Sprintf("%.1f %s", v, unit))
+					other = append(other, fmt.Sprintf("%.1f %s", g.Median[unit], unit))
 				}
 			}
 			nsb := "–"
