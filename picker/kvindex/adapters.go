@@ -32,6 +32,9 @@ func (t *adapterTable) hold(name string) uint32 {
 	return id
 }
 
+// holdAgain counts one more block under number id, which a block holds.
+func (t *adapterTable) holdAgain(id uint32) { t.blocks[id]++ }
+
 // drop counts one block stored under number id less, and frees the number
 // with the name's last block.
 func (t *adapterTable) drop(id uint32) {

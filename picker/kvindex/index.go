@@ -190,7 +190,7 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 		if !named {
 			aid, named = ix.adapters.hold(adapter), true
 		} else {
-			ix.adapters.blocks[aid]++ // held since this event's first block
+			ix.adapters.holdAgain(aid) // held since this event's first block
 		}
 		ix.hold(w, h, key, aid)
 	}

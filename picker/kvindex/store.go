@@ -100,7 +100,7 @@ func (t *table) word(s *slab, r uint32) uint64 {
 // locate returns the part of hash h = word × m0, and where in it h's
 // probe starts.
 func (t *table) locate(h uint64) (*part, int) {
-	p := &t.parts[h>>(64-t.bits)&(1<<t.bits-1)]
+	p := &t.parts[h>>(64-t.bits)] // 0 when bits is 0: a shift by 64 clears every bit
 	return p, int(h << t.bits >> p.shift)
 }
 
