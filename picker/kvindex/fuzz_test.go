@@ -48,11 +48,11 @@ func FuzzIndex(f *testing.F) {
 			op, arg := ops[0], ops[1]
 			ops = ops[2:]
 			id, e := uint32(op&1)+1, int(op>>7)*5 // worker 1 or 2, engine 0 or 5 (a node's engines need not start at 0)
-			switch op >> 1 % 5 {
+			switch op >> 1 % 6 {
 			case 0: // store blocks [from, from+n) of prompt p
 				p, from := uint64(arg>>6), int(arg>>3&7)
 				to := min(8, from+int(arg&7)+1)
-				adapter := []string{"", "a", "b"}[(op>>1)/5%3]
+				adapter := []string{"", "a", "b"}[(op>>1)/6%3]
 				ev := stored(p, tokens, from, to, adapter)
 				if p&1 == 1 && from == 0 { // a salted prompt's first run
 					ev.Extra = []kvevents.ExtraKeys{kvevents.SaltKeys("s")}
@@ -74,6 +74,10 @@ func FuzzIndex(f *testing.F) {
 				}
 			case 4:
 				ix.ApplyEngine(id, e, []kvevents.Event{{Kind: kvevents.AllBlocksCleared}})
+			case 5: // move the arg-th live node, as compacting the slab does
+				if ix.nodes.live > 0 {
+					ix.move(liveNode(&ix.nodes, int(arg)%ix.nodes.live))
+				}
 			}
 		}
 		checkHolders(t, ix)
@@ -133,6 +137,7 @@ func checkHolders(t *testing.T, ix *Index) {
 	if len(live) != ix.nodes.live {
 		t.Fatalf("%d nodes in the engines' tables, %d handed out", len(live), ix.nodes.live)
 	}
+	checkSlab(t, &ix.nodes)
 	// Every key's chain links, both ways, exactly the nodes of that key,
 	// and every node is in its key's chain.
 	checkParts(t, &ix.keys)
@@ -155,6 +160,61 @@ func checkHolders(t *testing.T, ix *Index) {
 	})
 	if chained != len(live) || keys != ix.keys.n {
 		t.Fatalf("%d nodes chained of %d, %d keys counted %d", chained, len(live), keys, ix.keys.n)
+	}
+}
+
+// liveNode returns the number of the k-th node handed out.
+func liveNode(s *slab, k int) uint32 {
+	for i := uint32(1); ; i++ {
+		if !s.isFree(i) {
+			if k == 0 {
+				return i
+			}
+			k--
+		}
+	}
+}
+
+// checkSlab checks each chunk's free list and count, and that the slab
+// finds the lowest chunk with a free node.
+func checkSlab(t *testing.T, s *slab) {
+	t.Helper()
+	total, lowest := 0, -1
+	for c := range s.chunks {
+		first := uint32(0)
+		if c == 0 {
+			first = 1
+		}
+		free := 0
+		for i := s.meta[c].free; i != 0; i = s.at(i).next {
+			if int(i>>chunkBits) != c || !s.isFree(i) || free >= chunkSize {
+				t.Fatalf("chunk %d: free list reaches node %d (%+v)", c, i, *s.at(i))
+			}
+			free++
+		}
+		marked := 0
+		for j := first; j < chunkSize; j++ {
+			if s.isFree(uint32(c<<chunkBits) | j) {
+				marked++
+			}
+		}
+		live := int(chunkSize-first) - free
+		if marked != free || live != int(s.meta[c].live) {
+			t.Fatalf("chunk %d: %d free listed, %d marked, %d live counted %d", c, free, marked, live, s.meta[c].live)
+		}
+		if has := s.room[c/64]&(1<<(c%64)) != 0; has != (free > 0) {
+			t.Fatalf("chunk %d: %d free, room bit %v", c, free, has)
+		}
+		if free > 0 && lowest < 0 {
+			lowest = c
+		}
+		total += live
+	}
+	if total != s.live || len(s.room) != (len(s.chunks)+63)/64 {
+		t.Fatalf("%d live in the chunks, counted %d; %d room words for %d chunks", total, s.live, len(s.room), len(s.chunks))
+	}
+	if got := s.lowest(); got != lowest {
+		t.Fatalf("lowest chunk with room %d, want %d", got, lowest)
 	}
 }
 
@@ -245,7 +305,7 @@ func FuzzTable(f *testing.F) {
 						continue
 					}
 					r := s.alloc()
-					s.at(r).hash = w
+					*s.at(r) = node{hash: w}
 					tb.insert(&s, r)
 					want[w] = r
 				}
@@ -265,6 +325,7 @@ func FuzzTable(f *testing.F) {
 			}
 		}
 		checkParts(t, &tb)
+		checkSlab(t, &s)
 		if tb.n != len(want) {
 			t.Fatalf("table counts %d words, want %d", tb.n, len(want))
 		}

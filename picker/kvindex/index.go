@@ -109,6 +109,7 @@ func (ix *Index) ApplyEngine(id uint32, e int, events []kvevents.Event) {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	defer ix.compact()
 	w := ix.engineLocked(src{id: id, engine: uint32(e)})
 	for i := range events {
 		switch ev := &events[i]; ev.Kind {
@@ -241,10 +242,68 @@ func (ix *Index) unchain(r uint32) {
 	ix.nodes.release(r)
 }
 
+// compact moves the nodes left in the slab's top chunk down, at most
+// compactMoves of them in one call, and lets the top chunk go once it is
+// empty, while the chunks below would stay at most half full: so the slab
+// shrinks after pods leave or evict, with no pause longer than a few moves
+// under the write lock, and does not shrink only to grow again. Every write
+// ends with it.
+func (ix *Index) compact() {
+	s := &ix.nodes
+	for moves := 0; len(s.chunks) > minChunks; {
+		top := len(s.chunks) - 1
+		if s.live*2 > top*chunkSize {
+			return
+		}
+		base := uint32(top << chunkBits)
+		for j := uint32(0); j < chunkSize && s.meta[top].live > 0; j++ {
+			if moves == compactMoves {
+				return
+			}
+			if !s.isFree(base + j) {
+				ix.move(base + j)
+				moves++
+			}
+		}
+		s.dropTop()
+	}
+}
+
+// The slab keeps minChunks chunks (32 KiB) however empty, and compact
+// moves at most compactMoves nodes in a call: 50 to 110 µs of the write
+// lock in BenchmarkEventIndexMemory, against 0.7 to 4 ms for a batch whose
+// store doubles a part of a table.
+const (
+	minChunks    = 2
+	compactMoves = 128
+)
+
+// move puts node r's block in the lowest free node and frees r, so every
+// table and chain that named r names the new node.
+func (ix *Index) move(r uint32) {
+	d := ix.nodes.alloc()
+	nd := ix.nodes.at(d)
+	*nd = *ix.nodes.at(r)
+	w := ix.engines[nd.eng]
+	at, _ := w.blocks.find(&ix.nodes, nd.hash)
+	w.blocks.set(at, d)
+	if nd.prev != 0 {
+		ix.nodes.at(nd.prev).next = d
+	} else {
+		at, _ := ix.keys.find(&ix.nodes, nd.key)
+		ix.keys.set(at, d)
+	}
+	if nd.next != 0 {
+		ix.nodes.at(nd.next).prev = d
+	}
+	ix.nodes.release(r)
+}
+
 // Clear forgets everything the worker's engines hold.
 func (ix *Index) Clear(id uint32) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	defer ix.compact()
 	for _, w := range ix.workers[id] {
 		if w != nil {
 			ix.clearLocked(w)
@@ -261,6 +320,7 @@ func (ix *Index) ClearEngine(id uint32, e int) {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	defer ix.compact()
 	ix.clearLocked(ix.engineLocked(src{id: id, engine: uint32(e)}))
 }
 
@@ -268,6 +328,7 @@ func (ix *Index) ClearEngine(id uint32, e int) {
 func (ix *Index) Remove(id uint32) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	defer ix.compact()
 	for _, w := range ix.workers[id] {
 		if w != nil {
 			ix.dropLocked(w)
@@ -281,6 +342,7 @@ func (ix *Index) Remove(id uint32) {
 func (ix *Index) RemoveEngine(id uint32, e int) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	defer ix.compact()
 	es := ix.workers[id]
 	if e < 0 || e >= len(es) || es[e] == nil {
 		return

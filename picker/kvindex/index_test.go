@@ -3,6 +3,7 @@ package kvindex
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -264,6 +265,9 @@ func TestSaltedPromptsAreKeptApart(t *testing.T) {
 // most), at 65,536 they are half full, at 89,600 near the next doubling.
 // Each prompt is stored as a batch of its own, and the
 // longest batch is reported: the one whose store caught a table's growth.
+// Then three pods in four leave, and what the blocks of those that stay
+// cost once the index has shrunk is reported, with the longest batch
+// while it shrank.
 func BenchmarkEventIndexMemory(b *testing.B) {
 	const workers, blocks = 16, 128
 	for _, prompts := range []int{400, 512, 700} {
@@ -299,6 +303,26 @@ func BenchmarkEventIndexMemory(b *testing.B) {
 					}
 					b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(held), "B/block")
 					b.ReportMetric(float64(slowest.Microseconds()), "µs/slowest-batch")
+					// Then the first 12 pods leave: the nodes of the last
+					// four, stored after theirs, are moved down a few at
+					// each of their batches (empty ones here) until the
+					// slab is at least half full.
+					for w := range workers - 4 {
+						ix.Remove(uint32(w + 1))
+					}
+					var longest time.Duration
+					for chunks := -1; chunks != len(ix.nodes.chunks); {
+						chunks = len(ix.nodes.chunks)
+						for w := workers - 4; w < workers; w++ {
+							start := time.Now()
+							ix.Apply(uint32(w+1), nil)
+							longest = max(longest, time.Since(start))
+						}
+					}
+					runtime.GC()
+					runtime.ReadMemStats(&after)
+					b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(4*prompts*blocks), "B/block-after-scale-down")
+					b.ReportMetric(float64(longest.Microseconds()), "µs/slowest-compacting-batch")
 					runtime.KeepAlive(ix)
 				}
 			})
@@ -353,5 +377,58 @@ func TestAClearedEngineLetsItsSlotsGo(t *testing.T) {
 	ix.Apply(1, []kvevents.Event{stored(1, a, 0, 256, "")})
 	if got, _ := ix.Lookup(a, "", "", nil); len(got) != 1 || got[0].Blocks != 256 {
 		t.Errorf("after storing again: holds %+v, want worker 1 with 256 blocks", got)
+	}
+}
+
+// TestTheSlabShrinksAfterPodsLeave: when most pods leave, the nodes their
+// blocks took are given back, down to a slab at most half full, while the
+// blocks of the pods that stay are found as before. The pods store their
+// prompts a step at a time, in turns, so every chunk holds every pod's
+// nodes, and all of them hold a shared prompt, so its keys' chains are
+// long.
+func TestTheSlabShrinksAfterPodsLeave(t *testing.T) {
+	const pods, blocks, step, shared = 10, 400, 16, 64
+	ix := New(0)
+	common := prompt(1<<24, shared, -1)
+	own := make([][]uint32, pods+1)
+	for id := uint32(1); id <= pods; id++ {
+		own[id] = prompt(id<<16, blocks, -1)
+		ix.Apply(id, []kvevents.Event{stored(1, common, 0, shared, "")})
+	}
+	for from := 0; from < blocks; from += step {
+		for id := uint32(1); id <= pods; id++ {
+			ix.Apply(id, []kvevents.Event{stored(uint64(id)+1, own[id], from, from+step, "a")})
+		}
+	}
+	grown := len(ix.nodes.chunks)
+	lookups := func() [][]Hold { // the holds of the pods that stay
+		var out [][]Hold
+		for _, p := range [][]uint32{common, own[1], own[2]} {
+			for _, adapter := range []string{"", "a"} {
+				h, _ := ix.Lookup(p, adapter, "", nil)
+				h = slices.DeleteFunc(h, func(h Hold) bool { return h.Worker > 2 })
+				out = append(out, sorted(h))
+			}
+		}
+		return out
+	}
+	before := lookups()
+	for id := uint32(3); id <= pods; id++ {
+		ix.Remove(id)
+	}
+	for range 2 * grown { // each write moves at most compactMoves nodes
+		ix.Apply(1, []kvevents.Event{removed(1 << 40)})
+	}
+	checkHolders(t, ix)
+	checkAdapters(t, ix)
+	live := ix.nodes.live
+	if live != 2*(blocks+shared) {
+		t.Fatalf("%d blocks held, want %d", live, 2*(blocks+shared))
+	}
+	if want := max(minChunks, (2*live+chunkSize-1)/chunkSize); len(ix.nodes.chunks) > want {
+		t.Errorf("%d chunks kept for %d blocks (%d before the pods left), want at most %d", len(ix.nodes.chunks), live, grown, want)
+	}
+	if diff := cmp.Diff(before, lookups()); diff != "" {
+		t.Errorf("lookups after the slab shrank (-before +after):\n%s", diff)
 	}
 }

@@ -1,5 +1,7 @@
 package kvindex
 
+import "math/bits"
+
 // The index keeps its blocks as nodes in one slab, found through two
 // open-addressed tables of node numbers: each engine's, by the server's
 // hash of a block (for removals and parents), and one for every engine, by
@@ -24,39 +26,104 @@ const (
 	chunkMask = chunkSize - 1
 )
 
-// slab hands out nodes by number from chunks that never move, so a node's
-// address stays valid while the slab grows. Number 0 is never handed out:
-// it means none.
+// freeEng marks a free node in place of an engine's slot.
+const freeEng = ^uint32(0)
+
+// slab hands out nodes by number from chunks that do not move while they
+// are kept, so a node's address stays valid while the slab grows. It hands
+// out the lowest chunk's free nodes first, so that as blocks come and go
+// the nodes gather in the low chunks and the top ones empty (Index.compact
+// moves the last of them down and lets the top chunk go). Number 0 is never
+// handed out: it means none.
 type slab struct {
 	chunks []*[chunkSize]node
-	used   uint32 // numbers handed out at least once, counting 0
-	free   uint32 // the first free node, 0: none
+	meta   []chunkMeta // by chunk
+	room   []uint64    // bit c: chunk c has a free node
+	low    int         // no word of room below this one has a bit set
 	live   int
+}
+
+// chunkMeta is a chunk's free list and count, kept apart from its nodes so
+// that a chunk is exactly a size class (16 KiB).
+type chunkMeta struct {
+	free uint32 // the chunk's first free node, 0: none
+	live int32
 }
 
 func (s *slab) at(i uint32) *node { return &s.chunks[i>>chunkBits][i&chunkMask] }
 
+// isFree reports whether node i is free.
+func (s *slab) isFree(i uint32) bool { return s.at(i).eng == freeEng }
+
 func (s *slab) alloc() uint32 {
+	c := s.lowest()
+	if c < 0 {
+		c = s.add()
+	}
+	m := &s.meta[c]
+	i := m.free
+	m.free = s.at(i).next
+	if m.free == 0 {
+		s.room[c/64] &^= 1 << (c % 64)
+	}
+	m.live++
 	s.live++
-	if i := s.free; i != 0 {
-		s.free = s.at(i).next
-		return i
-	}
-	if s.used == 0 {
-		s.used = 1
-	}
-	i := s.used
-	if int(i>>chunkBits) == len(s.chunks) {
-		s.chunks = append(s.chunks, new([chunkSize]node))
-	}
-	s.used++
 	return i
 }
 
 func (s *slab) release(i uint32) {
+	c := int(i >> chunkBits)
+	m := &s.meta[c]
+	*s.at(i) = node{next: m.free, eng: freeEng}
+	m.free = i
+	m.live--
 	s.live--
-	*s.at(i) = node{next: s.free}
-	s.free = i
+	s.room[c/64] |= 1 << (c % 64)
+	s.low = min(s.low, c/64)
+}
+
+// lowest returns the lowest chunk with a free node, -1 when none has.
+func (s *slab) lowest() int {
+	for ; s.low < len(s.room); s.low++ {
+		if w := s.room[s.low]; w != 0 {
+			return s.low*64 + bits.TrailingZeros64(w)
+		}
+	}
+	return -1
+}
+
+// add appends a chunk of free nodes, the lowest first in its free list, and
+// returns its number.
+func (s *slab) add() int {
+	c := len(s.chunks)
+	ch := new([chunkSize]node)
+	next := uint32(0)
+	for j := chunkSize - 1; j >= 0; j-- {
+		if c == 0 && j == 0 {
+			break // number 0 means none
+		}
+		ch[j] = node{next: next, eng: freeEng}
+		next = uint32(c<<chunkBits | j)
+	}
+	s.chunks = append(s.chunks, ch)
+	s.meta = append(s.meta, chunkMeta{free: next})
+	if c/64 == len(s.room) {
+		s.room = append(s.room, 0)
+	}
+	s.room[c/64] |= 1 << (c % 64)
+	s.low = min(s.low, c/64)
+	return c
+}
+
+// dropTop lets the top chunk, whose nodes are all free, go.
+func (s *slab) dropTop() {
+	c := len(s.chunks) - 1
+	s.chunks[c] = nil
+	s.chunks, s.meta = s.chunks[:c], s.meta[:c]
+	s.room[c/64] &^= 1 << (c % 64)
+	if c%64 == 0 {
+		s.room = s.room[:c/64]
+	}
 }
 
 // table is an open-addressed table of node numbers, each found by its
@@ -86,8 +153,9 @@ type spot struct {
 	i int
 }
 
-func newTable(bits uint8, byKey bool) table {
-	return table{parts: make([]part, 1<<bits), bits: bits, byKey: byKey}
+// newTable returns a table of 2^partBits parts.
+func newTable(partBits uint8, byKey bool) table {
+	return table{parts: make([]part, 1<<partBits), bits: partBits, byKey: byKey}
 }
 
 func (t *table) word(s *slab, r uint32) uint64 {
