@@ -16,6 +16,7 @@ func sampleBatch() Batch {
 			BlockSize: 4, LoraName: "sql", LoraID: 2, HasLora: true, Medium: "GPU"},
 		{Kind: BlockStored, Hashes: []uint64{5, 6}, TokenIDs: []uint32{1, 2, 3, 4, 5, 6, 7, 8}, BlockSize: 4, LoraName: "sql",
 			LoraID: 2, HasLora: true, Medium: "GPU", Extra: []ExtraKeys{SaltKeys("tenant-a")}},
+		{Kind: BlockStored, Hashes: []uint64{7, 9}, Medium: "CPU"}, // an offloading tier's copy: no tokens, no parent, block size 0
 		{Kind: BlockRemoved, Hashes: []uint64{7}, Medium: "CPU"},
 		{Kind: AllBlocksCleared},
 	}}

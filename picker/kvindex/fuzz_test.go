@@ -59,7 +59,11 @@ func FuzzIndex(f *testing.F) {
 				}
 				ix.ApplyEngine(id, e, []kvevents.Event{ev})
 			case 1:
-				ix.ApplyEngine(id, e, []kvevents.Event{removed(uint64(arg>>6)*1000 + uint64(arg&7))})
+				ev := removed(uint64(arg>>6)*1000 + uint64(arg&7))
+				if arg&8 != 0 {
+					ev.Medium = "CPU" // an offloaded copy's eviction
+				}
+				ix.ApplyEngine(id, e, []kvevents.Event{ev})
 			case 2:
 				if e == 0 {
 					ix.Clear(id)

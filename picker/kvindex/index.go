@@ -14,6 +14,7 @@ package kvindex
 
 import (
 	"math/bits"
+	"strings"
 	"sync"
 
 	"github.com/inferpick/inferpick/picker/kvevents"
@@ -70,6 +71,10 @@ type Dropped struct {
 	Malformed int64
 	// Full are stored blocks over a worker's bound.
 	Full int64
+	// Offloaded are blocks stored in a tier other than the GPU's, as
+	// vLLM's KV offloading publishes them (medium "CPU" and others): a
+	// prompt is credited only with what the GPU holds.
+	Offloaded int64
 }
 
 // New returns an empty index that keeps at most maxPerWorker blocks for one
@@ -112,7 +117,16 @@ func (ix *Index) ApplyEngine(id uint32, e int, events []kvevents.Event) {
 	defer ix.compact()
 	w := ix.engineLocked(src{id: id, engine: uint32(e)})
 	for i := range events {
-		switch ev := &events[i]; ev.Kind {
+		ev := &events[i]
+		if ev.Kind != kvevents.AllBlocksCleared && !onGPU(ev.Medium) {
+			// An offloading tier's blocks are not indexed, and its
+			// evictions (the same hashes) leave the GPU's copies alone.
+			if ev.Kind == kvevents.BlockStored {
+				ix.dropped.Offloaded += int64(len(ev.Hashes))
+			}
+			continue
+		}
+		switch ev.Kind {
 		case kvevents.BlockStored:
 			ix.stored(w, ev)
 		case kvevents.BlockRemoved:
@@ -126,6 +140,10 @@ func (ix *Index) ApplyEngine(id uint32, e int, events []kvevents.Event) {
 		}
 	}
 }
+
+// onGPU reports whether an event's medium is the GPU's: "GPU", or none,
+// as servers that predate the field publish.
+func onGPU(medium string) bool { return medium == "" || strings.EqualFold(medium, "GPU") }
 
 // engineLocked returns the engine, followed from now on when new.
 func (ix *Index) engineLocked(s src) *engine {

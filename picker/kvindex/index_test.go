@@ -432,3 +432,44 @@ func TestTheSlabShrinksAfterPodsLeave(t *testing.T) {
 		t.Errorf("lookups after the slab shrank (-before +after):\n%s", diff)
 	}
 }
+
+// TestOffloadedBlocksLeaveTheGPUsAlone: with vLLM's KV offloading a server
+// also publishes the blocks it copies to another tier (no tokens, no
+// parent, medium "CPU") and their evictions there, under the GPU blocks'
+// hashes. Neither is indexed: the GPU's blocks stay as the GPU's events
+// say, and the copies are counted as offloaded, not malformed.
+func TestOffloadedBlocksLeaveTheGPUsAlone(t *testing.T) {
+	a := prompt(1, 6, -1)
+	gpu := stored(1, a, 0, 6, "")
+	gpu.Medium = "GPU"
+	hashes := gpu.Hashes
+	ix := New(0)
+	ix.Apply(1, []kvevents.Event{
+		gpu,
+		{Kind: kvevents.BlockStored, Hashes: hashes, Medium: "CPU"},
+		{Kind: kvevents.BlockRemoved, Hashes: hashes, Medium: "CPU"},
+		{Kind: kvevents.BlockRemoved, Hashes: hashes[2:], Medium: "cpu"},
+		{Kind: kvevents.BlockStored, Hashes: hashes[:2], BlockSize: 4 * bs, Medium: "DISK"},
+	})
+	held := func() int {
+		h, _ := ix.Lookup(a, "", "", nil)
+		if len(h) == 0 {
+			return 0
+		}
+		return h[0].Blocks
+	}
+	if got := held(); got != 6 {
+		t.Fatalf("after the copies' events: worker 1 holds %d blocks, want the GPU's 6", got)
+	}
+	if _, d := ix.Stats(); d != (Dropped{Offloaded: 8}) {
+		t.Errorf("dropped %+v, want the 8 offloaded copies alone", d)
+	}
+	ix.Apply(1, []kvevents.Event{{Kind: kvevents.BlockRemoved, Hashes: hashes[3:4], Medium: "gpu"}})
+	if got := held(); got != 3 {
+		t.Errorf("after the GPU evicts block 3: %d blocks held, want 3", got)
+	}
+	ix.Apply(1, []kvevents.Event{removed(hashes[1])}) // a server that names no medium: the GPU's
+	if got := held(); got != 1 {
+		t.Errorf("after an eviction naming no medium: %d blocks held, want 1", got)
+	}
+}
