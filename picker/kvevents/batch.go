@@ -51,6 +51,14 @@ type Event struct {
 	// Extra are the extra_keys of a BlockStored's blocks beyond the
 	// adapter's name, for the blocks that have any, in block order.
 	Extra []ExtraKeys
+	// Group is the KV-cache group of the blocks (group_idx), when
+	// HasGroup: a server of a hybrid model keeps one group per kind of
+	// layer (full attention, sliding window, Mamba) and publishes each
+	// group's blocks under the same hashes. SpecKind is the group's kind
+	// (kv_cache_spec_kind) as a BlockStored names it, "" when absent.
+	Group    int64
+	HasGroup bool
+	SpecKind string
 }
 
 // ExtraKeys is what a server mixes into one stored block's hash besides its
@@ -230,7 +238,7 @@ func (ev *Event) keepFieldsOfKind() {
 	case BlockStored:
 		return
 	case BlockRemoved:
-		*ev = Event{Kind: ev.Kind, Hashes: ev.Hashes, Medium: ev.Medium, TokenIDs: ev.TokenIDs[:0]}
+		*ev = Event{Kind: ev.Kind, Hashes: ev.Hashes, Medium: ev.Medium, TokenIDs: ev.TokenIDs[:0], Group: ev.Group, HasGroup: ev.HasGroup}
 	default:
 		*ev = Event{Kind: ev.Kind, Hashes: ev.Hashes[:0], TokenIDs: ev.TokenIDs[:0]}
 	}
@@ -239,8 +247,8 @@ func (ev *Event) keepFieldsOfKind() {
 // arrayFields are the fields of each kind in declaration order, as an
 // array_like struct lists them after its tag.
 var arrayFields = map[Kind][]string{
-	BlockStored:  {"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys"},
-	BlockRemoved: {"block_hashes", "medium"},
+	BlockStored:  {"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind"},
+	BlockRemoved: {"block_hashes", "medium", "group_idx"},
 }
 
 // field decodes the named field into ev, skipping names it does not use.
@@ -270,6 +278,15 @@ func field(r *reader, ev *Event, name string) error {
 		ev.LoraName, err = r.name()
 	case "extra_keys":
 		ev.Extra, err = extraKeys(r, ev.Extra[:0], ev.LoraName)
+	case "group_idx":
+		ev.HasGroup = false
+		if !r.nil() {
+			var v uint64
+			v, err = r.int()
+			ev.Group, ev.HasGroup = int64(v), true
+		}
+	case "kv_cache_spec_kind":
+		ev.SpecKind, err = r.specKind()
 	default:
 		err = r.skip(1)
 	}

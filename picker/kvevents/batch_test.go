@@ -18,6 +18,9 @@ func sampleBatch() Batch {
 			LoraID: 2, HasLora: true, Medium: "GPU", Extra: []ExtraKeys{SaltKeys("tenant-a")}},
 		{Kind: BlockStored, Hashes: []uint64{7, 9}, Medium: "CPU"}, // an offloading tier's copy: no tokens, no parent, block size 0
 		{Kind: BlockRemoved, Hashes: []uint64{7}, Medium: "CPU"},
+		{Kind: BlockStored, Hashes: []uint64{11}, TokenIDs: []uint32{1, 2, 3, 4}, BlockSize: 4, Medium: "GPU",
+			Group: 1, HasGroup: true, SpecKind: "sliding_window"}, // a hybrid model's second group
+		{Kind: BlockRemoved, Hashes: []uint64{11}, Medium: "GPU", Group: 1, HasGroup: true},
 		{Kind: AllBlocksCleared},
 	}}
 }
@@ -112,8 +115,8 @@ func TestDecodeShapes(t *testing.T) {
 		"array form with fewer and more fields": {
 			in: w{}.arr(2).uint(3).arr(2).
 				arr(5).str("BlockStored").arr(0).raw(0xc0).tokens().uint(16).
-				arr(4).str("BlockRemoved").arr(0).str("GPU").uint(1),
-			want: Batch{TS: 3, Events: []Event{{Kind: BlockStored, BlockSize: 16}, {Kind: BlockRemoved, Medium: "GPU"}}},
+				arr(5).str("BlockRemoved").arr(0).str("GPU").uint(1).uint(9), // group_idx, then a field not known
+			want: Batch{TS: 3, Events: []Event{{Kind: BlockStored, BlockSize: 16}, {Kind: BlockRemoved, Medium: "GPU", Group: 1, HasGroup: true}}},
 		},
 		"array form with an adapter's extra keys and a cache salt": {
 			// vLLM lists the adapter's name first in every block's extra
@@ -134,14 +137,14 @@ func TestDecodeShapes(t *testing.T) {
 		},
 		"map form, bytes hashes, keys in any order, unknown ones skipped": {
 			in: w{}.raw(0x83).str("events").arr(1).
-				raw(0x87).str("token_ids").tokens(5).str("extra_keys").arr(1).arr(2).str("salt").raw(0xc3).
+				raw(0x88).str("kv_cache_spec_kind").str("sliding_window").str("token_ids").tokens(5).str("extra_keys").arr(1).arr(2).str("salt").raw(0xc3).
 				str("group_idx").uint(0).str("block_hashes").arr(1).bin(digest).str("type").str("BlockStored").
 				str("parent_block_hash").bin(digest[:8]).str("block_size").uint(1).
 				str("future").raw(0x81).str("k").raw(0xcb, 0, 0, 0, 0, 0, 0, 0, 0).
 				str("ts").raw(0xcb, 0x40, 0x09, 0x21, 0xfb, 0x54, 0x44, 0x2d, 0x18),
 			want: Batch{TS: math.Pi, Events: []Event{{Kind: BlockStored, Hashes: []uint64{FoldHash(digest)},
 				Parent: FoldHash(digest[:8]), HasParent: true, TokenIDs: []uint32{5}, BlockSize: 1,
-				Extra: []ExtraKeys{{N: 2, Raw: w{}.str("salt").raw(0xc3)}}}}},
+				Extra: []ExtraKeys{{N: 2, Raw: w{}.str("salt").raw(0xc3)}}, HasGroup: true, SpecKind: "sliding_window"}}},
 		},
 		"unknown kinds are skipped": {
 			in: w{}.raw(0x82).str("ts").uint(1).str("events").arr(2).

@@ -7,9 +7,10 @@ import (
 // AppendBatch appends src to dst in the shape current vLLM publishes: the
 // batch a map of ts, events and data_parallel_rank; each event a map whose
 // "type" comes first. parent_block_hash, lora_id and medium are written as
-// nil when absent, lora_name is omitted when empty, and extra_keys is
-// written when an adapter or Extra gives a block any (the adapter's name
-// first in each block's, as vLLM lists it). Skipped is not encoded.
+// nil when absent, lora_name is omitted when empty, extra_keys is written
+// when an adapter or Extra gives a block any (the adapter's name first in
+// each block's, as vLLM lists it), and group_idx and kv_cache_spec_kind
+// when the event has them. Skipped is not encoded.
 func AppendBatch(dst []byte, src *Batch) []byte {
 	dst = append(dst, 0x83)
 	dst = appendStr(dst, "ts")
@@ -31,6 +32,12 @@ func appendEvent(dst []byte, ev *Event) []byte {
 		if ev.LoraName != "" {
 			n += 2 // lora_name and extra_keys
 		} else if len(ev.Extra) > 0 {
+			n++
+		}
+		if ev.HasGroup {
+			n++
+		}
+		if ev.SpecKind != "" {
 			n++
 		}
 		dst = append(dst, 0x80|byte(n))
@@ -63,11 +70,21 @@ func appendEvent(dst []byte, ev *Event) []byte {
 		if ev.LoraName != "" || len(ev.Extra) > 0 {
 			dst = appendExtraKeys(dst, ev)
 		}
+		dst = appendGroup(dst, ev)
+		if ev.SpecKind != "" {
+			dst = appendStr(dst, "kv_cache_spec_kind")
+			dst = appendStr(dst, ev.SpecKind)
+		}
 	case BlockRemoved:
-		dst = append(dst, 0x83)
+		n := byte(3)
+		if ev.HasGroup {
+			n++
+		}
+		dst = append(dst, 0x80|n)
 		dst = appendTag(dst, ev.Kind)
 		dst = appendHashes(dst, ev.Hashes)
 		dst = appendMedium(dst, ev.Medium)
+		dst = appendGroup(dst, ev)
 	default:
 		dst = append(dst, 0x81)
 		dst = appendTag(dst, ev.Kind)
@@ -119,6 +136,15 @@ func appendHashes(dst []byte, hs []uint64) []byte {
 		dst = appendUintValue(dst, h)
 	}
 	return dst
+}
+
+// appendGroup writes group_idx when the event has one.
+func appendGroup(dst []byte, ev *Event) []byte {
+	if !ev.HasGroup {
+		return dst
+	}
+	dst = appendStr(dst, "group_idx")
+	return appendInt(dst, ev.Group)
 }
 
 func appendMedium(dst []byte, m string) []byte {

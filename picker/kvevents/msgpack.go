@@ -189,6 +189,25 @@ func (r *reader) medium() (string, error) {
 	return string(b), err
 }
 
+// specKind reads a KV-cache group's kind, or nil as "": vLLM's kinds are
+// not allocated.
+func (r *reader) specKind() (string, error) {
+	if r.nil() {
+		return "", nil
+	}
+	b, err := r.bytes()
+	for _, k := range specKinds {
+		if string(b) == k {
+			return k, err
+		}
+	}
+	return string(b), err
+}
+
+// specKinds are the kinds of KV-cache group vLLM names.
+var specKinds = [...]string{"full_attention", "mla_attention", "sink_full_attention", "sliding_window",
+	"sliding_window_mla", "chunked_local_attention", "mamba", "encoder_only_attention", "cross_attention"}
+
 // name reads an adapter's name, a str or nil (""), reusing r.lora when it
 // is the same and keeping it there for the next event.
 func (r *reader) name() (string, error) {

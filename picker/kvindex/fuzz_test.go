@@ -57,11 +57,20 @@ func FuzzIndex(f *testing.F) {
 				if p&1 == 1 && from == 0 { // a salted prompt's first run
 					ev.Extra = []kvevents.ExtraKeys{kvevents.SaltKeys("s")}
 				}
+				switch (op >> 1) / 18 { // a hybrid model's groups
+				case 1:
+					ev.Group, ev.HasGroup, ev.SpecKind = 0, true, "full_attention"
+				case 2:
+					ev.Group, ev.HasGroup, ev.SpecKind = 1, true, "sliding_window"
+				}
 				ix.ApplyEngine(id, e, []kvevents.Event{ev})
 			case 1:
 				ev := removed(uint64(arg>>6)*1000 + uint64(arg&7))
 				if arg&8 != 0 {
 					ev.Medium = "CPU" // an offloaded copy's eviction
+				}
+				if arg&16 != 0 {
+					ev.Group, ev.HasGroup = int64(arg>>5&1), true
 				}
 				ix.ApplyEngine(id, e, []kvevents.Event{ev})
 			case 2:

@@ -53,6 +53,11 @@ type engine struct {
 	src    src
 	slot   uint32 // in Index.engines: the engine of its nodes
 	blocks table
+	// group is the KV-cache group whose events the engine follows, -1
+	// until a stored event names one (follows); full tells whether its
+	// kind is one of full attention.
+	group int64
+	full  bool
 }
 
 // src names an engine: the worker and the engine's number.
@@ -75,6 +80,9 @@ type Dropped struct {
 	// vLLM's KV offloading publishes them (medium "CPU" and others): a
 	// prompt is credited only with what the GPU holds.
 	Offloaded int64
+	// OtherGroup are blocks stored in a KV-cache group other than the one
+	// an engine follows: a hybrid model's sliding-window or Mamba layers.
+	OtherGroup int64
 }
 
 // New returns an empty index that keeps at most maxPerWorker blocks for one
@@ -126,6 +134,12 @@ func (ix *Index) ApplyEngine(id uint32, e int, events []kvevents.Event) {
 			}
 			continue
 		}
+		if !ix.follows(w, ev) {
+			if ev.Kind == kvevents.BlockStored {
+				ix.dropped.OtherGroup += int64(len(ev.Hashes))
+			}
+			continue
+		}
 		switch ev.Kind {
 		case kvevents.BlockStored:
 			ix.stored(w, ev)
@@ -145,6 +159,40 @@ func (ix *Index) ApplyEngine(id uint32, e int, events []kvevents.Event) {
 // as servers that predate the field publish.
 func onGPU(medium string) bool { return medium == "" || strings.EqualFold(medium, "GPU") }
 
+// follows reports whether the engine applies the event, by its KV-cache
+// group. A hybrid model's server publishes each group's blocks under the
+// same hashes, and a sliding-window group evicts a prompt's early blocks
+// that the full-attention group keeps, so an engine follows one group: a
+// full-attention one (its blocks are the prompt's whole prefix), or,
+// until one shows, the first group stored. Events that name no group (a
+// single-group server before the field) are applied.
+func (ix *Index) follows(w *engine, ev *kvevents.Event) bool {
+	if !ev.HasGroup || ev.Kind == kvevents.AllBlocksCleared || ev.Group == w.group {
+		return true
+	}
+	if ev.Kind != kvevents.BlockStored || ev.Group < 0 {
+		return false
+	}
+	full := prefixKind(ev.SpecKind)
+	if w.group >= 0 && (w.full || !full) {
+		return false
+	}
+	ix.clearLocked(w) // the blocks of the group followed until now
+	w.group, w.full = ev.Group, full
+	return true
+}
+
+// prefixKind reports whether a KV-cache group of the kind keeps a prompt's
+// every block: attention over the whole context. A server that names no
+// kind is taken to.
+func prefixKind(kind string) bool {
+	switch kind {
+	case "", "full_attention", "mla_attention", "sink_full_attention":
+		return true
+	}
+	return false
+}
+
 // engineLocked returns the engine, followed from now on when new.
 func (ix *Index) engineLocked(s src) *engine {
 	es := ix.workers[s.id]
@@ -152,7 +200,7 @@ func (ix *Index) engineLocked(s src) *engine {
 		es = append(es, nil)
 	}
 	if es[s.engine] == nil {
-		w := &engine{src: s, blocks: newTable(engineTableBits, false)}
+		w := &engine{src: s, blocks: newTable(engineTableBits, false), group: -1}
 		if n := len(ix.freeSlots); n > 0 {
 			w.slot = ix.freeSlots[n-1]
 			ix.freeSlots = ix.freeSlots[:n-1]
@@ -376,6 +424,7 @@ func (ix *Index) RemoveEngine(id uint32, e int) {
 }
 
 func (ix *Index) clearLocked(w *engine) {
+	w.group, w.full = -1, false
 	if w.blocks.n == 0 {
 		return
 	}

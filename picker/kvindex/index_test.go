@@ -473,3 +473,52 @@ func TestOffloadedBlocksLeaveTheGPUsAlone(t *testing.T) {
 		t.Errorf("after an eviction naming no medium: %d blocks held, want 1", got)
 	}
 }
+
+// TestAHybridModelsGroupsAreKeptApart: a server of a hybrid model publishes
+// each KV-cache group's blocks under the same hashes, and its
+// sliding-window group evicts a prompt's early blocks while the
+// full-attention group keeps them. The index follows the full-attention
+// group, even when another group's events come first, and a server whose
+// only group is a sliding window is followed in that one.
+func TestAHybridModelsGroupsAreKeptApart(t *testing.T) {
+	a := prompt(1, 6, -1)
+	inGroup := func(ev kvevents.Event, g int64, kind string) kvevents.Event {
+		ev.Group, ev.HasGroup, ev.SpecKind = g, true, kind
+		return ev
+	}
+	window := inGroup(stored(1, a, 0, 6, ""), 1, "sliding_window")
+	full := inGroup(stored(1, a, 0, 6, ""), 0, "full_attention")
+	hashes := full.Hashes
+	ix := New(0)
+	held := func(worker uint32) int {
+		h, _ := ix.Lookup(a, "", "", nil)
+		for _, x := range h {
+			if x.Worker == worker {
+				return x.Blocks
+			}
+		}
+		return 0
+	}
+	ix.Apply(1, []kvevents.Event{
+		window, full, window,
+		inGroup(removed(hashes[:4]...), 1, ""), // the window slides past blocks 0-3
+	})
+	if got := held(1); got != 6 {
+		t.Fatalf("after the sliding-window group evicts: %d blocks held, want the full-attention group's 6", got)
+	}
+	if _, d := ix.Stats(); d != (Dropped{OtherGroup: 6}) {
+		t.Errorf("dropped %+v, want the sliding-window group's 6 stored after the full-attention group's", d)
+	}
+	ix.Apply(1, []kvevents.Event{inGroup(removed(hashes[4]), 0, "")})
+	if got := held(1); got != 4 {
+		t.Errorf("after the full-attention group evicts block 4: %d blocks held, want 4", got)
+	}
+	ix.Apply(2, []kvevents.Event{inGroup(stored(1, a, 0, 6, ""), 0, "sliding_window")})
+	if got := held(2); got != 6 {
+		t.Errorf("a server whose only group is a sliding window: %d blocks held, want 6", got)
+	}
+	ix.Apply(1, []kvevents.Event{{Kind: kvevents.AllBlocksCleared}, window})
+	if got := held(1); got != 6 {
+		t.Errorf("after a clear, the first group stored again: %d blocks held, want 6", got)
+	}
+}

@@ -24,7 +24,7 @@ func NewCollector(ix *Index, sub *Subscriber, loc *Locator) *Collector {
 		blocks: prometheus.NewDesc("inferpick_kv_events_blocks",
 			"KV blocks the model servers' events say their caches hold, over all servers.", nil, nil),
 		dropped: prometheus.NewDesc("inferpick_kv_events_dropped_blocks_total",
-			"Stored blocks the picker could not index, by reason: unchained (parent never seen stored), malformed, full (over a server's bound), offloaded (stored in a tier other than the GPU's by the server's KV offloading, not credited).", []string{"reason"}, nil),
+			"Stored blocks the picker could not index, by reason: unchained (parent never seen stored), malformed, full (over a server's bound), offloaded (stored in a tier other than the GPU's by the server's KV offloading, not credited), group (stored in a hybrid model's KV-cache group other than the full-attention one).", []string{"reason"}, nil),
 		lookups: prometheus.NewDesc("inferpick_kv_events_lookups_total",
 			"Prompts the picker's own index did not know, looked up by tokenizing them on a model server (/tokenize).", nil, nil),
 		failed: prometheus.NewDesc("inferpick_kv_events_lookup_failures_total",
@@ -55,6 +55,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(d.Malformed), "malformed")
 	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(d.Full), "full")
 	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(d.Offloaded), "offloaded")
+	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(d.OtherGroup), "group")
 	ch <- prometheus.MustNewConstMetric(c.lookups, prometheus.CounterValue, float64(calls))
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(failed))
 	ch <- prometheus.MustNewConstMetric(c.skipped, prometheus.CounterValue, float64(skipped))
