@@ -271,6 +271,12 @@ func (c *converter) pluginsConfig() {
 	if f.MetricsPath != "" {
 		c.set("picker.modelServerMetrics.path", f.MetricsPath)
 	}
+	if f.KVEventsPort != 0 {
+		c.set("picker.kvEvents.port", f.KVEventsPort)
+	}
+	if f.KVEventsTopic != "" {
+		c.set("picker.kvEvents.topic", f.KVEventsTopic)
+	}
 	for k := range docs {
 		if k != name {
 			c.note("inferenceExtension.pluginsCustomConfig[%s] dropped: only the file named by pluginsConfigFile is used", k)

@@ -57,6 +57,38 @@ inferencePool:
 			want:  `pool: {selector: {matchLabels: {app: m}}}`,
 			notes: []string{"pluginsCustomConfig[p.yaml] dropped", "least-load"},
 		},
+		"llm-d's precise prefix-cache routing: cache-aware on the pods' KV-cache events": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: precise.yaml
+  pluginsCustomConfig:
+    precise.yaml: |
+      apiVersion: llm-d.ai/v1alpha1
+      kind: EndpointPickerConfig
+      plugins:
+      - type: precise-prefix-cache-scorer
+        parameters:
+          tokenProcessorConfig: {blockSize: 64, hashSeed: "42"}
+          kvEventsConfig:
+            topicFilter: "kv@"
+            podDiscoveryConfig: {socketPort: 5556}
+      - type: max-score-picker
+      schedulingProfiles:
+      - name: default
+        plugins:
+        - pluginRef: precise-prefix-cache-scorer
+        - pluginRef: max-score-picker
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker:
+  config: {name: cache-aware}
+  kvEvents: {port: 5556, topic: "kv@"}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"pluginsCustomConfig[precise.yaml]: tokenProcessorConfig and indexerConfig of precise-prefix-cache-scorer have no effect"},
+		},
 		"unknown keys are reported": {
 			upstream: `
 inferenceExtension:

@@ -371,6 +371,12 @@ func (o *Options) readConfig() error {
 	if f.MetricsPath != "" && !o.flagSet("model-server-metrics-path") {
 		o.ModelServerMetricsPath = f.MetricsPath
 	}
+	if f.KVEventsPort != 0 && !o.flagSet("kv-events-port") {
+		o.KVEventsPort = f.KVEventsPort
+	}
+	if f.KVEventsTopic != "" && !o.flagSet("kv-events-topic") {
+		o.KVEventsTopic = f.KVEventsTopic
+	}
 	for _, w := range f.Warnings {
 		o.Warnings = append(o.Warnings, Warning{Flag: src, Reason: w})
 	}

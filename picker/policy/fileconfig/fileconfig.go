@@ -22,6 +22,11 @@ type File struct {
 	// MetricsPath, when not empty, is the model servers' metrics path the
 	// document asks for.
 	MetricsPath string
+	// KVEventsPort, when not 0, is the port of the model servers' KV-cache
+	// events the document subscribes to, and KVEventsTopic the prefix of
+	// their topics (llm-d's precise-prefix-cache-scorer).
+	KVEventsPort  int
+	KVEventsTopic string
 	// Warnings name what the document asks for that has no effect here,
 	// one sentence each, to be logged once at start.
 	Warnings []string

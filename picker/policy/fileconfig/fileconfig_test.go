@@ -100,6 +100,41 @@ schedulingProfiles:
 				WeightedScorer:   policy.WeightedScorerConfig{KVWeight: 1.5},
 			}},
 		},
+		"llm-d's precise prefix-cache scorer: cache-aware on the pods' KV-cache events": {
+			in: "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n" + `plugins:
+- type: precise-prefix-cache-scorer
+  parameters:
+    tokenProcessorConfig: {blockSize: 64, hashSeed: "42"}
+    indexerConfig:
+      tokenizersPoolConfig: {modelName: Qwen/Qwen3-32B}
+    kvEventsConfig:
+      topicFilter: "kv@"
+      concurrency: 4
+      discoverPods: true
+      podDiscoveryConfig: {socketPort: 5556}
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: precise-prefix-cache-scorer
+    weight: 3
+  - pluginRef: queue-scorer
+  - pluginRef: max-score-picker
+`,
+			want: File{
+				Policy:       policy.Config{Name: policy.CacheAware},
+				KVEventsPort: 5556, KVEventsTopic: "kv@",
+				Warnings: []string{
+					"tokenProcessorConfig and indexerConfig of precise-prefix-cache-scorer have no effect: the KV-event index keys a block by its token ids (no hash seed to match), takes the block size from the events and tokenizes prompts on the model servers (/tokenize)",
+					"the weights of the scorers beside precise-prefix-cache-scorer have no effect: the cache-aware policy weighs each pod's load against what its cache holds",
+				},
+			},
+		},
+		"precise prefix-cache scorer with llm-d's defaults": {
+			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: precise-prefix-cache-scorer\n",
+			want: File{Policy: policy.Config{Name: policy.CacheAware}, KVEventsPort: 5557, KVEventsTopic: "kv@"},
+		},
 		"openai parser": {
 			in:   header + "plugins:\n- type: openai-parser\n- type: queue-scorer\nparser:\n  pluginRef: openai-parser\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
 			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
@@ -174,7 +209,19 @@ func TestParseRejects(t *testing.T) {
 		},
 		"flow control": {
 			in:   header + "flowControl: {}\n",
-			want: []string{"line 3", "flowControl"},
+			want: []string{"line 3", "flowControl", "--flow-control"},
+		},
+		"flow control's feature gate": {
+			in:   header + "featureGates: [flowControl]\n",
+			want: []string{"line 3", "--flow-control"},
+		},
+		"KV events the pods would connect to": {
+			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {zmqEndpoint: \"tcp://*:5557\", discoverPods: false}\n",
+			want: []string{"line 6", "zmqEndpoint", "socketPort"},
+		},
+		"KV events on no port": {
+			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig:\n      podDiscoveryConfig: {socketPort: 70000}\n",
+			want: []string{"line 7", "socketPort"},
 		},
 		"no profile": {
 			in:   header + "plugins:\n- type: queue-scorer\n",

@@ -2,6 +2,9 @@ package fileconfig
 
 import (
 	"fmt"
+	"strconv"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/inferpick/inferpick/picker/policy"
 )
@@ -12,6 +15,8 @@ type role struct {
 	weight func(*policy.WeightedScorerConfig) *float64
 	// inProfile: the plugin may be listed in a scheduling profile.
 	inProfile bool
+	// cacheAware: in a profile, the plugin makes the policy cache-aware.
+	cacheAware bool
 }
 
 // known are the plugin types translated; any other is rejected by
@@ -21,14 +26,16 @@ var known = map[string]role{
 	"kv-cache-utilization-scorer": {weight: func(w *policy.WeightedScorerConfig) *float64 {
 		return &w.KVWeight
 	}},
-	"prefix-cache-scorer":    {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.PrefixWeight }},
-	"lora-affinity-scorer":   {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.LoRAWeight }},
-	"max-score-picker":       {inProfile: true},
-	"single-profile-handler": {},
-	"metrics-data-source":    {},
-	"core-metrics-extractor": {},
-	"utilization-detector":   {},
-	"openai-parser":          {},
+	"prefix-cache-scorer":  {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.PrefixWeight }},
+	"lora-affinity-scorer": {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.LoRAWeight }},
+	// llm-d's scorer of the prefixes the pods' KV-cache events show.
+	"precise-prefix-cache-scorer": {cacheAware: true},
+	"max-score-picker":            {inProfile: true},
+	"single-profile-handler":      {},
+	"metrics-data-source":         {},
+	"core-metrics-extractor":      {},
+	"utilization-detector":        {},
+	"openai-parser":               {},
 }
 
 // instead says what to use for plugin types that are not translated.
@@ -61,12 +68,78 @@ func (u *upstream) checkPlugin(p plugin) error {
 		if p.params != nil && len(p.params.Content) > 0 {
 			u.warn("parameters of prefix-cache-scorer have no effect: the prefix index uses 64-byte blocks and sizes itself from vllm:cache_config_info")
 		}
+	case "precise-prefix-cache-scorer":
+		return u.readPrecise(p)
 	case "utilization-detector":
 		return u.readDetector(p)
 	case "metrics-data-source":
 		return u.readDataSource(p)
 	case "core-metrics-extractor":
 		return u.readExtractor(p)
+	}
+	return nil
+}
+
+// readPrecise reads llm-d's precise-prefix-cache-scorer: the pods' KV-cache
+// events become --kv-events-port and --kv-events-topic (llm-d's defaults:
+// 5557 and "kv@"). Its tokenizer and block-hash settings have nothing to
+// match here: the index keys a block by its token ids, takes the block
+// size from the events and tokenizes on the model servers.
+func (u *upstream) readPrecise(p plugin) error {
+	u.out.KVEventsPort, u.out.KVEventsTopic = 5557, "kv@"
+	if p.params == nil {
+		return nil
+	}
+	inert := false
+	for i := 0; i+1 < len(p.params.Content); i += 2 {
+		k, v := p.params.Content[i], p.params.Content[i+1]
+		switch k.Value {
+		case "tokenProcessorConfig", "indexerConfig":
+			inert = true
+		case "kvEventsConfig":
+			if err := u.readKVEvents(v); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("line %d: unknown precise-prefix-cache-scorer parameter %q", k.Line, k.Value)
+		}
+	}
+	if inert {
+		u.warn("tokenProcessorConfig and indexerConfig of precise-prefix-cache-scorer have no effect: the KV-event index keys a block by its token ids (no hash seed to match), takes the block size from the events and tokenizes prompts on the model servers (/tokenize)")
+	}
+	return nil
+}
+
+// readKVEvents reads kvEventsConfig: the picker subscribes to every pod of
+// the pool, as llm-d's pod discovery does; a zmqEndpoint the pods would
+// connect to instead is not served.
+func (u *upstream) readKVEvents(cfg *yaml.Node) error {
+	if cfg.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: kvEventsConfig must be a mapping", cfg.Line)
+	}
+	for i := 0; i+1 < len(cfg.Content); i += 2 {
+		k, v := cfg.Content[i], cfg.Content[i+1]
+		switch k.Value {
+		case "zmqEndpoint":
+			if v.Value != "" {
+				return fmt.Errorf("line %d: kvEventsConfig.zmqEndpoint %q is not supported: the picker subscribes to each pod; give the pods' --kv-events-config an endpoint they bind (\"endpoint\":\"tcp://*:5557\") and use podDiscoveryConfig.socketPort", v.Line, v.Value)
+			}
+		case "topicFilter":
+			u.out.KVEventsTopic = v.Value
+		case "podDiscoveryConfig":
+			if port := lookup(v, "socketPort"); port != nil {
+				n, err := strconv.Atoi(port.Value)
+				if err != nil || n < 1 || n > 65535 {
+					return fmt.Errorf("line %d: podDiscoveryConfig.socketPort %q is not a port", port.Line, port.Value)
+				}
+				u.out.KVEventsPort = n
+			}
+		case "discoverPods", "concurrency":
+			// The picker follows every pod of the pool, each on its own
+			// goroutine.
+		default:
+			return fmt.Errorf("line %d: unknown kvEventsConfig field %q", k.Line, k.Value)
+		}
 	}
 	return nil
 }

@@ -53,9 +53,7 @@ func fromUpstream(doc *yaml.Node) (File, error) {
 		case "schedulingProfiles":
 			profiles = v
 		case "featureGates":
-			if len(v.Content) > 0 {
-				err = fmt.Errorf("line %d: featureGates are not supported: remove them", v.Line)
-			}
+			err = readFeatureGates(v)
 		case "saturationDetector":
 			err = u.readSaturation(v)
 		case "parser":
@@ -65,7 +63,7 @@ func fromUpstream(doc *yaml.Node) (File, error) {
 		case "dataLayer":
 			err = fmt.Errorf("line %d: dataLayer is not supported: inferpick scrapes the model servers' metrics itself (see --model-server-metrics-path)", k.Line)
 		case "flowControl":
-			err = fmt.Errorf("line %d: flowControl is not supported: use the policy's saturation thresholds and --max-buffered-body-bytes", k.Line)
+			err = fmt.Errorf("line %d: flowControl is not read from the file: %s", k.Line, flowControlInstead)
 		default:
 			err = fmt.Errorf("line %d: unknown field %q in %s", k.Line, k.Value, endpointPickerKind)
 		}
@@ -77,6 +75,24 @@ func fromUpstream(doc *yaml.Node) (File, error) {
 		return File{}, err
 	}
 	return u.out, nil
+}
+
+// flowControlInstead says how inferpick's flow control is set.
+const flowControlInstead = "pass --flow-control (chart: picker.flowControl.enabled) and its bounds, --flow-control-max-requests, " +
+	"--flow-control-max-bytes and --flow-control-max-wait; requests are ordered by their InferenceObjective's priority (docs/policy.md)"
+
+// readFeatureGates rejects feature gates, saying what stands for the
+// flow-control one.
+func readFeatureGates(v *yaml.Node) error {
+	for _, g := range v.Content {
+		if g.Value == "flowControl" {
+			return fmt.Errorf("line %d: featureGate flowControl: %s", g.Line, flowControlInstead)
+		}
+	}
+	if len(v.Content) > 0 {
+		return fmt.Errorf("line %d: featureGates are not supported: remove them", v.Line)
+	}
+	return nil
 }
 
 func (u *upstream) readPlugins(list *yaml.Node) error {
@@ -135,7 +151,7 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 		return fmt.Errorf("line %d: a scheduling profile needs a list of plugins", prof.Line)
 	}
 	var ws policy.WeightedScorerConfig
-	scorers := 0
+	scorers, precise := 0, false
 	for _, ref := range refs.Content {
 		name, weight, err := readRef(ref)
 		if err != nil {
@@ -146,6 +162,10 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 			return fmt.Errorf("line %d: pluginRef %q names no plugin in plugins", ref.Line, name)
 		}
 		role := known[p.typ]
+		if role.cacheAware {
+			precise = true
+			continue
+		}
 		if role.weight != nil {
 			*role.weight(&ws) += weight
 			scorers++
@@ -154,6 +174,15 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 		if !role.inProfile {
 			return fmt.Errorf("line %d: plugin %q (%s) cannot be in a scheduling profile", ref.Line, name, p.typ)
 		}
+	}
+	if precise {
+		// The pods' own account of their caches, weighed against their
+		// load: what cache-aware does with the KV-event index.
+		u.out.Policy.Name = policy.CacheAware
+		if scorers > 0 {
+			u.warn("the weights of the scorers beside precise-prefix-cache-scorer have no effect: the cache-aware policy weighs each pod's load against what its cache holds")
+		}
+		return nil
 	}
 	u.out.Policy.Name = policy.WeightedScorer
 	if scorers == 0 || ws == (policy.WeightedScorerConfig{}) {
