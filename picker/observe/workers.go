@@ -43,7 +43,15 @@ type WorkerView struct {
 	// Calibration is what the policy learned of the worker's model
 	// server; absent for policies that keep no prefix index.
 	Calibration *CalibrationView `json:"calibration,omitempty"`
+	// KVEventBlocks are the blocks the worker's KV-cache events say its
+	// GPUs hold (over its engines); absent when the picker reads no
+	// events (--kv-events-port).
+	KVEventBlocks *int `json:"kvEventBlocks,omitempty"`
 }
+
+// HeldBlocks returns the blocks a worker's KV-cache events say it holds,
+// by the worker's ID.
+type HeldBlocks func(id uint32) int
 
 // CalibrationView is a worker's calibration as /debug/workers shows it:
 // each figure with the signal it came from.
@@ -80,8 +88,9 @@ type WorkersView struct {
 	Workers []WorkerView `json:"workers"`
 }
 
-// Snapshot returns the registry as /debug/workers shows it.
-func Snapshot(reg SyncedWorkers, now time.Time) WorkersView {
+// Snapshot returns the registry as /debug/workers shows it, with each
+// worker's blocks by its KV-cache events when held is not nil.
+func Snapshot(reg SyncedWorkers, now time.Time, held HeldBlocks) WorkersView {
 	ws := reg.Workers()
 	v := WorkersView{Synced: reg.Synced(), Workers: make([]WorkerView, 0, len(ws))}
 	for _, w := range ws {
@@ -112,13 +121,17 @@ func Snapshot(reg SyncedWorkers, now time.Time) WorkersView {
 		if c := w.Calibration(); c != nil {
 			wv.Calibration = calibrationView(c)
 		}
+		if held != nil {
+			n := held(w.ID())
+			wv.KVEventBlocks = &n
+		}
 		v.Workers = append(v.Workers, wv)
 	}
 	return v
 }
 
-// WorkersHandler serves GET /debug/workers.
-func WorkersHandler(reg SyncedWorkers, clk clock.PassiveClock) http.Handler {
+// WorkersHandler serves GET /debug/workers; held may be nil.
+func WorkersHandler(reg SyncedWorkers, clk clock.PassiveClock, held HeldBlocks) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
@@ -127,6 +140,6 @@ func WorkersHandler(reg SyncedWorkers, clk clock.PassiveClock) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(Snapshot(reg, clk.Now()))
+		_ = enc.Encode(Snapshot(reg, clk.Now(), held))
 	})
 }

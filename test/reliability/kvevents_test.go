@@ -68,6 +68,28 @@ func TestReplicasFindPromptsOthersPlaced(t *testing.T) {
 			t.Errorf("prompt %d (salt %q) through the other picker: %d tokens cached, want at least %d (the pod the first picker chose)", i, salt, again, least)
 		}
 	}
+	// /debug/workers gives each pod's share of the blocks the events tell
+	// (read between two readings of the total that agree: the last
+	// request's events may still be arriving).
+	eventually(t, 10*time.Second, func() error {
+		before := kvBlocks(t, pickers[1])
+		v, err := pickers[1].Workers()
+		if err != nil {
+			return err
+		}
+		perPod := 0
+		for _, w := range v.Workers {
+			if w.KVEventBlocks == nil {
+				t.Fatalf("/debug/workers lists %s without its KV-event blocks", w.Address)
+			}
+			perPod += *w.KVEventBlocks
+		}
+		if after := kvBlocks(t, pickers[1]); after != before || float64(perPod) != after || perPod < 6*70 {
+			return fmt.Errorf("/debug/workers: %d KV-event blocks over the pods, inferpick_kv_events_blocks %v then %v, want the same and at least %d",
+				perPod, before, after, 6*70)
+		}
+		return nil
+	})
 	m, err := pickers[1].Metrics()
 	if err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 	}
 	metrics := metricsserver.Options{
 		BindAddress:   hostPort(o.BindAddress, o.MetricsPort),
-		ExtraHandlers: map[string]http.Handler{"/debug/workers": observe.WorkersHandler(p.reg, clock.RealClock{})},
+		ExtraHandlers: map[string]http.Handler{"/debug/workers": observe.WorkersHandler(p.reg, clock.RealClock{}, p.held)},
 	}
 	maps.Copy(metrics.ExtraHandlers, pprofHandlers(o))
 	// Plain HTTP with token authentication, as the upstream endpoint picker

@@ -45,6 +45,9 @@ type picker struct {
 	priorities *flowcontrol.Priorities
 	// rewrites holds the InferenceModelRewrite rules of the pool.
 	rewrites *rewrite.Table
+	// held is each worker's blocks by its KV-cache events, nil without
+	// them.
+	held observe.HeldBlocks
 }
 
 // Run starts inferpick and blocks until ctx ends and everything has stopped.
@@ -159,8 +162,10 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		runnables = append(runnables, replicaRunnable{queue}, &notifyTicker{q: queue, every: o.RefreshMetricsInterval})
 	}
 	var locator extproc.Locator
+	var held observe.HeldBlocks
 	if o.KVEventsPort > 0 {
 		kvIndex := kvindex.New(0)
+		held = kvIndex.Held
 		sub := &kvindex.Subscriber{Index: kvIndex, Port: o.KVEventsPort, Topic: o.KVEventsTopic, ReplayPort: o.KVEventsReplayPort, ReplayTimeout: o.KVEventsReplayTimeout, Log: log.WithName("kvevents")}
 		reg.AddListener(sub)
 		runnables = append(runnables, replicaRunnable{sub})
@@ -228,7 +233,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 			after: reg.FirstSynced()},
 		&grpcServer{name: "health", srv: healthSrv, addr: hostPort(o.BindAddress, o.GRPCHealthPort), drain: time.Second},
 	)
-	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg, priorities: priorities, rewrites: rewrites}, nil
+	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg, priorities: priorities, rewrites: rewrites, held: held}, nil
 }
 
 // The runnables every replica runs, leader or not.
@@ -253,7 +258,7 @@ func hostPort(host string, port int) string { return net.JoinHostPort(host, strc
 func runStatic(ctx context.Context, o *Options, p *picker) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(p.promReg, promhttp.HandlerOpts{}))
-	mux.Handle("/debug/workers", observe.WorkersHandler(p.reg, clock.RealClock{}))
+	mux.Handle("/debug/workers", observe.WorkersHandler(p.reg, clock.RealClock{}, p.held))
 	for path, h := range pprofHandlers(o) {
 		mux.Handle(path, h)
 	}
