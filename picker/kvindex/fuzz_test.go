@@ -57,11 +57,13 @@ func FuzzIndex(f *testing.F) {
 				if p&1 == 1 && from == 0 { // a salted prompt's first run
 					ev.Extra = []kvevents.ExtraKeys{kvevents.SaltKeys("s")}
 				}
-				switch (op >> 1) / 18 { // a hybrid model's groups
-				case 1:
+				switch (op >> 1) / 18 {
+				case 1: // a hybrid model's groups
 					ev.Group, ev.HasGroup, ev.SpecKind = 0, true, "full_attention"
 				case 2:
 					ev.Group, ev.HasGroup, ev.SpecKind = 1, true, "sliding_window"
+				case 3: // an offloading tier's copies: hashes alone
+					ev = kvevents.Event{Kind: kvevents.BlockStored, Hashes: ev.Hashes, Medium: "CPU"}
 				}
 				ix.ApplyEngine(id, e, []kvevents.Event{ev})
 			case 1:
@@ -242,7 +244,11 @@ func checkAdapters(t *testing.T, ix *Index) {
 			continue
 		}
 		w.blocks.each(func(r uint32) {
-			if a := ix.nodes.at(r).adapter; int(a) >= len(ix.adapters.names) {
+			a := ix.nodes.at(r).adapter
+			if a&(inGPU|inOffload) == 0 {
+				t.Fatalf("node %d held in no tier", r)
+			}
+			if a &= adapterBits; int(a) >= len(ix.adapters.names) {
 				t.Fatalf("block held under adapter number %d, beyond the table's %d", a, len(ix.adapters.names))
 			} else {
 				want[ix.adapters.names[a]]++

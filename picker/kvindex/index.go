@@ -76,9 +76,9 @@ type Dropped struct {
 	Malformed int64
 	// Full are stored blocks over a worker's bound.
 	Full int64
-	// Offloaded are blocks stored in a tier other than the GPU's, as
-	// vLLM's KV offloading publishes them (medium "CPU" and others): a
-	// prompt is credited only with what the GPU holds.
+	// Offloaded are copies an offloading tier (medium "CPU" and others)
+	// stored of blocks the index did not hold on the GPU: with no tokens
+	// in the tier's events, they cannot be keyed.
 	Offloaded int64
 	// OtherGroup are blocks stored in a KV-cache group other than the one
 	// an engine follows: a hybrid model's sliding-window or Mamba layers.
@@ -126,32 +126,59 @@ func (ix *Index) ApplyEngine(id uint32, e int, events []kvevents.Event) {
 	w := ix.engineLocked(src{id: id, engine: uint32(e)})
 	for i := range events {
 		ev := &events[i]
-		if ev.Kind != kvevents.AllBlocksCleared && !onGPU(ev.Medium) {
-			// An offloading tier's blocks are not indexed, and its
-			// evictions (the same hashes) leave the GPU's copies alone.
-			if ev.Kind == kvevents.BlockStored {
-				ix.dropped.Offloaded += int64(len(ev.Hashes))
-			}
-			continue
-		}
 		if !ix.follows(w, ev) {
 			if ev.Kind == kvevents.BlockStored {
 				ix.dropped.OtherGroup += int64(len(ev.Hashes))
 			}
 			continue
 		}
+		// An offloading tier (vLLM's OffloadingConnector: medium "CPU")
+		// publishes the blocks it copies off the GPU and those it drops,
+		// under the GPU blocks' hashes.
+		tier := uint32(inGPU)
+		if !onGPU(ev.Medium) {
+			tier = inOffload
+		}
 		switch ev.Kind {
 		case kvevents.BlockStored:
-			ix.stored(w, ev)
+			if tier == inOffload {
+				ix.offloaded(w, ev.Hashes)
+			} else {
+				ix.stored(w, ev)
+			}
 		case kvevents.BlockRemoved:
 			for _, h := range ev.Hashes {
 				if at, r := w.blocks.find(&ix.nodes, h); r != 0 {
-					ix.unhold(w, at, r)
+					ix.evicted(w, at, r, tier)
 				}
 			}
 		case kvevents.AllBlocksCleared:
 			ix.clearLocked(w)
 		}
+	}
+}
+
+// offloaded records that an offloading tier holds a copy of the blocks the
+// engine's GPU cache held under the hashes. A copy of a block the index
+// does not know cannot be keyed (the tier's events carry no tokens), and
+// is counted.
+func (ix *Index) offloaded(w *engine, hashes []uint64) {
+	for _, h := range hashes {
+		if _, r := w.blocks.find(&ix.nodes, h); r != 0 {
+			ix.nodes.at(r).adapter |= inOffload
+		} else {
+			ix.dropped.Offloaded++
+		}
+	}
+}
+
+// evicted records that the tier no longer holds node r's block, in slot at
+// of the engine's table, and forgets the block once no tier does.
+func (ix *Index) evicted(w *engine, at spot, r, tier uint32) {
+	nd := ix.nodes.at(r)
+	nd.adapter &^= tier
+	if nd.adapter&(inGPU|inOffload) == 0 {
+		ix.unhold(w, at, r)
 	}
 }
 
@@ -245,7 +272,8 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 			ix.extraKeys = true
 		}
 		if at, old := w.blocks.find(&ix.nodes, h); old != 0 {
-			if ix.nodes.at(old).key == key {
+			if nd := ix.nodes.at(old); nd.key == key {
+				nd.adapter |= inGPU // stored again, as from an offloaded copy
 				continue
 			}
 			ix.unhold(w, at, old)
@@ -269,7 +297,7 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 func (ix *Index) hold(w *engine, h, key uint64, aid uint32) {
 	r := ix.nodes.alloc()
 	nd := ix.nodes.at(r)
-	*nd = node{hash: h, key: key, eng: w.slot, adapter: aid}
+	*nd = node{hash: h, key: key, eng: w.slot, adapter: aid | inGPU}
 	w.blocks.insert(&ix.nodes, r)
 	at, first := ix.keys.find(&ix.nodes, key)
 	if first == 0 {
@@ -304,7 +332,7 @@ func (ix *Index) unchain(r uint32) {
 			ix.keys.remove(&ix.nodes, at)
 		}
 	}
-	ix.adapters.drop(nd.adapter)
+	ix.adapters.drop(nd.adapter & adapterBits)
 	ix.nodes.release(r)
 }
 

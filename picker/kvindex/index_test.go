@@ -433,45 +433,73 @@ func TestTheSlabShrinksAfterPodsLeave(t *testing.T) {
 	}
 }
 
-// TestOffloadedBlocksLeaveTheGPUsAlone: with vLLM's KV offloading a server
-// also publishes the blocks it copies to another tier (no tokens, no
-// parent, medium "CPU") and their evictions there, under the GPU blocks'
-// hashes. Neither is indexed: the GPU's blocks stay as the GPU's events
-// say, and the copies are counted as offloaded, not malformed.
-func TestOffloadedBlocksLeaveTheGPUsAlone(t *testing.T) {
+// TestOffloadedBlocksAreHeldUntilEveryTierDropsThem: with vLLM's KV
+// offloading a server also publishes the blocks it copies to another tier
+// (no tokens, no parent, medium "CPU") and their evictions there, under
+// the GPU blocks' hashes. A block the GPU evicted while a tier keeps its
+// copy is still held, as offloaded; it goes when neither holds it, and is
+// on the GPU again once stored again. A copy of a block the index never
+// held on the GPU cannot be keyed, and is counted.
+func TestOffloadedBlocksAreHeldUntilEveryTierDropsThem(t *testing.T) {
 	a := prompt(1, 6, -1)
 	gpu := stored(1, a, 0, 6, "")
 	gpu.Medium = "GPU"
 	hashes := gpu.Hashes
 	ix := New(0)
-	ix.Apply(1, []kvevents.Event{
-		gpu,
-		{Kind: kvevents.BlockStored, Hashes: hashes, Medium: "CPU"},
-		{Kind: kvevents.BlockRemoved, Hashes: hashes, Medium: "CPU"},
-		{Kind: kvevents.BlockRemoved, Hashes: hashes[2:], Medium: "cpu"},
-		{Kind: kvevents.BlockStored, Hashes: hashes[:2], BlockSize: 4 * bs, Medium: "DISK"},
-	})
-	held := func() int {
+	held := func() Hold {
 		h, _ := ix.Lookup(a, "", "", nil)
 		if len(h) == 0 {
-			return 0
+			return Hold{}
 		}
-		return h[0].Blocks
+		return h[0]
 	}
-	if got := held(); got != 6 {
-		t.Fatalf("after the copies' events: worker 1 holds %d blocks, want the GPU's 6", got)
+	steps := []struct {
+		what   string
+		events []kvevents.Event
+		want   Hold
+	}{
+		{"stored on the GPU, copied to the CPU", []kvevents.Event{
+			gpu, {Kind: kvevents.BlockStored, Hashes: hashes, Medium: "CPU"},
+		}, Hold{Worker: 1, Blocks: 6}},
+		{"the GPU evicts blocks 3-5", []kvevents.Event{
+			{Kind: kvevents.BlockRemoved, Hashes: hashes[3:], Medium: "GPU"},
+		}, Hold{Worker: 1, Blocks: 6, Offloaded: 3}},
+		{"the CPU drops block 4's copy", []kvevents.Event{
+			{Kind: kvevents.BlockRemoved, Hashes: hashes[4:5], Medium: "cpu"},
+		}, Hold{Worker: 1, Blocks: 4, Offloaded: 1}},
+		{"the CPU drops copies the GPU still holds", []kvevents.Event{
+			{Kind: kvevents.BlockRemoved, Hashes: hashes[:3], Medium: "CPU"},
+		}, Hold{Worker: 1, Blocks: 4, Offloaded: 1}},
+		{"blocks 3-5 prefilled again", []kvevents.Event{
+			stored(1, a, 3, 6, ""),
+		}, Hold{Worker: 1, Blocks: 6}},
+		{"a copy on another tier of a block never held, and a removal naming no medium (the GPU's)", []kvevents.Event{
+			{Kind: kvevents.BlockStored, Hashes: []uint64{1 << 40}, Medium: "DISK"},
+			removed(hashes[1]),
+		}, Hold{Worker: 1, Blocks: 1}},
 	}
-	if _, d := ix.Stats(); d != (Dropped{Offloaded: 8}) {
-		t.Errorf("dropped %+v, want the 8 offloaded copies alone", d)
+	for _, s := range steps {
+		ix.Apply(1, s.events)
+		if got := held(); got != s.want {
+			t.Errorf("%s: holds %+v, want %+v", s.what, got, s.want)
+		}
 	}
-	ix.Apply(1, []kvevents.Event{{Kind: kvevents.BlockRemoved, Hashes: hashes[3:4], Medium: "gpu"}})
-	if got := held(); got != 3 {
-		t.Errorf("after the GPU evicts block 3: %d blocks held, want 3", got)
+	if _, d := ix.Stats(); d != (Dropped{Offloaded: 1}) {
+		t.Errorf("dropped %+v, want the copy of the block never held", d)
 	}
-	ix.Apply(1, []kvevents.Event{removed(hashes[1])}) // a server that names no medium: the GPU's
-	if got := held(); got != 1 {
-		t.Errorf("after an eviction naming no medium: %d blocks held, want 1", got)
+	// Worker 2 holds the prompt on its GPU under one set of hashes, and
+	// under another only as offloaded copies, stored after: each block
+	// counts as on the GPU.
+	again := stored(7, a, 0, 6, "")
+	ix.Apply(2, []kvevents.Event{stored(8, a, 0, 6, ""), again,
+		{Kind: kvevents.BlockStored, Hashes: again.Hashes, Medium: "CPU"},
+		{Kind: kvevents.BlockRemoved, Hashes: again.Hashes, Medium: "GPU"}})
+	h, _ := ix.Lookup(a, "", "", nil)
+	if got := sorted(h); len(got) != 2 || got[1] != (Hold{Worker: 2, Blocks: 6}) {
+		t.Errorf("a block held on the GPU and, under another hash, offloaded: holds %+v, want worker 2 with 6 blocks on the GPU", got)
 	}
+	checkHolders(t, ix)
+	checkAdapters(t, ix)
 }
 
 // TestAHybridModelsGroupsAreKeptApart: a server of a hybrid model publishes

@@ -28,6 +28,11 @@ const maxTokensResponse = 16 << 20
 // template and tokenizes exactly as serving does) and looks the ids up in
 // the index.
 type Locator struct {
+	// OffloadWeight is what a block held only in an offloading tier counts
+	// for against one on the GPU, from 0 to 1 (DefaultOffloadWeight):
+	// the server reads it back instead of prefilling it.
+	OffloadWeight float64
+
 	index   *Index
 	reg     *registry.Registry
 	client  *http.Client
@@ -64,6 +69,16 @@ type buffers struct {
 	holds  []Hold
 }
 
+// DefaultOffloadWeight is Locator.OffloadWeight unless set: reading a
+// block back from host memory takes a fraction of prefilling it.
+const DefaultOffloadWeight = 0.8
+
+// share is the part of a prompt of blocks full blocks the hold covers,
+// its offloaded blocks counting offload each.
+func (h Hold) share(blocks int, offload float64) float64 {
+	return (float64(h.Blocks-h.Offloaded) + offload*float64(h.Offloaded)) / float64(blocks)
+}
+
 // NewLocator returns a locator that tokenizes on the registry's workers
 // with the given timeout (DefaultTimeout when <= 0).
 func NewLocator(ix *Index, reg *registry.Registry, timeout time.Duration) *Locator {
@@ -71,7 +86,8 @@ func NewLocator(ix *Index, reg *registry.Registry, timeout time.Duration) *Locat
 		timeout = DefaultTimeout
 	}
 	return &Locator{
-		index: ix, reg: reg, timeout: timeout, now: time.Now,
+		OffloadWeight: DefaultOffloadWeight,
+		index:         ix, reg: reg, timeout: timeout, now: time.Now,
 		client:  &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}},
 		failing: map[*registry.Worker]*failing{},
 	}
@@ -141,7 +157,7 @@ func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, d
 	dst.Holds = dst.Holds[:0]
 	for _, h := range holds {
 		if h.Blocks > 0 && blocks > 0 {
-			dst.Holds = append(dst.Holds, policy.SharedHold{Worker: h.Worker, Share: float64(h.Blocks) / float64(blocks)})
+			dst.Holds = append(dst.Holds, policy.SharedHold{Worker: h.Worker, Share: h.share(blocks, l.OffloadWeight)})
 		}
 	}
 	return true, nil

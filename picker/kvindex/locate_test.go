@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"sort"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -177,5 +178,38 @@ func TestLocatorLooksUpSaltedPrompts(t *testing.T) {
 	}
 	if found, holds := locate(`"tenant-b"`); !found || len(holds) != 0 {
 		t.Errorf("another salt: found %v, holds %+v; want a lookup finding none", found, holds)
+	}
+}
+
+// TestLocatorCountsOffloadedBlocksAtTheirWeight: a prompt whose last blocks
+// a server keeps only in its offloading tier counts them at the locator's
+// OffloadWeight.
+func TestLocatorCountsOffloadedBlocksAtTheirWeight(t *testing.T) {
+	tokens := prompt(1, 4, -1)
+	tk := startTokenizer(t, tokens)
+	reg := registry.New()
+	w1 := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "a", Port: 1}, Name: "a", Address: tk.addr})
+	w2 := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "b", Port: 1}, Name: "b", Address: tk.addr})
+	ix := New(0)
+	ix.Apply(w1.ID(), []kvevents.Event{stored(1, tokens, 0, 4, "")})
+	onW2 := stored(2, tokens, 0, 4, "")
+	ix.Apply(w2.ID(), []kvevents.Event{onW2,
+		{Kind: kvevents.BlockStored, Hashes: onW2.Hashes, Medium: "CPU"},
+		{Kind: kvevents.BlockRemoved, Hashes: onW2.Hashes[2:], Medium: "GPU"}})
+	l := NewLocator(ix, reg, time.Second)
+	l.OffloadWeight = 0.5
+	var r openai.Request
+	if err := openai.Parse(openai.ChatCompletions, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), &r); err != nil {
+		t.Fatal(err)
+	}
+	var sh policy.Shared
+	if found, err := l.Locate(context.Background(), "m", &r, &sh); err != nil || !found {
+		t.Fatalf("found %v, %v", found, err)
+	}
+	want := []policy.SharedHold{{Worker: w1.ID(), Share: 1}, {Worker: w2.ID(), Share: 0.75}}
+	got := sh.Holds
+	sort.Slice(got, func(i, j int) bool { return got[i].Worker < got[j].Worker })
+	if !cmp.Equal(got, want) {
+		t.Errorf("holds %+v, want %+v (two of w2's four blocks offloaded, at half a block each)", got, want)
 	}
 }

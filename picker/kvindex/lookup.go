@@ -8,13 +8,16 @@ import (
 )
 
 // Hold is how much of a prompt one worker's cache holds: its first Blocks
-// full blocks. For a worker whose server fronts several data-parallel
-// engines, Blocks is the mean over its engines of the blocks each holds
-// (rounded): its balancer places a request on an engine by load, not by
-// what the engine holds.
+// full blocks, Offloaded of which are only in an offloading tier (copies
+// vLLM's KV offloading made before the GPU evicted them; the server reads
+// them back instead of prefilling them). For a worker whose server fronts
+// several data-parallel engines, both are the mean over its engines of
+// what each holds (rounded): its balancer places a request on an engine by
+// load, not by what the engine holds.
 type Hold struct {
-	Worker uint32
-	Blocks int
+	Worker    uint32
+	Blocks    int
+	Offloaded int
 }
 
 // Lookup returns the workers whose caches hold a leading run of the prompt's
@@ -47,19 +50,31 @@ func (ix *Index) Lookup(tokens []uint32, adapter, salt string, dst []Hold) (hold
 		_, first := ix.keys.find(&ix.nodes, key)
 		if i == 0 {
 			for r := first; r != 0; r = ix.nodes.at(r).next {
-				runs = append(runs, run{eng: ix.nodes.at(r).eng})
+				runs = append(runs, run{eng: ix.nodes.at(r).eng, offAt: -1})
 			}
 			slices.SortFunc(runs, func(a, b run) int { return cmp.Compare(a.eng, b.eng) })
 			runs = slices.CompactFunc(runs, func(a, b run) bool { return a.eng == b.eng })
 		}
 		// An engine whose run reached this block and holds it extends its
-		// run; the others' runs ended.
+		// run; the others' runs ended. An engine that holds the block
+		// under two hashes counts it on its GPU if either copy is there.
 		alive := 0
 		for r := first; r != 0; {
 			nd := ix.nodes.at(r)
-			if j := findRun(runs, nd.eng); j >= 0 && runs[j].blocks == i {
-				runs[j].blocks = i + 1
-				alive++
+			gpu := nd.adapter&inGPU != 0
+			if j := findRun(runs, nd.eng); j >= 0 {
+				switch run := &runs[j]; {
+				case run.blocks == i:
+					run.blocks = i + 1
+					if !gpu {
+						run.offloaded++
+						run.offAt = i
+					}
+					alive++
+				case run.blocks == i+1 && gpu && run.offAt == i:
+					run.offloaded--
+					run.offAt = -1
+				}
 			}
 			r = nd.next
 		}
@@ -96,10 +111,14 @@ func findRun(runs []run, eng uint32) int {
 	return -1
 }
 
-// run is the leading blocks of a prompt one engine holds.
+// run is the leading blocks of a prompt one engine holds, offloaded of
+// them only in an offloading tier, the last of those at block offAt (-1:
+// none).
 type run struct {
-	eng    uint32 // the engine's slot
-	blocks int
+	eng       uint32 // the engine's slot
+	blocks    int
+	offloaded int
+	offAt     int
 }
 
 // perWorker appends to dst each worker's blocks: its engine's run, or the
@@ -112,20 +131,22 @@ func (ix *Index) perWorker(runs []run, dst []Hold) []Hold {
 			for j := range dst {
 				if dst[j].Worker == id {
 					dst[j].Blocks += r.blocks
+					dst[j].Offloaded += r.offloaded
 					found = true
 					break
 				}
 			}
 			if !found {
-				dst = append(dst, Hold{Worker: id, Blocks: r.blocks})
+				dst = append(dst, Hold{Worker: id, Blocks: r.blocks, Offloaded: r.offloaded})
 			}
 			continue
 		}
-		dst = append(dst, Hold{Worker: id, Blocks: r.blocks})
+		dst = append(dst, Hold{Worker: id, Blocks: r.blocks, Offloaded: r.offloaded})
 	}
 	for j := range dst {
 		if n := ix.enginesLocked(dst[j].Worker); n > 1 {
 			dst[j].Blocks = (dst[j].Blocks + n/2) / n
+			dst[j].Offloaded = (dst[j].Offloaded + n/2) / n
 		}
 	}
 	return dst

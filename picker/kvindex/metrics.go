@@ -24,7 +24,7 @@ func NewCollector(ix *Index, sub *Subscriber, loc *Locator) *Collector {
 		blocks: prometheus.NewDesc("inferpick_kv_events_blocks",
 			"KV blocks the model servers' events say their caches hold, over all servers.", nil, nil),
 		dropped: prometheus.NewDesc("inferpick_kv_events_dropped_blocks_total",
-			"Stored blocks the picker could not index, by reason: unchained (parent never seen stored), malformed, full (over a server's bound), offloaded (stored in a tier other than the GPU's by the server's KV offloading, not credited), group (stored in a hybrid model's KV-cache group other than the full-attention one).", []string{"reason"}, nil),
+			"Stored blocks the picker could not index, by reason: unchained (parent never seen stored), malformed, full (over a server's bound), offloaded (copies the server's KV offloading made of blocks the picker did not know on its GPU, which the tier's events do not key), group (stored in a hybrid model's KV-cache group other than the full-attention one).", []string{"reason"}, nil),
 		lookups: prometheus.NewDesc("inferpick_kv_events_lookups_total",
 			"Prompts the picker's own index did not know, looked up by tokenizing them on a model server (/tokenize).", nil, nil),
 		failed: prometheus.NewDesc("inferpick_kv_events_lookup_failures_total",

@@ -17,8 +17,17 @@ type node struct {
 	prev    uint32 // the node before this one in its key's chain; 0: none, this is the first
 	next    uint32 // the node after it in its key's chain, or, when free, the next free node
 	eng     uint32 // the engine holding the block: its slot in Index.engines
-	adapter uint32 // the number of the adapter it was stored under
+	adapter uint32 // the number of the adapter it was stored under, and where it is (inGPU, inOffload)
 }
+
+// The top bits of node.adapter tell where the engine's server holds the
+// block: in its GPU cache, in an offloading tier (a copy vLLM's KV
+// offloading made before the GPU evicted it), or both.
+const (
+	inGPU       = 1 << 31
+	inOffload   = 1 << 30
+	adapterBits = inOffload - 1
+)
 
 const (
 	chunkBits = 9

@@ -43,9 +43,9 @@ type WorkerView struct {
 	// Calibration is what the policy learned of the worker's model
 	// server; absent for policies that keep no prefix index.
 	Calibration *CalibrationView `json:"calibration,omitempty"`
-	// KVEventBlocks are the blocks the worker's KV-cache events say its
-	// GPUs hold (over its engines); absent when the picker reads no
-	// events (--kv-events-port).
+	// KVEventBlocks are the blocks the worker's KV-cache events say it
+	// holds (over its engines, on its GPUs or offloaded); absent when the
+	// picker reads no events (--kv-events-port).
 	KVEventBlocks *int `json:"kvEventBlocks,omitempty"`
 }
 

@@ -79,6 +79,9 @@ type Options struct {
 	KVEventsReplayPort    int
 	KVEventsReplayTimeout time.Duration
 	TokenizeTimeout       time.Duration
+	// KVEventsOffloadWeight is what a block a server keeps only in its
+	// offloading tier counts for against one on its GPU.
+	KVEventsOffloadWeight float64
 
 	// Keepalive of the ext_proc server: it pings a connection silent for
 	// KeepaliveTime and closes it (cancelling its streams, so their guards
@@ -176,6 +179,7 @@ func NewOptions() *Options {
 		ExtProcTransport:       transportDirect,
 		TokenizeTimeout:        kvindex.DefaultTimeout,
 		KVEventsReplayTimeout:  kvindex.DefaultReplayTimeout,
+		KVEventsOffloadWeight:  kvindex.DefaultOffloadWeight,
 
 		HAMode: HAActiveActive,
 
@@ -217,6 +221,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.KVEventsReplayPort, "kv-events-replay-port", o.KVEventsReplayPort, "Port on each model server pod where it replays the KV-cache event batches it keeps (vLLM's --kv-events-config replay_endpoint, e.g. tcp://*:5558): a picker that (re)connects learns what the caches already hold, and one that missed batches reads them again instead of forgetting the pod's blocks. 0: off. Needs --kv-events-port.")
 	fs.DurationVar(&o.KVEventsReplayTimeout, "kv-events-replay-timeout", o.KVEventsReplayTimeout, "Longest a replay from one engine under --kv-events-replay-port may take; past it the replay counts as failed and the engine's blocks are forgotten until its events tell them again.")
 	fs.StringVar(&o.KVEventsTopic, "kv-events-topic", o.KVEventsTopic, "Topic prefix subscribed to on --kv-events-port (vLLM's kv-events-config topic); every topic when empty.")
+	fs.Float64Var(&o.KVEventsOffloadWeight, "kv-events-offload-weight", o.KVEventsOffloadWeight, "What a prompt block a server keeps only in its KV offloading tier (vLLM's OffloadingConnector, medium CPU) counts for under --kv-events-port, against one in its GPU cache (1), from 0 to 1: the server reads it back instead of prefilling it.")
 	fs.DurationVar(&o.TokenizeTimeout, "tokenize-timeout", o.TokenizeTimeout, "Longest wait for a model server's /tokenize under --kv-events-port; past it the prompt is routed on the picker's own index.")
 	fs.StringVar(&o.ExtProcTransport, "extproc-transport", o.ExtProcTransport, "HTTP/2 transport of the ext_proc service: direct (the picker's own: each connection's messages are handled on its reader, replies gathered into one write) or grpc (grpc-go's).")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof, "Serve Go's pprof handlers under /debug/pprof/ on the metrics port (behind --metrics-endpoint-auth in a cluster).")
@@ -404,6 +409,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--kv-events-replay-port %d is not a port (0 turns replay off)", o.KVEventsReplayPort))
 	case o.KVEventsReplayPort > 0 && o.KVEventsPort == 0:
 		errs = append(errs, fmt.Errorf("--kv-events-replay-port %d needs --kv-events-port", o.KVEventsReplayPort))
+	}
+	if !(o.KVEventsOffloadWeight >= 0 && o.KVEventsOffloadWeight <= 1) {
+		errs = append(errs, fmt.Errorf("--kv-events-offload-weight %v must be from 0 to 1", o.KVEventsOffloadWeight))
 	}
 	if o.KVEventsReplayTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--kv-events-replay-timeout %v must be positive", o.KVEventsReplayTimeout))

@@ -86,6 +86,7 @@ func TestOptions(t *testing.T) {
 		"KV events port out of range": {args: []string{"--pool-name", "p", "--kv-events-port", "70000"}, wantErr: "--kv-events-port"},
 		"replay port out of range":    {args: []string{"--pool-name", "p", "--kv-events-port", "5557", "--kv-events-replay-port", "-1"}, wantErr: "--kv-events-replay-port"},
 		"replay without events":       {args: []string{"--pool-name", "p", "--kv-events-replay-port", "5558"}, wantErr: "needs --kv-events-port"},
+		"offload weight past 1":       {args: []string{"--pool-name", "p", "--kv-events-port", "5557", "--kv-events-offload-weight", "1.5"}, wantErr: "--kv-events-offload-weight"},
 		"no replay timeout":           {args: []string{"--pool-name", "p", "--kv-events-port", "5557", "--kv-events-replay-timeout", "0s"}, wantErr: "--kv-events-replay-timeout"},
 		"no tokenize timeout":         {args: []string{"--pool-name", "p", "--kv-events-port", "5557", "--tokenize-timeout", "0s"}, wantErr: "--tokenize-timeout"},
 	}

@@ -170,6 +170,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 		reg.AddListener(sub)
 		runnables = append(runnables, replicaRunnable{sub})
 		loc := kvindex.NewLocator(kvIndex, reg, o.TokenizeTimeout)
+		loc.OffloadWeight = o.KVEventsOffloadWeight
 		promReg.MustRegister(kvindex.NewCollector(kvIndex, sub, loc))
 		locator = loc
 	}

@@ -194,6 +194,10 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"picker.kvEvents.replayTimeout=2"},
 			want: []string{"kvEvents", "replayTimeout"},
 		},
+		"offload weight past 1": {
+			sets: []string{"picker.kvEvents.offloadWeight=2"},
+			want: []string{"kvEvents", "offloadWeight"},
+		},
 		"bad tokenize timeout": {
 			sets: []string{"picker.kvEvents.tokenizeTimeout=soon"},
 			want: []string{"kvEvents", "tokenizeTimeout"},
