@@ -139,16 +139,24 @@ func TestLocatorLeavesOutAFailingServer(t *testing.T) {
 	}
 }
 
+// twoTokenizingWorkers returns a registry of two workers whose /tokenize
+// answers tokens.
+func twoTokenizingWorkers(t *testing.T, tokens []uint32) (reg *registry.Registry, w1, w2 *registry.Worker) {
+	t.Helper()
+	tk := startTokenizer(t, tokens)
+	reg = registry.New()
+	w1 = registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "a", Port: 1}, Name: "a", Address: tk.addr})
+	w2 = registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "b", Port: 1}, Name: "b", Address: tk.addr})
+	return reg, w1, w2
+}
+
 // TestLocatorLooksUpSaltedPrompts: a salted prompt is looked up only once
 // the servers' events have shown that they key blocks by salt; then it is
 // found where it was stored under its salt (escapes in the request's JSON
 // undone), and not under another.
 func TestLocatorLooksUpSaltedPrompts(t *testing.T) {
 	tokens := prompt(1, 4, -1)
-	tk := startTokenizer(t, tokens)
-	reg := registry.New()
-	w1 := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "a", Port: 1}, Name: "a", Address: tk.addr})
-	w2 := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "b", Port: 1}, Name: "b", Address: tk.addr})
+	reg, w1, w2 := twoTokenizingWorkers(t, tokens)
 	ix := New(0)
 	ix.Apply(w1.ID(), []kvevents.Event{stored(1, tokens, 0, 4, "")})
 	l := NewLocator(ix, reg, time.Second)
@@ -186,10 +194,7 @@ func TestLocatorLooksUpSaltedPrompts(t *testing.T) {
 // OffloadWeight.
 func TestLocatorCountsOffloadedBlocksAtTheirWeight(t *testing.T) {
 	tokens := prompt(1, 4, -1)
-	tk := startTokenizer(t, tokens)
-	reg := registry.New()
-	w1 := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "a", Port: 1}, Name: "a", Address: tk.addr})
-	w2 := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "b", Port: 1}, Name: "b", Address: tk.addr})
+	reg, w1, w2 := twoTokenizingWorkers(t, tokens)
 	ix := New(0)
 	ix.Apply(w1.ID(), []kvevents.Event{stored(1, tokens, 0, 4, "")})
 	onW2 := stored(2, tokens, 0, 4, "")
