@@ -179,7 +179,7 @@ func (s *Subscriber) start(ctx context.Context, w *registry.Worker, e, port int)
 
 // engines follows the engines behind w's port until ctx ends, the engine
 // of rank r on Port plus r (wanted), and stops and forgets those the server
-// stops naming.
+// stops naming; at each check it compacts the index a step.
 func (s *Subscriber) engines(ctx context.Context, w *registry.Worker) {
 	every := s.EngineCheck
 	if every <= 0 {
@@ -216,6 +216,7 @@ func (s *Subscriber) engines(ctx context.Context, w *registry.Worker) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			s.Index.Compact()
 		}
 	}
 }
