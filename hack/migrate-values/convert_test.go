@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -63,21 +65,7 @@ inferenceExtension:
   pluginsConfigFile: precise.yaml
   pluginsCustomConfig:
     precise.yaml: |
-      apiVersion: llm-d.ai/v1alpha1
-      kind: EndpointPickerConfig
-      plugins:
-      - type: precise-prefix-cache-scorer
-        parameters:
-          tokenProcessorConfig: {blockSize: 64, hashSeed: "42"}
-          kvEventsConfig:
-            topicFilter: "kv@"
-            podDiscoveryConfig: {socketPort: 5556}
-      - type: max-score-picker
-      schedulingProfiles:
-      - name: default
-        plugins:
-        - pluginRef: precise-prefix-cache-scorer
-        - pluginRef: max-score-picker
+` + indent(readConfig(t, "llm-d-precise-prefix-plugins.yaml"), "      ") + `
 inferencePool:
   modelServers: {matchLabels: {app: m}}
 `,
@@ -134,6 +122,25 @@ inferencePool:
 			}
 		})
 	}
+}
+
+// readConfig reads an EndpointPickerConfig the picker's tests keep.
+func readConfig(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "cmd", "inferpick", "app", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// indent puts prefix before each line of s.
+func indent(s, prefix string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = prefix + l
+	}
+	return strings.Join(lines, "\n")
 }
 
 func TestConvertRejectsNonYAML(t *testing.T) {

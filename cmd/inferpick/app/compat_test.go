@@ -29,23 +29,6 @@ schedulingProfiles:
     weight: 4
 `
 
-// preciseConfig is llm-d's precise prefix-cache routing with pod discovery.
-const preciseConfig = `apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: precise-prefix-cache-scorer
-  parameters:
-    kvEventsConfig:
-      discoverPods: true
-      podDiscoveryConfig: {socketPort: 5556}
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: precise-prefix-cache-scorer
-  - pluginRef: max-score-picker
-`
-
 // TestUpstreamFlags parses each upstream endpoint picker and llm-d flag:
 // implemented ones change the options, inert ones warn or not depending on
 // whether their value asks for what inferpick does anyway.
@@ -54,6 +37,11 @@ func TestUpstreamFlags(t *testing.T) {
 	if err := os.WriteFile(cfgFile, []byte(upstreamConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	precise, err := os.ReadFile(filepath.Join("testdata", "llm-d-precise-prefix-plugins.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	preciseConfig := string(precise)
 	static := []string{"--static-endpoints", "127.0.0.1:1"}
 	cases := map[string]struct {
 		args    []string
@@ -103,14 +91,16 @@ func TestUpstreamFlags(t *testing.T) {
 			want: []any{policy.WeightedScorer, "/m"},
 		},
 		"llm-d's precise prefix-cache scorer subscribes to the pods' KV-cache events": {
-			args: []string{"--config-text", preciseConfig},
-			got:  func(o *Options) any { return []any{o.Policy.Name, o.KVEventsPort, o.KVEventsTopic} },
-			want: []any{policy.CacheAware, 5556, "kv@"},
+			args:   []string{"--config-text", preciseConfig},
+			got:    func(o *Options) any { return []any{o.Policy.Name, o.KVEventsPort, o.KVEventsTopic} },
+			want:   []any{policy.CacheAware, 5556, "kv@"},
+			warned: []string{"--config-text"}, // its tokenProcessorConfig has no effect
 		},
 		"the KV-events port flag wins over the scorer's": {
-			args: []string{"--config-text", preciseConfig, "--kv-events-port", "5600", "--kv-events-topic", "kv"},
-			got:  func(o *Options) any { return []any{o.KVEventsPort, o.KVEventsTopic} },
-			want: []any{5600, "kv"},
+			args:   []string{"--config-text", preciseConfig, "--kv-events-port", "5600", "--kv-events-topic", "kv"},
+			got:    func(o *Options) any { return []any{o.KVEventsPort, o.KVEventsTopic} },
+			want:   []any{5600, "kv"},
+			warned: []string{"--config-text"},
 		},
 		"config file and text":   {args: []string{"--config-file", cfgFile, "--config-text", "policy: {}"}, wantErr: "exclude"},
 		"config text error line": {args: []string{"--config-text", "policy:\n  name: random\n  nmae: x\n"}, wantErr: "line 3"},
