@@ -51,7 +51,9 @@ var explanations = map[string]string{
 		"picker's p90 (the row counts them), and a prompt's first request takes a whole prefill (0.63–0.68 s " +
 		"alone on its pod). One picker leaves 28 requests over 0.3 s in every run (the 16 prompts' first and 12 " +
 		"that queued behind them): its p90 sits just below that cliff, three replicas' (37–41 requests over 0.3 s " +
-		"in ten runs) above it. The miss is the cold start's: once every prompt has been sent, three replicas' " +
+		"in ten runs) above it. No placement avoids those 28 (a prompt's first request, and one that arrives while " +
+		"that request is prefilled, waits for a whole prefill wherever it goes), so three replicas may add one. " +
+		"The miss is the cold start's: once every prompt has been sent, three replicas' " +
 		"p90 is within about a tenth of one picker's (figures above). Traces of each request's pod " +
 		"and TTFT (real time, two runs each) show where " +
 		"the extra ones come from: in the first two seconds, before a prompt's blocks are published (a server " +
