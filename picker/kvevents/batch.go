@@ -267,26 +267,17 @@ func field(r *reader, ev *Event, name string) error {
 	case "block_size":
 		ev.BlockSize, err = intOrNil(r)
 	case "lora_id":
-		if !r.nil() {
-			var v uint64
-			v, err = r.int()
-			ev.LoraID, ev.HasLora = int64(v), true
-		}
+		ev.LoraID, ev.HasLora, err = optInt(r)
 	case "medium":
-		ev.Medium, err = r.medium()
+		ev.Medium, err = r.oneOf(media)
 	case "lora_name":
 		ev.LoraName, err = r.name()
 	case "extra_keys":
 		ev.Extra, err = extraKeys(r, ev.Extra[:0], ev.LoraName)
 	case "group_idx":
-		ev.HasGroup = false
-		if !r.nil() {
-			var v uint64
-			v, err = r.int()
-			ev.Group, ev.HasGroup = int64(v), true
-		}
+		ev.Group, ev.HasGroup, err = optInt(r)
 	case "kv_cache_spec_kind":
-		ev.SpecKind, err = r.specKind()
+		ev.SpecKind, err = r.oneOf(specKinds)
 	default:
 		err = r.skip(1)
 	}
@@ -362,6 +353,15 @@ func tokens(r *reader, dst []uint32) ([]uint32, error) {
 		dst = append(dst, uint32(v))
 	}
 	return dst, nil
+}
+
+// optInt reads an int, or nil as none.
+func optInt(r *reader) (v int64, ok bool, err error) {
+	if r.nil() {
+		return 0, false, nil
+	}
+	u, err := r.int()
+	return int64(u), true, err
 }
 
 // intOrNil reads an int that fits an int, or nil as 0.

@@ -174,38 +174,26 @@ func (r *reader) isStr(s string) bool {
 	return false
 }
 
-// medium reads a medium, or nil as "": vLLM's names are not allocated.
-func (r *reader) medium() (string, error) {
+// oneOf reads a str or nil (""): one of names, not allocated, or another
+// name.
+func (r *reader) oneOf(names []string) (string, error) {
 	if r.nil() {
 		return "", nil
 	}
 	b, err := r.bytes()
-	switch string(b) {
-	case "GPU":
-		return "GPU", err
-	case "CPU":
-		return "CPU", err
-	}
-	return string(b), err
-}
-
-// specKind reads a KV-cache group's kind, or nil as "": vLLM's kinds are
-// not allocated.
-func (r *reader) specKind() (string, error) {
-	if r.nil() {
-		return "", nil
-	}
-	b, err := r.bytes()
-	for _, k := range specKinds {
-		if string(b) == k {
-			return k, err
+	for _, n := range names {
+		if string(b) == n {
+			return n, err
 		}
 	}
 	return string(b), err
 }
 
+// media are the media vLLM names an event's blocks are in.
+var media = []string{"GPU", "CPU"}
+
 // specKinds are the kinds of KV-cache group vLLM names.
-var specKinds = [...]string{"full_attention", "mla_attention", "sink_full_attention", "sliding_window",
+var specKinds = []string{"full_attention", "mla_attention", "sink_full_attention", "sliding_window",
 	"sliding_window_mla", "chunked_local_attention", "mamba", "encoder_only_attention", "cross_attention"}
 
 // name reads an adapter's name, a str or nil (""), reusing r.lora when it

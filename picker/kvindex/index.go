@@ -364,7 +364,7 @@ func (ix *Index) compact() {
 }
 
 // Compact does one step of compact, as every write does: the subscriber
-// calls it every few seconds, so that the slab also shrinks in a pool that
+// calls it at a steady pace, so that the slab also shrinks in a pool that
 // went idle after pods left.
 func (ix *Index) Compact() {
 	ix.mu.Lock()

@@ -417,7 +417,7 @@ func TestTheSlabShrinksAfterPodsLeave(t *testing.T) {
 		ix.Remove(id)
 	}
 	ix.Apply(1, []kvevents.Event{removed(1 << 40)}) // a write compacts a step
-	// Then steps with no events, as the subscriber takes every few seconds.
+	// Then steps with no events, as the subscriber takes at a steady pace.
 	for range 2 * grown {
 		ix.Compact()
 	}

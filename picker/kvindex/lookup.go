@@ -126,22 +126,16 @@ type run struct {
 func (ix *Index) perWorker(runs []run, dst []Hold) []Hold {
 	for _, r := range runs {
 		id := ix.engines[r.eng].src.id
-		if n := ix.enginesLocked(id); n > 1 {
-			found := false
-			for j := range dst {
-				if dst[j].Worker == id {
-					dst[j].Blocks += r.blocks
-					dst[j].Offloaded += r.offloaded
-					found = true
-					break
-				}
-			}
-			if !found {
-				dst = append(dst, Hold{Worker: id, Blocks: r.blocks, Offloaded: r.offloaded})
-			}
-			continue
+		j := -1
+		if ix.enginesLocked(id) > 1 { // another engine's run may be there already
+			j = slices.IndexFunc(dst, func(h Hold) bool { return h.Worker == id })
 		}
-		dst = append(dst, Hold{Worker: id, Blocks: r.blocks, Offloaded: r.offloaded})
+		if j < 0 {
+			j = len(dst)
+			dst = append(dst, Hold{Worker: id})
+		}
+		dst[j].Blocks += r.blocks
+		dst[j].Offloaded += r.offloaded
 	}
 	for j := range dst {
 		if n := ix.enginesLocked(dst[j].Worker); n > 1 {

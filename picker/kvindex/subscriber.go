@@ -86,10 +86,24 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	}
 	s.pending = nil
 	s.mu.Unlock()
-	<-ctx.Done()
-	s.wg.Wait()
-	return nil
+	// A step of the index's compaction at every tick, so that it also
+	// shrinks in a pool that went idle after pods left.
+	t := time.NewTicker(compactEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.wg.Wait()
+			return nil
+		case <-t.C:
+			s.Index.Compact()
+		}
+	}
 }
+
+// compactEvery is how often the subscriber compacts the index a step (at
+// most compactMoves nodes): about 2,500 nodes a second.
+const compactEvery = 50 * time.Millisecond
 
 // DefaultReplayTimeout bounds one replay when the Subscriber is given no
 // bound: a server's default 10,000 kept batches are read and applied in
@@ -179,7 +193,7 @@ func (s *Subscriber) start(ctx context.Context, w *registry.Worker, e, port int)
 
 // engines follows the engines behind w's port until ctx ends, the engine
 // of rank r on Port plus r (wanted), and stops and forgets those the server
-// stops naming; at each check it compacts the index a step.
+// stops naming.
 func (s *Subscriber) engines(ctx context.Context, w *registry.Worker) {
 	every := s.EngineCheck
 	if every <= 0 {
@@ -216,7 +230,6 @@ func (s *Subscriber) engines(ctx context.Context, w *registry.Worker) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.Index.Compact()
 		}
 	}
 }
