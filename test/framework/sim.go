@@ -71,6 +71,9 @@ type SimStats struct {
 	// CachedBlocks is the blocks the prefix caches hold (over the
 	// simulator's engines).
 	CachedBlocks int `json:"cached_blocks"`
+	// OffloadedTokens is the prompt tokens loaded back from an offloading
+	// tier (vllm-sim --kv-offloading-blocks).
+	OffloadedTokens int64 `json:"offloaded_tokens"`
 }
 
 // Stats reads the simulator's counters.

@@ -77,6 +77,9 @@ func TestValidate(t *testing.T) {
 		"too many engines":       {args: []string{"--data-parallel-size", "65"}, wantErr: true},
 		"events when scheduled":  {args: []string{"--kv-events-when", "scheduled"}},
 		"events at another time": {args: []string{"--kv-events-when", "later"}, wantErr: true},
+		"an offloading tier":     {args: []string{"--kv-offloading-blocks", "4096", "--kv-offloading-load-us-per-token", "2.5"}},
+		"negative tier":          {args: []string{"--kv-offloading-blocks", "-1"}, wantErr: true},
+		"negative load cost":     {args: []string{"--kv-offloading-load-us-per-token", "-1"}, wantErr: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

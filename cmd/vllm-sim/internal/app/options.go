@@ -33,11 +33,16 @@ type Options struct {
 	PrefillUsPerTok  float64
 	DecodeMsPerTok   float64
 	StepOverheadMs   float64
-	TimeScale        float64
-	Seed             uint64
-	DefaultMaxTokens int
-	MaxTokensCap     int
-	Faults           faults.Config
+	// OffloadBlocks and OffloadLoadUsPerTok are --kv-offloading-blocks and
+	// --kv-offloading-load-us-per-token: an offloading tier behind the GPU
+	// pool and what loading a token back from it costs.
+	OffloadBlocks       int
+	OffloadLoadUsPerTok float64
+	TimeScale           float64
+	Seed                uint64
+	DefaultMaxTokens    int
+	MaxTokensCap        int
+	Faults              faults.Config
 	// ServedModelNames replace Model as the names the base model answers
 	// to when set (the first one is echoed and labels the metrics).
 	ServedModelNames []string
@@ -100,6 +105,8 @@ func NewOptions() *Options {
 		LoRALoadMs:       float64(DefaultLoRALoad) / float64(time.Millisecond),
 		DataParallelSize: 1,
 		KVEventsWhen:     EventsAtStepEnd,
+
+		OffloadLoadUsPerTok: float64(DefaultOffloadLoad) / float64(time.Microsecond),
 	}
 }
 
@@ -151,6 +158,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxBatchedTokens, "max-num-batched-tokens", o.MaxBatchedTokens, "token budget of one step (decode plus prefill chunks)")
 	fs.Float64Var(&o.PrefillUsPerTok, "prefill-us-per-token", o.PrefillUsPerTok, "simulated microseconds to prefill one uncached prompt token")
 	fs.Float64Var(&o.DecodeMsPerTok, "decode-ms-per-token", o.DecodeMsPerTok, "simulated milliseconds of a decode step (one token per running sequence)")
+	fs.IntVar(&o.OffloadBlocks, "kv-offloading-blocks", o.OffloadBlocks, `KV blocks of an offloading tier behind the GPU pool, as vLLM's OffloadingConnector keeps in CPU memory (--kv-offloading-size): a prompt's blocks are copied to it once computed, least recently used evicted first, and loaded back instead of computed again; its events name medium "CPU" (0: no tier)`)
+	fs.Float64Var(&o.OffloadLoadUsPerTok, "kv-offloading-load-us-per-token", o.OffloadLoadUsPerTok, "simulated microseconds to load one prompt token's KV back from the offloading tier, spent in the step that admits the request")
 	fs.Float64Var(&o.StepOverheadMs, "step-overhead-ms", o.StepOverheadMs, "simulated fixed milliseconds of every step")
 	fs.Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "wall time per simulated time (0.01 runs 100x faster, 0 does not wait)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the fault dice")
@@ -192,7 +201,7 @@ func (o *Options) Validate() error {
 	if o.loraEnabled() && o.MaxLoRAs < 1 {
 		errs = append(errs, fmt.Errorf("--max-loras %d must be at least 1 with LoRA enabled", o.MaxLoRAs))
 	}
-	if o.TimeScale < 0 || o.PrefillUsPerTok < 0 || o.DecodeMsPerTok < 0 || o.StepOverheadMs < 0 || o.LoRALoadMs < 0 {
+	if o.TimeScale < 0 || o.PrefillUsPerTok < 0 || o.DecodeMsPerTok < 0 || o.StepOverheadMs < 0 || o.LoRALoadMs < 0 || o.OffloadLoadUsPerTok < 0 {
 		errs = append(errs, errors.New("times and --time-scale must not be negative"))
 	}
 	if o.KVEventsWhen != EventsAtStepEnd && o.KVEventsWhen != EventsWhenScheduled {
@@ -225,6 +234,11 @@ func (o *Options) Validate() error {
 // to the GPU takes vLLM a few hundred milliseconds.
 const DefaultLoRALoad = 250 * time.Millisecond
 
+// DefaultOffloadLoad is the simulated time to load one prompt token's KV
+// back from host memory: a 7-8B model with grouped-query attention keeps
+// about 128 KiB of KV a token, and a PCIe 4.0 x16 link moves about 25 GB/s.
+const DefaultOffloadLoad = 5 * time.Microsecond
+
 func (o *Options) loraEnabled() bool { return o.EnableLoRA || len(o.LoRAModules) > 0 }
 
 func (o *Options) engineConfig() engine.Config {
@@ -243,5 +257,8 @@ func (o *Options) engineConfig() engine.Config {
 		PrefillPerToken:  time.Duration(o.PrefillUsPerTok * float64(time.Microsecond)),
 		DecodePerToken:   time.Duration(o.DecodeMsPerTok * float64(time.Millisecond)),
 		StepOverhead:     time.Duration(o.StepOverheadMs * float64(time.Millisecond)),
+
+		OffloadBlocks:       o.OffloadBlocks,
+		OffloadLoadPerToken: time.Duration(o.OffloadLoadUsPerTok * float64(time.Microsecond)),
 	}
 }

@@ -8,8 +8,10 @@
 // decoding sequence one token, and spends the rest of the step's token budget
 // on prefill chunks. A step costs StepOverhead, plus DecodePerToken when any
 // sequence decodes, plus PrefillPerToken for every prompt token computed in
-// it. Prompt tokens found in the prefix cache are never computed. Simulated
-// time advances by the step's cost; a Pacer turns it into wall time.
+// it. Prompt tokens found in the prefix cache are never computed; with an
+// offloading tier, those the tier holds after the cached ones are loaded at
+// OffloadLoadPerToken instead, and a sequence's computed blocks are copied to
+// the tier once its prefill is done. Simulated time advances by the step's cost; a Pacer turns it into wall time.
 package engine
 
 import (
@@ -45,6 +47,14 @@ type Config struct {
 	// LoRALoadCost is the simulated time a step spends loading an adapter
 	// that is not loaded; the whole batch waits for it, as in vLLM.
 	LoRALoadCost time.Duration
+	// OffloadBlocks is the size, in blocks, of an offloading tier behind
+	// the GPU pool (vLLM's OffloadingConnector with its CPU backend); 0
+	// has none.
+	OffloadBlocks int
+	// OffloadLoadPerToken is the cost of loading one prompt token's KV
+	// back from the offloading tier, spent in the step that admits the
+	// sequence.
+	OffloadLoadPerToken time.Duration
 }
 
 // DefaultConfig is a small GPU serving a small model.
@@ -81,7 +91,10 @@ func (c Config) Validate() error {
 	} else if c.MaxCPULoRAs > 0 && c.MaxCPULoRAs < c.MaxLoRAs {
 		errs = append(errs, fmt.Errorf("max cpu loras (%d) must be at least max loras (%d)", c.MaxCPULoRAs, c.MaxLoRAs))
 	}
-	if c.PrefillPerToken < 0 || c.DecodePerToken < 0 || c.StepOverhead < 0 || c.LoRALoadCost < 0 {
+	if c.OffloadBlocks < 0 {
+		errs = append(errs, fmt.Errorf("offload blocks must not be negative, got %d", c.OffloadBlocks))
+	}
+	if c.PrefillPerToken < 0 || c.DecodePerToken < 0 || c.StepOverhead < 0 || c.LoRALoadCost < 0 || c.OffloadLoadPerToken < 0 {
 		errs = append(errs, errors.New("step costs must not be negative"))
 	}
 	return errors.Join(errs...)

@@ -30,6 +30,8 @@ type Engine struct {
 
 	mu      sync.Mutex
 	cache   *kvcache.Cache
+	tier    *kvcache.Tier // nil without an offloading tier
+	loading int           // prompt tokens the step being planned loads from tier
 	waiting []*Sequence
 	running []*Sequence
 	simNow  time.Duration
@@ -64,6 +66,9 @@ func New(cfg Config, opts ...Option) (*Engine, error) {
 		pacer: &WallPacer{Scale: 1},
 		wake:  make(chan struct{}, 1),
 		cache: kvcache.New(cfg.NumGPUBlocks),
+	}
+	if cfg.OffloadBlocks > 0 {
+		e.tier = kvcache.NewTier(cfg.OffloadBlocks)
 	}
 	for _, o := range opts {
 		o(e)
@@ -131,6 +136,9 @@ func (e *Engine) Run(ctx context.Context) {
 	for {
 		st, ok := e.plan()
 		if !ok {
+			// Blocks copied to the offloading tier at the last step's end
+			// go out although no step follows.
+			e.publishEvents(st.events)
 			select {
 			case <-e.wake:
 				continue
@@ -213,11 +221,12 @@ func (e *Engine) plan() (step, bool) {
 		chunk(s)
 	}
 	if len(st.work) == 0 {
-		return step{}, false
+		return step{events: e.takeEvents()}, false
 	}
 	st.cost = e.cfg.StepOverhead + time.Duration(prefill)*e.cfg.PrefillPerToken +
-		time.Duration(loads)*e.cfg.LoRALoadCost + e.lora.debt
-	e.lora.debt = 0
+		time.Duration(loads)*e.cfg.LoRALoadCost + e.lora.debt +
+		time.Duration(e.loading)*e.cfg.OffloadLoadPerToken
+	e.lora.debt, e.loading = 0, 0
 	if decoding {
 		st.cost += e.cfg.DecodePerToken
 	}
@@ -229,7 +238,12 @@ func (e *Engine) plan() (step, bool) {
 func (e *Engine) admit(s *Sequence) bool {
 	// The last prompt token is always computed, so a fully cached prompt
 	// still recomputes its last block (as vLLM does).
-	hit := min(e.cache.Match(s.hashes), (s.promptTokens-1)/e.cfg.BlockSize)
+	most := (s.promptTokens - 1) / e.cfg.BlockSize
+	hit := min(e.cache.Match(s.hashes), most)
+	loaded := 0
+	if e.tier != nil {
+		loaded = min(e.tier.Match(s.hashes[hit:]), most-hit)
+	}
 	e.admitting = s
 	lease, ok := e.cache.Acquire(s.hashes, s.anonymous)
 	e.admitting = nil
@@ -238,12 +252,18 @@ func (e *Engine) admit(s *Sequence) bool {
 	}
 	s.lease = lease
 	s.phase = running
-	s.cached = hit * e.cfg.BlockSize
+	bs := e.cfg.BlockSize
+	s.cached = (hit + loaded) * bs
 	s.computed = s.cached
 	s.admitted = e.simNow
+	e.loading += loaded * bs
 	e.running = append(e.running, s)
 	e.totals.promptTokens += int64(s.promptTokens)
-	e.totals.cachedTokens += int64(s.cached)
+	e.totals.cachedTokens += int64(hit * bs)
+	if e.tier != nil {
+		e.totals.offloadQueries += int64(s.promptTokens - hit*bs)
+		e.totals.offloadHits += int64(loaded * bs)
+	}
 	return true
 }
 
@@ -264,6 +284,9 @@ func (e *Engine) apply(st step) {
 				continue
 			}
 			s.firstToken = e.simNow
+			if e.tier != nil {
+				e.tier.Store(s.hashes)
+			}
 			e.totals.firstTokens++
 			e.totals.ttftSum += s.firstToken - s.arrived
 		}

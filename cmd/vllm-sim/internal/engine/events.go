@@ -16,6 +16,9 @@ func WithEvents(publish func([]kvevents.Event)) Option {
 	return func(e *Engine) {
 		e.publish = publish
 		e.cache.SetObserver((*eventLog)(e))
+		if e.tier != nil {
+			e.tier.SetObserver((*tierLog)(e))
+		}
 	}
 }
 
@@ -45,7 +48,7 @@ func (l *eventLog) Stored(hashes []uint64, from, to int) {
 		Hashes:    slices.Clone(hashes[from:to]),
 		TokenIDs:  kvcache.TokenIDs(text, make([]uint32, 0, (to-from)*bs)),
 		BlockSize: bs,
-		Medium:    "GPU",
+		Medium:    gpu,
 	}
 	if from > 0 {
 		ev.Parent, ev.HasParent = hashes[from-1], true
@@ -59,16 +62,47 @@ func (l *eventLog) Stored(hashes []uint64, from, to int) {
 	e.events = append(e.events, ev)
 }
 
-// Removed logs a BlockRemoved, or adds h to the last event when that is
-// one.
-func (l *eventLog) Removed(h uint64) {
-	e := (*Engine)(l)
-	if n := len(e.events); n > 0 && e.events[n-1].Kind == kvevents.BlockRemoved {
+// Removed logs a BlockRemoved of the GPU pool.
+func (l *eventLog) Removed(h uint64) { (*Engine)(l).logRemoved(h, gpu) }
+
+// The media events name: the GPU pool's, and the offloading tier's as
+// vLLM's CPU backend names it.
+const (
+	gpu = "GPU"
+	cpu = "CPU"
+)
+
+// logRemoved logs a BlockRemoved of the medium's, or adds h to the last
+// event when that is one of the same medium. Called with e.mu held.
+func (e *Engine) logRemoved(h uint64, medium string) {
+	if n := len(e.events); n > 0 && e.events[n-1].Kind == kvevents.BlockRemoved && e.events[n-1].Medium == medium {
 		e.events[n-1].Hashes = append(e.events[n-1].Hashes, h)
 		return
 	}
-	e.events = append(e.events, kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []uint64{h}, Medium: "GPU"})
+	e.events = append(e.events, kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []uint64{h}, Medium: medium})
 }
+
+// tierLog turns the offloading tier's notifications into events. Its
+// methods run under e.mu, when a sequence's prefill is done.
+type tierLog Engine
+
+var _ kvcache.Observer = (*tierLog)(nil)
+
+// Stored logs a BlockStored of the tier for blocks it copied, as vLLM's
+// OffloadingConnector publishes them: the GPU blocks' hashes, the block
+// size, no parent, token ids or adapter.
+func (l *tierLog) Stored(hashes []uint64, from, to int) {
+	e := (*Engine)(l)
+	e.events = append(e.events, kvevents.Event{
+		Kind:      kvevents.BlockStored,
+		Hashes:    slices.Clone(hashes[from:to]),
+		BlockSize: e.cfg.BlockSize,
+		Medium:    cpu,
+	})
+}
+
+// Removed logs a BlockRemoved of the tier.
+func (l *tierLog) Removed(h uint64) { (*Engine)(l).logRemoved(h, cpu) }
 
 // loraID returns the adapter's id in events: 1 for the first adapter that
 // stored blocks, 2 for the next, and so on, kept for the engine's life.

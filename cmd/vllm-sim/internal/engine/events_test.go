@@ -195,3 +195,64 @@ func TestSaltedPromptsAreCachedApartAndSaySo(t *testing.T) {
 		}
 	}
 }
+
+// offloaded and dropped are the offloading tier's events of the blocks
+// [from, to) of prompt, and of the hashes it evicts.
+func offloaded(prompt string, bs, from, to int) kvevents.Event {
+	return kvevents.Event{Kind: kvevents.BlockStored, Hashes: kvcache.BlockHashes(prompt, bs)[from:to], BlockSize: bs, Medium: "CPU"}
+}
+
+func dropped(hs ...uint64) kvevents.Event {
+	return kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: hs, Medium: "CPU"}
+}
+
+// With an offloading tier, a prompt's blocks are copied to it once they are
+// computed (its own batch, after the GPU's), a prompt the GPU pool evicted
+// is loaded back from the tier instead of computed, and the tier evicts the
+// blocks least recently used, each event naming its medium.
+func TestAnOffloadedPromptIsLoadedBackInsteadOfComputed(t *testing.T) {
+	cfg := testConfig()
+	cfg.NumGPUBlocks = 4 // one prompt of 3 blocks and its output
+	cfg.OffloadBlocks = 6
+	cfg.OffloadLoadPerToken = 10 * time.Microsecond
+	e, ch := startWithEvents(t, cfg, &WallPacer{})
+	a, b, c := strings.Repeat("a", 48), strings.Repeat("b", 48), strings.Repeat("c", 48)
+	ha, hb := kvcache.BlockHashes(a, 4), kvcache.BlockHashes(b, 4)
+
+	cold := waitDone(t, submit(t.Context(), t, e, a, 1))
+	waitDone(t, submit(t.Context(), t, e, b, 1))
+	again := waitDone(t, submit(t.Context(), t, e, a, 1))
+	waitDone(t, submit(t.Context(), t, e, c, 1))
+	for i, want := range [][]kvevents.Event{
+		{stored(a, 4, 0, 3)},
+		{offloaded(a, 4, 0, 3)},
+		{removed(ha[2], ha[1], ha[0]), stored(b, 4, 0, 3)},
+		{offloaded(b, 4, 0, 3)},
+		// a comes back to the GPU; the tier has it already.
+		{removed(hb[2], hb[1], hb[0]), stored(a, 4, 0, 3)},
+		// c: a was used after b, so b leaves the tier.
+		{removed(ha[2], ha[1], ha[0]), stored(c, 4, 0, 3)},
+		{dropped(hb[0], hb[1], hb[2]), offloaded(c, 4, 0, 3)},
+	} {
+		if diff := cmp.Diff(want, nextBatch(t, ch)); diff != "" {
+			t.Errorf("batch %d (-want +got):\n%s", i, diff)
+		}
+	}
+
+	// 12 tokens: the first two blocks loaded, the last recomputed.
+	if again.CachedTokens != 8 {
+		t.Errorf("cached tokens of the offloaded prompt = %d, want 8", again.CachedTokens)
+	}
+	wantTTFT := cfg.StepOverhead + 4*cfg.PrefillPerToken + 8*cfg.OffloadLoadPerToken
+	if again.TTFT != wantTTFT || cold.TTFT != cfg.StepOverhead+12*cfg.PrefillPerToken {
+		t.Errorf("simulated TTFT cold %v, loaded back %v; want %v and %v", cold.TTFT, again.TTFT,
+			cfg.StepOverhead+12*cfg.PrefillPerToken, wantTTFT)
+	}
+	st := e.Stats()
+	got := []int64{st.CachedTokens, st.OffloadQueries, st.OffloadHits, int64(st.OffloadedBlocks)}
+	// The GPU pool never held a prompt on its return; the tier was asked
+	// for all 48 prompt tokens and gave 8.
+	if diff := cmp.Diff([]int64{0, 48, 8, 6}, got); diff != "" {
+		t.Errorf("GPU hits, tier queries, tier hits, tier blocks (-want +got):\n%s", diff)
+	}
+}

@@ -8,6 +8,7 @@ import (
 type totals struct {
 	requests, finished, aborted                  int64
 	promptTokens, cachedTokens, generationTokens int64
+	offloadQueries, offloadHits                  int64
 	firstTokens                                  int64
 	ttftSum                                      time.Duration
 }
@@ -19,6 +20,13 @@ type Stats struct {
 	// PromptTokens of the sequences scheduled so far (the prefix cache
 	// queries, in tokens), and how many of them were cache hits.
 	PromptTokens, CachedTokens int64
+	// OffloadQueries are the prompt tokens of those sequences the GPU pool
+	// did not hold, looked up in the offloading tier, and OffloadHits how
+	// many of them were loaded from it (vLLM's external prefix cache
+	// counters); zero without a tier.
+	OffloadQueries, OffloadHits int64
+	// OffloadedBlocks is the number of blocks in the offloading tier.
+	OffloadedBlocks int
 	// GenerationTokens produced.
 	GenerationTokens int64
 	// Running and Waiting sequences now.
@@ -60,6 +68,9 @@ func (e *Engine) Stats() Stats {
 		Aborted:          t.aborted,
 		PromptTokens:     t.promptTokens,
 		CachedTokens:     t.cachedTokens,
+		OffloadQueries:   t.offloadQueries,
+		OffloadHits:      t.offloadHits,
+		OffloadedBlocks:  e.offloaded(),
 		GenerationTokens: t.generationTokens,
 		Running:          len(e.running),
 		Waiting:          len(e.waiting),
@@ -73,4 +84,13 @@ func (e *Engine) Stats() Stats {
 		WaitingLoRAs:     distinctAdapters(e.waiting),
 		LoadedLoRAs:      slices.Clone(e.lora.loaded),
 	}
+}
+
+// offloaded returns the blocks in the offloading tier. Called with e.mu
+// held.
+func (e *Engine) offloaded() int {
+	if e.tier == nil {
+		return 0
+	}
+	return e.tier.Len()
 }

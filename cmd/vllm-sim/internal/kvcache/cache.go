@@ -112,7 +112,9 @@ func (c *Cache) Acquire(hashes []uint64, anonymous int) (Lease, bool) {
 		c.anonymous++
 		c.referenced++
 	}
-	c.notifyStored(hashes, filled)
+	if c.observer != nil {
+		notifyRuns(c.observer, hashes, filled)
+	}
 	return Lease{hashes: hashes, anonymous: anonymous}, true
 }
 
@@ -183,8 +185,8 @@ func (c *Cache) makeRoom() {
 	}
 }
 
-// notifyStored tells the observer of each run of hashes marked filled.
-func (c *Cache) notifyStored(hashes []uint64, filled []bool) {
+// notifyRuns tells o of each run of hashes marked filled.
+func notifyRuns(o Observer, hashes []uint64, filled []bool) {
 	for from := 0; from < len(filled); {
 		if !filled[from] {
 			from++
@@ -194,7 +196,7 @@ func (c *Cache) notifyStored(hashes []uint64, filled []bool) {
 		for to < len(filled) && filled[to] {
 			to++
 		}
-		c.observer.Stored(hashes, from, to)
+		o.Stored(hashes, from, to)
 		from = to
 	}
 }

@@ -26,6 +26,10 @@ type Stats struct {
 	GenerationTokens int64   `json:"generation_tokens"`
 	KVCacheUsage     float64 `json:"kv_cache_usage"`
 	CachedBlocks     int     `json:"cached_blocks"`
+	// OffloadedTokens of the prompt tokens were loaded back from the
+	// offloading tier, which holds OffloadedBlocks now.
+	OffloadedTokens int64 `json:"offloaded_tokens"`
+	OffloadedBlocks int   `json:"offloaded_blocks"`
 	// SimulatedSeconds is the engine's busy time in simulated seconds;
 	// MeanSimulatedTTFTSeconds averages the simulated time to first token.
 	SimulatedSeconds         float64 `json:"simulated_seconds"`
@@ -52,6 +56,8 @@ func (s *Server) stats() Stats {
 		GenerationTokens: es.GenerationTokens,
 		KVCacheUsage:     es.KVCacheUsage,
 		CachedBlocks:     es.CachedBlocks,
+		OffloadedTokens:  es.OffloadHits,
+		OffloadedBlocks:  es.OffloadedBlocks,
 		SimulatedSeconds: es.SimulatedTime.Seconds(),
 		LoRALoads:        es.LoRALoads,
 		LoadedLoRAs:      es.LoadedLoRAs,
@@ -77,6 +83,8 @@ func (s *Server) engineStats() engine.Stats {
 		es.Running, es.Waiting = es.Running+o.Running, es.Waiting+o.Waiting
 		es.KVCacheUsage += o.KVCacheUsage
 		es.CachedBlocks += o.CachedBlocks
+		es.OffloadQueries, es.OffloadHits = es.OffloadQueries+o.OffloadQueries, es.OffloadHits+o.OffloadHits
+		es.OffloadedBlocks += o.OffloadedBlocks
 		es.SimulatedTime = max(es.SimulatedTime, o.SimulatedTime)
 		es.FirstTokens, es.SimulatedTTFTSum = es.FirstTokens+o.FirstTokens, es.SimulatedTTFTSum+o.SimulatedTTFTSum
 		es.LoRALoads += o.LoRALoads
