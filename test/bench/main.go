@@ -37,8 +37,8 @@ func execute() int {
 	flag.IntVar(&o.count, "count", 5, "go test -count for the micro-benchmarks")
 	flag.IntVar(&o.matrixRuns, "matrix-runs", 3, "runs of each policy in each matrix cell; the verdicts compare medians (-quick: 1)")
 	flag.IntVar(&o.matrixClose, "matrix-close-runs", 7, "runs of cache-aware and the policy it is compared with, at time scale 0.2, that decide a matrix verdict still close after -matrix-runs (-quick: 0)")
-	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,scaling,routing,replicas,flow,repro,matrix (default all), or peers (opt-in: the load test through the upstream endpoint picker)")
-	flag.StringVar(&o.policies, "policies", "", "comma-separated policy labels for the routing benchmark and the matrix (default all)")
+	flag.StringVar(&o.only, "only", "", "comma-separated parts to run: go,load,scrape,scale,scaling,routing,replicas,flow,repro,offload,matrix (default all), or peers (opt-in: the load test through the upstream endpoint picker)")
+	flag.StringVar(&o.policies, "policies", "", "comma-separated policy labels for the routing benchmark, the tight-cache and offloading runs and the matrix (default all)")
 	flag.StringVar(&o.workloads, "workloads", "", "comma-separated workload name prefixes for the routing benchmark and the matrix, e.g. shared-prefix,multi-lora (default all)")
 	flag.StringVar(&o.cells, "cells", "", "comma-separated matrix cells as prefill-ms/cache-prompts/seqs, e.g. 1/4/2,2/1.5/64 (default all)")
 	flag.IntVar(&kvEventsPort, "replica-kv-events-port", kvEventsPort, "port of the pods' KV-cache events in the replica runs; 0 runs the replicas without them")
@@ -169,6 +169,12 @@ func run(ctx context.Context, o options) error {
 	if o.want("repro") {
 		log.Print("tight-cache benchmark")
 		if rep.repro, err = reproBench(ctx, routing.Binaries{Sim: sim, Picker: picker}, o.policies); err != nil {
+			return err
+		}
+	}
+	if o.want("offload") {
+		log.Print("offloading-tier benchmark")
+		if rep.offload, err = offloadBench(ctx, routing.Binaries{Sim: sim, Picker: picker}, o.policies); err != nil {
 			return err
 		}
 	}

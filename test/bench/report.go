@@ -34,6 +34,7 @@ type report struct {
 	scale     []scaleResult
 	scaling   []scalingPoint
 	repro     []*routing.Result
+	offload   []*routing.Result
 	matrix    []matrixRun
 	replicas  *replicaReport
 }
@@ -227,6 +228,7 @@ func (r *report) markdown(plotDir string) string {
 	w("%s", replicasMarkdown(r.replicas))
 	w("%s", flowMarkdown(r.flow))
 	w("%s", reproMarkdown(r.repro))
+	w("%s", offloadMarkdown(r.offload))
 	w("%s", matrixMarkdown(r.matrix, filepath.ToSlash(plotDir)))
 	return b.String()
 }

@@ -43,6 +43,9 @@ type SimSpec struct {
 	LoRAAdapters []string
 	MaxLoRAs     int
 	LoRALoadMs   float64
+	// OffloadBlocks, when not 0, gives every pod an offloading tier of
+	// that many blocks behind its GPU pool (vllm-sim --kv-offloading-blocks).
+	OffloadBlocks int
 	// PickerArgs are more flags for the picker.
 	PickerArgs []string
 	// Replicas is how many pickers share the pods, each with its own view,
@@ -82,6 +85,9 @@ func (s SimSpec) Args(i int) []string {
 		"--prefill-us-per-token", fmt.Sprint(s.PrefillUsTok),
 		"--decode-ms-per-token", fmt.Sprint(s.DecodeMsTok),
 		"--seed", strconv.Itoa(i + 1),
+	}
+	if s.OffloadBlocks > 0 {
+		args = append(args, "--kv-offloading-blocks", strconv.Itoa(s.OffloadBlocks))
 	}
 	if len(s.LoRAAdapters) > 0 {
 		modules := make([]string, len(s.LoRAAdapters))
@@ -394,6 +400,7 @@ type simStats struct {
 	Finished     int64   `json:"finished"`
 	PromptTokens int64   `json:"prompt_tokens"`
 	CachedTokens int64   `json:"cached_tokens"`
+	Offloaded    int64   `json:"offloaded_tokens"`
 	MeanTTFT     float64 `json:"mean_simulated_ttft_seconds"`
 	LoRALoads    int64   `json:"lora_loads"`
 }

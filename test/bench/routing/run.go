@@ -39,6 +39,9 @@ type Result struct {
 	// HitRate is cached / prompt tokens over all simulators; Oracle is what
 	// a perfect router reaches on the same workload.
 	HitRate, Oracle float64
+	// LoadedRate is the share of the prompt tokens the simulators loaded
+	// back from their offloading tiers (not in HitRate).
+	LoadedRate float64
 	// Throughput is completed requests per simulated second, from the first
 	// send to the last answer.
 	Throughput float64
@@ -409,7 +412,7 @@ func maxOverMean(v []float64) float64 {
 // collectSims reads every simulator's totals into res.
 func (d *driver) collectSims(ctx context.Context, res *Result) error {
 	client := &http.Client{Timeout: 5 * time.Second}
-	var prompt, cached, finished int64
+	var prompt, cached, loaded, finished int64
 	var ttftSum float64
 	for i := range d.c.spec.Pods {
 		var s simStats
@@ -418,6 +421,7 @@ func (d *driver) collectSims(ctx context.Context, res *Result) error {
 		}
 		prompt += s.PromptTokens
 		cached += s.CachedTokens
+		loaded += s.Offloaded
 		finished += s.Finished
 		ttftSum += s.MeanTTFT * float64(s.Finished)
 		res.LoRALoads += s.LoRALoads
@@ -425,6 +429,7 @@ func (d *driver) collectSims(ctx context.Context, res *Result) error {
 	}
 	if prompt > 0 {
 		res.HitRate = float64(cached) / float64(prompt)
+		res.LoadedRate = float64(loaded) / float64(prompt)
 	}
 	if finished > 0 {
 		res.SimMeanTTFT = ttftSum / float64(finished)
