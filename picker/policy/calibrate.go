@@ -26,12 +26,15 @@ const (
 	minPredicted = 16384
 	// hitShortfall: hits below this share of the prediction shrink the
 	// capacity by shrinkStep, down to minScale; hits at or above
-	// hitRecovered grow it back by growStep, up to 1.
+	// hitRecovered grow it back by growStep, up to 1, or up to maxTierScale
+	// while the server also loads prompt tokens back from an offloading
+	// tier (which holds what its GPU pool evicted).
 	hitShortfall = 0.8
 	hitRecovered = 0.95
 	shrinkStep   = 0.85
 	growStep     = 1.1
 	minScale     = 0.25
+	maxTierScale = 8
 	// bytesPerToken is the prompt bytes per token assumed until measured,
 	// and the most the capacity is computed with: a measured figure only
 	// ever shrinks it.
@@ -115,7 +118,8 @@ func (s *workerCal) fold(m *registry.Metrics) {
 	b := m.Counters
 	if first || b.PrefixQueries < s.prefillBase.PrefixQueries || b.PrefixHits < s.prefillBase.PrefixHits ||
 		b.PromptTokens < s.prefillBase.PromptTokens || b.PrefillSeconds < s.prefillBase.PrefillSeconds ||
-		b.DecodeSeconds < s.decodeBase.DecodeSeconds || b.PrefixHits < s.hitBase.PrefixHits {
+		b.DecodeSeconds < s.decodeBase.DecodeSeconds || b.PrefixHits < s.hitBase.PrefixHits ||
+		b.TierHits < s.prefillBase.TierHits || b.TierHits < s.hitBase.TierHits {
 		// The first snapshot, or a counter went back (the server
 		// restarted): start over from here.
 		s.prefillBase, s.decodeBase, s.promptBase, s.hitBase = b, b, b, b
@@ -124,7 +128,7 @@ func (s *workerCal) fold(m *registry.Metrics) {
 		return
 	}
 	if a := s.prefillBase; b.Prefills > a.Prefills {
-		if computed := queried(b) - queried(a) - (b.PrefixHits - a.PrefixHits); computed >= minPrefillTokens {
+		if computed := queried(b) - queried(a) - (b.PrefixHits - a.PrefixHits) - (b.TierHits - a.TierHits); computed >= minPrefillTokens {
 			s.prefill = ewma(s.prefill, (b.PrefillSeconds-a.PrefillSeconds)/computed)
 			s.meanPrefill = ewma(s.meanPrefill, (b.PrefillSeconds-a.PrefillSeconds)/(b.Prefills-a.Prefills))
 			s.prefillBase = b
@@ -156,21 +160,27 @@ func queried(c registry.Counters) float64 {
 
 // checkHits compares the server's prefix hits since the last check with
 // what the index predicted, once the prediction is large enough to judge.
+// Tokens loaded back from an offloading tier are hits too: the prompt was
+// where the index sent it. A server that loads some holds more than its GPU
+// pool, so the capacity may then grow past it.
 func (s *workerCal) checkHits(now registry.Counters) {
 	bpt := s.bytesPerToken()
 	predicted := float64(s.predicted.Load()) / bpt
 	if predicted < minPredicted || now.PrefixHits == 0 && now.PrefixQueries == 0 {
 		return
 	}
-	hits := now.PrefixHits - s.hitBase.PrefixHits
+	tier := now.TierHits - s.hitBase.TierHits
+	hits := now.PrefixHits - s.hitBase.PrefixHits + tier
 	s.hitBase = now
 	s.predicted.Store(0)
 	s.hitRatio = hits / predicted
 	switch {
 	case s.hitRatio < hitShortfall:
 		s.scale = max(minScale, s.scale*shrinkStep)
+	case s.hitRatio >= hitRecovered && tier > 0:
+		s.scale = min(maxTierScale, s.scale*growStep)
 	case s.hitRatio >= hitRecovered:
-		s.scale = min(1, s.scale*growStep)
+		s.scale = min(max(1, s.scale), s.scale*growStep)
 	}
 }
 
@@ -192,7 +202,7 @@ func (s *workerCal) snapshot(m *registry.Metrics) *registry.Calibration {
 	if f, ok := blocksPerLoad(1, DefaultPrefillWeight, c); ok {
 		c.BlocksPerLoadScale = f
 	}
-	c.PrefillSource = source(s.prefill, "vllm:request_prefill_time_seconds / (prefix_cache_queries - hits)",
+	c.PrefillSource = source(s.prefill, "vllm:request_prefill_time_seconds / (prefix_cache_queries - hits - external hits)",
 		"none yet: the configured blocksPerLoad (or a stickier one) applies")
 	c.DecodeSource = source(s.decode, "vllm:inter_token_latency_seconds",
 		"none yet: the configured blocksPerLoad (or a stickier one) applies")
@@ -210,8 +220,11 @@ func (s *workerCal) snapshot(m *registry.Metrics) *registry.Calibration {
 		} else {
 			c.CapacitySource += ", measured bytes a token"
 		}
-		if s.scale < 1 {
+		switch {
+		case s.scale < 1:
 			c.CapacitySource += ", shrunk: prefix hits below the index's prediction"
+		case s.scale > 1:
+			c.CapacitySource += ", grown: the server loads prompts back from an offloading tier (vllm:external_prefix_cache_hits_total)"
 		}
 	} else {
 		c.CapacitySource = "not reported: the index's default capacity"

@@ -26,12 +26,19 @@ func newServerSide(w *registry.Worker, clk *clock, blocks int) *serverSide {
 // hits of them, prefilled the rest at prefill a token and decoded out
 // tokens at decode a token.
 func (s *serverSide) serve(requests int, prompt, hits float64, prefill, decode time.Duration, out float64) {
+	s.serveTier(requests, prompt, hits, 0, prefill, decode, out)
+}
+
+// serveTier is serve on a server with an offloading tier, which loaded
+// back loaded more of the prompt tokens after the hits.
+func (s *serverSide) serveTier(requests int, prompt, hits, loaded float64, prefill, decode time.Duration, out float64) {
 	c := &s.m.Counters
 	c.PromptTokens += prompt
 	c.PrefixQueries += prompt
 	c.PrefixHits += hits
+	c.TierHits += loaded
 	c.Prefills += float64(requests)
-	c.PrefillSeconds += (prompt - hits) * prefill.Seconds()
+	c.PrefillSeconds += (prompt - hits - loaded) * prefill.Seconds()
 	c.DecodeTokens += out
 	c.DecodeSeconds += out * decode.Seconds()
 }
@@ -121,6 +128,46 @@ func TestCapacityShrinksWhenPredictedHitsFail(t *testing.T) {
 	c = ws[0].Calibration()
 	if c.CapacityBlocks <= shrunk || c.CapacityBlocks > full {
 		t.Errorf("hits back at the prediction: capacity %d blocks, want above %d and at most the server's %d", c.CapacityBlocks, shrunk, full)
+	}
+}
+
+// A server that loads the prompts the index predicted back from an
+// offloading tier (vLLM's OffloadingConnector: its GPU pool evicted them)
+// holds more than its GPU pool: the capacity grows past it, as far as eight
+// times, and the tokens loaded are not taken for computed ones. A server
+// whose hits come from its GPU pool alone never gets more than the pool.
+func TestCapacityGrowsPastTheGPUPoolWithAnOffloadingTier(t *testing.T) {
+	full := 272 * 16 * 4 / prefix.BlockSize
+	for name, loaded := range map[string]bool{"loaded from a tier": true, "found on the GPU": false} {
+		t.Run(name, func(t *testing.T) {
+			reg, ws := pool(1)
+			clk := &clock{t: epoch}
+			p := build(t, Config{}, reg, clk)
+			srv := newServerSide(ws[0], clk, 272)
+			req := chat("sys", "q", 8000, 200)
+			pickOne(t, p, ws, req)
+			for range 200 {
+				pickOne(t, p, ws, req)
+				if loaded {
+					srv.serveTier(1, 2050, 48, 1952, time.Millisecond, 20*time.Millisecond, 8)
+				} else {
+					srv.serve(1, 2050, 2000, time.Millisecond, 20*time.Millisecond, 8)
+				}
+				srv.scrape()
+			}
+			pickOne(t, p, ws, req)
+			c := ws[0].Calibration()
+			want := full
+			if loaded {
+				want = full * 8
+			}
+			if c.CapacityBlocks != want {
+				t.Errorf("capacity %d blocks (scale %.2f, %s), want %d", c.CapacityBlocks, c.CapacityScale, c.CapacitySource, want)
+			}
+			if got := c.PrefillPerToken; got < 990*time.Microsecond || got > 1010*time.Microsecond {
+				t.Errorf("prefill per token = %v, want 1ms: the tokens loaded are not computed (%s)", got, c.PrefillSource)
+			}
+		})
 	}
 }
 

@@ -91,6 +91,10 @@ type Counters struct {
 	PromptTokens  float64 // prompt tokens scheduled (vllm:prompt_tokens_total)
 	PrefixQueries float64 // prompt tokens looked up in the prefix cache (vllm:prefix_cache_queries_total)
 	PrefixHits    float64 // of those, tokens found (vllm:prefix_cache_hits_total)
+	// TierHits are prompt tokens loaded from an offloading tier (or another
+	// store behind the server's KV connector) instead of computed
+	// (vllm:external_prefix_cache_hits_total).
+	TierHits float64
 	// PrefillSeconds over Prefills requests (vllm:request_prefill_time_seconds).
 	PrefillSeconds, Prefills float64
 	// DecodeSeconds over DecodeTokens output tokens (vllm:inter_token_latency_seconds).

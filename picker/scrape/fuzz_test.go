@@ -198,7 +198,7 @@ func reportFromFamilies(s *Schema, families map[string]*dto.MetricFamily) (*Repo
 					if !math.IsNaN(v) {
 						a.val[tg.slot] += v
 					}
-				case fieldPromptTokens, fieldPrefixQueries, fieldPrefixHits, fieldPrefillSum, fieldPrefillCount, fieldDecodeSum, fieldDecodeCount:
+				case fieldPromptTokens, fieldPrefixQueries, fieldPrefixHits, fieldTierHits, fieldPrefillSum, fieldPrefillCount, fieldDecodeSum, fieldDecodeCount:
 					if !math.IsNaN(v) && !math.IsInf(v, 0) && v > 0 {
 						a.val[tg.slot] += v
 					}

@@ -76,11 +76,14 @@ type Names struct {
 	LoRA []Series
 	// Counters the cost model calibrates itself from, summed over the
 	// samples: prompt tokens, prefix-cache queries and hits (in tokens),
-	// and the _sum and _count series of the prefill-time and inter-token
+	// the prompt tokens loaded from an offloading tier or another store
+	// behind the server's KV connector instead of computed (TierHits), and
+	// the _sum and _count series of the prefill-time and inter-token
 	// latency histograms.
 	PromptTokens  []Series
 	PrefixQueries []Series
 	PrefixHits    []Series
+	TierHits      []Series
 	PrefillSum    []Series
 	PrefillCount  []Series
 	DecodeSum     []Series
@@ -135,6 +138,7 @@ func vllmNames() Names {
 		PromptTokens:  plain("vllm:prompt_tokens_total"),
 		PrefixQueries: plain("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
 		PrefixHits:    plain("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+		TierHits:      plain("vllm:external_prefix_cache_hits_total"),
 		PrefillSum:    plain("vllm:request_prefill_time_seconds_sum"),
 		PrefillCount:  plain("vllm:request_prefill_time_seconds_count"),
 		DecodeSum:     plain("vllm:inter_token_latency_seconds_sum", "vllm:time_per_output_token_seconds_sum"),
@@ -177,6 +181,7 @@ func join(a, b Names) Names {
 		PromptTokens:  slices.Concat(a.PromptTokens, b.PromptTokens),
 		PrefixQueries: slices.Concat(a.PrefixQueries, b.PrefixQueries),
 		PrefixHits:    slices.Concat(a.PrefixHits, b.PrefixHits),
+		TierHits:      slices.Concat(a.TierHits, b.TierHits),
 		PrefillSum:    slices.Concat(a.PrefillSum, b.PrefillSum),
 		PrefillCount:  slices.Concat(a.PrefillCount, b.PrefillCount),
 		DecodeSum:     slices.Concat(a.DecodeSum, b.DecodeSum),

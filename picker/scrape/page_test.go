@@ -83,6 +83,8 @@ vllm:cache_config_info{block_size="16",cache_dtype="auto",calculate_kv_scales="F
 	counter("vllm:generation_tokens", "Number of generation tokens processed.")
 	counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.")
 	counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+	counter("vllm:external_prefix_cache_queries", "Prompt tokens looked up behind the KV connector.")
+	counter("vllm:external_prefix_cache_hits", "Prompt tokens loaded through the KV connector.")
 	histogram := func(name, help string, buckets []string) {
 		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
 		for _, m := range spec.models {
@@ -115,7 +117,7 @@ func v1Counters(n int) Counters {
 	f := float64(n)
 	const sum = 6328.120468378067
 	return Counters{
-		PromptTokens: 48213 * f, PrefixQueries: 48213 * f, PrefixHits: 48213 * f,
+		PromptTokens: 48213 * f, PrefixQueries: 48213 * f, PrefixHits: 48213 * f, TierHits: 48213 * f,
 		PrefillSeconds: sum * f, Prefills: float64(40*len(latencyBuckets)) * f,
 		DecodeSeconds: sum * f, DecodeTokens: float64(40*len(itlBuckets)) * f,
 	}

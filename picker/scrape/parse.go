@@ -59,6 +59,7 @@ type Counters struct {
 	PromptTokens  float64 // vllm:prompt_tokens_total
 	PrefixQueries float64 // vllm:prefix_cache_queries_total, in tokens
 	PrefixHits    float64 // vllm:prefix_cache_hits_total, in tokens
+	TierHits      float64 // vllm:external_prefix_cache_hits_total, in tokens
 	// PrefillSeconds and Prefills are the sum and count of
 	// vllm:request_prefill_time_seconds.
 	PrefillSeconds, Prefills float64
@@ -180,7 +181,7 @@ func (a *accumulator) add(t *target, smp *sample) {
 		if !math.IsNaN(v) {
 			a.val[t.slot] += v
 		}
-	case fieldPromptTokens, fieldPrefixQueries, fieldPrefixHits, fieldPrefillSum, fieldPrefillCount, fieldDecodeSum, fieldDecodeCount:
+	case fieldPromptTokens, fieldPrefixQueries, fieldPrefixHits, fieldTierHits, fieldPrefillSum, fieldPrefillCount, fieldDecodeSum, fieldDecodeCount:
 		if !math.IsNaN(v) && !math.IsInf(v, 0) && v > 0 {
 			a.val[t.slot] += v
 		}
@@ -318,6 +319,7 @@ func (a *accumulator) report(s *Schema) (Report, error) {
 	}
 	r.Counters = Counters{
 		PromptTokens: counter(fieldPromptTokens), PrefixQueries: counter(fieldPrefixQueries), PrefixHits: counter(fieldPrefixHits),
+		TierHits:       counter(fieldTierHits),
 		PrefillSeconds: counter(fieldPrefillSum), Prefills: counter(fieldPrefillCount),
 		DecodeSeconds: counter(fieldDecodeSum), DecodeTokens: counter(fieldDecodeCount),
 	}

@@ -19,6 +19,7 @@ const (
 	fieldPromptTokens
 	fieldPrefixQueries
 	fieldPrefixHits
+	fieldTierHits
 	fieldPrefillSum
 	fieldPrefillCount
 	fieldDecodeSum
@@ -27,7 +28,7 @@ const (
 )
 
 var fieldNames = [numFields]string{"waiting", "running", "KV usage", "cache info", "block size", "block count", "LoRA",
-	"prompt tokens", "prefix-cache queries", "prefix-cache hits", "prefill time sum", "prefill time count",
+	"prompt tokens", "prefix-cache queries", "prefix-cache hits", "offloading-tier hits", "prefill time sum", "prefill time count",
 	"inter-token latency sum", "inter-token latency count"}
 
 // Bounds of a Schema, which keep the parser's state on the stack.
@@ -98,6 +99,7 @@ func NewSchema(n Names) (*Schema, error) {
 	for f, list := range [...][]Series{fieldWaiting: n.Waiting, fieldRunning: n.Running, fieldKVUsage: n.KVUsage,
 		fieldBlockSize: n.BlockSize, fieldNumBlocks: n.NumBlocks, fieldLoRA: n.LoRA,
 		fieldPromptTokens: n.PromptTokens, fieldPrefixQueries: n.PrefixQueries, fieldPrefixHits: n.PrefixHits,
+		fieldTierHits:   n.TierHits,
 		fieldPrefillSum: n.PrefillSum, fieldPrefillCount: n.PrefillCount,
 		fieldDecodeSum: n.DecodeSum, fieldDecodeCount: n.DecodeCount} {
 		for _, series := range list {
