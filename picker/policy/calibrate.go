@@ -26,15 +26,12 @@ const (
 	minPredicted = 16384
 	// hitShortfall: hits below this share of the prediction shrink the
 	// capacity by shrinkStep, down to minScale; hits at or above
-	// hitRecovered grow it back by growStep, up to 1, or up to maxTierScale
-	// while the server also loads prompt tokens back from an offloading
-	// tier (which holds what its GPU pool evicted).
+	// hitRecovered grow it back by growStep, up to 1.
 	hitShortfall = 0.8
 	hitRecovered = 0.95
 	shrinkStep   = 0.85
 	growStep     = 1.1
 	minScale     = 0.25
-	maxTierScale = 8
 	// bytesPerToken is the prompt bytes per token assumed until measured,
 	// and the most the capacity is computed with: a measured figure only
 	// ever shrinks it.
@@ -161,26 +158,22 @@ func queried(c registry.Counters) float64 {
 // checkHits compares the server's prefix hits since the last check with
 // what the index predicted, once the prediction is large enough to judge.
 // Tokens loaded back from an offloading tier are hits too: the prompt was
-// where the index sent it. A server that loads some holds more than its GPU
-// pool, so the capacity may then grow past it.
+// where the index sent it, though no longer in the GPU pool.
 func (s *workerCal) checkHits(now registry.Counters) {
 	bpt := s.bytesPerToken()
 	predicted := float64(s.predicted.Load()) / bpt
 	if predicted < minPredicted || now.PrefixHits == 0 && now.PrefixQueries == 0 {
 		return
 	}
-	tier := now.TierHits - s.hitBase.TierHits
-	hits := now.PrefixHits - s.hitBase.PrefixHits + tier
+	hits := now.PrefixHits - s.hitBase.PrefixHits + now.TierHits - s.hitBase.TierHits
 	s.hitBase = now
 	s.predicted.Store(0)
 	s.hitRatio = hits / predicted
 	switch {
 	case s.hitRatio < hitShortfall:
 		s.scale = max(minScale, s.scale*shrinkStep)
-	case s.hitRatio >= hitRecovered && tier > 0:
-		s.scale = min(maxTierScale, s.scale*growStep)
 	case s.hitRatio >= hitRecovered:
-		s.scale = min(max(1, s.scale), s.scale*growStep)
+		s.scale = min(1, s.scale*growStep)
 	}
 }
 
@@ -220,11 +213,8 @@ func (s *workerCal) snapshot(m *registry.Metrics) *registry.Calibration {
 		} else {
 			c.CapacitySource += ", measured bytes a token"
 		}
-		switch {
-		case s.scale < 1:
+		if s.scale < 1 {
 			c.CapacitySource += ", shrunk: prefix hits below the index's prediction"
-		case s.scale > 1:
-			c.CapacitySource += ", grown: the server loads prompts back from an offloading tier (vllm:external_prefix_cache_hits_total)"
 		}
 	} else {
 		c.CapacitySource = "not reported: the index's default capacity"

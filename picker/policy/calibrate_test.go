@@ -133,10 +133,9 @@ func TestCapacityShrinksWhenPredictedHitsFail(t *testing.T) {
 
 // A server that loads the prompts the index predicted back from an
 // offloading tier (vLLM's OffloadingConnector: its GPU pool evicted them)
-// holds more than its GPU pool: the capacity grows past it, as far as eight
-// times, and the tokens loaded are not taken for computed ones. A server
-// whose hits come from its GPU pool alone never gets more than the pool.
-func TestCapacityGrowsPastTheGPUPoolWithAnOffloadingTier(t *testing.T) {
+// had them where the index said: the index keeps its capacity, as for hits
+// in the GPU pool, and the tokens loaded are not taken for computed ones.
+func TestTokensLoadedFromAnOffloadingTierAreHits(t *testing.T) {
 	full := 272 * 16 * 4 / prefix.BlockSize
 	for name, loaded := range map[string]bool{"loaded from a tier": true, "found on the GPU": false} {
 		t.Run(name, func(t *testing.T) {
@@ -146,8 +145,8 @@ func TestCapacityGrowsPastTheGPUPoolWithAnOffloadingTier(t *testing.T) {
 			srv := newServerSide(ws[0], clk, 272)
 			req := chat("sys", "q", 8000, 200)
 			pickOne(t, p, ws, req)
-			for range 200 {
-				pickOne(t, p, ws, req)
+			for range 40 {
+				pickOne(t, p, ws, req) // the index predicts 125 blocks cached
 				if loaded {
 					srv.serveTier(1, 2050, 48, 1952, time.Millisecond, 20*time.Millisecond, 8)
 				} else {
@@ -157,12 +156,9 @@ func TestCapacityGrowsPastTheGPUPoolWithAnOffloadingTier(t *testing.T) {
 			}
 			pickOne(t, p, ws, req)
 			c := ws[0].Calibration()
-			want := full
-			if loaded {
-				want = full * 8
-			}
-			if c.CapacityBlocks != want {
-				t.Errorf("capacity %d blocks (scale %.2f, %s), want %d", c.CapacityBlocks, c.CapacityScale, c.CapacitySource, want)
+			if c.CapacityBlocks != full || c.HitRatio < hitRecovered {
+				t.Errorf("capacity %d blocks (%s), hit ratio %.2f; want the server's %d and at least %.2f",
+					c.CapacityBlocks, c.CapacitySource, c.HitRatio, full, hitRecovered)
 			}
 			if got := c.PrefillPerToken; got < 990*time.Microsecond || got > 1010*time.Microsecond {
 				t.Errorf("prefill per token = %v, want 1ms: the tokens loaded are not computed (%s)", got, c.PrefillSource)

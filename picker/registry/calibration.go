@@ -27,11 +27,10 @@ type Calibration struct {
 	// index blocks: its KV tokens × BytesPerToken, scaled by CapacityScale.
 	CapacityBlocks int
 	CapacitySource string
-	// CapacityScale shrinks the capacity (below 1) when the server's
-	// prefix hits stay below what the index predicted, and grows it past
-	// the GPU pool (up to 8) while the server also loads prompts back from
-	// an offloading tier and its hits keep up; HitRatio is the last
-	// hits / predicted ratio, hits counting the tokens loaded.
+	// CapacityScale (≤ 1) shrinks the capacity when the server's prefix
+	// hits stay below what the index predicted; HitRatio is the last
+	// hits / predicted ratio, hits counting the tokens the server loaded
+	// back from an offloading tier.
 	CapacityScale float64
 	HitRatio      float64
 	// MaxSeqs is the server's concurrency limit, learned from the running
