@@ -50,12 +50,17 @@ func (s *serverSide) scrape() {
 	s.w.SetMetrics(&m)
 }
 
-func TestCalibrationLearnsServerCostsAndShowsSources(t *testing.T) {
+// calibrating builds a policy over one worker whose server reports 272 KV
+// blocks of 16 tokens, and the request the tests send: an 8,000-byte
+// system prompt and a 200-byte question.
+func calibrating(t *testing.T) (Policy, []*registry.Worker, *serverSide, *Request) {
 	reg, ws := pool(1)
 	clk := &clock{t: epoch}
-	p := build(t, Config{}, reg, clk)
-	srv := newServerSide(ws[0], clk, 272)
-	req := chat("sys", "q", 8000, 200)
+	return build(t, Config{}, reg, clk), ws, newServerSide(ws[0], clk, 272), chat("sys", "q", 8000, 200)
+}
+
+func TestCalibrationLearnsServerCostsAndShowsSources(t *testing.T) {
+	p, ws, srv, req := calibrating(t)
 
 	pickOne(t, p, ws, req)
 	c := ws[0].Calibration()
@@ -99,11 +104,7 @@ func TestCalibrationLearnsServerCostsAndShowsSources(t *testing.T) {
 // index is granted less capacity; it never grants more than the server's
 // KV tokens, and it grows back once the hits match again.
 func TestCapacityShrinksWhenPredictedHitsFail(t *testing.T) {
-	reg, ws := pool(1)
-	clk := &clock{t: epoch}
-	p := build(t, Config{}, reg, clk)
-	srv := newServerSide(ws[0], clk, 272)
-	req := chat("sys", "q", 8000, 200)
+	p, ws, srv, req := calibrating(t)
 	full := 272 * 16 * 4 / prefix.BlockSize
 
 	pickOne(t, p, ws, req) // cold: the index learns the prompt
@@ -139,11 +140,7 @@ func TestTokensLoadedFromAnOffloadingTierAreHits(t *testing.T) {
 	full := 272 * 16 * 4 / prefix.BlockSize
 	for name, loaded := range map[string]bool{"loaded from a tier": true, "found on the GPU": false} {
 		t.Run(name, func(t *testing.T) {
-			reg, ws := pool(1)
-			clk := &clock{t: epoch}
-			p := build(t, Config{}, reg, clk)
-			srv := newServerSide(ws[0], clk, 272)
-			req := chat("sys", "q", 8000, 200)
+			p, ws, srv, req := calibrating(t)
 			pickOne(t, p, ws, req)
 			for range 40 {
 				pickOne(t, p, ws, req) // the index predicts 125 blocks cached

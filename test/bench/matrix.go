@@ -587,10 +587,14 @@ func reproSpec() routing.SimSpec {
 
 // reproWorkload is 300 streaming requests at 4 per second over 16 shared
 // 8,000-byte system prompts, each with a distinct question.
-func reproWorkload() *routing.Workload {
-	w := routing.SharedPrefix(routing.SharedPrefixSpec{Groups: 16, SystemBytes: 8000, QuestionByte: 200,
-		Requests: 300, Rate: 4, Seed: 18})
-	w.Name = "tight-cache@4"
+func reproWorkload() *routing.Workload { return tightWorkload("tight-cache@4", 16, 18) }
+
+// tightWorkload is 300 streaming requests at 4 per second over prompts
+// shared 8,000-byte system prompts, each with a distinct question.
+func tightWorkload(name string, prompts int, seed uint64) *routing.Workload {
+	w := routing.SharedPrefix(routing.SharedPrefixSpec{Groups: prompts, SystemBytes: 8000, QuestionByte: 200,
+		Requests: 300, Rate: 4, Seed: seed})
+	w.Name = name
 	return w
 }
 

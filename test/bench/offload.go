@@ -50,12 +50,7 @@ func offloadSpec() routing.SimSpec {
 // offloadWorkload is the tight-cache workload over twice the prompts: 32,
 // more than the GPU pools hold together (16) and fewer than they hold with
 // their tiers (48).
-func offloadWorkload() *routing.Workload {
-	w := routing.SharedPrefix(routing.SharedPrefixSpec{Groups: 32, SystemBytes: 8000, QuestionByte: 200,
-		Requests: 300, Rate: 4, Seed: 19})
-	w.Name = "offload@4"
-	return w
-}
+func offloadWorkload() *routing.Workload { return tightWorkload("offload@4", 32, 19) }
 
 // offloadBench runs each of offloadRuns whose label only selects (all
 // when empty) on a cold cluster.

@@ -26,23 +26,7 @@ import (
 // 4,096 runs.
 func TestReplicasFindPromptsOthersPlaced(t *testing.T) {
 	hosts := []string{"127.0.0.110", "127.0.0.111", "127.0.0.112", "127.0.0.113"}
-	port := framework.FreePortT(t, hosts...)
-	kvPort := framework.FreePortT(t, hosts...) // never port: the framework hands a port out once
-	events := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d"}`, kvPort)
-	var addrs []string
-	for _, h := range hosts {
-		addrs = append(addrs, startSim(t, h, port, "--kv-events-config", events).addr)
-	}
-	var gws [2]*gw
-	var pickers [2]*picker
-	for i := range pickers {
-		pickers[i] = startPicker(t, "--static-endpoints", strings.Join(addrs, ","), "--kv-events-port", strconv.Itoa(kvPort))
-		pickers[i].WaitWorkers(t, len(hosts))
-		gws[i] = startGateway(t, pickers[i].Addr())
-	}
-	for _, p := range pickers {
-		waitSubscriptions(t, p, len(hosts))
-	}
+	_, pickers, gws := pickersOverEventPods(t, hosts)
 
 	r := rand.New(rand.NewPCG(7, 11))
 	for i := range 6 {
@@ -162,6 +146,32 @@ func TestAPickerStartedLaterReadsTheCachesFromTheReplay(t *testing.T) {
 			t.Errorf("prompt %d through the picker started later: %d tokens cached, want at least %d", i, n, least)
 		}
 	}
+}
+
+// pickersOverEventPods starts a simulator on each host, publishing its
+// KV-cache events (with more flags, extra), and two pickers that subscribe
+// to them, each behind a gateway of its own; it returns once both follow
+// every pod's events.
+func pickersOverEventPods(t *testing.T, hosts []string, extra ...string) (sims []*sim, pickers [2]*picker, gws [2]*gw) {
+	t.Helper()
+	port := framework.FreePortT(t, hosts...)
+	kvPort := framework.FreePortT(t, hosts...) // never port: the framework hands a port out once
+	events := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d"}`, kvPort)
+	var addrs []string
+	for _, h := range hosts {
+		s := startSim(t, h, port, append([]string{"--kv-events-config", events}, extra...)...)
+		sims = append(sims, s)
+		addrs = append(addrs, s.addr)
+	}
+	for i := range pickers {
+		pickers[i] = startPicker(t, "--static-endpoints", strings.Join(addrs, ","), "--kv-events-port", strconv.Itoa(kvPort))
+		pickers[i].WaitWorkers(t, len(hosts))
+		gws[i] = startGateway(t, pickers[i].Addr())
+	}
+	for _, p := range pickers {
+		waitSubscriptions(t, p, len(hosts))
+	}
+	return sims, pickers, gws
 }
 
 // waitSubscriptions waits until the picker follows n engines' events

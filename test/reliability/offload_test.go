@@ -5,12 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/inferpick/inferpick/test/framework"
 )
 
 // TestAPromptOffloadedByItsPodIsSentBackThere: pods whose GPU pool holds one
@@ -27,26 +23,11 @@ import (
 // runs.
 func TestAPromptOffloadedByItsPodIsSentBackThere(t *testing.T) {
 	hosts := []string{"127.0.0.118", "127.0.0.119", "127.0.0.120", "127.0.0.121"}
-	port := framework.FreePortT(t, hosts...)
-	kvPort := framework.FreePortT(t, hosts...)
-	events := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d"}`, kvPort)
+	// 100 blocks of 16 tokens: one prompt of about 80 blocks.
+	list, pickers, gws := pickersOverEventPods(t, hosts, "--num-gpu-blocks", "100", "--kv-offloading-blocks", "2000")
 	sims := map[string]*sim{}
-	var addrs []string
-	for _, h := range hosts {
-		// 100 blocks of 16 tokens: one prompt of about 80 blocks.
-		s := startSim(t, h, port, "--kv-events-config", events, "--num-gpu-blocks", "100", "--kv-offloading-blocks", "2000")
+	for _, s := range list {
 		sims[s.addr] = s
-		addrs = append(addrs, s.addr)
-	}
-	var gws [2]*gw
-	var pickers [2]*picker
-	for i := range pickers {
-		pickers[i] = startPicker(t, "--static-endpoints", strings.Join(addrs, ","), "--kv-events-port", strconv.Itoa(kvPort))
-		pickers[i].WaitWorkers(t, len(hosts))
-		gws[i] = startGateway(t, pickers[i].Addr())
-	}
-	for _, p := range pickers {
-		waitSubscriptions(t, p, len(hosts))
 	}
 
 	r := rand.New(rand.NewPCG(5, 3))
