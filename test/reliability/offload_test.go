@@ -67,6 +67,16 @@ func TestAPromptOffloadedByItsPodIsSentBackThere(t *testing.T) {
 				i, cached, loaded, home, least)
 		}
 	}
+	// Every copy the tiers announced was of a block the pickers knew.
+	for _, p := range pickers {
+		m, err := p.Metrics()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := m.Sum("inferpick_kv_events_dropped_blocks_total", "reason", "offloaded"); n != 0 {
+			t.Errorf("a picker dropped %v offloaded copies of blocks it did not know", n)
+		}
+	}
 }
 
 // requestsPerPod reads each simulator's request count.
