@@ -80,8 +80,9 @@ type Dropped struct {
 	// stored of blocks the index did not hold on the GPU: with no tokens
 	// in the tier's events, they cannot be keyed.
 	Offloaded int64
-	// OtherGroup are blocks stored in a KV-cache group other than the one
-	// an engine follows: a hybrid model's sliding-window or Mamba layers.
+	// OtherGroup are blocks stored in or removed from a KV-cache group
+	// other than the one an engine follows: a hybrid model's
+	// sliding-window or Mamba layers.
 	OtherGroup int64
 }
 
@@ -127,9 +128,7 @@ func (ix *Index) ApplyEngine(id uint32, e int, events []kvevents.Event) {
 	for i := range events {
 		ev := &events[i]
 		if !ix.follows(w, ev) {
-			if ev.Kind == kvevents.BlockStored {
-				ix.dropped.OtherGroup += int64(len(ev.Hashes))
-			}
+			ix.dropped.OtherGroup += int64(len(ev.Hashes))
 			continue
 		}
 		// An offloading tier (vLLM's OffloadingConnector: medium "CPU")

@@ -80,6 +80,8 @@ func TestValidate(t *testing.T) {
 		"an offloading tier":     {args: []string{"--kv-offloading-blocks", "4096", "--kv-offloading-load-us-per-token", "2.5"}},
 		"negative tier":          {args: []string{"--kv-offloading-blocks", "-1"}, wantErr: true},
 		"negative load cost":     {args: []string{"--kv-offloading-load-us-per-token", "-1"}, wantErr: true},
+		"a hybrid model":         {args: []string{"--hybrid-sliding-window", "128"}},
+		"negative window":        {args: []string{"--hybrid-sliding-window", "-128"}, wantErr: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -38,11 +38,14 @@ type Options struct {
 	// pool and what loading a token back from it costs.
 	OffloadBlocks       int
 	OffloadLoadUsPerTok float64
-	TimeScale           float64
-	Seed                uint64
-	DefaultMaxTokens    int
-	MaxTokensCap        int
-	Faults              faults.Config
+	// SlidingWindow is --hybrid-sliding-window: events of a hybrid model
+	// whose second group of layers attends to that many tokens.
+	SlidingWindow    int
+	TimeScale        float64
+	Seed             uint64
+	DefaultMaxTokens int
+	MaxTokensCap     int
+	Faults           faults.Config
 	// ServedModelNames replace Model as the names the base model answers
 	// to when set (the first one is echoed and labels the metrics).
 	ServedModelNames []string
@@ -160,6 +163,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.DecodeMsPerTok, "decode-ms-per-token", o.DecodeMsPerTok, "simulated milliseconds of a decode step (one token per running sequence)")
 	fs.IntVar(&o.OffloadBlocks, "kv-offloading-blocks", o.OffloadBlocks, `KV blocks of an offloading tier behind the GPU pool, as vLLM's OffloadingConnector keeps in CPU memory (--kv-offloading-size): a prompt's blocks are copied to it once computed, least recently used evicted first, and loaded back instead of computed again; its events name medium "CPU" (0: no tier)`)
 	fs.Float64Var(&o.OffloadLoadUsPerTok, "kv-offloading-load-us-per-token", o.OffloadLoadUsPerTok, "simulated microseconds to load one prompt token's KV back from the offloading tier, spent in the step that admits the request")
+	fs.IntVar(&o.SlidingWindow, "hybrid-sliding-window", o.SlidingWindow, `publish KV events as a hybrid model does whose second group of layers attends to the last N tokens (gpt-oss, Gemma 3): every block stored in group 0 ("full_attention") and group 1 ("sliding_window"), and a computed prompt's blocks before its last N tokens removed from group 1; prefix hits follow group 0 (0: one group, events without group_idx)`)
 	fs.Float64Var(&o.StepOverheadMs, "step-overhead-ms", o.StepOverheadMs, "simulated fixed milliseconds of every step")
 	fs.Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "wall time per simulated time (0.01 runs 100x faster, 0 does not wait)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the fault dice")
@@ -259,6 +263,7 @@ func (o *Options) engineConfig() engine.Config {
 		StepOverhead:     time.Duration(o.StepOverheadMs * float64(time.Millisecond)),
 
 		OffloadBlocks:       o.OffloadBlocks,
+		SlidingWindow:       o.SlidingWindow,
 		OffloadLoadPerToken: time.Duration(o.OffloadLoadUsPerTok * float64(time.Microsecond)),
 	}
 }

@@ -55,6 +55,13 @@ type Config struct {
 	// back from the offloading tier, spent in the step that admits the
 	// sequence.
 	OffloadLoadPerToken time.Duration
+	// SlidingWindow, when not 0, makes the KV-cache events those of a
+	// hybrid model whose second group of layers attends to the last
+	// SlidingWindow tokens (group_idx 1, "sliding_window"; the first is
+	// full attention): each block is stored in both groups, and once a
+	// prompt is computed its blocks before the window leave the second.
+	// Prefix hits follow the full-attention group alone.
+	SlidingWindow int
 }
 
 // DefaultConfig is a small GPU serving a small model.
@@ -90,6 +97,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("max loras (%d) and max cpu loras (%d) must not be negative", c.MaxLoRAs, c.MaxCPULoRAs))
 	} else if c.MaxCPULoRAs > 0 && c.MaxCPULoRAs < c.MaxLoRAs {
 		errs = append(errs, fmt.Errorf("max cpu loras (%d) must be at least max loras (%d)", c.MaxCPULoRAs, c.MaxLoRAs))
+	}
+	if c.SlidingWindow < 0 {
+		errs = append(errs, fmt.Errorf("sliding window must not be negative, got %d", c.SlidingWindow))
 	}
 	if c.OffloadBlocks < 0 {
 		errs = append(errs, fmt.Errorf("offload blocks must not be negative, got %d", c.OffloadBlocks))

@@ -48,6 +48,7 @@ type Engine struct {
 	events    []kvevents.Event
 	admitting *Sequence
 	loraIDs   map[string]int64
+	windowed  map[uint64]bool // blocks the sliding-window group holds (Config.SlidingWindow)
 }
 
 // Option configures an Engine.
@@ -286,6 +287,9 @@ func (e *Engine) apply(st step) {
 			s.firstToken = e.simNow
 			if e.tier != nil {
 				e.tier.Store(s.hashes)
+			}
+			if e.publish != nil {
+				e.leftWindow(s)
 			}
 			e.totals.firstTokens++
 			e.totals.ttftSum += s.firstToken - s.arrived

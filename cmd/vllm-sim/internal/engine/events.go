@@ -59,11 +59,70 @@ func (l *eventLog) Stored(hashes []uint64, from, to int) {
 	if s.salt != "" && from == 0 {
 		ev.Extra = []kvevents.ExtraKeys{kvevents.SaltKeys(s.salt)}
 	}
-	e.events = append(e.events, ev)
+	if e.cfg.SlidingWindow == 0 {
+		e.events = append(e.events, ev)
+		return
+	}
+	// A hybrid model's groups each store the blocks, under the same
+	// hashes: the full-attention group's first, as vLLM orders them.
+	ev.Group, ev.HasGroup, ev.SpecKind = fullGroup, true, fullAttention
+	window := ev
+	window.Hashes = slices.Clone(ev.Hashes)
+	window.Group, window.SpecKind = windowGroup, slidingWindow
+	e.events = append(e.events, ev, window)
+	if e.windowed == nil {
+		e.windowed = map[uint64]bool{}
+	}
+	for _, h := range ev.Hashes {
+		e.windowed[h] = true
+	}
 }
 
-// Removed logs a BlockRemoved of the GPU pool.
-func (l *eventLog) Removed(h uint64) { (*Engine)(l).logRemoved(h, gpu) }
+// Removed logs a BlockRemoved of the GPU pool: of both groups' blocks for a
+// hybrid model, the sliding-window group's unless it dropped h already.
+func (l *eventLog) Removed(h uint64) {
+	e := (*Engine)(l)
+	if e.cfg.SlidingWindow == 0 {
+		e.logRemoved(h, gpu, noGroup)
+		return
+	}
+	e.logRemoved(h, gpu, fullGroup)
+	e.dropWindowed(h)
+}
+
+// The KV-cache groups of a hybrid model's events (Config.SlidingWindow),
+// and the group of events that name none.
+const (
+	fullGroup     = 0
+	windowGroup   = 1
+	noGroup       = -1
+	fullAttention = "full_attention"
+	slidingWindow = "sliding_window"
+)
+
+// dropWindowed logs that the sliding-window group no longer holds block h,
+// if it did. Called with e.mu held.
+func (e *Engine) dropWindowed(h uint64) {
+	if e.windowed[h] {
+		delete(e.windowed, h)
+		e.logRemoved(h, gpu, windowGroup)
+	}
+}
+
+// leftWindow drops from the sliding-window group the blocks of s's prompt
+// that end before its last SlidingWindow tokens, which its layers no longer
+// read once the prompt is computed: vLLM frees them then, and they go out
+// as removed here (soon after, in vLLM, when their space is reused).
+// Called with e.mu held.
+func (e *Engine) leftWindow(s *Sequence) {
+	if e.cfg.SlidingWindow == 0 {
+		return
+	}
+	out := max(0, s.promptTokens-e.cfg.SlidingWindow) / e.cfg.BlockSize
+	for _, h := range s.hashes[:min(out, len(s.hashes))] {
+		e.dropWindowed(h)
+	}
+}
 
 // The media events name: the GPU pool's, and the offloading tier's as
 // vLLM's CPU backend names it.
@@ -72,14 +131,22 @@ const (
 	cpu = "CPU"
 )
 
-// logRemoved logs a BlockRemoved of the medium's, or adds h to the last
-// event when that is one of the same medium. Called with e.mu held.
-func (e *Engine) logRemoved(h uint64, medium string) {
-	if n := len(e.events); n > 0 && e.events[n-1].Kind == kvevents.BlockRemoved && e.events[n-1].Medium == medium {
-		e.events[n-1].Hashes = append(e.events[n-1].Hashes, h)
-		return
+// logRemoved logs a BlockRemoved of the medium's (and the group's, unless
+// noGroup), or adds h to the last event when that is one of the same
+// medium and group. Called with e.mu held.
+func (e *Engine) logRemoved(h uint64, medium string, group int64) {
+	ev := kvevents.Event{Kind: kvevents.BlockRemoved, Medium: medium}
+	if group != noGroup {
+		ev.Group, ev.HasGroup = group, true
 	}
-	e.events = append(e.events, kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []uint64{h}, Medium: medium})
+	if n := len(e.events); n > 0 {
+		if last := &e.events[n-1]; last.Kind == ev.Kind && last.Medium == ev.Medium && last.HasGroup == ev.HasGroup && last.Group == ev.Group {
+			last.Hashes = append(last.Hashes, h)
+			return
+		}
+	}
+	ev.Hashes = []uint64{h}
+	e.events = append(e.events, ev)
 }
 
 // tierLog turns the offloading tier's notifications into events. Its
@@ -102,7 +169,7 @@ func (l *tierLog) Stored(hashes []uint64, from, to int) {
 }
 
 // Removed logs a BlockRemoved of the tier.
-func (l *tierLog) Removed(h uint64) { (*Engine)(l).logRemoved(h, cpu) }
+func (l *tierLog) Removed(h uint64) { (*Engine)(l).logRemoved(h, cpu, noGroup) }
 
 // loraID returns the adapter's id in events: 1 for the first adapter that
 // stored blocks, 2 for the next, and so on, kept for the engine's life.

@@ -256,3 +256,38 @@ func TestAnOffloadedPromptIsLoadedBackInsteadOfComputed(t *testing.T) {
 		t.Errorf("GPU hits, tier queries, tier hits, tier blocks (-want +got):\n%s", diff)
 	}
 }
+
+// inGroup is ev as a hybrid model's group g publishes it, of kind unless
+// "" (removals name no kind).
+func inGroup(ev kvevents.Event, g int64, kind string) kvevents.Event {
+	ev.Group, ev.HasGroup, ev.SpecKind = g, true, kind
+	return ev
+}
+
+// A hybrid model stores each block in its full-attention group and its
+// sliding-window group; once a prompt is computed the blocks before its
+// window leave the second group (in the next batch), and an eviction
+// removes the block from each group that still holds it.
+func TestAHybridModelPublishesEachGroupsBlocks(t *testing.T) {
+	cfg := testConfig()
+	cfg.NumGPUBlocks = 4
+	cfg.SlidingWindow = 4 // one block of 4 tokens
+	e, ch := startWithEvents(t, cfg, &WallPacer{})
+	a, b := strings.Repeat("a", 48), strings.Repeat("b", 48) // 3 blocks, 1 more for the output
+	ha := kvcache.BlockHashes(a, 4)
+	waitDone(t, submit(t.Context(), t, e, a, 1))
+	waitDone(t, submit(t.Context(), t, e, b, 1))
+	for i, want := range [][]kvevents.Event{
+		{inGroup(stored(a, 4, 0, 3), 0, "full_attention"), inGroup(stored(a, 4, 0, 3), 1, "sliding_window")},
+		// 12 tokens, a window of 4: its first two blocks leave group 1.
+		{inGroup(removed(ha[0], ha[1]), 1, "")},
+		// b evicts a's blocks, tail first: from group 0 all three, from
+		// group 1 the one it kept.
+		{inGroup(removed(ha[2]), 0, ""), inGroup(removed(ha[2]), 1, ""), inGroup(removed(ha[1], ha[0]), 0, ""),
+			inGroup(stored(b, 4, 0, 3), 0, "full_attention"), inGroup(stored(b, 4, 0, 3), 1, "sliding_window")},
+	} {
+		if diff := cmp.Diff(want, nextBatch(t, ch)); diff != "" {
+			t.Errorf("batch %d (-want +got):\n%s", i, diff)
+		}
+	}
+}
