@@ -123,10 +123,13 @@ func checkHolders(t *testing.T, ix *Index) {
 			if w.src != (src{id: id, engine: uint32(e)}) || int(w.slot) >= len(ix.engines) || ix.engines[w.slot] != w {
 				t.Fatalf("worker %d engine %d: named %+v in slot %d, which holds another", id, e, w.src, w.slot)
 			}
-			n := 0
+			n, offloaded := 0, 0
 			w.blocks.each(func(r uint32) {
 				n++
 				nd := ix.nodes.at(r)
+				if offloadedOnly(nd) {
+					offloaded++
+				}
 				if nd.eng != w.slot || live[r] {
 					t.Fatalf("node %d (%+v) in the table of engine slot %d", r, *nd, w.slot)
 				}
@@ -136,8 +139,9 @@ func checkHolders(t *testing.T, ix *Index) {
 				live[r] = true
 			})
 			checkParts(t, &w.blocks)
-			if n != w.blocks.n || n > ix.maxPerWorker {
-				t.Fatalf("engine slot %d: %d nodes, counted %d, bound %d", w.slot, n, w.blocks.n, ix.maxPerWorker)
+			if n != w.blocks.n || n > ix.maxPerWorker || offloaded != w.offloaded {
+				t.Fatalf("engine slot %d: %d nodes, counted %d, bound %d; %d held only offloaded, counted %d",
+					w.slot, n, w.blocks.n, ix.maxPerWorker, offloaded, w.offloaded)
 			}
 		}
 		if followed == 0 {

@@ -58,6 +58,9 @@ type engine struct {
 	// kind is one of full attention.
 	group int64
 	full  bool
+	// offloaded counts the engine's blocks held only in an offloading
+	// tier: copied there, then evicted from the GPU.
+	offloaded int
 }
 
 // src names an engine: the worker and the engine's number.
@@ -175,11 +178,24 @@ func (ix *Index) offloaded(w *engine, hashes []uint64) {
 // of the engine's table, and forgets the block once no tier does.
 func (ix *Index) evicted(w *engine, at spot, r, tier uint32) {
 	nd := ix.nodes.at(r)
+	was := offloadedOnly(nd)
 	nd.adapter &^= tier
-	if nd.adapter&(inGPU|inOffload) == 0 {
+	switch now := offloadedOnly(nd); {
+	case nd.adapter&(inGPU|inOffload) == 0:
 		ix.unhold(w, at, r)
+		if was {
+			w.offloaded--
+		}
+	case now && !was:
+		w.offloaded++
+	case was && !now:
+		w.offloaded--
 	}
 }
+
+// offloadedOnly reports whether an offloading tier holds the node's block
+// and the GPU does not.
+func offloadedOnly(nd *node) bool { return nd.adapter&(inGPU|inOffload) == inOffload }
 
 // onGPU reports whether an event's medium is the GPU's: "GPU", or none,
 // as servers that predate the field publish.
@@ -271,7 +287,11 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 			ix.extraKeys = true
 		}
 		if at, old := w.blocks.find(&ix.nodes, h); old != 0 {
-			if nd := ix.nodes.at(old); nd.key == key {
+			nd := ix.nodes.at(old)
+			if offloadedOnly(nd) {
+				w.offloaded-- // on the GPU again, or replaced
+			}
+			if nd.key == key {
 				nd.adapter |= inGPU // stored again, as from an offloaded copy
 				continue
 			}
@@ -460,7 +480,7 @@ func (ix *Index) RemoveEngine(id uint32, e int) {
 }
 
 func (ix *Index) clearLocked(w *engine) {
-	w.group, w.full = -1, false
+	w.group, w.full, w.offloaded = -1, false, 0
 	if w.blocks.n == 0 {
 		return
 	}
@@ -478,15 +498,22 @@ func (ix *Index) dropLocked(w *engine) {
 // Held returns how many blocks the worker's cache holds, as its events
 // tell (over all its engines).
 func (ix *Index) Held(id uint32) int {
+	n, _ := ix.Holds(id)
+	return n
+}
+
+// Holds returns Held, and how many of those blocks only an offloading tier
+// holds.
+func (ix *Index) Holds(id uint32) (blocks, offloaded int) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	n := 0
 	for _, w := range ix.workers[id] {
 		if w != nil {
-			n += w.blocks.n
+			blocks += w.blocks.n
+			offloaded += w.offloaded
 		}
 	}
-	return n
+	return blocks, offloaded
 }
 
 // enginesLocked returns how many of the worker's engines are followed.

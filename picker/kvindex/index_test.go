@@ -455,36 +455,44 @@ func TestOffloadedBlocksAreHeldUntilEveryTierDropsThem(t *testing.T) {
 		}
 		return h[0]
 	}
+	// want is the prompt's run on worker 1; blocks and offloaded what
+	// Holds says of all its blocks.
 	steps := []struct {
-		what   string
-		events []kvevents.Event
-		want   Hold
+		what              string
+		events            []kvevents.Event
+		want              Hold
+		blocks, offloaded int
 	}{
 		{"stored on the GPU, copied to the CPU", []kvevents.Event{
 			gpu, {Kind: kvevents.BlockStored, Hashes: hashes, Medium: "CPU"},
-		}, Hold{Worker: 1, Blocks: 6}},
+		}, Hold{Worker: 1, Blocks: 6}, 6, 0},
 		{"the GPU evicts blocks 3-5", []kvevents.Event{
 			{Kind: kvevents.BlockRemoved, Hashes: hashes[3:], Medium: "GPU"},
-		}, Hold{Worker: 1, Blocks: 6, Offloaded: 3}},
+		}, Hold{Worker: 1, Blocks: 6, Offloaded: 3}, 6, 3},
 		{"the CPU drops block 4's copy", []kvevents.Event{
 			{Kind: kvevents.BlockRemoved, Hashes: hashes[4:5], Medium: "cpu"},
-		}, Hold{Worker: 1, Blocks: 4, Offloaded: 1}},
-		{"the CPU drops copies the GPU still holds", []kvevents.Event{
+		}, Hold{Worker: 1, Blocks: 4, Offloaded: 1}, 5, 2},
+		{"the CPU drops copies the GPU still holds, the GPU a block it no longer holds", []kvevents.Event{
 			{Kind: kvevents.BlockRemoved, Hashes: hashes[:3], Medium: "CPU"},
-		}, Hold{Worker: 1, Blocks: 4, Offloaded: 1}},
+			{Kind: kvevents.BlockRemoved, Hashes: hashes[5:], Medium: "GPU"},
+		}, Hold{Worker: 1, Blocks: 4, Offloaded: 1}, 5, 2},
 		{"blocks 3-5 prefilled again", []kvevents.Event{
 			stored(1, a, 3, 6, ""),
-		}, Hold{Worker: 1, Blocks: 6}},
+		}, Hold{Worker: 1, Blocks: 6}, 6, 0},
 		{"a copy on another tier of a block never held, and a removal naming no medium (the GPU's)", []kvevents.Event{
 			{Kind: kvevents.BlockStored, Hashes: []uint64{1 << 40}, Medium: "DISK"},
 			removed(hashes[1]),
-		}, Hold{Worker: 1, Blocks: 1}},
+		}, Hold{Worker: 1, Blocks: 1}, 5, 0},
 	}
 	for _, s := range steps {
 		ix.Apply(1, s.events)
 		if got := held(); got != s.want {
 			t.Errorf("%s: holds %+v, want %+v", s.what, got, s.want)
 		}
+		if blocks, offloaded := ix.Holds(1); blocks != s.blocks || offloaded != s.offloaded {
+			t.Errorf("%s: worker 1 holds %d blocks, %d only offloaded; want %d and %d", s.what, blocks, offloaded, s.blocks, s.offloaded)
+		}
+		checkHolders(t, ix)
 	}
 	if _, d := ix.Stats(); d != (Dropped{Offloaded: 1}) {
 		t.Errorf("dropped %+v, want the copy of the block never held", d)

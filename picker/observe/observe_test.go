@@ -43,11 +43,11 @@ func TestWorkersHandler(t *testing.T) {
 	})
 	reg.MarkSynced()
 
-	held := func(id uint32) int { // the KV-cache events' blocks: worker a's alone
+	held := func(id uint32) (int, int) { // the KV-cache events' blocks: worker a's alone, 12 of them offloaded
 		if id == a.ID() {
-			return 42
+			return 42, 12
 		}
-		return 0
+		return 0, 0
 	}
 	srv := httptest.NewServer(WorkersHandler(reg, testingclock.NewFakePassiveClock(now), held))
 	defer srv.Close()
@@ -60,16 +60,16 @@ func TestWorkersHandler(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
 		t.Fatal(err)
 	}
-	waiting, running, kv, age, blocks, none := 3, 2, 0.5, int64(250), 42, 0
+	waiting, running, kv, age, blocks, offloaded, none := 3, 2, 0.5, int64(250), 42, 12, 0
 	want := WorkersView{Synced: true, Workers: []WorkerView{
 		{Name: "pod-a", Namespace: "ns", UID: "a", Address: "127.0.0.1:8000", Engines: []int{0, 1}, Load: 2, Prefill: 1, Decode: 1,
 			Waiting: &waiting, Running: &running, KVUsage: &kv, KVBlocks: 100, BlockSize: 16, MetricsAgeMS: &age,
 			Calibration: &CalibrationView{PrefillUSPerToken: 1500, MeanPrefillMS: 90, PrefillSource: "prefill histogram",
 				DecodeSource: "none yet", BlocksPerLoadScale: 0.5, BytesPerToken: 4, CapacityBlocks: 80, CapacityScale: 0.8,
 				CapacitySource: "cache_config_info, shrunk", HitRatio: 0.6, MaxSeqs: 2, MaxSeqsSource: "queue"},
-			KVEventBlocks: &blocks},
-		{Name: "pod-b", Namespace: "ns", UID: "b", Address: "127.0.0.2:8000", KVEventBlocks: &none},
-		{Name: "pod-b", Namespace: "ns", UID: "b", Address: "127.0.0.2:8001", Rank: 1, KVEventBlocks: &none},
+			KVEventBlocks: &blocks, KVEventOffloadedBlocks: &offloaded},
+		{Name: "pod-b", Namespace: "ns", UID: "b", Address: "127.0.0.2:8000", KVEventBlocks: &none, KVEventOffloadedBlocks: &none},
+		{Name: "pod-b", Namespace: "ns", UID: "b", Address: "127.0.0.2:8001", Rank: 1, KVEventBlocks: &none, KVEventOffloadedBlocks: &none},
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("/debug/workers (-want +got):\n%s", diff)

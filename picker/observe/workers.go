@@ -47,11 +47,14 @@ type WorkerView struct {
 	// holds (over its engines, on its GPUs or offloaded); absent when the
 	// picker reads no events (--kv-events-port).
 	KVEventBlocks *int `json:"kvEventBlocks,omitempty"`
+	// KVEventOffloadedBlocks are those of KVEventBlocks held only in an
+	// offloading tier (copied there, then evicted from the GPU).
+	KVEventOffloadedBlocks *int `json:"kvEventOffloadedBlocks,omitempty"`
 }
 
 // HeldBlocks returns the blocks a worker's KV-cache events say it holds,
-// by the worker's ID.
-type HeldBlocks func(id uint32) int
+// by the worker's ID, and how many of them only an offloading tier holds.
+type HeldBlocks func(id uint32) (blocks, offloaded int)
 
 // CalibrationView is a worker's calibration as /debug/workers shows it:
 // each figure with the signal it came from.
@@ -122,8 +125,8 @@ func Snapshot(reg SyncedWorkers, now time.Time, held HeldBlocks) WorkersView {
 			wv.Calibration = calibrationView(c)
 		}
 		if held != nil {
-			n := held(w.ID())
-			wv.KVEventBlocks = &n
+			n, off := held(w.ID())
+			wv.KVEventBlocks, wv.KVEventOffloadedBlocks = &n, &off
 		}
 		v.Workers = append(v.Workers, wv)
 	}

@@ -59,6 +59,15 @@ func TestAPromptOffloadedByItsPodIsSentBackThere(t *testing.T) {
 			}
 			return nil
 		})
+		// /debug/workers shows the pod's blocks held only in its tier:
+		// the prompt's and the first of the two that pushed it out.
+		v, err := pickers[1].Worker(home)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := v.KVEventOffloadedBlocks; n == nil || *n < 2*70 {
+			t.Errorf("prompt %d: /debug/workers shows %v blocks of %s held only in its tier, want at least %d", i, n, home, 2*70)
+		}
 		loadedBefore := offloadedTokens(t, sims[home])
 		cached := cachedTokens(t, gws[1], prompt, "")
 		loaded := offloadedTokens(t, sims[home]) - loadedBefore
