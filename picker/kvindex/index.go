@@ -551,6 +551,20 @@ func (ix *Index) Stats() (blocks int, dropped Dropped) {
 	return ix.nodes.live, ix.dropped
 }
 
+// Offloaded returns how many of the blocks held only an offloading tier
+// holds, over every engine.
+func (ix *Index) Offloaded() int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	n := 0
+	for _, w := range ix.engines {
+		if w != nil {
+			n += w.offloaded
+		}
+	}
+	return n
+}
+
 // Mixing constants: odd 64-bit values with well-spread bits.
 const (
 	m0 = 0x9e3779b97f4a7c15

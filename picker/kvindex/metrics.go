@@ -9,7 +9,7 @@ type Collector struct {
 	sub *Subscriber
 	loc *Locator
 
-	subs, blocks, dropped, lookups, failed, skipped, gaps, replays *prometheus.Desc
+	subs, blocks, offloaded, dropped, lookups, failed, skipped, gaps, replays *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -23,8 +23,10 @@ func NewCollector(ix *Index, sub *Subscriber, loc *Locator) *Collector {
 			"Model-server engines whose KV-cache events the picker is subscribed to now (one per server, or one per data-parallel engine behind a server's port).", nil, nil),
 		blocks: prometheus.NewDesc("inferpick_kv_events_blocks",
 			"KV blocks the model servers' events say their caches hold, over all servers.", nil, nil),
+		offloaded: prometheus.NewDesc("inferpick_kv_events_offloaded_blocks",
+			"Of inferpick_kv_events_blocks, those only the servers' KV offloading tiers hold (copied there, then evicted from the GPU).", nil, nil),
 		dropped: prometheus.NewDesc("inferpick_kv_events_dropped_blocks_total",
-			"Stored blocks the picker could not index, by reason: unchained (parent never seen stored), malformed, full (over a server's bound), offloaded (copies the server's KV offloading made of blocks the picker did not know on its GPU, which the tier's events do not key), group (stored in a hybrid model's KV-cache group other than the full-attention one).", []string{"reason"}, nil),
+			"Blocks of events the picker could not apply, by reason: unchained (stored, parent never seen stored), malformed, full (over a server's bound), offloaded (copies the server's KV offloading made of blocks the picker did not know on its GPU, which the tier's events do not key), group (stored in or removed from a hybrid model's KV-cache group other than the full-attention one).", []string{"reason"}, nil),
 		lookups: prometheus.NewDesc("inferpick_kv_events_lookups_total",
 			"Prompts the picker's own index did not know, looked up by tokenizing them on a model server (/tokenize).", nil, nil),
 		failed: prometheus.NewDesc("inferpick_kv_events_lookup_failures_total",
@@ -40,7 +42,7 @@ func NewCollector(ix *Index, sub *Subscriber, loc *Locator) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.subs, c.blocks, c.dropped, c.lookups, c.failed, c.skipped, c.gaps, c.replays} {
+	for _, d := range []*prometheus.Desc{c.subs, c.blocks, c.offloaded, c.dropped, c.lookups, c.failed, c.skipped, c.gaps, c.replays} {
 		ch <- d
 	}
 }
@@ -48,9 +50,11 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	blocks, d := c.ix.Stats()
+	offloaded := c.ix.Offloaded()
 	calls, failed, skipped := c.loc.Calls()
 	ch <- prometheus.MustNewConstMetric(c.subs, prometheus.GaugeValue, float64(c.sub.Connected()))
 	ch <- prometheus.MustNewConstMetric(c.blocks, prometheus.GaugeValue, float64(blocks))
+	ch <- prometheus.MustNewConstMetric(c.offloaded, prometheus.GaugeValue, float64(offloaded))
 	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(d.Unchained), "unchained")
 	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(d.Malformed), "malformed")
 	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(d.Full), "full")

@@ -76,7 +76,8 @@ func TestAPromptOffloadedByItsPodIsSentBackThere(t *testing.T) {
 				i, cached, loaded, home, least)
 		}
 	}
-	// Every copy the tiers announced was of a block the pickers knew.
+	// Every copy the tiers announced was of a block the pickers knew, and
+	// the prompts pushed out are counted as held only offloaded.
 	for _, p := range pickers {
 		m, err := p.Metrics()
 		if err != nil {
@@ -84,6 +85,9 @@ func TestAPromptOffloadedByItsPodIsSentBackThere(t *testing.T) {
 		}
 		if n := m.Sum("inferpick_kv_events_dropped_blocks_total", "reason", "offloaded"); n != 0 {
 			t.Errorf("a picker dropped %v offloaded copies of blocks it did not know", n)
+		}
+		if n := m.Sum("inferpick_kv_events_offloaded_blocks"); n < 2*70 {
+			t.Errorf("inferpick_kv_events_offloaded_blocks = %v, want at least %d", n, 2*70)
 		}
 	}
 }
