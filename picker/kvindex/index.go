@@ -180,17 +180,18 @@ func (ix *Index) evicted(w *engine, at spot, r, tier uint32) {
 	nd := ix.nodes.at(r)
 	was := offloadedOnly(nd)
 	nd.adapter &^= tier
-	switch now := offloadedOnly(nd); {
-	case nd.adapter&(inGPU|inOffload) == 0:
+	w.offloaded += count(offloadedOnly(nd)) - count(was)
+	if nd.adapter&(inGPU|inOffload) == 0 {
 		ix.unhold(w, at, r)
-		if was {
-			w.offloaded--
-		}
-	case now && !was:
-		w.offloaded++
-	case was && !now:
-		w.offloaded--
 	}
+}
+
+// count is 1 for true, 0 for false.
+func count(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // offloadedOnly reports whether an offloading tier holds the node's block
@@ -495,16 +496,10 @@ func (ix *Index) dropLocked(w *engine) {
 	ix.freeSlots = append(ix.freeSlots, w.slot)
 }
 
-// Held returns how many blocks the worker's cache holds, as its events
-// tell (over all its engines).
-func (ix *Index) Held(id uint32) int {
-	n, _ := ix.Holds(id)
-	return n
-}
-
-// Holds returns Held, and how many of those blocks only an offloading tier
-// holds.
-func (ix *Index) Holds(id uint32) (blocks, offloaded int) {
+// Held returns how many blocks the worker's caches hold, as its events
+// tell (over all its engines), and how many of them only an offloading
+// tier holds.
+func (ix *Index) Held(id uint32) (blocks, offloaded int) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	for _, w := range ix.workers[id] {

@@ -200,8 +200,8 @@ func BenchmarkCatchUp(b *testing.B) {
 				ix := New(0)
 				st := &stream{s: &Subscriber{Index: ix, ReplayTimeout: time.Minute}, id: 1, replay: addr}
 				st.catchUp(b.Context())
-				if st.next != uint64(n) || ix.Held(1) != resident*blocks {
-					b.Fatalf("caught up to %d with %d blocks held, want %d with %d", st.next, ix.Held(1), n, resident*blocks)
+				if st.next != uint64(n) || blocksHeld(ix, 1) != resident*blocks {
+					b.Fatalf("caught up to %d with %d blocks held, want %d with %d", st.next, blocksHeld(ix, 1), n, resident*blocks)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/batch")
@@ -337,7 +337,7 @@ func TestAReplayPastItsTimeoutFails(t *testing.T) {
 	if got := results(st.s); got != [replayResults]int64{0, 0, 1} {
 		t.Errorf("past the timeout: replays by result %v, want one failed", got)
 	}
-	if n := ix.Held(1); n != 0 {
+	if n := blocksHeld(ix, 1); n != 0 {
 		t.Errorf("past the timeout: %d blocks still held, want the engine's blocks forgotten", n)
 	}
 

@@ -40,7 +40,7 @@ func TestSubscriberFollowsEachRankOnItsPort(t *testing.T) {
 	}
 	for rank, w := range byRank {
 		framework.Eventually(t, framework.Timeout, fmt.Sprintf("rank %d's worker holds blocks", rank), func() error {
-			if ix.Held(w.ID()) == 0 {
+			if blocksHeld(ix, w.ID()) == 0 {
 				return errors.New("none yet")
 			}
 			return nil
@@ -153,7 +153,7 @@ func TestSubscriberFollowsTheEnginesBehindOnePort(t *testing.T) {
 		p.Send([]byte("kv"), binary.BigEndian.AppendUint64(nil, 0), kvevents.AppendBatch(nil, &batch))
 	}
 	framework.Eventually(t, framework.Timeout, "both engines' blocks are held", func() error {
-		if n := ix.Held(w.ID()); n != 16 {
+		if n := blocksHeld(ix, w.ID()); n != 16 {
 			return fmt.Errorf("%d blocks held, want 16", n)
 		}
 		return nil
@@ -177,7 +177,7 @@ func TestSubscriberFollowsTheEnginesBehindOnePort(t *testing.T) {
 		if n := pubs[1].Subscribers(); n != 0 {
 			return fmt.Errorf("engine 1's publisher has %d subscribers", n)
 		}
-		if n := ix.Held(w.ID()); n != 8 {
+		if n := blocksHeld(ix, w.ID()); n != 8 {
 			return fmt.Errorf("%d blocks held, want engine 0's 8", n)
 		}
 		return nil
@@ -215,7 +215,7 @@ func TestSubscriberFollowsANodesEngines(t *testing.T) {
 		pubs[e].Send([]byte("kv"), binary.BigEndian.AppendUint64(nil, 0), kvevents.AppendBatch(nil, &batch))
 	}
 	framework.Eventually(t, framework.Timeout, "both engines' blocks are held", func() error {
-		if n := ix.Held(w.ID()); n != 8 {
+		if n := blocksHeld(ix, w.ID()); n != 8 {
 			return fmt.Errorf("%d blocks held, want 8", n)
 		}
 		return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/inferpick/inferpick/picker/kvindex"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/test/bench/routing"
 )
@@ -97,7 +98,7 @@ func offloadMarkdown(res []*routing.Result) string {
 	w("8,000-byte system prompts, each with its own question: more prompts than the GPU pools hold together (16),\n")
 	w("fewer than they hold with the tiers (48). With KV events the picker subscribes to the pods' events\n")
 	w("(`--kv-events-port`), which name the tier's blocks (medium `CPU`), and counts a block only the tier holds at\n")
-	w("`--kv-events-offload-weight` (0.8 unless the row says 0). **GPU hit** = tokens found in the GPU pools,\n")
+	w("`--kv-events-offload-weight` (%g unless the row says 0). **GPU hit** = tokens found in the GPU pools,\n", kvindex.DefaultOffloadWeight)
 	w("**loaded** = tokens loaded back from a tier, both over the prompt tokens; the rest were **computed** (a perfect\n")
 	w("router computes 1 − oracle: each prompt's first request). A tenth of the requests are a prompt's first, so\n")
 	w("every policy's p90 is a whole prefill; the engines' own mean (sim TTFT) shows the difference. TTFT as in the\n")

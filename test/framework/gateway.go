@@ -102,7 +102,18 @@ func (g *Gateway) WaitRecords(t testing.TB, n int) []Record {
 
 // Post sends body to path and returns the response.
 func (g *Gateway) Post(ctx context.Context, path string, body []byte, header http.Header) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.URL+path, bytes.NewReader(body))
+	return post(ctx, g.Client, g.URL+path, body, header)
+}
+
+// Complete sends a completion request and reads the whole answer; it
+// returns the status and the body.
+func (g *Gateway) Complete(ctx context.Context, body []byte) (int, string, error) {
+	return complete(ctx, g.Client, g.URL, body)
+}
+
+// post sends a JSON body to url with client.
+func post(ctx context.Context, client *http.Client, url string, body []byte, header http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -110,13 +121,13 @@ func (g *Gateway) Post(ctx context.Context, path string, body []byte, header htt
 	for k, vs := range header {
 		req.Header[k] = vs
 	}
-	return g.Client.Do(req)
+	return client.Do(req)
 }
 
-// Complete sends a completion request and reads the whole answer; it
-// returns the status and the body.
-func (g *Gateway) Complete(ctx context.Context, body []byte) (int, string, error) {
-	resp, err := g.Post(ctx, "/v1/completions", body, nil)
+// complete posts a completion request to base's /v1/completions and reads
+// the whole answer: the status and the body.
+func complete(ctx context.Context, client *http.Client, base string, body []byte) (int, string, error) {
+	resp, err := post(ctx, client, base+"/v1/completions", body, nil)
 	if err != nil {
 		return 0, "", err
 	}

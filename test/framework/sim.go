@@ -76,6 +76,12 @@ type SimStats struct {
 	OffloadedTokens int64 `json:"offloaded_tokens"`
 }
 
+// Complete sends a completion request straight to the simulator and reads
+// the whole answer; it returns the status and the body.
+func (s *Sim) Complete(ctx context.Context, body []byte) (int, string, error) {
+	return complete(ctx, http.DefaultClient, "http://"+s.Addr, body)
+}
+
 // Stats reads the simulator's counters.
 func (s *Sim) Stats(ctx context.Context) (SimStats, error) {
 	var st SimStats

@@ -1,7 +1,6 @@
 package reliability
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -48,7 +47,9 @@ func TestAPromptOffloadedByItsPodIsSentBackThere(t *testing.T) {
 		}
 		known := kvBlocks(t, pickers[1])
 		for range 2 {
-			direct(t, home, randomPrompt(r, 400))
+			if code, body, err := sims[home].Complete(t.Context(), completion(randomPrompt(r, 400), 1, false)); err != nil || code != http.StatusOK {
+				t.Fatalf("completion straight to %s: %d %v %.200s", home, code, err, body)
+			}
 		}
 		// The second picker holds all three prompts' blocks: the tier
 		// keeps what the GPU pool dropped. (Once it has the last one's,
@@ -113,22 +114,4 @@ func offloadedTokens(t *testing.T, s *sim) int64 {
 		t.Fatal(err)
 	}
 	return st.OffloadedTokens
-}
-
-// direct sends a completion of prompt straight to the pod at addr.
-func direct(t *testing.T, addr, prompt string) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+addr+"/v1/completions", bytes.NewReader(completion(prompt, 1, false)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("completion straight to %s: %s", addr, resp.Status)
-	}
 }

@@ -165,7 +165,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 	var held observe.HeldBlocks
 	if o.KVEventsPort > 0 {
 		kvIndex := kvindex.New(0)
-		held = kvIndex.Holds
+		held = kvIndex.Held
 		sub := &kvindex.Subscriber{Index: kvIndex, Port: o.KVEventsPort, Topic: o.KVEventsTopic, ReplayPort: o.KVEventsReplayPort, ReplayTimeout: o.KVEventsReplayTimeout, Log: log.WithName("kvevents")}
 		reg.AddListener(sub)
 		runnables = append(runnables, replicaRunnable{sub})

@@ -288,9 +288,7 @@ func (e *Engine) apply(st step) {
 			if e.tier != nil {
 				e.tier.Store(s.hashes)
 			}
-			if e.publish != nil {
-				e.leftWindow(s)
-			}
+			e.leftWindow(s)
 			e.totals.firstTokens++
 			e.totals.ttftSum += s.firstToken - s.arrived
 		}

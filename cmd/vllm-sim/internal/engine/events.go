@@ -115,7 +115,7 @@ func (e *Engine) dropWindowed(h uint64) {
 // as removed here (soon after, in vLLM, when their space is reused).
 // Called with e.mu held.
 func (e *Engine) leftWindow(s *Sequence) {
-	if e.cfg.SlidingWindow == 0 {
+	if len(e.windowed) == 0 { // not a hybrid model, or no events
 		return
 	}
 	out := max(0, s.promptTokens-e.cfg.SlidingWindow) / e.cfg.BlockSize
