@@ -36,6 +36,16 @@ func nextBatch(t *testing.T, ch <-chan []kvevents.Event) []kvevents.Event {
 	}
 }
 
+// wantBatches checks that the next batches published are want, in order.
+func wantBatches(t *testing.T, ch <-chan []kvevents.Event, want ...[]kvevents.Event) {
+	t.Helper()
+	for i, w := range want {
+		if diff := cmp.Diff(w, nextBatch(t, ch)); diff != "" {
+			t.Errorf("batch %d (-want +got):\n%s", i, diff)
+		}
+	}
+}
+
 // stored is the BlockStored of blocks [from, to) of prompt, as the engine
 // with block size bs names them.
 func stored(prompt string, bs, from, to int) kvevents.Event {
@@ -207,7 +217,7 @@ func dropped(hs ...uint64) kvevents.Event {
 }
 
 // With an offloading tier, a prompt's blocks are copied to it once they are
-// computed (its own batch, after the GPU's), a prompt the GPU pool evicted
+// computed (in the batch after the GPU's), a prompt the GPU pool evicted
 // is loaded back from the tier instead of computed, and the tier evicts the
 // blocks least recently used, each event naming its medium.
 func TestAnOffloadedPromptIsLoadedBackInsteadOfComputed(t *testing.T) {
@@ -219,25 +229,21 @@ func TestAnOffloadedPromptIsLoadedBackInsteadOfComputed(t *testing.T) {
 	a, b, c := strings.Repeat("a", 48), strings.Repeat("b", 48), strings.Repeat("c", 48)
 	ha, hb := kvcache.BlockHashes(a, 4), kvcache.BlockHashes(b, 4)
 
+	// Each request's batches are read before the next is sent: the tier's
+	// copies go out with whatever step follows, so a request sent earlier
+	// would share their batch.
 	cold := waitDone(t, submit(t.Context(), t, e, a, 1))
+	wantBatches(t, ch, []kvevents.Event{stored(a, 4, 0, 3)}, []kvevents.Event{offloaded(a, 4, 0, 3)})
 	waitDone(t, submit(t.Context(), t, e, b, 1))
+	wantBatches(t, ch, []kvevents.Event{removed(ha[2], ha[1], ha[0]), stored(b, 4, 0, 3)},
+		[]kvevents.Event{offloaded(b, 4, 0, 3)})
+	// a comes back to the GPU; the tier has it already.
 	again := waitDone(t, submit(t.Context(), t, e, a, 1))
+	wantBatches(t, ch, []kvevents.Event{removed(hb[2], hb[1], hb[0]), stored(a, 4, 0, 3)})
+	// c: a was used after b, so b leaves the tier.
 	waitDone(t, submit(t.Context(), t, e, c, 1))
-	for i, want := range [][]kvevents.Event{
-		{stored(a, 4, 0, 3)},
-		{offloaded(a, 4, 0, 3)},
-		{removed(ha[2], ha[1], ha[0]), stored(b, 4, 0, 3)},
-		{offloaded(b, 4, 0, 3)},
-		// a comes back to the GPU; the tier has it already.
-		{removed(hb[2], hb[1], hb[0]), stored(a, 4, 0, 3)},
-		// c: a was used after b, so b leaves the tier.
-		{removed(ha[2], ha[1], ha[0]), stored(c, 4, 0, 3)},
-		{dropped(hb[0], hb[1], hb[2]), offloaded(c, 4, 0, 3)},
-	} {
-		if diff := cmp.Diff(want, nextBatch(t, ch)); diff != "" {
-			t.Errorf("batch %d (-want +got):\n%s", i, diff)
-		}
-	}
+	wantBatches(t, ch, []kvevents.Event{removed(ha[2], ha[1], ha[0]), stored(c, 4, 0, 3)},
+		[]kvevents.Event{dropped(hb[0], hb[1], hb[2]), offloaded(c, 4, 0, 3)})
 
 	// 12 tokens: the first two blocks loaded, the last recomputed.
 	if again.CachedTokens != 8 {
@@ -276,18 +282,14 @@ func TestAHybridModelPublishesEachGroupsBlocks(t *testing.T) {
 	a, b := strings.Repeat("a", 48), strings.Repeat("b", 48) // 3 blocks, 1 more for the output
 	ha := kvcache.BlockHashes(a, 4)
 	waitDone(t, submit(t.Context(), t, e, a, 1))
-	waitDone(t, submit(t.Context(), t, e, b, 1))
-	for i, want := range [][]kvevents.Event{
-		{inGroup(stored(a, 4, 0, 3), 0, "full_attention"), inGroup(stored(a, 4, 0, 3), 1, "sliding_window")},
+	wantBatches(t, ch,
+		[]kvevents.Event{inGroup(stored(a, 4, 0, 3), 0, "full_attention"), inGroup(stored(a, 4, 0, 3), 1, "sliding_window")},
 		// 12 tokens, a window of 4: its first two blocks leave group 1.
-		{inGroup(removed(ha[0], ha[1]), 1, "")},
-		// b evicts a's blocks, tail first: from group 0 all three, from
-		// group 1 the one it kept.
-		{inGroup(removed(ha[2]), 0, ""), inGroup(removed(ha[2]), 1, ""), inGroup(removed(ha[1], ha[0]), 0, ""),
-			inGroup(stored(b, 4, 0, 3), 0, "full_attention"), inGroup(stored(b, 4, 0, 3), 1, "sliding_window")},
-	} {
-		if diff := cmp.Diff(want, nextBatch(t, ch)); diff != "" {
-			t.Errorf("batch %d (-want +got):\n%s", i, diff)
-		}
-	}
+		[]kvevents.Event{inGroup(removed(ha[0], ha[1]), 1, "")})
+	// b evicts a's blocks, tail first: from group 0 all three, from group 1
+	// the one it kept.
+	waitDone(t, submit(t.Context(), t, e, b, 1))
+	wantBatches(t, ch, []kvevents.Event{inGroup(removed(ha[2]), 0, ""), inGroup(removed(ha[2]), 1, ""),
+		inGroup(removed(ha[1], ha[0]), 0, ""),
+		inGroup(stored(b, 4, 0, 3), 0, "full_attention"), inGroup(stored(b, 4, 0, 3), 1, "sliding_window")})
 }
