@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -26,6 +27,7 @@ type flow struct {
 	stopWatch func() bool
 	pumpDone  chan pumpResult
 	pumped    *pumpResult
+	body      *clientBody // the downstream body the pump reads, if any
 
 	host *pickerHost // the picker replica of the stream
 
@@ -63,12 +65,13 @@ func (f *flow) serve(ctx context.Context) {
 	f.x = newExchange(stream, f.g, hint, hinted)
 	go f.x.run(streamCtx) //nolint:contextcheck // bound to the stream's own context, which the request's end cancels through stopWatch.
 	f.pumpDone = make(chan pumpResult, 1)
+	var in io.Reader
+	if hasBody {
+		f.body = &clientBody{r: f.r.Body, left: f.r.ContentLength}
+		in = f.body
+	}
 	go func() {
-		var body io.Reader
-		if hasBody {
-			body = f.r.Body
-		}
-		left, err := f.x.pumpRequest(h, body, f.r.ContentLength, f.g.o.chunkSize)
+		left, err := f.x.pumpRequest(h, in, f.r.ContentLength, f.g.o.chunkSize)
 		f.pumpDone <- pumpResult{left, err}
 	}()
 
@@ -210,11 +213,43 @@ func (f *flow) waitPump() pumpResult {
 	case res := <-f.pumpDone:
 		f.pumped = &res
 	case <-f.x.stopped:
-		_ = http.NewResponseController(f.w).SetReadDeadline(time.Now())
+		f.cutRead()
 		res := <-f.pumpDone
 		f.pumped = &res
 	}
 	return *f.pumped
+}
+
+// cutRead makes the pump's pending read of the downstream body fail, so
+// that it returns, unless the body is complete (or there is none). Then
+// net/http itself reads ahead on the connection, to notice a client that
+// goes away, and a deadline would end that read as a broken connection:
+// net/http would cancel the context of this request and of every later one
+// on the connection, which the client keeps alive.
+func (f *flow) cutRead() {
+	if f.body == nil || f.body.complete.Load() {
+		return
+	}
+	_ = http.NewResponseController(f.w).SetReadDeadline(time.Now())
+}
+
+// clientBody is the downstream body as the pump reads it; complete is set
+// once the last of it has been read.
+type clientBody struct {
+	r        io.Reader
+	left     int64 // declared bytes not yet read; -1 when undeclared
+	complete atomic.Bool
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if b.left >= 0 {
+		b.left -= int64(n)
+	}
+	if err != nil || b.left == 0 {
+		b.complete.Store(true)
+	}
+	return n, err
 }
 
 func (f *flow) subsetHint() ([]string, bool) {
@@ -238,7 +273,7 @@ func (f *flow) finish() {
 		case res := <-f.pumpDone:
 			f.pumped = &res
 		default:
-			_ = http.NewResponseController(f.w).SetReadDeadline(time.Now())
+			f.cutRead()
 			res := <-f.pumpDone
 			f.pumped = &res
 		}

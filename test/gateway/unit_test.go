@@ -3,7 +3,11 @@ package gateway
 import (
 	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -148,5 +152,52 @@ func TestChunkQueueReplaysForEachReader(t *testing.T) {
 		if err != nil || string(b) != "abcde" {
 			t.Errorf("%s reader: %q, %v", name, b, err)
 		}
+	}
+}
+
+// Freeing the pump once the downstream body was read to its end must leave
+// the keep-alive connection usable: net/http then reads ahead on it, and a
+// cut of that read would cancel the context of every later request on the
+// connection, which the client would see fail.
+func TestACompleteBodyLeavesItsConnectionUsable(t *testing.T) {
+	first := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Context().Err() != nil {
+			http.Error(w, "request context canceled on arrival", http.StatusInternalServerError)
+			return
+		}
+		f := &flow{w: w, r: r, body: &clientBody{r: r.Body, left: r.ContentLength}}
+		if _, err := io.Copy(io.Discard, f.body); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		f.cutRead()
+		if first {
+			// A failed read ahead cancels the context at once; give it the
+			// time to show before answering.
+			first = false
+			select {
+			case <-r.Context().Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	conns := 0
+	for i := range 3 {
+		req := newRequest(t, http.MethodPost, srv.URL, `{"model":"m"}`)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			GotConn: func(c httptrace.GotConnInfo) {
+				if !c.Reused {
+					conns++
+				}
+			},
+		}))
+		if resp, body := do(t, req); resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: status %d: %s", i, resp.StatusCode, body)
+		}
+	}
+	if conns != 1 {
+		t.Errorf("%d connections for 3 requests, want one kept alive", conns)
 	}
 }
