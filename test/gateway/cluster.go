@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,10 +58,17 @@ type HealthCheck struct {
 	Addrs []string
 	// Service is the service name each check asks about.
 	Service string
-	// Interval is the time between two checks of a host; a check that
-	// takes longer fails.
+	// Interval is the time between two checks of a host.
 	Interval time.Duration
+	// Timeout is how long a check may take before it fails, as Envoy's
+	// health check timeout; zero is DefaultHealthCheckTimeout. A check
+	// bounded by a short interval instead would fail on a loaded host whose
+	// health service answers SERVING a few milliseconds late.
+	Timeout time.Duration
 }
+
+// DefaultHealthCheckTimeout is a health check's timeout when none is set.
+const DefaultHealthCheckTimeout = time.Second
 
 // DefaultPickerCluster is Envoy's outlier-detection defaults, with retry on
 // connect failures.
@@ -148,6 +156,9 @@ func (ps *pickers) startChecks(hc *HealthCheck, clk clock.WithTicker, opts ...gr
 	if hc.Interval <= 0 {
 		return fmt.Errorf("health check: interval %v: must be positive", hc.Interval)
 	}
+	if hc.Timeout < 0 {
+		return fmt.Errorf("health check: timeout %v: must not be negative", hc.Timeout)
+	}
 	for i, h := range ps.hosts {
 		conn, err := grpc.NewClient(hc.Addrs[i], opts...)
 		if err != nil {
@@ -168,10 +179,11 @@ func (ps *pickers) startChecks(hc *HealthCheck, clk clock.WithTicker, opts ...gr
 // interval, until stop closes.
 func (h *pickerHost) check(stop <-chan struct{}, hc *HealthCheck, clk clock.WithTicker) {
 	client := healthpb.NewHealthClient(h.health)
+	timeout := cmp.Or(hc.Timeout, DefaultHealthCheckTimeout)
 	t := clk.NewTicker(hc.Interval)
 	defer t.Stop()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), hc.Interval)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: hc.Service})
 		cancel()
 		h.unhealthy.Store(err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING)

@@ -35,6 +35,7 @@ type options struct {
 	pickerHealth    string
 	healthService   string
 	healthInterval  time.Duration
+	healthTimeout   time.Duration
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
@@ -53,6 +54,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.pickerHealth, "picker-health", "", "the pickers' gRPC health addresses, comma-separated in the order of --picker: each is checked every --health-check-interval and takes no stream while it does not answer SERVING (empty: no checks)")
 	fs.StringVar(&o.healthService, "health-check-service", "readiness", "service name the health checks ask about")
 	fs.DurationVar(&o.healthInterval, "health-check-interval", time.Second, "time between two health checks of a picker")
+	fs.DurationVar(&o.healthTimeout, "health-check-timeout", gateway.DefaultHealthCheckTimeout, "how long a health check may take before it fails")
 }
 
 func (o *options) validate() error {
@@ -76,6 +78,9 @@ func (o *options) validate() error {
 		}
 		if o.healthInterval <= 0 {
 			return fmt.Errorf("--health-check-interval %v must be positive", o.healthInterval)
+		}
+		if o.healthTimeout <= 0 {
+			return fmt.Errorf("--health-check-timeout %v must be positive", o.healthTimeout)
 		}
 	}
 	return nil
@@ -104,6 +109,7 @@ func (o *options) gatewayOptions() ([]gateway.Option, error) {
 		cluster := gateway.DefaultPickerCluster
 		cluster.HealthCheck = &gateway.HealthCheck{
 			Addrs: strings.Split(o.pickerHealth, ","), Service: o.healthService, Interval: o.healthInterval,
+			Timeout: o.healthTimeout,
 		}
 		opts = append(opts, gateway.WithPickerCluster(cluster))
 	}

@@ -29,6 +29,7 @@ func TestHealthCheckFlags(t *testing.T) {
 		"one missing":       {args: []string{"--picker", "127.0.0.1:1,127.0.0.1:2", "--picker-health", "127.0.0.1:3"}, want: "1 addresses for 2"},
 		"no interval":       {args: []string{"--picker-health", "127.0.0.1:3", "--health-check-interval", "0s"}, want: "--health-check-interval"},
 		"interval unneeded": {args: []string{"--health-check-interval", "0s"}},
+		"no timeout":        {args: []string{"--picker-health", "127.0.0.1:3", "--health-check-timeout", "0s"}, want: "--health-check-timeout"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := parse(t, tc.args...)
