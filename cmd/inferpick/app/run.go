@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -50,6 +51,42 @@ type picker struct {
 	held observe.HeldBlocks
 }
 
+// runRegistry registers collectors in a registry and remembers them, so that
+// they can all be taken out again: a Run that returns leaves nothing behind
+// that a later Run in the same process would collide with.
+type runRegistry struct {
+	*prometheus.Registry
+	mu  sync.Mutex
+	got []prometheus.Collector
+}
+
+func (r *runRegistry) Register(c prometheus.Collector) error {
+	if err := r.Registry.Register(c); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, c)
+	return nil
+}
+
+func (r *runRegistry) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (r *runRegistry) unregisterAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.got {
+		r.Unregister(c)
+	}
+	r.got = nil
+}
+
 // Run starts inferpick and blocks until ctx ends and everything has stopped.
 func Run(ctx context.Context, o *Options) error {
 	log := o.logging.logger()
@@ -71,8 +108,12 @@ func Run(ctx context.Context, o *Options) error {
 		}
 	}()
 
+	// The picker's collectors go into controller-runtime's registry, which
+	// its metrics server serves, and leave it when Run returns.
+	metrics := &runRegistry{Registry: crmetrics.Registry.(*prometheus.Registry)}
+	defer metrics.unregisterAll()
 	elected := func() bool { return true }
-	p, err := buildPicker(o, log, tracer, func() bool { return elected() })
+	p, err := buildPicker(o, log, tracer, metrics, func() bool { return elected() })
 	if err != nil {
 		return err
 	}
@@ -120,9 +161,8 @@ func Run(ctx context.Context, o *Options) error {
 	return mgr.Start(ctx)
 }
 
-func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func() bool) (*picker, error) {
+func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runRegistry, elected func() bool) (*picker, error) {
 	reg := registry.New()
-	promReg := crmetrics.Registry.(*prometheus.Registry)
 
 	scraper, err := scrape.New(promReg,
 		scrape.WithInterval(o.RefreshMetricsInterval),
@@ -234,7 +274,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, elected func(
 			after: reg.FirstSynced()},
 		&grpcServer{name: "health", srv: healthSrv, addr: hostPort(o.BindAddress, o.GRPCHealthPort), drain: time.Second},
 	)
-	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg, priorities: priorities, rewrites: rewrites, held: held}, nil
+	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg.Registry, priorities: priorities, rewrites: rewrites, held: held}, nil
 }
 
 // The runnables every replica runs, leader or not.
