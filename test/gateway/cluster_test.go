@@ -190,10 +190,21 @@ func TestClusterSendsNoStreamToAnUnreadyPicker(t *testing.T) {
 	}
 }
 
-func TestClusterHealthCheckNeedsAnAddressPerPicker(t *testing.T) {
-	_, err := NewCluster([]string{"127.0.0.1:1", "127.0.0.1:2"}, WithPickerCluster(PickerCluster{
-		HealthCheck: &HealthCheck{Addrs: []string{"127.0.0.1:3"}, Service: "readiness", Interval: time.Second}}))
-	if err == nil || !strings.Contains(err.Error(), "1 addresses for 2 pickers") {
-		t.Errorf("error %v, want it to name the missing health address", err)
+func TestClusterHealthCheckNeedsAnAddressPerPickerAndAValidTimeout(t *testing.T) {
+	for name, tc := range map[string]struct {
+		hc   HealthCheck
+		want string
+	}{
+		"an address missing": {HealthCheck{Addrs: []string{"127.0.0.1:3"}, Service: "readiness", Interval: time.Second},
+			"1 addresses for 2 pickers"},
+		"a negative timeout": {HealthCheck{Addrs: []string{"127.0.0.1:3", "127.0.0.1:4"}, Service: "readiness",
+			Interval: time.Second, Timeout: -time.Second}, "timeout -1s"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := NewCluster([]string{"127.0.0.1:1", "127.0.0.1:2"}, WithPickerCluster(PickerCluster{HealthCheck: &tc.hc}))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want it to name %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -10,8 +10,9 @@
 // sequence decodes, plus PrefillPerToken for every prompt token computed in
 // it. Prompt tokens found in the prefix cache are never computed; with an
 // offloading tier, those the tier holds after the cached ones are loaded at
-// OffloadLoadPerToken instead, and a sequence's computed blocks are copied to
-// the tier once its prefill is done. Simulated time advances by the step's cost; a Pacer turns it into wall time.
+// OffloadLoadPerToken instead, and a sequence's computed blocks are copied
+// to the tier once its prefill is done. Simulated time advances by the
+// step's cost; a Pacer turns it into wall time.
 package engine
 
 import (

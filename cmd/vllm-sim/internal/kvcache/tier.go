@@ -26,9 +26,6 @@ func NewTier(capacity int) *Tier {
 // then Stored for each run of blocks put in.
 func (t *Tier) SetObserver(o Observer) { t.observer = o }
 
-// Capacity returns the number of blocks the tier holds at most.
-func (t *Tier) Capacity() int { return t.capacity }
-
 // Len returns the number of blocks the tier holds.
 func (t *Tier) Len() int { return len(t.blocks) }
 
