@@ -62,11 +62,19 @@ type workerCal struct {
 	predicted                                    atomic.Int64 // prompt bytes the index said were cached here, since hitBase
 }
 
+// state returns w's learning state, made on first use. A pick that began
+// before w was removed may get here after forget: the registry marks w
+// removed before it tells the listeners, so a state stored for a removed
+// worker is deleted again at once rather than kept for an ID that never
+// returns.
 func (c *calibrator) state(w *registry.Worker) *workerCal {
 	if v, ok := c.byID.Load(w.ID()); ok {
 		return v.(*workerCal)
 	}
 	v, _ := c.byID.LoadOrStore(w.ID(), &workerCal{scale: 1})
+	if w.Removed() {
+		c.byID.Delete(w.ID())
+	}
 	return v.(*workerCal)
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/inferpick/inferpick/picker/prefix"
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 // serverSide feeds a worker the metrics a model server would report as it
@@ -240,5 +241,30 @@ func TestMissGoesWhereItEvictsNothing(t *testing.T) {
 	got := pickOne(t, p, ws, c)
 	if got != other {
 		t.Errorf("c went to %s, which holds two prompts and would evict one; want %s, which has room (one request in flight)", got.Address(), other.Address())
+	}
+}
+
+// A pick that read a worker before it was removed may reach the calibrator
+// after the registry told it to forget the worker; what that pick stores
+// must not outlive the worker, whose ID never returns.
+func TestCalibrationOfARemovedWorkerIsNotKept(t *testing.T) {
+	reg, ws := pool(2)
+	p := build(t, Config{}, reg, &clock{t: epoch})
+	req := chat("sys", "q", 8000, 200)
+	pickOne(t, p, ws, req)
+	cal := p.(*engine).ranker.(*cacheAware).cal
+	gone := ws[0]
+	registrytest.Remove(reg, registry.Key{UID: "pod-0", Port: 8000})
+	if _, ok := cal.byID.Load(gone.ID()); ok {
+		t.Fatal("the calibration of a removed worker was not forgotten")
+	}
+	gone.SetMetrics(&registry.Metrics{BlockSize: 16, NumGPUBlocks: 272, Scraped: epoch.Add(time.Second)})
+	cal.refresh(gone) // the late pick's steps, in the order a pick takes them
+	cal.sent(gone, 8200, 0)
+	if _, ok := cal.byID.Load(gone.ID()); ok {
+		t.Error("a pick that ended after the worker's removal left its calibration behind")
+	}
+	if _, ok := cal.byID.Load(ws[1].ID()); !ok {
+		t.Error("the remaining worker has no calibration")
 	}
 }
