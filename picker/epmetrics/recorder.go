@@ -178,15 +178,23 @@ func (r *Recorder) newSeries(k modelKey) *Series {
 	}
 }
 
-// Scheduled records a successful pick: its duration and the endpoint.
-func (r *Recorder) Scheduled(took time.Duration, target, pod, namespace string, port int32) {
+// Scheduled records a successful pick: its duration, the target model of
+// the request's series (nil: none, the body was not parsed), bounded as the
+// series are, and the endpoint.
+func (r *Recorder) Scheduled(took time.Duration, s *Series, pod, namespace string, port int32) {
 	r.schedule.Observe(took.Seconds())
-	r.attempts.WithLabelValues("success", target, pod, namespace, r.portValue(port)).Inc()
+	r.attempts.WithLabelValues("success", s.targetName(), pod, namespace, r.portValue(port)).Inc()
 }
 
 // ScheduleFailed records a pick that found no endpoint.
-func (r *Recorder) ScheduleFailed(target string) {
-	r.attempts.WithLabelValues("failure", target, "", "", "").Inc()
+func (r *Recorder) ScheduleFailed(s *Series) {
+	r.attempts.WithLabelValues("failure", s.targetName(), "", "", "").Inc()
+}
+
+// ForgetEndpoint deletes the picks counted under an endpoint that has left
+// the pool, so that pod churn does not grow the series without bound.
+func (r *Recorder) ForgetEndpoint(pod, namespace string, port int32) {
+	r.attempts.DeletePartialMatch(prometheus.Labels{"pod_name": pod, "namespace": namespace, "port": r.portValue(port)})
 }
 
 // Failed counts a request that failed with code, before or after routing.

@@ -12,7 +12,7 @@ import (
 func TestScheduledCountsByPort(t *testing.T) {
 	r := NewRecorder(nil)
 	for _, port := range []int32{8000, 8000, 8008, 8001, 8000, 8008} {
-		r.Scheduled(0, "m", "pod", "ns", port)
+		r.Scheduled(0, r.Model("m"), "pod", "ns", port)
 	}
 	want := `
 # HELP inference_extension_scheduler_attempts_total Picks attempted, by outcome and by the endpoint picked.

@@ -28,6 +28,14 @@ type Series struct {
 	running   prometheus.Gauge
 }
 
+// targetName is the series' target model, or "" for no series.
+func (s *Series) targetName() string {
+	if s == nil {
+		return ""
+	}
+	return s.target
+}
+
 // Routed counts a routed request of bodyBytes and marks it running.
 // Every Routed is followed by exactly one Ended.
 func (s *Series) Routed(priority, bodyBytes int) {

@@ -233,7 +233,7 @@ func (x *exchange) route() (bool, error) {
 		x.locate()
 	}
 	if err := x.admit(); err != nil {
-		x.s.upstream.ScheduleFailed(x.pick.Model)
+		x.s.upstream.ScheduleFailed(x.series)
 		status, reason, ok := refusal(err)
 		if !ok {
 			return false, err // the gateway cancelled the stream while the request waited
@@ -245,7 +245,10 @@ func (x *exchange) route() (bool, error) {
 	x.s.metrics.pick.Observe(took.Seconds())
 	x.s.metrics.request(200)
 	ep := x.picked[0].Endpoint()
-	x.s.upstream.Scheduled(took, x.pick.Model, ep.Name, ep.Namespace, ep.Key.Port)
+	x.s.upstream.Scheduled(took, x.series, ep.Name, ep.Namespace, ep.Key.Port)
+	if x.picked[0].Removed() { // it left while this pick ran: its series went before this count
+		x.s.forgetEndpoint(ep)
+	}
 	if x.series != nil {
 		x.series.Routed(x.priority, len(x.body))
 		x.running = true

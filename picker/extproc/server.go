@@ -145,7 +145,29 @@ func New(reg Workers, picker Picker, opts Options) *Server {
 		metrics: newServerMetrics(opts.Registerer, budget), upstream: epmetrics.NewRecorder(opts.Registerer),
 		rewrites: epmetrics.NewRewriteDecisions(opts.Registerer)}
 	s.states.New = func() any { return &exchange{} }
+	if l, ok := reg.(interface{ AddListener(registry.Listener) }); ok {
+		l.AddListener(endpointSeries{s})
+	}
 	return s
+}
+
+// endpointSeries deletes the per-endpoint series of the workers that leave
+// the pool, so that pod churn does not grow them without bound.
+type endpointSeries struct{ s *Server }
+
+func (endpointSeries) WorkerAdded(*registry.Worker) {}
+
+func (e endpointSeries) WorkerRemoved(w *registry.Worker) { e.s.forgetEndpoint(w.Endpoint()) }
+
+// forgetEndpoint deletes ep's series, unless a worker in the pool still
+// goes by its name and port: a pod re-created under the same name counts on.
+func (s *Server) forgetEndpoint(ep registry.Endpoint) {
+	for _, w := range s.reg.Workers() {
+		if o := w.Endpoint(); o.Name == ep.Name && o.Namespace == ep.Namespace && o.Key.Port == ep.Key.Port && !w.Removed() {
+			return
+		}
+	}
+	s.upstream.ForgetEndpoint(ep.Name, ep.Namespace, ep.Key.Port)
 }
 
 // RecordBuildInfo sets the upstream-compatible build info series.

@@ -1,6 +1,9 @@
 package extproc
 
 import (
+	"fmt"
+	"maps"
+	"net/netip"
 	"regexp"
 	"strings"
 	"sync"
@@ -9,6 +12,9 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // A dashboard written for the upstream picker sees a streamed request with
@@ -136,5 +142,99 @@ func TestRequestID(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no rejection log line carries the request id; logs:\n%s", strings.Join(logs, "\n"))
+	}
+}
+
+// The scheduler attempts series are bounded like the request series: model
+// names a client makes up share one series past the cap, and a pod that
+// leaves the pool takes its series with it, unless a pod re-created under
+// the same name goes on counting them.
+func TestSchedulerAttemptSeriesStayBounded(t *testing.T) {
+	e := newEnv(t, nil)
+	attempts := func() map[string]float64 { // by pod ("" for the refusals) and target model
+		t.Helper()
+		families, err := e.metrics.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, f := range families {
+			if f.GetName() != "inference_extension_scheduler_attempts_total" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				l := map[string]string{}
+				for _, p := range m.GetLabel() {
+					l[p.GetName()] = p.GetValue()
+				}
+				out[l["pod_name"]+"/"+l["target_model_name"]] += m.GetCounter().GetValue()
+			}
+		}
+		return out
+	}
+	pod := func(uid string, name string, i int) registry.Endpoint {
+		return registry.Endpoint{Key: registry.Key{UID: uid, Port: 8000}, Name: name, Namespace: "ns",
+			Address: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 1, byte(i)}), 8000)}
+	}
+	route := func() {
+		t.Helper()
+		body := chatBody("m", "hi")
+		s := e.open()
+		s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+		s.requestBody(body, true)
+		s.routed(true)
+		s.cancel()
+	}
+
+	const churn = 40
+	for i := range churn {
+		e.reg.Replace([]registry.Endpoint{pod(fmt.Sprint("uid-", i), fmt.Sprint("pod-", i), i)})
+		route()
+	}
+	if got, want := attempts(), map[string]float64{fmt.Sprint("pod-", churn-1, "/m"): 1}; !maps.Equal(got, want) {
+		t.Errorf("after %d pods came and went, one routed request each: attempts %v, want only the pod still in the pool's %v", churn, got, want)
+	}
+	// The same pod name again (a StatefulSet's pod re-created): its count goes on.
+	e.reg.Replace([]registry.Endpoint{pod("uid-again", fmt.Sprint("pod-", churn-1), churn-1)})
+	route()
+	if got, want := attempts(), map[string]float64{fmt.Sprint("pod-", churn-1, "/m"): 2}; !maps.Equal(got, want) {
+		t.Errorf("a pod re-created under its name: attempts %v, want %v", got, want)
+	}
+
+	// A pod that leaves while a request's pick runs: what the pick counts
+	// after it left goes with the rest.
+	e.picker.seen = func(*policy.Request) {
+		e.picker.seen = nil
+		e.reg.Replace([]registry.Endpoint{pod("uid-next", "pod-next", churn)})
+	}
+	route()
+	if got := attempts(); len(got) != 0 {
+		t.Errorf("a pod that left during its request's pick: attempts %v, want none", got)
+	}
+
+	e.picker.err = policy.ErrModelNotServed
+	const models = 400
+	for i := range models {
+		body := chatBody(fmt.Sprint("made-up-model-", i), "hi")
+		s := e.open()
+		s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+		s.requestBody(body, true)
+		s.immediateReply()
+	}
+	refused := 0
+	for k, n := range attempts() {
+		if strings.HasPrefix(k, "/") {
+			refused++
+			if n < 1 {
+				t.Errorf("series %q counts %v", k, n)
+			}
+		}
+	}
+	errSeries, err := testutil.GatherAndCount(e.metrics, "inference_objective_request_error_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refused >= models || refused != errSeries {
+		t.Errorf("%d refused requests for as many made-up models: %d attempt series, want the request error series' cap (%d)", models, refused, errSeries)
 	}
 }
