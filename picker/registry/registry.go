@@ -18,8 +18,13 @@ type Listener interface {
 // Registry is the set of workers the picker may route to. Reads are
 // lock-free (an immutable snapshot); writes are serialized.
 type Registry struct {
-	mu        sync.Mutex // serializes writers and listener calls
-	byKey     map[Key]*Worker
+	mu    sync.Mutex // serializes writers and listener calls
+	byKey map[Key]*Worker
+	// draining are removed workers with requests in flight, by key: the
+	// same endpoint back carries them (Worker.carry). carrying are the
+	// workers whose carry is set. Both are pruned at each change.
+	draining  map[Key]*Worker
+	carrying  map[*Worker]struct{}
 	snapshot  atomic.Pointer[[]*Worker]
 	listeners []Listener
 	synced    atomic.Bool
@@ -29,7 +34,8 @@ type Registry struct {
 
 // New returns an empty registry.
 func New() *Registry {
-	r := &Registry{byKey: map[Key]*Worker{}, first: make(chan struct{})}
+	r := &Registry{byKey: map[Key]*Worker{}, draining: map[Key]*Worker{}, carrying: map[*Worker]struct{}{},
+		first: make(chan struct{})}
 	r.snapshot.Store(&[]*Worker{})
 	return r
 }
@@ -110,13 +116,20 @@ func (r *Registry) Replace(eps []Endpoint) {
 }
 
 func (r *Registry) upsertLocked(ep Endpoint, added, removed *[]*Worker) *Worker {
+	prev := r.draining[ep.Key]
 	if old, ok := r.byKey[ep.Key]; ok {
 		if old.ep == ep {
 			return old
 		}
 		*removed = append(*removed, old)
+		prev = old
 	}
 	w := newWorker(ep)
+	if prev != nil && prev.ep.Address == ep.Address && prev.InFlight() > 0 {
+		w.carry.Store(prev)
+		r.carrying[w] = struct{}{}
+	}
+	delete(r.draining, ep.Key)
 	r.byKey[ep.Key] = w
 	*added = append(*added, w)
 	return w
@@ -133,7 +146,12 @@ func (r *Registry) upsertLocked(ep Endpoint, added, removed *[]*Worker) *Worker 
 func (r *Registry) publishLocked(added, removed []*Worker) {
 	for _, w := range removed {
 		w.removed.Store(true)
+		delete(r.carrying, w)
+		if _, back := r.byKey[w.ep.Key]; !back && w.InFlight() > 0 {
+			r.draining[w.ep.Key] = w
+		}
 	}
+	r.pruneCarriedLocked()
 	if len(removed) > 0 {
 		servedEpoch.Add(1)
 	}
@@ -180,6 +198,22 @@ func (r *Registry) publishLocked(added, removed []*Worker) {
 		}
 		for _, w := range added {
 			l.WorkerAdded(w)
+		}
+	}
+}
+
+// pruneCarriedLocked forgets the replaced workers whose requests have all
+// ended, so that a pod that flaps for days holds no chain of old objects.
+func (r *Registry) pruneCarriedLocked() {
+	for k, w := range r.draining {
+		if w.InFlight() == 0 {
+			delete(r.draining, k)
+		}
+	}
+	for w := range r.carrying {
+		if w.carried() == 0 {
+			w.carry.Store(nil)
+			delete(r.carrying, w)
 		}
 	}
 }

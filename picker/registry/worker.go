@@ -6,7 +6,10 @@
 // and the guard decrements exactly once, whatever path the request takes.
 // When a worker leaves the registry the object is detached, so guards still in
 // flight release harmlessly and a pod re-created at the same address starts
-// from zero as a new object.
+// from zero as a new object. The same pod back at the same address (Ready
+// again after a readiness flap) is a new object too, but it carries the
+// requests still in flight on the one it replaced until they end: they load
+// the same server.
 package registry
 
 import (
@@ -139,6 +142,11 @@ type Worker struct {
 	metrics  atomic.Pointer[Metrics]
 	calib    atomic.Pointer[Calibration]
 	removed  atomic.Bool
+	// carry is the worker this one replaced at the same address while
+	// requests admitted there were in flight. Load and InFlight count them;
+	// their guards release into that object. The registry cuts the link
+	// once they have ended.
+	carry atomic.Pointer[Worker]
 }
 
 var nextID atomic.Uint32
@@ -168,11 +176,25 @@ func (w *Worker) Removed() bool { return w.removed.Load() }
 // Load returns the requests in flight: admitted without a first token
 // (prefill) and streaming output (decode).
 func (w *Worker) Load() (prefill, decode int64) {
-	return w.prefill.Load(), w.decode.Load()
+	prefill, decode = w.prefill.Load(), w.decode.Load()
+	for c := w.carry.Load(); c != nil; c = c.carry.Load() {
+		prefill += c.prefill.Load()
+		decode += c.decode.Load()
+	}
+	return prefill, decode
 }
 
 // InFlight is the requests in flight, prefill and decode together.
-func (w *Worker) InFlight() int64 { return w.inFlight.Load() }
+func (w *Worker) InFlight() int64 { return w.inFlight.Load() + w.carried() }
+
+// carried is the requests in flight on the workers w replaced.
+func (w *Worker) carried() int64 {
+	n := int64(0)
+	for c := w.carry.Load(); c != nil; c = c.carry.Load() {
+		n += c.inFlight.Load()
+	}
+	return n
+}
 
 // Metrics returns the last scraped metrics, or nil if none arrived yet.
 func (w *Worker) Metrics() *Metrics { return w.metrics.Load() }
@@ -214,9 +236,10 @@ func (w *Worker) Admit() *Guard {
 // never pass the limit together. It reports false, and counts nothing, when
 // the worker is full.
 func (w *Worker) AdmitBelow(limit int64) (*Guard, bool) {
+	carried := w.carried() // it only falls: the limit is never passed
 	for {
 		n := w.inFlight.Load()
-		if n >= limit {
+		if n+carried >= limit {
 			return nil, false
 		}
 		if w.inFlight.CompareAndSwap(n, n+1) {
