@@ -3,6 +3,8 @@ package extproc
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
 
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -71,8 +73,29 @@ func (x *exchange) admit() error {
 		x.pick.Reserve = x.s.opts.Reserve(x.priority)
 	}
 	it := flowcontrol.Item{Priority: x.priority, FlowID: x.fairnessID, Bytes: int64(len(x.body)), Model: x.parsed.Model, TargetModel: x.pick.Model}
-	return x.s.opts.Queue.Admit(x.stream.Context(), it, x.tryPick)
+	return x.s.opts.Queue.Admit(x.stream.Context(), it, x.tryPickQueued)
 }
+
+// tryPickQueued is tryPick for the flow-control queue, whose dispatcher
+// runs it on its own goroutine: a panic there, out of reach of the stream's
+// recovery, would end the process. It comes back as a pickPanic, which the
+// stream ends as it ends a handler that panicked.
+func (x *exchange) tryPickQueued() (ok bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ok, err = false, &pickPanic{value: p, stack: debug.Stack()}
+		}
+	}()
+	return x.tryPick()
+}
+
+// pickPanic is a panic recovered from a pick, with where it happened.
+type pickPanic struct {
+	value any
+	stack []byte
+}
+
+func (p *pickPanic) Error() string { return fmt.Sprint("the pick panicked: ", p.value) }
 
 // tryPick runs the policy over the current candidates. It reports false when
 // every candidate is saturated; on success x.picked and x.guard are set.

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -234,6 +235,9 @@ func (x *exchange) route() (bool, error) {
 	}
 	if err := x.admit(); err != nil {
 		x.s.upstream.ScheduleFailed(x.series)
+		if pp := (*pickPanic)(nil); errors.As(err, &pp) {
+			return false, x.recoveredAt(pp.value, pp.stack)
+		}
 		status, reason, ok := refusal(err)
 		if !ok {
 			return false, err // the gateway cancelled the stream while the request waited

@@ -3,14 +3,18 @@ package extproc
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // queueEnv serves ext_proc over one worker that takes one request at a time
@@ -208,4 +212,46 @@ func TestRequestsArrivingTogetherNeverPassMaxInFlight(t *testing.T) {
 	if got := w.InFlight(); got != 1 {
 		t.Fatalf("%d requests in flight on an endpoint that takes 1", got)
 	}
+}
+
+// panicky is a policy that panics while boom is set.
+type panicky struct {
+	Picker
+	boom atomic.Bool
+}
+
+func (p *panicky) Pick(req *policy.Request, cands []*registry.Worker, n int) ([]*registry.Worker, error) {
+	if p.boom.Load() {
+		panic("policy exploded")
+	}
+	return p.Picker.Pick(req, cands, n)
+}
+
+// A queued request's pick runs on the flow-control dispatcher's goroutine.
+// A panic there ends that request's stream as a handler's panic does
+// (Internal, nothing held), not the process, and the queue goes on.
+func TestAQueuedPickThatPanicsEndsOnlyItsStream(t *testing.T) {
+	e, q, _ := queueEnv(t, flowcontrol.Options{})
+	pol := &panicky{Picker: e.server.picker}
+	e.server.picker = pol
+	first := e.open()
+	first.sendRequest("")
+	first.routed(true)
+	second := e.open()
+	second.sendRequest("")
+	eventually(t, "the second request queued", func() bool { return q.Len() == 1 })
+
+	pol.boom.Store(true)
+	first.responseHeaders(200, "application/json", true, "")
+	first.recv()
+	if _, err := second.stream.Recv(); status.Code(err) != codes.Internal {
+		t.Fatalf("the request whose queued pick panicked: %v, want its stream ended with Internal", err)
+	}
+	if p, d := e.worker("127.0.0.1:8000").Load(); p != 0 || d != 0 {
+		t.Errorf("load (%d,%d) after the panic, want 0", p, d)
+	}
+	pol.boom.Store(false)
+	third := e.open()
+	third.sendRequest("")
+	third.routed(true)
 }

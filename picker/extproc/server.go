@@ -251,9 +251,13 @@ func (x *exchange) ended(recvErr error) error {
 
 // recovered releases the request of a handler that panicked with p, logs
 // it, and returns the status to end the stream with.
-func (x *exchange) recovered(p any) error {
+func (x *exchange) recovered(p any) error { return x.recoveredAt(p, debug.Stack()) }
+
+// recoveredAt is recovered for a panic whose stack was taken where it was
+// recovered.
+func (x *exchange) recoveredAt(p any, stack []byte) error {
 	x.release(reasonPanic)
-	x.s.opts.Log.Error(fmt.Errorf("%v", p), "Recovered from a panic in the ext_proc handler", "requestID", x.id(), "stack", string(debug.Stack()))
+	x.s.opts.Log.Error(fmt.Errorf("%v", p), "Recovered from a panic in the ext_proc handler", "requestID", x.id(), "stack", string(stack))
 	return status.Error(codes.Internal, "internal error")
 }
 
