@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"encoding/binary"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,6 +77,9 @@ func (st *directStream) event(ev streamEvent) {
 		st.cancel()
 	}
 	if st.finished.Load() {
+		if ev.reset {
+			st.dropHeldBack()
+		}
 		return
 	}
 	if st.c.inline {
@@ -407,6 +411,26 @@ func (st *directStream) writeTrailers(s *status.Status) {
 	st.trailer = nil
 	_ = c.writeStatus(st.id, s, st.headersSent, !st.remoteClosed.Load())
 	delete(c.streams, st.id)
+	c.closeIfDrained()
+}
+
+// dropHeldBack forgets a finished stream that was reset while its last
+// replies and status waited for window: the client takes it for closed and
+// will send no window for it, and it must not keep a place among the
+// connection's streams (its concurrency cap, a graceful stop's drain).
+func (st *directStream) dropHeldBack() {
+	c := st.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(st.pending) == 0 && st.trailer == nil {
+		return // finish forgets it, or already has
+	}
+	st.pending, st.trailer = nil, nil
+	delete(c.streams, st.id)
+	if st.blocked {
+		st.blocked = false
+		c.blocked = slices.DeleteFunc(c.blocked, func(b *directStream) bool { return b == st })
+	}
 	c.closeIfDrained()
 }
 

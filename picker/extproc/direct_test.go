@@ -473,6 +473,54 @@ func TestDirectRefusesStreamsBeyondTheCap(t *testing.T) {
 	}
 }
 
+// A stream whose exchange ended while its last replies waited for window,
+// and which the gateway then reset, is closed for the gateway: it leaves
+// the connection's streams, so that it holds no place under the stream cap
+// and a graceful stop does not wait for it.
+func TestDirectAStreamResetWhileItsRepliesWaitIsForgotten(t *testing.T) {
+	w := newDirectWorld(t, DirectOptions{MaxConcurrentStreams: 1})
+	c := dialRaw(t, w.addr)
+	if err := c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+		t.Fatal(err)
+	}
+	body := chatBody("m", "replies held back by the window")
+	c.open(1)
+	c.send(1, reqHeaders("/v1/chat/completions", len(body)))
+	c.send(1, reqBody(body, true))
+	eventually(t, "the request routed", func() bool { return w.load() == 1 })
+	if err := c.fr.WriteData(1, true, nil); err != nil { // the gateway closes its side: the exchange ends
+		t.Fatal(err)
+	}
+	eventually(t, "the ended exchange's guard released", func() bool { return w.load() == 0 })
+	if err := c.fr.WriteRSTStream(1, http2.ErrCodeCancel); err != nil {
+		t.Fatal(err)
+	}
+	c.open(3)
+	c.send(3, reqHeaders("/v1/chat/completions", len(body)))
+	c.send(3, reqBody(body, true))
+	f := c.readUntil(func(f http2.Frame) bool {
+		_, rst := f.(*http2.RSTStreamFrame)
+		return f.Header().StreamID == 3 && (rst || f.Header().Type == http2.FrameHeaders)
+	})
+	if rst, ok := f.(*http2.RSTStreamFrame); ok {
+		t.Fatalf("the next stream was refused (%v): the reset one still held the only place", rst.ErrCode)
+	}
+	eventually(t, "the reset stream forgotten", func() bool {
+		w.ds.mu.Lock()
+		defer w.ds.mu.Unlock()
+		for dc := range w.ds.conns {
+			dc.mu.Lock()
+			_, held := dc.streams[1]
+			blocked := len(dc.blocked)
+			dc.mu.Unlock()
+			if held || blocked > 1 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // A gateway that sends past a waiting stream's window, ignoring flow
 // control, loses that stream: it is reset with FLOW_CONTROL_ERROR, leaves
 // the admission queue and holds nothing.
