@@ -220,6 +220,10 @@ func newDirectConn(d *DirectServer, nc net.Conn) *directConn {
 	c.bw = bufio.NewWriterSize(&c.out, directWriteBuffer)
 	c.out.c = c
 	c.fr = http2.NewFramer(c.bw, c.br)
+	// The server's SETTINGS leave SETTINGS_MAX_FRAME_SIZE at its initial
+	// value: a larger frame is a connection error, read no further than its
+	// header (the framer would otherwise keep a buffer of its size).
+	c.fr.SetMaxReadFrameSize(initialMaxFrame)
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	return c
 }

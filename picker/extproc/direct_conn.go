@@ -103,8 +103,11 @@ func (c *directConn) serve() {
 				continue
 			}
 			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
+			switch {
+			case errors.As(err, &ce):
 				c.fail(http2.ErrCode(ce), err)
+			case errors.Is(err, http2.ErrFrameTooLarge):
+				c.fail(http2.ErrCodeFrameSize, err)
 			}
 			return
 		}

@@ -473,6 +473,38 @@ func TestDirectRefusesStreamsBeyondTheCap(t *testing.T) {
 	}
 }
 
+// The server never raises SETTINGS_MAX_FRAME_SIZE from its initial 16,384
+// bytes: a frame up to that size is read, a larger one ends the connection
+// with FRAME_SIZE_ERROR before its payload is read (no buffer of the
+// frame's size is made for it).
+func TestDirectFramesOverTheMaxFrameSizeEndTheConnection(t *testing.T) {
+	w := newDirectWorld(t, DirectOptions{})
+	frame := func(n int) []byte { // of an unknown type, which the server ignores
+		return append([]byte{byte(n >> 16), byte(n >> 8), byte(n), 0xfe, 0, 0, 0, 0, 0}, make([]byte, n)...)
+	}
+	c := dialRaw(t, w.addr)
+	if _, err := c.nc.Write(frame(initialMaxFrame)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.fr.WritePing(false, [8]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if f := c.readUntil(func(f http2.Frame) bool {
+		_, goAway := f.(*http2.GoAwayFrame)
+		p, ok := f.(*http2.PingFrame)
+		return goAway || ok && p.IsAck()
+	}); f.Header().Type != http2.FramePing {
+		t.Fatalf("a frame of the largest size allowed was answered with %v", f)
+	}
+	if _, err := c.nc.Write(frame(initialMaxFrame + 1)); err != nil {
+		t.Fatal(err)
+	}
+	f := c.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
+	if f == nil || f.(*http2.GoAwayFrame).ErrCode != http2.ErrCodeFrameSize {
+		t.Fatalf("a frame over the largest size: %v, want GOAWAY FRAME_SIZE_ERROR", f)
+	}
+}
+
 // A stream whose exchange ended while its last replies waited for window,
 // and which the gateway then reset, is closed for the gateway: it leaves
 // the connection's streams, so that it holds no place under the stream cap
