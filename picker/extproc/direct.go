@@ -50,7 +50,9 @@ type DirectOptions struct {
 	// KeepaliveTime is how long a connection may stay silent before the
 	// server pings it; KeepaliveTimeout how long it then waits for any
 	// frame before closing the connection, which cancels its streams.
-	// Zero or less: no pings.
+	// Zero or less: no pings. KeepaliveTimeout (20 s when not set) is also
+	// how long a write may wait on a client that reads nothing before the
+	// connection is closed.
 	KeepaliveTime, KeepaliveTimeout time.Duration
 	// KeepaliveMinTime is the shortest interval between a client's pings
 	// that the server tolerates: after more than maxPingStrikes pings
@@ -91,6 +93,9 @@ func NewDirect(s *Server, opts DirectOptions) *DirectServer {
 				return withH2(cfg), nil
 			}
 		}
+	}
+	if opts.KeepaliveTimeout <= 0 {
+		opts.KeepaliveTimeout = defaultKeepaliveTimeout
 	}
 	return &DirectServer{s: s, opts: opts, listeners: map[net.Listener]bool{}, conns: map[*directConn]bool{}}
 }
@@ -157,10 +162,17 @@ func (d *DirectServer) GracefulStop() {
 	d.mu.Lock()
 	d.stopping, d.draining = true, true
 	d.closeListeners()
+	conns := make([]*directConn, 0, len(d.conns))
 	for c := range d.conns {
-		c.goAway()
+		conns = append(conns, c)
 	}
 	d.mu.Unlock()
+	// Outside d.mu: a connection whose write waits on a client that reads
+	// nothing holds its own lock until the write times out, and a Stop
+	// meanwhile must not wait for that.
+	for _, c := range conns {
+		c.goAway()
+	}
 	d.connsDone.Wait()
 }
 
@@ -230,9 +242,20 @@ func newDirectConn(d *DirectServer, nc net.Conn) *directConn {
 
 // connWriter is the connection under its write buffer: a failed write
 // closes the connection, so that its reader ends and releases its streams.
-type connWriter struct{ c *directConn }
+// A write fails when it waits longer than the keepalive timeout on a client
+// that reads nothing: the deadline is moved on at most every quarter of it,
+// so that a write gets between three quarters of the timeout and all of it.
+type connWriter struct {
+	c       *directConn
+	renewAt time.Time // when the write deadline is next moved on
+}
 
 func (w *connWriter) Write(p []byte) (int, error) {
+	timeout := w.c.d.opts.KeepaliveTimeout
+	if now := time.Now(); !now.Before(w.renewAt) {
+		_ = w.c.nc.SetWriteDeadline(now.Add(timeout))
+		w.renewAt = now.Add(timeout / 4)
+	}
 	n, err := w.c.nc.Write(p)
 	if err != nil && w.c.werr == nil {
 		w.c.werr = err

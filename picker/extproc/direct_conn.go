@@ -128,7 +128,10 @@ func (c *directConn) serve() {
 // handshake reads the client's preface and sends the server's settings.
 func (c *directConn) handshake() error {
 	_ = c.nc.SetDeadline(time.Now().Add(handshakeTimeout))
-	defer func() { _ = c.nc.SetDeadline(time.Time{}) }()
+	defer func() {
+		_ = c.nc.SetDeadline(time.Time{})
+		c.out.renewAt = time.Time{} // the next write sets its own deadline
+	}()
 	if tc, ok := c.nc.(interface{ Handshake() error }); ok {
 		if err := tc.Handshake(); err != nil {
 			return fmt.Errorf("TLS handshake: %w", err)
@@ -460,7 +463,7 @@ func (c *directConn) fail(code http2.ErrCode, err error) {
 }
 
 // goAway tells the client to open no more streams, and closes the
-// connection once its streams have ended. d.mu is held.
+// connection once its streams have ended.
 //
 // It takes two GOAWAY frames, as a gRPC server's graceful stop does: the
 // first names no last stream, so that a stream the client opened before it
@@ -512,6 +515,10 @@ func (c *directConn) closeIfDrained() {
 	_ = c.nc.Close()
 }
 
+// defaultKeepaliveTimeout is DirectOptions.KeepaliveTimeout when not set,
+// gRPC's default.
+const defaultKeepaliveTimeout = 20 * time.Second
+
 // drainLinger is how long a drained connection waits for the client to
 // close it after the server has closed its side.
 const drainLinger = 5 * time.Second
@@ -540,9 +547,6 @@ func (c *directConn) keepalive() (stop func()) {
 	every, timeout := c.d.opts.KeepaliveTime, c.d.opts.KeepaliveTimeout
 	if every <= 0 {
 		return func() {}
-	}
-	if timeout <= 0 {
-		timeout = 20 * time.Second
 	}
 	done := make(chan struct{})
 	go func() {

@@ -473,6 +473,42 @@ func TestDirectRefusesStreamsBeyondTheCap(t *testing.T) {
 	}
 }
 
+// A gateway that stops reading while it goes on sending (SETTINGS, each of
+// which the server acknowledges) fills the connection's buffers until the
+// server's writes wait. One that waits longer than the keepalive timeout
+// closes the connection: its stream's guard is released, and a graceful
+// stop returns.
+func TestDirectAGatewayThatReadsNothingIsClosed(t *testing.T) {
+	w := newDirectWorld(t, DirectOptions{KeepaliveTimeout: 300 * time.Millisecond})
+	c := dialRaw(t, w.addr)
+	body := chatBody("m", "the gateway reads nothing after this")
+	c.open(1)
+	c.send(1, reqHeaders("/v1/chat/completions", len(body)))
+	c.send(1, reqBody(body, true))
+	if c.readUntil(func(f http2.Frame) bool { return f.Header().Type == http2.FrameData && f.Header().StreamID == 1 }) == nil {
+		t.Fatal("connection closed before the routing reply")
+	}
+	if w.load() != 1 {
+		t.Fatalf("load %d after routing, want 1", w.load())
+	}
+	var flood bytes.Buffer
+	fr := http2.NewFramer(&flood, nil)
+	for range 4096 {
+		if err := fr.WriteSettings(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() {
+		for {
+			if _, err := c.nc.Write(flood.Bytes()); err != nil {
+				return // closed by the server, or at the test's end
+			}
+		}
+	}()
+	eventually(t, "the connection closed and the stream's guard released", func() bool { return w.load() == 0 })
+	w.ds.GracefulStop()
+}
+
 // The server never raises SETTINGS_MAX_FRAME_SIZE from its initial 16,384
 // bytes: a frame up to that size is read, a larger one ends the connection
 // with FRAME_SIZE_ERROR before its payload is read (no buffer of the

@@ -246,7 +246,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxBodyBytes, "max-request-body-bytes", o.MaxBodyBytes, "Largest request body accepted; larger ones get 413.")
 	fs.IntVar(&o.MaxBufferedBodyBytes, "max-buffered-body-bytes", o.MaxBufferedBodyBytes, "Request-body bytes buffered across all streams at once; a request that would pass it gets 429. Keep it well under the container's memory limit.")
 	fs.DurationVar(&o.KeepaliveTime, "grpc-keepalive-time", o.KeepaliveTime, "The ext_proc server pings a gateway connection that has been silent this long.")
-	fs.DurationVar(&o.KeepaliveTimeout, "grpc-keepalive-timeout", o.KeepaliveTimeout, "A connection that does not answer a ping within this is closed; its streams end and their load is released.")
+	fs.DurationVar(&o.KeepaliveTimeout, "grpc-keepalive-timeout", o.KeepaliveTimeout, "A connection that does not answer a ping within this, or reads none of the replies for this long, is closed; its streams end and their load is released.")
 	fs.DurationVar(&o.KeepaliveMinTime, "grpc-keepalive-min-time", o.KeepaliveMinTime, "Gateways may ping the ext_proc server at most this often (more often closes the connection), with or without streams.")
 	fs.StringVar(&o.ClientCAPath, "client-ca-path", o.ClientCAPath, "PEM file of the CAs whose client certificates the ext_proc server requires (mTLS); reloaded when it changes. Needs --secure-serving.")
 	fs.IntVar(&o.PrefixIndexMaxBlocks, "prefix-index-max-blocks", o.PrefixIndexMaxBlocks,
