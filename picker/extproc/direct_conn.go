@@ -197,19 +197,36 @@ func (c *directConn) handle(f http2.Frame) error {
 	case *http2.PingFrame:
 		return c.onPing(f)
 	case *http2.WindowUpdateFrame:
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if f.StreamID == 0 {
-			c.sendWindow += int64(f.Increment)
-		} else if st := c.streams[f.StreamID]; st != nil {
-			st.sendWindow += int64(f.Increment)
-		}
-		c.sendBlocked()
+		return c.onWindowUpdate(f)
 	case *http2.PushPromiseFrame:
 		return errors.New("PUSH_PROMISE from a client")
 	}
 	// GOAWAY from the client opens no new streams: the open ones finish.
 	// PRIORITY and frames of unknown types are ignored.
+	return nil
+}
+
+// onWindowUpdate widens a send window and sends what waited for it. A
+// window the client raises past 2^31-1 is a flow-control error: of the
+// connection, or of the stream alone.
+func (c *directConn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	c.mu.Lock()
+	if f.StreamID == 0 {
+		c.sendWindow += int64(f.Increment)
+		if c.sendWindow > maxWindow {
+			c.mu.Unlock()
+			return http2.ConnectionError(http2.ErrCodeFlowControl)
+		}
+	} else if st := c.streams[f.StreamID]; st != nil {
+		st.sendWindow += int64(f.Increment)
+		if st.sendWindow > maxWindow {
+			c.mu.Unlock()
+			c.resetStream(f.StreamID, http2.ErrCodeFlowControl, status.Error(codes.Internal, "the client raised the stream's window past 2^31-1"))
+			return nil
+		}
+	}
+	c.sendBlocked()
+	c.mu.Unlock()
 	return nil
 }
 
@@ -225,6 +242,9 @@ func (c *directConn) applySettings(f *http2.SettingsFrame) error {
 			c.peerWindow = int32(s.Val)
 			for _, st := range c.streams {
 				st.sendWindow += delta
+				if st.sendWindow > maxWindow {
+					return http2.ConnectionError(http2.ErrCodeFlowControl)
+				}
 			}
 		case http2.SettingMaxFrameSize:
 			c.maxFrame = s.Val

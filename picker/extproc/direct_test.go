@@ -509,6 +509,36 @@ func TestDirectAGatewayThatReadsNothingIsClosed(t *testing.T) {
 	w.ds.GracefulStop()
 }
 
+// A window raised past 2^31-1 is a flow-control error: a stream's resets
+// that stream alone (its guard released), the connection's ends the
+// connection.
+func TestDirectWindowsRaisedPastTheirLimitAreFlowControlErrors(t *testing.T) {
+	w := newDirectWorld(t, DirectOptions{})
+	c := dialRaw(t, w.addr)
+	body := chatBody("m", "a window too wide")
+	c.open(1)
+	c.send(1, reqHeaders("/v1/chat/completions", len(body)))
+	c.send(1, reqBody(body, true))
+	if c.readUntil(func(f http2.Frame) bool { return f.Header().Type == http2.FrameData && f.Header().StreamID == 1 }) == nil {
+		t.Fatal("connection closed before the routing reply")
+	}
+	if err := c.fr.WriteWindowUpdate(1, maxWindow); err != nil {
+		t.Fatal(err)
+	}
+	f := c.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
+	if f == nil || f.Header().StreamID != 1 || f.(*http2.RSTStreamFrame).ErrCode != http2.ErrCodeFlowControl {
+		t.Fatalf("a stream window raised past the limit: %v, want RST_STREAM FLOW_CONTROL_ERROR on stream 1", f)
+	}
+	eventually(t, "the reset stream's guard released", func() bool { return w.load() == 0 })
+	if err := c.fr.WriteWindowUpdate(0, maxWindow); err != nil {
+		t.Fatal(err)
+	}
+	f = c.readUntil(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
+	if f == nil || f.(*http2.GoAwayFrame).ErrCode != http2.ErrCodeFlowControl {
+		t.Fatalf("the connection's window raised past the limit: %v, want GOAWAY FLOW_CONTROL_ERROR", f)
+	}
+}
+
 // The server never raises SETTINGS_MAX_FRAME_SIZE from its initial 16,384
 // bytes: a frame up to that size is read, a larger one ends the connection
 // with FRAME_SIZE_ERROR before its payload is read (no buffer of the
