@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -254,4 +255,51 @@ func TestAQueuedPickThatPanicsEndsOnlyItsStream(t *testing.T) {
 	third := e.open()
 	third.sendRequest("")
 	third.routed(true)
+}
+
+// In a pool of two models, one pod each, requests waiting for the busy
+// model's pod do not hold back a request for the other model, whose pod
+// is free: it is routed at once, and they keep waiting.
+func TestAModelWhosePodsAreFullDoesNotHoldBackAnother(t *testing.T) {
+	q, err := flowcontrol.New(flowcontrol.Options{Enabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = q.Start(t.Context()) }()
+	e := newEnv(t, twoWorkers, func(o *Options) { o.Queue, o.MaxInFlight = q, 1 })
+	for i, w := range e.reg.Workers() {
+		w.SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{fmt.Sprint("model-", i)}, Complete: true}})
+	}
+	pol, err := policy.Build(policy.Config{MaxInFlight: 1}, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.picker = pol
+	send := func(model string) *session {
+		s := e.open()
+		body := chatBody(model, "hello")
+		s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+		s.requestBody(body, true)
+		return s
+	}
+	busy := send("model-0")
+	busy.routed(true)
+	var waiting []*session
+	for n := 1; n <= 2; n++ {
+		waiting = append(waiting, send("model-0"))
+		eventually(t, "a request for the busy model queued", func() bool { return q.Len() == n })
+	}
+
+	other := send("model-1")
+	if r := other.routed(true); r.dest != e.reg.Workers()[1].Address() {
+		t.Errorf("the other model's request went to %q, want its pod %s", r.dest, e.reg.Workers()[1].Address())
+	}
+	if q.Len() != 2 {
+		t.Errorf("%d requests waiting after the other model's was routed, want the busy model's 2", q.Len())
+	}
+	busy.responseHeaders(200, "application/json", true, "")
+	busy.recv()
+	if r := waiting[0].routed(true); r.dest != e.reg.Workers()[0].Address() {
+		t.Errorf("the first waiting request went to %q, want the busy model's pod", r.dest)
+	}
 }

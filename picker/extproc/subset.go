@@ -60,6 +60,20 @@ func (s *subset) add(e string) {
 	}
 }
 
+// String lists the hint's entries, as a key of the endpoints it allows.
+func (s *subset) String() string {
+	var b strings.Builder
+	for _, e := range s.exact {
+		b.WriteString(e.String())
+		b.WriteByte(',')
+	}
+	for _, a := range s.addrs {
+		b.WriteString(a.String())
+		b.WriteByte(',')
+	}
+	return b.String()
+}
+
 // appendAllowed appends to dst the workers of ws the hint allows.
 func (s *subset) appendAllowed(dst, ws []*registry.Worker) []*registry.Worker {
 	for _, w := range ws {

@@ -34,13 +34,14 @@ type band struct {
 
 // bands keeps every band ordered by priority, highest first.
 type bands struct {
-	byPrio map[int]*band
-	order  []*band
-	len    int
-	bytes  int64
+	byPrio    map[int]*band
+	order     []*band
+	len       int
+	bytes     int64
+	endpoints map[string]int // waiters by Item.Endpoints
 }
 
-func newBands() bands { return bands{byPrio: map[int]*band{}} }
+func newBands() bands { return bands{byPrio: map[int]*band{}, endpoints: map[string]int{}} }
 
 func (bs *bands) band(prio int) *band {
 	if b, ok := bs.byPrio[prio]; ok {
@@ -69,6 +70,7 @@ func (bs *bands) push(w *waiter) {
 	b.bytes += w.item.Bytes
 	bs.len++
 	bs.bytes += w.item.Bytes
+	bs.endpoints[w.item.Endpoints]++
 }
 
 // head returns the next waiter to dispatch: the highest band with waiters,
@@ -84,6 +86,43 @@ func (bs *bands) head() *waiter {
 		return b.ring[b.next].waiters[0]
 	}
 	return nil
+}
+
+// next returns the first waiter in dispatch order whose endpoints are not
+// in full, looking at no more than limit waiters: the bands by priority,
+// each band's flows from its current one round the ring, each flow's
+// waiters oldest first. It is head when full is empty.
+func (bs *bands) next(full map[string]struct{}, limit int) *waiter {
+	if len(full) == 0 {
+		return bs.head()
+	}
+	if bs.allIn(full) {
+		return nil
+	}
+	for _, b := range bs.order {
+		for i := range b.ring {
+			for _, w := range b.ring[(b.next+i)%len(b.ring)].waiters {
+				if _, ok := full[w.item.Endpoints]; !ok {
+					return w
+				}
+				limit--
+				if limit == 0 {
+					return nil
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// allIn reports whether every waiter's endpoints are in full.
+func (bs *bands) allIn(full map[string]struct{}) bool {
+	for k := range bs.endpoints {
+		if _, ok := full[k]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // remove takes w out of its flow; the band's ring moves on to the next flow
@@ -105,6 +144,10 @@ func (bs *bands) remove(w *waiter, advance bool) {
 	b.bytes -= w.item.Bytes
 	bs.len--
 	bs.bytes -= w.item.Bytes
+	bs.endpoints[w.item.Endpoints]--
+	if bs.endpoints[w.item.Endpoints] == 0 {
+		delete(bs.endpoints, w.item.Endpoints)
+	}
 	idx := -1
 	for i, x := range b.ring {
 		if x == f {

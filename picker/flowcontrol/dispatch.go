@@ -32,12 +32,17 @@ func (q *Queue) stop() {
 	close(q.stopped)
 }
 
-// dispatch tries head-of-line waiters in order until one finds no capacity
-// or the queue is empty.
+// dispatch tries waiters in order until the queue is empty or no waiter
+// left is worth a try: a waiter whose endpoints (Item.Endpoints) found no
+// capacity in this round is passed over, since its try would fail too (a
+// later waiter of the same endpoints has the same or a lower priority, whose
+// limits are no looser). The round ends after maxFullPerRound such failures,
+// or after looking at scanLimit waiters for one to try.
 func (q *Queue) dispatch(ctx context.Context) {
+	clear(q.full)
 	for ctx.Err() == nil {
 		q.mu.Lock()
-		w := q.bands.head()
+		w := q.bands.next(q.full, scanLimit)
 		if w == nil {
 			q.mu.Unlock()
 			return
@@ -60,12 +65,24 @@ func (q *Queue) dispatch(ctx context.Context) {
 			q.removeLocked(w, false)
 			w.done <- errLeft
 		default:
-			q.mu.Unlock()
-			return
+			q.full[w.item.Endpoints] = struct{}{}
+			if len(q.full) >= maxFullPerRound {
+				q.mu.Unlock()
+				return
+			}
 		}
 		q.mu.Unlock()
 	}
 }
+
+// A dispatch round tries waiters of at most maxFullPerRound endpoint sets
+// that turn out full, and looks at most scanLimit waiters past them for the
+// next to try: a queue of many waiters for full endpoints costs a bounded
+// amount each time capacity frees anywhere.
+const (
+	maxFullPerRound = 16
+	scanLimit       = 1024
+)
 
 // errLeft answers a waiter whose request left while its try was running.
 var errLeft = errors.New("left the queue")

@@ -91,10 +91,15 @@ func (h *harness) admit(ctx context.Context, name string, it Item) {
 }
 
 func (h *harness) admitAsync(ctx context.Context, name string, it Item) {
+	h.admitThrough(ctx, name, it, h.gate)
+}
+
+// admitThrough is admitAsync for a request whose capacity is g's.
+func (h *harness) admitThrough(ctx context.Context, name string, it Item, g *gate) {
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
-		err := h.q.Admit(ctx, it, h.gate.try(name))
+		err := h.q.Admit(ctx, it, g.try(name))
 		h.mu.Lock()
 		h.errs[name] = err
 		h.mu.Unlock()

@@ -23,6 +23,13 @@ type Item struct {
 	// Model and TargetModel (the model asked for, and the one served after
 	// any rewrite) label the upstream-compatible series; may be empty.
 	Model, TargetModel string
+	// Endpoints names where the request may go (its target model, any
+	// subset hint): requests with the same Endpoints are picked among the
+	// same endpoints. Once one of them finds no capacity, a dispatch goes
+	// on to requests whose endpoints differ instead of stopping, so that a
+	// model whose endpoints are full does not hold back the others. Empty
+	// is one set for all.
+	Endpoints string
 }
 
 // TryFunc attempts to dispatch a request: pick an endpoint and take its load
@@ -48,6 +55,8 @@ type Queue struct {
 	bands bands
 	seq   uint64
 	down  bool
+
+	full map[string]struct{} // the dispatcher's: endpoints found full this round
 }
 
 // Option configures a Queue.
@@ -73,6 +82,7 @@ func New(opts Options, o ...Option) (*Queue, error) {
 		kick:    make(chan struct{}, 1),
 		stopped: make(chan struct{}),
 		bands:   newBands(),
+		full:    map[string]struct{}{},
 	}
 	for _, f := range o {
 		f(q)

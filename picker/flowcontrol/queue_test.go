@@ -125,6 +125,52 @@ func TestDispatchStopsAtNoCapacity(t *testing.T) {
 	}
 }
 
+// Requests for endpoints that are full (a model whose pods are all busy)
+// do not hold back those for other endpoints, whatever their places in the
+// queue: a dispatch goes on past them, and they keep their places.
+func TestDispatchGoesPastRequestsWhoseEndpointsAreFull(t *testing.T) {
+	h := newHarness(t, Options{})
+	a, b := &gate{}, &gate{}
+	for _, r := range []struct {
+		name string
+		item Item
+		g    *gate
+	}{
+		{"a1", Item{Endpoints: "a", Priority: 5}, a},
+		{"a2", Item{Endpoints: "a"}, a},
+		{"b1", Item{Endpoints: "b"}, b},
+		{"a3", Item{Endpoints: "a"}, a},
+		{"b2", Item{Endpoints: "b"}, b},
+	} {
+		want := h.q.Len() + 1
+		h.admitThrough(t.Context(), r.name, r.item, r.g)
+		h.waitLen(want)
+	}
+	b.open(2)
+	h.q.Notify()
+	for _, n := range []string{"b1", "b2"} {
+		if err := h.result(n); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+	if diff := cmp.Diff([]string{"b1", "b2"}, b.dispatched()); diff != "" {
+		t.Errorf("requests for endpoints with room, behind ones for full endpoints (-want +got):\n%s", diff)
+	}
+	if h.q.Len() != 3 || len(a.dispatched()) != 0 {
+		t.Fatalf("%d waiting, %v dispatched for the full endpoints; want the 3 still waiting", h.q.Len(), a.dispatched())
+	}
+	a.open(3)
+	h.q.Notify()
+	for _, n := range []string{"a1", "a2", "a3"} {
+		if err := h.result(n); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+	if diff := cmp.Diff([]string{"a1", "a2", "a3"}, a.dispatched()); diff != "" {
+		t.Errorf("the passed-over requests' order (-want +got):\n%s", diff)
+	}
+}
+
 func TestBounds(t *testing.T) {
 	type req struct {
 		name string
