@@ -45,9 +45,10 @@ func TestMain(m *testing.M) {
 }
 
 // benchmarking reports whether the binary runs benchmarks or a fuzz
-// target, which run once, over the direct transport.
+// target, which run once, over the direct transport, or only lists the
+// tests (hack/fuzz.sh finds the fuzz targets so).
 func benchmarking() bool {
-	for _, name := range []string{"test.bench", "test.fuzz"} {
+	for _, name := range []string{"test.bench", "test.fuzz", "test.list"} {
 		if f := flag.Lookup(name); f != nil && f.Value.String() != "" {
 			return true
 		}
