@@ -127,13 +127,33 @@ func SetupControllers(mgr manager.Manager, o *Options, sinks Sinks, self *corev1
 		return fmt.Errorf("set up the pool controller: %w", err)
 	}
 	// InferenceObjectives name a pool: without one there are none to read.
-	if err := controllers.SetupObjectivesWithManager(mgr, opts, sinks.Priorities); err != nil {
-		return fmt.Errorf("set up the objective controller: %w", err)
+	if err := setupObjectives(mgr, opts, sinks.Priorities); err != nil {
+		return err
 	}
 	if sinks.Rewrites == nil {
 		return nil
 	}
 	return setupRewrites(mgr, opts, sinks.Rewrites)
+}
+
+// setupObjectives runs the objective controller when the API server serves
+// InferenceObjectives. Their CRD is optional as the rewrites' is (a cluster
+// may hold only the InferencePool CRD): without it every request has
+// priority 0. A controller waiting for a CRD that is not there would stop
+// the picker when its cache gave up.
+func setupObjectives(mgr manager.Manager, opts controllers.PoolReconcilerOptions, sink controllers.ObjectiveSink) error {
+	err := controllers.CheckServed(mgr.GetConfig(), inferencev1alpha2.GroupVersion, "inferenceobjectives")
+	switch {
+	case errors.Is(err, controllers.ErrCRDMissing):
+		ctrl.Log.Info("The InferenceObjective CRD is not installed: every request has priority 0")
+		return nil
+	case err != nil:
+		return err
+	}
+	if err := controllers.SetupObjectivesWithManager(mgr, opts, sink); err != nil {
+		return fmt.Errorf("set up the objective controller: %w", err)
+	}
+	return nil
 }
 
 // pool is the served InferencePool's key.
