@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/inferpick/inferpick/picker/extproc"
 	"github.com/inferpick/inferpick/picker/flowcontrol"
@@ -297,7 +298,7 @@ func (o *Options) Complete() error {
 	if o.StaticEndpoints != "" {
 		for e := range strings.SplitSeq(o.StaticEndpoints, ",") {
 			ap, err := netip.ParseAddrPort(strings.TrimSpace(e))
-			if err != nil {
+			if err != nil || ap.Port() == 0 {
 				return fmt.Errorf("--static-endpoints: %q is not ip:port", e)
 			}
 			o.static = append(o.static, ap)
@@ -447,6 +448,11 @@ func (o *Options) Validate() error {
 	if o.LeaderElectionRenewDeadline >= o.LeaderElectionLeaseDuration || o.LeaderElectionRetryPeriod <= 0 {
 		errs = append(errs, fmt.Errorf("leader election needs 0 < --leader-election-retry-period and --leader-election-renew-deadline %s < --leader-election-lease-duration %s",
 			o.LeaderElectionRenewDeadline, o.LeaderElectionLeaseDuration))
+	}
+	// client-go's own bound: a renewal may retry up to 1.2 retry periods late.
+	if float64(o.LeaderElectionRenewDeadline) <= leaderelection.JitterFactor*float64(o.LeaderElectionRetryPeriod) {
+		errs = append(errs, fmt.Errorf("leader election needs --leader-election-renew-deadline %s over %g × --leader-election-retry-period %s",
+			o.LeaderElectionRenewDeadline, leaderelection.JitterFactor, o.LeaderElectionRetryPeriod))
 	}
 	if o.Fallbacks < 0 {
 		errs = append(errs, fmt.Errorf("--fallbacks %d is negative", o.Fallbacks))
