@@ -122,7 +122,7 @@ func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, d
 	default:
 		return false, nil
 	}
-	w, left := l.worker()
+	w, left := l.worker(model)
 	if w == nil {
 		if left {
 			l.skipped.Add(1)
@@ -163,14 +163,19 @@ func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, d
 	return true, nil
 }
 
-// worker returns the next worker to tokenize on, round robin over the
-// registry and past the workers left out for failing; nil when there is
-// none, left telling whether some live worker was left out.
-func (l *Locator) worker() (w *registry.Worker, left bool) {
+// worker returns the next worker to tokenize model's prompt on, round
+// robin over the registry, past the workers whose complete model list
+// lacks model (a server answers 404 for a model it does not serve, which
+// would count against it) and those left out for failing; nil when there is
+// none, left telling whether some live worker was left out for failing.
+func (l *Locator) worker(model string) (w *registry.Worker, left bool) {
 	ws := l.reg.Workers()
 	for range ws {
 		w := ws[int(l.next.Add(1))%len(ws)]
 		if w.Removed() {
+			continue
+		}
+		if m := w.Metrics(); m != nil && m.Served != nil && m.Served.Complete && !m.Served.Serves(model) {
 			continue
 		}
 		if l.resting(w) {

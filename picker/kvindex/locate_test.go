@@ -218,3 +218,42 @@ func TestLocatorCountsOffloadedBlocksAtTheirWeight(t *testing.T) {
 		t.Errorf("holds %+v, want %+v (two of w2's four blocks offloaded, at half a block each)", got, want)
 	}
 }
+
+// In a pool of two models, a prompt is tokenized only on pods whose model
+// list names its model: another model's pod would answer 404, which would
+// count against that healthy pod and leave its own model without one.
+func TestLocatorAsksOnlyPodsThatServeTheModel(t *testing.T) {
+	tokens := prompt(1, 4, -1)
+	reg := registry.New()
+	var ws []*registry.Worker
+	var tks []*tokenizer
+	for _, model := range []string{"m", "other"} {
+		tk := startTokenizer(t, tokens)
+		w := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: model, Port: 1}, Name: model, Address: tk.addr})
+		w.SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{model}, Complete: true}})
+		ws, tks = append(ws, w), append(tks, tk)
+	}
+	ix := New(0)
+	ix.Apply(ws[0].ID(), []kvevents.Event{stored(1, tokens, 0, 4, "")})
+	l := NewLocator(ix, reg, 0)
+	for i := range 10 {
+		var sh policy.Shared
+		if ok, err := l.Locate(context.Background(), "m", chat(t), &sh); !ok || err != nil {
+			t.Fatalf("lookup %d of model m: found %v, %v", i, ok, err)
+		}
+	}
+	if n := tks[1].calls.Load(); n != 0 {
+		t.Errorf("the other model's pod was asked to tokenize model m's prompt %d times", n)
+	}
+	// A pod whose list is not known yet, or not complete, may be asked.
+	ws[1].SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"other"}}})
+	for range 4 {
+		var sh policy.Shared
+		if _, err := l.Locate(context.Background(), "m", chat(t), &sh); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tks[1].calls.Load() == 0 {
+		t.Error("a pod with an incomplete model list was never asked")
+	}
+}
