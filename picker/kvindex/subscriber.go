@@ -53,6 +53,10 @@ type Subscriber struct {
 	// Backoff bounds the wait between failed connections: from Backoff/50
 	// doubling up to Backoff. Zero means 5 s.
 	Backoff time.Duration
+	// DialTimeout bounds a connection and its handshake, so that a server
+	// that accepts and then says nothing (a frozen process, a proxy whose
+	// backend is gone) is dialled again. Zero means DefaultDialTimeout.
+	DialTimeout time.Duration
 	// EngineCheck is how often a worker's reported engines are read to
 	// follow those it names. Zero means 2 s.
 	EngineCheck time.Duration
@@ -104,6 +108,10 @@ func (s *Subscriber) Start(ctx context.Context) error {
 // compactEvery is how often the subscriber compacts the index a step (at
 // most compactMoves nodes): about 2,500 nodes a second.
 const compactEvery = 50 * time.Millisecond
+
+// DefaultDialTimeout bounds a connection and its handshake when the
+// Subscriber is given no DialTimeout.
+const DefaultDialTimeout = 5 * time.Second
 
 // DefaultReplayTimeout bounds one replay when the Subscriber is given no
 // bound: a server's default 10,000 kept batches are read and applied in
@@ -281,8 +289,14 @@ func (s *Subscriber) follow(ctx context.Context, id uint32, e int, addr, replay 
 	if e > 0 {
 		log = log.WithValues("engine", e)
 	}
+	dialTimeout := s.DialTimeout
+	if dialTimeout <= 0 {
+		dialTimeout = DefaultDialTimeout
+	}
 	for ctx.Err() == nil {
-		sub, err := kvevents.DialSub(ctx, addr, []byte(s.Topic))
+		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+		sub, err := kvevents.DialSub(dctx, addr, []byte(s.Topic))
+		cancel()
 		if err == nil {
 			wait = limit / 50
 			s.Index.ClearEngine(id, e)

@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -304,6 +306,58 @@ func waitFollowed(t *testing.T, pubs []*kvevents.Pub, want registry.Engines) {
 			if n != w {
 				return fmt.Errorf("rank %d's publisher has %d subscribers, want %d", e, n, w)
 			}
+		}
+		return nil
+	})
+}
+
+// A server whose events port accepts a connection and then says nothing (a
+// frozen process, a proxy whose backend is gone) is dialled again after
+// DialTimeout, and its events reach the index over the next connection.
+func TestSubscriberDialsAgainPastASilentHandshake(t *testing.T) {
+	const host = "127.0.0.164"
+	pub, err := kvevents.ListenPub(net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	var accepted atomic.Int64
+	go func() { // the first connection is held silent, the next ones reach pub
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			if accepted.Add(1) == 1 {
+				continue
+			}
+			up, err := net.Dial("tcp", pub.Addr().String())
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+	ix := New(0)
+	sub := &Subscriber{Index: ix, Port: ln.Addr().(*net.TCPAddr).Port, Backoff: 100 * time.Millisecond, DialTimeout: 200 * time.Millisecond}
+	reg := runSubscriber(t, sub, registry.Endpoint{Key: registry.Key{UID: "pod", Port: 8000}, Name: "pod",
+		Address: netip.AddrPortFrom(netip.MustParseAddr(host), 8000)})
+	w := reg.Workers()[0]
+	batch := kvevents.AppendBatch(nil, &kvevents.Batch{TS: 1, Events: []kvevents.Event{stored(1, prompt(1, 4, -1), 0, 4, "")}})
+	seq := uint64(0)
+	framework.Eventually(t, framework.Timeout, "the events reach the index past the silent connection", func() error {
+		seq++ // a PUB socket drops what it sends with no subscriber: sent again on each look
+		pub.Send([]byte("kv"), binary.BigEndian.AppendUint64(nil, seq), batch)
+		if n := blocksHeld(ix, w.ID()); n == 0 {
+			return fmt.Errorf("%d connections accepted, no blocks held", accepted.Load())
 		}
 		return nil
 	})
