@@ -59,8 +59,15 @@ func dialZMTP(ctx context.Context, addr string, first []byte, mine string, want 
 
 // Recv returns the next whole message, its frames appended to parts[:0].
 // The frames stay valid until the next Recv. A PING is answered on the way.
+// A message's frames together may not pass MaxFrame bytes.
 func (s *Sub) Recv(parts [][]byte) ([][]byte, error) {
 	parts = parts[:0]
+	for i, b := range s.bufs { // an outsized message's buffers are not kept for the next
+		if cap(b) > maxKeptFrame {
+			s.bufs[i] = nil
+		}
+	}
+	size := 0
 	for {
 		if len(parts) == maxParts {
 			return parts[:0], fmt.Errorf("zmtp: a message of more than %d frames", maxParts)
@@ -85,12 +92,18 @@ func (s *Sub) Recv(parts [][]byte) ([][]byte, error) {
 			}
 			continue
 		}
+		if size += len(f.body); size > MaxFrame {
+			return parts[:0], fmt.Errorf("zmtp: a message of more than %d bytes", MaxFrame)
+		}
 		parts = append(parts, f.body)
 		if f.flags&flagMore == 0 {
 			return parts, nil
 		}
 	}
 }
+
+// maxKeptFrame is the largest frame buffer a Sub keeps for the next message.
+const maxKeptFrame = 1 << 20
 
 // command handles a command received after the handshake: a PING is
 // answered with a PONG carrying its context; anything else is ignored.

@@ -277,3 +277,30 @@ func TestPubDropsAPeerOverTheSubscriptionBound(t *testing.T) {
 	}
 	waitSubscribers(t, p, 0)
 }
+
+// A message may hold MaxFrame bytes in all, whatever its frames; the
+// buffers of an outsized one are not kept for the messages after it.
+func TestSubBoundsWhatAMessageHolds(t *testing.T) {
+	p := listen(t)
+	s := dial(t, p.Addr().String(), "")
+	waitSubscribers(t, p, 1)
+
+	p.Send([]byte("kv"), seq(1), make([]byte, 2<<20))
+	if parts := recv(t, s); len(parts) != 3 || len(parts[2]) != 2<<20 {
+		t.Fatalf("a 2 MiB batch: %d parts", len(parts))
+	}
+	p.Send([]byte("kv"), seq(2), []byte{0x90})
+	if parts := recv(t, s); len(parts) != 3 || parts[2] != "\x90" {
+		t.Fatalf("the batch after: %q", parts)
+	}
+	for i, b := range s.bufs {
+		if cap(b) > maxKeptFrame {
+			t.Errorf("frame buffer %d keeps %d bytes after the outsized message", i, cap(b))
+		}
+	}
+
+	p.Send([]byte("kv"), seq(3), make([]byte, MaxFrame-len("kv")-7)) // one byte over, counting the frames together
+	if _, err := s.Recv(nil); err == nil || !strings.Contains(err.Error(), "a message of more than") {
+		t.Fatalf("a message over MaxFrame in all: %v", err)
+	}
+}

@@ -376,7 +376,24 @@ func (st *stream) apply(seq uint64, payload []byte) {
 	} else {
 		st.s.Index.ApplyEngine(st.id, st.e, st.batch.Events)
 	}
+	if retained(&st.batch) > maxKeptBatch { // an outsized batch's slices are not kept for the next
+		st.batch = kvevents.Batch{}
+	}
 	st.begun, st.next = true, seq+1
+}
+
+// maxKeptBatch is the most hashes and token ids (8 and 4 bytes each) the
+// decoded batch a stream reuses may keep room for: a step's events of a long
+// prompt, far from what one outsized batch could make it hold.
+const maxKeptBatch = 1 << 18
+
+// retained is the hashes and token ids b's events keep room for.
+func retained(b *kvevents.Batch) int {
+	n := 0
+	for i := range b.Events {
+		n += cap(b.Events[i].Hashes) + cap(b.Events[i].TokenIDs)
+	}
+	return n
 }
 
 // replaySlots returns the channel whose places the replays take.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/inferpick/inferpick/picker/kvevents"
@@ -361,4 +362,21 @@ func TestSubscriberDialsAgainPastASilentHandshake(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// The decoded batch a stream reuses keeps room for a step's events, not for
+// the most an outsized batch made it hold.
+func TestAStreamDoesNotKeepAnOutsizedBatch(t *testing.T) {
+	ix := New(0)
+	st := &stream{s: &Subscriber{Index: ix}, log: logr.Discard()}
+	big := kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: make([]uint64, maxKeptBatch+1)}
+	st.apply(0, kvevents.AppendBatch(nil, &kvevents.Batch{TS: 1, Events: []kvevents.Event{big}}))
+	if n := retained(&st.batch); n != 0 {
+		t.Errorf("after an outsized batch the stream keeps room for %d hashes and tokens", n)
+	}
+	small := stored(1, prompt(1, 4, -1), 0, 4, "")
+	st.apply(1, kvevents.AppendBatch(nil, &kvevents.Batch{TS: 1, Events: []kvevents.Event{small}}))
+	if n := retained(&st.batch); n == 0 || n > maxKeptBatch {
+		t.Errorf("after an ordinary batch the stream keeps room for %d, want it kept for the next", n)
+	}
 }
