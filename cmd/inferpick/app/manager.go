@@ -127,31 +127,32 @@ func SetupControllers(mgr manager.Manager, o *Options, sinks Sinks, self *corev1
 		return fmt.Errorf("set up the pool controller: %w", err)
 	}
 	// InferenceObjectives name a pool: without one there are none to read.
-	if err := setupObjectives(mgr, opts, sinks.Priorities); err != nil {
+	err := setupOptional(mgr, "inferenceobjectives", "The InferenceObjective CRD is not installed: every request has priority 0",
+		func() error { return controllers.SetupObjectivesWithManager(mgr, opts, sinks.Priorities) })
+	if err != nil || sinks.Rewrites == nil {
 		return err
 	}
-	if sinks.Rewrites == nil {
-		return nil
-	}
-	return setupRewrites(mgr, opts, sinks.Rewrites)
+	return setupOptional(mgr, "inferencemodelrewrites", "The InferenceModelRewrite CRD is not installed: requests are routed without model rewrites",
+		func() error { return controllers.SetupRewritesWithManager(mgr, opts, sinks.Rewrites) })
 }
 
-// setupObjectives runs the objective controller when the API server serves
-// InferenceObjectives. Their CRD is optional as the rewrites' is (a cluster
-// may hold only the InferencePool CRD): without it every request has
-// priority 0. A controller waiting for a CRD that is not there would stop
-// the picker when its cache gave up.
-func setupObjectives(mgr manager.Manager, opts controllers.PoolReconcilerOptions, sink controllers.ObjectiveSink) error {
-	err := controllers.CheckServed(mgr.GetConfig(), inferencev1alpha2.GroupVersion, "inferenceobjectives")
+// setupOptional runs setup, which sets up the controller of an
+// inference.networking.x-k8s.io/v1alpha2 resource, when the API server
+// serves the resource, and otherwise logs without. Those CRDs are optional:
+// a chart upgrade does not install CRDs that are new, and a cluster may
+// hold the InferencePool CRD alone. A controller waiting for a CRD that is
+// not there would stop the picker when its cache gave up.
+func setupOptional(mgr manager.Manager, resource, without string, setup func() error) error {
+	err := controllers.CheckServed(mgr.GetConfig(), inferencev1alpha2.GroupVersion, resource)
 	switch {
 	case errors.Is(err, controllers.ErrCRDMissing):
-		ctrl.Log.Info("The InferenceObjective CRD is not installed: every request has priority 0")
+		ctrl.Log.Info(without)
 		return nil
 	case err != nil:
 		return err
 	}
-	if err := controllers.SetupObjectivesWithManager(mgr, opts, sink); err != nil {
-		return fmt.Errorf("set up the objective controller: %w", err)
+	if err := setup(); err != nil {
+		return fmt.Errorf("set up the %s controller: %w", resource, err)
 	}
 	return nil
 }
@@ -159,24 +160,6 @@ func setupObjectives(mgr manager.Manager, opts controllers.PoolReconcilerOptions
 // pool is the served InferencePool's key.
 func (o *Options) pool() types.NamespacedName {
 	return types.NamespacedName{Namespace: o.PoolNamespace, Name: o.PoolName}
-}
-
-// setupRewrites runs the model rewrite controller when the API server serves
-// InferenceModelRewrites. Their CRD is optional: a chart upgrade does not
-// install CRDs that are new, and the picker then routes without rewrites.
-func setupRewrites(mgr manager.Manager, opts controllers.PoolReconcilerOptions, sink controllers.RewriteSink) error {
-	err := controllers.CheckServed(mgr.GetConfig(), inferencev1alpha2.GroupVersion, "inferencemodelrewrites")
-	switch {
-	case errors.Is(err, controllers.ErrCRDMissing):
-		ctrl.Log.Info("The InferenceModelRewrite CRD is not installed: requests are routed without model rewrites")
-		return nil
-	case err != nil:
-		return err
-	}
-	if err := controllers.SetupRewritesWithManager(mgr, opts, sink); err != nil {
-		return fmt.Errorf("set up the model rewrite controller: %w", err)
-	}
-	return nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
