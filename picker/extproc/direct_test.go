@@ -238,6 +238,23 @@ func (c *rawClient) send(id uint32, r *extprocv3.ProcessingRequest) {
 	}
 }
 
+// request opens stream id and sends a chat completion request of text on
+// it, headers and body.
+func (c *rawClient) request(id uint32, text string) {
+	body := chatBody("m", text)
+	c.open(id)
+	c.send(id, reqHeaders("/v1/chat/completions", len(body)))
+	c.send(id, reqBody(body, true))
+}
+
+// routed reads until the routing reply of stream id arrives.
+func (c *rawClient) routed(id uint32) {
+	c.t.Helper()
+	if c.readUntil(func(f http2.Frame) bool { return f.Header().Type == http2.FrameData && f.Header().StreamID == id }) == nil {
+		c.t.Fatal("connection closed before the routing reply")
+	}
+}
+
 // readUntil reads frames until match accepts one, the connection ends
 // (it returns nil) or the deadline passes.
 func (c *rawClient) readUntil(match func(http2.Frame) bool) http2.Frame {
@@ -481,13 +498,8 @@ func TestDirectRefusesStreamsBeyondTheCap(t *testing.T) {
 func TestDirectAGatewayThatReadsNothingIsClosed(t *testing.T) {
 	w := newDirectWorld(t, DirectOptions{KeepaliveTimeout: 300 * time.Millisecond})
 	c := dialRaw(t, w.addr)
-	body := chatBody("m", "the gateway reads nothing after this")
-	c.open(1)
-	c.send(1, reqHeaders("/v1/chat/completions", len(body)))
-	c.send(1, reqBody(body, true))
-	if c.readUntil(func(f http2.Frame) bool { return f.Header().Type == http2.FrameData && f.Header().StreamID == 1 }) == nil {
-		t.Fatal("connection closed before the routing reply")
-	}
+	c.request(1, "the gateway reads nothing after this")
+	c.routed(1)
 	if w.load() != 1 {
 		t.Fatalf("load %d after routing, want 1", w.load())
 	}
@@ -515,13 +527,8 @@ func TestDirectAGatewayThatReadsNothingIsClosed(t *testing.T) {
 func TestDirectWindowsRaisedPastTheirLimitAreFlowControlErrors(t *testing.T) {
 	w := newDirectWorld(t, DirectOptions{})
 	c := dialRaw(t, w.addr)
-	body := chatBody("m", "a window too wide")
-	c.open(1)
-	c.send(1, reqHeaders("/v1/chat/completions", len(body)))
-	c.send(1, reqBody(body, true))
-	if c.readUntil(func(f http2.Frame) bool { return f.Header().Type == http2.FrameData && f.Header().StreamID == 1 }) == nil {
-		t.Fatal("connection closed before the routing reply")
-	}
+	c.request(1, "a window too wide")
+	c.routed(1)
 	if err := c.fr.WriteWindowUpdate(1, maxWindow); err != nil {
 		t.Fatal(err)
 	}

@@ -151,26 +151,9 @@ func TestRequestID(t *testing.T) {
 // the same name goes on counting them.
 func TestSchedulerAttemptSeriesStayBounded(t *testing.T) {
 	e := newEnv(t, nil)
-	attempts := func() map[string]float64 { // by pod ("" for the refusals) and target model
-		t.Helper()
-		families, err := e.metrics.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]float64{}
-		for _, f := range families {
-			if f.GetName() != "inference_extension_scheduler_attempts_total" {
-				continue
-			}
-			for _, m := range f.GetMetric() {
-				l := map[string]string{}
-				for _, p := range m.GetLabel() {
-					l[p.GetName()] = p.GetValue()
-				}
-				out[l["pod_name"]+"/"+l["target_model_name"]] += m.GetCounter().GetValue()
-			}
-		}
-		return out
+	attempts := func() map[string]float64 { return counters(t, e, "inference_extension_scheduler_attempts_total") }
+	routedTo := func(pod string) string {
+		return "namespace=ns,pod_name=" + pod + ",port=8000,status=success,target_model_name=m"
 	}
 	pod := func(uid string, name string, i int) registry.Endpoint {
 		return registry.Endpoint{Key: registry.Key{UID: uid, Port: 8000}, Name: name, Namespace: "ns",
@@ -191,13 +174,13 @@ func TestSchedulerAttemptSeriesStayBounded(t *testing.T) {
 		e.reg.Replace([]registry.Endpoint{pod(fmt.Sprint("uid-", i), fmt.Sprint("pod-", i), i)})
 		route()
 	}
-	if got, want := attempts(), map[string]float64{fmt.Sprint("pod-", churn-1, "/m"): 1}; !maps.Equal(got, want) {
+	if got, want := attempts(), map[string]float64{routedTo(fmt.Sprint("pod-", churn-1)): 1}; !maps.Equal(got, want) {
 		t.Errorf("after %d pods came and went, one routed request each: attempts %v, want only the pod still in the pool's %v", churn, got, want)
 	}
 	// The same pod name again (a StatefulSet's pod re-created): its count goes on.
 	e.reg.Replace([]registry.Endpoint{pod("uid-again", fmt.Sprint("pod-", churn-1), churn-1)})
 	route()
-	if got, want := attempts(), map[string]float64{fmt.Sprint("pod-", churn-1, "/m"): 2}; !maps.Equal(got, want) {
+	if got, want := attempts(), map[string]float64{routedTo(fmt.Sprint("pod-", churn-1)): 2}; !maps.Equal(got, want) {
 		t.Errorf("a pod re-created under its name: attempts %v, want %v", got, want)
 	}
 
@@ -223,7 +206,7 @@ func TestSchedulerAttemptSeriesStayBounded(t *testing.T) {
 	}
 	refused := 0
 	for k, n := range attempts() {
-		if strings.HasPrefix(k, "/") {
+		if strings.Contains(k, "status=failure") {
 			refused++
 			if n < 1 {
 				t.Errorf("series %q counts %v", k, n)
