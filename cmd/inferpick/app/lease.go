@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,7 @@ type leaseElector struct {
 	lock                resourcelock.Interface
 	lease, renew, retry time.Duration
 	leading             atomic.Bool
+	mu                  sync.Mutex // orders the callbacks' writes of leading
 	gained              chan struct{}
 	name                string
 }
@@ -47,6 +49,35 @@ func newLeaseElector(cfg *rest.Config, o *Options) (*leaseElector, error) {
 	}, nil
 }
 
+// callbacks are the election's. client-go starts OnStartedLeading on a
+// goroutine of its own and, when the lease is lost, cancels its context
+// before it calls OnStoppedLeading. A term lost before that goroutine ran
+// would otherwise leave leading set for good: it is set only while the
+// term's context lives, under the lock OnStoppedLeading takes.
+func (l *leaseElector) callbacks() leaderelection.LeaderCallbacks {
+	return leaderelection.LeaderCallbacks{
+		OnStartedLeading: func(term context.Context) {
+			l.mu.Lock()
+			started := term.Err() == nil
+			if started {
+				l.leading.Store(true)
+			}
+			l.mu.Unlock()
+			if started {
+				select {
+				case l.gained <- struct{}{}:
+				default:
+				}
+			}
+		},
+		OnStoppedLeading: func() {
+			l.mu.Lock()
+			l.leading.Store(false)
+			l.mu.Unlock()
+		},
+	}
+}
+
 // Leading reports whether this replica holds the lease.
 func (l *leaseElector) Leading() bool { return l.leading.Load() }
 
@@ -64,16 +95,7 @@ func (l *leaseElector) Start(ctx context.Context) error {
 			Lock: l.lock, LeaseDuration: l.lease, RenewDeadline: l.renew, RetryPeriod: l.retry,
 			ReleaseOnCancel: true,
 			Name:            l.name,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(context.Context) {
-					l.leading.Store(true)
-					select {
-					case l.gained <- struct{}{}:
-					default:
-					}
-				},
-				OnStoppedLeading: func() { l.leading.Store(false) },
-			},
+			Callbacks:       l.callbacks(),
 		})
 		if err != nil {
 			return fmt.Errorf("leader election: %w", err)
