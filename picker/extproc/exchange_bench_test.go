@@ -184,3 +184,26 @@ func benchHandle(b *testing.B, size, workers, replicas int) {
 		i++
 	}
 }
+
+// BenchmarkForgetEndpoint is what a pod leaving the pool costs the upstream
+// series at the pool sizes of the controller benchmark: the workers are
+// looked through for another of the pod's name and port, whose count would
+// go on, before its scheduler attempts are deleted.
+func BenchmarkForgetEndpoint(b *testing.B) {
+	for _, n := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
+			reg := registry.New()
+			eps := make([]registry.Endpoint, n)
+			for i := range eps {
+				eps[i] = registry.Endpoint{Key: registry.Key{UID: strconv.Itoa(i), Port: 8000}, Name: "pod-" + strconv.Itoa(i), Namespace: "ns",
+					Address: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 8000)}
+			}
+			reg.Replace(eps)
+			s := New(reg, &inOrder{}, Options{})
+			gone := registry.Endpoint{Key: registry.Key{UID: "gone", Port: 8000}, Name: "gone", Namespace: "ns"}
+			for b.Loop() {
+				s.forgetEndpoint(gone)
+			}
+		})
+	}
+}
