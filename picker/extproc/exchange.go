@@ -250,8 +250,8 @@ func (x *exchange) route() (bool, error) {
 	x.s.metrics.request(200)
 	ep := x.picked[0].Endpoint()
 	x.s.upstream.Scheduled(took, x.series, ep.Name, ep.Namespace, ep.Key.Port)
-	if x.picked[0].Removed() { // it left while this pick ran: its series went before this count
-		x.s.forgetEndpoint(ep)
+	if x.picked[0].Removed() && x.s.endpoints != nil { // it left while this pick ran: its series went before this count
+		x.s.endpoints.forget(ep)
 	}
 	if x.series != nil {
 		x.series.Routed(x.priority, len(x.body))

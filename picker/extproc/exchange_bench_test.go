@@ -185,10 +185,10 @@ func benchHandle(b *testing.B, size, workers, replicas int) {
 	}
 }
 
-// BenchmarkForgetEndpoint is what a pod leaving the pool costs the upstream
-// series at the pool sizes of the controller benchmark: the workers are
-// looked through for another of the pod's name and port, whose count would
-// go on, before its scheduler attempts are deleted.
+// BenchmarkForgetEndpoint is what a pod leaving the pool (and coming back)
+// costs the upstream series at the pool sizes of the controller benchmark:
+// its name's count of live workers is looked up, and its scheduler attempts
+// deleted once the change has settled without it.
 func BenchmarkForgetEndpoint(b *testing.B) {
 	for _, n := range []int{1000, 5000} {
 		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
@@ -200,9 +200,11 @@ func BenchmarkForgetEndpoint(b *testing.B) {
 			}
 			reg.Replace(eps)
 			s := New(reg, &inOrder{}, Options{})
-			gone := registry.Endpoint{Key: registry.Key{UID: "gone", Port: 8000}, Name: "gone", Namespace: "ns"}
+			w := reg.Workers()[n/2]
 			for b.Loop() {
-				s.forgetEndpoint(gone)
+				s.endpoints.WorkerRemoved(w)
+				s.endpoints.Settled()
+				s.endpoints.WorkerAdded(w)
 			}
 		})
 	}

@@ -113,7 +113,10 @@ type Server struct {
 	upstream *epmetrics.Recorder
 	budget   *bodyBudget
 	rewrites *epmetrics.RewriteDecisions
-	states   sync.Pool
+	// endpoints follows the pool's workers by name, when reg can be
+	// listened to, to delete the series of those that leave.
+	endpoints *endpointSeries
+	states    sync.Pool
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
@@ -146,28 +149,72 @@ func New(reg Workers, picker Picker, opts Options) *Server {
 		rewrites: epmetrics.NewRewriteDecisions(opts.Registerer)}
 	s.states.New = func() any { return &exchange{} }
 	if l, ok := reg.(interface{ AddListener(registry.Listener) }); ok {
-		l.AddListener(endpointSeries{s})
+		s.endpoints = &endpointSeries{s: s, live: map[endpointName]int{}, gone: map[endpointName]struct{}{}}
+		l.AddListener(s.endpoints)
 	}
 	return s
 }
 
 // endpointSeries deletes the per-endpoint series of the workers that leave
-// the pool, so that pod churn does not grow them without bound.
-type endpointSeries struct{ s *Server }
+// the pool, so that pod churn does not grow them without bound, unless a
+// worker in the pool still goes by the same name and port (a pod re-created
+// under its name, in the same change or not): its count goes on.
+type endpointSeries struct {
+	s    *Server
+	mu   sync.Mutex
+	live map[endpointName]int      // workers in the pool by name
+	gone map[endpointName]struct{} // names that left in the change being told
+}
 
-func (endpointSeries) WorkerAdded(*registry.Worker) {}
+// endpointName is what the per-endpoint series are labelled with.
+type endpointName struct {
+	name, namespace string
+	port            int32
+}
 
-func (e endpointSeries) WorkerRemoved(w *registry.Worker) { e.s.forgetEndpoint(w.Endpoint()) }
+func nameOf(ep registry.Endpoint) endpointName {
+	return endpointName{ep.Name, ep.Namespace, ep.Key.Port}
+}
 
-// forgetEndpoint deletes ep's series, unless a worker in the pool still
-// goes by its name and port: a pod re-created under the same name counts on.
-func (s *Server) forgetEndpoint(ep registry.Endpoint) {
-	for _, w := range s.reg.Workers() {
-		if o := w.Endpoint(); o.Name == ep.Name && o.Namespace == ep.Namespace && o.Key.Port == ep.Key.Port && !w.Removed() {
-			return
+func (e *endpointSeries) WorkerAdded(w *registry.Worker) {
+	e.mu.Lock()
+	e.live[nameOf(w.Endpoint())]++
+	e.mu.Unlock()
+}
+
+func (e *endpointSeries) WorkerRemoved(w *registry.Worker) {
+	n := nameOf(w.Endpoint())
+	e.mu.Lock()
+	e.live[n]--
+	if e.live[n] <= 0 {
+		delete(e.live, n)
+		e.gone[n] = struct{}{} // the change may add it back
+	}
+	e.mu.Unlock()
+}
+
+// Settled deletes the series of the names that left in the change and did
+// not come back in it.
+func (e *endpointSeries) Settled() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for n := range e.gone {
+		if e.live[n] == 0 {
+			e.s.upstream.ForgetEndpoint(n.name, n.namespace, n.port)
 		}
 	}
-	s.upstream.ForgetEndpoint(ep.Name, ep.Namespace, ep.Key.Port)
+	clear(e.gone)
+}
+
+// forget deletes ep's series unless a worker in the pool goes by its name:
+// for a pick that counted them after ep's worker left.
+func (e *endpointSeries) forget(ep registry.Endpoint) {
+	n := nameOf(ep)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.live[n] == 0 {
+		e.s.upstream.ForgetEndpoint(n.name, n.namespace, n.port)
+	}
 }
 
 // RecordBuildInfo sets the upstream-compatible build info series.

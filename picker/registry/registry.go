@@ -15,6 +15,14 @@ type Listener interface {
 	WorkerRemoved(w *Worker)
 }
 
+// Settler is a Listener told when the calls of one change are all made:
+// one change may remove a worker and add another for the same pod (a new
+// UID, a new address), the removals first.
+type Settler interface {
+	Listener
+	Settled()
+}
+
 // Registry is the set of workers the picker may route to. Reads are
 // lock-free (an immutable snapshot); writes are serialized.
 type Registry struct {
@@ -198,6 +206,9 @@ func (r *Registry) publishLocked(added, removed []*Worker) {
 		}
 		for _, w := range added {
 			l.WorkerAdded(w)
+		}
+		if s, ok := l.(Settler); ok {
+			s.Settled()
 		}
 	}
 }

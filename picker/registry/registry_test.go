@@ -166,6 +166,29 @@ func TestAddListenerAnnouncesExisting(t *testing.T) {
 	}
 }
 
+// settler is a recorder told when each change's calls are all made.
+type settler struct{ recorder }
+
+func (s *settler) Settled() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, "settled")
+}
+
+// A Settler hears of a change's removals, then its additions, then that the
+// change is settled; a change that changes nothing tells nothing.
+func TestASettlerIsToldWhenAChangeIsComplete(t *testing.T) {
+	r := New()
+	upsert(r, endpoint("a", "127.0.0.1:8000"))
+	s := &settler{}
+	r.AddListener(s)
+	r.Replace([]Endpoint{endpoint("b", "127.0.0.1:8000"), endpoint("c", "127.0.0.2:8000")})
+	r.Replace([]Endpoint{endpoint("b", "127.0.0.1:8000"), endpoint("c", "127.0.0.2:8000")})
+	if diff := cmp.Diff([]string{"+a", "-a", "+b", "+c", "settled"}, s.events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
 // TestGuardsUnderChurn interleaves admit, first token, release, removal and
 // re-creation of the same address from many goroutines. Whatever the order,
 // no count goes negative, every count returns to 0 once all guards are
