@@ -35,7 +35,9 @@ type exchange struct {
 	madeID    bool     // the id was made here: the routed request carries it
 	made      [36]byte // the made id
 	subset    subset
-	declared  int // content-length, 0 when absent
+	declared  int  // content-length, 0 when absent
+	follows   bool // the request headers did not end the stream: body chunks or trailers follow
+	trailers  bool // trailers ended the request: no body chunk ends its stream
 	body      []byte
 	reserved  int // bytes of the body budget this stream holds
 	parsed    openai.Request
@@ -144,6 +146,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return x.requestBody(r.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
+		x.trailers = true
 		if done, err := x.route(); done || err != nil {
 			return done, err
 		}
@@ -195,6 +198,7 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		// No body: route without a prompt, and answer the headers now.
 		return x.route()
 	}
+	x.follows = true
 	return false, nil
 }
 
@@ -219,12 +223,15 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 // the request headers, then returns the body.
 func (x *exchange) route() (bool, error) {
 	x.state = awaitingResponse
-	hasBody := len(x.body) > 0
+	// A body that a chunk ended is returned even when empty: the gateway
+	// holds the request until a chunk comes back marked end of stream.
+	// Trailers end the request instead, and follow the body's last chunk.
+	hasBody := len(x.body) > 0 || x.follows && !x.trailers
 	x.pick = policy.Request{}
 	// Bodies of paths other than the OpenAI inference endpoints (tokenize,
 	// score, audio uploads, ...) are not ours to judge: they are routed by
 	// load, unparsed.
-	if hasBody && x.kind != openai.Unknown {
+	if len(x.body) > 0 && x.kind != openai.Unknown {
 		if err := openai.Parse(x.kind, x.body, &x.parsed); err != nil {
 			return x.reject(400, err.Error())
 		}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -81,6 +82,69 @@ func TestHeaderOnlyRequestIsRouted(t *testing.T) {
 	}
 	if _, ok := r.set["content-length"]; ok {
 		t.Error("content-length set on a request without a body")
+	}
+}
+
+// The body comes back ending where the client's request ended: on an empty
+// final chunk (a chunked request with no data), the gateway holds the request
+// until a chunk returns marked end of stream; with trailers, no chunk ends it,
+// the trailers do.
+func TestTheReturnedBodyEndsWhereTheRequestEnds(t *testing.T) {
+	trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{
+		RequestTrailers: &extprocv3.HttpTrailers{Trailers: headerMap("x-checksum", "abc")}}}
+	body := chatBody("m", "hello")
+	cases := map[string]struct {
+		send     func(s *session)
+		body     string
+		chunks   int  // body replies
+		ends     bool // the last one is marked end of stream
+		trailers bool
+	}{
+		"an empty final chunk": {send: func(s *session) { s.requestBody("", true) }, chunks: 1, ends: true},
+		"trailers after a body": {send: func(s *session) {
+			s.requestBody(body, false)
+			s.send(trailers)
+		}, body: body, chunks: 1, trailers: true},
+		"trailers alone": {send: func(s *session) { s.send(trailers) }, trailers: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, twoWorkers)
+			s := e.open()
+			s.requestHeaders("/v1/chat/completions", -1, false, nil)
+			tc.send(s)
+			// The response can only come once the request has gone upstream;
+			// its reply is answered after the request's.
+			s.responseHeaders(200, "application/json", true, "")
+			if r := s.recv(); r.GetRequestHeaders() == nil {
+				t.Fatalf("want the request headers reply, got %v", r)
+			}
+			var got []byte
+			for i := range tc.chunks {
+				b := s.recv().GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+				if b == nil {
+					t.Fatalf("body reply %d of %d missing", i+1, tc.chunks)
+				}
+				got = append(got, b.GetBody()...)
+				if last := i == tc.chunks-1; b.GetEndOfStream() != (last && tc.ends) {
+					t.Errorf("body reply %d of %d: end_of_stream = %v", i+1, tc.chunks, b.GetEndOfStream())
+				}
+			}
+			if string(got) != tc.body {
+				t.Errorf("body returned %q, want %q", got, tc.body)
+			}
+			if tc.trailers {
+				if r := s.recv(); r.GetRequestTrailers() == nil {
+					t.Fatalf("want the request trailers reply, got %v", r)
+				}
+			}
+			if r := s.recv(); r.GetResponseHeaders() == nil {
+				t.Fatalf("want the response headers reply, got %v", r)
+			}
+			if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 0 {
+				t.Errorf("load (%d,%d) after the response ended, want none", p, d)
+			}
+		})
 	}
 }
 

@@ -103,13 +103,14 @@ func (r *replies) routeHeaders(dest string, bodyLen int, hasBody bool, madeID []
 	return r.route
 }
 
-// bodyChunks sends body back in chunks of at most maxChunk bytes, the last
-// one marked end of stream. An empty body is one empty final chunk.
-func (r *replies) bodyChunks(body []byte, request bool, send func(*extprocv3.ProcessingResponse) error) error {
+// bodyChunks sends a request body back in chunks of at most maxChunk bytes,
+// the last one marked end of stream when ends is set (trailers end the
+// request otherwise). An empty body is one empty final chunk.
+func (r *replies) bodyChunks(body []byte, ends bool, send func(*extprocv3.ProcessingResponse) error) error {
 	for {
 		n := min(len(body), maxChunk)
 		last := n == len(body)
-		if err := send(r.streamedBody(body[:n], last, request)); err != nil {
+		if err := send(r.streamedBody(body[:n], last && ends, true)); err != nil {
 			return err
 		}
 		if last {

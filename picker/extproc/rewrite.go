@@ -80,7 +80,7 @@ const maxSpliceCopy = 4 << 10
 // the bytes after it. At most maxSpliceCopy bytes of the body are copied.
 func (x *exchange) sendBody() error {
 	if x.rw.value == nil {
-		return x.out.bodyChunks(x.body, true, x.send)
+		return x.out.bodyChunks(x.body, !x.trailers, x.send)
 	}
 	head, value, tail := x.body[:x.rw.start], x.rw.value, x.body[x.rw.end:]
 	switch {
@@ -98,7 +98,8 @@ func join(a, b []byte) []byte {
 }
 
 // sendParts sends the parts as one body in chunks of at most maxChunk
-// bytes, end of stream on the last one. The last part is never empty.
+// bytes, the last one marked end of stream unless trailers follow. The last
+// part is never empty.
 func (x *exchange) sendParts(parts ...[]byte) error {
 	last := len(parts) - 1
 	for _, p := range parts[:last] {
@@ -110,7 +111,7 @@ func (x *exchange) sendParts(parts ...[]byte) error {
 			p = p[n:]
 		}
 	}
-	return x.out.bodyChunks(parts[last], true, x.send)
+	return x.out.bodyChunks(parts[last], !x.trailers, x.send)
 }
 
 // restoreModel gives the client back the model name it asked for: in a

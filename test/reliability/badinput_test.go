@@ -59,6 +59,7 @@ func TestBadInput(t *testing.T) {
 		"huge token array":          {path: "/v1/completions", body: hugeArray},
 		"many messages":             {path: "/v1/chat/completions", body: []byte(manyMessages)},
 		"empty body":                {path: "/v1/completions", body: []byte{}},
+		"empty body, chunked":       {path: "/v1/completions", body: []byte{}, chunked: true},
 		"unknown path, not JSON":    {path: "/v2/unknown", body: []byte("--boundary\r\nContent-Disposition: form-data\r\n")},
 		"unknown path with model":   {path: "/v2/unknown", body: completion("hi", 1, false)},
 		"unknown path, GET":         {method: http.MethodGet, path: "/no/such/path"},
