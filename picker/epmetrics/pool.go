@@ -1,6 +1,8 @@
 package epmetrics
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inferpick/inferpick/picker/registry"
@@ -65,7 +67,7 @@ func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
 		kv += m.KVUsage
 		queue += float64(m.Waiting)
 		running += float64(m.Running)
-		ch <- prometheus.MustNewConstMetric(c.perPod, prometheus.GaugeValue, float64(m.Waiting), c.pool, w.Endpoint().Name)
+		ch <- prometheus.MustNewConstMetric(c.perPod, prometheus.GaugeValue, float64(m.Waiting), c.pool, endpointLabel(w.Endpoint()))
 	}
 	if scraped > 0 {
 		n := float64(scraped)
@@ -78,4 +80,15 @@ func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.indexer, prometheus.GaugeValue, float64(n))
 		}
 	}
+}
+
+// endpointLabel names a worker in model_server_pod as the upstream picker
+// does: a pod's endpoint is "<pod>-rank-<rank>", one per target port, so a
+// pod of several ports gives one series each. A static endpoint is its
+// address.
+func endpointLabel(ep registry.Endpoint) string {
+	if ep.Namespace == "" {
+		return ep.Name
+	}
+	return ep.Name + "-rank-" + strconv.Itoa(ep.Rank)
 }

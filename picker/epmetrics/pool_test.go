@@ -13,20 +13,26 @@ import (
 	"github.com/inferpick/inferpick/picker/registry"
 )
 
+// The pool's series name a pod's endpoints as the upstream picker does,
+// "<pod>-rank-<n>" by target port, so a pod serving on two ports (two
+// data-parallel ranks) gives two series and the scrape stays valid.
 func TestPoolCollector(t *testing.T) {
 	reg := registry.New()
 	reg.Replace([]registry.Endpoint{
-		{Key: registry.Key{UID: "a", Port: 8000}, Name: "pod-a", Address: netip.MustParseAddrPort("10.0.0.1:8000")},
-		{Key: registry.Key{UID: "b", Port: 8000}, Name: "pod-b", Address: netip.MustParseAddrPort("10.0.0.2:8000")},
-		{Key: registry.Key{UID: "c", Port: 8000}, Name: "pod-c", Address: netip.MustParseAddrPort("10.0.0.3:8000")},
+		{Key: registry.Key{UID: "a", Port: 8000}, Namespace: "ns", Name: "pod-a", Address: netip.MustParseAddrPort("10.0.0.1:8000")},
+		{Key: registry.Key{UID: "a", Port: 8001}, Namespace: "ns", Name: "pod-a", Address: netip.MustParseAddrPort("10.0.0.1:8001"), Rank: 1},
+		{Key: registry.Key{UID: "b", Port: 8000}, Namespace: "ns", Name: "pod-b", Address: netip.MustParseAddrPort("10.0.0.2:8000")},
+		{Key: registry.Key{UID: "c", Port: 8000}, Namespace: "ns", Name: "pod-c", Address: netip.MustParseAddrPort("10.0.0.3:8000")},
 	})
 	now := time.Now()
 	for _, w := range reg.Workers() {
-		switch w.Endpoint().Name {
-		case "pod-a":
+		switch w.Address() {
+		case "10.0.0.1:8000":
 			w.SetMetrics(&registry.Metrics{Waiting: 4, Running: 2, KVUsage: 0.5, Scraped: now})
-		case "pod-b":
-			w.SetMetrics(&registry.Metrics{Waiting: 0, Running: 6, KVUsage: 0.25, Scraped: now})
+		case "10.0.0.1:8001":
+			w.SetMetrics(&registry.Metrics{Waiting: 2, Running: 1, KVUsage: 0.25, Scraped: now})
+		case "10.0.0.2:8000":
+			w.SetMetrics(&registry.Metrics{Waiting: 0, Running: 6, KVUsage: 0.75, Scraped: now})
 		}
 	}
 	c := NewPoolCollector("pool", reg, func() (int, bool) { return 42, true })
@@ -36,22 +42,38 @@ func TestPoolCollector(t *testing.T) {
 inference_extension_prefix_indexer_size 42
 # HELP inference_pool_average_kv_cache_utilization Mean KV-cache usage of the pool's model servers.
 # TYPE inference_pool_average_kv_cache_utilization gauge
-inference_pool_average_kv_cache_utilization{name="pool"} 0.375
+inference_pool_average_kv_cache_utilization{name="pool"} 0.5
 # HELP inference_pool_average_queue_size Mean requests waiting in the pool's model servers.
 # TYPE inference_pool_average_queue_size gauge
 inference_pool_average_queue_size{name="pool"} 2
 # HELP inference_pool_average_running_requests Mean requests running in the pool's model servers.
 # TYPE inference_pool_average_running_requests gauge
-inference_pool_average_running_requests{name="pool"} 4
+inference_pool_average_running_requests{name="pool"} 3
 # HELP inference_pool_per_pod_queue_size Requests waiting in each model server of the pool.
 # TYPE inference_pool_per_pod_queue_size gauge
-inference_pool_per_pod_queue_size{model_server_pod="pod-a",name="pool"} 4
-inference_pool_per_pod_queue_size{model_server_pod="pod-b",name="pool"} 0
+inference_pool_per_pod_queue_size{model_server_pod="pod-a-rank-0",name="pool"} 4
+inference_pool_per_pod_queue_size{model_server_pod="pod-a-rank-1",name="pool"} 2
+inference_pool_per_pod_queue_size{model_server_pod="pod-b-rank-0",name="pool"} 0
 # HELP inference_pool_ready_pods Ready pods (endpoints) of the pool.
 # TYPE inference_pool_ready_pods gauge
-inference_pool_ready_pods{name="pool"} 3
+inference_pool_ready_pods{name="pool"} 4
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}
+
+// A static endpoint (--static-endpoints) is named by its address.
+func TestPoolCollectorNamesStaticEndpointsByAddress(t *testing.T) {
+	reg := registry.New()
+	reg.Replace([]registry.Endpoint{{Key: registry.Key{UID: "static/127.0.0.1:8000", Port: 8000}, Name: "127.0.0.1:8000", Address: netip.MustParseAddrPort("127.0.0.1:8000")}})
+	reg.Workers()[0].SetMetrics(&registry.Metrics{Waiting: 3, Scraped: time.Now()})
+	want := `
+# HELP inference_pool_per_pod_queue_size Requests waiting in each model server of the pool.
+# TYPE inference_pool_per_pod_queue_size gauge
+inference_pool_per_pod_queue_size{model_server_pod="127.0.0.1:8000",name="pool"} 3
+`
+	if err := testutil.CollectAndCompare(NewPoolCollector("pool", reg, nil), strings.NewReader(want), "inference_pool_per_pod_queue_size"); err != nil {
 		t.Error(err)
 	}
 }
