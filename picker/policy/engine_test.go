@@ -258,6 +258,38 @@ func TestRoundRobinTakesTurns(t *testing.T) {
 	}
 }
 
+// Each model takes its own turns: with two models of two pods each and
+// their requests alternating (an embed-then-chat pipeline), every pod gets
+// its share.
+func TestRoundRobinTakesTurnsPerModel(t *testing.T) {
+	reg, ws := pool(4)
+	a := &registry.Served{Bases: []string{"a"}, Complete: true}
+	b := &registry.Served{Bases: []string{"b"}, Complete: true}
+	for i, w := range ws {
+		served := a
+		if i >= 2 {
+			served = b
+		}
+		w.SetMetrics(&registry.Metrics{Served: served, Scraped: epoch})
+	}
+	p := build(t, Config{Name: RoundRobin}, reg, nil)
+	counts := map[string]int{}
+	for range 10 {
+		for _, m := range []string{"a", "b"} {
+			got, err := p.Pick(&Request{Model: m}, ws, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts[got[0].Address()]++
+		}
+	}
+	for _, w := range ws {
+		if counts[w.Address()] != 5 {
+			t.Fatalf("picks per pod %v, want 5 on each of the four", counts)
+		}
+	}
+}
+
 // Picks run while workers come and go; no pick returns a worker that was
 // already removed when it started, and the index forgets every removed one.
 func TestConcurrentPicksWithChurn(t *testing.T) {
