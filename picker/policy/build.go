@@ -17,6 +17,7 @@ type options struct {
 	clock   utilclock.PassiveClock
 	rand    *rand.Rand
 	matched func(matched, total int)
+	workers func() []*registry.Worker // the whole pool, when Build has a registry
 }
 
 // WithMatchObserver is told, for each pick of a policy that keeps a prefix
@@ -47,6 +48,9 @@ func Build(cfg Config, reg *registry.Registry, opts ...Option) (Policy, error) {
 	}
 	if o.rand == nil {
 		o.rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	if reg != nil {
+		o.workers = reg.Workers
 	}
 	var r ranker
 	switch cfg.Name {

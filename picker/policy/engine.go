@@ -67,9 +67,10 @@ type chooser interface {
 // candidates, measures load, lets the ranker set costs and returns the
 // cheapest distinct candidates, ties broken at random.
 type engine struct {
-	cfg    Config
-	now    func() time.Time
-	ranker ranker
+	cfg     Config
+	now     func() time.Time
+	ranker  ranker
+	workers func() []*registry.Worker // the whole pool, or nil
 
 	mu  sync.Mutex
 	rnd *rand.Rand
@@ -81,7 +82,7 @@ type engine struct {
 var _ Policy = (*engine)(nil)
 
 func newEngine(cfg Config, o options, r ranker) *engine {
-	e := &engine{cfg: cfg, now: o.clock.Now, rnd: o.rand, ranker: r}
+	e := &engine{cfg: cfg, now: o.clock.Now, rnd: o.rand, ranker: r, workers: o.workers}
 	e.pool.New = func() any { return &pick{matched: map[uint32]int{}} }
 	return e
 }
@@ -115,7 +116,11 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 	var filter modelFilter
 	var err error
 	if req.Subset { // a list of the caller's, which it may reuse
-		filter, err = newModelFilter(req.Model, candidates)
+		var pool []*registry.Worker
+		if e.workers != nil {
+			pool = e.workers()
+		}
+		filter, err = newModelFilter(req.Model, candidates, pool)
 	} else {
 		filter, err = e.filters.get(req.Model, candidates)
 	}

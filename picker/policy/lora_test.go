@@ -218,6 +218,23 @@ func TestModelFilter(t *testing.T) {
 	}
 }
 
+// A subset hint narrows where an adapter may go, not what its base model is:
+// the hinted pod serves the base of an adapter only another pod has loaded.
+func TestModelFilterUnderASubsetHintKnowsTheAdaptersBase(t *testing.T) {
+	reg, ws := pool(3)
+	ws[0].SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"llama"}, Adapters: adaptersOf("llama", "sql"), Complete: true}, Scraped: epoch})
+	ws[1].SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"llama"}, Complete: true}, Scraped: epoch})
+	ws[2].SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"qwen"}, Complete: true}, Scraped: epoch})
+	p := build(t, Config{Name: LeastLoad}, reg, nil)
+	got, err := p.Pick(&Request{Model: "sql", Subset: true}, []*registry.Worker{ws[1]}, 1)
+	if err != nil || got[0] != ws[1] {
+		t.Errorf("subset [pod serving llama]: Pick = %v, %v; want that pod (sql is a llama adapter)", got, err)
+	}
+	if _, err := p.Pick(&Request{Model: "sql", Subset: true}, []*registry.Worker{ws[2]}, 1); !errors.Is(err, ErrModelNotServed) {
+		t.Errorf("subset [pod serving qwen]: error %v, want %v", err, ErrModelNotServed)
+	}
+}
+
 // A pick for an adapter allocates nothing but its result in steady state.
 func TestLoRAPickAllocations(t *testing.T) {
 	if raceEnabled {

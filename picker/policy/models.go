@@ -34,8 +34,11 @@ type modelFilter struct {
 
 // newModelFilter looks at the live candidates' model lists. It fails with
 // ErrModelNotServed when every one has a complete list without the model.
-// It stops at the first worker that lists the model, the common case.
-func newModelFilter(model string, candidates []*registry.Worker) (modelFilter, error) {
+// It stops at the first worker that lists the model, the common case. An
+// adapter's base model is also looked for in pool, the whole pool when the
+// candidates are a part of it (a subset hint): the one worker that has
+// loaded the adapter may lie outside the part.
+func newModelFilter(model string, candidates, pool []*registry.Worker) (modelFilter, error) {
 	f := modelFilter{model: model}
 	if model == "" {
 		return f, nil
@@ -62,13 +65,9 @@ func newModelFilter(model string, candidates []*registry.Worker) (modelFilter, e
 	}
 	// No worker lists the model itself: an adapter whose base model some
 	// worker reports is served where that base is.
-	for _, w := range candidates {
-		if w != nil && !w.Removed() {
-			if p, ok := servedOf(w).Parent(model); ok {
-				f.parent = p
-				break
-			}
-		}
+	f.parent = parentOf(model, candidates)
+	if f.parent == "" {
+		f.parent = parentOf(model, pool)
 	}
 	if f.parent != "" {
 		for _, w := range candidates {
@@ -83,6 +82,19 @@ func newModelFilter(model string, candidates []*registry.Worker) (modelFilter, e
 		return f, nil
 	}
 	return f, ErrModelNotServed
+}
+
+// parentOf returns the base model of adapter model as the first live worker
+// of ws that reports it gives it, or "".
+func parentOf(model string, ws []*registry.Worker) string {
+	for _, w := range ws {
+		if w != nil && !w.Removed() {
+			if p, ok := servedOf(w).Parent(model); ok {
+				return p
+			}
+		}
+	}
+	return ""
 }
 
 // admits reports whether w stays a candidate.
@@ -144,7 +156,7 @@ func sameList(a, b []*registry.Worker) bool {
 // ws must be a list that never changes, such as the registry's snapshot.
 func (c *filterCache) get(model string, ws []*registry.Worker) (modelFilter, error) {
 	if model == "" || len(ws) == 0 {
-		return newModelFilter(model, ws)
+		return newModelFilter(model, ws, nil)
 	}
 	epoch := registry.ServedEpoch() // before the lists are read
 	h := uint32(2166136261)
@@ -155,7 +167,7 @@ func (c *filterCache) get(model string, ws []*registry.Worker) (modelFilter, err
 	if e := slot.Load(); e != nil && e.epoch == epoch && e.filter.model == model && sameList(e.ws, ws) {
 		return e.filter, e.err
 	}
-	f, err := newModelFilter(model, ws)
+	f, err := newModelFilter(model, ws, nil)
 	slot.Store(&cachedFilter{ws: ws, epoch: epoch, filter: f, err: err})
 	return f, err
 }
