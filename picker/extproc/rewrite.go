@@ -2,7 +2,6 @@ package extproc
 
 import (
 	"bytes"
-	"encoding/json"
 
 	"github.com/inferpick/inferpick/picker/rewrite"
 )
@@ -46,8 +45,7 @@ func (x *exchange) rewriteModel() {
 	}
 	if target == "" && x.rw.header != "" {
 		target = x.rw.header
-		b, _ := json.Marshal(target) // a string always marshals
-		value = b[1 : len(b)-1]
+		value = rewrite.Escape(target)
 	}
 	if target == "" || target == model {
 		return

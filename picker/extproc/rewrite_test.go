@@ -251,6 +251,7 @@ func counters(t *testing.T, e *env, name string) map[string]float64 {
 func TestResponseNamesTheRequestedModel(t *testing.T) {
 	cases := map[string]struct {
 		model    string // requested
+		target   string // the rule's; food-review-v2 when empty
 		response []string
 		want     []string
 	}{
@@ -267,6 +268,12 @@ func TestResponseNamesTheRequestedModel(t *testing.T) {
 				`data: {"model":"food-review"}` + "\n\n" + `data: {"model":"food-review"}` + "\n\n" + sseDone,
 			},
 		},
+		"a target with &, < and >, as the server writes it back": {
+			model:    "food-review",
+			target:   "R&D/<llama>",
+			response: []string{`data: {"id":"1","model":"R&D/<llama>","choices":[]}` + "\n\n", sseDone},
+			want:     []string{`data: {"id":"1","model":"food-review","choices":[]}` + "\n\n", sseDone},
+		},
 		"not rewritten": {
 			model:    "other",
 			response: []string{`data: {"model":"food-review-v2"}` + "\n\n", sseDone},
@@ -275,7 +282,11 @@ func TestResponseNamesTheRequestedModel(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			e, _ := rewriteEnv(t, canaryTable(rewrite.Target{Model: "food-review-v2"}))
+			target := tc.target
+			if target == "" {
+				target = "food-review-v2"
+			}
+			e, _ := rewriteEnv(t, canaryTable(rewrite.Target{Model: target}))
 			s := e.open()
 			body := chatBody(tc.model, "hi")
 			s.requestHeaders("/v1/chat/completions", len(body), false, nil)

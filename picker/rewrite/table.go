@@ -4,6 +4,7 @@
 package rewrite
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"slices"
@@ -170,7 +171,7 @@ func compile(source string, targets []Target) *compiled {
 	allZero := !slices.ContainsFunc(targets, func(t Target) bool { return t.Weight > 0 })
 	var sum uint64
 	for i, t := range targets {
-		c.targets[i] = compiledTarget{model: t.Model, json: escape(t.Model)}
+		c.targets[i] = compiledTarget{model: t.Model, json: Escape(t.Model)}
 		switch {
 		case allZero:
 			sum++
@@ -214,8 +215,14 @@ func hash(s string) uint64 {
 	return h
 }
 
-// escape returns s as the content of a JSON string.
-func escape(s string) []byte {
-	b, _ := json.Marshal(s) // a string always marshals
-	return b[1 : len(b)-1]
+// Escape returns s as the content of a JSON string, as a model server
+// writes it back: '&', '<' and '>' stay as they are (json.Marshal would
+// write \u0026, and the response's "model" would not be recognised).
+func Escape(s string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	out := b.Bytes()
+	return out[1 : len(out)-2] // the quotes and Encode's newline
 }
