@@ -149,7 +149,7 @@ func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, d
 	l.record(w, true)
 	b.tokens = tokens
 	adapter := ""
-	if l.index.Adapter(model) {
+	if l.adapter(model) {
 		adapter = model
 	}
 	holds, blocks := l.index.Lookup(tokens, adapter, salt, b.holds)
@@ -161,6 +161,23 @@ func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, d
 		}
 	}
 	return true, nil
+}
+
+// adapter reports whether model is a LoRA adapter: blocks are held under
+// its name, or a server lists it as an adapter. Its prompt is looked up
+// under its name even before any server has stored a block of it: the
+// servers key an adapter's blocks apart from its base model's, so the
+// base's blocks of the same tokens save it nothing.
+func (l *Locator) adapter(model string) bool {
+	if l.index.Adapter(model) {
+		return true
+	}
+	for _, w := range l.reg.Workers() {
+		if m := w.Metrics(); m != nil && m.Served.Serves(model) && !m.Served.ServesBase(model) {
+			return true
+		}
+	}
+	return false
 }
 
 // worker returns the next worker to tokenize model's prompt on, round

@@ -257,3 +257,35 @@ func TestLocatorAsksOnlyPodsThatServeTheModel(t *testing.T) {
 		t.Error("a pod with an incomplete model list was never asked")
 	}
 }
+
+// A LoRA adapter's prompt is looked up under the adapter's name from its
+// first request: the servers key its blocks apart from the base model's, so
+// a pod holding the same tokens for the base model saves it nothing.
+func TestLocatorLooksUpAnAdapterUnderItsName(t *testing.T) {
+	tokens := prompt(1, 4, -1)
+	tk := startTokenizer(t, tokens)
+	reg := registry.New()
+	w := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "a", Port: 1}, Name: "a", Address: tk.addr})
+	w.SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"llama"},
+		Adapters: []registry.Adapter{{Name: "sql-lora", Parent: "llama"}}, Complete: true}})
+	ix := New(0)
+	ix.Apply(w.ID(), []kvevents.Event{stored(1, tokens, 0, 4, "")}) // the base model's blocks
+	l := NewLocator(ix, reg, 0)
+	holds := func(model string) int {
+		var sh policy.Shared
+		if _, err := l.Locate(context.Background(), model, chat(t), &sh); err != nil {
+			t.Fatal(err)
+		}
+		return len(sh.Holds)
+	}
+	if n := holds("llama"); n != 1 {
+		t.Errorf("base model: %d pods hold the prompt, want 1", n)
+	}
+	if n := holds("sql-lora"); n != 0 {
+		t.Errorf("adapter with none of its own blocks stored: %d pods hold the prompt, want none", n)
+	}
+	ix.Apply(w.ID(), []kvevents.Event{stored(2, tokens, 0, 4, "sql-lora")})
+	if n := holds("sql-lora"); n != 1 {
+		t.Errorf("adapter with its blocks stored: %d pods hold the prompt, want 1", n)
+	}
+}
