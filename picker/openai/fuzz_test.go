@@ -41,6 +41,8 @@ func FuzzParse(f *testing.F) {
 	f.Add(uint8(Completions), []byte(`{"model":"m","prompt":[[1,2],"x"],"stream":true}`))
 	f.Add(uint8(Responses), []byte(`{"model":"m","instructions":"i","input":[{"type":"function_call"}]}`))
 	f.Add(uint8(Embeddings), []byte(`{"model":"m\u00e9","input":["a"]}`))
+	f.Add(uint8(ChatCompletions), []byte(`{"model":"m","messages":[{"role":"user","content":"a"}],"messages":[]}`))
+	f.Add(uint8(Completions), []byte(`{"m\u006fdel":"m","pr\u006fmpt":"a"}`))
 	f.Fuzz(func(t *testing.T, kind uint8, body []byte) {
 		var r Request
 		err := Parse(Kind(kind%5), body, &r)
@@ -71,6 +73,12 @@ func FuzzParse(f *testing.F) {
 			}
 			if !within(seg, body) && !isStaticMarker(seg) {
 				t.Errorf("Prompt[%d] = %q is neither in the body nor a marker", i, seg)
+			}
+			// The server reads a repeated member's last value; so does the
+			// prompt.
+			if k := Kind(kind % 5); (k == ChatCompletions || k == Completions) && !isStaticMarker(seg) &&
+				!within(seg, r.Input) && !within(seg, r.Tools) {
+				t.Errorf("Prompt[%d] = %q lies outside the last %s member", i, seg, map[Kind]string{ChatCompletions: "messages", Completions: "prompt"}[k])
 			}
 		}
 	})

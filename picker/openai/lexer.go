@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math/bits"
 	"unicode/utf8"
@@ -313,6 +314,17 @@ func (l *lexer) members(each func(key []byte) error) error {
 	return err
 }
 
+// unescapeKey returns a member name written with escapes ("m\u006fdel") as
+// the name it is, which is what a JSON decoder matches. The lexer has
+// checked its escapes.
+func unescapeKey(raw []byte) []byte {
+	var s string
+	if err := json.Unmarshal(append(append([]byte{'"'}, raw...), '"'), &s); err != nil {
+		return raw
+	}
+	return []byte(s)
+}
+
 // elements reads the array at the current byte, calling each with the lexer
 // at the start of every element, which each must consume.
 func (l *lexer) elements(each func() error) error {
@@ -341,7 +353,8 @@ func (l *lexer) next(end byte) (bool, error) {
 	return false, syntaxError(l, "expected ',' or '"+string(end)+"'")
 }
 
-// key reads an object key and the colon after it.
+// key reads an object key and the colon after it. A key written with
+// escapes comes back decoded.
 func (l *lexer) key() ([]byte, error) {
 	if l.peek() != '"' {
 		return nil, syntaxError(l, "expected object key")
@@ -354,6 +367,9 @@ func (l *lexer) key() ([]byte, error) {
 		return nil, syntaxError(l, "expected ':'")
 	}
 	l.i++
+	if bytes.IndexByte(k, '\\') >= 0 {
+		k = unescapeKey(k)
+	}
 	return k, nil
 }
 

@@ -107,6 +107,31 @@ func TestParse(t *testing.T) {
 			body: `{"model":"a","model":"b"}`,
 			want: parsed{Model: "b"},
 		},
+		"last messages win": {
+			kind: ChatCompletions,
+			body: `{"model":"m","tools":[1],"messages":[{"role":"user","content":"dropped"}],"tools":[2],"messages":[{"role":"user","content":"kept"}]}`,
+			want: parsed{Model: "m", Prompt: []string{"<|tools|>\n", "[2]", "<|user|>\n", "kept"}},
+		},
+		"last prompt wins": {
+			kind: Completions,
+			body: `{"model":"m","prompt":["dropped","too"],"prompt":"kept"}`,
+			want: parsed{Model: "m", Prompt: []string{"kept"}},
+		},
+		"last embeddings input wins": {
+			kind: Embeddings,
+			body: `{"model":"m","input":"dropped","input":"kept"}`,
+			want: parsed{Model: "m", Prompt: []string{"kept"}},
+		},
+		"last responses input wins": {
+			kind: Responses,
+			body: `{"model":"m","input":"dropped","instructions":"i","input":"kept"}`,
+			want: parsed{Model: "m", Prompt: []string{"<|system|>\n", "i", "<|user|>\n", "kept"}},
+		},
+		"member names written with escapes": {
+			kind: ChatCompletions,
+			body: `{"m\u006fdel":"m","stre\u0061m":true,"messages":[{"r\u006fle":"user","c\u006fntent":"hi"}]}`,
+			want: parsed{Model: "m", Stream: true, Prompt: []string{"<|user|>\n", "hi"}},
+		},
 		"completions string": {
 			kind: Completions,
 			body: `{"model":"m","prompt":"Once upon a time","max_tokens":16,"stream":false}`,

@@ -173,21 +173,25 @@ func (p *parser) field(key []byte) error {
 	case ChatCompletions:
 		switch string(key) {
 		case "messages":
+			p.restartPrompt()
 			return p.raw(&r.Input, p.messages)
 		case "tools":
 			return p.raw(&r.Tools, p.toolsField)
 		}
 	case Completions:
 		if string(key) == "prompt" {
+			p.restartPrompt()
 			return p.raw(&r.Input, func() error { return p.promptValue("prompt") })
 		}
 	case Embeddings:
 		if string(key) == "input" {
+			p.restartPrompt()
 			return p.promptValue("input")
 		}
 	case Responses:
 		switch string(key) {
 		case "input":
+			p.restartPrompt()
 			return p.input()
 		case "instructions":
 			return p.instructionsField()
@@ -196,6 +200,13 @@ func (p *parser) field(key []byte) error {
 		}
 	}
 	return l.skip()
+}
+
+// restartPrompt drops the prompt read so far: a member given twice is read
+// by the model server as its last value, and so is it here.
+func (p *parser) restartPrompt() {
+	clear(p.r.Prompt)
+	p.r.Prompt = p.r.Prompt[:0]
 }
 
 // raw runs read on the value at hand and sets *dst to the value's raw JSON
