@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -191,11 +192,19 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 	}
 	x.startSpan(h.GetHeaders().GetHeaders())
 	x.kind = openai.KindOf(x.path)
-	if x.declared > x.s.opts.MaxBodyBytes {
+	withBody := true
+	if pc := req.GetProtocolConfig(); pc != nil { // the stream's first message says how the gateway sends bodies
+		if reason := unsupportedModes(pc); reason != "" {
+			return x.reject(500, reason)
+		}
+		withBody = pc.GetRequestBodyMode() != extprocfilterv3.ProcessingMode_NONE
+	}
+	if x.declared > x.s.opts.MaxBodyBytes && withBody {
 		return x.reject(413, "request body of "+strconv.Itoa(x.declared)+" bytes is over the limit of "+strconv.Itoa(x.s.opts.MaxBodyBytes))
 	}
-	if h.GetEndOfStream() {
-		// No body: route without a prompt, and answer the headers now.
+	if h.GetEndOfStream() || !withBody {
+		// No body, or none sent here: route without a prompt, and answer
+		// the headers now.
 		return x.route()
 	}
 	x.follows = true
@@ -440,4 +449,23 @@ func (x *exchange) completed() {
 		x.series.Completed(x.s.opts.Clock.Now().Sub(x.arrived), x.respBytes, x.scanner.Usage())
 	}
 	x.release(reasonCompleted)
+}
+
+// unsupportedModes says why the gateway's body modes cannot work with the
+// picker, or "". The picker answers a request's headers once its body has
+// arrived, which only FULL_DUPLEX_STREAMED delivers without waiting for
+// that answer; with NONE it routes on the headers alone. The buffered and
+// streamed modes would hold the request until the gateway's message
+// timeout.
+func unsupportedModes(pc *extprocv3.ProtocolConfiguration) string {
+	ok := func(m extprocfilterv3.ProcessingMode_BodySendMode) bool {
+		return m == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED || m == extprocfilterv3.ProcessingMode_NONE
+	}
+	switch {
+	case !ok(pc.GetRequestBodyMode()):
+		return "the gateway's ext_proc request_body_mode is " + pc.GetRequestBodyMode().String() + "; the endpoint picker needs FULL_DUPLEX_STREAMED (or NONE, to route without the prompt)"
+	case !ok(pc.GetResponseBodyMode()):
+		return "the gateway's ext_proc response_body_mode is " + pc.GetResponseBodyMode().String() + "; the endpoint picker needs FULL_DUPLEX_STREAMED (or NONE)"
+	}
+	return ""
 }

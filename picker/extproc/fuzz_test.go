@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -194,9 +195,16 @@ func fuzzMessage(op, arg byte) *extprocv3.ProcessingRequest {
 		if v&32 != 0 {
 			kv = append(kv, ModelRewriteHeader, "from-header")
 		}
+		var pc *extprocv3.ProtocolConfiguration
+		if v&64 != 0 { // the gateway's body modes: routed on the headers, as usual, or refused
+			modes := []extprocfilterv3.ProcessingMode_BodySendMode{extprocfilterv3.ProcessingMode_NONE,
+				extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED, extprocfilterv3.ProcessingMode_BUFFERED}
+			pc = &extprocv3.ProtocolConfiguration{RequestBodyMode: modes[int(v>>1)%3], ResponseBodyMode: extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED}
+		}
 		return &extprocv3.ProcessingRequest{
 			Request:         &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(kv...), EndOfStream: eos}},
 			MetadataContext: subsetVariant(v >> 4),
+			ProtocolConfig:  pc,
 		}
 	case 1:
 		return reqBody(fuzzBodies[int(v)%len(fuzzBodies)], eos)

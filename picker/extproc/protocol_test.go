@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -138,6 +139,57 @@ func TestTheReturnedBodyEndsWhereTheRequestEnds(t *testing.T) {
 					t.Fatalf("want the request trailers reply, got %v", r)
 				}
 			}
+			if r := s.recv(); r.GetResponseHeaders() == nil {
+				t.Fatalf("want the response headers reply, got %v", r)
+			}
+			if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 0 {
+				t.Errorf("load (%d,%d) after the response ended, want none", p, d)
+			}
+		})
+	}
+}
+
+// The gateway's first message says how it sends bodies. In a buffered or
+// streamed mode it would wait for the answer to the headers before sending
+// the body the picker waits for, so each request would hang until the
+// gateway's message timeout: such a request is refused at once, naming the
+// setting. With NONE the picker routes on the headers alone.
+func TestTheGatewaysBodyModesAreChecked(t *testing.T) {
+	headers := func(req, resp extprocfilterv3.ProcessingMode_BodySendMode) *extprocv3.ProcessingRequest {
+		return &extprocv3.ProcessingRequest{
+			Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+				Headers: headerMap(":method", "POST", ":path", "/v1/completions", "content-length", "2000000000")}},
+			ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: req, ResponseBodyMode: resp},
+		}
+	}
+	const duplex, none = extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED, extprocfilterv3.ProcessingMode_NONE
+	for name, tc := range map[string]struct {
+		req, resp extprocfilterv3.ProcessingMode_BodySendMode
+		reason    string
+	}{
+		"buffered request":         {req: extprocfilterv3.ProcessingMode_BUFFERED, resp: duplex, reason: "request_body_mode is BUFFERED"},
+		"streamed request":         {req: extprocfilterv3.ProcessingMode_STREAMED, resp: duplex, reason: "request_body_mode is STREAMED"},
+		"partly buffered response": {req: duplex, resp: extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL, reason: "response_body_mode is BUFFERED_PARTIAL"},
+		"request body not sent":    {req: none, resp: duplex},
+		"neither body sent":        {req: none, resp: none},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, twoWorkers)
+			s := e.open()
+			s.send(headers(tc.req, tc.resp))
+			if tc.reason != "" {
+				code, body := s.immediateReply()
+				if code != 500 || !strings.Contains(body, tc.reason) || !strings.Contains(body, "FULL_DUPLEX_STREAMED") {
+					t.Errorf("answer %d %s; want 500 naming %q and FULL_DUPLEX_STREAMED", code, body, tc.reason)
+				}
+				return
+			}
+			// Routed on the headers: no body comes, and its declared
+			// length is not the picker's to judge.
+			if r := s.routed(false); r.dest == "" {
+				t.Fatal("no destination")
+			}
+			s.responseHeaders(200, "application/json", true, "")
 			if r := s.recv(); r.GetResponseHeaders() == nil {
 				t.Fatalf("want the response headers reply, got %v", r)
 			}
