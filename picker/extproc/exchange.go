@@ -237,10 +237,9 @@ func (x *exchange) route() (bool, error) {
 	// Trailers end the request instead, and follow the body's last chunk.
 	hasBody := len(x.body) > 0 || x.follows && !x.trailers
 	x.pick = policy.Request{}
-	// Bodies of paths other than the OpenAI inference endpoints (tokenize,
-	// score, audio uploads, ...) are not ours to judge: they are routed by
-	// load, unparsed.
-	if len(x.body) > 0 && x.kind != openai.Unknown {
+	switch {
+	case len(x.body) == 0:
+	case x.kind != openai.Unknown:
 		if err := openai.Parse(x.kind, x.body, &x.parsed); err != nil {
 			return x.reject(400, err.Error())
 		}
@@ -248,6 +247,18 @@ func (x *exchange) route() (bool, error) {
 		x.rewriteModel()
 		x.series = x.s.upstream.ModelTarget(x.parsed.Model, x.pick.Model)
 		x.locate()
+	default:
+		// Other paths (tokenize, score, rerank, pooling, ...) are not ours
+		// to judge, but a JSON body's "model" still says which pods serve
+		// it (and a rewrite applies). Any other body (an audio upload, JSON
+		// without a model) is routed by load, as it is.
+		if openai.Parse(openai.Unknown, x.body, &x.parsed) != nil {
+			x.parsed.Reset()
+			break
+		}
+		x.pick = policy.Request{Model: x.parsed.Model}
+		x.rewriteModel()
+		x.series = x.s.upstream.ModelTarget(x.parsed.Model, x.pick.Model)
 	}
 	if err := x.admit(); err != nil {
 		x.s.upstream.ScheduleFailed(x.series)

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -209,6 +210,39 @@ func TestOtherPathsAreRoutedUnparsed(t *testing.T) {
 	r := s.routed(true)
 	if r.dest == "" || string(r.body) != body {
 		t.Errorf("a multipart upload was not routed unchanged: dest %q, body %d bytes", r.dest, len(r.body))
+	}
+}
+
+// A JSON body on another path (score, rerank, tokenize) names its model:
+// it goes to a pod that serves the model, or is answered 404 when none does;
+// a body that is not JSON, or names no model, is routed by load.
+func TestOtherPathsGoWhereTheirModelIsServed(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	pol, err := policy.Build(policy.Config{Name: policy.LeastLoad}, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.picker = pol
+	e.worker("127.0.0.1:8000").SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"embedder"}, Complete: true}, Scraped: time.Now()})
+	e.worker("127.0.0.2:8000").SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"reranker"}, Complete: true}, Scraped: time.Now()})
+	send := func(path, body string) *session {
+		s := e.open()
+		s.requestHeaders(path, len(body), false, nil)
+		s.requestBody(body, true)
+		return s
+	}
+	for range 4 {
+		if r := send("/v1/rerank", `{"model":"reranker","query":"q","documents":["a","b"]}`).routed(true); r.dest != "127.0.0.2:8000" {
+			t.Fatalf("rerank for the reranker went to %q, want the pod serving it", r.dest)
+		}
+	}
+	if code, _ := send("/score", `{"model":"nobody","text_1":"a","text_2":"b"}`).immediateReply(); code != 404 {
+		t.Errorf("score for a model no pod serves: %d, want 404", code)
+	}
+	for _, body := range []string{`{"text":"no model"}`, `{"model":"reranker",`, "--xyz\r\n"} {
+		if r := send("/tokenize", body).routed(true); r.dest == "" || string(r.body) != body {
+			t.Errorf("body %q was not routed unchanged: dest %q, body %q", body, r.dest, r.body)
+		}
 	}
 }
 

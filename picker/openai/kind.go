@@ -6,7 +6,8 @@ import "strings"
 type Kind uint8
 
 const (
-	// Unknown is any other path: only the model is read from its body.
+	// Unknown is any other path: Parse reads only the model and the
+	// streaming options of its body.
 	Unknown Kind = iota
 	// Completions is /v1/completions.
 	Completions
