@@ -303,3 +303,54 @@ func TestAModelWhosePodsAreFullDoesNotHoldBackAnother(t *testing.T) {
 		t.Errorf("the first waiting request went to %q, want the busy model's pod", r.dest)
 	}
 }
+
+// A pod serves a busy base model and 16 of its LoRA adapters, each adapter
+// its own set of endpoints, and one request for each adapter waits; another
+// pod serves another model. When that pod frees, the request waiting for it
+// behind all the adapters' is routed there, instead of waiting out
+// --flow-control-max-wait and getting 429.
+func TestAnIdleModelIsNotHeldBackByManyAdaptersOfABusyOne(t *testing.T) {
+	q, err := flowcontrol.New(flowcontrol.Options{Enabled: true, MaxWait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = q.Start(t.Context()) }()
+	e := newEnv(t, twoWorkers, func(o *Options) { o.Queue, o.MaxInFlight = q, 1 })
+	var adapters []registry.Adapter
+	for i := range 16 {
+		adapters = append(adapters, registry.Adapter{Name: fmt.Sprintf("lora-%02d", i), Parent: "llama"})
+	}
+	ws := e.reg.Workers()
+	ws[0].SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"llama"}, Adapters: adapters, Complete: true}})
+	ws[1].SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"other"}, Complete: true}})
+	pol, err := policy.Build(policy.Config{MaxInFlight: 1}, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.picker = pol
+	send := func(model string) *session {
+		s := e.open()
+		body := chatBody(model, "hello")
+		s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+		s.requestBody(body, true)
+		return s
+	}
+	send("llama").routed(true)
+	busy := send("other")
+	busy.routed(true)
+	for i, a := range adapters {
+		send(a.Name)
+		eventually(t, "a request for "+a.Name+" queued", func() bool { return q.Len() == i+1 })
+	}
+	waiting := send("other")
+	eventually(t, "the other model's second request queued", func() bool { return q.Len() == len(adapters)+1 })
+
+	busy.responseHeaders(200, "application/json", true, "")
+	busy.recv()
+	if r := waiting.routed(true); r.dest != ws[1].Address() {
+		t.Errorf("the other model's request went to %q, want its pod %s", r.dest, ws[1].Address())
+	}
+	if n := q.Len(); n != len(adapters) {
+		t.Errorf("%d waiting, want the %d adapters' requests", n, len(adapters))
+	}
+}

@@ -91,28 +91,95 @@ func (bs *bands) head() *waiter {
 // next returns the first waiter in dispatch order whose endpoints are not
 // in full, looking at no more than limit waiters: the bands by priority,
 // each band's flows from its current one round the ring, each flow's
-// waiters oldest first. It is head when full is empty.
-func (bs *bands) next(full map[string]struct{}, limit int) *waiter {
+// waiters oldest first. It is head when full is empty. rest is false when
+// no waiter is left whose endpoints are not in full, true when next
+// stopped at limit.
+func (bs *bands) next(full map[string]struct{}, limit int) (w *waiter, rest bool) {
 	if len(full) == 0 {
-		return bs.head()
+		return bs.head(), false
 	}
 	if bs.allIn(full) {
-		return nil
+		return nil, false
 	}
 	for _, b := range bs.order {
 		for i := range b.ring {
 			for _, w := range b.ring[(b.next+i)%len(b.ring)].waiters {
 				if _, ok := full[w.item.Endpoints]; !ok {
-					return w
+					return w, false
 				}
 				limit--
 				if limit == 0 {
-					return nil
+					return nil, true
 				}
 			}
 		}
 	}
-	return nil
+	return nil, false
+}
+
+// cursor is where a sweep (sweep) stopped: after the waiter seq of flow
+// (at index idx of its band's ring) in the band of priority prio.
+type cursor struct {
+	started bool
+	prio    int
+	flow    *flow
+	idx     int
+	seq     uint64
+}
+
+// sweep goes on from c through the waiters, looking at no more than limit,
+// and returns the first whose endpoints are not in full; c moves past every
+// waiter it looks at. It walks the bands by priority, each band's ring in
+// its order, each flow's waiters oldest first, so that successive calls
+// reach every waiter however long the queue; end is true once the walk has
+// passed the last waiter (c is then reset).
+//
+// A flow emptied since c was set has left the ring, and the flows after it
+// moved down one place: the walk goes on at the same index.
+func (bs *bands) sweep(c *cursor, full map[string]struct{}, limit int) (w *waiter, end bool) {
+	for _, b := range bs.order {
+		start, after := 0, uint64(0)
+		if c.started {
+			if b.priority > c.prio {
+				continue
+			}
+			if b.priority == c.prio {
+				start = min(c.idx, len(b.ring))
+				if start < len(b.ring) && b.ring[start] == c.flow {
+					after = c.seq
+				} else if i := indexOf(b.ring, c.flow); i >= 0 {
+					start, after = i, c.seq
+				}
+			}
+		}
+		for i := start; i < len(b.ring); i++ {
+			f := b.ring[i]
+			for _, w := range f.waiters {
+				if w.seq <= after && i == start {
+					continue
+				}
+				*c = cursor{started: true, prio: b.priority, flow: f, idx: i, seq: w.seq}
+				if _, ok := full[w.item.Endpoints]; !ok {
+					return w, false
+				}
+				limit--
+				if limit == 0 {
+					return nil, false
+				}
+			}
+		}
+	}
+	*c = cursor{}
+	return nil, true
+}
+
+func indexOf(ring []*flow, f *flow) int {
+	for i, x := range ring {
+		if x == f {
+			return i
+		}
+	}
+	return -1
 }
 
 // allIn reports whether every waiter's endpoints are in full.

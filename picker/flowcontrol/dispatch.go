@@ -34,51 +34,103 @@ func (q *Queue) stop() {
 
 // dispatch tries waiters in order until the queue is empty or no waiter
 // left is worth a try: a waiter whose endpoints (Item.Endpoints) found no
-// capacity in this round is passed over, since its try would fail too (a
-// later waiter of the same endpoints has the same or a lower priority, whose
-// limits are no looser). The round ends after maxFullPerRound such failures,
-// or after looking at scanLimit waiters for one to try.
+// capacity is passed over, since its try would fail too (a later waiter of
+// the same endpoints has the same or a lower priority, whose limits are no
+// looser).
+//
+// A round has two parts, each bounded. It first goes from the head of the
+// queue, so that the first waiters get whatever capacity freed, until
+// maxFullPerRound endpoint sets were found full or scanLimit waiters were
+// looked at. Then it goes on with the sweep: a walk through the whole queue
+// that each round takes up where the last one stopped, passing over the
+// endpoints it found full since it began, until another maxFullPerRound
+// sets are found full or scanLimit more waiters looked at. A round that
+// stops with the sweep unfinished wakes the dispatcher again, so the sweep
+// reaches every waiter in a few rounds even with no capacity freeing, and
+// a waiter behind any number of full endpoint sets is tried.
 func (q *Queue) dispatch(ctx context.Context) {
 	clear(q.full)
 	for ctx.Err() == nil {
 		q.mu.Lock()
-		w := q.bands.next(q.full, scanLimit)
-		if w == nil {
+		w, rest := q.bands.next(q.full, scanLimit)
+		if w == nil && !rest {
+			// Every waiter left was found full this round: the sweep too
+			// has nothing to find.
+			q.endSweepLocked()
 			q.mu.Unlock()
 			return
 		}
-		w.trying = true
-		q.mu.Unlock()
-
-		ok, err := w.try()
-
+		if w == nil {
+			q.mu.Unlock()
+			break
+		}
+		if q.attempt(w) && len(q.full) >= maxFullPerRound {
+			break
+		}
+	}
+	found := 0
+	for ctx.Err() == nil {
 		q.mu.Lock()
-		w.trying = false
-		switch {
-		case err != nil:
-			q.removeLocked(w, true)
-			w.done <- err
-		case ok:
-			q.removeLocked(w, true)
-			w.done <- nil
-		case w.left:
-			q.removeLocked(w, false)
-			w.done <- errLeft
-		default:
-			q.full[w.item.Endpoints] = struct{}{}
-			if len(q.full) >= maxFullPerRound {
-				q.mu.Unlock()
-				return
+		w, end := q.bands.sweep(&q.cursor, q.swept, scanLimit)
+		if end {
+			q.endSweepLocked()
+			q.mu.Unlock()
+			return
+		}
+		if w == nil {
+			q.mu.Unlock()
+			break
+		}
+		if q.attempt(w) {
+			found++
+			if found >= maxFullPerRound {
+				break
 			}
 		}
-		q.mu.Unlock()
 	}
+	q.Notify() // the sweep goes on in the next round
 }
 
-// A dispatch round tries waiters of at most maxFullPerRound endpoint sets
-// that turn out full, and looks at most scanLimit waiters past them for the
-// next to try: a queue of many waiters for full endpoints costs a bounded
-// amount each time capacity frees anywhere.
+// attempt runs w's try without the lock and settles its outcome; it reports
+// whether w's endpoints were found full. It is called with q.mu held, which
+// it releases.
+func (q *Queue) attempt(w *waiter) (full bool) {
+	w.trying = true
+	q.mu.Unlock()
+
+	ok, err := w.try()
+
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w.trying = false
+	switch {
+	case err != nil:
+		q.removeLocked(w, true)
+		w.done <- err
+	case ok:
+		q.removeLocked(w, true)
+		w.done <- nil
+	case w.left:
+		q.removeLocked(w, false)
+		w.done <- errLeft
+	default:
+		q.full[w.item.Endpoints] = struct{}{}
+		q.swept[w.item.Endpoints] = struct{}{}
+		return true
+	}
+	return false
+}
+
+// endSweepLocked starts the next sweep at the head of the queue.
+func (q *Queue) endSweepLocked() {
+	q.cursor = cursor{}
+	clear(q.swept)
+}
+
+// A dispatch round tries, in each of its two parts, waiters of at most
+// maxFullPerRound endpoint sets that turn out full, and looks at most
+// scanLimit waiters past them for the next to try: a queue of many waiters
+// for full endpoints costs a bounded amount each round.
 const (
 	maxFullPerRound = 16
 	scanLimit       = 1024

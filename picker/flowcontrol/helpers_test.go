@@ -19,12 +19,14 @@ type gate struct {
 	mu    sync.Mutex
 	free  int
 	order []string
+	tries int
 }
 
 func (g *gate) try(name string) TryFunc {
 	return func() (bool, error) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
+		g.tries++
 		if g.free == 0 {
 			return false, nil
 		}
@@ -38,6 +40,25 @@ func (g *gate) open(n int) {
 	g.mu.Lock()
 	g.free += n
 	g.mu.Unlock()
+}
+
+// waitTries waits until g has been tried n times in all.
+func (g *gate) waitTries(n int) {
+	for {
+		g.mu.Lock()
+		tries := g.tries
+		g.mu.Unlock()
+		if tries >= n {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+func (g *gate) triesSoFar() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.tries
 }
 
 func (g *gate) dispatched() []string {

@@ -56,7 +56,11 @@ type Queue struct {
 	seq   uint64
 	down  bool
 
-	full map[string]struct{} // the dispatcher's: endpoints found full this round
+	// The dispatcher's: endpoints found full this round, and since the
+	// sweep began; where the sweep stopped.
+	full   map[string]struct{}
+	swept  map[string]struct{}
+	cursor cursor
 }
 
 // Option configures a Queue.
@@ -83,6 +87,7 @@ func New(opts Options, o ...Option) (*Queue, error) {
 		stopped: make(chan struct{}),
 		bands:   newBands(),
 		full:    map[string]struct{}{},
+		swept:   map[string]struct{}{},
 	}
 	for _, f := range o {
 		f(q)

@@ -171,6 +171,79 @@ func TestDispatchGoesPastRequestsWhoseEndpointsAreFull(t *testing.T) {
 	}
 }
 
+// A request whose endpoints have room is dispatched however many endpoint
+// sets that are full wait ahead of it (the LoRA adapters of a busy base
+// model, each its own set): two dispatch rounds after capacity freed for
+// it, it has been tried and dispatched.
+func TestRequestBehindManyFullEndpointSetsIsDispatched(t *testing.T) {
+	for _, sets := range []int{maxFullPerRound, 3 * maxFullPerRound} {
+		t.Run(fmt.Sprint(sets, " full sets"), func(t *testing.T) {
+			h := newHarness(t, Options{})
+			full, idle := &gate{}, &gate{}
+			for i := range sets {
+				name := fmt.Sprint("adapter-", i)
+				want := h.q.Len() + 1
+				h.admitThrough(t.Context(), name, Item{Endpoints: name}, full)
+				h.waitLen(want)
+			}
+			want := h.q.Len() + 1
+			h.admitThrough(t.Context(), "other", Item{Endpoints: "other"}, idle)
+			h.waitLen(want)
+
+			idle.open(1)
+			// Every round tries the maxFullPerRound full sets at the head,
+			// and a sweep through the queue takes at most 2*sets+48 tries of
+			// them: once they have been tried 4*sets+112 times more, a sweep
+			// that began after the gate opened has passed every waiter.
+			rounds := (4*sets+112)/maxFullPerRound + 1
+			start := full.triesSoFar()
+			for r := 1; r <= rounds && len(idle.dispatched()) == 0; r++ {
+				h.q.Notify()
+				full.waitTries(start + r*maxFullPerRound)
+			}
+			if got := idle.dispatched(); len(got) != 1 {
+				t.Fatalf("request for endpoints with room, behind %d full sets: dispatched %v after %d rounds; want it dispatched", sets, got, rounds)
+			}
+			if err := h.result("other"); err != nil {
+				t.Errorf("other: %v", err)
+			}
+			if n := h.q.Len(); n != sets {
+				t.Errorf("%d waiting, want the %d for full endpoints to keep waiting", n, sets)
+			}
+		})
+	}
+}
+
+// A request whose endpoints have room is dispatched however many waiters
+// for full endpoints are ahead of it, past what one round looks at.
+func TestRequestBehindALongQueueForFullEndpointsIsDispatched(t *testing.T) {
+	n := scanLimit + scanLimit/2
+	h := newHarness(t, Options{MaxLen: 2 * n, MaxBandLen: 2 * n})
+	full, idle := &gate{}, &gate{}
+	for i := range n {
+		h.admitThrough(t.Context(), fmt.Sprint("busy-", i), Item{Endpoints: "busy"}, full)
+		h.waitLen(i + 1)
+	}
+	h.admitThrough(t.Context(), "other", Item{Endpoints: "other"}, idle)
+	h.waitLen(n + 1)
+
+	idle.open(1)
+	// Every round tries the first waiter and looks at 2*scanLimit waiters
+	// at most: a sweep through the queue takes n/scanLimit+3 rounds at most.
+	rounds := 2 * (n/scanLimit + 3)
+	start := full.triesSoFar()
+	for r := 1; r <= rounds && len(idle.dispatched()) == 0; r++ {
+		h.q.Notify()
+		full.waitTries(start + r)
+	}
+	if got := idle.dispatched(); len(got) != 1 {
+		t.Fatalf("request for endpoints with room, behind %d waiters for full ones: dispatched %v after %d rounds; want it dispatched", n, got, rounds)
+	}
+	if err := h.result("other"); err != nil {
+		t.Errorf("other: %v", err)
+	}
+}
+
 func TestBounds(t *testing.T) {
 	type req struct {
 		name string
