@@ -354,3 +354,47 @@ func TestAnIdleModelIsNotHeldBackByManyAdaptersOfABusyOne(t *testing.T) {
 		t.Errorf("%d waiting, want the %d adapters' requests", n, len(adapters))
 	}
 }
+
+// In a pool of two models, one pod each, a request waits for the busy
+// model's pod. A sheddable (negative priority) request for the other model,
+// whose pod is free, is routed there; one for the busy model is shed.
+func TestASheddableRequestIsShedOnlyWhenItsOwnModelIsSaturated(t *testing.T) {
+	q, err := flowcontrol.New(flowcontrol.Options{Enabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = q.Start(t.Context()) }()
+	prios := flowcontrol.NewPriorities()
+	prios.Set("batch", -1)
+	e := newEnv(t, twoWorkers, func(o *Options) { o.Queue, o.MaxInFlight, o.Priorities = q, 1, prios })
+	ws := e.reg.Workers()
+	for i, w := range ws {
+		w.SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{fmt.Sprint("model-", i)}, Complete: true}})
+	}
+	pol, err := policy.Build(policy.Config{MaxInFlight: 1}, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.picker = pol
+	send := func(model, objective string) *session {
+		s := e.open()
+		body := chatBody(model, "hello")
+		s.requestHeaders("/v1/chat/completions", len(body), false, nil, ObjectiveHeader, objective)
+		s.requestBody(body, true)
+		return s
+	}
+	send("model-0", "").routed(true)
+	send("model-0", "")
+	eventually(t, "a request for the busy model queued", func() bool { return q.Len() == 1 })
+
+	if r := send("model-1", "batch").routed(true); r.dest != ws[1].Address() {
+		t.Errorf("the sheddable request for the free model went to %q, want its pod %s", r.dest, ws[1].Address())
+	}
+	code, msg := send("model-0", "batch").immediateReply()
+	if code != 429 || !strings.Contains(msg, "shed") {
+		t.Errorf("sheddable request for the busy model: %d %s, want 429 shed", code, msg)
+	}
+	if n := q.Len(); n != 1 {
+		t.Errorf("%d waiting, want the busy model's 1", n)
+	}
+}

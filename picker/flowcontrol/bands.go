@@ -1,6 +1,9 @@
 package flowcontrol
 
-import "sort"
+import (
+	"sort"
+	"strings"
+)
 
 // waiter is one queued request. Its fields are guarded by Queue.mu, except
 // done, which receives the outcome exactly once.
@@ -30,6 +33,7 @@ type band struct {
 	next     int
 	len      int
 	bytes    int64
+	models   map[string]int // waiters by the target model of Item.Endpoints
 }
 
 // bands keeps every band ordered by priority, highest first.
@@ -47,7 +51,7 @@ func (bs *bands) band(prio int) *band {
 	if b, ok := bs.byPrio[prio]; ok {
 		return b
 	}
-	b := &band{priority: prio, flows: map[string]*flow{}}
+	b := &band{priority: prio, flows: map[string]*flow{}, models: map[string]int{}}
 	bs.byPrio[prio] = b
 	bs.order = append(bs.order, b)
 	sort.Slice(bs.order, func(i, j int) bool { return bs.order[i].priority > bs.order[j].priority })
@@ -71,6 +75,7 @@ func (bs *bands) push(w *waiter) {
 	bs.len++
 	bs.bytes += w.item.Bytes
 	bs.endpoints[w.item.Endpoints]++
+	b.models[modelOf(w.item.Endpoints)]++
 }
 
 // head returns the next waiter to dispatch: the highest band with waiters,
@@ -215,6 +220,11 @@ func (bs *bands) remove(w *waiter, advance bool) {
 	if bs.endpoints[w.item.Endpoints] == 0 {
 		delete(bs.endpoints, w.item.Endpoints)
 	}
+	m := modelOf(w.item.Endpoints)
+	b.models[m]--
+	if b.models[m] == 0 {
+		delete(b.models, m)
+	}
 	idx := -1
 	for i, x := range b.ring {
 		if x == f {
@@ -233,6 +243,31 @@ func (bs *bands) remove(w *waiter, advance bool) {
 	if advance && idx == b.next {
 		b.next++
 	}
+}
+
+// ahead reports whether a waiter of priority prio or higher may go where a
+// request for endpoints may go: its endpoints name the same target model,
+// or either names none (one set for all).
+func (bs *bands) ahead(prio int, endpoints string) bool {
+	m := modelOf(endpoints)
+	for _, b := range bs.order {
+		if b.priority < prio {
+			return false
+		}
+		if b.len > 0 && (m == "" || b.models[m] > 0 || b.models[""] > 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// modelOf is the target model of an Item.Endpoints: the part before a NUL
+// byte, which a subset hint follows.
+func modelOf(endpoints string) string {
+	if i := strings.IndexByte(endpoints, 0); i >= 0 {
+		return endpoints[:i]
+	}
+	return endpoints
 }
 
 // victim returns the newest waiter of the lowest band below prio that has

@@ -23,12 +23,15 @@ type Item struct {
 	// Model and TargetModel (the model asked for, and the one served after
 	// any rewrite) label the upstream-compatible series; may be empty.
 	Model, TargetModel string
-	// Endpoints names where the request may go (its target model, any
-	// subset hint): requests with the same Endpoints are picked among the
-	// same endpoints. Once one of them finds no capacity, a dispatch goes
-	// on to requests whose endpoints differ instead of stopping, so that a
-	// model whose endpoints are full does not hold back the others. Empty
-	// is one set for all.
+	// Endpoints names where the request may go: its target model, then,
+	// after a NUL byte, any subset hint. Requests with the same Endpoints
+	// are picked among the same endpoints. Once one of them finds no
+	// capacity, a dispatch goes on to requests whose endpoints differ
+	// instead of stopping, so that a model whose endpoints are full does
+	// not hold back the others. Requests for the same target model, or
+	// one of whose Endpoints is empty (one set for all), may go to the
+	// same endpoints: a request is not tried ahead of such a request of
+	// the same or a higher priority that waits.
 	Endpoints string
 }
 
@@ -99,13 +102,16 @@ func New(opts Options, o ...Option) (*Queue, error) {
 }
 
 // Admit returns nil once try has succeeded for this request, so the caller
-// owns whatever try took (the load guard). When nothing waits, try runs at
-// once and the request never enters the queue. Otherwise the request waits
-// until a dispatch attempt succeeds, or returns ctx.Err() (the request left
-// the queue at once), ErrTimeout, ErrEvicted, ErrQueueFull, ErrShed,
-// ErrStopped, or the error try returned.
+// owns whatever try took (the load guard). When no request that may go to
+// the same endpoints with the same or a higher priority waits (see
+// Item.Endpoints), try runs at once, and if it succeeds the request never
+// enters the queue. Otherwise the request waits until a dispatch attempt
+// succeeds, or returns ctx.Err() (the request left the queue at once),
+// ErrTimeout, ErrEvicted, ErrQueueFull, ErrShed, ErrStopped, or the error
+// try returned. A request of negative priority never waits: it is shed when
+// it cannot be dispatched at once.
 func (q *Queue) Admit(ctx context.Context, it Item, try TryFunc) error {
-	if q.waiting.Load() == 0 {
+	if q.waiting.Load() == 0 || q.nothingAhead(it) {
 		ok, err := try()
 		if err != nil {
 			return err
@@ -139,6 +145,13 @@ func (q *Queue) Admit(ctx context.Context, it Item, try TryFunc) error {
 	}
 	q.metrics.done(it, outcomeOf(res), q.clock.Since(start).Seconds())
 	return res
+}
+
+// nothingAhead reports whether no waiter should have its places first.
+func (q *Queue) nothingAhead(it Item) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return !q.bands.ahead(it.Priority, it.Endpoints)
 }
 
 // Notify tells the queue that capacity may have freed: a load guard was

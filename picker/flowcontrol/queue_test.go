@@ -25,6 +25,95 @@ func TestAdmitFastPath(t *testing.T) {
 	}
 }
 
+// A request is tried at once, and a sheddable one is not shed, while the
+// requests that wait could not go where it goes (another model); a request
+// that could, of the same or a higher priority, goes first, so one of
+// negative priority is then shed without a try.
+func TestAdmitAtOnceUnlessARequestForItsEndpointsWaits(t *testing.T) {
+	cases := map[string]struct {
+		waiting Item
+		next    Item
+		wantErr error
+	}{
+		"another model's backlog": {
+			waiting: Item{Endpoints: "model-a"},
+			next:    Item{Priority: -1, Endpoints: "model-b"},
+		},
+		"another model's backlog, of a higher priority": {
+			waiting: Item{Priority: 10, Endpoints: "model-a"},
+			next:    Item{Priority: -1, Endpoints: "model-b\x00" + "10.0.0.1:8000"},
+		},
+		"the same model's, of a lower priority": {
+			waiting: Item{Endpoints: "model-a"},
+			next:    Item{Priority: 5, Endpoints: "model-a"},
+		},
+		"the same model's": {
+			waiting: Item{Endpoints: "model-a"},
+			next:    Item{Priority: -1, Endpoints: "model-a"},
+			wantErr: ErrShed,
+		},
+		"the same model's, under a subset hint": {
+			waiting: Item{Endpoints: "model-a\x00" + "10.0.0.1:8000"},
+			next:    Item{Priority: -1, Endpoints: "model-a"},
+			wantErr: ErrShed,
+		},
+		"a request for any endpoints": {
+			waiting: Item{},
+			next:    Item{Priority: -1, Endpoints: "model-b"},
+			wantErr: ErrShed,
+		},
+		"another model's, for a request for any endpoints": {
+			waiting: Item{Endpoints: "model-a"},
+			next:    Item{Priority: -1},
+			wantErr: ErrShed,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, Options{})
+			busy, next := &gate{}, &gate{}
+			h.admitThrough(t.Context(), "waiting", tc.waiting, busy)
+			h.waitLen(1)
+			next.open(1)
+			err := h.q.Admit(t.Context(), tc.next, next.try("next"))
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Admit = %v, want %v", err, tc.wantErr)
+			}
+			want := []string{"next"}
+			if tc.wantErr != nil {
+				want = nil
+			}
+			if diff := cmp.Diff(want, next.dispatched()); diff != "" {
+				t.Errorf("dispatched (-want +got):\n%s", diff)
+			}
+			if n := next.triesSoFar(); tc.wantErr != nil && n != 0 {
+				t.Errorf("tried %d times ahead of a waiting request for its endpoints, want never", n)
+			}
+		})
+	}
+}
+
+// A request is not tried ahead of a waiting request of a higher priority
+// for the same model, even when it would find room.
+func TestAdmitDoesNotPassAWaitingRequestOfHigherPriority(t *testing.T) {
+	h := newHarness(t, Options{})
+	h.admit(t.Context(), "high", Item{Priority: 10, Endpoints: "model-a"})
+	h.gate.open(1)
+	h.admitAsync(t.Context(), "low", Item{Endpoints: "model-a"})
+	if err := h.result("high"); err != nil {
+		t.Fatalf("high: %v", err)
+	}
+	h.waitLen(1)
+	h.gate.open(1)
+	h.q.Notify()
+	if err := h.result("low"); err != nil {
+		t.Fatalf("low: %v", err)
+	}
+	if diff := cmp.Diff([]string{"high", "low"}, h.gate.dispatched()); diff != "" {
+		t.Errorf("dispatch order (-want +got):\n%s", diff)
+	}
+}
+
 func TestAdmitTryError(t *testing.T) {
 	h := newHarness(t, Options{})
 	boom := errors.New("no candidate")
