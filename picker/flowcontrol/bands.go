@@ -270,6 +270,17 @@ func modelOf(endpoints string) string {
 	return endpoints
 }
 
+// below returns the waiters of the bands below prio, and their bytes.
+func (bs *bands) below(prio int) (n int, bytes int64) {
+	for _, b := range bs.order {
+		if b.priority < prio {
+			n += b.len
+			bytes += b.bytes
+		}
+	}
+	return n, bytes
+}
+
 // victim returns the newest waiter of the lowest band below prio that has
 // one and is not being tried, or nil.
 func (bs *bands) victim(prio int) *waiter {

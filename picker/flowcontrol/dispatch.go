@@ -96,6 +96,7 @@ func (q *Queue) dispatch(ctx context.Context) {
 // it releases.
 func (q *Queue) attempt(w *waiter) (full bool) {
 	w.trying = true
+	q.current = w
 	q.mu.Unlock()
 
 	ok, err := w.try()
@@ -103,6 +104,7 @@ func (q *Queue) attempt(w *waiter) (full bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	w.trying = false
+	q.current = nil
 	switch {
 	case err != nil:
 		q.removeLocked(w, true)

@@ -61,9 +61,10 @@ type Queue struct {
 
 	// The dispatcher's: endpoints found full this round, and since the
 	// sweep began; where the sweep stopped.
-	full   map[string]struct{}
-	swept  map[string]struct{}
-	cursor cursor
+	full    map[string]struct{}
+	swept   map[string]struct{}
+	cursor  cursor
+	current *waiter // the waiter whose try is running
 }
 
 // Option configures a Queue.
@@ -175,9 +176,12 @@ func (q *Queue) enqueue(it Item, try TryFunc) (*waiter, error) {
 	if q.bands.band(it.Priority).len >= q.opts.MaxBandLen {
 		return nil, ErrQueueFull
 	}
+	if !q.roomLocked(it) {
+		return nil, ErrQueueFull
+	}
 	for q.bands.len+1 > q.opts.MaxLen || q.bands.bytes+it.Bytes > q.opts.MaxBytes {
 		v := q.bands.victim(it.Priority)
-		if v == nil || it.Bytes > q.opts.MaxBytes {
+		if v == nil {
 			return nil, ErrQueueFull
 		}
 		q.removeLocked(v, false)
@@ -189,6 +193,25 @@ func (q *Queue) enqueue(it Item, try TryFunc) (*waiter, error) {
 	q.waiting.Add(1)
 	q.metrics.queued(it, 1)
 	return w, nil
+}
+
+// roomLocked reports whether it fits in the queue once every waiter it may
+// evict (those of lower priorities, but the one being tried) is gone, so
+// that no waiter is evicted for a request that is refused anyway.
+func (q *Queue) roomLocked(it Item) bool {
+	if it.Bytes > q.opts.MaxBytes {
+		return false
+	}
+	n, bytes := q.bands.len, q.bands.bytes
+	if n+1 <= q.opts.MaxLen && bytes+it.Bytes <= q.opts.MaxBytes {
+		return true
+	}
+	below, belowBytes := q.bands.below(it.Priority)
+	if c := q.current; c != nil && c.item.Priority < it.Priority {
+		below--
+		belowBytes -= c.item.Bytes
+	}
+	return n-below+1 <= q.opts.MaxLen && bytes-belowBytes+it.Bytes <= q.opts.MaxBytes
 }
 
 func (q *Queue) removeLocked(w *waiter, advance bool) {

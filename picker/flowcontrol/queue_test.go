@@ -402,6 +402,18 @@ func TestBounds(t *testing.T) {
 			wantLen:  2,
 			wantByte: 90,
 		},
+		"no lower waiter is evicted when evicting them all leaves too few bytes": {
+			opts: Options{MaxBytes: 100},
+			queued: []req{
+				{"high", Item{Bytes: 60, Priority: 10}},
+				{"old-low", Item{Bytes: 15}},
+				{"new-low", Item{Bytes: 15}},
+			},
+			next:     Item{Bytes: 50, Priority: 5},
+			wantErr:  ErrQueueFull,
+			wantLen:  3,
+			wantByte: 90,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -413,6 +425,10 @@ func TestBounds(t *testing.T) {
 				err := h.q.Admit(t.Context(), tc.next, h.gate.try("next"))
 				if !errors.Is(err, tc.wantErr) {
 					t.Errorf("Admit = %v, want %v", err, tc.wantErr)
+				}
+				// A refused request has evicted whatever it evicted.
+				if got := h.q.Len(); got != tc.wantLen {
+					t.Fatalf("%d waiting after the request was refused, want %d", got, tc.wantLen)
 				}
 			} else {
 				h.admitAsync(t.Context(), "next", tc.next)
