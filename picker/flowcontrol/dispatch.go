@@ -49,6 +49,8 @@ func (q *Queue) stop() {
 // reaches every waiter in a few rounds even with no capacity freeing, and
 // a waiter behind any number of full endpoint sets is tried.
 func (q *Queue) dispatch(ctx context.Context) {
+	start := q.clock.Now()
+	defer func() { q.metrics.upCycle.Observe(q.clock.Since(start).Seconds()) }()
 	clear(q.full)
 	for ctx.Err() == nil {
 		q.mu.Lock()

@@ -3,6 +3,7 @@ package flowcontrol
 import (
 	"context"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -77,7 +78,7 @@ type harness struct {
 	errs  map[string]error
 }
 
-func newHarness(t *testing.T, opts Options) *harness {
+func newHarness(t *testing.T, opts Options, o ...Option) *harness {
 	t.Helper()
 	h := &harness{
 		clock: testingclock.NewFakeClock(epoch),
@@ -85,7 +86,7 @@ func newHarness(t *testing.T, opts Options) *harness {
 		gate:  &gate{},
 		errs:  map[string]error{},
 	}
-	q, err := New(opts, WithClock(h.clock), WithRegisterer(h.reg, "pool"))
+	q, err := New(opts, append([]Option{WithClock(h.clock), WithRegisterer(h.reg, "pool")}, o...)...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -215,4 +216,47 @@ func (h *harness) samples(t *testing.T, name string, want map[string]string) flo
 		}
 	}
 	return sum
+}
+
+// family returns the named family's series: each one's labels, and its
+// value (gauges) or its observations (histograms).
+func (h *harness) family(t *testing.T, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			got[strings.Join(labels, ",")] = m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return got
+}
+
+// buckets returns the upper bounds of the named histogram's buckets.
+func (h *harness) buckets(t *testing.T, name string) []float64 {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			var bounds []float64
+			for _, b := range mf.GetMetric()[0].GetHistogram().GetBucket() {
+				bounds = append(bounds, b.GetUpperBound())
+			}
+			return bounds
+		}
+	}
+	return nil
 }

@@ -26,14 +26,26 @@ type metrics struct {
 	outcomes *prometheus.CounterVec
 
 	// The upstream EPP's flow-control series, same names and labels.
-	upSize  *prometheus.GaugeVec
-	upBytes *prometheus.GaugeVec
-	upWait  *prometheus.HistogramVec
+	upSize    *prometheus.GaugeVec
+	upBytes   *prometheus.GaugeVec
+	upWait    *prometheus.HistogramVec
+	upEnqueue *prometheus.HistogramVec
+	upCycle   prometheus.Histogram
 }
+
+// outcomeQueued is the upstream enqueue outcome of a request that entered
+// the queue: it has no outcome yet.
+const outcomeQueued = "NotYetFinalized"
+
+// upstreamFastBuckets are the upstream EPP's buckets of its enqueue and
+// dispatch-cycle durations.
+var upstreamFastBuckets = []float64{0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1}
 
 var upstreamLabels = []string{"fairness_id", "priority", "inference_pool", "model_name", "target_model_name"}
 
-func newMetrics(reg prometheus.Registerer, pool string) *metrics {
+// newMetrics returns the queue's series. saturation, when not nil, is read
+// at scrape time for the upstream pool-saturation gauge.
+func newMetrics(reg prometheus.Registerer, pool string, saturation func() float64) *metrics {
 	m := &metrics{
 		pool: pool,
 		length: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -69,9 +81,29 @@ func newMetrics(reg prometheus.Registerer, pool string) *metrics {
 			Help:      "Time from entering flow control to the request's outcome.",
 			Buckets:   []float64{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"fairness_id", "priority", "outcome", "inference_pool", "model_name", "target_model_name"}),
+		upEnqueue: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Subsystem: "inference_extension",
+			Name:      "flow_control_request_enqueue_duration_seconds",
+			Help:      "Time taken to put a request in the flow-control queue or turn it away, by whether it was queued.",
+			Buckets:   upstreamFastBuckets,
+		}, []string{"fairness_id", "priority", "outcome"}),
+		upCycle: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Subsystem: "inference_extension",
+			Name:      "flow_control_dispatch_cycle_duration_seconds",
+			Help:      "Time taken by one dispatch round of the flow-control queue.",
+			Buckets:   upstreamFastBuckets,
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.length, m.bytes, m.wait, m.outcomes, m.upSize, m.upBytes, m.upWait)
+		reg.MustRegister(m.length, m.bytes, m.wait, m.outcomes, m.upSize, m.upBytes, m.upWait, m.upEnqueue, m.upCycle)
+		if saturation != nil {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Subsystem:   "inference_extension",
+				Name:        "flow_control_pool_saturation",
+				Help:        "Saturation of the pool's endpoints: 0 idle, 1 every endpoint saturated.",
+				ConstLabels: prometheus.Labels{"inference_pool": pool},
+			}, saturation))
+		}
 	}
 	return m
 }
@@ -89,6 +121,12 @@ func (m *metrics) done(it Item, outcome string, waited float64) {
 	m.outcomes.WithLabelValues(p, outcome).Inc()
 	m.wait.WithLabelValues(p, outcome).Observe(waited)
 	m.upWait.WithLabelValues(it.FlowID, p, upstreamOutcomes[outcome], m.pool, it.Model, it.TargetModel).Observe(waited)
+}
+
+// enqueued records how long it took to queue a request or turn it away;
+// outcome is an upstream outcome, or outcomeQueued.
+func (m *metrics) enqueued(it Item, outcome string, took float64) {
+	m.upEnqueue.WithLabelValues(it.FlowID, strconv.Itoa(it.Priority), outcome).Observe(took)
 }
 
 // forget drops the per-flow upstream series of a flow that has no waiters

@@ -50,6 +50,10 @@ type Queue struct {
 	clock   clock.WithTicker
 	metrics *metrics
 
+	reg        prometheus.Registerer
+	pool       string
+	saturation func() float64
+
 	waiting atomic.Int64  // waiters queued; 0 lets Admit try without the lock
 	kick    chan struct{} // capacity may have freed; capacity 1
 	stopped chan struct{}
@@ -75,7 +79,14 @@ func WithClock(c clock.WithTicker) Option { return func(q *Queue) { q.clock = c 
 
 // WithRegisterer registers the queue's metrics; labels series with pool.
 func WithRegisterer(reg prometheus.Registerer, pool string) Option {
-	return func(q *Queue) { q.metrics = newMetrics(reg, pool) }
+	return func(q *Queue) { q.reg, q.pool = reg, pool }
+}
+
+// WithSaturation exports saturation, read at scrape time, as the upstream
+// EPP's pool-saturation gauge: how near the pool's endpoints are to taking
+// no more work, 0 idle and 1 saturated.
+func WithSaturation(saturation func() float64) Option {
+	return func(q *Queue) { q.saturation = saturation }
 }
 
 // New returns a queue with the given bounds; zero bounds take defaults.
@@ -96,9 +107,7 @@ func New(opts Options, o ...Option) (*Queue, error) {
 	for _, f := range o {
 		f(q)
 	}
-	if q.metrics == nil {
-		q.metrics = newMetrics(nil, "")
-	}
+	q.metrics = newMetrics(q.reg, q.pool, q.saturation)
 	return q, nil
 }
 
@@ -121,16 +130,19 @@ func (q *Queue) Admit(ctx context.Context, it Item, try TryFunc) error {
 			return nil
 		}
 	}
+	start := q.clock.Now()
 	if it.Priority < 0 {
+		q.metrics.enqueued(it, upstreamOutcomes[outcomeShed], q.clock.Since(start).Seconds())
 		q.metrics.done(it, outcomeShed, 0)
 		return ErrShed
 	}
-	start := q.clock.Now()
 	w, err := q.enqueue(it, try)
 	if err != nil {
+		q.metrics.enqueued(it, upstreamOutcomes[outcomeOf(err)], q.clock.Since(start).Seconds())
 		q.metrics.done(it, outcomeOf(err), 0)
 		return err
 	}
+	q.metrics.enqueued(it, outcomeQueued, q.clock.Since(start).Seconds())
 	q.Notify()
 	timer := q.clock.NewTimer(q.opts.MaxWait)
 	defer timer.Stop()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -460,6 +462,67 @@ func TestNegativePriorityIsShed(t *testing.T) {
 	}
 	if got := h.q.Len(); got != 0 {
 		t.Errorf("Len = %d, want 0", got)
+	}
+}
+
+// The upstream EPP's enqueue-duration, dispatch-cycle and pool-saturation
+// series, which its dashboard reads, are exported with its names, labels
+// and buckets: a request that enters the queue, one the queue turns away
+// and one shed are each counted once by fairness id, priority and outcome,
+// so the dashboard's queue-duration panel finds the flows it joins on; each
+// dispatch round is timed; the saturation is read when scraped.
+func TestUpstreamEnqueueDispatchAndSaturationSeries(t *testing.T) {
+	var saturation atomic.Uint64
+	saturation.Store(math.Float64bits(0.25))
+	h := newHarness(t, Options{MaxBandLen: 1}, WithSaturation(func() float64 { return math.Float64frombits(saturation.Load()) }))
+	const enqueue = "inference_extension_flow_control_request_enqueue_duration_seconds"
+	const cycle = "inference_extension_flow_control_dispatch_cycle_duration_seconds"
+	const sat = "inference_extension_flow_control_pool_saturation"
+
+	h.admit(t.Context(), "queued", Item{FlowID: "tenant-a", Priority: 3, Endpoints: "m"})
+	if err := h.q.Admit(t.Context(), Item{FlowID: "tenant-b", Priority: 3, Endpoints: "m"}, h.gate.try("refused")); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("Admit over the band bound = %v, want %v", err, ErrQueueFull)
+	}
+	if err := h.q.Admit(t.Context(), Item{FlowID: "tenant-c", Priority: -1, Endpoints: "m"}, h.gate.try("shed")); !errors.Is(err, ErrShed) {
+		t.Fatalf("Admit of a sheddable request = %v, want %v", err, ErrShed)
+	}
+	want := map[string]float64{
+		"fairness_id=tenant-a,outcome=NotYetFinalized,priority=3":   1,
+		"fairness_id=tenant-b,outcome=RejectedCapacity,priority=3":  1,
+		"fairness_id=tenant-c,outcome=RejectedCapacity,priority=-1": 1,
+	}
+	if diff := cmp.Diff(want, h.family(t, enqueue)); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", enqueue, diff)
+	}
+
+	h.gate.open(1)
+	h.q.Notify()
+	if err := h.result("queued"); err != nil {
+		t.Fatalf("queued: %v", err)
+	}
+	if got := h.samples(t, "inference_extension_flow_control_request_queue_duration_seconds",
+		map[string]string{"fairness_id": "tenant-a", "priority": "3", "outcome": "Dispatched"}); got != 1 {
+		t.Errorf("queue durations of the dispatched flow = %v, want 1 beside its enqueue duration", got)
+	}
+	for h.samples(t, cycle, nil) == 0 { // the round that dispatched it is timed when it ends
+		runtime.Gosched()
+	}
+	if got := h.family(t, cycle); len(got) != 1 || got[""] == 0 {
+		t.Errorf("%s = %v, want one series without labels", cycle, got)
+	}
+	upstream := []float64{0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1}
+	for _, name := range []string{enqueue, cycle} {
+		if diff := cmp.Diff(upstream, h.buckets(t, name)); diff != "" {
+			t.Errorf("%s buckets (-want +got):\n%s", name, diff)
+		}
+	}
+
+	if diff := cmp.Diff(map[string]float64{"inference_pool=pool": 0.25}, h.family(t, sat)); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", sat, diff)
+	}
+	saturation.Store(math.Float64bits(1))
+	if diff := cmp.Diff(map[string]float64{"inference_pool=pool": 1}, h.family(t, sat)); diff != "" {
+		t.Errorf("%s once the pool filled (-want +got):\n%s", sat, diff)
 	}
 }
 

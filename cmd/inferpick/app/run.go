@@ -194,7 +194,9 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 	var queue *flowcontrol.Queue
 	var runnables []manager.Runnable
 	if o.FlowControl.Enabled {
-		queue, err = flowcontrol.New(o.FlowControl, flowcontrol.WithRegisterer(promReg, poolLabel(o)))
+		sat := cfg.Default()
+		queue, err = flowcontrol.New(o.FlowControl, flowcontrol.WithRegisterer(promReg, poolLabel(o)),
+			flowcontrol.WithSaturation(func() float64 { return sat.Saturation(reg.Workers(), time.Now()) }))
 		if err != nil {
 			return nil, err
 		}
