@@ -44,10 +44,12 @@ func (q *Queue) stop() {
 // looked at. Then it goes on with the sweep: a walk through the whole queue
 // that each round takes up where the last one stopped, passing over the
 // endpoints it found full since it began, until another maxFullPerRound
-// sets are found full or scanLimit more waiters looked at. A round that
-// stops with the sweep unfinished wakes the dispatcher again, so the sweep
-// reaches every waiter in a few rounds even with no capacity freeing, and
-// a waiter behind any number of full endpoint sets is tried.
+// sets are found full or scanLimit more waiters looked at. A sweep left
+// unfinished goes on in the next round, which every wake-up starts (a
+// release, an arrival, an endpoint joining, and the scrape-interval tick
+// when the picker runs the queue), so a waiter behind any number of full
+// endpoint sets is tried, while each wake-up costs at most two bounded
+// parts however long the queue.
 func (q *Queue) dispatch(ctx context.Context) {
 	start := q.clock.Now()
 	defer func() { q.metrics.upCycle.Observe(q.clock.Since(start).Seconds()) }()
@@ -90,7 +92,6 @@ func (q *Queue) dispatch(ctx context.Context) {
 			}
 		}
 	}
-	q.Notify() // the sweep goes on in the next round
 }
 
 // attempt runs w's try without the lock and settles its outcome; it reports
