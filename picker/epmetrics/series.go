@@ -28,6 +28,16 @@ type Series struct {
 	running   prometheus.Gauge
 }
 
+// Labels returns the model_name and target_model_name the series carry
+// (past the bound on models, __other__), or "" for no series: other series
+// of the request use them too.
+func (s *Series) Labels() (model, target string) {
+	if s == nil {
+		return "", ""
+	}
+	return s.model, s.target
+}
+
 // targetName is the series' target model, or "" for no series.
 func (s *Series) targetName() string {
 	if s == nil {

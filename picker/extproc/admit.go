@@ -72,8 +72,9 @@ func (x *exchange) admit() error {
 	if x.s.opts.Reserve != nil {
 		x.pick.Reserve = x.s.opts.Reserve(x.priority)
 	}
-	it := flowcontrol.Item{Priority: x.priority, FlowID: x.fairnessID, Bytes: int64(len(x.body)), Model: x.parsed.Model,
-		TargetModel: x.pick.Model, Endpoints: x.pick.Model}
+	model, target := x.series.Labels() // bounded, as the request's other series
+	it := flowcontrol.Item{Priority: x.priority, FlowID: x.fairnessID, Bytes: int64(len(x.body)), Model: model,
+		TargetModel: target, Endpoints: x.pick.Model}
 	if x.subset.present {
 		it.Endpoints += "\x00" + x.subset.String()
 	}

@@ -398,3 +398,40 @@ func TestASheddableRequestIsShedOnlyWhenItsOwnModelIsSaturated(t *testing.T) {
 		t.Errorf("%d waiting, want the busy model's 1", n)
 	}
 }
+
+// Model names come from request bodies: the flow-control series name them
+// as the request's other series do, the first 256 and then __other__, so
+// waiting requests for made-up models cannot grow them without bound.
+func TestQueuedRequestsForMadeUpModelsKeepTheSeriesBounded(t *testing.T) {
+	e, q, qreg := queueEnv(t, flowcontrol.Options{MaxLen: 1000, MaxBandLen: 1000})
+	first := e.open()
+	first.sendRequest("interactive")
+	first.routed(true)
+	for i := range 300 {
+		s := e.open()
+		body := chatBody(fmt.Sprint("made-up-", i), "hello")
+		s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+		s.requestBody(body, true)
+	}
+	eventually(t, "300 requests queued", func() bool { return q.Len() == 300 })
+	mfs, err := qreg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != "inference_extension_flow_control_queue_size" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "model_name" {
+					models[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	if len(models) > 257 || !models["__other__"] {
+		t.Errorf("the queue-size series name %d models for 300 made-up ones (with __other__: %v), want at most 257", len(models), models["__other__"])
+	}
+}

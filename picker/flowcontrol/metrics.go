@@ -2,6 +2,7 @@ package flowcontrol
 
 import (
 	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -31,7 +32,24 @@ type metrics struct {
 	upWait    *prometheus.HistogramVec
 	upEnqueue *prometheus.HistogramVec
 	upCycle   prometheus.Histogram
+
+	// Fairness ids come from a request header: the first maxFlows get
+	// series of their own, the rest share otherFlow. live counts the
+	// waiters behind each queue-size series, which goes once none is left.
+	mu    sync.Mutex
+	flows map[string]struct{}
+	live  map[sizeKey]int
 }
+
+// sizeKey is the labels of a queue-size series.
+type sizeKey struct {
+	flow, priority, model, target string
+}
+
+const (
+	maxFlows  = 256
+	otherFlow = "__other__"
+)
 
 // outcomeQueued is the upstream enqueue outcome of a request that entered
 // the queue: it has no outcome yet.
@@ -47,7 +65,9 @@ var upstreamLabels = []string{"fairness_id", "priority", "inference_pool", "mode
 // at scrape time for the upstream pool-saturation gauge.
 func newMetrics(reg prometheus.Registerer, pool string, saturation func() float64) *metrics {
 	m := &metrics{
-		pool: pool,
+		pool:  pool,
+		flows: map[string]struct{}{},
+		live:  map[sizeKey]int{},
 		length: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inferpick_flowcontrol_queue_length",
 			Help: "Requests waiting in the flow-control queue, by priority.",
@@ -108,31 +128,50 @@ func newMetrics(reg prometheus.Registerer, pool string, saturation func() float6
 	return m
 }
 
+// flow returns the fairness_id label of id.
+func (m *metrics) flow(id string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.flows[id]; ok {
+		return id
+	}
+	if len(m.flows) >= maxFlows {
+		return otherFlow
+	}
+	m.flows[id] = struct{}{}
+	return id
+}
+
+// queued counts a waiter in (sign 1) or out (-1). The upstream queue-size
+// and bytes series of its labels are deleted once no waiter of them is
+// left, so that fairness ids and models seen once do not stay exported.
 func (m *metrics) queued(it Item, sign float64) {
 	p := strconv.Itoa(it.Priority)
 	m.length.WithLabelValues(p).Add(sign)
 	m.bytes.WithLabelValues(p).Add(sign * float64(it.Bytes))
-	m.upSize.WithLabelValues(it.FlowID, p, m.pool, it.Model, it.TargetModel).Add(sign)
-	m.upBytes.WithLabelValues(it.FlowID, p, m.pool, it.Model, it.TargetModel).Add(sign * float64(it.Bytes))
+	k := sizeKey{m.flow(it.FlowID), p, it.Model, it.TargetModel}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.live[k] += int(sign)
+	if m.live[k] <= 0 {
+		delete(m.live, k)
+		m.upSize.DeleteLabelValues(k.flow, p, m.pool, k.model, k.target)
+		m.upBytes.DeleteLabelValues(k.flow, p, m.pool, k.model, k.target)
+		return
+	}
+	m.upSize.WithLabelValues(k.flow, p, m.pool, k.model, k.target).Add(sign)
+	m.upBytes.WithLabelValues(k.flow, p, m.pool, k.model, k.target).Add(sign * float64(it.Bytes))
 }
 
 func (m *metrics) done(it Item, outcome string, waited float64) {
 	p := strconv.Itoa(it.Priority)
 	m.outcomes.WithLabelValues(p, outcome).Inc()
 	m.wait.WithLabelValues(p, outcome).Observe(waited)
-	m.upWait.WithLabelValues(it.FlowID, p, upstreamOutcomes[outcome], m.pool, it.Model, it.TargetModel).Observe(waited)
+	m.upWait.WithLabelValues(m.flow(it.FlowID), p, upstreamOutcomes[outcome], m.pool, it.Model, it.TargetModel).Observe(waited)
 }
 
 // enqueued records how long it took to queue a request or turn it away;
 // outcome is an upstream outcome, or outcomeQueued.
 func (m *metrics) enqueued(it Item, outcome string, took float64) {
-	m.upEnqueue.WithLabelValues(it.FlowID, strconv.Itoa(it.Priority), outcome).Observe(took)
-}
-
-// forget drops the per-flow upstream series of a flow that has no waiters
-// left, so fairness ids seen once do not stay exported forever.
-func (m *metrics) forget(it Item) {
-	p := strconv.Itoa(it.Priority)
-	m.upSize.DeleteLabelValues(it.FlowID, p, m.pool, it.Model, it.TargetModel)
-	m.upBytes.DeleteLabelValues(it.FlowID, p, m.pool, it.Model, it.TargetModel)
+	m.upEnqueue.WithLabelValues(m.flow(it.FlowID), strconv.Itoa(it.Priority), outcome).Observe(took)
 }

@@ -233,9 +233,6 @@ func (q *Queue) removeLocked(w *waiter, advance bool) {
 	q.bands.remove(w, advance)
 	q.waiting.Add(-1)
 	q.metrics.queued(w.item, -1)
-	if len(w.flow.waiters) == 0 {
-		q.metrics.forget(w.item)
-	}
 }
 
 // leave takes a waiter out of the queue because its request stopped

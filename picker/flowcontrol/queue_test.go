@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -523,6 +524,62 @@ func TestUpstreamEnqueueDispatchAndSaturationSeries(t *testing.T) {
 	saturation.Store(math.Float64bits(1))
 	if diff := cmp.Diff(map[string]float64{"inference_pool=pool": 1}, h.family(t, sat)); diff != "" {
 		t.Errorf("%s once the pool filled (-want +got):\n%s", sat, diff)
+	}
+}
+
+// Fairness ids come from a request header and models from its body: the
+// upstream series name the first 256 fairness ids and count the rest under
+// __other__, and a queue-size series goes once no waiter of its labels is
+// left, even one a flow shared between two models.
+func TestFairnessIdsAndModelsKeepTheSeriesBounded(t *testing.T) {
+	const size = "inference_extension_flow_control_queue_size"
+	const bytes = "inference_extension_flow_control_queue_bytes"
+	const wait = "inference_extension_flow_control_request_queue_duration_seconds"
+	h := newHarness(t, Options{MaxLen: 1000, MaxBandLen: 1000})
+	cancels := map[string]context.CancelFunc{}
+	queue := func(name string, it Item) {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancels[name] = cancel
+		h.admit(ctx, name, it)
+	}
+	leave := func(name string) {
+		cancels[name]()
+		if err := h.result(name); !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: %v, want it cancelled", name, err)
+		}
+	}
+	// One flow with requests for two models; the one for "x" leaves first.
+	queue("a-x", Item{FlowID: "a", Model: "x", TargetModel: "x", Bytes: 10})
+	queue("a-y", Item{FlowID: "a", Model: "y", TargetModel: "y", Bytes: 10})
+	for i := range 300 {
+		queue(fmt.Sprint("tenant-", i), Item{FlowID: fmt.Sprint("tenant-", i), Model: "x", TargetModel: "x", Bytes: 1})
+	}
+	if got := h.seriesCount(t, size); got != maxFlows+2 {
+		t.Errorf("%d %s series for 301 fairness ids, want %d (the first %d, one of them with two models, and %s)", got, size, maxFlows+2, maxFlows, otherFlow)
+	}
+	if got := h.gaugeSum(t, size); got != 302 {
+		t.Errorf("%s adds up to %v, want the 302 waiting", size, got)
+	}
+	leave("a-x")
+	for i := range 300 {
+		leave(fmt.Sprint("tenant-", i))
+	}
+	leave("a-y")
+	for _, name := range []string{size, bytes} {
+		if got := h.family(t, name); len(got) != 0 {
+			t.Errorf("%s once nothing waits: %v, want no series", name, got)
+		}
+	}
+	flows := map[string]bool{}
+	for labels := range h.family(t, wait) {
+		for _, l := range strings.Split(labels, ",") {
+			if v, ok := strings.CutPrefix(l, "fairness_id="); ok {
+				flows[v] = true
+			}
+		}
+	}
+	if len(flows) != maxFlows+1 || !flows[otherFlow] {
+		t.Errorf("%s names %d fairness ids, want %d with %s", wait, len(flows), maxFlows+1, otherFlow)
 	}
 }
 
