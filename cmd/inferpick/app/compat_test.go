@@ -147,7 +147,33 @@ func TestUpstreamFlags(t *testing.T) {
 			got:  func(o *Options) any { return o.ModelServer.names.CacheInfo },
 			want: []scrape.CacheInfo{{Series: scrape.Series{Name: "sglang:cache_config_info"}, BlockSizeLabel: "page_size", NumBlocksLabel: "num_pages"}},
 		},
-		"bad metric spec":    {args: []string{"--total-running-requests-metric", "m{a!=b}"}, wantErr: "--total-running-requests-metric"},
+		"bad metric spec": {args: []string{"--total-running-requests-metric", "m{a!=b}"}, wantErr: "--total-running-requests-metric"},
+		"the upstream chart's flags map: a boolean, then its value, then more flags": {
+			args: []string{"--disable-endpoint-subset-filter", "true", "--v", "3", "--tracing=false", "--metrics-endpoint-auth=false"},
+			got: func(o *Options) any {
+				return []any{o.DisableSubsetFilter, o.logging.verbose, o.Tracing, o.MetricsEndpointAuth}
+			},
+			want: []any{true, 3, false, false},
+		},
+		"the upstream chart's flags map: false after a boolean turns it off": {
+			args: []string{"--metrics-endpoint-auth", "false", "--secure-serving", "FALSE", "--enable-pprof", "0", "--grpc-port", "9100"},
+			got:  func(o *Options) any { return []any{o.MetricsEndpointAuth, o.SecureServing, o.EnablePprof, o.GRPCPort} },
+			want: []any{false, false, false, 9100},
+		},
+		"a boolean's value the flag package reads as a value": {
+			args:   []string{"--enable-cert-reload", "False", "--health-checking", "T"},
+			warned: []string{"--enable-cert-reload", "--health-checking"},
+		},
+		"a word after a boolean is refused, not the rest dropped": {
+			args: []string{"--disable-endpoint-subset-filter", "yes", "--grpc-port", "9100"}, wantErr: `"yes"`,
+		},
+		"an argument that is no flag's value": {args: []string{"--grpc-port", "9100", "9101"}, wantErr: `"9101"`},
+		"arguments after a double dash":       {args: []string{"--", "--grpc-port", "9100"}, wantErr: `"--grpc-port"`},
+		"a value that looks like a flag is a value": {
+			args: []string{"--pool-group", "--disable-endpoint-subset-filter", "--v", "2"},
+			got:  func(o *Options) any { return []any{o.PoolGroup, o.DisableSubsetFilter, o.logging.verbose} },
+			want: []any{"--disable-endpoint-subset-filter", false, 2},
+		},
 		"subset filter off":  {args: []string{"--disable-endpoint-subset-filter"}, got: func(o *Options) any { return o.DisableSubsetFilter }, want: true},
 		"subset filter kept": {args: []string{"--disable-endpoint-subset-filter=false"}, got: func(o *Options) any { return o.DisableSubsetFilter }, want: false},
 		"endpoint scores":    {args: []string{"--emit-endpoint-scores"}, warned: []string{"--emit-endpoint-scores"}},

@@ -167,6 +167,13 @@ func TestChartArgsStartTheBinary(t *testing.T) {
 			args: "gie-v1.5.0-args.txt", config: "gie-v1.5.0-default-plugins.yaml",
 			warned: []string{"--pool-name"},
 		},
+		// Its flags map renders a boolean as two arguments: every flag
+		// after it (the ports added below among them) still counts, and
+		// "false" turns the flag off.
+		"inferencepool chart with booleans in inferenceExtension.flags": {
+			args: "gie-v1.5.0-flags-args.txt", config: "gie-v1.5.0-default-plugins.yaml",
+			warned: []string{"--enable-cert-reload", "--pool-name"},
+		},
 		"llm-d router chart": {
 			args: "llm-d-router-args.txt", config: "llm-d-router-default-plugins.yaml",
 			warned: []string{"--pool-name"},

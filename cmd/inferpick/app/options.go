@@ -261,13 +261,14 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ObjectivePriorities, "objective-priorities", o.ObjectivePriorities, "Priorities of objectives named by x-gateway-inference-objective, as name=priority,...; for use without InferenceObjective objects (e.g. with --static-endpoints).")
 }
 
-// Parse reads args as inferpick's command line on fs: the flags, then
-// Complete and Validate, unless --version asks for the version alone. The
-// options come back with the error too, as far as they were read.
+// Parse reads args as inferpick's command line on fs: the flags (every
+// one, see parseArgs), then Complete and Validate, unless --version asks
+// for the version alone. The options come back with the error too, as far
+// as they were read.
 func Parse(fs *flag.FlagSet, args []string) (*Options, error) {
 	o := NewOptions()
 	o.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return o, err
 	}
 	if o.PrintVersion {
