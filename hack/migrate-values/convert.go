@@ -233,6 +233,9 @@ func envList(v any) any {
 
 // pluginsConfig translates a custom EndpointPickerConfig into the picker's
 // policy values, as the picker itself would read it.
+// maxFallbacks is the most picker.fallbacks the chart's schema allows.
+const maxFallbacks = 16
+
 func (c *converter) pluginsConfig() {
 	const ie = "inferenceExtension."
 	file, _ := c.take(ie + "pluginsConfigFile")
@@ -276,6 +279,15 @@ func (c *converter) pluginsConfig() {
 	}
 	if f.KVEventsTopic != "" {
 		c.set("picker.kvEvents.topic", f.KVEventsTopic)
+	}
+	if f.MaxEndpoints > 0 {
+		// The primary and its fallbacks, as the picker reads the file.
+		n := f.MaxEndpoints - 1
+		if n > maxFallbacks {
+			c.note("pluginsCustomConfig[%s]: max-score-picker maxNumOfEndpoints %d is over the chart's %d fallbacks: picker.fallbacks is %d", name, f.MaxEndpoints, maxFallbacks, maxFallbacks)
+			n = maxFallbacks
+		}
+		c.set("picker.fallbacks", n)
 	}
 	for k := range docs {
 		if k != name {

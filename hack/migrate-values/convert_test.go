@@ -77,6 +77,33 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 			notes: []string{"pluginsCustomConfig[precise.yaml]: tokenProcessorConfig and indexerConfig of precise-prefix-cache-scorer have no effect"},
 		},
+		"the max-score picker's maxNumOfEndpoints: the endpoints the gateway is given": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: one.yaml
+  pluginsCustomConfig:
+    one.yaml: |
+      apiVersion: inference.networking.x-k8s.io/v1alpha1
+      kind: EndpointPickerConfig
+      plugins:
+      - type: queue-scorer
+      - type: max-score-picker
+        parameters: {maxNumOfEndpoints: 1}
+      schedulingProfiles:
+      - name: default
+        plugins:
+        - pluginRef: queue-scorer
+        - pluginRef: max-score-picker
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker:
+  config: {name: weighted-scorer, weightedScorer: {queueWeight: 1}}
+  fallbacks: 0
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
 		"unknown keys are reported": {
 			upstream: `
 inferenceExtension:

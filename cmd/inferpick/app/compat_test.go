@@ -43,6 +43,8 @@ func TestUpstreamFlags(t *testing.T) {
 	}
 	preciseConfig := string(precise)
 	static := []string{"--static-endpoints", "127.0.0.1:1"}
+	const header = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+	const profile = "schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: max-score-picker\n"
 	cases := map[string]struct {
 		args    []string
 		got     func(o *Options) any
@@ -100,6 +102,15 @@ func TestUpstreamFlags(t *testing.T) {
 			args:   []string{"--config-text", preciseConfig, "--kv-events-port", "5600", "--kv-events-topic", "kv"},
 			got:    func(o *Options) any { return []any{o.KVEventsPort, o.KVEventsTopic} },
 			want:   []any{5600, "kv"},
+			warned: []string{"--config-text"},
+		},
+		"the max-score picker's maxNumOfEndpoints sets the fallbacks": {
+			args: []string{"--config-text", header + "plugins:\n- type: queue-scorer\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 1}\n" + profile},
+			got:  func(o *Options) any { return o.Fallbacks }, want: 0,
+		},
+		"--fallbacks wins over maxNumOfEndpoints, and says so": {
+			args: []string{"--config-text", header + "plugins:\n- type: queue-scorer\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 1}\n" + profile, "--fallbacks", "3"},
+			got:  func(o *Options) any { return o.Fallbacks }, want: 3,
 			warned: []string{"--config-text"},
 		},
 		"config file and text":   {args: []string{"--config-file", cfgFile, "--config-text", "policy: {}"}, wantErr: "exclude"},

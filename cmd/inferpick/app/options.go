@@ -384,6 +384,18 @@ func (o *Options) readConfig() error {
 	if f.KVEventsTopic != "" && !o.flagSet("kv-events-topic") {
 		o.KVEventsTopic = f.KVEventsTopic
 	}
+	// The picker's maxNumOfEndpoints lists the primary and N-1 fallbacks;
+	// --fallbacks, when given, wins, as the other flags win over the file.
+	if f.MaxEndpoints > 0 {
+		switch {
+		case !o.flagSet("fallbacks"):
+			o.Fallbacks = f.MaxEndpoints - 1
+		case o.Fallbacks != f.MaxEndpoints-1:
+			o.Warnings = append(o.Warnings, Warning{Flag: src, Reason: fmt.Sprintf(
+				"max-score-picker maxNumOfEndpoints %d has no effect: --fallbacks %d is given, so %d endpoints are listed",
+				f.MaxEndpoints, o.Fallbacks, o.Fallbacks+1)})
+		}
+	}
 	for _, w := range f.Warnings {
 		o.Warnings = append(o.Warnings, Warning{Flag: src, Reason: w})
 	}

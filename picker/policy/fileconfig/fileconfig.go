@@ -27,6 +27,10 @@ type File struct {
 	// their topics (llm-d's precise-prefix-cache-scorer).
 	KVEventsPort  int
 	KVEventsTopic string
+	// MaxEndpoints, when not 0, is how many endpoints the destination
+	// header lists, the primary and its fallbacks (the max-score picker's
+	// maxNumOfEndpoints).
+	MaxEndpoints int
 	// Warnings name what the document asks for that has no effect here,
 	// one sentence each, to be logged once at start.
 	Warnings []string

@@ -135,6 +135,24 @@ schedulingProfiles:
 			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: precise-prefix-cache-scorer\n",
 			want: File{Policy: policy.Config{Name: policy.CacheAware}, KVEventsPort: 5557, KVEventsTopic: "kv@"},
 		},
+		"the max-score picker's maxNumOfEndpoints: how many endpoints the gateway is given": {
+			in:   header + "plugins:\n- type: queue-scorer\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 3}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: max-score-picker\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}, MaxEndpoints: 3},
+		},
+		"maxNumOfEndpoints under 1 is 1, as upstream takes it": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 0}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: max-score-picker\n",
+			want: File{
+				Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}, MaxEndpoints: 1,
+				Warnings: []string{"max-score-picker maxNumOfEndpoints 0 is taken as 1, as upstream does: the primary endpoint alone, no fallback"},
+			},
+		},
+		"parameters of a plugin that takes none are reported": {
+			in: header + "plugins:\n- type: lora-affinity-scorer\n  parameters: {noSuchParameter: 7}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: lora-affinity-scorer\n",
+			want: File{
+				Policy:   policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{LoRAWeight: 1}},
+				Warnings: []string{"parameters of lora-affinity-scorer (noSuchParameter) have no effect: it takes none"},
+			},
+		},
 		"openai parser": {
 			in:   header + "plugins:\n- type: openai-parser\n- type: queue-scorer\nparser:\n  pluginRef: openai-parser\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
 			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
@@ -223,6 +241,14 @@ func TestParseRejects(t *testing.T) {
 			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig:\n      podDiscoveryConfig: {socketPort: 70000}\n",
 			want: []string{"line 7", "socketPort"},
 		},
+		"maxNumOfEndpoints that is no number": {
+			in:   header + "plugins:\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: two}\n",
+			want: []string{"line 5", "maxNumOfEndpoints", `"two"`},
+		},
+		"parameters that are no mapping": {
+			in:   header + "plugins:\n- type: queue-scorer\n  parameters: [1, 2]\n",
+			want: []string{"line 5", "mapping"},
+		},
 		"no profile": {
 			in:   header + "plugins:\n- type: queue-scorer\n",
 			want: []string{"schedulingProfiles"},
@@ -247,6 +273,22 @@ func TestParseRejects(t *testing.T) {
 	}
 }
 
+// TestPluginParametersAreUsedOrReported: a parameter given to any plugin
+// type the file may name is read, or refused, or logged at start as having
+// no effect; none is dropped without a word.
+func TestPluginParametersAreUsedOrReported(t *testing.T) {
+	for typ := range known {
+		t.Run(typ, func(t *testing.T) {
+			doc := header + "plugins:\n- type: " + typ + "\n  parameters: {notAParameter: 7}\n- type: queue-scorer\n" +
+				"schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n"
+			f, err := Parse([]byte(doc))
+			if err == nil && len(f.Warnings) == 0 {
+				t.Errorf("parameter notAParameter of %s accepted with no error and no warning", typ)
+			}
+		})
+	}
+}
+
 // FuzzParse checks that any input either fails with an error or yields a
 // configuration: it never panics.
 func FuzzParse(f *testing.F) {
@@ -254,10 +296,14 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("policy:\n  name: least-load\n"))
 	f.Add([]byte(header + "plugins:\n- {name: s, type: utilization-detector, parameters: {queueDepthThreshold: 3}}\nsaturationDetector: {pluginRef: s}\n"))
 	f.Add([]byte(header + "requestHandler:\n  parsers:\n  - pluginRef: p\n"))
+	f.Add([]byte(header + "plugins:\n- {type: max-score-picker, parameters: {maxNumOfEndpoints: 2}}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: max-score-picker\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Parse(data)
 		if err != nil {
 			return
+		}
+		if got.MaxEndpoints < 0 {
+			t.Fatalf("maxNumOfEndpoints %d accepted from:\n%s", got.MaxEndpoints, data)
 		}
 		ws := got.Policy.WeightedScorer
 		for _, w := range []float64{ws.QueueWeight, ws.KVWeight, ws.PrefixWeight} {

@@ -3,6 +3,7 @@ package fileconfig
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -63,9 +64,12 @@ func (u *upstream) checkPlugin(p plugin) error {
 		}
 		return fmt.Errorf("line %d: plugin type %q is not supported: use inferpick's own policy block (see docs/policy.md)", p.line, p.typ)
 	}
+	if p.params != nil && p.params.Kind != yaml.MappingNode && !isNull(p.params) {
+		return fmt.Errorf("line %d: parameters of %s must be a mapping", p.params.Line, p.typ)
+	}
 	switch p.typ {
 	case "prefix-cache-scorer":
-		if p.params != nil && len(p.params.Content) > 0 {
+		if hasParams(p) {
 			u.warn("parameters of prefix-cache-scorer have no effect: the prefix index uses 64-byte blocks and sizes itself from vllm:cache_config_info")
 		}
 	case "precise-prefix-cache-scorer":
@@ -76,9 +80,57 @@ func (u *upstream) checkPlugin(p plugin) error {
 		return u.readDataSource(p)
 	case "core-metrics-extractor":
 		return u.readExtractor(p)
+	case "max-score-picker":
+		return u.readPicker(p)
+	default:
+		// Upstream's factories of the other known types read no
+		// parameters: whatever is given changes nothing there either.
+		if hasParams(p) {
+			u.warn(fmt.Sprintf("parameters of %s (%s) have no effect: it takes none", p.typ, strings.Join(paramNames(p), ", ")))
+		}
 	}
 	return nil
 }
+
+// readPicker reads the max-score picker's maxNumOfEndpoints: how many
+// endpoints the destination header lists, the primary and its fallbacks.
+// Upstream takes a value under 1 as 1.
+func (u *upstream) readPicker(p plugin) error {
+	if !hasParams(p) {
+		return nil
+	}
+	for i := 0; i+1 < len(p.params.Content); i += 2 {
+		k, v := p.params.Content[i], p.params.Content[i+1]
+		if k.Value != "maxNumOfEndpoints" {
+			u.warn(fmt.Sprintf("max-score-picker parameter %s has no effect: the picker takes maxNumOfEndpoints only", k.Value))
+			continue
+		}
+		n, err := strconv.Atoi(v.Value)
+		if v.Kind != yaml.ScalarNode || err != nil {
+			return fmt.Errorf("line %d: max-score-picker maxNumOfEndpoints %q is not a whole number", v.Line, v.Value)
+		}
+		if n < 1 {
+			u.warn(fmt.Sprintf("max-score-picker maxNumOfEndpoints %d is taken as 1, as upstream does: the primary endpoint alone, no fallback", n))
+			n = 1
+		}
+		u.maxEndpoints[p.name] = n
+	}
+	return nil
+}
+
+// hasParams reports whether the plugin is given any parameter.
+func hasParams(p plugin) bool { return p.params != nil && len(p.params.Content) > 0 }
+
+// paramNames lists the names of the plugin's parameters.
+func paramNames(p plugin) []string {
+	var names []string
+	for i := 0; i+1 < len(p.params.Content); i += 2 {
+		names = append(names, p.params.Content[i].Value)
+	}
+	return names
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
 
 // readPrecise reads llm-d's precise-prefix-cache-scorer: the pods' KV-cache
 // events become --kv-events-port and --kv-events-topic (llm-d's defaults:

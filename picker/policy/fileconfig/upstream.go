@@ -31,13 +31,16 @@ type plugin struct {
 type upstream struct {
 	out     File
 	plugins map[string]plugin
+	// maxEndpoints holds the maxNumOfEndpoints of the pickers that set it,
+	// by plugin name.
+	maxEndpoints map[string]int
 }
 
 // fromUpstream translates an EndpointPickerConfig: one scheduling profile of
 // the queue, KV-cache and prefix-cache scorers and a max-score picker
 // becomes the weighted-scorer policy with the profile's weights.
 func fromUpstream(doc *yaml.Node) (File, error) {
-	u := &upstream{plugins: map[string]plugin{}}
+	u := &upstream{plugins: map[string]plugin{}, maxEndpoints: map[string]int{}}
 	var profiles *yaml.Node
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
@@ -173,6 +176,9 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 		}
 		if !role.inProfile {
 			return fmt.Errorf("line %d: plugin %q (%s) cannot be in a scheduling profile", ref.Line, name, p.typ)
+		}
+		if n, ok := u.maxEndpoints[name]; ok {
+			u.out.MaxEndpoints = n
 		}
 	}
 	if precise {
