@@ -233,6 +233,9 @@ func envList(v any) any {
 
 // pluginsConfig translates a custom EndpointPickerConfig into the picker's
 // policy values, as the picker itself would read it.
+// upstreamInterval is the upstream chart's monitoring.interval default.
+const upstreamInterval = "10s"
+
 // maxFallbacks is the most picker.fallbacks the chart's schema allows.
 const maxFallbacks = 16
 
@@ -330,6 +333,9 @@ func (c *converter) flagMap() {
 
 func (c *converter) monitoring() {
 	const m = "inferenceExtension.monitoring."
+	// Upstream scrapes every 10s unless the values say otherwise; the
+	// chart's own default is 30s.
+	c.set("metrics.serviceMonitor.interval", upstreamInterval)
 	c.move(m+"interval", "metrics.serviceMonitor.interval")
 	if on, ok := c.take(m + "prometheus.enabled"); ok {
 		c.set("metrics.serviceMonitor.enabled", on)

@@ -13,9 +13,34 @@ import (
 func TestConvert(t *testing.T) {
 	tests := map[string]struct {
 		upstream string
-		want     string // the inferpick values, as YAML
+		want     string // the inferpick values, as YAML; without metrics, upstream's 10s scrape interval
 		notes    []string
 	}{
+		"monitoring with upstream's default interval scrapes every 10s, not the chart's 30s": {
+			upstream: `
+inferenceExtension:
+  monitoring:
+    prometheus: {enabled: true}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+metrics: {serviceMonitor: {enabled: true, interval: 10s}}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
+		"a monitoring interval of the values is kept": {
+			upstream: `
+inferenceExtension:
+  monitoring: {interval: 1m, prometheus: {enabled: true}}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+metrics: {serviceMonitor: {enabled: true, interval: 1m}}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
 		"env as a map, flags by kind": {
 			upstream: `
 inferenceExtension:
@@ -132,6 +157,12 @@ inferencePool:
 			}
 			if err := yaml.Unmarshal([]byte(tc.want), &want); err != nil {
 				t.Fatal(err)
+			}
+			if want == nil {
+				want = map[string]any{}
+			}
+			if _, ok := want["metrics"]; !ok {
+				want["metrics"] = map[string]any{"serviceMonitor": map[string]any{"interval": "10s"}}
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("values (-want +got):\n%s", diff)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
 )
@@ -57,6 +58,12 @@ func TestMigrateValues(t *testing.T) {
 					}
 				}
 				m.only(t, "DestinationRule")
+				// The upstream values leave monitoring.interval at its
+				// default, which scrapes every 10s.
+				endpoints, _, _ := unstructured.NestedSlice(m.only(t, "ServiceMonitor").Object, "spec", "endpoints")
+				if len(endpoints) != 1 || endpoints[0].(map[string]any)["interval"] != "10s" {
+					t.Errorf("ServiceMonitor endpoints %v, want one scraped every 10s as upstream's", endpoints)
+				}
 			},
 			notes: []string{"--objective-priorities"},
 		},
