@@ -283,6 +283,9 @@ func (c *converter) pluginsConfig() {
 	if f.KVEventsTopic != "" {
 		c.set("picker.kvEvents.topic", f.KVEventsTopic)
 	}
+	if f.ModelServerType != "" {
+		c.set("picker.modelServerType", f.ModelServerType)
+	}
 	if f.MaxEndpoints > 0 {
 		// The primary and its fallbacks, as the picker reads the file.
 		n := f.MaxEndpoints - 1

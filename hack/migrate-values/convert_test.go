@@ -129,6 +129,26 @@ picker:
 pool: {selector: {matchLabels: {app: m}}}
 `,
 		},
+		"llm-d's precise prefix-cache sample, on TensorRT-LLM": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: precise.yaml
+  pluginsCustomConfig:
+    precise.yaml: |
+` + indent(strings.Replace(readConfig(t, "llm-d-v0.8.0-precise-prefix-cache-config.yaml"),
+				"- type: core-metrics-extractor", "- type: core-metrics-extractor\n    parameters: {defaultEngine: trtllm-serve}", 1), "      ") + `
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker:
+  config: {name: cache-aware}
+  kvEvents: {port: 5557, topic: "kv@"}
+  modelServerType: trtllm
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"pluginsCustomConfig[precise.yaml]: parameters of tokenizer (modelName) have no effect"},
+		},
 		"unknown keys are reported": {
 			upstream: `
 inferenceExtension:

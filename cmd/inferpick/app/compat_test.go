@@ -113,6 +113,24 @@ func TestUpstreamFlags(t *testing.T) {
 			got:  func(o *Options) any { return o.Fallbacks }, want: 3,
 			warned: []string{"--config-text"},
 		},
+		"llm-d's precise prefix-cache sample": {
+			args:   []string{"--config-text", readTestdata(t, "llm-d-v0.8.0-precise-prefix-cache-config.yaml")},
+			got:    func(o *Options) any { return []any{o.Policy.Name, o.KVEventsPort, o.KVEventsTopic} },
+			want:   []any{policy.CacheAware, 5557, "kv@"},
+			warned: []string{"--config-text", "--config-text", "--config-text"}, // tokenizer, tokenProcessorConfig, weights
+		},
+		"TensorRT-LLM's metric names from core-metrics-extractor": {
+			args: []string{"--config-text", header + "plugins:\n- type: queue-scorer\n- type: core-metrics-extractor\n  parameters: {defaultEngine: trtllm-serve}\n" +
+				"schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n"},
+			got:  func(o *Options) any { return o.ModelServer.names },
+			want: mustPreset(t, scrape.TRTLLM),
+		},
+		"--model-server-type wins over core-metrics-extractor": {
+			args: []string{"--model-server-type", "vllm", "--config-text", header + "plugins:\n- type: queue-scorer\n- type: core-metrics-extractor\n  parameters: {defaultEngine: trtllm-serve}\n" +
+				"schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n"},
+			got:  func(o *Options) any { return o.ModelServer.names },
+			want: mustPreset(t, scrape.VLLM),
+		},
 		"config file and text":   {args: []string{"--config-file", cfgFile, "--config-text", "policy: {}"}, wantErr: "exclude"},
 		"config text error line": {args: []string{"--config-text", "policy:\n  name: random\n  nmae: x\n"}, wantErr: "line 3"},
 		"endpoint selector": {
@@ -229,6 +247,26 @@ func TestUpstreamFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readTestdata returns a file of testdata as a string.
+func readTestdata(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// mustPreset returns the metric names of a --model-server-type.
+func mustPreset(t *testing.T, kind string) scrape.Names {
+	t.Helper()
+	names, err := scrape.Preset(kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
 }
 
 // TestLogging checks the zap flags and -v: which lines a logger built from

@@ -174,6 +174,15 @@ func TestChartArgsStartTheBinary(t *testing.T) {
 			args: "gie-v1.5.0-flags-args.txt", config: "gie-v1.5.0-default-plugins.yaml",
 			warned: []string{"--enable-cert-reload", "--pool-name"},
 		},
+		"llm-d router chart with llm-d's sample config without P/D": {
+			args: "llm-d-router-args.txt", config: "llm-d-v0.8.0-epp-config.yaml",
+			warned: []string{"--pool-name"},
+		},
+		"llm-d router chart with llm-d's precise prefix-cache sample config": {
+			args: "llm-d-router-args.txt", config: "llm-d-v0.8.0-precise-prefix-cache-config.yaml",
+			// tokenizer, tokenProcessorConfig and the scorers' weights
+			warned: []string{"--config-file", "--config-file", "--config-file", "--pool-name"},
+		},
 		"llm-d router chart": {
 			args: "llm-d-router-args.txt", config: "llm-d-router-default-plugins.yaml",
 			warned: []string{"--pool-name"},
@@ -221,7 +230,9 @@ func warnedFlags(t *testing.T, log string) []string {
 			continue
 		}
 		if line.Msg == warningMessage {
-			flags = append(flags, line.Flag)
+			// A configuration's warnings name the flag and its file.
+			name, _, _ := strings.Cut(line.Flag, " ")
+			flags = append(flags, name)
 		}
 	}
 	slices.Sort(flags)

@@ -319,10 +319,10 @@ func (o *Options) Complete() error {
 	if o.tlsCipherSuites, err = parseCipherSuites(o.TLSCipherSuites); err != nil {
 		return fmt.Errorf("--tls-cipher-suites: %w", err)
 	}
-	if err := o.ModelServer.complete(o.flagSet); err != nil {
+	if err := o.readConfig(); err != nil {
 		return err
 	}
-	if err := o.readConfig(); err != nil {
+	if err := o.ModelServer.complete(o.flagSet); err != nil {
 		return err
 	}
 	if o.PolicyName != "" {
@@ -383,6 +383,9 @@ func (o *Options) readConfig() error {
 	}
 	if f.KVEventsTopic != "" && !o.flagSet("kv-events-topic") {
 		o.KVEventsTopic = f.KVEventsTopic
+	}
+	if f.ModelServerType != "" && !o.flagSet(flagModelServerType) {
+		o.ModelServer.Type = f.ModelServerType
 	}
 	// The picker's maxNumOfEndpoints lists the primary and N-1 fallbacks;
 	// --fallbacks, when given, wins, as the other flags win over the file.

@@ -31,6 +31,9 @@ type File struct {
 	// header lists, the primary and its fallbacks (the max-score picker's
 	// maxNumOfEndpoints).
 	MaxEndpoints int
+	// ModelServerType, when not empty, is the kind of model server whose
+	// metric names are read (core-metrics-extractor's defaultEngine).
+	ModelServerType string
 	// Warnings name what the document asks for that has no effect here,
 	// one sentence each, to be logged once at start.
 	Warnings []string

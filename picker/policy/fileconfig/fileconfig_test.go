@@ -153,6 +153,29 @@ schedulingProfiles:
 				Warnings: []string{"parameters of lora-affinity-scorer (noSuchParameter) have no effect: it takes none"},
 			},
 		},
+		"llm-d's sample without P/D: decode-filter keeps the pool's pods, which all decode": {
+			in:   readChartConfig(t, "llm-d-v0.8.0-epp-config.yaml"),
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{PrefixWeight: 2}}},
+		},
+		"llm-d's precise prefix-cache sample: tokenizer and dataLayer are what the picker does": {
+			in: readChartConfig(t, "llm-d-v0.8.0-precise-prefix-cache-config.yaml"),
+			want: File{
+				Policy:       policy.Config{Name: policy.CacheAware},
+				KVEventsPort: 5557, KVEventsTopic: "kv@",
+				Warnings: []string{
+					"parameters of tokenizer (modelName) have no effect: with precise-prefix-cache-scorer, prompts are tokenized by the model servers (/tokenize) for the model each request names",
+					"tokenProcessorConfig and indexerConfig of precise-prefix-cache-scorer have no effect: the KV-event index keys a block by its token ids (no hash seed to match), takes the block size from the events and tokenizes prompts on the model servers (/tokenize)",
+					"the weights of the scorers beside precise-prefix-cache-scorer have no effect: the cache-aware policy weighs each pod's load against what its cache holds",
+				},
+			},
+		},
+		"TensorRT-LLM metrics": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: core-metrics-extractor\n  parameters: {defaultEngine: triton-tensorrt-llm}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
+			want: File{
+				Policy:          policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}},
+				ModelServerType: "trtllm",
+			},
+		},
 		"openai parser": {
 			in:   header + "plugins:\n- type: openai-parser\n- type: queue-scorer\nparser:\n  pluginRef: openai-parser\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
 			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
@@ -249,6 +272,27 @@ func TestParseRejects(t *testing.T) {
 			in:   header + "plugins:\n- type: queue-scorer\n  parameters: [1, 2]\n",
 			want: []string{"line 5", "mapping"},
 		},
+		"prefill/decode disaggregation": {
+			in:   header + "plugins:\n- type: decode-filter\n- type: prefill-filter\n",
+			want: []string{"line 5", `"prefill-filter"`, "disaggregation", "decode-filter"},
+		},
+		"llm-d's estimate sample: its load-aware scorer": {
+			in:   header + "plugins:\n- type: single-profile-handler\n- type: decode-filter\n- type: prefix-cache-scorer\n- type: load-aware-scorer\n",
+			want: []string{"line 7", `"load-aware-scorer"`, "queue-scorer"},
+		},
+		"engine the scraper has no names for": {
+			in:   header + "plugins:\n- type: core-metrics-extractor\n  parameters: {defaultEngine: tgi}\n",
+			want: []string{"line 5", `"tgi"`, "trtllm-serve"},
+		},
+		"dataLayer source the picker does not stand for": {
+			in:   header + "plugins:\n- type: queue-scorer\ndataLayer:\n  sources:\n  - pluginRef: queue-scorer\n" + profile,
+			want: []string{"line 7", `"queue-scorer"`, "metrics-data-source"},
+		},
+		"dataLayer extractor its source does not feed": {
+			in: header + "plugins:\n- type: metrics-data-source\n- type: precise-prefix-cache-scorer\ndataLayer:\n  sources:\n" +
+				"  - pluginRef: metrics-data-source\n    extractors:\n    - pluginRef: precise-prefix-cache-scorer\n",
+			want: []string{"line 10", "precise-prefix-cache-scorer", "core-metrics-extractor"},
+		},
 		"no profile": {
 			in:   header + "plugins:\n- type: queue-scorer\n",
 			want: []string{"schedulingProfiles"},
@@ -297,6 +341,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(header + "plugins:\n- {name: s, type: utilization-detector, parameters: {queueDepthThreshold: 3}}\nsaturationDetector: {pluginRef: s}\n"))
 	f.Add([]byte(header + "requestHandler:\n  parsers:\n  - pluginRef: p\n"))
 	f.Add([]byte(header + "plugins:\n- {type: max-score-picker, parameters: {maxNumOfEndpoints: 2}}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: max-score-picker\n"))
+	f.Add([]byte(header + "plugins:\n- type: metrics-data-source\n- type: core-metrics-extractor\ndataLayer:\n  sources:\n  - pluginRef: metrics-data-source\n    extractors: [{pluginRef: core-metrics-extractor}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Parse(data)
 		if err != nil {

@@ -37,7 +37,21 @@ var known = map[string]role{
 	"core-metrics-extractor":      {},
 	"utilization-detector":        {},
 	"openai-parser":               {},
+	// llm-d's filter of the pods that decode: those labelled
+	// llm-d.ai/role decode (or a role that includes it) and those with no
+	// role label. With one profile there is no prefill stage, and the
+	// pool's pods all prefill and decode.
+	"decode-filter": {inProfile: true},
+	// llm-d's tokenizer (for precise-prefix-cache-scorer) and the source
+	// of the pool's endpoints it is fed from: the picker tokenizes on the
+	// model servers and follows the pool's pods itself.
+	"tokenizer":                    {inProfile: true},
+	"endpoint-notification-source": {},
 }
+
+// disaggregation says why the plugins of prefill/decode (or encode)
+// disaggregation are refused.
+const disaggregation = "one profile with decode-filter at most: prefill/decode disaggregation is not supported, each request is prefilled and decoded on the one pod the picker chooses"
 
 // instead says what to use for plugin types that are not translated.
 var instead = map[string]string{
@@ -48,10 +62,11 @@ var instead = map[string]string{
 	"token-load-scorer":            "policy: {name: least-load}",
 	"session-affinity-scorer":      "policy: {name: cache-aware}, which keeps a conversation where its prefix is cached",
 	"prefix-cache-affinity-filter": "policy: {name: cache-aware} with cacheAware.mode threshold and matchThreshold",
-	"pd-profile-handler":           "one profile: prefill/decode disaggregation is not supported",
-	"prefill-header-handler":       "one profile: prefill/decode disaggregation is not supported",
-	"prefill-filter":               "one profile: prefill/decode disaggregation is not supported",
-	"decode-filter":                "one profile: prefill/decode disaggregation is not supported",
+	"pd-profile-handler":           disaggregation,
+	"prefill-header-handler":       disaggregation,
+	"prefill-filter":               disaggregation,
+	"encode-filter":                disaggregation,
+	"load-aware-scorer":            "queue-scorer, which scores the same waiting queues (against the pool's longest rather than a fixed threshold)",
 	"passthrough-parser":           "openai-parser",
 	"vllmgrpc-parser":              "openai-parser over HTTP",
 }
@@ -82,6 +97,10 @@ func (u *upstream) checkPlugin(p plugin) error {
 		return u.readExtractor(p)
 	case "max-score-picker":
 		return u.readPicker(p)
+	case "tokenizer":
+		if hasParams(p) {
+			u.warn(fmt.Sprintf("parameters of tokenizer (%s) have no effect: with precise-prefix-cache-scorer, prompts are tokenized by the model servers (/tokenize) for the model each request names", strings.Join(paramNames(p), ", ")))
+		}
 	default:
 		// Upstream's factories of the other known types read no
 		// parameters: whatever is given changes nothing there either.
@@ -218,6 +237,10 @@ func (u *upstream) readDataSource(p plugin) error {
 	return nil
 }
 
+// readExtractor reads core-metrics-extractor's defaultEngine: vLLM's and
+// SGLang's names are what the scraper reads by default (--model-server-type
+// auto); TensorRT-LLM's (trtllm-serve, Triton's backend) become the trtllm
+// preset.
 func (u *upstream) readExtractor(p plugin) error {
 	if p.params == nil {
 		return nil
@@ -225,12 +248,14 @@ func (u *upstream) readExtractor(p plugin) error {
 	for i := 0; i+1 < len(p.params.Content); i += 2 {
 		k, v := p.params.Content[i], p.params.Content[i+1]
 		if k.Value != "defaultEngine" {
-			return fmt.Errorf("line %d: core-metrics-extractor parameter %q is not supported: the scraper reads vLLM and SGLang metric names", k.Line, k.Value)
+			return fmt.Errorf("line %d: core-metrics-extractor parameter %q is not supported: every pod's metrics are read with one engine's names (defaultEngine, or --model-server-type and the per-metric flags such as --total-queued-requests-metric)", k.Line, k.Value)
 		}
 		switch v.Value {
 		case "vllm", "sglang", "default":
+		case "trtllm-serve", "triton-tensorrt-llm":
+			u.out.ModelServerType = "trtllm"
 		default:
-			return fmt.Errorf("line %d: core-metrics-extractor engine %q is not supported: use vllm or sglang", v.Line, v.Value)
+			return fmt.Errorf("line %d: core-metrics-extractor engine %q is not supported: use vllm, sglang, trtllm-serve or triton-tensorrt-llm", v.Line, v.Value)
 		}
 	}
 	return nil

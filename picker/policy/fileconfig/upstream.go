@@ -3,7 +3,9 @@ package fileconfig
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -41,7 +43,7 @@ type upstream struct {
 // becomes the weighted-scorer policy with the profile's weights.
 func fromUpstream(doc *yaml.Node) (File, error) {
 	u := &upstream{plugins: map[string]plugin{}, maxEndpoints: map[string]int{}}
-	var profiles *yaml.Node
+	var profiles, dataLayer *yaml.Node
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
 		var err error
@@ -64,7 +66,7 @@ func fromUpstream(doc *yaml.Node) (File, error) {
 		case "requestHandler":
 			err = u.readRequestHandler(v)
 		case "dataLayer":
-			err = fmt.Errorf("line %d: dataLayer is not supported: inferpick scrapes the model servers' metrics itself (see --model-server-metrics-path)", k.Line)
+			dataLayer = v
 		case "flowControl":
 			err = fmt.Errorf("line %d: flowControl is not read from the file: %s", k.Line, flowControlInstead)
 		default:
@@ -74,10 +76,87 @@ func fromUpstream(doc *yaml.Node) (File, error) {
 			return File{}, err
 		}
 	}
+	if dataLayer != nil {
+		if err := u.readDataLayer(dataLayer); err != nil {
+			return File{}, err
+		}
+	}
 	if err := u.readProfiles(profiles); err != nil {
 		return File{}, err
 	}
 	return u.out, nil
+}
+
+// dataSources are the dataLayer sources read, each with the extractors it
+// may feed: what the picker does itself, scraping the model servers'
+// metrics and following the pool's pods for the KV-event index.
+var dataSources = map[string][]string{
+	"metrics-data-source":          {"core-metrics-extractor"},
+	"endpoint-notification-source": {"precise-prefix-cache-scorer"},
+}
+
+// readDataLayer checks dataLayer.sources against dataSources.
+func (u *upstream) readDataLayer(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: dataLayer must be a mapping", n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Value != "sources" {
+			return fmt.Errorf("line %d: unknown dataLayer field %q", k.Line, k.Value)
+		}
+		if v.Kind != yaml.SequenceNode {
+			return fmt.Errorf("line %d: dataLayer.sources must be a list", v.Line)
+		}
+		for _, src := range v.Content {
+			if err := u.readLayerSource(src); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// readLayerSource checks one source and the extractors it feeds.
+func (u *upstream) readLayerSource(src *yaml.Node) error {
+	if src.Kind != yaml.MappingNode || lookup(src, "pluginRef") == nil {
+		return fmt.Errorf("line %d: a dataLayer source needs a pluginRef", src.Line)
+	}
+	ref := lookup(src, "pluginRef")
+	p, ok := u.plugins[ref.Value]
+	if !ok {
+		return fmt.Errorf("line %d: dataLayer source pluginRef %q names no plugin in plugins", ref.Line, ref.Value)
+	}
+	feeds, ok := dataSources[p.typ]
+	if !ok {
+		return fmt.Errorf("line %d: dataLayer source %q (%s) is not supported: inferpick scrapes the model servers' metrics (metrics-data-source) and follows the pool's pods (endpoint-notification-source) itself", ref.Line, p.name, p.typ)
+	}
+	for i := 0; i+1 < len(src.Content); i += 2 {
+		k, v := src.Content[i], src.Content[i+1]
+		switch k.Value {
+		case "pluginRef":
+		case "extractors":
+			if v.Kind != yaml.SequenceNode {
+				return fmt.Errorf("line %d: extractors must be a list", v.Line)
+			}
+			for _, e := range v.Content {
+				eref := lookup(e, "pluginRef")
+				if eref == nil {
+					return fmt.Errorf("line %d: a dataLayer extractor needs a pluginRef", e.Line)
+				}
+				ep, ok := u.plugins[eref.Value]
+				if !ok {
+					return fmt.Errorf("line %d: dataLayer extractor pluginRef %q names no plugin in plugins", eref.Line, eref.Value)
+				}
+				if !slices.Contains(feeds, ep.typ) {
+					return fmt.Errorf("line %d: dataLayer extractor %q (%s) of %s is not supported: %s feeds %s only", eref.Line, ep.name, ep.typ, p.typ, p.typ, strings.Join(feeds, ", "))
+				}
+			}
+		default:
+			return fmt.Errorf("line %d: unknown dataLayer source field %q", k.Line, k.Value)
+		}
+	}
+	return nil
 }
 
 // flowControlInstead says how inferpick's flow control is set.
