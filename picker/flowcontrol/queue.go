@@ -223,7 +223,7 @@ func (q *Queue) roomLocked(it Item) bool {
 		below--
 		belowBytes -= c.item.Bytes
 	}
-	return n-below+1 <= q.opts.MaxLen && bytes-belowBytes+it.Bytes <= q.opts.MaxBytes
+	return n-below < q.opts.MaxLen && bytes-belowBytes+it.Bytes <= q.opts.MaxBytes
 }
 
 func (q *Queue) removeLocked(w *waiter, advance bool) {

@@ -45,7 +45,7 @@ func TestSaturationFollowsHowFullTheWorkersAre(t *testing.T) {
 			_, ws := pool(len(tc.inFlight))
 			for i, n := range tc.inFlight {
 				admit(t, ws[i], n)
-				if tc.metrics != nil && tc.metrics[i] != nil {
+				if i < len(tc.metrics) && tc.metrics[i] != nil {
 					ws[i].SetMetrics(tc.metrics[i])
 				}
 			}
