@@ -86,6 +86,10 @@ type PoolReconciler struct {
 	// missing is true once the pool's absence was logged.
 	missing bool
 
+	// announcedFor is the UID of the pool object the fields below describe:
+	// a pool deleted and re-created between two reconciles is a new object
+	// whose Events start afresh.
+	announcedFor types.UID
 	// reported is the endpoint count last announced in an Event, or -1 when
 	// nothing was announced for the current pool object.
 	reported int
@@ -175,6 +179,11 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context) (ctrl.Result, error)
 	if r.missing {
 		r.missing = false
 		log.Info("InferencePool found", "pool", klog.KObj(pool))
+	}
+	if pool.UID != r.announcedFor {
+		r.announcedFor = pool.UID
+		r.reported = -1
+		r.invalid = ""
 	}
 	if !pool.DeletionTimestamp.IsZero() {
 		log.V(logChanges).Info("Pool is being deleted; serving no endpoints", "pool", klog.KObj(pool))

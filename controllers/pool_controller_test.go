@@ -197,3 +197,32 @@ func del(t *testing.T, c client.Client, obj client.Object) {
 		t.Fatalf("delete %s: %v", obj.GetName(), err)
 	}
 }
+
+// A pool deleted and re-created between two reconciles (kubectl replace
+// --force, a GitOps tool re-creating it) is a new object: it gets its own
+// Event, though its count equals the old pool's.
+func TestReconcileRecreatedPoolAnnouncesItsCount(t *testing.T) {
+	pool := makePool("pool", 8000).obj()
+	pool.UID = "uid-pool-1"
+	f := newFixture(t, pool, podPtr(makePod("a").ready().ip("127.0.0.1").obj()))
+	want := []string{"Normal EndpointsChanged 1 ready endpoints"}
+	got, err := f.reconcile(t)
+	if err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("first pool: events (-want +got):\n%s", diff)
+	}
+
+	del(t, f.client, pool)
+	again := makePool("pool", 8000).obj()
+	again.UID = "uid-pool-2"
+	create(t, f.client, again)
+	got, err = f.reconcile(t)
+	if err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("re-created pool: events (-want +got):\n%s", diff)
+	}
+}
