@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"sync/atomic"
 
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -52,14 +53,16 @@ type Leader interface {
 	Gained() <-chan struct{}
 }
 
-// onGain enqueues req each time gained receives, so that a new leader
-// announces the current state.
-func onGain[T comparable](gained <-chan struct{}, req T) source.TypedSource[T] {
+// onGain counts in terms each time gained receives, then enqueues req, so
+// that a new leader announces the current state even when it announced the
+// same in an earlier term.
+func onGain[T comparable](gained <-chan struct{}, terms *atomic.Uint64, req T) source.TypedSource[T] {
 	return source.TypedFunc[T](func(ctx context.Context, q workqueue.TypedRateLimitingInterface[T]) error {
 		go func() {
 			for {
 				select {
 				case <-gained:
+					terms.Add(1)
 					q.Add(req)
 				case <-ctx.Done():
 					return

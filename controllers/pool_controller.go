@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -101,6 +102,12 @@ type PoolReconciler struct {
 	// leading reports whether this replica records Events (leader.go); nil
 	// means always.
 	leading func() bool
+	// terms counts the lease terms this replica has won (onGain); nil when
+	// it wins one at most. term is the count the fields above were
+	// announced in: a new term forgets them, so that it announces the state
+	// as it then is, whatever an earlier term of this replica said.
+	terms *atomic.Uint64
+	term  uint64
 
 	// served is what the endpoints were computed from; nil while no usable
 	// pool is served, when pod requests are left to the pool's next list.
@@ -168,7 +175,7 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context) (ctrl.Result, error)
 			log.Info("InferencePool not found: not ready and serving no endpoints until it exists. Create it (the chart does with pool.create=true) or point --pool-name and --pool-namespace at an existing pool",
 				"pool", r.pool)
 		}
-		if r.self != nil && !r.announcedMissing && r.lead() {
+		if r.self != nil && r.lead() && !r.announcedMissing {
 			r.announcedMissing = true
 			r.recorder.Eventf(r.self, corev1.EventTypeWarning, ReasonPoolNotFound,
 				"InferencePool %s not found: create it, or set --pool-name and --pool-namespace to an existing pool", r.pool)
@@ -197,7 +204,7 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context) (ctrl.Result, error)
 		r.pods.clear()
 		r.sink.MarkSynced()
 		r.reported = -1
-		if r.invalid != err.Error() && r.lead() {
+		if r.lead() && r.invalid != err.Error() {
 			r.invalid = err.Error()
 			r.recorder.Eventf(pool, corev1.EventTypeWarning, ReasonInvalidSelector,
 				"Selecting no pods: %v", err)
@@ -233,14 +240,27 @@ func (r *PoolReconciler) clear() {
 }
 
 // lead reports whether this replica records Events: a follower announces
-// nothing and remembers nothing announced, so that on election it announces
-// the state as it then is.
-func (r *PoolReconciler) lead() bool { return r.leading == nil || r.leading() }
+// nothing, and a leader in a new term forgets what it announced in the
+// last, so that on election it announces the state as it then is.
+func (r *PoolReconciler) lead() bool {
+	if r.leading != nil && !r.leading() {
+		return false
+	}
+	if r.terms != nil {
+		if t := r.terms.Load(); t != r.term {
+			r.term = t
+			r.reported = -1
+			r.invalid = ""
+			r.announcedMissing = false
+		}
+	}
+	return true
+}
 
 // report records an Event when the ready endpoint count differs from the one
 // last announced.
 func (r *PoolReconciler) report(pool *inferencev1.InferencePool, n int) {
-	if n == r.reported || !r.lead() {
+	if !r.lead() || n == r.reported {
 		return
 	}
 	was := r.reported

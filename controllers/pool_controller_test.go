@@ -3,12 +3,14 @@ package controllers
 import (
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -224,5 +226,62 @@ func TestReconcileRecreatedPoolAnnouncesItsCount(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("re-created pool: events (-want +got):\n%s", diff)
+	}
+}
+
+// A replica that takes the lease back announces the count it sees, even the
+// one it announced in its earlier term: in between, the other leader may
+// have announced other counts, or gone before it announced the last.
+func TestReconcileRegainedLeaseAnnouncesTheCount(t *testing.T) {
+	f := newFixture(t, makePool("pool", 8000).obj(), podPtr(makePod("a").ready().ip("127.0.0.1").obj()))
+	leading := false
+	f.r.leading = func() bool { return leading }
+	f.r.terms = new(atomic.Uint64)
+	gained := make(chan struct{})
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[request]())
+	defer q.ShutDown()
+	if err := onGain(gained, f.r.terms, request{NamespacedName: f.r.pool}).Start(t.Context(), q); err != nil {
+		t.Fatal(err)
+	}
+	// gain takes the lease as the elector does, and waits for the pool's
+	// reconcile it asks for.
+	gain := func() {
+		leading = true
+		gained <- struct{}{}
+		req, _ := q.Get()
+		q.Done(req)
+	}
+
+	b := podPtr(makePod("b").ready().ip("127.0.0.2").obj())
+	steps := []struct {
+		name   string
+		change func(t *testing.T)
+		pods   []string
+		want   []string
+	}{
+		{name: "first term", change: func(*testing.T) { gain() }, want: []string{"Normal EndpointsChanged 1 ready endpoints"}},
+		{
+			name: "lease lost; a second pod, announced by the other leader",
+			change: func(t *testing.T) {
+				leading = false
+				create(t, f.client, b)
+			},
+			pods: []string{"b"},
+		},
+		{name: "it goes before the other leader announces it", change: func(t *testing.T) { del(t, f.client, b) }, pods: []string{"b"}},
+		{name: "lease regained", change: func(*testing.T) { gain() }, want: []string{"Normal EndpointsChanged 1 ready endpoints"}},
+		{name: "nothing changed in this term", want: nil},
+	}
+	for _, s := range steps {
+		if s.change != nil {
+			s.change(t)
+		}
+		got, err := f.reconcile(t, s.pods...)
+		if err != nil {
+			t.Fatalf("%s: Reconcile: %v", s.name, err)
+		}
+		if diff := cmp.Diff(s.want, got); diff != "" {
+			t.Errorf("%s: events (-want +got):\n%s", s.name, diff)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -125,7 +126,8 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 	gained := onElection(mgr.Elected(), poolReq)
 	if opts.Leader != nil {
 		r.leading = opts.Leader.Leading
-		gained = onGain(opts.Leader.Gained(), poolReq)
+		r.terms = new(atomic.Uint64)
+		gained = onGain(opts.Leader.Gained(), r.terms, poolReq)
 	}
 	toPool := func(context.Context, client.Object) []request { return []request{poolReq} }
 	isPool := predicate.NewPredicateFuncs(func(o client.Object) bool {
