@@ -43,7 +43,8 @@ var (
 const conflictRetry = 100 * time.Millisecond
 
 // RewriteReconciler keeps a sink equal to the InferenceModelRewrites of the
-// pool's namespace that refer to the served pool, and marks them Accepted.
+// pool's namespace that refer to the served pool, and marks them Accepted;
+// a rewrite pointed at another pool loses the condition this picker set.
 type RewriteReconciler struct {
 	client client.Client
 	sink   RewriteSink
@@ -67,21 +68,36 @@ func (r *RewriteReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		log.V(logChanges).Info("Model rewrite removed", "modelRewrite", req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
-	if !obj.DeletionTimestamp.IsZero() || (obj.Spec.PoolRef == nil || !servesPool(*obj.Spec.PoolRef, r.group, r.pool)) {
+	if !obj.DeletionTimestamp.IsZero() {
 		r.sink.Delete(req.Name)
 		return ctrl.Result{}, nil
+	}
+	if obj.Spec.PoolRef == nil || !servesPool(*obj.Spec.PoolRef, r.group, r.pool) {
+		r.sink.Delete(req.Name)
+		return r.withdraw(ctx, obj)
 	}
 	rw := rulesOf(obj)
 	r.sink.Set(req.Name, rw)
 	log.V(logSyncs).Info("Model rewrite synced", "modelRewrite", klog.KObj(obj), "rules", len(rw.Rules))
-	if err := r.accept(ctx, obj); err != nil {
-		if apierrors.IsConflict(err) {
-			// Another replica wrote the status first: look again.
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
-		}
-		return ctrl.Result{}, err
+	return statusWritten(r.accept(ctx, obj))
+}
+
+// statusWritten is the result of a reconcile that wrote the status with
+// err.
+func statusWritten(err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) {
+		// Another replica, or another pool's picker, wrote the status
+		// first: look again.
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, err
+}
+
+// acceptedMessage is the message of the Accepted condition this picker
+// writes: it names the pool, which tells the condition this picker wrote
+// from one another pool's picker wrote.
+func (r *RewriteReconciler) acceptedMessage() string {
+	return "The rules apply to the requests of pool " + r.pool.Name
 }
 
 // accept sets the Accepted condition, writing status only when it changed.
@@ -90,7 +106,7 @@ func (r *RewriteReconciler) accept(ctx context.Context, obj *inferencev1alpha2.I
 		Type:               string(inferencev1alpha2.RewriteConditionAccepted),
 		Status:             metav1.ConditionTrue,
 		Reason:             string(inferencev1alpha2.RewriteReasonAccepted),
-		Message:            "The rules apply to the requests of pool " + r.pool.Name,
+		Message:            r.acceptedMessage(),
 		ObservedGeneration: obj.Generation,
 	}
 	old := meta.FindStatusCondition(obj.Status.Conditions, cond.Type)
@@ -104,6 +120,25 @@ func (r *RewriteReconciler) accept(ctx context.Context, obj *inferencev1alpha2.I
 		return fmt.Errorf("update status of model rewrite %s: %w", klog.KObj(obj), err)
 	}
 	return nil
+}
+
+// withdraw removes the Accepted condition this picker wrote for an earlier
+// generation of a rewrite that no longer refers to the served pool. A
+// condition for the current generation, or one naming another pool, was
+// written by that pool's picker and is left alone; the optimistic lock keeps
+// this picker from removing one written after it read the rewrite.
+func (r *RewriteReconciler) withdraw(ctx context.Context, obj *inferencev1alpha2.InferenceModelRewrite) (ctrl.Result, error) {
+	old := meta.FindStatusCondition(obj.Status.Conditions, string(inferencev1alpha2.RewriteConditionAccepted))
+	if old == nil || old.Message != r.acceptedMessage() || old.ObservedGeneration >= obj.Generation {
+		return ctrl.Result{}, nil
+	}
+	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	meta.RemoveStatusCondition(&obj.Status.Conditions, old.Type)
+	if err := r.client.Status().Patch(ctx, obj, patch); err != nil {
+		return statusWritten(fmt.Errorf("withdraw Accepted of model rewrite %s: %w", klog.KObj(obj), err))
+	}
+	ctrl.LoggerFrom(ctx).V(logChanges).Info("Model rewrite no longer refers to the pool: Accepted withdrawn", "modelRewrite", klog.KObj(obj))
+	return ctrl.Result{}, nil
 }
 
 // rulesOf converts the rewrite's rules for the table.

@@ -65,11 +65,12 @@ var _ = Describe("Model rewrite controller", func() {
 		Consistently(targetOf(tbl, "chat")).Should(BeEmpty())
 		Expect(acceptedGeneration(ctx, elsewhere)()).To(Equal(int64(-1)))
 
-		By("pointing the rewrite at another pool removes its rules")
+		By("pointing the rewrite at another pool removes its rules, and the picker no longer says they apply")
 		Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(canary), canary)).To(Succeed())
 		canary.Spec.PoolRef.Name = "other-pool"
 		Expect(env.Client.Update(ctx, canary)).To(Succeed())
 		Eventually(targetOf(tbl, "food-review")).Should(BeEmpty())
+		Eventually(acceptedBy(ctx, canary)).Should(BeEmpty())
 
 		By("a deleted rewrite is forgotten")
 		Expect(env.Client.Delete(ctx, modelRewrite("marker", "pool", "marker"))).To(Succeed())
@@ -90,6 +91,27 @@ var _ = Describe("Model rewrite controller", func() {
 			canary.Spec.Rules[0].Targets = []inferencev1alpha2.TargetModel{target(fmt.Sprintf("food-review-v%d", gen+1), 1)}
 			Expect(env.Client.Update(ctx, canary)).To(Succeed())
 		}
+	})
+
+	It("moves the Accepted condition with the rewrite to another pool's picker", func(ctx SpecContext) {
+		here := startRewrites(*poolKey)
+		there := startRewrites(types.NamespacedName{Namespace: poolKey.Namespace, Name: "other-pool"})
+		canary := modelRewrite("canary", "pool", "food-review", target("food-review-v1", 1))
+		Expect(env.Client.Create(ctx, canary)).To(Succeed())
+		Eventually(targetOf(here, "food-review")).Should(Equal("food-review-v1"))
+		Eventually(acceptedBy(ctx, canary)).Should(Equal("The rules apply to the requests of pool pool (generation 1)"))
+
+		By("the rewrite moves to the other pool: its picker says so, and this one leaves that be")
+		Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(canary), canary)).To(Succeed())
+		canary.Spec.PoolRef.Name = "other-pool"
+		Expect(env.Client.Update(ctx, canary)).To(Succeed())
+		Eventually(targetOf(there, "food-review")).Should(Equal("food-review-v1"))
+		Eventually(targetOf(here, "food-review")).Should(BeEmpty())
+		Eventually(acceptedBy(ctx, canary)).Should(Equal("The rules apply to the requests of pool other-pool (generation 2)"))
+		// A later rewrite of this pool is reconciled after the moved one.
+		Expect(env.Client.Create(ctx, modelRewrite("marker", "pool", "marker", target("marker-v2", 1)))).To(Succeed())
+		Eventually(targetOf(here, "marker")).Should(Equal("marker-v2"))
+		Consistently(acceptedBy(ctx, canary)).Should(Equal("The rules apply to the requests of pool other-pool (generation 2)"))
 	})
 
 	It("lets the older rewrite win a model, and an exact match win over a catch-all", func(ctx SpecContext) {
@@ -136,6 +158,20 @@ func acceptedGeneration(ctx context.Context, rw *inferencev1alpha2.InferenceMode
 			return -1
 		}
 		return c.ObservedGeneration
+	}
+}
+
+// acceptedBy is the message of the rewrite's Accepted=True condition and
+// the generation it was set for, "" when it has none.
+func acceptedBy(ctx context.Context, rw *inferencev1alpha2.InferenceModelRewrite) func() string {
+	return func() string {
+		got := &inferencev1alpha2.InferenceModelRewrite{}
+		Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(rw), got)).To(Succeed())
+		c := meta.FindStatusCondition(got.Status.Conditions, string(inferencev1alpha2.RewriteConditionAccepted))
+		if c == nil || c.Status != metav1.ConditionTrue {
+			return ""
+		}
+		return fmt.Sprintf("%s (generation %d)", c.Message, c.ObservedGeneration)
 	}
 }
 
