@@ -53,7 +53,7 @@ type RewriteReconciler struct {
 }
 
 // +kubebuilder:rbac:groups=inference.networking.x-k8s.io,namespace=inferpick-system,resources=inferencemodelrewrites,verbs=get;list;watch
-// +kubebuilder:rbac:groups=inference.networking.x-k8s.io,namespace=inferpick-system,resources=inferencemodelrewrites/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=inference.networking.x-k8s.io,namespace=inferpick-system,resources=inferencemodelrewrites/status,verbs=patch
 
 // Reconcile records the rewrite's rules, or forgets the rewrite when it is
 // gone or refers to another pool.
