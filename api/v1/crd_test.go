@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/util/jsonpath"
 	"sigs.k8s.io/yaml"
@@ -27,9 +28,23 @@ func loadCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 }
 
 // Tools that check which upstream schema a cluster has read this annotation.
+// The schema is upstream v1.6.0's: v1.5.0's with spec.endpointPickerRef
+// optional, so every pool v1.5.0 admits is admitted, and so is one without
+// a picker.
 func TestCRDNamesUpstreamBundleVersion(t *testing.T) {
-	if got := loadCRD(t).Annotations["inference.networking.k8s.io/bundle-version"]; got != "v1.5.0" {
-		t.Errorf("bundle-version annotation %q, want v1.5.0", got)
+	if got := loadCRD(t).Annotations["inference.networking.k8s.io/bundle-version"]; got != "v1.6.0" {
+		t.Errorf("bundle-version annotation %q, want v1.6.0", got)
+	}
+}
+
+// A pool without spec.endpointPickerRef, which the CRD has always admitted
+// (and upstream admits since v1.6.0), stays valid: requiring the field, as
+// upstream v1.5.0 did, would refuse every change to such a pool. The API
+// server's admission of one is in test/integration/crd.
+func TestCRDLeavesTheEndpointPickerOptional(t *testing.T) {
+	spec := loadCRD(t).Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	if diff := cmp.Diff([]string{"selector", "targetPorts"}, spec.Required); diff != "" {
+		t.Errorf("spec.required (-want +got):\n%s", diff)
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:metadata:annotations="api-approved.kubernetes.io=https://github.com/kubernetes-sigs/gateway-api-inference-extension/pull/1173"
-// +kubebuilder:metadata:annotations="inference.networking.k8s.io/bundle-version=v1.5.0"
+// +kubebuilder:metadata:annotations="inference.networking.k8s.io/bundle-version=v1.6.0"
 // +kubebuilder:resource:shortName=infpool
 // +kubebuilder:subresource:status
 // +kubebuilder:storageversion
