@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -44,7 +45,7 @@ func TestPodEventTouchesOnlyThatPod(t *testing.T) {
 		WithStatusSubresource(&corev1.Pod{}).Build()
 	sink := &countingSink{Registry: registry.New()}
 	r := &PoolReconciler{
-		reader: c, sink: sink, recorder: record.NewFakeRecorder(64),
+		reader: c, sink: sink, recorder: record.NewFakeRecorder(64), clock: clock.RealClock{},
 		pool: types.NamespacedName{Namespace: "ns", Name: "pool"}, reported: -1, pods: newPodSet(sink),
 	}
 	announced := 0

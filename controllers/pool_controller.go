@@ -16,12 +16,14 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -96,6 +98,10 @@ type PoolReconciler struct {
 	reported int
 	// invalid is the selector error last announced, or "".
 	invalid string
+	// clock times the Events; lastEvent is when the last one was recorded
+	// on the pool.
+	clock     clock.PassiveClock
+	lastEvent time.Time
 	// announcedMissing is true once the pool's absence was announced in an
 	// Event.
 	announcedMissing bool
@@ -206,6 +212,7 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context) (ctrl.Result, error)
 		r.reported = -1
 		if r.lead() && r.invalid != err.Error() {
 			r.invalid = err.Error()
+			r.lastEvent = r.clock.Now()
 			r.recorder.Eventf(pool, corev1.EventTypeWarning, ReasonInvalidSelector,
 				"Selecting no pods: %v", err)
 		}
@@ -225,8 +232,7 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context) (ctrl.Result, error)
 		log.V(logSyncs).Info("Synced pool endpoints", "pool", klog.KObj(pool), "endpoints", r.pods.count)
 	}
 	r.sink.MarkSynced()
-	r.report(pool, r.pods.count)
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: r.report(pool, r.pods.count)}, nil
 }
 
 // clear empties the sink for an absent pool and forgets what was announced,
@@ -258,13 +264,20 @@ func (r *PoolReconciler) lead() bool {
 }
 
 // report records an Event when the ready endpoint count differs from the one
-// last announced.
-func (r *PoolReconciler) report(pool *inferencev1.InferencePool, n int) {
+// last announced. When the last Event on the pool is more recent than
+// eventInterval it records none and returns how long to wait: the pool is
+// reconciled again then, and the count it then has is announced.
+func (r *PoolReconciler) report(pool *inferencev1.InferencePool, n int) time.Duration {
 	if !r.lead() || n == r.reported {
-		return
+		return 0
+	}
+	now := r.clock.Now()
+	if wait := r.lastEvent.Add(eventInterval).Sub(now); wait > 0 {
+		return wait
 	}
 	was := r.reported
 	r.reported = n
+	r.lastEvent = now
 	switch {
 	case n == 0:
 		r.recorder.Event(pool, corev1.EventTypeWarning, ReasonNoReadyEndpoints,
@@ -276,4 +289,5 @@ func (r *PoolReconciler) report(pool *inferencev1.InferencePool, n int) {
 		r.recorder.Eventf(pool, corev1.EventTypeNormal, ReasonEndpointsChanged,
 			"%d ready endpoints (was %d)", n, was)
 	}
+	return 0
 }

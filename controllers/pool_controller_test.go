@@ -2,15 +2,19 @@ package controllers
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -54,6 +58,7 @@ type fixture struct {
 	client   client.Client
 	sink     *recordingSink
 	recorder *record.FakeRecorder
+	clock    *clocktesting.FakeClock
 	r        *PoolReconciler
 }
 
@@ -64,11 +69,12 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 		t.Fatal(err)
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
-	f := &fixture{client: c, sink: &recordingSink{}, recorder: record.NewFakeRecorder(16)}
+	f := &fixture{client: c, sink: &recordingSink{}, recorder: record.NewFakeRecorder(16), clock: clocktesting.NewFakeClock(time.Now())}
 	f.r = &PoolReconciler{
 		reader:   c,
 		sink:     f.sink,
 		recorder: f.recorder,
+		clock:    f.clock,
 		pool:     types.NamespacedName{Namespace: "ns", Name: "pool"},
 		reported: -1,
 		pods:     newPodSet(f.sink),
@@ -76,23 +82,29 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 	return f
 }
 
-// reconcile reconciles the named pods, then the pool, and returns the
-// Events recorded.
+// reconcile reconciles the named pods, then the pool, eventInterval after
+// its last reconcile, and returns the Events recorded.
 func (f *fixture) reconcile(t *testing.T, pods ...string) ([]string, error) {
 	t.Helper()
+	f.clock.Step(eventInterval)
 	for _, name := range pods {
 		if _, err := f.r.Reconcile(t.Context(), request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}, pod: true}); err != nil {
 			t.Fatalf("reconcile pod %s: %v", name, err)
 		}
 	}
 	_, err := f.r.Reconcile(t.Context(), request{NamespacedName: f.r.pool})
+	return f.events(), err
+}
+
+// events returns the Events recorded since it was last called.
+func (f *fixture) events() []string {
 	var got []string
 	for {
 		select {
 		case e := <-f.recorder.Events:
 			got = append(got, e)
 		default:
-			return got, err
+			return got
 		}
 	}
 }
@@ -283,5 +295,87 @@ func TestReconcileRegainedLeaseAnnouncesTheCount(t *testing.T) {
 		if diff := cmp.Diff(s.want, got); diff != "" {
 			t.Errorf("%s: events (-want +got):\n%s", s.name, diff)
 		}
+	}
+}
+
+// The pool's endpoint count is announced at most once an eventInterval: a
+// change sooner than that is announced when the interval is over, with the
+// count the pool then has, so the last Event always states the count.
+func TestReconcileCountChangedTooSoonIsAnnouncedWhenItSettles(t *testing.T) {
+	f := newFixture(t, makePool("pool", 8000).obj(), podPtr(makePod("a").ready().ip("127.0.0.1").obj()))
+	if got, err := f.reconcile(t); err != nil || len(got) != 1 {
+		t.Fatalf("first sync: events %q, error %v; want the count", got, err)
+	}
+	poolReq := request{NamespacedName: f.r.pool}
+	for i, name := range []string{"b", "c"} {
+		create(t, f.client, podPtr(makePod(name).ready().ip(fmt.Sprintf("127.0.0.%d", i+2)).obj()))
+		if _, err := f.r.Reconcile(t.Context(), request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}, pod: true}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := f.r.Reconcile(t.Context(), poolReq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.events(); len(got) != 0 || res.RequeueAfter != eventInterval {
+			t.Fatalf("pod %s ready at once: events %q, requeue after %v; want none, and another look in %v", name, got, res.RequeueAfter, eventInterval)
+		}
+	}
+
+	f.clock.Step(eventInterval)
+	res, err := f.r.Reconcile(t.Context(), poolReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"Normal EndpointsChanged 3 ready endpoints (was 1)"}, f.events()); diff != "" || res.RequeueAfter != 0 {
+		t.Errorf("the interval over: requeue after %v, events (-want +got):\n%s", res.RequeueAfter, diff)
+	}
+}
+
+// A rolling restart of 16 pods changes the pool's count 32 times in half a
+// minute. Every change the reconciler records gets through the picker's
+// event correlation, as one Event object whose message is the latest, which
+// `kubectl describe` shows.
+func TestEventCorrelationKeepsEveryCountOfARollingRestart(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := record.NewEventCorrelatorWithOptions(eventCorrelation(clk))
+	pool := corev1.ObjectReference{Kind: "InferencePool", APIVersion: "inference.networking.k8s.io/v1", Namespace: "ns", Name: "pool", UID: "uid-pool"}
+	var (
+		dropped []string
+		last    *corev1.Event // the API server's copy of the last one written
+		objects = map[string]bool{}
+	)
+	const n = 16
+	for i := range 2 * n {
+		clk.Step(eventInterval)
+		was, now := n, n+1
+		if i%2 == 1 {
+			was, now = n+1, n
+		}
+		msg := fmt.Sprintf("%d ready endpoints (was %d)", now, was)
+		got, err := c.EventCorrelate(&corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("pool.%d", i), Namespace: "ns"},
+			InvolvedObject: pool, Reason: ReasonEndpointsChanged, Message: msg, Type: corev1.EventTypeNormal,
+			Source: corev1.EventSource{Component: Name}, Count: 1,
+			FirstTimestamp: metav1.NewTime(clk.Now()), LastTimestamp: metav1.NewTime(clk.Now()),
+		})
+		if err != nil {
+			t.Fatalf("change %d (%s): %v", i+1, msg, err)
+		}
+		if got.Skip {
+			dropped = append(dropped, msg)
+			continue
+		}
+		last = got.Event.DeepCopy()
+		objects[last.Name] = true
+		c.UpdateState(last)
+	}
+	if len(dropped) > 0 {
+		t.Errorf("%d of %d count changes dropped, the last %q", len(dropped), 2*n, dropped[len(dropped)-1])
+	}
+	if want := fmt.Sprintf("%d ready endpoints (was %d)", n, n+1); last.Message != want {
+		t.Errorf("the pool's last Event says %q, want %q", last.Message, want)
+	}
+	if len(objects) != 1 || last.Count != 2*n {
+		t.Errorf("%d Event objects, the last of count %d; want one, patched %d times", len(objects), last.Count, 2*n)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -97,9 +98,9 @@ func CacheOptions(pool types.NamespacedName) cache.Options {
 }
 
 // SetupWithManager registers the pool reconciler with mgr. It fills sink from
-// the manager's cache, and records Events on the pool with the manager's
-// recorder. The controller runs on every replica, leader or not: each
-// replica routes requests and needs its own registry. Only the elected
+// the manager's cache, and records Events on the pool with a recorder of
+// its own (events.go). The controller runs on every replica, leader or not:
+// each replica routes requests and needs its own registry. Only the elected
 // replica records Events (leader.go).
 func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink EndpointSink) error {
 	if err := opts.Validate(); err != nil {
@@ -108,14 +109,19 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 	if sink == nil {
 		return errors.New("pool reconciler: nil endpoint sink")
 	}
+	// Core Events, not events.k8s.io: the newer recorder folds Events that
+	// differ only in their message into one series that keeps the first
+	// message, which would leave stale endpoint counts on the pool; the
+	// core one's series (events.go) keep the latest.
+	recorder, err := newEventRecorder(mgr)
+	if err != nil {
+		return fmt.Errorf("pool reconciler: %w", err)
+	}
 	r := &PoolReconciler{
-		reader: mgr.GetClient(),
-		sink:   sink,
-		// Core Events, not events.k8s.io: the newer recorder folds Events
-		// that differ only in their message into one series that keeps the
-		// first message, which would leave stale endpoint counts on the pool.
-		recorder: mgr.GetEventRecorderFor(Name), //nolint:staticcheck // deliberate: core Events keep each message
-
+		reader:   mgr.GetClient(),
+		sink:     sink,
+		recorder: recorder,
+		clock:    clock.RealClock{},
 		pool:     opts.Pool,
 		self:     opts.Self,
 		reported: -1,
@@ -153,7 +159,7 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 			q.AddAfter(poolReq, announceDelay)
 		},
 	})
-	err := builder.TypedControllerManagedBy[request](mgr).
+	err = builder.TypedControllerManagedBy[request](mgr).
 		Named(Name).
 		Watches(&inferencev1.InferencePool{}, handler.TypedEnqueueRequestsFromMapFunc(toPool), builder.WithPredicates(isPool)).
 		Watches(&corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(toPod), builder.WithPredicates(inNamespace(opts.Pool.Namespace))).

@@ -1,9 +1,16 @@
 package controller
 
 import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
@@ -201,6 +208,25 @@ var _ = Describe("Pool controller", func() {
 		}).Should(Equal(2))
 	})
 
+	It("ends a rolling restart of many pods with an Event that states the count", func(ctx SpecContext) {
+		startPicker(*poolKey)
+		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Obj())).To(Succeed())
+		const n = 16
+		old := make([]*corev1.Pod, n)
+		for i := range old {
+			old[i] = readyPod(ctx, framework.MakePod(poolKey.Namespace, fmt.Sprintf("old-%d", i)).Obj(), fmt.Sprintf("127.0.1.%d", i+1))
+		}
+		Eventually(lastPoolEvent(ctx, *poolKey)).Should(MatchRegexp(`\b%d ready endpoints( \(was \d+\))?$`, n))
+
+		By("each new pod is ready before an old one goes, each change seen on the pool before the next")
+		for i := range n {
+			readyPod(ctx, framework.MakePod(poolKey.Namespace, fmt.Sprintf("new-%d", i)).Obj(), fmt.Sprintf("127.0.2.%d", i+1))
+			Eventually(lastPoolEvent(ctx, *poolKey)).Should(HaveSuffix(fmt.Sprintf("%d ready endpoints (was %d)", n+1, n)), "new pod %d", i)
+			Expect(env.Client.Delete(ctx, old[i], client.GracePeriodSeconds(0))).To(Succeed())
+			Eventually(lastPoolEvent(ctx, *poolKey)).Should(HaveSuffix(fmt.Sprintf("%d ready endpoints (was %d)", n, n+1)), "old pod %d gone", i)
+		}
+	})
+
 	It("selects nothing and warns when a selector key is invalid", func(ctx SpecContext) {
 		reg := startPicker(*poolKey)
 		readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-0").Obj(), "127.0.0.1")
@@ -212,3 +238,26 @@ var _ = Describe("Pool controller", func() {
 		Expect(workers(reg)()).To(BeEmpty())
 	})
 })
+
+// lastPoolEvent is the Event on the pool that `kubectl describe` lists last
+// (the latest by lastTimestamp; of those, the last written), as "Type
+// Reason: message".
+func lastPoolEvent(ctx context.Context, pool types.NamespacedName) func(Gomega) string {
+	return func(g Gomega) string {
+		var list corev1.EventList
+		g.Expect(env.Client.List(ctx, &list, client.InNamespace(pool.Namespace))).To(Succeed())
+		evs := slices.DeleteFunc(list.Items, func(e corev1.Event) bool {
+			return e.InvolvedObject.Kind != "InferencePool" || e.InvolvedObject.Name != pool.Name
+		})
+		g.Expect(evs).NotTo(BeEmpty())
+		last := slices.MaxFunc(evs, func(a, b corev1.Event) int {
+			if c := a.LastTimestamp.Compare(b.LastTimestamp.Time); c != 0 {
+				return c
+			}
+			ra, _ := strconv.ParseUint(a.ResourceVersion, 10, 64)
+			rb, _ := strconv.ParseUint(b.ResourceVersion, 10, 64)
+			return cmp.Compare(ra, rb)
+		})
+		return last.Type + " " + last.Reason + ": " + last.Message
+	}
+}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -32,8 +33,10 @@ func startReplica(pool types.NamespacedName) *electedReplica {
 	return &electedReplica{reg: sinks.Endpoints.(*registry.Registry), elected: mgr.Elected(), stop: stop}
 }
 
-// poolMessages returns the messages of the Events on the pool, once per
-// occurrence: two replicas recording the same change would show it twice.
+// poolMessages returns, of each Event object on the pool, its message (the
+// latest Event's) and count, "message ×count": a replica records all the
+// Events of one reason as one object, so two replicas recording the same
+// change would show it in two objects, or count it twice.
 func poolMessages(ctx context.Context, pool types.NamespacedName) func(Gomega) []string {
 	return func(g Gomega) []string {
 		var list corev1.EventList
@@ -44,9 +47,7 @@ func poolMessages(ctx context.Context, pool types.NamespacedName) func(Gomega) [
 			if e.InvolvedObject.Kind != "InferencePool" || e.InvolvedObject.Name != pool.Name {
 				continue
 			}
-			for range max(e.Count, 1) {
-				out = append(out, e.Message)
-			}
+			out = append(out, fmt.Sprintf("%s ×%d", e.Message, max(e.Count, 1)))
 		}
 		return out
 	}
@@ -73,25 +74,25 @@ var _ = Describe("Replicas under leader election", func() {
 		By("both replicas route over both pods")
 		Eventually(workers(a.reg)).Should(HaveLen(2))
 		Eventually(workers(b.reg)).Should(HaveLen(2))
-		Eventually(poolMessages(ctx, pool)).Should(ConsistOf("2 ready endpoints"))
-		Consistently(poolMessages(ctx, pool)).Should(ConsistOf("2 ready endpoints"))
+		Eventually(poolMessages(ctx, pool)).Should(ConsistOf("2 ready endpoints ×1"))
+		Consistently(poolMessages(ctx, pool)).Should(ConsistOf("2 ready endpoints ×1"))
 
 		By("a pod goes away: both replicas drop it, one Event says so")
 		Expect(env.Client.Delete(ctx, pods[1], client.GracePeriodSeconds(0))).To(Succeed())
 		Eventually(workers(a.reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
 		Eventually(workers(b.reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
-		Eventually(poolMessages(ctx, pool)).Should(ConsistOf("2 ready endpoints", "1 ready endpoints (was 2)"))
-		Consistently(poolMessages(ctx, pool)).Should(HaveLen(2))
+		Eventually(poolMessages(ctx, pool)).Should(ConsistOf("1 ready endpoints (was 2) ×2"))
+		Consistently(poolMessages(ctx, pool)).Should(ConsistOf("1 ready endpoints (was 2) ×2"))
 
 		By("the leader stops: the other takes the lease and announces what it sees, once")
 		a.stop()
 		Eventually(b.elected).Should(BeClosed())
-		Eventually(poolMessages(ctx, pool)).Should(ConsistOf("2 ready endpoints", "1 ready endpoints (was 2)", "1 ready endpoints"))
+		Eventually(poolMessages(ctx, pool)).Should(ConsistOf("1 ready endpoints (was 2) ×2", "1 ready endpoints ×1"))
 		pod := framework.MakePod(pool.Namespace, "vllm-2").Obj()
 		Expect(env.Client.Create(ctx, pod)).To(Succeed())
 		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetReady(p, "127.0.0.3") })
 		Eventually(workers(b.reg)).Should(HaveLen(2))
-		Eventually(poolMessages(ctx, pool)).Should(ConsistOf("2 ready endpoints", "1 ready endpoints (was 2)", "1 ready endpoints", "2 ready endpoints (was 1)"))
-		Consistently(poolMessages(ctx, pool)).Should(HaveLen(4))
+		Eventually(poolMessages(ctx, pool)).Should(ConsistOf("1 ready endpoints (was 2) ×2", "2 ready endpoints (was 1) ×2"))
+		Consistently(poolMessages(ctx, pool)).Should(ConsistOf("1 ready endpoints (was 2) ×2", "2 ready endpoints (was 1) ×2"))
 	})
 })
