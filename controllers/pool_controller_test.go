@@ -127,16 +127,36 @@ func TestReconcileMissingPool(t *testing.T) {
 	}
 }
 
+// eventStep is a change, then a reconcile after the named pods' requests,
+// and the Events it must record.
+type eventStep struct {
+	name   string
+	change func(t *testing.T)
+	pods   []string // pod requests before the pool's
+	want   []string
+}
+
+func (f *fixture) runSteps(t *testing.T, steps []eventStep) {
+	t.Helper()
+	for _, s := range steps {
+		if s.change != nil {
+			s.change(t)
+		}
+		got, err := f.reconcile(t, s.pods...)
+		if err != nil {
+			t.Fatalf("%s: Reconcile: %v", s.name, err)
+		}
+		if diff := cmp.Diff(s.want, got); diff != "" {
+			t.Errorf("%s: events (-want +got):\n%s", s.name, diff)
+		}
+	}
+}
+
 func TestReconcileEventsOnlyOnChange(t *testing.T) {
 	pod := podPtr(makePod("a").ready().ip("127.0.0.1").obj())
 	f := newFixture(t, makePool("pool", 8000).obj(), pod)
 
-	steps := []struct {
-		name   string
-		change func(t *testing.T)
-		pods   []string // pod requests before the pool's
-		want   []string
-	}{
+	steps := []eventStep{
 		{name: "first sync announces the count", want: []string{"Normal EndpointsChanged 1 ready endpoints"}},
 		{name: "nothing changed", want: nil},
 		{
@@ -158,18 +178,7 @@ func TestReconcileEventsOnlyOnChange(t *testing.T) {
 		},
 		{name: "still none", want: nil},
 	}
-	for _, s := range steps {
-		if s.change != nil {
-			s.change(t)
-		}
-		got, err := f.reconcile(t, s.pods...)
-		if err != nil {
-			t.Fatalf("%s: Reconcile: %v", s.name, err)
-		}
-		if diff := cmp.Diff(s.want, got); diff != "" {
-			t.Errorf("%s: events (-want +got):\n%s", s.name, diff)
-		}
-	}
+	f.runSteps(t, steps)
 }
 
 func TestReconcileInvalidSelector(t *testing.T) {
@@ -265,12 +274,7 @@ func TestReconcileRegainedLeaseAnnouncesTheCount(t *testing.T) {
 	}
 
 	b := podPtr(makePod("b").ready().ip("127.0.0.2").obj())
-	steps := []struct {
-		name   string
-		change func(t *testing.T)
-		pods   []string
-		want   []string
-	}{
+	steps := []eventStep{
 		{name: "first term", change: func(*testing.T) { gain() }, want: []string{"Normal EndpointsChanged 1 ready endpoints"}},
 		{
 			name: "lease lost; a second pod, announced by the other leader",
@@ -284,18 +288,7 @@ func TestReconcileRegainedLeaseAnnouncesTheCount(t *testing.T) {
 		{name: "lease regained", change: func(*testing.T) { gain() }, want: []string{"Normal EndpointsChanged 1 ready endpoints"}},
 		{name: "nothing changed in this term", want: nil},
 	}
-	for _, s := range steps {
-		if s.change != nil {
-			s.change(t)
-		}
-		got, err := f.reconcile(t, s.pods...)
-		if err != nil {
-			t.Fatalf("%s: Reconcile: %v", s.name, err)
-		}
-		if diff := cmp.Diff(s.want, got); diff != "" {
-			t.Errorf("%s: events (-want +got):\n%s", s.name, diff)
-		}
-	}
+	f.runSteps(t, steps)
 }
 
 // The pool's endpoint count is announced at most once an eventInterval: a

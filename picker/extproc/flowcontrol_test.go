@@ -257,31 +257,53 @@ func TestAQueuedPickThatPanicsEndsOnlyItsStream(t *testing.T) {
 	third.routed(true)
 }
 
-// In a pool of two models, one pod each, requests waiting for the busy
-// model's pod do not hold back a request for the other model, whose pod
-// is free: it is routed at once, and they keep waiting.
-func TestAModelWhosePodsAreFullDoesNotHoldBackAnother(t *testing.T) {
-	q, err := flowcontrol.New(flowcontrol.Options{Enabled: true})
+// modelsEnv serves two pods that take one request at a time, with the real
+// policy and the flow-control queue of opts; served gives each pod's model
+// list.
+func modelsEnv(t *testing.T, opts flowcontrol.Options, served func(i int) *registry.Served, eo ...envOption) (*env, *flowcontrol.Queue) {
+	t.Helper()
+	opts.Enabled = true
+	q, err := flowcontrol.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = q.Start(t.Context()) }()
-	e := newEnv(t, twoWorkers, func(o *Options) { o.Queue, o.MaxInFlight = q, 1 })
+	e := newEnv(t, twoWorkers, append([]envOption{func(o *Options) { o.Queue, o.MaxInFlight = q, 1 }}, eo...)...)
 	for i, w := range e.reg.Workers() {
-		w.SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{fmt.Sprint("model-", i)}, Complete: true}})
+		w.SetMetrics(&registry.Metrics{Served: served(i)})
 	}
 	pol, err := policy.Build(policy.Config{MaxInFlight: 1}, e.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.server.picker = pol
-	send := func(model string) *session {
-		s := e.open()
-		body := chatBody(model, "hello")
-		s.requestHeaders("/v1/chat/completions", len(body), false, nil)
-		s.requestBody(body, true)
-		return s
+	return e, q
+}
+
+// chat opens a stream and sends a chat request for model, with the
+// objective header when there is one.
+func (e *env) chat(model, objective string) *session {
+	s := e.open()
+	body := chatBody(model, "hello")
+	var extra []string
+	if objective != "" {
+		extra = []string{ObjectiveHeader, objective}
 	}
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil, extra...)
+	s.requestBody(body, true)
+	return s
+}
+
+func oneModelEach(i int) *registry.Served {
+	return &registry.Served{Bases: []string{fmt.Sprint("model-", i)}, Complete: true}
+}
+
+// In a pool of two models, one pod each, requests waiting for the busy
+// model's pod do not hold back a request for the other model, whose pod
+// is free: it is routed at once, and they keep waiting.
+func TestAModelWhosePodsAreFullDoesNotHoldBackAnother(t *testing.T) {
+	e, q := modelsEnv(t, flowcontrol.Options{}, oneModelEach)
+	send := func(model string) *session { return e.chat(model, "") }
 	busy := send("model-0")
 	busy.routed(true)
 	var waiting []*session
@@ -310,31 +332,18 @@ func TestAModelWhosePodsAreFullDoesNotHoldBackAnother(t *testing.T) {
 // behind all the adapters' is routed there, instead of waiting out
 // --flow-control-max-wait and getting 429.
 func TestAnIdleModelIsNotHeldBackByManyAdaptersOfABusyOne(t *testing.T) {
-	q, err := flowcontrol.New(flowcontrol.Options{Enabled: true, MaxWait: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = q.Start(t.Context()) }()
-	e := newEnv(t, twoWorkers, func(o *Options) { o.Queue, o.MaxInFlight = q, 1 })
 	var adapters []registry.Adapter
 	for i := range 16 {
 		adapters = append(adapters, registry.Adapter{Name: fmt.Sprintf("lora-%02d", i), Parent: "llama"})
 	}
+	e, q := modelsEnv(t, flowcontrol.Options{MaxWait: 10 * time.Second}, func(i int) *registry.Served {
+		if i == 0 {
+			return &registry.Served{Bases: []string{"llama"}, Adapters: adapters, Complete: true}
+		}
+		return &registry.Served{Bases: []string{"other"}, Complete: true}
+	})
 	ws := e.reg.Workers()
-	ws[0].SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"llama"}, Adapters: adapters, Complete: true}})
-	ws[1].SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"other"}, Complete: true}})
-	pol, err := policy.Build(policy.Config{MaxInFlight: 1}, e.reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.server.picker = pol
-	send := func(model string) *session {
-		s := e.open()
-		body := chatBody(model, "hello")
-		s.requestHeaders("/v1/chat/completions", len(body), false, nil)
-		s.requestBody(body, true)
-		return s
-	}
+	send := func(model string) *session { return e.chat(model, "") }
 	send("llama").routed(true)
 	busy := send("other")
 	busy.routed(true)
@@ -359,30 +368,11 @@ func TestAnIdleModelIsNotHeldBackByManyAdaptersOfABusyOne(t *testing.T) {
 // model's pod. A sheddable (negative priority) request for the other model,
 // whose pod is free, is routed there; one for the busy model is shed.
 func TestASheddableRequestIsShedOnlyWhenItsOwnModelIsSaturated(t *testing.T) {
-	q, err := flowcontrol.New(flowcontrol.Options{Enabled: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = q.Start(t.Context()) }()
 	prios := flowcontrol.NewPriorities()
 	prios.Set("batch", -1)
-	e := newEnv(t, twoWorkers, func(o *Options) { o.Queue, o.MaxInFlight, o.Priorities = q, 1, prios })
+	e, q := modelsEnv(t, flowcontrol.Options{}, oneModelEach, func(o *Options) { o.Priorities = prios })
 	ws := e.reg.Workers()
-	for i, w := range ws {
-		w.SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{fmt.Sprint("model-", i)}, Complete: true}})
-	}
-	pol, err := policy.Build(policy.Config{MaxInFlight: 1}, e.reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.server.picker = pol
-	send := func(model, objective string) *session {
-		s := e.open()
-		body := chatBody(model, "hello")
-		s.requestHeaders("/v1/chat/completions", len(body), false, nil, ObjectiveHeader, objective)
-		s.requestBody(body, true)
-		return s
-	}
+	send := e.chat
 	send("model-0", "").routed(true)
 	send("model-0", "")
 	eventually(t, "a request for the busy model queued", func() bool { return q.Len() == 1 })
