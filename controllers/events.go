@@ -59,7 +59,7 @@ func newEventRecorder(mgr ctrl.Manager) (record.EventRecorder, error) {
 		return nil, fmt.Errorf("event client: %w", err)
 	}
 	b := record.NewBroadcaster(record.WithCorrelatorOptions(eventCorrelation(clock.RealClock{})))
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.Events("")})
+	b.StartRecordingToSink(reporting{&typedcorev1.EventSinkImpl{Interface: events.Events("")}})
 	log := mgr.GetLogger().WithName("events")
 	b.StartEventWatcher(func(e *corev1.Event) {
 		log.V(logChanges).Info("Event recorded", "object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name),
@@ -70,6 +70,28 @@ func newEventRecorder(mgr ctrl.Manager) (record.EventRecorder, error) {
 		return nil, fmt.Errorf("add event broadcaster: %w", err)
 	}
 	return b.NewRecorder(mgr.GetScheme(), corev1.EventSource{Component: Name}), nil
+}
+
+// reporting is a sink that names the reporting controller and instance of
+// every Event it writes, from the Event's source: client-go's aggregation,
+// which writes each of the picker's Events (MaxEvents 1), leaves them out,
+// and tools that read events.k8s.io/v1 (kubectl events) show the reporting
+// controller.
+type reporting struct{ record.EventSink }
+
+func (s reporting) Create(e *corev1.Event) (*corev1.Event, error) {
+	return s.EventSink.Create(named(e))
+}
+
+func (s reporting) Update(e *corev1.Event) (*corev1.Event, error) {
+	return s.EventSink.Update(named(e))
+}
+
+func named(e *corev1.Event) *corev1.Event {
+	if e.ReportingController == "" {
+		e.ReportingController, e.ReportingInstance = e.Source.Component, e.Source.Host
+	}
+	return e
 }
 
 // broadcasterStop shuts an event broadcaster down when the manager stops,

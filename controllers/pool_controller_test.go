@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -372,3 +373,34 @@ func TestEventCorrelationKeepsEveryCountOfARollingRestart(t *testing.T) {
 		t.Errorf("%d Event objects, the last of count %d; want one, patched %d times", len(objects), last.Count, 2*n)
 	}
 }
+
+// The pool's Events name their reporting controller, which kubectl events
+// and other readers of events.k8s.io/v1 show, though client-go's
+// aggregation, through which each of them goes, leaves it out.
+func TestEventsNameTheirReportingController(t *testing.T) {
+	sink := sinkRecorder(make(chan *corev1.Event, 1))
+	b := record.NewBroadcaster(record.WithCorrelatorOptions(eventCorrelation(clocktesting.NewFakeClock(time.Now()))))
+	defer b.Shutdown()
+	b.StartRecordingToSink(reporting{sink})
+	rec := b.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: Name})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u"}}
+	rec.Event(pod, corev1.EventTypeNormal, ReasonEndpointsChanged, "1 ready endpoints")
+	if e := <-sink; e.ReportingController != Name {
+		t.Errorf("the Event written names reporting controller %q, want %q", e.ReportingController, Name)
+	}
+}
+
+// sinkRecorder is an event sink that passes on the first Event created.
+type sinkRecorder chan *corev1.Event
+
+func (s sinkRecorder) Create(e *corev1.Event) (*corev1.Event, error) {
+	select {
+	case s <- e.DeepCopy():
+	default:
+	}
+	return e, nil
+}
+
+func (s sinkRecorder) Update(e *corev1.Event) (*corev1.Event, error) { return e, nil }
+
+func (s sinkRecorder) Patch(e *corev1.Event, _ []byte) (*corev1.Event, error) { return e, nil }
