@@ -190,7 +190,7 @@ picker:
 			{verb: "watch", group: "inference.networking.k8s.io", resource: "inferencepools", namespace: ns},
 			{verb: "watch", group: "inference.networking.x-k8s.io", resource: "inferencemodelrewrites", namespace: ns},
 			{verb: "patch", group: "inference.networking.x-k8s.io", resource: "inferencemodelrewrites", namespace: ns, subresource: "status"},
-			{verb: "create", group: "events.k8s.io", resource: "events", namespace: ns},
+			{verb: "create", resource: "events", namespace: ns},
 			{verb: "patch", resource: "events", namespace: ns},
 			{verb: "create", group: "authentication.k8s.io", resource: "tokenreviews"},
 			{verb: "create", group: "authorization.k8s.io", resource: "subjectaccessreviews"},
@@ -209,6 +209,8 @@ picker:
 			{verb: "update", group: "inference.networking.k8s.io", resource: "inferencepools", namespace: ns, subresource: "status"},
 			{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: ns},
 			{verb: "update", group: "inference.networking.x-k8s.io", resource: "inferencemodelrewrites", namespace: ns},
+			{verb: "update", group: "inference.networking.x-k8s.io", resource: "inferencemodelrewrites", namespace: ns, subresource: "status"},
+			{verb: "create", group: "events.k8s.io", resource: "events", namespace: ns},
 			{verb: "list", resource: "nodes"},
 			{verb: "create", resource: "serviceaccounts", namespace: ns, subresource: "token"},
 		}
