@@ -39,6 +39,7 @@ type exchange struct {
 	declared  int  // content-length, 0 when absent
 	follows   bool // the request headers did not end the stream: body chunks or trailers follow
 	trailers  bool // trailers ended the request: no body chunk ends its stream
+	unsent    bool // routed on headers that did not end the stream, the body not sent (mode NONE): trailers may follow
 	body      []byte
 	reserved  int // bytes of the body budget this stream holds
 	parsed    openai.Request
@@ -139,6 +140,12 @@ func (x *exchange) id() string {
 // accept is a *violation error.
 func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err error) {
 	if m := messageOf(req); !x.state.accepts(m) {
+		if m == msgRequestTrailers && x.state == awaitingResponse && x.unsent {
+			// Routed on its headers, the body not sent here: the trailers
+			// of the request still come, and pass.
+			x.unsent = false
+			return false, x.send(continueRequestTrailers)
+		}
 		return true, &violation{msg: m, state: x.state}
 	}
 	switch r := req.GetRequest().(type) {
@@ -202,6 +209,7 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 	if x.declared > x.s.opts.MaxBodyBytes && withBody {
 		return x.reject(413, "request body of "+strconv.Itoa(x.declared)+" bytes is over the limit of "+strconv.Itoa(x.s.opts.MaxBodyBytes))
 	}
+	x.unsent = !withBody && !h.GetEndOfStream()
 	if h.GetEndOfStream() || !withBody {
 		// No body, or none sent here: route without a prompt, and answer
 		// the headers now.

@@ -186,9 +186,14 @@ func TestTheGatewaysBodyModesAreChecked(t *testing.T) {
 				return
 			}
 			// Routed on the headers: no body comes, and its declared
-			// length is not the picker's to judge.
+			// length is not the picker's to judge. Its trailers pass.
 			if r := s.routed(false); r.dest == "" {
 				t.Fatal("no destination")
+			}
+			s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{
+				RequestTrailers: &extprocv3.HttpTrailers{Trailers: headerMap("x-checksum", "abc")}}})
+			if r := s.recv(); r.GetRequestTrailers() == nil {
+				t.Fatalf("want the request trailers reply, got %v", r)
 			}
 			s.responseHeaders(200, "application/json", true, "")
 			if r := s.recv(); r.GetResponseHeaders() == nil {
