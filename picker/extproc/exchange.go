@@ -260,13 +260,11 @@ func (x *exchange) route() (bool, error) {
 		// to judge, but a JSON body's "model" still says which pods serve
 		// it (and a rewrite applies). Any other body (an audio upload, JSON
 		// without a model) is routed by load, as it is.
-		if openai.Parse(openai.Unknown, x.body, &x.parsed) != nil {
-			x.parsed.Reset()
-			break
+		if openai.Parse(openai.Unknown, x.body, &x.parsed) == nil {
+			x.pick = policy.Request{Model: x.parsed.Model}
+			x.rewriteModel()
+			x.series = x.s.upstream.ModelTarget(x.parsed.Model, x.pick.Model)
 		}
-		x.pick = policy.Request{Model: x.parsed.Model}
-		x.rewriteModel()
-		x.series = x.s.upstream.ModelTarget(x.parsed.Model, x.pick.Model)
 	}
 	if err := x.admit(); err != nil {
 		x.s.upstream.ScheduleFailed(x.series)

@@ -1,6 +1,7 @@
 package flowcontrol
 
 import (
+	"slices"
 	"sort"
 	"strings"
 )
@@ -152,7 +153,7 @@ func (bs *bands) sweep(c *cursor, full map[string]struct{}, limit int) (w *waite
 				start = min(c.idx, len(b.ring))
 				if start < len(b.ring) && b.ring[start] == c.flow {
 					after = c.seq
-				} else if i := indexOf(b.ring, c.flow); i >= 0 {
+				} else if i := slices.Index(b.ring, c.flow); i >= 0 {
 					start, after = i, c.seq
 				}
 			}
@@ -176,15 +177,6 @@ func (bs *bands) sweep(c *cursor, full map[string]struct{}, limit int) (w *waite
 	}
 	*c = cursor{}
 	return nil, true
-}
-
-func indexOf(ring []*flow, f *flow) int {
-	for i, x := range ring {
-		if x == f {
-			return i
-		}
-	}
-	return -1
 }
 
 // allIn reports whether every waiter's endpoints are in full.
