@@ -39,7 +39,6 @@ type exchange struct {
 	declared  int  // content-length, 0 when absent
 	follows   bool // the request headers did not end the stream: body chunks or trailers follow
 	trailers  bool // trailers ended the request: no body chunk ends its stream
-	unsent    bool // routed on headers that did not end the stream, the body not sent (mode NONE): trailers may follow
 	body      []byte
 	reserved  int // bytes of the body budget this stream holds
 	parsed    openai.Request
@@ -140,12 +139,6 @@ func (x *exchange) id() string {
 // accept is a *violation error.
 func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err error) {
 	if m := messageOf(req); !x.state.accepts(m) {
-		if m == msgRequestTrailers && x.state == awaitingResponse && x.unsent {
-			// Routed on its headers, the body not sent here: the trailers
-			// of the request still come, and pass.
-			x.unsent = false
-			return false, x.send(continueRequestTrailers)
-		}
 		return true, &violation{msg: m, state: x.state}
 	}
 	switch r := req.GetRequest().(type) {
@@ -154,6 +147,10 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return x.requestBody(r.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
+		if x.state == awaitingTrailers { // routed on its headers: the trailers pass
+			x.state = awaitingResponse
+			return false, x.send(continueRequestTrailers)
+		}
 		x.trailers = true
 		if done, err := x.route(); done || err != nil {
 			return done, err
@@ -209,11 +206,18 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 	if x.declared > x.s.opts.MaxBodyBytes && withBody {
 		return x.reject(413, "request body of "+strconv.Itoa(x.declared)+" bytes is over the limit of "+strconv.Itoa(x.s.opts.MaxBodyBytes))
 	}
-	x.unsent = !withBody && !h.GetEndOfStream()
-	if h.GetEndOfStream() || !withBody {
-		// No body, or none sent here: route without a prompt, and answer
-		// the headers now.
+	if h.GetEndOfStream() {
+		// No body: route without a prompt, and answer the headers now.
 		return x.route()
+	}
+	if !withBody {
+		// A body not sent here: route without a prompt now; the request's
+		// trailers may still come.
+		done, err := x.route()
+		if !done && err == nil {
+			x.state = awaitingTrailers
+		}
+		return done, err
 	}
 	x.follows = true
 	return false, nil

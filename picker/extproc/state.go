@@ -32,13 +32,17 @@ const (
 	// awaitingResponse: the request was routed (or answered locally by the
 	// gateway before routing); response headers come next.
 	awaitingResponse
+	// awaitingTrailers: the request was routed on its headers while the
+	// gateway sends no body (mode NONE); its trailers may come, or the
+	// response headers.
+	awaitingTrailers
 	// readingResponse: response headers received; body chunks and trailers.
 	readingResponse
 	// finished: the response ended; nothing more may come.
 	finished
 )
 
-var stateNames = [...]string{"awaiting_request", "reading_request", "awaiting_response", "reading_response", "finished"}
+var stateNames = [...]string{"awaiting_request", "reading_request", "awaiting_response", "awaiting_trailers", "reading_response", "finished"}
 
 func (s state) String() string { return stateNames[s] }
 
@@ -88,10 +92,12 @@ func (s state) accepts(m message) bool {
 	switch m {
 	case msgRequestHeaders:
 		return s == awaitingRequest
-	case msgRequestBody, msgRequestTrailers:
+	case msgRequestBody:
 		return s == readingRequest
+	case msgRequestTrailers:
+		return s == readingRequest || s == awaitingTrailers
 	case msgResponseHeaders:
-		return s == readingRequest || s == awaitingResponse
+		return s == readingRequest || s == awaitingResponse || s == awaitingTrailers
 	case msgResponseBody, msgResponseTrailers:
 		return s == readingResponse
 	default:
