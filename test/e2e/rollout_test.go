@@ -34,7 +34,7 @@ var _ = Describe("helm upgrade on a cluster", Ordered, func() {
 		func(ctx SpecContext, haMode string, replicas, wantReady int) {
 			ns := fmt.Sprintf("rollout-%06d", rand.IntN(1_000_000))
 			values := filepath.Join(suite.tmp, ns+".yaml")
-			Expect(os.WriteFile(values, fmt.Appendf(nil, "replicas: %d\nhaMode: %s\n", replicas, haMode), 0o644)).To(Succeed())
+			Expect(os.WriteFile(values, fmt.Appendf(nil, "replicas: %d\nhaMode: %s\npool:\n  selector:\n    matchLabels:\n      app: vllm\n", replicas, haMode), 0o644)).To(Succeed())
 
 			By(fmt.Sprintf("helm install with %d replicas, %s", replicas, haMode))
 			run(ctx, suite.helm, "install", release, suite.chart, "--namespace", ns, "--create-namespace", "--values", values)

@@ -11,10 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	inferencev1 "github.com/inferpick/inferpick/api/v1"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current chart")
@@ -63,12 +66,13 @@ func helm(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	return out.String(), errOut.String(), err
 }
 
-// render runs `helm template` for the release with the given values files
+// render runs `helm template` for the release with testdata/values/pool.yaml
+// (the pool's selector, which has no default), then the given values files
 // (under testdata/values) and --set arguments.
 func render(t *testing.T, valuesFiles []string, sets ...string) (string, string, error) {
 	t.Helper()
 	args := []string{"template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion}
-	for _, f := range valuesFiles {
+	for _, f := range append([]string{"pool.yaml"}, valuesFiles...) {
 		args = append(args, "--values", filepath.Join("testdata", "values", f))
 	}
 	for _, s := range sets {
@@ -94,7 +98,7 @@ func TestLint(t *testing.T) {
 	for name, files := range cases {
 		t.Run(name, func(t *testing.T) {
 			args := []string{"lint", chartDir, "--strict", "--namespace", namespace, "--kube-version", kubeVersion}
-			for _, f := range files {
+			for _, f := range append([]string{"pool.yaml"}, files...) {
 				args = append(args, "--values", filepath.Join("testdata", "values", f))
 			}
 			out, errOut, err := helm(t, args...)
@@ -231,6 +235,49 @@ func TestBadValues(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPoolSelector checks the pool's selector without the tests' base values:
+// a release that creates a pool must name its pods' labels, the labels given
+// are the whole selector, and a release serving an existing pool needs none.
+func TestPoolSelector(t *testing.T) {
+	template := func(flags ...string) (string, string, error) {
+		return helm(t, append([]string{"template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion}, flags...)...)
+	}
+	t.Run("none given", func(t *testing.T) {
+		out, errOut, err := template()
+		if err == nil {
+			t.Fatalf("helm template made a pool without a selector:\n%s", out)
+		}
+		for _, w := range []string{"values don't meet the specifications of the schema", "/pool/selector/matchLabels", "minProperties"} {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("error does not mention %q:\n%s", w, errOut)
+			}
+		}
+	})
+	t.Run("other labels", func(t *testing.T) {
+		out, errOut, err := template("--set-string", "pool.selector.matchLabels.llm-d\\.ai/inferenceServing=true")
+		if err != nil {
+			t.Fatalf("helm template: %v\n%s", err, errOut)
+		}
+		var pool inferencev1.InferencePool
+		if !parseManifest(t, out).decode(t, "InferencePool", &pool) {
+			t.Fatal("no InferencePool")
+		}
+		want := map[inferencev1.LabelKey]inferencev1.LabelValue{"llm-d.ai/inferenceServing": "true"}
+		if diff := cmp.Diff(want, pool.Spec.Selector.MatchLabels); diff != "" {
+			t.Errorf("pool selector (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("existing pool", func(t *testing.T) {
+		out, errOut, err := template("--set", "pool.create=false", "--set", "pool.name=shared")
+		if err != nil {
+			t.Fatalf("helm template: %v\n%s", err, errOut)
+		}
+		if k := parseManifest(t, out).kinds(); slices.ContainsFunc(k, func(s string) bool { return strings.HasPrefix(s, "InferencePool/") }) {
+			t.Errorf("an InferencePool rendered for an existing pool: %v", k)
+		}
+	})
 }
 
 // TestCRDCopy checks that the chart installs exactly the CRD generated from

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
 )
@@ -133,8 +134,42 @@ func TestMigrateValues(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the chart refuses the converted values: %v\n%s", err, errOut)
 			}
-			tc.check(t, parseManifest(t, out))
+			m := parseManifest(t, out)
+			checkSelectorKept(t, filepath.Join("testdata", "upstream", name+".yaml"), m)
+			tc.check(t, m)
 		})
+	}
+}
+
+// checkSelectorKept checks that the pool selects the pods by exactly the
+// labels the upstream values named: none of the chart's own added, which
+// would leave the pool matching no pods.
+func checkSelectorKept(t *testing.T, upstreamFile string, m manifest) {
+	t.Helper()
+	raw, err := os.ReadFile(upstreamFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var upstream struct {
+		InferencePool struct {
+			ModelServers struct {
+				MatchLabels map[string]string `json:"matchLabels"`
+			} `json:"modelServers"`
+		} `json:"inferencePool"`
+	}
+	if err := yaml.Unmarshal(raw, &upstream); err != nil {
+		t.Fatalf("parse %s: %v", upstreamFile, err)
+	}
+	var pool inferencev1.InferencePool
+	if !m.decode(t, "InferencePool", &pool) {
+		t.Fatal("no InferencePool")
+	}
+	got := map[string]string{}
+	for k, v := range pool.Spec.Selector.MatchLabels {
+		got[string(k)] = string(v)
+	}
+	if diff := cmp.Diff(upstream.InferencePool.ModelServers.MatchLabels, got); diff != "" {
+		t.Errorf("pool selector differs from the upstream values' (-want +got):\n%s", diff)
 	}
 }
 

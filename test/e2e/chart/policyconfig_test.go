@@ -33,7 +33,7 @@ func TestEveryPolicyKeyPassesTheValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errOut, err := helm(t, "template", release, chartDir, "--namespace", namespace,
-		"--kube-version", kubeVersion, "--values", file)
+		"--kube-version", kubeVersion, "--values", filepath.Join("testdata", "values", "pool.yaml"), "--values", file)
 	if err != nil {
 		t.Fatalf("helm template with every policy key: %v\n%s\nvalues:\n%s", err, errOut, doc)
 	}
