@@ -347,6 +347,10 @@ func (o *Options) Complete() error {
 		o.Warnings = append(o.Warnings, Warning{Flag: "--pool-name", Value: o.PoolName,
 			Reason: "--static-endpoints is given: requests are routed over that list, not the pool's pods"})
 	}
+	if len(o.static) > 0 && o.MetricsSecureServing {
+		o.Warnings = append(o.Warnings, Warning{Flag: "--metrics-secure-serving", Value: "true",
+			Reason: "--static-endpoints is given: the metrics port serves plain HTTP outside a cluster"})
+	}
 	if len(o.static) > 0 && o.EndpointSelector != "" {
 		o.Warnings = append(o.Warnings, Warning{Flag: "--endpoint-selector", Value: o.EndpointSelector,
 			Reason: "--static-endpoints is given: requests are routed over that list, not the selected pods"})
