@@ -302,11 +302,37 @@ func (c *converter) pluginsConfig() {
 	}
 }
 
+// flagValues returns the upstream flags by name. Charts up to v1.1 list them
+// as {name, value} entries, later ones map names to values.
+func (c *converter) flagValues(v any) map[string]any {
+	switch v := v.(type) {
+	case nil:
+		return nil
+	case map[string]any:
+		return v
+	case []any:
+		flags := make(map[string]any, len(v))
+		for i, e := range v {
+			entry, _ := e.(map[string]any)
+			name, _ := entry["name"].(string)
+			if name == "" {
+				c.note("inferenceExtension.flags[%d] dropped: an entry without a name", i)
+				continue
+			}
+			flags[name] = entry["value"]
+		}
+		return flags
+	default:
+		c.note("inferenceExtension.flags dropped: neither a map of flags nor a list of {name, value}")
+		return nil
+	}
+}
+
 // flagMap places each upstream flag: a value of its own, the chart's, an
 // extra argument the picker accepts, or a note.
 func (c *converter) flagMap() {
 	v, _ := c.take("inferenceExtension.flags")
-	flags, _ := v.(map[string]any)
+	flags := c.flagValues(v)
 	names := make([]string, 0, len(flags))
 	for k := range flags {
 		names = append(names, k)

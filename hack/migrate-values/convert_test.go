@@ -64,6 +64,35 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 			notes: []string{"--pool-name dropped: the chart sets it from pool.name", "--no-such-flag dropped", "weighted-scorer"},
 		},
+		"flags as a list of name and value, as charts up to v1.1 give them": {
+			upstream: `
+inferenceExtension:
+  flags:
+    - name: v
+      value: 3
+    - name: secure-serving
+      value: "false"
+    - value: orphan
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker: {verbosity: 3}
+tls: {enabled: false}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"inferenceExtension.flags[2] dropped: an entry without a name"},
+		},
+		"flags of another shape": {
+			upstream: `
+inferenceExtension:
+  flags: "--v=3"
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want:  `pool: {selector: {matchLabels: {app: m}}}`,
+			notes: []string{"inferenceExtension.flags dropped"},
+		},
 		"upstream plugins the picker refuses": {
 			upstream: `
 inferenceExtension:
