@@ -119,6 +119,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, j job) {
 		return
 	}
 	if !s.wait(ctx, run) {
+		if ctx.Err() == nil {
+			writeError(w, http.StatusServiceUnavailable, "", errStoppedMidway)
+		}
 		return
 	}
 	if !holdBack(ctx, w, fc, 0) {

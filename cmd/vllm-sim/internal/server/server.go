@@ -161,6 +161,19 @@ func writeError(w http.ResponseWriter, status int, param, msg string) {
 	}})
 }
 
+// errStoppedMidway is the message of a request the engine stopped before its
+// last token (the simulator shutting down).
+const errStoppedMidway = "the engine stopped before the request finished"
+
+// stoppedMidway is the error event that ends a stream the engine stopped.
+func stoppedMidway() openai.ErrorResponse {
+	return openai.ErrorResponse{Error: openai.ErrorDetail{
+		Message: errStoppedMidway,
+		Type:    errorType(http.StatusServiceUnavailable),
+		Code:    http.StatusServiceUnavailable,
+	}}
+}
+
 func errorType(status int) string {
 	switch status {
 	case http.StatusBadRequest:

@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/engine"
+	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/faults"
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/openai"
 )
 
@@ -285,4 +288,73 @@ func mustRequest(ctx context.Context, t *testing.T, base, body string) *http.Req
 		t.Error(err)
 	}
 	return req
+}
+
+// TestEngineStopEndsRequestsWithAnError stops the engine (the simulator's
+// SIGTERM) under a request and a stream in flight: the request is answered
+// 503 and the stream ends with an error event and [DONE], as vLLM ends work
+// its engine failed, never as a completion.
+func TestEngineStopEndsRequestsWithAnError(t *testing.T) {
+	o := defaultSim()
+	o.scale = 1 // 1500 tokens × 20 ms: the requests outlive the test
+	eng, err := engine.New(o.engine, engine.WithPacer(&engine.WallPacer{Scale: o.scale}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Model: testModel, Engine: eng, Faults: faults.NewState(o.faults, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stopEngine := context.WithCancel(t.Context())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); eng.Run(ctx) }()
+	ts := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		stopEngine()
+		<-stopped
+		ts.Close()
+	})
+
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	ask := func(body string) <-chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			resp, err := http.DefaultClient.Do(mustRequest(t.Context(), t, ts.URL, body))
+			if err != nil {
+				ch <- answer{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			ch <- answer{status: resp.StatusCode, body: string(b), err: err}
+		}()
+		return ch
+	}
+	plain := ask(`{"prompt":"plain","max_tokens":1500}`)
+	streamed := ask(`{"prompt":"streamed","max_tokens":1500,"stream":true}`)
+	eventually(t, "both requests in the engine", func() bool {
+		m, err := scrape(t, ts.URL)
+		return err == nil && m["vllm:num_requests_running"]+m["vllm:num_requests_waiting"] == 2
+	})
+	stopEngine()
+	<-stopped
+
+	p := <-plain
+	var perr struct {
+		Error struct {
+			Code int `json:"code"`
+		} `json:"error"`
+	}
+	if p.err != nil || p.status != http.StatusServiceUnavailable || json.Unmarshal([]byte(p.body), &perr) != nil || perr.Error.Code != http.StatusServiceUnavailable {
+		t.Errorf("request cut by the engine stopping: status %d, body %q, error %v; want 503 with an error body", p.status, p.body, p.err)
+	}
+	s := <-streamed
+	events := strings.Split(strings.TrimSuffix(s.body, "\n\n"), "\n\n")
+	if s.err != nil || len(events) < 2 || events[len(events)-1] != "data: [DONE]" || !strings.HasPrefix(events[len(events)-2], `data: {"error":`) {
+		t.Errorf("stream cut by the engine stopping (err %v) ends with %q; want an error event, then [DONE]", s.err, events[max(0, len(events)-2):])
+	}
 }

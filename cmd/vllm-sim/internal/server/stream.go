@@ -65,8 +65,9 @@ func (e *sse) json(v any) bool {
 }
 
 // stream serves a streamed request: one event per output token, a usage
-// event if asked for, then [DONE]. If the client leaves or the engine stops,
-// the stream just ends.
+// event if asked for, then [DONE]. If the client leaves, the stream just
+// ends; if the engine stops first, an error event and [DONE] end it, as
+// vLLM ends a stream its engine failed.
 func (s *Server) stream(ctx context.Context, w http.ResponseWriter, rn *run, fc faults.Config) {
 	out := newSSE(ctx, w, fc)
 	for {
@@ -81,6 +82,9 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, rn *run, fc 
 			}
 		}
 		if aborted {
+			if ctx.Err() == nil && out.json(stoppedMidway()) {
+				out.event([]byte("[DONE]"))
+			}
 			return
 		}
 		if done {
