@@ -201,6 +201,7 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context) (ctrl.Result, error)
 	if !pool.DeletionTimestamp.IsZero() {
 		log.V(logChanges).Info("Pool is being deleted; serving no endpoints", "pool", klog.KObj(pool))
 		r.clear()
+		r.sink.MarkSynced()
 		return ctrl.Result{}, nil
 	}
 
@@ -236,11 +237,12 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context) (ctrl.Result, error)
 }
 
 // clear empties the sink for an absent pool and forgets what was announced,
-// so a re-created pool gets fresh Events.
+// so a re-created pool gets fresh Events. The caller says whether that is
+// synced (a pool being deleted) or not (a missing one): marking it synced
+// here would report a missing pool ready until the caller's next call.
 func (r *PoolReconciler) clear() {
 	r.served = nil
 	r.pods.clear()
-	r.sink.MarkSynced()
 	r.reported = -1
 	r.invalid = ""
 }

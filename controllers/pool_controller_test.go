@@ -30,6 +30,9 @@ type recordingSink struct {
 	replaces int
 	updates  int
 	synced   bool
+	// syncs counts MarkSynced calls: each is a moment the picker reports
+	// ready.
+	syncs int
 }
 
 func (s *recordingSink) Replace(eps []registry.Endpoint) {
@@ -52,7 +55,7 @@ func (s *recordingSink) sort() {
 	slices.SortFunc(s.eps, func(a, b registry.Endpoint) int { return a.Address.Compare(b.Address) })
 }
 
-func (s *recordingSink) MarkSynced()   { s.synced = true }
+func (s *recordingSink) MarkSynced()   { s.synced = true; s.syncs++ }
 func (s *recordingSink) MarkUnsynced() { s.synced = false }
 
 type fixture struct {
@@ -120,8 +123,8 @@ func TestReconcileMissingPool(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
-	if len(f.sink.eps) != 0 || f.sink.synced {
-		t.Errorf("sink = %v, synced %v; want empty and not synced (not ready)", f.sink.eps, f.sink.synced)
+	if len(f.sink.eps) != 0 || f.sink.synced || f.sink.syncs != 0 {
+		t.Errorf("sink = %v, synced %v after %d MarkSynced calls; want empty and never synced (never ready)", f.sink.eps, f.sink.synced, f.sink.syncs)
 	}
 	if len(evs) != 0 {
 		t.Errorf("events = %q, want none without the picker's Pod to record them on", evs)

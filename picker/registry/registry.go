@@ -71,12 +71,16 @@ func (r *Registry) MarkSynced() {
 
 // FirstSynced is closed once the registry has first reflected its source:
 // from then on a request finds the pool's workers, or learns that it has
-// none. It stays closed through MarkUnsynced.
+// none or that the pool does not exist. It stays closed for good.
 func (r *Registry) FirstSynced() <-chan struct{} { return r.first }
 
-// MarkUnsynced records that the registry no longer reflects its source (the
-// served pool is gone): readiness turns false until MarkSynced.
-func (r *Registry) MarkUnsynced() { r.synced.Store(false) }
+// MarkUnsynced records that the served pool does not exist: readiness is
+// false until MarkSynced. That too is the source reflected (a request learns
+// there is no pool), so it closes FirstSynced if nothing has yet.
+func (r *Registry) MarkUnsynced() {
+	r.synced.Store(false)
+	r.firstOnce.Do(func() { close(r.first) })
+}
 
 // Synced reports whether MarkSynced was called (and MarkUnsynced not since).
 func (r *Registry) Synced() bool { return r.synced.Load() }

@@ -471,4 +471,15 @@ func TestFirstSyncedClosesOnceAndStaysClosed(t *testing.T) {
 	if !r.Synced() {
 		t.Error("Synced is false after MarkSynced")
 	}
+
+	missing := New()
+	missing.MarkUnsynced()
+	select {
+	case <-missing.FirstSynced():
+	default:
+		t.Fatal("open after MarkUnsynced: a pool found missing is the source reflected")
+	}
+	if missing.Synced() {
+		t.Error("Synced is true for a missing pool")
+	}
 }
