@@ -27,11 +27,14 @@ const (
 	durationValue
 )
 
-// Warning is an accepted flag that has no effect, logged once at start.
+// Warning is an accepted flag that has no effect, or works against another
+// setting, logged once at start.
 type Warning struct {
 	Flag   string
 	Value  string
 	Reason string
+	// Message is the log message; empty: warningMessage (no effect).
+	Message string
 }
 
 // always returns the same reason whatever the value.

@@ -347,6 +347,12 @@ func (o *Options) Complete() error {
 		o.Warnings = append(o.Warnings, Warning{Flag: "--pool-name", Value: o.PoolName,
 			Reason: "--static-endpoints is given: requests are routed over that list, not the pool's pods"})
 	}
+	if staleness := o.policyConfig().MetricsStaleness.Duration; o.RefreshMetricsInterval >= staleness {
+		o.Warnings = append(o.Warnings, Warning{Flag: "--refresh-metrics-interval", Value: o.RefreshMetricsInterval.String(),
+			Message: staleMessage,
+			Reason: fmt.Sprintf("metrics are trusted for %s after a scrape (--metrics-staleness-threshold, or metricsStaleness in the configuration): "+
+				"for part of each interval the policy routes without them; scrape more often than that", staleness)})
+	}
 	if len(o.static) > 0 && o.MetricsSecureServing {
 		o.Warnings = append(o.Warnings, Warning{Flag: "--metrics-secure-serving", Value: "true",
 			Reason: "--static-endpoints is given: the metrics port serves plain HTTP outside a cluster"})

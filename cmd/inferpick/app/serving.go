@@ -51,11 +51,19 @@ func logServing(log logr.Logger, o *Options) {
 // warningMessage is the message of a no-effect warning.
 const warningMessage = "Warning: accepted setting has no effect"
 
+// staleMessage is the message of the warning that metrics go stale between
+// scrapes.
+const staleMessage = "Warning: scraped metrics go stale before the next scrape"
+
 // logWarnings logs, once each, the flags and configuration that were
 // accepted but have no effect.
 func logWarnings(log logr.Logger, ws []Warning) {
 	for _, w := range ws {
-		log.Info(warningMessage, "flag", w.Flag, "value", w.Value, "reason", w.Reason)
+		msg := w.Message
+		if msg == "" {
+			msg = warningMessage
+		}
+		log.Info(msg, "flag", w.Flag, "value", w.Value, "reason", w.Reason)
 	}
 }
 
