@@ -66,6 +66,10 @@ type DirectOptions struct {
 	// (SETTINGS_MAX_CONCURRENT_STREAMS); a stream opened beyond it is
 	// refused (REFUSED_STREAM) before any work. Zero: no limit, as in gRPC.
 	MaxConcurrentStreams uint32
+	// Health, when set, answers gRPC health checks
+	// (/grpc.health.v1.Health/Check) on the ext_proc port, for gateways
+	// whose health checker probes the ext_proc cluster's own endpoints.
+	Health HealthChecker
 }
 
 // defaultMaxRecvMsgSize is gRPC's default bound on a received message.
@@ -223,6 +227,7 @@ func newDirectConn(d *DirectServer, nc net.Conn) *directConn {
 		d:          d,
 		nc:         nc,
 		streams:    map[uint32]*directStream{},
+		health:     map[uint32]*healthCall{},
 		peerWindow: initialWindow,
 		sendWindow: initialWindow,
 		maxFrame:   initialMaxFrame,

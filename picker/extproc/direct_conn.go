@@ -51,6 +51,7 @@ type directConn struct {
 	recvWindow  int64  // what the client may still send on the connection
 	lastPing    time.Time
 	pingStrikes int
+	health      map[uint32]*healthCall // health checks still receiving
 
 	lastRead atomic.Int64 // unix nanoseconds of the last frame read
 
@@ -187,6 +188,7 @@ func (c *directConn) handle(f http2.Frame) error {
 		if st != nil {
 			st.event(streamEvent{err: status.Error(codes.Canceled, "stream reset by the client: "+f.ErrCode.String()), reset: true})
 		}
+		delete(c.health, f.StreamID)
 	case *http2.SettingsFrame:
 		if f.IsAck() {
 			return nil
@@ -323,7 +325,7 @@ func (c *directConn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.mu.Unlock()
 		return nil
 	}
-	if m := c.d.opts.MaxConcurrentStreams; m > 0 && uint32(len(c.streams)) >= m {
+	if m := c.d.opts.MaxConcurrentStreams; m > 0 && uint32(len(c.streams)+len(c.health)) >= m {
 		// Over the limit the settings announced: refused before any work,
 		// so the gateway may retry it elsewhere.
 		_ = c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
@@ -340,7 +342,10 @@ func (c *directConn) onHeaders(f *http2.MetaHeadersFrame) error {
 		})
 		return nil
 	}
-	if path := f.PseudoValue("path"); path != processPath {
+	if path := f.PseudoValue("path"); path == healthCheckPath && c.d.opts.Health != nil {
+		c.openHealthCall(id, f.StreamEnded())
+		return nil
+	} else if path != processPath {
 		c.writeLocked(func() error {
 			return c.writeStatus(id, status.Newf(codes.Unimplemented, "unknown method %s", path), false, !f.StreamEnded())
 		})
@@ -391,6 +396,9 @@ func (c *directConn) onData(f *http2.DataFrame) error {
 	}
 	c.mu.Unlock()
 	if st == nil {
+		if c.healthData(f) {
+			return nil
+		}
 		if f.StreamID > c.maxStreamID {
 			return fmt.Errorf("DATA on idle stream %d", f.StreamID)
 		}

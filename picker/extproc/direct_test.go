@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -332,8 +333,13 @@ func FuzzDirectConn(f *testing.F) {
 	f.Add([]byte{0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0})          // GOAWAY
 	f.Add([]byte{0, 0, 3, 1, 5, 0, 0, 0, 3, 0x82, 0x87, 0x84})                // HEADERS of a second stream
 	f.Add([]byte{0, 0, 9, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 4, 0x1a, 2, 0x12, 0}) // a response-headers message, END_STREAM
+	f.Add(healthCheckFrames(3, []byte{0, 0, 0, 0, 2, 0x0a, 0}, true))         // a health check
+	f.Add(healthCheckFrames(3, []byte{0, 0, 0, 0, 9, 0x0a}, false))           // a health check, cut short, left open
 	f.Fuzz(func(t *testing.T, frames []byte) {
-		w := newDirectWorld(t, DirectOptions{MaxRecvMsgSize: 64 << 10, MaxConcurrentStreams: 4})
+		w := newDirectWorld(t, DirectOptions{MaxRecvMsgSize: 64 << 10, MaxConcurrentStreams: 4,
+			Health: func(string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+				return healthpb.HealthCheckResponse_SERVING, nil
+			}})
 		client, server := net.Pipe()
 		w.ds.connsDone.Add(1)
 		c := newDirectConn(w.ds, server)
@@ -367,6 +373,68 @@ func FuzzDirectConn(f *testing.F) {
 			t.Fatalf("load %d after the connection closed, want 0", w.load())
 		}
 	})
+}
+
+// healthCheckFrames are the frames of a health check on stream id: its
+// headers, then data, ending the stream if end.
+func healthCheckFrames(id uint32, data []byte, end bool) []byte {
+	var out, block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", healthCheckPath}, {":authority", "picker"}, {"content-type", "application/grpc"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+	}
+	fr := http2.NewFramer(&out, nil)
+	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true})
+	_ = fr.WriteData(id, end, data)
+	return out.Bytes()
+}
+
+// A health check's request is a service name: a longer one is refused with
+// RESOURCE_EXHAUSTED, a framed message that ends early with INTERNAL, and
+// the connection serves on.
+func TestDirectHealthCheckRequestsAreBounded(t *testing.T) {
+	w := newDirectWorld(t, DirectOptions{Health: func(string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+		return healthpb.HealthCheckResponse_SERVING, nil
+	}})
+	c := dialRaw(t, w.addr)
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	grpcStatus := func(id uint32) string {
+		t.Helper()
+		var got string
+		c.readUntil(func(f http2.Frame) bool {
+			h, ok := f.(*http2.MetaHeadersFrame)
+			if !ok || h.StreamID != id {
+				return false
+			}
+			for _, hf := range h.Fields {
+				if hf.Name == "grpc-status" {
+					got = hf.Value
+					return true
+				}
+			}
+			return false
+		})
+		return got
+	}
+	long := make([]byte, maxHealthRequest+1)
+	if _, err := c.nc.Write(healthCheckFrames(1, long, false)); err != nil {
+		t.Fatal(err)
+	}
+	if got := grpcStatus(1); got != "8" {
+		t.Errorf("grpc-status %q for a request over %d bytes, want 8 (RESOURCE_EXHAUSTED)", got, maxHealthRequest)
+	}
+	if _, err := c.nc.Write(healthCheckFrames(3, []byte{0, 0, 0, 0, 9, 0x0a}, true)); err != nil {
+		t.Fatal(err)
+	}
+	if got := grpcStatus(3); got != "13" {
+		t.Errorf("grpc-status %q for a message cut short, want 13 (INTERNAL)", got)
+	}
+	if _, err := c.nc.Write(healthCheckFrames(5, nil, true)); err != nil {
+		t.Fatal(err)
+	}
+	if got := grpcStatus(5); got != "0" {
+		t.Errorf("grpc-status %q for the empty service name, want 0", got)
+	}
 }
 
 // A stream whose headers are malformed is reset on its own: its frames
@@ -698,4 +766,64 @@ func rstCode(f http2.Frame) any {
 		return r.ErrCode
 	}
 	return nil
+}
+
+// A gateway's gRPC health checker may probe the ext_proc port itself: Check
+// answers the checker's status for each service name, an unknown name is
+// NOT_FOUND, Watch is not served, and ext_proc streams on the same
+// connection go on.
+func TestDirectAnswersHealthChecks(t *testing.T) {
+	statuses := map[string]healthpb.HealthCheckResponse_ServingStatus{
+		"": healthpb.HealthCheckResponse_SERVING,
+		"envoy.service.ext_proc.v3.ExternalProcessor": healthpb.HealthCheckResponse_NOT_SERVING,
+	}
+	w := newDirectWorld(t, DirectOptions{Health: func(service string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+		st, ok := statuses[service]
+		if !ok {
+			return 0, status.Error(codes.NotFound, "unknown service")
+		}
+		return st, nil
+	}})
+	conn, err := grpc.NewClient(w.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	hc := healthpb.NewHealthClient(conn)
+	for service, want := range statuses {
+		resp, err := hc.Check(t.Context(), &healthpb.HealthCheckRequest{Service: service})
+		if err != nil || resp.GetStatus() != want {
+			t.Errorf("Check(%q) = %v, %v; want %v", service, resp.GetStatus(), err, want)
+		}
+	}
+	if _, err := hc.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "other"}); status.Code(err) != codes.NotFound {
+		t.Errorf("Check of an unknown service: %v, want NotFound", err)
+	}
+	watch, err := hc.Watch(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Recv(); status.Code(err) != codes.Unimplemented {
+		t.Errorf("Watch: %v, want Unimplemented", err)
+	}
+	st := routeOne(t, extprocv3.NewExternalProcessorClient(conn), chatBody("m", "routed beside the checks"))
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream end: %v, want EOF", err)
+	}
+}
+
+// Without a checker the health service is not served on the ext_proc port.
+func TestDirectWithoutHealthChecker(t *testing.T) {
+	w := newDirectWorld(t, DirectOptions{})
+	conn, err := grpc.NewClient(w.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("Check: %v, want Unimplemented", err)
+	}
 }
