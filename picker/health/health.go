@@ -4,7 +4,7 @@ package health
 
 import (
 	"context"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -29,7 +29,12 @@ type Checker struct {
 	srv      *health.Server
 	ready    func() bool
 	interval time.Duration
-	draining atomic.Bool
+
+	// mu orders a tick's status write after any Drain: without it a tick
+	// that read "not draining" could write SERVING after Drain's
+	// NOT_SERVING and undo it until the next tick.
+	mu       sync.Mutex
+	draining bool
 }
 
 // New returns a checker; interval is how often ready is evaluated.
@@ -59,7 +64,7 @@ func (c *Checker) Start(ctx context.Context) error {
 	t := time.NewTicker(c.interval)
 	defer t.Stop()
 	for {
-		c.set(!c.draining.Load() && c.ready())
+		c.tick()
 		select {
 		case <-ctx.Done():
 			c.set(false)
@@ -69,8 +74,19 @@ func (c *Checker) Start(ctx context.Context) error {
 	}
 }
 
+// tick evaluates ready and writes the result unless Drain came first. ready
+// runs outside the lock since it may be slow or itself lead to a Drain.
+func (c *Checker) tick() {
+	ready := c.ready()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.set(ready && !c.draining)
+}
+
 // Drain reports not ready from now on.
 func (c *Checker) Drain() {
-	c.draining.Store(true)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.draining = true
 	c.set(false)
 }
