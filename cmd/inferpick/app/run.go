@@ -193,6 +193,8 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 	rewrites := rewrite.NewTable()
 	var queue *flowcontrol.Queue
 	var runnables []manager.Runnable
+	// deps run until the ext_proc server has drained (see routing).
+	deps := []manager.Runnable{scraper}
 	if o.FlowControl.Enabled {
 		sat := cfg.Default()
 		queue, err = flowcontrol.New(o.FlowControl, flowcontrol.WithRegisterer(promReg, poolLabel(o)),
@@ -201,7 +203,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 			return nil, err
 		}
 		reg.AddListener(queueNotifier{queue})
-		runnables = append(runnables, replicaRunnable{queue}, &notifyTicker{q: queue, every: o.RefreshMetricsInterval})
+		deps = append(deps, replicaRunnable{queue}, &notifyTicker{q: queue, every: o.RefreshMetricsInterval})
 	}
 	var locator extproc.Locator
 	var held observe.HeldBlocks
@@ -210,7 +212,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 		held = kvIndex.Held
 		sub := &kvindex.Subscriber{Index: kvIndex, Port: o.KVEventsPort, Topic: o.KVEventsTopic, ReplayPort: o.KVEventsReplayPort, ReplayTimeout: o.KVEventsReplayTimeout, Log: log.WithName("kvevents")}
 		reg.AddListener(sub)
-		runnables = append(runnables, replicaRunnable{sub})
+		deps = append(deps, replicaRunnable{sub})
 		loc := kvindex.NewLocator(kvIndex, reg, o.TokenizeTimeout)
 		loc.OffloadWeight = o.KVEventsOffloadWeight
 		promReg.MustRegister(kvindex.NewCollector(kvIndex, sub, loc))
@@ -269,11 +271,11 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 	healthSrv := grpc.NewServer()
 	hc.Register(healthSrv)
 
+	extProc := &grpcServer{name: "ext_proc", srv: extSrv, addr: hostPort(o.BindAddress, o.GRPCPort), drain: o.DrainTimeout, onDrain: hc.Drain,
+		after: reg.FirstSynced()}
 	runnables = append(runnables,
-		scraper,
 		&healthRunnable{hc},
-		&grpcServer{name: "ext_proc", srv: extSrv, addr: hostPort(o.BindAddress, o.GRPCPort), drain: o.DrainTimeout, onDrain: hc.Drain,
-			after: reg.FirstSynced()},
+		&routing{server: extProc, deps: deps},
 		&grpcServer{name: "health", srv: healthSrv, addr: hostPort(o.BindAddress, o.GRPCHealthPort), drain: time.Second},
 	)
 	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg.Registry, priorities: priorities, rewrites: rewrites, held: held}, nil

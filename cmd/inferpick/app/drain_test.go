@@ -1,0 +1,184 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/inferpick/inferpick/test/framework"
+)
+
+// TestRoutingStopsItsDependenciesAfterTheServer: the dependencies run on
+// through the server's drain and are ended once it returns; a dependency
+// that fails ends the server and the others too.
+func TestRoutingStopsItsDependenciesAfterTheServer(t *testing.T) {
+	t.Run("drain", func(t *testing.T) {
+		draining, drained := make(chan struct{}), make(chan struct{})
+		depStopped := make(chan struct{})
+		server := manager.RunnableFunc(func(ctx context.Context) error {
+			<-ctx.Done()
+			close(draining)
+			<-drained
+			return nil
+		})
+		dep := manager.RunnableFunc(func(ctx context.Context) error {
+			<-ctx.Done()
+			close(depStopped)
+			return nil
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- (&routing{server: server, deps: []manager.Runnable{dep}}).Start(ctx) }()
+		cancel()
+		<-draining
+		select {
+		case <-depStopped:
+			t.Fatal("dependency stopped while the server drained")
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(drained)
+		<-depStopped
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("failure", func(t *testing.T) {
+		boom := errors.New("boom")
+		server := manager.RunnableFunc(func(ctx context.Context) error { <-ctx.Done(); return nil })
+		failing := manager.RunnableFunc(func(context.Context) error { return boom })
+		other := manager.RunnableFunc(func(ctx context.Context) error { <-ctx.Done(); return nil })
+		err := (&routing{server: server, deps: []manager.Runnable{failing, other}}).Start(t.Context())
+		if !errors.Is(err, boom) {
+			t.Fatalf("Start: %v, want %v", err, boom)
+		}
+	})
+}
+
+// TestQueuedRequestIsRoutedDuringTheDrain: with --flow-control, a request
+// waiting in the queue at SIGTERM is routed once the request in flight ends
+// within --drain-timeout; the queue runs until the ext_proc server has
+// drained, where it used to stop with the run and answer every waiter 429
+// "flow control queue stopped" at once.
+func TestQueuedRequestIsRoutedDuringTheDrain(t *testing.T) {
+	o, err := parse(t, "--static-endpoints", "127.0.0.1:1", "--bind-address", "127.0.0.1",
+		"--secure-serving=false", "--refresh-metrics-interval", "1h", "--flow-control",
+		"--config-text", "policy:\n  name: least-load\n  maxInFlight: 1\n", "--drain-timeout", "20s",
+		"--grpc-port", fmt.Sprint(framework.FreePortT(t)), "--grpc-health-port", fmt.Sprint(framework.FreePortT(t)), "--metrics-port", fmt.Sprint(framework.FreePortT(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	health := healthpb.NewHealthClient(dial(t, o.GRPCHealthPort))
+	until(t, "readiness", func() bool {
+		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
+		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	})
+	client := extprocv3.NewExternalProcessorClient(dial(t, o.GRPCPort))
+
+	inFlight := openRequest(t, client)
+	if r, err := inFlight.Recv(); err != nil || r.GetRequestHeaders() == nil {
+		t.Fatalf("first request not routed: %v %v", r, err)
+	}
+	if _, err := inFlight.Recv(); err != nil { // the body
+		t.Fatal(err)
+	}
+	queued := openRequest(t, client)
+	replies := make(chan *extprocv3.ProcessingResponse, 1)
+	go func() {
+		r, err := queued.Recv()
+		if err != nil {
+			t.Errorf("queued request: %v", err)
+		}
+		replies <- r
+	}()
+	until(t, "a queued request", func() bool {
+		return strings.Contains(scrapeMetrics(t, o.MetricsPort), `inferpick_flowcontrol_queue_length{priority="0"} 1`)
+	})
+
+	stop()
+	until(t, "not ready", func() bool {
+		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
+		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING
+	})
+	// The request in flight ends, well within the drain.
+	if err := inFlight.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}}}, EndOfStream: true},
+	}}); err != nil {
+		t.Fatalf("in-flight stream cut during the drain: %v", err)
+	}
+	if _, err := inFlight.Recv(); err != nil {
+		t.Fatalf("in-flight stream cut during the drain: %v", err)
+	}
+	if err := inFlight.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+
+	select {
+	case r := <-replies:
+		if ir := r.GetImmediateResponse(); ir != nil {
+			t.Fatalf("queued request answered %v (%s) during the drain, want it routed", ir.GetStatus().GetCode(), ir.GetBody())
+		}
+		if r.GetRequestHeaders() == nil {
+			t.Fatalf("queued request: unexpected reply %v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("queued request never answered")
+	}
+	if err := queued.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after the drain")
+	}
+}
+
+// openRequest opens an ext_proc stream and sends a whole completion request.
+func openRequest(t *testing.T, client extprocv3.ExternalProcessorClient) extprocv3.ExternalProcessor_ProcessClient {
+	t.Helper()
+	s, err := client.Process(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}
+	for _, r := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"m","prompt":"hello"}`), EndOfStream: true}}},
+	} {
+		if err := s.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func scrapeMetrics(t *testing.T, port int) string {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
