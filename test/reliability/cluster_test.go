@@ -89,32 +89,7 @@ func TestAPIServerRestart(t *testing.T) {
 // is killed the other takes over within the lease time and routes.
 func TestLeaderElection(t *testing.T) {
 	c := sharedCluster(t)
-	ns := c.Namespace(t)
-	s := startSim(t, "127.0.0.48", 0)
-	host, portStr, _ := net.SplitHostPort(s.addr)
-	port, _ := strconv.Atoi(portStr)
-	if err := c.Client.Create(t.Context(), framework.MakePool(ns, "pool").Ports(int32(port)).Obj()); err != nil {
-		t.Fatal(err)
-	}
-	c.ReadyPod(t, framework.MakePod(ns, "vllm-0").Obj(), host)
-	lease := []string{"--ha-enable-leader-election", "--ha-mode", "active-passive", "--leader-election-lease-duration", "4s",
-		"--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "500ms"}
-	replicas := []*picker{startClusterPicker(t, c, ns, "pool", lease...), startClusterPicker(t, c, ns, "pool", lease...)}
-
-	leader := -1
-	eventually(t, 60*time.Second, func() error {
-		var ready []int
-		for i, p := range replicas {
-			if p.Serving(t.Context(), "readiness") {
-				ready = append(ready, i)
-			}
-		}
-		if len(ready) != 1 {
-			return fmt.Errorf("replicas ready: %v, want exactly one", ready)
-		}
-		leader = ready[0]
-		return nil
-	})
+	replicas, leader := startActivePassive(t, c, "127.0.0.48")
 	follower := replicas[1-leader]
 	// The follower stays not ready while the leader lives.
 	for range 10 {

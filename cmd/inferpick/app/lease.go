@@ -16,10 +16,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
-// leaseElector is leader election for active-active replicas. The
+// leaseElector is the replicas' leader election, in both HA modes. The
 // manager's own election ends the process when the lease is lost, which
-// would cut every stream of a replica that serves; here losing the lease
-// only stops this replica recording Events, and it campaigns again.
+// would cut every stream of a replica that serves, and releases the lease
+// only once every runnable has stopped, after the drain. Here losing the
+// lease only stops this replica's leader work (Events, and in active-passive
+// mode readiness) and it campaigns again; and the lease is released when
+// the run's context ends, as the drain begins, so a standby takes over at
+// once.
 type leaseElector struct {
 	lock                resourcelock.Interface
 	lease, renew, retry time.Duration

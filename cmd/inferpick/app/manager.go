@@ -25,11 +25,12 @@ import (
 
 // newManager builds the controller manager: a cache limited to the pool's
 // namespace, the pool controller feeding the registry, the metrics server
-// (authenticated unless disabled) and the picker's servers as runnables.
-func newManager(o *Options, p *picker) (manager.Manager, error) {
+// (authenticated unless disabled) and the picker's servers as runnables. It
+// returns the lease election the replica takes part in, nil without one.
+func newManager(o *Options, p *picker) (manager.Manager, controllers.Leader, error) {
 	cfg, err := restConfig(o.Kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	metrics := metricsserver.Options{
 		BindAddress:   hostPort(o.BindAddress, o.MetricsPort),
@@ -44,28 +45,32 @@ func newManager(o *Options, p *picker) (manager.Manager, error) {
 	}
 	mopts, err := ManagerOptions(o)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mopts.Metrics = metrics
 	mgr, err := ctrl.NewManager(cfg, mopts)
 	if err != nil {
-		return nil, fmt.Errorf("create manager: %w", err)
+		return nil, nil, fmt.Errorf("create manager: %w", err)
 	}
-	if err := SetupControllers(mgr, o, Sinks{Endpoints: p.reg, Priorities: p.priorities, Rewrites: p.rewrites}, selfPod()); err != nil {
-		return nil, err
+	leader, err := SetupControllers(mgr, o, Sinks{Endpoints: p.reg, Priorities: p.priorities, Rewrites: p.rewrites}, selfPod())
+	if err != nil {
+		return nil, nil, err
 	}
 	for _, r := range p.servers {
 		if err := mgr.Add(r); err != nil {
-			return nil, fmt.Errorf("add runnable: %w", err)
+			return nil, nil, fmt.Errorf("add runnable: %w", err)
 		}
 	}
-	return mgr, nil
+	return mgr, leader, nil
 }
 
 // ManagerOptions are the controller-manager options inferpick runs with for
 // o, but for the metrics server: the project's scheme, a cache limited to
-// what the pool (or the endpoint selector) needs, leader election, and the
-// shutdown bound. The integration suites start their managers from it.
+// what the pool (or the endpoint selector) needs, and the shutdown bound.
+// The manager's own leader election stays off in every mode: it ends the
+// process when the lease is lost and releases the lease only after the
+// drain, so SetupControllers runs the picker's election instead (lease.go).
+// The integration suites start their managers from it.
 func ManagerOptions(o *Options) (ctrl.Options, error) {
 	scheme, err := controllers.NewScheme()
 	if err != nil {
@@ -76,17 +81,10 @@ func ManagerOptions(o *Options) (ctrl.Options, error) {
 		cacheOpts = controllers.SelectorCacheOptions(o.selectorOptions())
 	}
 	return ctrl.Options{
-		Scheme:                        scheme,
-		Cache:                         cacheOpts,
-		HealthProbeBindAddress:        "0",
-		LeaderElection:                o.LeaderElection && o.HAMode == HAActivePassive,
-		LeaderElectionID:              o.leaderElectionID(),
-		LeaderElectionNamespace:       o.PoolNamespace,
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &o.LeaderElectionLeaseDuration,
-		RenewDeadline:                 &o.LeaderElectionRenewDeadline,
-		RetryPeriod:                   &o.LeaderElectionRetryPeriod,
-		GracefulShutdownTimeout:       ptr(o.DrainTimeout + 5*time.Second),
+		Scheme:                  scheme,
+		Cache:                   cacheOpts,
+		HealthProbeBindAddress:  "0",
+		GracefulShutdownTimeout: ptr(o.DrainTimeout + 5*time.Second),
 	}, nil
 }
 
@@ -103,37 +101,51 @@ type Sinks struct {
 
 // SetupControllers adds to mgr the controllers that keep sinks equal to the
 // ready endpoints of o's pool (or endpoint selector), the pool's
-// InferenceObjectives and its InferenceModelRewrites. self is the picker's
-// own Pod, nil outside one.
-func SetupControllers(mgr manager.Manager, o *Options, sinks Sinks, self *corev1.ObjectReference) error {
+// InferenceObjectives and its InferenceModelRewrites, and the lease election
+// with --ha-enable-leader-election. self is the picker's own Pod, nil
+// outside one. It returns the election, nil without one: in active-passive
+// mode readiness follows it.
+func SetupControllers(mgr manager.Manager, o *Options, sinks Sinks, self *corev1.ObjectReference) (controllers.Leader, error) {
+	leader, err := setupLeaderElection(mgr, o)
+	if err != nil {
+		return nil, err
+	}
 	if o.selector != nil {
 		if err := controllers.SetupSelectorWithManager(mgr, o.selectorOptions(), sinks.Endpoints); err != nil {
-			return fmt.Errorf("set up the endpoint selector controller: %w", err)
+			return nil, fmt.Errorf("set up the endpoint selector controller: %w", err)
 		}
-		return nil
+		return leader, nil
 	}
-	opts := controllers.PoolReconcilerOptions{Pool: o.pool(), Group: o.PoolGroup, Self: self}
-	if o.LeaderElection && o.HAMode == HAActiveActive {
-		lease, err := newLeaseElector(mgr.GetConfig(), o)
-		if err != nil {
-			return err
-		}
-		if err := mgr.Add(lease); err != nil {
-			return fmt.Errorf("add leader election: %w", err)
-		}
-		opts.Leader = lease
-	}
+	opts := controllers.PoolReconcilerOptions{Pool: o.pool(), Group: o.PoolGroup, Self: self, Leader: leader}
 	if err := controllers.SetupWithManager(mgr, opts, sinks.Endpoints); err != nil {
-		return fmt.Errorf("set up the pool controller: %w", err)
+		return nil, fmt.Errorf("set up the pool controller: %w", err)
 	}
 	// InferenceObjectives name a pool: without one there are none to read.
-	err := setupOptional(mgr, "inferenceobjectives", "The InferenceObjective CRD is not installed: every request has priority 0",
+	err = setupOptional(mgr, "inferenceobjectives", "The InferenceObjective CRD is not installed: every request has priority 0",
 		func() error { return controllers.SetupObjectivesWithManager(mgr, opts, sinks.Priorities) })
 	if err != nil || sinks.Rewrites == nil {
-		return err
+		return leader, err
 	}
-	return setupOptional(mgr, "inferencemodelrewrites", "The InferenceModelRewrite CRD is not installed: requests are routed without model rewrites",
+	err = setupOptional(mgr, "inferencemodelrewrites", "The InferenceModelRewrite CRD is not installed: requests are routed without model rewrites",
 		func() error { return controllers.SetupRewritesWithManager(mgr, opts, sinks.Rewrites) })
+	return leader, err
+}
+
+// setupLeaderElection adds the lease election to mgr when o asks for one,
+// and returns it (nil otherwise). With an endpoint selector there is no pool
+// to record Events on, so only active-passive readiness needs the lease.
+func setupLeaderElection(mgr manager.Manager, o *Options) (controllers.Leader, error) {
+	if !o.LeaderElection || (o.selector != nil && o.HAMode != HAActivePassive) {
+		return nil, nil
+	}
+	lease, err := newLeaseElector(mgr.GetConfig(), o)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(lease); err != nil {
+		return nil, fmt.Errorf("add leader election: %w", err)
+	}
+	return lease, nil
 }
 
 // setupOptional runs setup, which sets up the controller of an

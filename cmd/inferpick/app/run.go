@@ -131,7 +131,7 @@ func Run(ctx context.Context, o *Options) error {
 		log.Info("Routing over static endpoints", "endpoints", len(eps))
 		return runStatic(ctx, o, p)
 	}
-	mgr, err := newManager(o, p)
+	mgr, leader, err := newManager(o, p)
 	if err != nil {
 		return err
 	}
@@ -147,15 +147,7 @@ func Run(ctx context.Context, o *Options) error {
 		}
 	}
 	if o.LeaderElection && o.HAMode == HAActivePassive {
-		ch := mgr.Elected()
-		elected = func() bool {
-			select {
-			case <-ch:
-				return true
-			default:
-				return false
-			}
-		}
+		elected = leader.Leading
 	}
 	logServing(log, o)
 	return mgr.Start(ctx)

@@ -13,10 +13,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/inferpick/inferpick/cmd/inferpick/app"
+	"github.com/inferpick/inferpick/controllers"
 	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/registry"
 	"github.com/inferpick/inferpick/picker/rewrite"
@@ -69,8 +69,9 @@ func newSinks() app.Sinks {
 
 // startApp runs the manager cmd/inferpick builds from args (app.Parse,
 // app.ManagerOptions, app.SetupControllers) with sinks, as the Pod self
-// (nil: outside one), until the spec ends or stop is called.
-func startApp(sinks app.Sinks, self *corev1.ObjectReference, args ...string) (mgr manager.Manager, stop func()) {
+// (nil: outside one), until the spec ends or stop is called. It returns the
+// lease election args ask for (nil without one).
+func startApp(sinks app.Sinks, self *corev1.ObjectReference, args ...string) (leader controllers.Leader, stop func()) {
 	GinkgoHelper()
 	o, err := app.Parse(flag.NewFlagSet("inferpick", flag.ContinueOnError), args)
 	Expect(err).NotTo(HaveOccurred())
@@ -79,9 +80,10 @@ func startApp(sinks app.Sinks, self *corev1.ObjectReference, args ...string) (mg
 	mopts.Metrics = metricsserver.Options{BindAddress: "0"}
 	// Every spec starts its own manager in this process.
 	mopts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
-	mgr, err = ctrl.NewManager(env.Config, mopts)
+	mgr, err := ctrl.NewManager(env.Config, mopts)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(app.SetupControllers(mgr, o, sinks, self)).To(Succeed())
+	leader, err = app.SetupControllers(mgr, o, sinks, self)
+	Expect(err).NotTo(HaveOccurred())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -95,7 +97,7 @@ func startApp(sinks app.Sinks, self *corev1.ObjectReference, args ...string) (mg
 		Eventually(done).Should(BeClosed())
 	}
 	DeferCleanup(stop)
-	return mgr, stop
+	return leader, stop
 }
 
 // workers lists the registry as "pod@address" strings, sorted.

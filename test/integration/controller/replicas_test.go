@@ -10,15 +10,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/inferpick/inferpick/controllers"
 	"github.com/inferpick/inferpick/picker/registry"
 	"github.com/inferpick/inferpick/test/integration/framework"
 )
 
 // electedReplica is one picker replica under leader election.
 type electedReplica struct {
-	reg     *registry.Registry
-	elected <-chan struct{}
-	stop    func()
+	reg    *registry.Registry
+	leader controllers.Leader
+	stop   func()
 }
 
 // startReplica runs a picker replica of pool under active-passive leader
@@ -26,11 +27,11 @@ type electedReplica struct {
 func startReplica(pool types.NamespacedName) *electedReplica {
 	GinkgoHelper()
 	sinks := newSinks()
-	mgr, stop := startApp(sinks, nil, append(poolArgs(pool),
+	leader, stop := startApp(sinks, nil, append(poolArgs(pool),
 		"--ha-enable-leader-election", "--ha-mode", "active-passive",
 		"--leader-election-lease-duration", "3s", "--leader-election-renew-deadline", "2s",
 		"--leader-election-retry-period", "200ms")...)
-	return &electedReplica{reg: sinks.Endpoints.(*registry.Registry), elected: mgr.Elected(), stop: stop}
+	return &electedReplica{reg: sinks.Endpoints.(*registry.Registry), leader: leader, stop: stop}
 }
 
 // poolMessages returns, of each Event object on the pool, its message (the
@@ -67,9 +68,9 @@ var _ = Describe("Replicas under leader election", func() {
 		}
 
 		a := startReplica(pool)
-		Eventually(a.elected).Should(BeClosed())
+		Eventually(a.leader.Leading).Should(BeTrue())
 		b := startReplica(pool)
-		Consistently(b.elected).ShouldNot(BeClosed())
+		Consistently(b.leader.Leading).Should(BeFalse())
 
 		By("both replicas route over both pods")
 		Eventually(workers(a.reg)).Should(HaveLen(2))
@@ -86,7 +87,7 @@ var _ = Describe("Replicas under leader election", func() {
 
 		By("the leader stops: the other takes the lease and announces what it sees, once")
 		a.stop()
-		Eventually(b.elected).Should(BeClosed())
+		Eventually(b.leader.Leading).Should(BeTrue())
 		Eventually(poolMessages(ctx, pool)).Should(ConsistOf("1 ready endpoints (was 2) ×2", "1 ready endpoints ×1"))
 		pod := framework.MakePod(pool.Namespace, "vllm-2").Obj()
 		Expect(env.Client.Create(ctx, pod)).To(Succeed())
