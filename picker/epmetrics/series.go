@@ -65,10 +65,13 @@ func (s *Series) FirstToken(sinceArrival time.Duration) { s.ttft.Observe(sinceAr
 func (s *Series) Ended() { s.running.Dec() }
 
 // Completed records a response that ended normally: its duration since the
-// request arrived, its size, and the usage the model server reported.
+// request arrived, its size (responseBytes < 0: not known, not recorded), and
+// the usage the model server reported.
 func (s *Series) Completed(sinceArrival time.Duration, responseBytes int, u openai.Usage) {
 	s.duration.Observe(sinceArrival.Seconds())
-	s.respSizes.Observe(float64(responseBytes))
+	if responseBytes >= 0 {
+		s.respSizes.Observe(float64(responseBytes))
+	}
 	if u.PromptTokens > 0 {
 		s.inTokens.Observe(float64(u.PromptTokens))
 	}

@@ -63,6 +63,8 @@ type exchange struct {
 
 	// response side
 	respBytes    int
+	respLength   int  // the response's content-length, -1 when absent
+	bodyNotSent  bool // the gateway sends no response body (response_body_mode NONE)
 	status       int
 	scanner      openai.StreamScanner
 	responseDone bool
@@ -202,6 +204,7 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 			return x.reject(500, reason)
 		}
 		withBody = pc.GetRequestBodyMode() != extprocfilterv3.ProcessingMode_NONE
+		x.bodyNotSent = pc.GetResponseBodyMode() == extprocfilterv3.ProcessingMode_NONE
 	}
 	if x.declared > x.s.opts.MaxBodyBytes && withBody {
 		return x.reject(413, "request body of "+strconv.Itoa(x.declared)+" bytes is over the limit of "+strconv.Itoa(x.s.opts.MaxBodyBytes))
@@ -372,7 +375,7 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	if testHookResponseHeaders != nil {
 		testHookResponseHeaders()
 	}
-	x.status = 0
+	x.status, x.respLength = 0, -1
 	streaming := false
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch hv.GetKey() {
@@ -380,6 +383,10 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 			x.status, _ = strconv.Atoi(headerValue(hv))
 		case "content-type":
 			streaming = strings.HasPrefix(headerValue(hv), "text/event-stream")
+		case "content-length":
+			if n, err := strconv.Atoi(headerValue(hv)); err == nil && n >= 0 {
+				x.respLength = n
+			}
 		}
 	}
 	x.followServed(req.GetMetadataContext())
@@ -467,9 +474,28 @@ func (x *exchange) completed() {
 	}
 	x.responseDone = true
 	if x.running {
-		x.series.Completed(x.s.opts.Clock.Now().Sub(x.arrived), x.respBytes, x.scanner.Usage())
+		x.series.Completed(x.s.opts.Clock.Now().Sub(x.arrived), x.responseSize(), x.scanner.Usage())
 	}
 	x.release(reasonCompleted)
+}
+
+// responseSize is the size of the response body: the bytes that came
+// through the stream, or, when the gateway sends no body, the length its
+// headers declared; -1 when the picker cannot know it.
+func (x *exchange) responseSize() int {
+	if x.bodyNotSent {
+		return x.respLength
+	}
+	return x.respBytes
+}
+
+// endsWithStream reports whether the end of the stream is how the response
+// ends: a 2xx response whose body the gateway does not send. Envoy closes
+// the stream once it has nothing more to send, so the picker cannot tell
+// when the body ends upstream; the stream's end is the longest it can know
+// the request is alive.
+func (x *exchange) endsWithStream() bool {
+	return x.bodyNotSent && x.state == readingResponse && x.status >= 200 && x.status <= 299
 }
 
 // unsupportedModes says why the gateway's body modes cannot work with the

@@ -196,10 +196,10 @@ func fuzzMessage(op, arg byte) *extprocv3.ProcessingRequest {
 			kv = append(kv, ModelRewriteHeader, "from-header")
 		}
 		var pc *extprocv3.ProtocolConfiguration
-		if v&64 != 0 { // the gateway's body modes: routed on the headers, as usual, or refused
+		if v&64 != 0 { // the gateway's body modes: routed on the headers, as usual, or refused; the response's sent or not
 			modes := []extprocfilterv3.ProcessingMode_BodySendMode{extprocfilterv3.ProcessingMode_NONE,
 				extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED, extprocfilterv3.ProcessingMode_BUFFERED}
-			pc = &extprocv3.ProtocolConfiguration{RequestBodyMode: modes[int(v>>1)%3], ResponseBodyMode: extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED}
+			pc = &extprocv3.ProtocolConfiguration{RequestBodyMode: modes[int(v>>1)%3], ResponseBodyMode: modes[int(v>>4)%2]}
 		}
 		return &extprocv3.ProcessingRequest{
 			Request:         &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(kv...), EndOfStream: eos}},

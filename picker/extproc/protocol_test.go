@@ -206,6 +206,111 @@ func TestTheGatewaysBodyModesAreChecked(t *testing.T) {
 	}
 }
 
+// With response_body_mode NONE the picker never sees the response body:
+// Envoy ends the stream once it has nothing more to send it, which after a
+// 2xx response is how the response ends. Duration and size are recorded as
+// far as the picker knows them: to the stream's end, and the declared
+// content-length.
+func TestResponseBodyNotSentEndsWithTheStream(t *testing.T) {
+	for name, tc := range map[string]struct {
+		status   int
+		length   string // the response's content-length, "" for none
+		trailers bool   // the gateway sends the response trailers
+		end      func(*session)
+		reason   string
+		want     map[string]uint64 // observations by histogram
+	}{
+		"2xx, the gateway ends the stream": {status: 200, end: closeSend, reason: reasonCompleted,
+			want: map[string]uint64{"inference_objective_request_duration_seconds": 1, "inference_objective_response_sizes": 0}},
+		"2xx with a length": {status: 200, length: "1234", end: closeSend, reason: reasonCompleted,
+			want: map[string]uint64{"inference_objective_request_duration_seconds": 1, "inference_objective_response_sizes": 1}},
+		"2xx, trailers end it": {status: 200, trailers: true, end: closeSend, reason: reasonCompleted,
+			want: map[string]uint64{"inference_objective_request_duration_seconds": 1}},
+		"2xx, the client goes away": {status: 200, end: func(s *session) { s.cancel() }, reason: reasonCancelled,
+			want: map[string]uint64{"inference_objective_request_duration_seconds": 0}},
+		"non-2xx": {status: 503, end: closeSend, reason: reasonError,
+			want: map[string]uint64{"inference_objective_request_duration_seconds": 0}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, twoWorkers)
+			s := e.open()
+			body := chatBody("m", "hello")
+			s.send(&extprocv3.ProcessingRequest{
+				Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+					Headers: headerMap(":method", "POST", ":path", "/v1/chat/completions", "content-type", "application/json")}},
+				ProtocolConfig: &extprocv3.ProtocolConfiguration{
+					RequestBodyMode:  extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+					ResponseBodyMode: extprocfilterv3.ProcessingMode_NONE,
+				},
+			})
+			s.requestBody(body, true)
+			s.routed(true)
+			kv := []string{":status", strconv.Itoa(tc.status), "content-type", "application/json"}
+			if tc.length != "" {
+				kv = append(kv, "content-length", tc.length)
+			}
+			s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+				ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMap(kv...)}}})
+			s.recv()
+			if tc.trailers {
+				s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}})
+				s.recv()
+			}
+			tc.end(s)
+			reasons := []string{reasonCompleted, reasonCancelled, reasonError}
+			released := func() map[string]float64 {
+				out := map[string]float64{}
+				for _, r := range reasons {
+					if n := e.releases(r); n != 0 {
+						out[r] = n
+					}
+				}
+				return out
+			}
+			eventually(t, "release", func() bool { return len(released()) > 0 })
+			if diff := cmp.Diff(map[string]float64{tc.reason: 1}, released()); diff != "" {
+				t.Errorf("guard releases (-want +got):\n%s", diff)
+			}
+			got := map[string]uint64{}
+			for name := range tc.want {
+				got[name] = histCount(t, e, name)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("observations (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func closeSend(s *session) {
+	s.t.Helper()
+	if err := s.stream.CloseSend(); err != nil {
+		s.t.Fatal(err)
+	}
+	if _, err := s.stream.Recv(); err == nil {
+		s.t.Fatal("want the stream to end")
+	}
+}
+
+// histCount is the number of observations in the histograms of the family
+// name, over all its series.
+func histCount(t *testing.T, e *env, name string) uint64 {
+	t.Helper()
+	fams, err := e.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				n += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return n
+}
+
 func TestOtherPathsAreRoutedUnparsed(t *testing.T) {
 	e := newEnv(t, twoWorkers)
 	s := e.open()

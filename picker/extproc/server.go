@@ -289,6 +289,9 @@ func (x *exchange) step() (end bool, err error) {
 // ended releases the request of a stream the gateway ended, with recvErr:
 // io.EOF when it closed its side, and returns the status to end it with.
 func (x *exchange) ended(recvErr error) error {
+	if errors.Is(recvErr, io.EOF) && x.endsWithStream() {
+		x.completed()
+	}
 	x.release(endReason(recvErr, x.responseDone))
 	if errors.Is(recvErr, io.EOF) {
 		return nil
