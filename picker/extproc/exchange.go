@@ -67,7 +67,7 @@ type exchange struct {
 	bodyNotSent  bool // the gateway sends no response body (response_body_mode NONE)
 	status       int
 	scanner      openai.StreamScanner
-	responseDone bool
+	responseDone bool // the response completed or failed: it ends once
 }
 
 func (x *exchange) start(s *Server, stream replySink) {
@@ -397,11 +397,7 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	}
 	switch {
 	case x.status < 200 || x.status > 299:
-		// The model server refused or failed: it holds no work for us.
-		if x.guard != nil {
-			x.s.upstream.Failed(x.series, epmetrics.CodeModelServerError)
-		}
-		x.release(reasonError)
+		x.upstreamFailed()
 	case h.GetEndOfStream():
 		x.completed()
 	case !streaming:
@@ -446,6 +442,9 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 	if ev.Has(openai.FirstToken) {
 		x.firstToken()
 	}
+	if ev.Has(openai.Failed) {
+		x.upstreamFailed()
+	}
 	if b.GetEndOfStream() {
 		x.state = finished
 	}
@@ -453,6 +452,21 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 		x.completed()
 	}
 	return x.send(x.out.streamedBody(x.restoreModel(b.GetBody()), b.GetEndOfStream(), false))
+}
+
+// upstreamFailed ends a response the model server failed: a status outside
+// 2xx, or an error event in a 2xx stream (vLLM reports a failure that comes
+// after its headers went out that way). The server holds no work for the
+// request any more, and the response does not count as completed.
+func (x *exchange) upstreamFailed() {
+	if x.responseDone {
+		return
+	}
+	x.responseDone = true
+	if x.guard != nil {
+		x.s.upstream.Failed(x.series, epmetrics.CodeModelServerError)
+	}
+	x.release(reasonError)
 }
 
 func (x *exchange) firstToken() {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/inferpick/inferpick/picker/registry/registrytest"
@@ -103,6 +104,77 @@ func TestFailureInPrefillDecrementsPrefill(t *testing.T) {
 	}
 	s.responseBody(`{"error":"overloaded"}`, true)
 	s.recv()
+}
+
+// A model server reports a failure that comes after its 200 went out (vLLM:
+// an engine error, an abort) inside the response: an error event in the
+// stream, or an error body. The request failed on the model server, as with
+// a non-2xx status: an error release and a ModelServerError, not a
+// completed response.
+func TestErrorInsideA2xxResponseIsAModelServerError(t *testing.T) {
+	const failed = `{"error":{"object":"error","message":"engine died","type":"InternalServerError","code":500}}`
+	for name, tc := range map[string]struct {
+		contentType string
+		chunks      []string
+		wantErrors  float64
+		wantReason  string
+	}{
+		"error event in a stream": {contentType: "text/event-stream",
+			chunks: []string{sse("partial"), "data: " + failed + "\n\n" + sseDone}, wantErrors: 1, wantReason: reasonError},
+		"Responses failure event": {contentType: "text/event-stream",
+			chunks: []string{"event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{}}\n\n"}, wantErrors: 1, wantReason: reasonError},
+		"error body": {contentType: "application/json", chunks: []string{failed}, wantErrors: 1, wantReason: reasonError},
+		"a stream that completes": {contentType: "text/event-stream",
+			chunks: []string{sse("all"), sseDone}, wantReason: reasonCompleted},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, twoWorkers)
+			s := e.start("x")
+			s.responseHeaders(200, tc.contentType, false, "")
+			s.recv()
+			for i, c := range tc.chunks {
+				s.responseBody(c, i == len(tc.chunks)-1)
+				s.recv()
+			}
+			got := map[string]float64{
+				"model server errors": modelServerErrors(t, e),
+				"completed":           e.releases(reasonCompleted),
+				"error":               e.releases(reasonError),
+			}
+			want := map[string]float64{"model server errors": tc.wantErrors, "completed": 0, "error": 0}
+			want[tc.wantReason] = 1
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("counts (-want +got):\n%s", diff)
+			}
+			if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 0 {
+				t.Errorf("load (%d,%d) after the response ended, want none", p, d)
+			}
+		})
+	}
+}
+
+// modelServerErrors is inference_objective_request_error_total over the
+// requests the model servers failed.
+func modelServerErrors(t *testing.T, e *env) float64 {
+	t.Helper()
+	fams, err := e.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, f := range fams {
+		if f.GetName() != "inference_objective_request_error_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "error_code" && l.GetValue() == "ModelServerError" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
 }
 
 func TestFallbackServedMovesTheGuard(t *testing.T) {
