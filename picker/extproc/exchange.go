@@ -306,10 +306,37 @@ func (x *exchange) route() (bool, error) {
 	if err := x.send(x.out.routeHeaders(x.dest, x.bodyLen(), hasBody, id, x.traceHeaders())); err != nil {
 		return false, err
 	}
-	if !hasBody {
-		return false, nil
+	if hasBody {
+		if err := x.sendBody(); err != nil {
+			return false, err
+		}
 	}
-	return false, x.sendBody()
+	if len(x.picked) == 1 { // no fallback to tell the policy of
+		x.dropBody()
+	}
+	return false, nil
+}
+
+// keptBodyBytes is the largest body buffer a routed request keeps, reserved,
+// until its stream ends, so that the next stream reuses it; a larger one is
+// let go as soon as nothing reads the body.
+const keptBodyBytes = initialBodyBytes
+
+// dropBody lets go of the request body once nothing reads it any more: it
+// went upstream at routing, and the prompt, whose segments point into it, is
+// read after that only to tell the policy which fallback served the request
+// (followServed). A large body's memory goes back to the budget then, not
+// when the stream ends, so streams in a long decode do not turn new requests
+// away for lack of a budget they no longer use.
+func (x *exchange) dropBody() {
+	x.pick.Prompt = nil
+	x.parsed.Reset()
+	if cap(x.body) <= keptBodyBytes {
+		x.body = x.body[:0]
+		return
+	}
+	x.s.budget.give(x.reserved)
+	x.body, x.reserved = nil, 0
 }
 
 // locate asks Options.Locator where the servers hold the prompt, when the
@@ -390,6 +417,7 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 		}
 	}
 	x.followServed(req.GetMetadataContext())
+	x.dropBody()
 	x.scanner.Reset(streaming)
 	x.state = readingResponse
 	if h.GetEndOfStream() {

@@ -254,6 +254,45 @@ func TestBodyBudgetAnswers429AndRecovers(t *testing.T) {
 	s.routed(true)
 }
 
+// A request's body went upstream at routing: it holds no part of the body
+// budget while its response is awaited and streams (minutes, for a long
+// decode), or new requests would be turned away with 429 while nothing is
+// being buffered. With a fallback listed, the prompt is needed until the
+// response headers say which endpoint served the request.
+func TestBodyBudgetIsNotHeldWhileTheResponseStreams(t *testing.T) {
+	for name, tc := range map[string]struct {
+		fallbacks int
+		respond   bool // the response headers and a first token arrive
+	}{
+		"no fallback, awaiting the response": {fallbacks: 0},
+		"a fallback listed, in decode":       {fallbacks: 1, respond: true},
+		"no fallback, in decode":             {fallbacks: 0, respond: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, twoWorkers, func(o *Options) { o.MaxBufferedBodyBytes, o.Fallbacks = 1<<20, tc.fallbacks })
+			body := chatBody("m", strings.Repeat("long context ", 50_000)) // ~650 KB
+			first := e.open()
+			first.requestHeaders("/v1/chat/completions", len(body), false, nil)
+			first.requestBody(body, true)
+			first.routed(true)
+			if tc.respond {
+				first.responseHeaders(200, "text/event-stream", false, "")
+				first.recv()
+				first.responseBody(sse("token"), false)
+				first.recv()
+			}
+			eventually(t, "the body budget given back", func() bool { return e.server.budget.Used() == 0 })
+
+			second := e.open()
+			second.requestHeaders("/v1/chat/completions", len(body), false, nil)
+			second.requestBody(body, true)
+			if r := second.routed(true); r.dest == "" {
+				t.Error("the second request was not routed")
+			}
+		})
+	}
+}
+
 func headerSet(m *extprocv3.HeaderMutation) map[string]string {
 	out := map[string]string{}
 	for _, h := range m.GetSetHeaders() {
