@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -219,5 +220,56 @@ func TestSchedulerAttemptSeriesStayBounded(t *testing.T) {
 	}
 	if refused >= models || refused != errSeries {
 		t.Errorf("%d refused requests for as many made-up models: %d attempt series, want the request error series' cap (%d)", models, refused, errSeries)
+	}
+}
+
+// A non-streaming response over the scanner's 1 MiB limit (an embeddings
+// batch: a few dozen 4096-dimension vectors) keeps its usage, which comes
+// after the vectors: inference_objective_input_tokens sees the request.
+func TestLargeNonStreamingResponseKeepsItsUsage(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	s := e.open()
+	body := `{"model":"m","input":["a","b"]}`
+	s.requestHeaders("/v1/embeddings", len(body), false, nil)
+	s.requestBody(body, true)
+	s.routed(true)
+	s.responseHeaders(200, "application/json", false, "")
+	s.recv()
+
+	vec := "[" + strings.TrimSuffix(strings.Repeat("0.0123456789,", 4096), ",") + "]"
+	var b strings.Builder
+	b.WriteString(`{"object":"list","data":[`)
+	for i := range 32 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"object":"embedding","index":0,"embedding":` + vec + `}`)
+	}
+	b.WriteString(`],"model":"m","usage":{"prompt_tokens":321,"total_tokens":321}}`)
+	resp := b.String() // ~1.7 MB
+	for resp != "" {
+		n := min(len(resp), 16<<10)
+		s.responseBody(resp[:n], false)
+		s.recv()
+		resp = resp[n:]
+	}
+	s.responseBody("", true)
+	s.recv()
+
+	fams, err := e.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() == "inference_objective_input_tokens" {
+			for _, m := range f.GetMetric() {
+				got["observations"] += float64(m.GetHistogram().GetSampleCount())
+				got["sum"] += m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	if diff := cmp.Diff(map[string]float64{"observations": 1, "sum": 321}, got); diff != "" {
+		t.Errorf("inference_objective_input_tokens (-want +got):\n%s", diff)
 	}
 }

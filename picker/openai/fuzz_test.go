@@ -104,7 +104,11 @@ func FuzzStreamScanner(f *testing.F) {
 	f.Add(true, []byte(chatRole+chatTok+chatUsage+done), []byte{3, 40, 1, 1, 90})
 	f.Add(true, []byte("event: x\r\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\r\n\r\n"), []byte{9, 1})
 	f.Add(false, []byte(`{"choices":[{"text":"\"}"}],"usage":{"prompt_tokens":2}}`), []byte{5, 17})
+	f.Add(false, []byte(`{"data":[{"embedding":[0.5,0.25,0.125,0.5,0.25,0.125,0.5,0.25,0.125]}],"model":"m","usage":{"prompt_tokens":2}}`), []byte{30, 2})
 	f.Fuzz(func(t *testing.T, streaming bool, body, cuts []byte) {
+		if !streaming {
+			checkLargeJSON(t, body)
+		}
 		for _, limit := range []int{0, 64} {
 			wantEv, wantUsage := feedAll(streaming, limit, body, nil)
 			gotEv, gotUsage := feedAll(streaming, limit, body, cuts)
@@ -117,6 +121,25 @@ func FuzzStreamScanner(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkLargeJSON checks a JSON object read past a limit of 64 bytes, one
+// top-level member at a time: it is done when it closes, and a usage it
+// reads is the one the whole body holds (when the body names one usage, and
+// without escapes that could spell another).
+func checkLargeJSON(t *testing.T, body []byte) {
+	t.Helper()
+	if !json.Valid(body) || !bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("{")) {
+		return
+	}
+	ev, usage := feedAll(false, 64, body, nil)
+	if !ev.Has(Done) {
+		t.Fatalf("a valid JSON object read with a limit of 64 was not done: %v", ev)
+	}
+	_, whole := feedAll(false, 0, body, nil)
+	if bytes.Count(body, []byte("usage")) == 1 && !bytes.ContainsRune(body, '\\') && usage != (Usage{}) && usage != whole {
+		t.Fatalf("usage read with a limit of 64: %+v; whole: %+v", usage, whole)
+	}
 }
 
 // decodeJSON is json.Unmarshal with numbers kept as their text: JSON sets

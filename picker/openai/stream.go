@@ -17,12 +17,14 @@ const (
 	FirstToken Events = 1 << iota
 	// UsageSeen means a usage object was read; Usage returns the latest one.
 	UsageSeen
-	// Done means the stream sent "data: [DONE]", or the whole JSON body arrived.
+	// Done means the stream sent "data: [DONE]", or the whole JSON body
+	// arrived (a valid object; past the limit, an object that closed).
 	Done
 	// Failed means the model server reported an error in the stream.
 	Failed
-	// Overflow means one line, event or body exceeded the limit; the scanner
-	// has stopped reading and reports nothing more.
+	// Overflow means one line or event, or a JSON body that is not an
+	// object, exceeded the limit; the scanner has stopped reading and reports
+	// nothing more.
 	Overflow
 )
 
@@ -62,7 +64,9 @@ const DefaultLimit = 1 << 20
 // StreamScanner reads a response body as it arrives, in chunks split
 // anywhere. In streaming mode the body is a text/event-stream; otherwise it is
 // one JSON document. The scanner holds only the unfinished line and event of a
-// stream, or the body of a JSON response, each capped by Limit.
+// stream, or the body of a JSON response, each capped by Limit; a JSON object
+// over Limit is read one top-level member at a time, a member over Limit
+// skipped, so that the usage after a large member is still read.
 //
 // The zero value is ready for a stream; Reset chooses the mode and keeps the
 // buffers for reuse. A StreamScanner is not safe for concurrent use.
@@ -85,6 +89,11 @@ type StreamScanner struct {
 	inStr, escape bool
 	started       bool // a non-blank byte was seen
 	complete      bool // the top-level value closed
+
+	// A JSON object over Limit is read one top-level member at a time
+	// (members): data then holds "{" and the current member, and a member
+	// over Limit is skipped (skip) rather than held.
+	members, skip bool
 }
 
 // Reset prepares s for a new response. Streaming selects event-stream mode;
@@ -123,9 +132,12 @@ func (s *StreamScanner) Feed(chunk []byte) Events {
 		return 0
 	}
 	var ev Events
-	if s.json {
+	switch {
+	case s.members:
+		ev = s.feedMembers(chunk)
+	case s.json:
 		ev = s.feedJSON(chunk)
-	} else {
+	default:
 		ev = s.feedStream(chunk)
 	}
 	return s.report(ev)
@@ -140,7 +152,7 @@ func (s *StreamScanner) End() Events {
 	}
 	var ev Events
 	if s.json {
-		if s.started && !s.complete {
+		if s.started && !s.complete && !s.members {
 			s.complete = true
 			ev = s.body(s.data)
 		}
@@ -313,7 +325,7 @@ scan:
 		part = chunk[:end]
 	}
 	if len(s.data)+len(part) > s.limit() {
-		return ev | s.overflow()
+		return ev | s.byMembers(part)
 	}
 	s.data = append(s.data, part...)
 	if end >= 0 {
@@ -331,5 +343,99 @@ func (s *StreamScanner) body(b []byte) Events {
 	if ok {
 		ev |= Done
 	}
+	return ev
+}
+
+// byMembers goes on reading a JSON body that passed the limit with part one
+// top-level member at a time, from its start, so that a usage that follows a
+// large member (the vectors of an embeddings batch, a long completion) is
+// still read. A body that is not an object overflows.
+func (s *StreamScanner) byMembers(part []byte) Events {
+	held := s.data
+	first := bytes.TrimLeft(held, " \t\r\n")
+	if len(first) == 0 {
+		first = bytes.TrimLeft(part, " \t\r\n")
+	}
+	if len(first) == 0 || first[0] != '{' {
+		return s.overflow()
+	}
+	s.data = nil // held is read again below: the members go to a buffer of their own
+	s.members = true
+	s.depth, s.inStr, s.escape = 0, false, false
+	ev := s.feedMembers(held)
+	return ev | s.feedMembers(part)
+}
+
+// feedMembers follows a JSON object's nesting and reads each top-level
+// member as it ends, holding at most Limit bytes of it; Done comes when the
+// object closes. A member is read as the object {member}, so whatever an
+// event's members say (usage, error) is read as in a whole body.
+func (s *StreamScanner) feedMembers(chunk []byte) Events {
+	if s.complete {
+		return 0
+	}
+	var ev Events
+	from := 0 // the bytes of the current member in chunk start here
+	for i := 0; i < len(chunk); i++ {
+		c := chunk[i]
+		if s.inStr {
+			switch {
+			case s.escape:
+				s.escape = false
+			case c == '\\':
+				s.escape = true
+			case c == '"':
+				s.inStr = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			s.inStr = true
+		case '{', '[':
+			s.depth++
+			if s.depth == 1 {
+				s.data, from = append(s.data[:0], '{'), i+1
+			}
+		case '}', ']':
+			s.depth--
+			if s.depth == 0 {
+				s.complete = true
+				return ev | s.member(chunk[from:i]) | Done
+			}
+		case ',':
+			if s.depth == 1 {
+				ev |= s.member(chunk[from:i])
+				from = i + 1
+			}
+		}
+	}
+	if s.depth > 0 {
+		s.hold(chunk[from:])
+	}
+	return ev
+}
+
+// hold keeps b as part of the current member, unless the member passes the
+// limit: it is then skipped to its end.
+func (s *StreamScanner) hold(b []byte) {
+	if s.skip {
+		return
+	}
+	if len(s.data)+len(b) > s.limit() {
+		s.skip, s.data = true, s.data[:1]
+		return
+	}
+	s.data = append(s.data, b...)
+}
+
+// member reads the member that ends with b, and starts the next one.
+func (s *StreamScanner) member(b []byte) Events {
+	s.hold(b)
+	var ev Events
+	if !s.skip {
+		ev, _ = s.event(append(s.data, '}'))
+	}
+	s.skip, s.data = false, s.data[:1]
 	return ev
 }

@@ -174,10 +174,29 @@ func TestStreamScanner(t *testing.T) {
 			chunks: []string{`{"usage":{"prompt_tokens":7}`},
 			want:   scanned{Events: []string{"first-token"}},
 		},
-		"json body overflows": {
+		"json body over the limit: a member over it is skipped": {
 			json:   true,
 			limit:  16,
 			chunks: []string{`{"usage":`, `{"prompt_tokens":7}}`},
+			want:   scanned{Events: []string{"first-token", "done"}},
+		},
+		"json body over the limit: usage after a large member": {
+			json:  true,
+			limit: 64,
+			chunks: []string{`{"object":"list","data":[{"embedding":[` + strings.Repeat("0.125,", 20), strings.Repeat("0.125,", 20) + `0]}],`,
+				`"model":"m","usage":{"prompt_tokens":7,"total_tokens":7}}`},
+			want: scanned{Events: []string{"first-token", "usage|done"}, Usage: Usage{PromptTokens: 7}},
+		},
+		"json body over the limit: an error member": {
+			json:   true,
+			limit:  32,
+			chunks: []string{`{"data":"` + strings.Repeat("x", 40) + `",`, `"error":{"code":500}}`},
+			want:   scanned{Events: []string{"first-token", "done|failed"}},
+		},
+		"json array over the limit overflows": {
+			json:   true,
+			limit:  16,
+			chunks: []string{`[1,2,3,4,`, `5,6,7,8,9,10]`},
 			want:   scanned{Events: []string{"first-token", "overflow"}},
 		},
 	}
