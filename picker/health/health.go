@@ -48,6 +48,16 @@ func New(ready func() bool, interval time.Duration) *Checker {
 // Register adds the health service to s.
 func (c *Checker) Register(s *grpc.Server) { healthpb.RegisterHealthServer(s, c.srv) }
 
+// Status is a service name's serving status as the health service answers
+// it, or its gRPC NOT_FOUND error for a name it does not serve.
+func (c *Checker) Status(service string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	resp, err := c.srv.Check(context.Background(), &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetStatus(), nil
+}
+
 func (c *Checker) set(ready bool) {
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if ready {

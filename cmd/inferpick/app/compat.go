@@ -55,8 +55,8 @@ func unless(reason string, ok ...string) func(string) string {
 // inertFlags lists every accepted flag without effect; docs/operations.md
 // carries the same list.
 var inertFlags = []inert{
-	{"health-checking", "Accepted for compatibility: the gRPC health service is always served.", boolValue,
-		always("the gRPC health service is always served on --grpc-health-port")},
+	{"health-checking", "Accepted for compatibility: the gRPC health service is always served, on --grpc-health-port and on the ext_proc port.", boolValue,
+		always("the gRPC health service is always served, on --grpc-health-port and on the ext_proc port")},
 	{"enable-cert-reload", "Accepted for compatibility: the --cert-path certificate is always reloaded.", boolValue,
 		unless("the certificate in --cert-path is always reloaded when it changes", "true")},
 	{"refresh-prometheus-metrics-interval", "Accepted for compatibility: metrics are computed when scraped.", durationValue,

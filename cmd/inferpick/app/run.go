@@ -257,9 +257,8 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 		}
 		extTLS = cfg
 	}
-	extSrv := extProcServer(o, srv, extTLS)
-
 	hc := health.New(func() bool { return reg.Synced() && elected() }, 250*time.Millisecond)
+	extSrv := extProcServer(o, srv, extTLS, hc)
 	healthSrv := grpc.NewServer()
 	hc.Register(healthSrv)
 

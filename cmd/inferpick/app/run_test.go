@@ -13,8 +13,10 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/inferpick/inferpick/test/framework"
 )
@@ -150,4 +152,51 @@ func debugWorkers(t *testing.T, port int) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestTheExtProcPortAnswersHealthChecks runs the picker over each transport
+// and probes its ext_proc port as a gateway's gRPC health checker on the
+// ext_proc cluster does (the upstream picker's --health-checking): the
+// names the health port answers, answered alike, and NOT_FOUND for others.
+func TestTheExtProcPortAnswersHealthChecks(t *testing.T) {
+	for _, transport := range []string{transportDirect, transportGRPC} {
+		t.Run(transport, func(t *testing.T) {
+			o, err := parse(t, "--static-endpoints", "127.0.0.1:1", "--bind-address", "127.0.0.1",
+				"--secure-serving=false", "--refresh-metrics-interval", "1h", "--extproc-transport", transport,
+				"--grpc-port", fmt.Sprint(framework.FreePortT(t)), "--grpc-health-port", fmt.Sprint(framework.FreePortT(t)), "--metrics-port", fmt.Sprint(framework.FreePortT(t)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, stop := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- Run(ctx, o) }()
+			defer func() {
+				stop()
+				if err := <-done; err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}()
+
+			onExtProc := healthpb.NewHealthClient(dial(t, o.GRPCPort))
+			onHealth := healthpb.NewHealthClient(dial(t, o.GRPCHealthPort))
+			check := func(c healthpb.HealthClient, service string) (healthpb.HealthCheckResponse_ServingStatus, codes.Code) {
+				r, err := c.Check(t.Context(), &healthpb.HealthCheckRequest{Service: service})
+				return r.GetStatus(), status.Code(err)
+			}
+			until(t, "the ext_proc port reports ready", func() bool {
+				st, code := check(onExtProc, "envoy.service.ext_proc.v3.ExternalProcessor")
+				return code == codes.OK && st == healthpb.HealthCheckResponse_SERVING
+			})
+			for _, service := range []string{"", "liveness", "readiness", "inference-extension", "envoy.service.ext_proc.v3.ExternalProcessor", "no-such-service"} {
+				gotSt, gotCode := check(onExtProc, service)
+				wantSt, wantCode := check(onHealth, service)
+				if gotSt != wantSt || gotCode != wantCode {
+					t.Errorf("Check(%q) on the ext_proc port = %v, %v; on the health port %v, %v", service, gotSt, gotCode, wantSt, wantCode)
+				}
+			}
+			if _, code := check(onExtProc, "no-such-service"); code != codes.NotFound {
+				t.Errorf("Check of an unknown service: %v, want NotFound", code)
+			}
+		})
+	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/inferpick/inferpick/controllers"
 	"github.com/inferpick/inferpick/picker/extproc"
+	"github.com/inferpick/inferpick/picker/health"
 )
 
 // selectorOptions are --endpoint-selector, --endpoint-target-ports and the
@@ -74,8 +75,9 @@ const (
 )
 
 // extProcServer is the ext_proc server over the chosen transport, over TLS
-// when tlsCfg is set.
-func extProcServer(o *Options, srv *extproc.Server, tlsCfg *tls.Config) grpcService {
+// when tlsCfg is set. It answers gRPC health checks too, as hc does on the
+// health port, for gateways whose health checker probes the ext_proc port.
+func extProcServer(o *Options, srv *extproc.Server, tlsCfg *tls.Config, hc *health.Checker) grpcService {
 	if o.ExtProcTransport == transportGRPC {
 		opts := extProcOptions(o)
 		if tlsCfg != nil {
@@ -83,6 +85,7 @@ func extProcServer(o *Options, srv *extproc.Server, tlsCfg *tls.Config) grpcServ
 		}
 		gs := grpc.NewServer(opts...)
 		extprocv3.RegisterExternalProcessorServer(gs, srv)
+		hc.Register(gs)
 		return gs
 	}
 	return extproc.NewDirect(srv, extproc.DirectOptions{
@@ -94,6 +97,7 @@ func extProcServer(o *Options, srv *extproc.Server, tlsCfg *tls.Config) grpcServ
 		MaxSendMsgSize:   o.GRPCMaxSendMsgSize.n,
 
 		MaxConcurrentStreams: uint32(o.GRPCMaxConcurrentStreams),
+		Health:               hc.Status,
 	})
 }
 
