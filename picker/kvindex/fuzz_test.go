@@ -36,8 +36,9 @@ func FuzzParseTokens(f *testing.F) {
 // FuzzIndex applies arbitrary events to two workers and checks the index's
 // bookkeeping: every node an engine's table finds by its hash is in its
 // key's chain and no other node is, every adapter name is numbered exactly
-// while blocks are held under it, and a lookup never reports more blocks
-// than the prompt has.
+// while blocks are held under it, the block sizes are counted by engine,
+// and a lookup never reports more blocks than the prompt has in the
+// worker's block size.
 func FuzzIndex(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 2, 1, 1, 0, 3, 2, 2})
 	f.Add([]byte{0, 0, 0, 4, 0, 1, 4, 2, 1, 0, 3})
@@ -54,6 +55,9 @@ func FuzzIndex(f *testing.F) {
 				to := min(8, from+int(arg&7)+1)
 				adapter := []string{"", "a", "b"}[(op>>1)/6%3]
 				ev := stored(p, tokens, from, to, adapter)
+				if p == 2 { // a server of twice the block size
+					ev = storedSized(p, tokens, from/2, max(from/2+1, to/2), adapter, 2*bs)
+				}
 				if p&1 == 1 && from == 0 { // a salted prompt's first run
 					ev.Extra = []kvevents.ExtraKeys{kvevents.SaltKeys("s")}
 				}
@@ -98,10 +102,9 @@ func FuzzIndex(f *testing.F) {
 		checkHolders(t, ix)
 		checkAdapters(t, ix)
 		for _, salt := range []string{"", "s"} {
-			holds, blocks := ix.Lookup(tokens, "", salt, nil)
-			for _, h := range holds {
-				if h.Blocks > blocks {
-					t.Fatalf("salt %q: hold %+v over the prompt's %d blocks", salt, h, blocks)
+			for _, h := range ix.Lookup(tokens, "", salt, nil) {
+				if h.Blocks > h.Prompt || h.Prompt != len(tokens)/bs && h.Prompt != len(tokens)/(2*bs) {
+					t.Fatalf("salt %q: hold %+v of a prompt of %d tokens", salt, h, len(tokens))
 				}
 			}
 		}
@@ -148,10 +151,26 @@ func checkHolders(t *testing.T, ix *Index) {
 			t.Fatalf("worker %d kept with no engine", id)
 		}
 	}
+	sizes := map[int]int{}
 	for slot, w := range ix.engines {
 		if w != nil && ix.workers[w.src.id][w.src.engine] != w {
 			t.Fatalf("engine slot %d (%+v) is not its worker's", slot, w.src)
 		}
+		if w != nil && w.blockSize != 0 {
+			sizes[w.blockSize]++
+		} else if w != nil && w.blocks.n != 0 {
+			t.Fatalf("engine slot %d holds %d blocks of no size", slot, w.blocks.n)
+		}
+	}
+	counted := map[int]int{}
+	for _, s := range ix.sizes {
+		if _, twice := counted[s.tokens]; twice || s.engines <= 0 {
+			t.Fatalf("block sizes %+v", ix.sizes)
+		}
+		counted[s.tokens] = s.engines
+	}
+	if diff := cmp.Diff(sizes, counted); diff != "" {
+		t.Fatalf("engines by block size (-engines +counted):\n%s", diff)
 	}
 	if len(live) != ix.nodes.live {
 		t.Fatalf("%d nodes in the engines' tables, %d handed out", len(live), ix.nodes.live)

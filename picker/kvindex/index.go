@@ -7,13 +7,15 @@
 // events, so a prefix another replica placed is found where it went. The
 // index keys a block by its tokens, the key of the block before it and the
 // extra keys the server gave it (a cache salt), under a seed of the
-// adapter's name: the servers' own block hashes are not used
+// adapter's name and the server's tokens per block: the servers' own block
+// hashes are not used
 // as keys (vLLM seeds them per process unless PYTHONHASHSEED is shared), only
 // to find an event's parent and to remove what the server evicted.
 package kvindex
 
 import (
 	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 
@@ -33,7 +35,7 @@ type Index struct {
 	maxPerWorker int
 
 	mu        sync.RWMutex
-	blockSize int                  // tokens per block, set by the first stored event
+	sizes     []sized              // the engines' block sizes, each once
 	nodes     slab                 // every engine's blocks (store.go)
 	keys      table                // block key -> the first node of its chain
 	engines   []*engine            // by slot; nil: free
@@ -58,6 +60,11 @@ type engine struct {
 	// kind is one of full attention.
 	group int64
 	full  bool
+	// blockSize is the tokens per block of the engine's stored events, 0
+	// until one is stored: a server's is fixed while it runs, and servers
+	// of one pool may differ (two models, or a rollout to another
+	// --block-size).
+	blockSize int
 	// offloaded counts the engine's blocks held only in an offloading
 	// tier: copied there, then evicted from the GPU.
 	offloaded int
@@ -75,7 +82,9 @@ type Dropped struct {
 	// (stored before the subscription began, or the event was lost).
 	Unchained int64
 	// Malformed are stored events whose token ids do not fill their blocks,
-	// or whose block size differs from the index's.
+	// or whose block size differs from the one their engine stored before
+	// (a server restarted with another is subscribed again, which clears
+	// its engine first).
 	Malformed int64
 	// Full are stored blocks over a worker's bound.
 	Full int64
@@ -260,15 +269,13 @@ func (ix *Index) engineLocked(s src) *engine {
 
 func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 	bs := ev.BlockSize
-	if ix.blockSize == 0 && bs > 0 {
-		ix.blockSize = bs
-	}
-	if bs != ix.blockSize || len(ev.TokenIDs) != len(ev.Hashes)*bs {
+	if bs <= 0 || w.blockSize != 0 && bs != w.blockSize || len(ev.TokenIDs) != len(ev.Hashes)*bs {
 		ix.dropped.Malformed++
 		return
 	}
+	ix.sizeEngine(w, bs)
 	adapter := ev.LoraName
-	key := seed(adapter)
+	key := seed(adapter, bs)
 	if ev.HasParent {
 		_, p := w.blocks.find(&ix.nodes, ev.Parent)
 		if p == 0 {
@@ -482,6 +489,7 @@ func (ix *Index) RemoveEngine(id uint32, e int) {
 
 func (ix *Index) clearLocked(w *engine) {
 	w.group, w.full, w.offloaded = -1, false, 0
+	ix.sizeEngine(w, 0)
 	if w.blocks.n == 0 {
 		return
 	}
@@ -531,12 +539,43 @@ func (ix *Index) SaltKeyed() bool {
 	return ix.extraKeys
 }
 
-// BlockSize returns the servers' tokens per block, 0 before the first
-// stored block.
-func (ix *Index) BlockSize() int {
+// sized is a block size some engines store blocks of: a lookup cuts the
+// prompt into blocks of each.
+type sized struct {
+	tokens  int
+	engines int
+}
+
+// sizeEngine sets the engine's block size to bs (0: none), keeping the
+// count of engines by size.
+func (ix *Index) sizeEngine(w *engine, bs int) {
+	if w.blockSize == bs {
+		return
+	}
+	if w.blockSize != 0 {
+		i := slices.IndexFunc(ix.sizes, func(s sized) bool { return s.tokens == w.blockSize })
+		ix.sizes[i].engines--
+		if ix.sizes[i].engines == 0 {
+			ix.sizes = slices.Delete(ix.sizes, i, i+1)
+		}
+	}
+	w.blockSize = bs
+	if bs == 0 {
+		return
+	}
+	if i := slices.IndexFunc(ix.sizes, func(s sized) bool { return s.tokens == bs }); i >= 0 {
+		ix.sizes[i].engines++
+	} else {
+		ix.sizes = append(ix.sizes, sized{tokens: bs, engines: 1})
+	}
+}
+
+// Sized reports whether an engine has stored blocks since it was last
+// cleared: before, no lookup can find anything.
+func (ix *Index) Sized() bool {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	return ix.blockSize
+	return len(ix.sizes) > 0
 }
 
 // Stats returns the blocks held over all workers and what was dropped.
@@ -573,13 +612,15 @@ func mix(a, b uint64) uint64 {
 }
 
 // seed is the key a prompt's first block chains from: the adapter's name
-// ("" for the base model), whose blocks the servers keep apart.
-func seed(adapter string) uint64 {
+// ("" for the base model), whose blocks the servers keep apart, and the
+// tokens per block, so that the keys of servers of different block sizes
+// never meet.
+func seed(adapter string, blockSize int) uint64 {
 	h := uint64(m2)
 	for i := 0; i < len(adapter); i++ {
 		h = mix(h, uint64(adapter[i]))
 	}
-	return mix(h, uint64(len(adapter)))
+	return mix(mix(h, uint64(len(adapter))), uint64(blockSize))
 }
 
 // chain is the key of a block of tokens after the block keyed parent.

@@ -31,14 +31,19 @@ func prompt(base uint32, n, diverge int) []uint32 {
 // stored is the event of blocks [from, to) of tokens, the server hashing
 // block i of the prompt named p as p*1000+i.
 func stored(p uint64, tokens []uint32, from, to int, adapter string) kvevents.Event {
-	ev := kvevents.Event{Kind: kvevents.BlockStored, BlockSize: bs, LoraName: adapter, Medium: "GPU"}
+	return storedSized(p, tokens, from, to, adapter, bs)
+}
+
+// storedSized is stored of a server that cuts the tokens in blocks of size.
+func storedSized(p uint64, tokens []uint32, from, to int, adapter string, size int) kvevents.Event {
+	ev := kvevents.Event{Kind: kvevents.BlockStored, BlockSize: size, LoraName: adapter, Medium: "GPU"}
 	for i := from; i < to; i++ {
 		ev.Hashes = append(ev.Hashes, p*1000+uint64(i))
 	}
 	if from > 0 {
 		ev.Parent, ev.HasParent = p*1000+uint64(from-1), true
 	}
-	ev.TokenIDs = tokens[from*bs : to*bs]
+	ev.TokenIDs = tokens[from*size : to*size]
 	return ev
 }
 
@@ -66,7 +71,7 @@ func TestLookup(t *testing.T) {
 		"one worker holds the whole prompt, stored in two events": {
 			events: map[uint32][]kvevents.Event{1: {stored(1, a, 0, 2, ""), stored(1, a, 2, 6, "")}},
 			tokens: a,
-			want:   []Hold{{Worker: 1, Blocks: 6}},
+			want:   []Hold{{Worker: 1, Blocks: 6, Prompt: 6}},
 		},
 		"a shared prefix on one worker, the whole prompt on another": {
 			events: map[uint32][]kvevents.Event{
@@ -74,12 +79,12 @@ func TestLookup(t *testing.T) {
 				2: {stored(1, a, 0, 6, "")},
 			},
 			tokens: a,
-			want:   []Hold{{Worker: 1, Blocks: 3}, {Worker: 2, Blocks: 6}},
+			want:   []Hold{{Worker: 1, Blocks: 3, Prompt: 6}, {Worker: 2, Blocks: 6, Prompt: 6}},
 		},
 		"a removed middle block ends the run there": {
 			events: map[uint32][]kvevents.Event{1: {stored(1, a, 0, 6, ""), removed(1002)}},
 			tokens: a,
-			want:   []Hold{{Worker: 1, Blocks: 2}},
+			want:   []Hold{{Worker: 1, Blocks: 2, Prompt: 6}},
 		},
 		"an adapter's blocks are not the base model's": {
 			events:  map[uint32][]kvevents.Event{1: {stored(1, a, 0, 6, "sql")}},
@@ -90,7 +95,7 @@ func TestLookup(t *testing.T) {
 			events:  map[uint32][]kvevents.Event{1: {stored(1, a, 0, 6, "sql")}},
 			tokens:  a,
 			adapter: "sql",
-			want:    []Hold{{Worker: 1, Blocks: 6}},
+			want:    []Hold{{Worker: 1, Blocks: 6, Prompt: 6}},
 		},
 		"blocks whose parent was never seen are not chained": {
 			events: map[uint32][]kvevents.Event{1: {stored(1, a, 2, 6, "")}},
@@ -103,7 +108,7 @@ func TestLookup(t *testing.T) {
 		"a partial last block is not looked up": {
 			events: map[uint32][]kvevents.Event{1: {stored(1, a, 0, 6, "")}},
 			tokens: a[:2*bs+1],
-			want:   []Hold{{Worker: 1, Blocks: 2}},
+			want:   []Hold{{Worker: 1, Blocks: 2, Prompt: 2}},
 		},
 	}
 	for name, tc := range cases {
@@ -112,7 +117,7 @@ func TestLookup(t *testing.T) {
 			for id := uint32(1); id <= 2; id++ {
 				ix.Apply(id, tc.events[id])
 			}
-			got, _ := ix.Lookup(tc.tokens, tc.adapter, "", nil)
+			got := ix.Lookup(tc.tokens, tc.adapter, "", nil)
 			if len(got) == 0 {
 				got = nil
 			}
@@ -133,9 +138,9 @@ func TestLookupOverManyHolders(t *testing.T) {
 	for id := uint32(1); id <= 24; id++ {
 		n := 4 - 2*int(id%2)
 		ix.Apply(id, []kvevents.Event{stored(uint64(id), a, 0, n, "")})
-		want = append(want, Hold{Worker: id, Blocks: n})
+		want = append(want, Hold{Worker: id, Blocks: n, Prompt: 4})
 	}
-	got, _ := ix.Lookup(a, "", "", nil)
+	got := ix.Lookup(a, "", "", nil)
 	if diff := cmp.Diff(want, sorted(got)); diff != "" {
 		t.Errorf("holds (-want +got):\n%s", diff)
 	}
@@ -159,16 +164,16 @@ func TestABlockHeldUnderTwoHashes(t *testing.T) {
 		want   []Hold // the worker's mean over its two engines
 		held   int
 	}{
-		{want: []Hold{{Worker: 1, Blocks: 4}, {Worker: 2, Blocks: 4}}, held: 12},
-		{engine: 0, remove: 1, want: []Hold{{Worker: 1, Blocks: 4}, {Worker: 2, Blocks: 4}}, held: 8},
-		{engine: 0, remove: 2, want: []Hold{{Worker: 1, Blocks: 2}, {Worker: 2, Blocks: 4}}, held: 4},
-		{engine: 1, remove: 3, want: []Hold{{Worker: 2, Blocks: 4}}, held: 0},
+		{want: []Hold{{Worker: 1, Blocks: 4, Prompt: 4}, {Worker: 2, Blocks: 4, Prompt: 4}}, held: 12},
+		{engine: 0, remove: 1, want: []Hold{{Worker: 1, Blocks: 4, Prompt: 4}, {Worker: 2, Blocks: 4, Prompt: 4}}, held: 8},
+		{engine: 0, remove: 2, want: []Hold{{Worker: 1, Blocks: 2, Prompt: 4}, {Worker: 2, Blocks: 4, Prompt: 4}}, held: 4},
+		{engine: 1, remove: 3, want: []Hold{{Worker: 2, Blocks: 4, Prompt: 4}}, held: 0},
 	}
 	for i, s := range steps {
 		if s.remove != 0 {
 			ix.ApplyEngine(1, s.engine, []kvevents.Event{hashes(s.remove)})
 		}
-		got, _ := ix.Lookup(a, "", "", nil)
+		got := ix.Lookup(a, "", "", nil)
 		if diff := cmp.Diff(s.want, sorted(got)); diff != "" || blocksHeld(ix, 1) != s.held {
 			t.Errorf("step %d: %d blocks held (want %d), holds (-want +got):\n%s", i, blocksHeld(ix, 1), s.held, diff)
 		}
@@ -188,9 +193,9 @@ func TestRemoveForgetsAWorkerAndItsCounts(t *testing.T) {
 		t.Fatalf("Held(1) = %d, want 4", got)
 	}
 	ix.Remove(1)
-	got, blocks := ix.Lookup(a, "sql", "", nil)
-	if diff := cmp.Diff([]Hold{{Worker: 2, Blocks: 4}}, got); diff != "" || blocks != 4 {
-		t.Errorf("after Remove(1): blocks %d, holds (-want +got):\n%s", blocks, diff)
+	got := ix.Lookup(a, "sql", "", nil)
+	if diff := cmp.Diff([]Hold{{Worker: 2, Blocks: 4, Prompt: 4}}, got); diff != "" {
+		t.Errorf("after Remove(1): holds (-want +got):\n%s", diff)
 	}
 	if blocksHeld(ix, 1) != 0 || !ix.Adapter("sql") {
 		t.Errorf("Held(1) = %d, Adapter(sql) = %v; want 0, true", blocksHeld(ix, 1), ix.Adapter("sql"))
@@ -208,10 +213,7 @@ func TestMalformedAndFullStoresAreDropped(t *testing.T) {
 	short.TokenIDs = short.TokenIDs[:bs+1]
 	ix.Apply(1, []kvevents.Event{short})
 	ix.Apply(1, []kvevents.Event{stored(1, a, 0, 4, "")})
-	odd := stored(2, a, 0, 1, "")
-	odd.BlockSize = 2 * bs
-	odd.TokenIDs = a[:2*bs]
-	ix.Apply(2, []kvevents.Event{odd})
+	ix.Apply(1, []kvevents.Event{storedSized(2, a, 0, 1, "", 2*bs)}) // not the engine's block size
 	n, dropped := ix.Stats()
 	if diff := cmp.Diff(Dropped{Malformed: 2, Full: 1}, dropped); diff != "" || n != 3 {
 		t.Errorf("blocks %d (want 3), dropped (-want +got):\n%s", n, diff)
@@ -242,14 +244,14 @@ func TestSaltedPromptsAreKeptApart(t *testing.T) {
 		adapter, salt string
 		want          []Hold
 	}{
-		{"", "", []Hold{{Worker: 1, Blocks: 4}, {Worker: 3, Blocks: 1}}}, // worker 3's second block has other keys
-		{"sql", "tenant-a", []Hold{{Worker: 2, Blocks: 4}}},
+		{"", "", []Hold{{Worker: 1, Blocks: 4, Prompt: 4}, {Worker: 3, Blocks: 1, Prompt: 4}}}, // worker 3's second block has other keys
+		{"sql", "tenant-a", []Hold{{Worker: 2, Blocks: 4, Prompt: 4}}},
 		{"sql", "tenant-b", nil},
 		{"", "tenant-a", nil},
 		{"sql", "", nil},
 	}
 	for _, tc := range cases {
-		got, _ := ix.Lookup(a, tc.adapter, tc.salt, nil)
+		got := ix.Lookup(a, tc.adapter, tc.salt, nil)
 		if diff := cmp.Diff(tc.want, sorted(got)); diff != "" {
 			t.Errorf("adapter %q salt %q: holds (-want +got):\n%s", tc.adapter, tc.salt, diff)
 		}
@@ -351,7 +353,7 @@ func BenchmarkLookup(b *testing.B) {
 			}
 			var dst []Hold
 			for b.Loop() {
-				dst, _ = ix.Lookup(shared, "", "", dst)
+				dst = ix.Lookup(shared, "", "", dst)
 			}
 			if len(dst) != holders || dst[0].Blocks != blocks {
 				b.Fatalf("holds %+v, want %d workers of %d blocks", dst, holders, blocks)
@@ -375,7 +377,7 @@ func TestAClearedEngineLetsItsSlotsGo(t *testing.T) {
 		}
 	}
 	ix.Apply(1, []kvevents.Event{stored(1, a, 0, 256, "")})
-	if got, _ := ix.Lookup(a, "", "", nil); len(got) != 1 || got[0].Blocks != 256 {
+	if got := ix.Lookup(a, "", "", nil); len(got) != 1 || got[0].Blocks != 256 {
 		t.Errorf("after storing again: holds %+v, want worker 1 with 256 blocks", got)
 	}
 }
@@ -405,7 +407,7 @@ func TestTheSlabShrinksAfterPodsLeave(t *testing.T) {
 		var out [][]Hold
 		for _, p := range [][]uint32{common, own[1], own[2]} {
 			for _, adapter := range []string{"", "a"} {
-				h, _ := ix.Lookup(p, adapter, "", nil)
+				h := ix.Lookup(p, adapter, "", nil)
 				h = slices.DeleteFunc(h, func(h Hold) bool { return h.Worker > 2 })
 				out = append(out, sorted(h))
 			}
@@ -449,7 +451,7 @@ func TestOffloadedBlocksAreHeldUntilEveryTierDropsThem(t *testing.T) {
 	hashes := gpu.Hashes
 	ix := New(0)
 	held := func() Hold {
-		h, _ := ix.Lookup(a, "", "", nil)
+		h := ix.Lookup(a, "", "", nil)
 		if len(h) == 0 {
 			return Hold{}
 		}
@@ -465,24 +467,24 @@ func TestOffloadedBlocksAreHeldUntilEveryTierDropsThem(t *testing.T) {
 	}{
 		{"stored on the GPU, copied to the CPU", []kvevents.Event{
 			gpu, {Kind: kvevents.BlockStored, Hashes: hashes, Medium: "CPU"},
-		}, Hold{Worker: 1, Blocks: 6}, 6, 0},
+		}, Hold{Worker: 1, Blocks: 6, Prompt: 6}, 6, 0},
 		{"the GPU evicts blocks 3-5", []kvevents.Event{
 			{Kind: kvevents.BlockRemoved, Hashes: hashes[3:], Medium: "GPU"},
-		}, Hold{Worker: 1, Blocks: 6, Offloaded: 3}, 6, 3},
+		}, Hold{Worker: 1, Blocks: 6, Offloaded: 3, Prompt: 6}, 6, 3},
 		{"the CPU drops block 4's copy", []kvevents.Event{
 			{Kind: kvevents.BlockRemoved, Hashes: hashes[4:5], Medium: "cpu"},
-		}, Hold{Worker: 1, Blocks: 4, Offloaded: 1}, 5, 2},
+		}, Hold{Worker: 1, Blocks: 4, Offloaded: 1, Prompt: 6}, 5, 2},
 		{"the CPU drops copies the GPU still holds, the GPU a block it no longer holds", []kvevents.Event{
 			{Kind: kvevents.BlockRemoved, Hashes: hashes[:3], Medium: "CPU"},
 			{Kind: kvevents.BlockRemoved, Hashes: hashes[5:], Medium: "GPU"},
-		}, Hold{Worker: 1, Blocks: 4, Offloaded: 1}, 5, 2},
+		}, Hold{Worker: 1, Blocks: 4, Offloaded: 1, Prompt: 6}, 5, 2},
 		{"blocks 3-5 prefilled again", []kvevents.Event{
 			stored(1, a, 3, 6, ""),
-		}, Hold{Worker: 1, Blocks: 6}, 6, 0},
+		}, Hold{Worker: 1, Blocks: 6, Prompt: 6}, 6, 0},
 		{"a copy on another tier of a block never held, and a removal naming no medium (the GPU's)", []kvevents.Event{
 			{Kind: kvevents.BlockStored, Hashes: []uint64{1 << 40}, Medium: "DISK"},
 			removed(hashes[1]),
-		}, Hold{Worker: 1, Blocks: 1}, 5, 0},
+		}, Hold{Worker: 1, Blocks: 1, Prompt: 6}, 5, 0},
 	}
 	for _, s := range steps {
 		ix.Apply(1, s.events)
@@ -504,8 +506,8 @@ func TestOffloadedBlocksAreHeldUntilEveryTierDropsThem(t *testing.T) {
 	ix.Apply(2, []kvevents.Event{stored(8, a, 0, 6, ""), again,
 		{Kind: kvevents.BlockStored, Hashes: again.Hashes, Medium: "CPU"},
 		{Kind: kvevents.BlockRemoved, Hashes: again.Hashes, Medium: "GPU"}})
-	h, _ := ix.Lookup(a, "", "", nil)
-	if got := sorted(h); len(got) != 2 || got[1] != (Hold{Worker: 2, Blocks: 6}) {
+	h := ix.Lookup(a, "", "", nil)
+	if got := sorted(h); len(got) != 2 || got[1] != (Hold{Worker: 2, Blocks: 6, Prompt: 6}) {
 		t.Errorf("a block held on the GPU and, under another hash, offloaded: holds %+v, want worker 2 with 6 blocks on the GPU", got)
 	}
 	checkHolders(t, ix)
@@ -529,7 +531,7 @@ func TestAHybridModelsGroupsAreKeptApart(t *testing.T) {
 	hashes := full.Hashes
 	ix := New(0)
 	held := func(worker uint32) int {
-		h, _ := ix.Lookup(a, "", "", nil)
+		h := ix.Lookup(a, "", "", nil)
 		for _, x := range h {
 			if x.Worker == worker {
 				return x.Blocks

@@ -73,10 +73,10 @@ type buffers struct {
 // block back from host memory takes a fraction of prefilling it.
 const DefaultOffloadWeight = 0.8
 
-// share is the part of a prompt of blocks full blocks the hold covers,
-// its offloaded blocks counting offload each.
-func (h Hold) share(blocks int, offload float64) float64 {
-	return (float64(h.Blocks-h.Offloaded) + offload*float64(h.Offloaded)) / float64(blocks)
+// share is the part of the prompt's full blocks the hold covers, its
+// offloaded blocks counting offload each.
+func (h Hold) share(offload float64) float64 {
+	return (float64(h.Blocks-h.Offloaded) + offload*float64(h.Offloaded)) / float64(h.Prompt)
 }
 
 // NewLocator returns a locator that tokenizes on the registry's workers
@@ -103,10 +103,10 @@ func (l *Locator) Calls() (calls, failed, skipped int64) {
 // for the model the request names (after any rewrite). It reports false,
 // leaving dst alone, when it cannot tell: a request other than a chat or a
 // single-prompt completion, a salted prompt while the servers' events have
-// not shown that they key blocks by salt (SaltKeyed), no events yet, or a
+// not shown that they key blocks by salt (SaltKeyed), no blocks stored yet, or a
 // /tokenize call that failed.
 func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, dst *policy.Shared) (bool, error) {
-	if len(r.Input) == 0 || l.index.BlockSize() == 0 {
+	if len(r.Input) == 0 || !l.index.Sized() {
 		return false, nil
 	}
 	salt, ok := cacheSalt(r.CacheSalt)
@@ -152,12 +152,12 @@ func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, d
 	if l.adapter(model) {
 		adapter = model
 	}
-	holds, blocks := l.index.Lookup(tokens, adapter, salt, b.holds)
+	holds := l.index.Lookup(tokens, adapter, salt, b.holds)
 	b.holds = holds
 	dst.Holds = dst.Holds[:0]
 	for _, h := range holds {
-		if h.Blocks > 0 && blocks > 0 {
-			dst.Holds = append(dst.Holds, policy.SharedHold{Worker: h.Worker, Share: h.share(blocks, l.OffloadWeight)})
+		if h.Blocks > 0 {
+			dst.Holds = append(dst.Holds, policy.SharedHold{Worker: h.Worker, Share: h.share(l.OffloadWeight)})
 		}
 	}
 	return true, nil

@@ -79,7 +79,7 @@ func (s *server) follow(t *testing.T, host string, replay bool) (*Index, *regist
 func holds(ix *Index, w *registry.Worker, prompts ...[]uint32) []int {
 	out := make([]int, len(prompts))
 	for i, p := range prompts {
-		hs, _ := ix.Lookup(p, "", "", nil)
+		hs := ix.Lookup(p, "", "", nil)
 		for _, h := range hs {
 			if h.Worker == w.ID() {
 				out[i] = h.Blocks

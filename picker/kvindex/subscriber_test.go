@@ -50,8 +50,8 @@ func TestSubscriberFollowsEachRankOnItsPort(t *testing.T) {
 		})
 	}
 	for rank, tokens := range prompts {
-		got, _ := ix.Lookup(tokens, "", "", nil)
-		want := []Hold{{Worker: byRank[rank].ID(), Blocks: 4}}
+		got := ix.Lookup(tokens, "", "", nil)
+		want := []Hold{{Worker: byRank[rank].ID(), Blocks: 4, Prompt: 4}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("rank %d's prompt: holders (-want +got):\n%s", rank, diff)
 		}
@@ -165,11 +165,11 @@ func TestSubscriberFollowsTheEnginesBehindOnePort(t *testing.T) {
 		tokens []uint32
 		want   []Hold
 	}{
-		"held by engine 0": {one, []Hold{{Worker: w.ID(), Blocks: 2}}},
-		"held by engine 1": {other, []Hold{{Worker: w.ID(), Blocks: 2}}},
-		"held by both":     {both, []Hold{{Worker: w.ID(), Blocks: 4}}},
+		"held by engine 0": {one, []Hold{{Worker: w.ID(), Blocks: 2, Prompt: 4}}},
+		"held by engine 1": {other, []Hold{{Worker: w.ID(), Blocks: 2, Prompt: 4}}},
+		"held by both":     {both, []Hold{{Worker: w.ID(), Blocks: 4, Prompt: 4}}},
 	} {
-		got, _ := ix.Lookup(tc.tokens, "", "", nil)
+		got := ix.Lookup(tc.tokens, "", "", nil)
 		if diff := cmp.Diff(tc.want, got); diff != "" {
 			t.Errorf("%s: holders (-want +got):\n%s", name, diff)
 		}
@@ -185,10 +185,10 @@ func TestSubscriberFollowsTheEnginesBehindOnePort(t *testing.T) {
 		}
 		return nil
 	})
-	if got, _ := ix.Lookup(other, "", "", nil); len(got) != 0 {
+	if got := ix.Lookup(other, "", "", nil); len(got) != 0 {
 		t.Errorf("engine 1's prompt after it left: holders %+v, want none", got)
 	}
-	if got, _ := ix.Lookup(one, "", "", nil); !cmp.Equal(got, []Hold{{Worker: w.ID(), Blocks: 4}}) {
+	if got := ix.Lookup(one, "", "", nil); !cmp.Equal(got, []Hold{{Worker: w.ID(), Blocks: 4, Prompt: 4}}) {
 		t.Errorf("engine 0's prompt with one engine left: holders %+v, want the whole of it", got)
 	}
 }
@@ -224,8 +224,8 @@ func TestSubscriberFollowsANodesEngines(t *testing.T) {
 		return nil
 	})
 	for name, tokens := range map[string][]uint32{"held by engine 2": two, "held by engine 3": three} {
-		got, _ := ix.Lookup(tokens, "", "", nil)
-		if want := []Hold{{Worker: w.ID(), Blocks: 2}}; !cmp.Equal(got, want) {
+		got := ix.Lookup(tokens, "", "", nil)
+		if want := []Hold{{Worker: w.ID(), Blocks: 2, Prompt: 4}}; !cmp.Equal(got, want) {
 			t.Errorf("%s: holders %+v, want %+v (half of the prompt: one of the two engines holds it)", name, got, want)
 		}
 	}
