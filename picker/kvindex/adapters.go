@@ -13,8 +13,13 @@ type adapterTable struct {
 
 func newAdapterTable() adapterTable { return adapterTable{ids: map[string]uint32{}} }
 
-// hold counts one more block stored under name and returns its number.
-func (t *adapterTable) hold(name string) uint32 {
+// maxAdapters bounds the names numbered at once: a number has the bits of
+// node.adapter below the copy count.
+const maxAdapters = adapterBits + 1
+
+// hold counts one more block stored under name and returns its number;
+// false, counting nothing, for a new name while maxAdapters are numbered.
+func (t *adapterTable) hold(name string) (uint32, bool) {
 	id, ok := t.ids[name]
 	if !ok {
 		if n := len(t.free); n > 0 {
@@ -22,6 +27,9 @@ func (t *adapterTable) hold(name string) uint32 {
 			t.free = t.free[:n-1]
 			t.names[id] = name
 		} else {
+			if len(t.names) == maxAdapters {
+				return 0, false
+			}
 			id = uint32(len(t.names))
 			t.names = append(t.names, name)
 			t.blocks = append(t.blocks, 0)
@@ -29,7 +37,7 @@ func (t *adapterTable) hold(name string) uint32 {
 		t.ids[name] = id
 	}
 	t.blocks[id]++
-	return id
+	return id, true
 }
 
 // holdAgain counts one more block under number id, which a block holds.

@@ -133,7 +133,7 @@ func checkHolders(t *testing.T, ix *Index) {
 				if offloadedOnly(nd) {
 					offloaded++
 				}
-				if nd.eng != w.slot || live[r] {
+				if nd.eng != w.slot || live[r] || nd.adapter&copyBits != 0 && nd.adapter&inGPU == 0 {
 					t.Fatalf("node %d (%+v) in the table of engine slot %d", r, *nd, w.slot)
 				}
 				if _, got := w.blocks.find(&ix.nodes, nd.hash); got != r {

@@ -86,7 +86,8 @@ type Dropped struct {
 	// (a server restarted with another is subscribed again, which clears
 	// its engine first).
 	Malformed int64
-	// Full are stored blocks over a worker's bound.
+	// Full are stored blocks over a worker's bound, or under a new adapter
+	// name while maxAdapters names are held.
 	Full int64
 	// Offloaded are copies an offloading tier (medium "CPU" and others)
 	// stored of blocks the index did not hold on the GPU: with no tokens
@@ -184,14 +185,35 @@ func (ix *Index) offloaded(w *engine, hashes []uint64) {
 }
 
 // evicted records that the tier no longer holds node r's block, in slot at
-// of the engine's table, and forgets the block once no tier does.
+// of the engine's table, and forgets the block once no tier does. The GPU
+// evicting one of several copies keeps the block there.
 func (ix *Index) evicted(w *engine, at spot, r, tier uint32) {
 	nd := ix.nodes.at(r)
+	if tier == inGPU && nd.adapter&copyBits != 0 {
+		if nd.adapter&copyBits != copyBits {
+			nd.adapter -= oneCopy
+		}
+		return
+	}
 	was := offloadedOnly(nd)
 	nd.adapter &^= tier
 	w.offloaded += count(offloadedOnly(nd)) - count(was)
 	if nd.adapter&(inGPU|inOffload) == 0 {
 		ix.unhold(w, at, r)
+	}
+}
+
+// storedAgain records that the GPU holds one more copy of the node's block:
+// its first, back from an offloading tier, or another, counted up to
+// copyBits. A saturated count no longer tells when the last copy goes, so
+// the block is then held until the engine is cleared (AllBlocksCleared, a
+// gap in its events, the worker leaving).
+func storedAgain(nd *node) {
+	switch {
+	case nd.adapter&inGPU == 0:
+		nd.adapter |= inGPU
+	case nd.adapter&copyBits != copyBits:
+		nd.adapter += oneCopy
 	}
 }
 
@@ -300,7 +322,7 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 				w.offloaded-- // on the GPU again, or replaced
 			}
 			if nd.key == key {
-				nd.adapter |= inGPU // stored again, as from an offloaded copy
+				storedAgain(nd)
 				continue
 			}
 			ix.unhold(w, at, old)
@@ -310,7 +332,10 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 			break
 		}
 		if !named {
-			aid, named = ix.adapters.hold(adapter), true
+			if aid, named = ix.adapters.hold(adapter); !named {
+				ix.dropped.Full += int64(len(ev.Hashes) - i)
+				break
+			}
 		} else {
 			ix.adapters.holdAgain(aid) // held since this event's first block
 		}

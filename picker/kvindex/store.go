@@ -22,11 +22,18 @@ type node struct {
 
 // The top bits of node.adapter tell where the engine's server holds the
 // block: in its GPU cache, in an offloading tier (a copy vLLM's KV
-// offloading made before the GPU evicted it), or both.
+// offloading made before the GPU evicted it), or both. The bits below them
+// count the copies the GPU holds beyond the first: vLLM does not
+// de-duplicate its cache, so requests that filled the same block at once
+// each keep a copy under the same hash, and each copy is stored and evicted
+// with an event of its own. The low bits are the adapter's number.
 const (
 	inGPU       = 1 << 31
 	inOffload   = 1 << 30
-	adapterBits = inOffload - 1
+	copyShift   = 24
+	oneCopy     = 1 << copyShift
+	copyBits    = inOffload - oneCopy // all set: the count saturated
+	adapterBits = oneCopy - 1
 )
 
 const (
