@@ -21,6 +21,9 @@ type fakePicker struct {
 	// endpoints is the destination value; viaHeader sends it as the header only.
 	endpoints string
 	viaHeader bool
+	// metadataEndpoints, when set, is the metadata's destination in place
+	// of endpoints (the header keeps endpoints).
+	metadataEndpoints string
 	// body replaces the request body when set.
 	body []byte
 	// immediate answers the request with this ImmediateResponse.
@@ -112,9 +115,13 @@ func (p *fakePicker) answerRequest(body []byte, hasBody bool) []*extprocv3.Proce
 		}},
 	}
 	if !p.viaHeader {
+		inMetadata := p.endpoints
+		if p.metadataEndpoints != "" {
+			inMetadata = p.metadataEndpoints
+		}
 		headers.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
 			NamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				KeyDestination: structpb.NewStringValue(p.endpoints),
+				KeyDestination: structpb.NewStringValue(inMetadata),
 			}}),
 		}}
 	}

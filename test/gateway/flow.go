@@ -89,7 +89,7 @@ func (f *flow) serve(ctx context.Context) {
 		f.processingError(err)
 		return
 	}
-	endpoints, err := destination(f.x.lbSnapshot(), h)
+	endpoints, err := destination(f.x.lbSnapshot(), h, f.g.o.headerRouting)
 	if err != nil && f.g.o.defaultUpstream != "" {
 		endpoints = []string{f.g.o.defaultUpstream}
 	}

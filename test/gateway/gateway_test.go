@@ -150,6 +150,36 @@ func newRequest(t *testing.T, method, url, body string) *http.Request {
 	return req
 }
 
+// The envoy.lb metadata chooses the upstream before the header does, unless
+// the gateway routes on the header alone (WithHeaderRouting).
+func TestDestinationSources(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts       []Option
+		wantHeader bool
+	}{
+		"metadata first": {},
+		"header only":    {opts: []Option{WithHeaderRouting()}, wantHeader: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			byHeader, seenByHeader := upstream(t, http.StatusOK, `{"ok":true}`)
+			byMetadata, seenByMetadata := upstream(t, http.StatusOK, `{"ok":true}`)
+			picker := &fakePicker{endpoints: byHeader, metadataEndpoints: byMetadata}
+			_, url, records := startGateway(t, newFakePicker(t, picker), tc.opts...)
+			if resp, body := do(t, newRequest(t, http.MethodPost, url+"/v1/completions", `{"model":"m","prompt":"p"}`)); resp.StatusCode != http.StatusOK {
+				t.Fatalf("client got %d %q", resp.StatusCode, body)
+			}
+			want, seen := byMetadata, seenByMetadata
+			if tc.wantHeader {
+				want, seen = byHeader, seenByHeader
+			}
+			waitFor(t, seen)
+			if rec := waitFor(t, records); rec.Served != want {
+				t.Errorf("served by %s, want %s", rec.Served, want)
+			}
+		})
+	}
+}
+
 func TestMutationsReachUpstreamAndClient(t *testing.T) {
 	for name, viaHeader := range map[string]bool{"metadata destination": false, "header destination": true} {
 		t.Run(name, func(t *testing.T) {

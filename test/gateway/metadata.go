@@ -87,9 +87,10 @@ func destinationValue(v *structpb.Value) (string, bool) {
 
 var errNoDestination = errors.New("no destination in metadata or header")
 
-// destination applies the override host sources in order: metadata, then header.
-func destination(lb *structpb.Struct, h *headerList) ([]string, error) {
-	if v, ok := lb.GetFields()[KeyDestination]; ok {
+// destination applies the override host sources in order: metadata, then
+// header; with headerOnly the header alone.
+func destination(lb *structpb.Struct, h *headerList, headerOnly bool) ([]string, error) {
+	if v, ok := lb.GetFields()[KeyDestination]; ok && !headerOnly {
 		if s, ok := destinationValue(v); ok {
 			return ParseEndpoints(s)
 		}

@@ -68,6 +68,7 @@ type options struct {
 	onRecord        func(Record)
 	subsetHint      func(*http.Request) ([]string, bool)
 	cluster         PickerCluster
+	headerRouting   bool
 }
 
 func defaultOptions() options {
@@ -117,6 +118,12 @@ func WithCloseGrace(d time.Duration) Option { return func(o *options) { o.closeG
 // WithAllowContentLength keeps content-length on forwarded messages, like Envoy's
 // allow_content_length_header; a content-length the picker sets is then applied.
 func WithAllowContentLength(allow bool) Option { return func(o *options) { o.allowCL = allow } }
+
+// WithHeaderRouting routes on the destination header alone, ignoring the
+// envoy.lb metadata, as an ORIGINAL_DST cluster with use_http_header does.
+// By default the metadata comes first and the header only without it, as
+// Envoy's override_host policy configured with both sources in that order.
+func WithHeaderRouting() Option { return func(o *options) { o.headerRouting = true } }
 
 // WithClock injects the clock used for timers and for the timings in records.
 func WithClock(c clock.WithTicker) Option { return func(o *options) { o.clock = c } }

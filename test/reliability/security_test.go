@@ -30,42 +30,51 @@ func TestClientCannotChooseDestination(t *testing.T) {
 	outsider := startSim(t, "127.0.0.54", 0)
 	p := startPicker(t, "--static-endpoints", a.addr+","+b.addr, "--fallbacks", "1")
 	p.WaitWorkers(t, 2)
-	g := startGateway(t, p.Addr())
 
-	r := mrand.New(mrand.NewPCG(7, 7))
-	const n = 40
-	for i := range n {
-		h := http.Header{"X-Gateway-Destination-Endpoint": {outsider.addr}}
-		if i%2 == 0 {
-			h.Set("X-Gateway-Destination-Endpoint-Served", outsider.addr)
-		}
-		resp, err := g.Post(t.Context(), "/v1/completions", completion(randomPrompt(r, 4), 4, i%3 == 0), h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("request %d: status %d", i, resp.StatusCode)
-		}
-	}
-	st, err := outsider.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Requests != 0 {
-		t.Errorf("the server a client named got %d requests", st.Requests)
-	}
-	pool := []string{a.addr, b.addr}
-	for _, rec := range g.WaitRecords(t, n) {
-		for _, ep := range append(slices.Clone(rec.Endpoints), rec.Served) {
-			if !slices.Contains(pool, ep) {
-				t.Errorf("destination %q is not in the pool %v (record %+v)", ep, pool, rec.Record)
+	// A gateway routes on the envoy.lb metadata first, or (an ORIGINAL_DST
+	// cluster) on the destination header alone: the picker must own both.
+	for name, opts := range map[string][]gateway.Option{
+		"metadata first": nil,
+		"header only":    {gateway.WithHeaderRouting()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := startGateway(t, p.Addr(), opts...)
+			r := mrand.New(mrand.NewPCG(7, 7))
+			const n = 40
+			for i := range n {
+				h := http.Header{"X-Gateway-Destination-Endpoint": {outsider.addr}}
+				if i%2 == 0 {
+					h.Set("X-Gateway-Destination-Endpoint-Served", outsider.addr)
+				}
+				resp, err := g.Post(t.Context(), "/v1/completions", completion(randomPrompt(r, 4), 4, i%3 == 0), h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("request %d: status %d", i, resp.StatusCode)
+				}
 			}
-		}
+			st, err := outsider.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Requests != 0 {
+				t.Errorf("the server a client named got %d requests", st.Requests)
+			}
+			pool := []string{a.addr, b.addr}
+			for _, rec := range g.WaitRecords(t, n) {
+				for _, ep := range append(slices.Clone(rec.Endpoints), rec.Served) {
+					if !slices.Contains(pool, ep) {
+						t.Errorf("destination %q is not in the pool %v (record %+v)", ep, pool, rec.Record)
+					}
+				}
+			}
+			p.WaitIdle(t, 30*time.Second)
+			checkReleases(t, p)
+		})
 	}
-	p.WaitIdle(t, 30*time.Second)
-	checkReleases(t, p)
 }
 
 // TestExtProcTLS serves ext_proc over TLS, first with the self-signed
