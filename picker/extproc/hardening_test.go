@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/inferpick/inferpick/picker/flowcontrol"
 )
 
 // endStatus reads until the stream ends and returns its status.
@@ -347,5 +349,56 @@ func TestPooledBufferYieldsToTheBudget(t *testing.T) {
 	body, reserved, ok = tight.grow(pooled, 0, 100, 0)
 	if !ok || reserved != 100 || cap(body) != 100 || tight.Used() != 100 {
 		t.Errorf("tight budget: ok %v, reserved %d, buffer %d, used %d; want a fresh 100-byte buffer", ok, reserved, cap(body), tight.Used())
+	}
+}
+
+// TestHeaderValuesThatAreNotUTF8 sends the headers the picker reads with a
+// byte Envoy passes through (obs-text) but UTF-8 does not allow: the values
+// become metric labels, span attributes and model names, and the request
+// is routed as with any other value, not ended by a panic.
+func TestHeaderValuesThatAreNotUTF8(t *testing.T) {
+	for name, header := range map[string]string{
+		"model rewrite": ModelRewriteHeader,
+		"request id":    RequestIDHeader,
+		"objective":     ObjectiveHeader,
+		"fairness id":   FairnessHeader,
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, []string{"127.0.0.1:8000"})
+			s := e.open()
+			body := chatBody("m", "hello")
+			s.requestHeaders("/v1/chat/completions", len(body), false, nil, header, "caf\xe9")
+			s.requestBody(body, true)
+			s.routed(true)
+			s.responseHeaders(200, "application/json", true, "")
+			s.recv()
+			_ = s.stream.CloseSend()
+			eventually(t, "the guard released", func() bool { return e.releases("completed") == 1 })
+			if n := e.releases("panic"); n != 0 {
+				t.Errorf("%v handlers panicked", n)
+			}
+		})
+	}
+}
+
+// A request waiting in the flow-control queue with a fairness id that is
+// not UTF-8 waits like any other and is routed once capacity frees.
+func TestQueuedFairnessIDThatIsNotUTF8(t *testing.T) {
+	e, q, _ := queueEnv(t, flowcontrol.Options{})
+	first := e.open()
+	first.sendRequest("interactive")
+	first.routed(true)
+
+	waiting := e.open()
+	body := chatBody("m", "hello")
+	waiting.requestHeaders("/v1/chat/completions", len(body), false, nil, FairnessHeader, "t\xe9nant")
+	waiting.requestBody(body, true)
+	eventually(t, "the request queued", func() bool { return q.Len() == 1 })
+
+	first.responseHeaders(200, "application/json", true, "")
+	first.recv()
+	waiting.routed(true)
+	if q.Len() != 0 {
+		t.Errorf("queue holds %d waiters after its only one was routed", q.Len())
 	}
 }

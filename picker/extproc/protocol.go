@@ -2,6 +2,8 @@ package extproc
 
 import (
 	"encoding/json"
+	"strings"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -31,12 +33,19 @@ const (
 // and the objective, fairness and model-rewrite headers the picker consumes.
 var ownedHeaders = []string{ServedHeader, SubsetKey, ObjectiveHeader, FairnessHeader, ModelRewriteHeader}
 
-// headerValue returns a header's value, preferring raw_value as Envoy sends it.
+// headerValue returns a header's value, preferring raw_value as Envoy sends
+// it. A header may carry any byte from 0x80 up (obs-text), and the values
+// read become metric labels, span attributes and model names, all of which
+// must be UTF-8: a byte that is not valid there reads as U+FFFD.
 func headerValue(h *corev3.HeaderValue) string {
-	if len(h.GetRawValue()) > 0 {
-		return string(h.GetRawValue())
+	v := h.GetValue()
+	if raw := h.GetRawValue(); len(raw) > 0 {
+		v = string(raw)
 	}
-	return h.GetValue()
+	if !utf8.ValidString(v) {
+		v = strings.ToValidUTF8(v, "\uFFFD")
+	}
+	return v
 }
 
 // commonPaths are the :path values most requests carry; pathValue returns

@@ -199,11 +199,13 @@ func (q *Queue) enqueue(it Item, try TryFunc) (*waiter, error) {
 		q.removeLocked(v, false)
 		v.done <- ErrEvicted
 	}
+	// The metrics first: should they fail, no waiter is left behind for a
+	// request that never learns it was queued.
+	q.metrics.queued(it, 1)
 	q.seq++
 	w := &waiter{item: it, try: try, seq: q.seq, done: make(chan error, 1)}
 	q.bands.push(w)
 	q.waiting.Add(1)
-	q.metrics.queued(it, 1)
 	return w, nil
 }
 

@@ -119,3 +119,72 @@ func TestTracingExportsOverOTLP(t *testing.T) {
 		}
 	}
 }
+
+// TestSpansOfARequestIDThatIsNotUTF8AreExported sends a request whose
+// x-request-id is not UTF-8 beside one whose id is, in one export batch:
+// OTLP strings must be UTF-8, and a batch the exporter cannot encode loses
+// every span in it.
+func TestSpansOfARequestIDThatIsNotUTF8AreExported(t *testing.T) {
+	col := &collector{spans: map[string]string{}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(gs, col)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+lis.Addr().String())
+	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "300") // milliseconds: both requests in one batch
+
+	tracer, stopTracing, err := startTracing(t.Context(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stopTracing(context.WithoutCancel(t.Context())) })
+	reg := registry.New()
+	reg.Replace([]registry.Endpoint{{Key: registry.Key{UID: "a", Port: 1}, Name: "a", Address: netip.MustParseAddrPort("127.0.0.1:1")}})
+	pol, err := policy.Build(policy.Config{}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(ext, extproc.New(reg, pol, extproc.Options{Tracer: tracer}))
+	extLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = ext.Serve(extLis) }()
+	t.Cleanup(ext.Stop)
+	client := extprocv3.NewExternalProcessorClient(dial(t, extLis.Addr().(*net.TCPAddr).Port))
+
+	one := func(requestID string) {
+		stream, err := client.Process(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			{Key: ":path", RawValue: []byte("/v1/completions")},
+			{Key: "x-request-id", RawValue: []byte(requestID)},
+		}}
+		for _, r := range []*extprocv3.ProcessingRequest{
+			{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
+			{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"m","prompt":"hi"}`), EndOfStream: true}}},
+			{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+				Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}}}, EndOfStream: true}}},
+		} {
+			if err := stream.Send(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 3 {
+			if _, err := stream.Recv(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	one("good-request")
+	one("bad-\xff-request")
+	until(t, "the batch of both requests' spans exported", func() bool { return col.trace("inferpick.request") != "" })
+}
