@@ -264,10 +264,13 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 
 	extProc := &grpcServer{name: "ext_proc", srv: extSrv, addr: hostPort(o.BindAddress, o.GRPCPort), drain: o.DrainTimeout, onDrain: hc.Drain,
 		after: reg.FirstSynced()}
+	// The health port answers through the drain (NOT_SERVING for readiness,
+	// SERVING for liveness), so a probe sees a draining picker, not a
+	// closed port.
+	deps = append(deps, &grpcServer{name: "health", srv: healthSrv, addr: hostPort(o.BindAddress, o.GRPCHealthPort), drain: time.Second})
 	runnables = append(runnables,
 		&healthRunnable{hc},
 		&routing{server: extProc, deps: deps},
-		&grpcServer{name: "health", srv: healthSrv, addr: hostPort(o.BindAddress, o.GRPCHealthPort), drain: time.Second},
 	)
 	return &picker{reg: reg, health: hc, servers: runnables, promReg: promReg.Registry, priorities: priorities, rewrites: rewrites, held: held}, nil
 }

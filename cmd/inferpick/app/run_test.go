@@ -104,7 +104,14 @@ func TestStaticRunServesAndDrains(t *testing.T) {
 	// SIGTERM: not ready at once, the stream in flight still completes,
 	// and the drain can be watched on the metrics port.
 	stop()
-	until(t, "not ready", func() bool { return !ready() })
+	until(t, "not ready", func() bool {
+		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
+		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING
+	})
+	// The health port answers through the drain: alive, not ready.
+	if r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "liveness"}); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("liveness during the drain: %v, %v; want SERVING", r.GetStatus(), err)
+	}
 	if got := debugWorkers(t, o.MetricsPort); !strings.Contains(got, `"load": 1`) {
 		t.Fatalf("/debug/workers during the drain does not show the request in flight:\n%s", got)
 	}
