@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -174,7 +175,7 @@ func (c Config) Validate() error {
 	if c.QueueThreshold < 0 {
 		bad("queueThreshold", c.QueueThreshold, "≥ 0")
 	}
-	if c.KVCacheThreshold < 0 || c.KVCacheThreshold > 1 {
+	if !within(c.KVCacheThreshold, 0, 1) {
 		bad("kvCacheThreshold", c.KVCacheThreshold, "in [0,1]")
 	}
 	if c.MaxInFlight < 0 {
@@ -183,33 +184,33 @@ func (c Config) Validate() error {
 	if c.MetricsStaleness.Duration < 0 {
 		bad("metricsStaleness", c.MetricsStaleness, "≥ 0")
 	}
-	if c.PrefillWeight < 0 {
-		bad("prefillWeight", c.PrefillWeight, "≥ 0")
+	if !atLeast(c.PrefillWeight, 0) {
+		bad("prefillWeight", c.PrefillWeight, "a finite number ≥ 0")
 	}
 	ca := c.CacheAware
 	if ca.Mode != ModeCost && ca.Mode != ModeThreshold {
 		bad("cacheAware.mode", strconv.Quote(ca.Mode), "cost or threshold")
 	}
-	if ca.BlocksPerLoad < 0 {
-		bad("cacheAware.blocksPerLoad", ca.BlocksPerLoad, "> 0")
+	if !(ca.BlocksPerLoad > 0) || math.IsInf(ca.BlocksPerLoad, 1) {
+		bad("cacheAware.blocksPerLoad", ca.BlocksPerLoad, "a finite number > 0")
 	}
-	if ca.MatchThreshold < 0 || ca.MatchThreshold > 1 {
+	if !within(ca.MatchThreshold, 0, 1) {
 		bad("cacheAware.matchThreshold", ca.MatchThreshold, "in [0,1]")
 	}
-	if ca.BalanceRel < 1 {
-		bad("cacheAware.balanceRel", ca.BalanceRel, "≥ 1")
+	if !atLeast(ca.BalanceRel, 1) {
+		bad("cacheAware.balanceRel", ca.BalanceRel, "a finite number ≥ 1")
 	}
-	if ca.BalanceAbs < 0 {
-		bad("cacheAware.balanceAbs", ca.BalanceAbs, "≥ 0")
+	if !atLeast(ca.BalanceAbs, 0) {
+		bad("cacheAware.balanceAbs", ca.BalanceAbs, "a finite number ≥ 0")
 	}
-	if ca.AdapterLoadCost < 0 {
-		bad("cacheAware.adapterLoadCost", ca.AdapterLoadCost, "≥ 0")
+	if !atLeast(ca.AdapterLoadCost, 0) {
+		bad("cacheAware.adapterLoadCost", ca.AdapterLoadCost, "a finite number ≥ 0")
 	}
 	if ca.Replicas < 0 {
 		bad("cacheAware.replicas", ca.Replicas, "≥ 0")
 	}
-	if ca.HomeEpsilon < 0 {
-		bad("cacheAware.homeEpsilon", ca.HomeEpsilon, "≥ 0")
+	if !atLeast(ca.HomeEpsilon, 0) {
+		bad("cacheAware.homeEpsilon", ca.HomeEpsilon, "a finite number ≥ 0")
 	}
 	ws := c.WeightedScorer
 	for field, w := range map[string]float64{
@@ -218,8 +219,8 @@ func (c Config) Validate() error {
 		"weightedScorer.prefixWeight":       ws.PrefixWeight,
 		"weightedScorer.loraAffinityWeight": ws.LoRAWeight,
 	} {
-		if w < 0 {
-			bad(field, w, "≥ 0")
+		if !atLeast(w, 0) {
+			bad(field, w, "a finite number ≥ 0")
 		}
 	}
 	if c.Index.DefaultCapacityBlocks < 0 {
@@ -233,6 +234,16 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// atLeast reports whether v is finite and at least lo. The float checks go
+// through it or within because NaN fails every comparison, so a check
+// written as "v < lo is bad" lets NaN through (YAML's .nan, or "NaN" in an
+// upstream parameter), and a NaN weight or cost makes every candidate
+// compare equal and the first one take all traffic.
+func atLeast(v, lo float64) bool { return v >= lo && v <= math.MaxFloat64 }
+
+// within reports whether v is in [lo,hi]; NaN is not.
+func within(v, lo, hi float64) bool { return v >= lo && v <= hi }
 
 // Duration is a time.Duration written as a Go duration string ("1.5s") in
 // JSON; a bare number is read as nanoseconds.

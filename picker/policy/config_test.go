@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,40 @@ func TestBuildRejectsBadConfig(t *testing.T) {
 	}
 	if _, err := Build(Config{Name: RoundRobin}, nil); err != nil {
 		t.Errorf("round-robin needs no registry: %v", err)
+	}
+}
+
+// NaN and ±Inf fail every comparison a range check is made of, and YAML
+// (.nan, .inf) or an upstream parameter ("NaN") can write them; a NaN cost
+// makes every candidate compare equal and the first take all traffic.
+func TestBuildRejectsNonFiniteConfig(t *testing.T) {
+	reg, _ := pool(1)
+	nan, inf := math.NaN(), math.Inf(1)
+	cases := map[string]struct {
+		cfg  Config
+		want string // the field the error names
+	}{
+		"kvCacheThreshold NaN":   {Config{KVCacheThreshold: nan}, "kvCacheThreshold"},
+		"prefillWeight +Inf":     {Config{PrefillWeight: inf}, "prefillWeight"},
+		"blocksPerLoad NaN":      {Config{CacheAware: CacheAwareConfig{BlocksPerLoad: nan}}, "cacheAware.blocksPerLoad"},
+		"blocksPerLoad +Inf":     {Config{CacheAware: CacheAwareConfig{BlocksPerLoad: inf}}, "cacheAware.blocksPerLoad"},
+		"matchThreshold NaN":     {Config{CacheAware: CacheAwareConfig{MatchThreshold: nan}}, "cacheAware.matchThreshold"},
+		"balanceRel NaN":         {Config{CacheAware: CacheAwareConfig{BalanceRel: nan}}, "cacheAware.balanceRel"},
+		"balanceAbs +Inf":        {Config{CacheAware: CacheAwareConfig{BalanceAbs: inf}}, "cacheAware.balanceAbs"},
+		"adapterLoadCost +Inf":   {Config{CacheAware: CacheAwareConfig{AdapterLoadCost: inf}}, "cacheAware.adapterLoadCost"},
+		"homeEpsilon NaN":        {Config{CacheAware: CacheAwareConfig{HomeEpsilon: nan}}, "cacheAware.homeEpsilon"},
+		"queueWeight +Inf":       {Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{QueueWeight: inf, KVWeight: 1}}, "weightedScorer.queueWeight"},
+		"kvCacheWeight NaN":      {Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{KVWeight: nan}}, "weightedScorer.kvCacheWeight"},
+		"prefixWeight -Inf":      {Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{PrefixWeight: math.Inf(-1)}}, "weightedScorer.prefixWeight"},
+		"loraAffinityWeight NaN": {Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{QueueWeight: 1, LoRAWeight: nan}}, "weightedScorer.loraAffinityWeight"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Build(tc.cfg, reg)
+			if err == nil || !strings.Contains(err.Error(), tc.want+":") {
+				t.Errorf("Build error = %v, want one naming %s", err, tc.want)
+			}
+		})
 	}
 }
 

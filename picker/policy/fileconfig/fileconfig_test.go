@@ -293,6 +293,14 @@ func TestParseRejects(t *testing.T) {
 				"  - pluginRef: metrics-data-source\n    extractors:\n    - pluginRef: precise-prefix-cache-scorer\n",
 			want: []string{"line 10", "precise-prefix-cache-scorer", "core-metrics-extractor"},
 		},
+		"kvCacheUtilThreshold NaN": {
+			in:   header + "plugins:\n- type: utilization-detector\n  parameters:\n    kvCacheUtilThreshold: NaN\n- type: queue-scorer\n" + profile,
+			want: []string{"line 6", "kvCacheUtilThreshold", `"NaN"`},
+		},
+		"kvCacheUtilThreshold above one": {
+			in:   header + "plugins:\n- type: utilization-detector\n  parameters: {kvCacheUtilThreshold: 1.5}\n- type: queue-scorer\n" + profile,
+			want: []string{"line 5", "kvCacheUtilThreshold", "[0,1]"},
+		},
 		"no profile": {
 			in:   header + "plugins:\n- type: queue-scorer\n",
 			want: []string{"schedulingProfiles"},
@@ -312,6 +320,31 @@ func TestParseRejects(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not mention %q", err, w)
 				}
+			}
+		})
+	}
+}
+
+// YAML's .nan and .inf decode into the policy's float fields; the policy
+// refuses them, naming the field, before anything routes with them.
+func TestParsedNonFiniteNumbersAreRefused(t *testing.T) {
+	cases := map[string]struct {
+		in   string
+		want string // the field the error names
+	}{
+		"blocksPerLoad .nan":    {"policy:\n  cacheAware:\n    blocksPerLoad: .nan\n", "cacheAware.blocksPerLoad"},
+		"kvCacheThreshold .nan": {"policy:\n  kvCacheThreshold: .nan\n", "kvCacheThreshold"},
+		"prefillWeight .inf":    {"policy:\n  prefillWeight: .inf\n", "prefillWeight"},
+		"queueWeight -.inf":     {"policy:\n  name: weighted-scorer\n  weightedScorer:\n    queueWeight: -.inf\n", "weightedScorer.queueWeight"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f, err := Parse([]byte(tc.in))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if _, err := policy.Build(f.Policy, registry.New()); err == nil || !strings.Contains(err.Error(), tc.want+":") {
+				t.Errorf("Build error = %v, want one naming %s", err, tc.want)
 			}
 		})
 	}

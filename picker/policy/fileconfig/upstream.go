@@ -336,7 +336,7 @@ func (u *upstream) readDetector(p plugin) error {
 		case "queueDepthThreshold":
 			u.out.Policy.QueueThreshold, err = strconv.Atoi(v.Value)
 		case "kvCacheUtilThreshold":
-			u.out.Policy.KVCacheThreshold, err = strconv.ParseFloat(v.Value, 64)
+			u.out.Policy.KVCacheThreshold, err = readFraction(v)
 		case "metricsStalenessThreshold":
 			u.out.Policy.MetricsStaleness.Duration, err = time.ParseDuration(v.Value)
 		case "headroom":
@@ -349,6 +349,16 @@ func (u *upstream) readDetector(p plugin) error {
 		}
 	}
 	return nil
+}
+
+// readFraction reads a number in [0,1]. ParseFloat takes "NaN" and "Inf",
+// which pass a range check made of comparisons alone.
+func readFraction(v *yaml.Node) (float64, error) {
+	f, err := strconv.ParseFloat(v.Value, 64)
+	if err != nil || !(f >= 0 && f <= 1) {
+		return 0, fmt.Errorf("%q must be a number in [0,1]", v.Value)
+	}
+	return f, nil
 }
 
 func (u *upstream) readParserRef(n *yaml.Node) error {
