@@ -181,8 +181,10 @@ func (c Config) Validate() error {
 	if c.MaxInFlight < 0 {
 		bad("maxInFlight", c.MaxInFlight, "≥ 0")
 	}
-	if c.MetricsStaleness.Duration < 0 {
+	if d := c.MetricsStaleness.Duration; d < 0 {
 		bad("metricsStaleness", c.MetricsStaleness, "≥ 0")
+	} else if d > 0 && d < minMetricsStaleness {
+		bad("metricsStaleness", c.MetricsStaleness, fmt.Sprintf("at least %v (a bare number is nanoseconds: write a unit, as in \"2s\")", minMetricsStaleness))
 	}
 	if !atLeast(c.PrefillWeight, 0) {
 		bad("prefillWeight", c.PrefillWeight, "a finite number ≥ 0")
@@ -234,6 +236,12 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// minMetricsStaleness is the shortest metricsStaleness accepted. Anything
+// shorter marks every scrape stale on arrival, turning the saturation
+// check and the scraped load off without a word; it is almost always a
+// bare number ("2") read as nanoseconds.
+const minMetricsStaleness = time.Millisecond
 
 // atLeast reports whether v is finite and at least lo. The float checks go
 // through it or within because NaN fails every comparison, so a check

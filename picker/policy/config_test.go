@@ -21,6 +21,7 @@ func TestBuildRejectsBadConfig(t *testing.T) {
 		"kv above one":        {Config{KVCacheThreshold: 1.5}, "kvCacheThreshold"},
 		"negative cap":        {Config{MaxInFlight: -2}, "maxInFlight"},
 		"negative staleness":  {Config{MetricsStaleness: Duration{-time.Second}}, "metricsStaleness"},
+		"staleness under 1ms": {Config{MetricsStaleness: Duration{999 * time.Microsecond}}, "metricsStaleness"},
 		"negative prefill":    {Config{PrefillWeight: -1}, "prefillWeight"},
 		"unknown mode":        {Config{CacheAware: CacheAwareConfig{Mode: "greedy"}}, "cacheAware.mode"},
 		"negative blocks":     {Config{CacheAware: CacheAwareConfig{BlocksPerLoad: -1}}, "cacheAware.blocksPerLoad"},

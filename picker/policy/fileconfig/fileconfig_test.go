@@ -350,6 +350,45 @@ func TestParsedNonFiniteNumbersAreRefused(t *testing.T) {
 	}
 }
 
+// A bare number is a duration in nanoseconds, and a staleness that short
+// marks every scrape stale on arrival, turning saturation and the scraped
+// load off; it is refused with a hint to write a unit.
+func TestMetricsStalenessBareNumber(t *testing.T) {
+	cases := map[string]struct {
+		in      string
+		wantErr []string // what the error must say; none when accepted
+	}{
+		"bare number":        {in: "policy:\n  metricsStaleness: 2\n", wantErr: []string{"metricsStaleness", `"2s"`}},
+		"microseconds":       {in: "policy:\n  metricsStaleness: 500us\n", wantErr: []string{"metricsStaleness", "1ms"}},
+		"upstream threshold": {in: header + "plugins:\n- type: utilization-detector\n  parameters: {metricsStalenessThreshold: 5ns}\n- type: queue-scorer\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n", wantErr: []string{"metricsStaleness", `"2s"`}},
+		"one millisecond":    {in: "policy:\n  metricsStaleness: 1ms\n"},
+		"nanoseconds of 2s":  {in: "policy:\n  metricsStaleness: 2000000000\n"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f, err := Parse([]byte(tc.in))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			_, err = policy.Build(f.Policy, registry.New())
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Errorf("Build: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("metricsStaleness %v accepted", f.Policy.MetricsStaleness)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
 // TestPluginParametersAreUsedOrReported: a parameter given to any plugin
 // type the file may name is read, or refused, or logged at start as having
 // no effect; none is dropped without a word.
