@@ -214,7 +214,7 @@ func (s *workerCal) snapshot(m *registry.Metrics) *registry.Calibration {
 	}
 	if m.NumGPUBlocks > 0 && m.BlockSize > 0 {
 		tokens := float64(m.NumGPUBlocks) * float64(m.BlockSize)
-		c.CapacityBlocks = max(1, int(tokens*min(c.BytesPerToken, bytesPerToken)*s.scale/prefix.BlockSize))
+		c.CapacityBlocks = kvBlocks(tokens, min(c.BytesPerToken, bytesPerToken)*s.scale)
 		c.CapacitySource = "vllm:cache_config_info num_gpu_blocks × block_size"
 		if s.bpt == 0 || s.bpt > bytesPerToken {
 			c.CapacitySource += ", at most 4 bytes a token"

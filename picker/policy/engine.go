@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -294,5 +295,25 @@ func capacityBlocks(w *registry.Worker) int {
 	if m == nil || m.NumGPUBlocks <= 0 || m.BlockSize <= 0 {
 		return 0
 	}
-	return m.NumGPUBlocks * m.BlockSize * 4 / prefix.BlockSize
+	return kvBlocks(float64(m.NumGPUBlocks)*float64(m.BlockSize), bytesPerToken)
+}
+
+// maxCapacityBlocks bounds a worker's KV capacity in prefix blocks. It is
+// far above any bound the index keeps a worker to, and keeps the figure an
+// int on any platform whatever num_gpu_blocks a server reports: a float
+// beyond the int range converts to an arbitrary int (on amd64 the most
+// negative one, which became a capacity of 1 block).
+const maxCapacityBlocks = math.MaxInt32
+
+// kvBlocks is the prefix blocks that tokens of KV cache hold at
+// bytesPerToken prompt bytes a token, in [1, maxCapacityBlocks].
+func kvBlocks(tokens, bytesPerToken float64) int {
+	b := tokens * bytesPerToken / prefix.BlockSize
+	switch {
+	case !(b >= 1): // also NaN
+		return 1
+	case b >= maxCapacityBlocks:
+		return maxCapacityBlocks
+	}
+	return int(b)
 }

@@ -111,3 +111,39 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		<-tick.C
 	}
 }
+
+// A server may report any num_gpu_blocks up to the int range; a worker's
+// capacity in prefix blocks is then the largest the index takes, whether or
+// not it is calibrated yet, not a figure wrapped by an overflow (before: 1
+// block, a negative figure, or 0 and the index's default).
+func TestCapacityBlocksOfAnAbsurdKVCache(t *testing.T) {
+	cases := map[string]struct {
+		numGPUBlocks, blockSize int
+		calibrated              bool
+		want                    int
+	}{
+		"realistic":                          {numGPUBlocks: 272, blockSize: 16, want: 272},
+		"realistic, calibrated":              {numGPUBlocks: 272, blockSize: 16, calibrated: true, want: 272},
+		"9e18 blocks":                        {numGPUBlocks: 9_000_000_000_000_000_000, blockSize: 64, want: maxCapacityBlocks},
+		"9e18 blocks, calibrated":            {numGPUBlocks: 9_000_000_000_000_000_000, blockSize: 64, calibrated: true, want: maxCapacityBlocks},
+		"product a multiple of 2^64":         {numGPUBlocks: 1 << 58, blockSize: 64, want: maxCapacityBlocks},
+		"beyond the int32 range":             {numGPUBlocks: 1 << 32, blockSize: 16, want: maxCapacityBlocks},
+		"beyond the int32 range, calibrated": {numGPUBlocks: 1 << 32, blockSize: 16, calibrated: true, want: maxCapacityBlocks},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, ws := pool(1)
+			w := ws[0]
+			w.SetMetrics(&registry.Metrics{NumGPUBlocks: tc.numGPUBlocks, BlockSize: tc.blockSize, Scraped: epoch})
+			if tc.calibrated {
+				(&calibrator{}).refresh(w)
+				if w.Calibration() == nil {
+					t.Fatal("no calibration")
+				}
+			}
+			if got := capacityBlocks(w); got != tc.want {
+				t.Errorf("capacityBlocks = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
