@@ -41,16 +41,19 @@ type exchange struct {
 	trailers  bool // trailers ended the request: no body chunk ends its stream
 	body      []byte
 	reserved  int // bytes of the body budget this stream holds
-	parsed    openai.Request
-	rw        modelRewrite
-	pick      policy.Request
-	shared    policy.Shared      // the servers' account of the prompt (Options.Locator)
-	allowed   []*registry.Worker // the subset hint's candidates, when there is one
-	picked    []*registry.Worker // primary, then fallbacks; owned by this exchange
-	pickBuf   []*registry.Worker // what an appending picker picks into; kept across streams
-	dest      string
-	guard     *registry.Guard
-	pickTook  time.Duration // the successful pick's duration
+	// promptReserved is what the parsed prompt's segment list holds of the
+	// body budget (see reservePrompt).
+	promptReserved int
+	parsed         openai.Request
+	rw             modelRewrite
+	pick           policy.Request
+	shared         policy.Shared      // the servers' account of the prompt (Options.Locator)
+	allowed        []*registry.Worker // the subset hint's candidates, when there is one
+	picked         []*registry.Worker // primary, then fallbacks; owned by this exchange
+	pickBuf        []*registry.Worker // what an appending picker picks into; kept across streams
+	dest           string
+	guard          *registry.Guard
+	pickTook       time.Duration // the successful pick's duration
 
 	priority   int    // from the request's InferenceObjective
 	fairnessID string // the request's flow within its priority
@@ -87,13 +90,13 @@ func (x *exchange) start(s *Server, stream replySink) {
 func (x *exchange) finish() {
 	x.release(reasonCancelled)
 	x.s.budget.give(x.reserved)
+	x.dropPrompt()
 	body, allowed, pickBuf := x.body[:0], x.allowed[:0], x.pickBuf[:0]
 	if cap(body) > maxPooledBody {
 		body = nil // don't pin a huge buffer in the pool
 	}
 	clear(x.allowed[:cap(x.allowed)])
 	clear(x.pickBuf[:cap(x.pickBuf)])
-	x.parsed.Reset()
 	x.scanner.Reset(false)
 	if x.out != nil {
 		x.out.clear()
@@ -258,6 +261,9 @@ func (x *exchange) route() (bool, error) {
 		if err := openai.Parse(x.kind, x.body, &x.parsed); err != nil {
 			return x.reject(400, err.Error())
 		}
+		if !x.reservePrompt() {
+			return x.reject(429, "the picker is buffering as many request bodies as its memory budget allows")
+		}
 		x.pick = policy.Request{Model: x.parsed.Model, CacheSalt: string(x.parsed.CacheSalt), Prompt: x.parsed.Prompt}
 		x.rewriteModel()
 		x.series = x.s.upstream.ModelTarget(x.parsed.Model, x.pick.Model)
@@ -330,7 +336,7 @@ const keptBodyBytes = initialBodyBytes
 // away for lack of a budget they no longer use.
 func (x *exchange) dropBody() {
 	x.pick.Prompt = nil
-	x.parsed.Reset()
+	x.dropPrompt()
 	if cap(x.body) <= keptBodyBytes {
 		x.body = x.body[:0]
 		return

@@ -402,3 +402,33 @@ func TestQueuedFairnessIDThatIsNotUTF8(t *testing.T) {
 		t.Errorf("queue holds %d waiters after its only one was routed", q.Len())
 	}
 }
+
+// A body of very many tiny messages makes a prompt segment list several
+// times its own size (24 bytes a segment, from three body bytes): the list
+// is charged to the body budget, so such a body is refused with 429 where
+// its own bytes alone would fit, an ordinary body of the same size is
+// routed, and every byte comes back when the streams end.
+func TestPromptSegmentsAreChargedToTheBodyBudget(t *testing.T) {
+	e := newEnv(t, twoWorkers, func(o *Options) { o.MaxBufferedBodyBytes = 1 << 20 })
+	const size = 256 << 10
+	tiny := `{"model":"m","messages":[{}` + strings.Repeat(`,{}`, size/3) + `]}`
+	plain := chatBody("m", strings.Repeat("a prompt of ordinary words ", size/27))
+
+	s := e.open()
+	s.requestHeaders("/v1/chat/completions", len(tiny), false, nil)
+	s.requestBody(tiny, true)
+	r := s.recv().GetImmediateResponse()
+	if r.GetStatus().GetCode() != 429 || !strings.Contains(string(r.GetBody()), "budget") {
+		t.Fatalf("a body of %d empty messages: got %v, want 429 naming the budget", size/3, r)
+	}
+	eventually(t, "budget given back", func() bool { return e.server.budget.Used() == 0 })
+
+	s = e.open()
+	s.requestHeaders("/v1/chat/completions", len(plain), false, nil)
+	s.requestBody(plain, true)
+	s.routed(true)
+	s.responseHeaders(200, "application/json", true, "")
+	s.recv()
+	_ = s.stream.CloseSend()
+	eventually(t, "budget given back", func() bool { return e.server.budget.Used() == 0 })
+}
