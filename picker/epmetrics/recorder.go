@@ -63,6 +63,9 @@ type Recorder struct {
 
 	mu     sync.RWMutex
 	models map[modelKey]*Series
+	// served, when set, says whether some endpoint may serve a target
+	// model: only such names take one of the maxModels series.
+	served func(model string) bool
 
 	ports [portSlots]atomic.Pointer[portLabel] // label values of the ports seen
 }
@@ -132,6 +135,12 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 // Info sets the build info series.
 func (r *Recorder) Info(commit, buildRef string) { r.info.WithLabelValues(commit, buildRef).Set(1) }
 
+// OnlyServed gives series of their own only to target models served says
+// some endpoint may serve; requests for other names count under
+// otherModel. A client sending made-up names then cannot take the series
+// the pool's own models need. Call it before the first request.
+func (r *Recorder) OnlyServed(served func(model string) bool) { r.served = served }
+
 // Model returns the series of a model that no rewrite applies to: the
 // request's model is also its target.
 func (r *Recorder) Model(model string) *Series { return r.ModelTarget(model, model) }
@@ -144,6 +153,9 @@ func (r *Recorder) ModelTarget(model, target string) *Series {
 	r.mu.RUnlock()
 	if ok {
 		return s
+	}
+	if r.served != nil && !r.served(target) {
+		k = modelKey{otherModel, otherModel}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

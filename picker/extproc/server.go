@@ -147,6 +147,7 @@ func New(reg Workers, picker Picker, opts Options) *Server {
 	s := &Server{reg: reg, picker: picker, opts: opts, budget: budget,
 		metrics: newServerMetrics(opts.Registerer, budget), upstream: epmetrics.NewRecorder(opts.Registerer),
 		rewrites: epmetrics.NewRewriteDecisions(opts.Registerer)}
+	s.upstream.OnlyServed(func(model string) bool { return policy.Served(model, reg.Workers()) })
 	s.states.New = func() any { return &exchange{} }
 	if l, ok := reg.(interface{ AddListener(registry.Listener) }); ok {
 		s.endpoints = &endpointSeries{s: s, live: map[endpointName]int{}, gone: map[endpointName]struct{}{}}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
@@ -271,5 +272,47 @@ func TestLargeNonStreamingResponseKeepsItsUsage(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]float64{"observations": 1, "sum": 321}, got); diff != "" {
 		t.Errorf("inference_objective_input_tokens (-want +got):\n%s", diff)
+	}
+}
+
+// TestMadeUpModelNamesTakeNoSeries sends requests for more made-up model
+// names than the metrics keep series for, to a pool whose servers list
+// their models: each is answered 404 and counted under __other__, and the
+// model the pool serves, first asked for after them, has a series of its
+// own. While no server lists its models, every name may be served and is
+// given one (up to the bound).
+func TestMadeUpModelNamesTakeNoSeries(t *testing.T) {
+	e := newEnv(t, []string{"127.0.0.1:8000"})
+	pol, err := policy.Build(policy.Config{Name: policy.LeastLoad}, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.picker = pol
+	e.worker("127.0.0.1:8000").SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"llama-3-8b"}, Complete: true}, Scraped: time.Now()})
+	for i := range 300 {
+		s := e.open()
+		body := chatBody(fmt.Sprintf("made-up-%d", i), "x")
+		s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+		s.requestBody(body, true)
+		if code, _ := s.immediateReply(); code != 404 {
+			t.Fatalf("a made-up model: status %d, want 404", code)
+		}
+	}
+	s := e.open()
+	body := chatBody("llama-3-8b", "hello")
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+	s.requestBody(body, true)
+	s.routed(true)
+	got := counters(t, e, "inference_objective_request_total")
+	want := map[string]float64{
+		"model_name=llama-3-8b,priority=0,target_model_name=llama-3-8b": 1,
+		"model_name=__other__,priority=0,target_model_name=__other__":   0,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("request_total (-want +got):\n%s", diff)
+	}
+	errs := counters(t, e, "inference_objective_request_error_total")
+	if diff := cmp.Diff(map[string]float64{"error_code=NotFound,model_name=__other__,target_model_name=__other__": 300}, errs); diff != "" {
+		t.Errorf("request_error_total (-want +got):\n%s", diff)
 	}
 }

@@ -84,6 +84,14 @@ func newModelFilter(model string, candidates, pool []*registry.Worker) (modelFil
 	return f, ErrModelNotServed
 }
 
+// Served reports whether some worker of ws may serve model: one lists it
+// (or the base model of that adapter), one has not listed all its models,
+// or none has listed any.
+func Served(model string, ws []*registry.Worker) bool {
+	_, err := newModelFilter(model, ws, ws)
+	return err == nil
+}
+
 // parentOf returns the base model of adapter model as the first live worker
 // of ws that reports it gives it, or "".
 func parentOf(model string, ws []*registry.Worker) string {
