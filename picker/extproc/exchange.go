@@ -462,7 +462,11 @@ func (x *exchange) followServed(md *corev3.Metadata) {
 			return
 		}
 		x.guard = w.Admit()
-		x.s.picker.Observe(&x.pick, w)
+		if x.status >= 200 && x.status <= 299 {
+			// Only a fallback that served the request holds its prompt:
+			// one that answered with an error cached nothing.
+			x.s.picker.Observe(&x.pick, w)
+		}
 		return
 	}
 }

@@ -194,6 +194,32 @@ func TestFallbackServedMovesTheGuard(t *testing.T) {
 	}
 }
 
+// A fallback that served the request is where the prompt is now cached,
+// and the policy learns so; one that answered with an error cached
+// nothing, and the policy is not told it holds the prompt.
+func TestOnlyAFallbackThatServedIsObserved(t *testing.T) {
+	for name, tc := range map[string]struct {
+		status int
+		want   []string
+	}{
+		"served":       {status: 200, want: []string{"127.0.0.2:8000"}},
+		"answered 503": {status: 503},
+		"answered 404": {status: 404},
+		"answered 500": {status: 500},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, twoWorkers)
+			e.picker.observed = &observations{}
+			s := e.start("retry")
+			s.responseHeaders(tc.status, "application/json", true, "127.0.0.2:8000")
+			s.recv()
+			if diff := cmp.Diff(tc.want, e.picker.observed.all()); diff != "" {
+				t.Errorf("workers observed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestServedAddressOutsideTheListIsIgnored(t *testing.T) {
 	e := newEnv(t, twoWorkers)
 	s := e.start("x")

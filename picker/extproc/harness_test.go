@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,13 +30,34 @@ type inOrder struct {
 	// knows, when set, answers Knows (whether the policy's index knows a
 	// prompt); every prompt is known otherwise.
 	knows func(*policy.Request) bool
+
+	// observed, when set, records the workers Observe is told served a
+	// request.
+	observed *observations
+}
+
+type observations struct {
+	mu      sync.Mutex
+	workers []string
 }
 
 // Knows reports whether the policy knows the prompt (Options.Locator).
 func (p *inOrder) Knows(req *policy.Request) bool { return p.knows == nil || p.knows(req) }
 
-// Observe learns nothing.
-func (p *inOrder) Observe(*policy.Request, *registry.Worker) {}
+// Observe records the worker when asked to.
+func (p *inOrder) Observe(_ *policy.Request, w *registry.Worker) {
+	if o := p.observed; o != nil {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.workers = append(o.workers, w.Address())
+	}
+}
+
+func (o *observations) all() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.workers)
+}
 
 func (p *inOrder) Pick(req *policy.Request, cands []*registry.Worker, n int) ([]*registry.Worker, error) {
 	if p.seen != nil {
