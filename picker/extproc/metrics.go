@@ -46,7 +46,7 @@ func newServerMetrics(reg prometheus.Registerer, budget *bodyBudget) *serverMetr
 		}, []string{"reason"}),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "inferpick_time_to_first_token_seconds",
-			Help:    "Time from routing to the first streamed token seen on the response.",
+			Help:    "Time from routing to the first token seen on the response: its first streamed token, or the headers of a reply sent whole.",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 16),
 		}),
 		violations: prometheus.NewCounterVec(prometheus.CounterOpts{
