@@ -45,8 +45,9 @@ var _ = Describe("The chart's provider objects", Ordered, func() {
 	// Strict field validation on a dry-run create: a field the provider's
 	// schema does not know fails, where a plain create would drop it.
 	It("are accepted by the Istio and prometheus-operator schemas", func(ctx SpecContext) {
+		values := filepath.Join(repoRoot, "test", "e2e", "chart", "testdata", "values")
 		out := run(ctx, suite.helm, "template", release, suite.chart, "--namespace", "default",
-			"--values", absPath(filepath.Join(repoRoot, "test", "e2e", "chart", "testdata", "values", "istio.yaml")))
+			"--values", absPath(filepath.Join(values, "pool.yaml")), "--values", absPath(filepath.Join(values, "istio.yaml")))
 		checked := map[string]bool{}
 		for _, u := range decodeManifest(out) {
 			switch u.GetKind() {
