@@ -187,13 +187,13 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 				x.declared = n
 			}
 		case RequestIDHeader:
-			x.requestID = headerValue(hv)
+			x.requestID = textValue(hv)
 		case ObjectiveHeader:
-			x.readPriority(headerValue(hv))
+			x.readPriority(textValue(hv))
 		case FairnessHeader:
-			x.fairnessID = headerValue(hv)
+			x.fairnessID = textValue(hv)
 		case ModelRewriteHeader:
-			x.rw.header = headerValue(hv)
+			x.rw.header = textValue(hv)
 		}
 	}
 	if x.requestID == "" {

@@ -34,14 +34,22 @@ const (
 var ownedHeaders = []string{ServedHeader, SubsetKey, ObjectiveHeader, FairnessHeader, ModelRewriteHeader}
 
 // headerValue returns a header's value, preferring raw_value as Envoy sends
-// it. A header may carry any byte from 0x80 up (obs-text), and the values
-// read become metric labels, span attributes and model names, all of which
-// must be UTF-8: a byte that is not valid there reads as U+FFFD.
+// it. It stays small enough to inline, so that a value only compared or
+// parsed (a status, a length) is not copied to the heap.
 func headerValue(h *corev3.HeaderValue) string {
-	v := h.GetValue()
-	if raw := h.GetRawValue(); len(raw) > 0 {
-		v = string(raw)
+	if len(h.GetRawValue()) > 0 {
+		return string(h.GetRawValue())
 	}
+	return h.GetValue()
+}
+
+// textValue is headerValue for a value the picker keeps: a request id, an
+// objective, a fairness id, a model name or a path become metric labels,
+// span attributes and log values, all of which must be UTF-8. A header may
+// carry any byte from 0x80 up (obs-text); one that is not valid UTF-8
+// reads as U+FFFD.
+func textValue(h *corev3.HeaderValue) string {
+	v := headerValue(h)
 	if !utf8.ValidString(v) {
 		v = strings.ToValidUTF8(v, "\uFFFD")
 	}
@@ -61,7 +69,7 @@ func pathValue(h *corev3.HeaderValue) string {
 			return p
 		}
 	}
-	return headerValue(h)
+	return textValue(h)
 }
 
 func setHeader(key, value string) *corev3.HeaderValueOption {

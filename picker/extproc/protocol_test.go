@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
@@ -475,5 +476,16 @@ func TestPoliciesPickIntoTheExchange(t *testing.T) {
 		if _, ok := pol.(appendPicker); !ok {
 			t.Errorf("policy %s cannot append its pick: each request would allocate one", name)
 		}
+	}
+}
+
+// Envoy sends header values as raw_value, and every request reads several
+// that are only parsed or compared (:status, content-length,
+// content-type): reading one copies nothing to the heap.
+func TestReadingARawHeaderDoesNotAllocate(t *testing.T) {
+	hv := &corev3.HeaderValue{Key: ":status", RawValue: []byte("200")}
+	var n int
+	if got := testing.AllocsPerRun(100, func() { n, _ = strconv.Atoi(headerValue(hv)) }); got != 0 || n != 200 {
+		t.Fatalf("strconv.Atoi(headerValue(raw :status)): %v allocations (n=%d), want 0", got, n)
 	}
 }
