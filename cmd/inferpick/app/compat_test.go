@@ -210,6 +210,7 @@ func TestUpstreamFlags(t *testing.T) {
 		"stream metrics off":                 {args: []string{"--enable-grpc-stream-metrics=false"}, warned: []string{"--enable-grpc-stream-metrics"}},
 		"experimental":                       {args: []string{"--allow-experimental-plugins"}, warned: []string{"--allow-experimental-plugins"}},
 		"metrics staler than the interval":   {args: []string{"--refresh-metrics-interval", "5s"}, warned: []string{"--refresh-metrics-interval"}},
+		"a staleness of 0 keeps the default": {args: []string{"--metrics-staleness-threshold", "0"}},
 		"metrics fresh through the interval": {args: []string{"--refresh-metrics-interval", "5s", "--metrics-staleness-threshold", "6s"}},
 		"metrics staler than the interval, by the configuration": {
 			args:   []string{"--refresh-metrics-interval", "1s", "--config-text", "policy:\n  metricsStaleness: 500ms\n"},

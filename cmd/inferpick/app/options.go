@@ -347,7 +347,7 @@ func (o *Options) Complete() error {
 		o.Warnings = append(o.Warnings, Warning{Flag: "--pool-name", Value: o.PoolName,
 			Reason: "--static-endpoints is given: requests are routed over that list, not the pool's pods"})
 	}
-	if staleness := o.policyConfig().MetricsStaleness.Duration; o.RefreshMetricsInterval >= staleness {
+	if staleness := o.policyConfig().Default().MetricsStaleness.Duration; o.RefreshMetricsInterval >= staleness {
 		o.Warnings = append(o.Warnings, Warning{Flag: "--refresh-metrics-interval", Value: o.RefreshMetricsInterval.String(),
 			Message: staleMessage,
 			Reason: fmt.Sprintf("metrics are trusted for %s after a scrape (--metrics-staleness-threshold, or metricsStaleness in the configuration): "+
