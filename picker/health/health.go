@@ -48,6 +48,21 @@ func New(ready func() bool, interval time.Duration) *Checker {
 // Register adds the health service to s.
 func (c *Checker) Register(s *grpc.Server) { healthpb.RegisterHealthServer(s, c.srv) }
 
+// RegisterCheck adds the health service's Check alone to s, the ext_proc
+// server: a Watch stream never ends on its own, and one held open there
+// would keep a graceful stop waiting for its whole drain timeout.
+func (c *Checker) RegisterCheck(s *grpc.Server) { healthpb.RegisterHealthServer(s, checkOnly{c: c}) }
+
+// checkOnly serves Check; Watch and List answer Unimplemented.
+type checkOnly struct {
+	healthpb.UnimplementedHealthServer
+	c *Checker
+}
+
+func (s checkOnly) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	return s.c.srv.Check(ctx, req)
+}
+
 // Status is a service name's serving status as the health service answers
 // it, or its gRPC NOT_FOUND error for a name it does not serve.
 func (c *Checker) Status(service string) (healthpb.HealthCheckResponse_ServingStatus, error) {

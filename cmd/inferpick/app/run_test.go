@@ -204,6 +204,15 @@ func TestTheExtProcPortAnswersHealthChecks(t *testing.T) {
 			if _, code := check(onExtProc, "no-such-service"); code != codes.NotFound {
 				t.Errorf("Check of an unknown service: %v, want NotFound", code)
 			}
+			// A Watch stream never ends by itself: held open on the ext_proc
+			// port it would keep the drain waiting for its whole timeout.
+			watch, err := onExtProc.Watch(t.Context(), &healthpb.HealthCheckRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := watch.Recv(); status.Code(err) != codes.Unimplemented {
+				t.Errorf("Watch on the ext_proc port: %v, want Unimplemented", err)
+			}
 		})
 	}
 }

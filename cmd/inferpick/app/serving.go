@@ -85,7 +85,7 @@ func extProcServer(o *Options, srv *extproc.Server, tlsCfg *tls.Config, hc *heal
 		}
 		gs := grpc.NewServer(opts...)
 		extprocv3.RegisterExternalProcessorServer(gs, srv)
-		hc.Register(gs)
+		hc.RegisterCheck(gs)
 		return gs
 	}
 	return extproc.NewDirect(srv, extproc.DirectOptions{
