@@ -306,6 +306,7 @@ func (c *directConn) onHeaders(f *http2.MetaHeadersFrame) error {
 		st := c.streams[id]
 		c.mu.Unlock()
 		if st == nil {
+			c.healthTrailers(f)
 			return nil // a stream already ended here
 		}
 		if !f.StreamEnded() {

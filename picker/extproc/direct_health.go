@@ -19,6 +19,10 @@ type HealthChecker func(service string) (healthpb.HealthCheckResponse_ServingSta
 // maxHealthRequest bounds a health check's request: a service name.
 const maxHealthRequest = 1 << 10
 
+// maxHealthCalls bounds the health checks a connection may have waiting for
+// their requests' end; a checker sends one at a time.
+const maxHealthCalls = 16
+
 // healthCall is a health check whose request is still arriving; reader
 // goroutine only.
 type healthCall struct{ req []byte }
@@ -26,11 +30,31 @@ type healthCall struct{ req []byte }
 // openHealthCall starts the health check on stream id, answered once the
 // client ends its side.
 func (c *directConn) openHealthCall(id uint32, ended bool) {
-	if ended {
+	switch {
+	case ended:
 		c.answerHealth(id, nil)
+	case len(c.health) >= maxHealthCalls:
+		c.writeLocked(func() error { return c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream) })
+	default:
+		c.health[id] = &healthCall{}
+	}
+}
+
+// healthTrailers ends a health check whose client closed its side with
+// trailers rather than with its last DATA frame.
+func (c *directConn) healthTrailers(f *http2.MetaHeadersFrame) {
+	hc := c.health[f.StreamID]
+	if hc == nil {
 		return
 	}
-	c.health[id] = &healthCall{}
+	delete(c.health, f.StreamID)
+	if !f.StreamEnded() {
+		c.writeLocked(func() error {
+			return c.writeStatus(f.StreamID, status.New(codes.Internal, "trailers without END_STREAM"), false, true)
+		})
+		return
+	}
+	c.answerHealth(f.StreamID, hc.req)
 }
 
 // healthData gathers a health check's request. It reports whether the

@@ -435,6 +435,35 @@ func TestDirectHealthCheckRequestsAreBounded(t *testing.T) {
 	if got := grpcStatus(5); got != "0" {
 		t.Errorf("grpc-status %q for the empty service name, want 0", got)
 	}
+
+	// A request its client ends with trailers is answered too.
+	if _, err := c.nc.Write(healthCheckFrames(7, []byte{0, 0, 0, 0, 2, 0x0a, 0}, false)); err != nil {
+		t.Fatal(err)
+	}
+	c.hbuf.Reset()
+	_ = c.henc.WriteField(hpack.HeaderField{Name: "x-trailer", Value: "1"})
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 7, BlockFragment: c.hbuf.Bytes(), EndHeaders: true, EndStream: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := grpcStatus(7); got != "0" {
+		t.Errorf("grpc-status %q for a request ended by trailers, want 0", got)
+	}
+
+	// Requests left open are bounded: past maxHealthCalls, refused.
+	id := uint32(9)
+	for range maxHealthCalls {
+		if _, err := c.nc.Write(healthCheckFrames(id, []byte{0}, false)); err != nil {
+			t.Fatal(err)
+		}
+		id += 2
+	}
+	if _, err := c.nc.Write(healthCheckFrames(id, []byte{0}, false)); err != nil {
+		t.Fatal(err)
+	}
+	rst := c.readUntil(func(f http2.Frame) bool { r, ok := f.(*http2.RSTStreamFrame); return ok && r.StreamID == id })
+	if rst == nil || rst.(*http2.RSTStreamFrame).ErrCode != http2.ErrCodeRefusedStream {
+		t.Errorf("health check %d past the bound: %v, want REFUSED_STREAM", id, rst)
+	}
 }
 
 // A stream whose headers are malformed is reset on its own: its frames
