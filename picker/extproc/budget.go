@@ -9,7 +9,10 @@ import "sync/atomic"
 const initialBodyBytes = 64 << 10
 
 // maxPooledBody is the largest body buffer kept for the next stream: reusing
-// it spares large requests their growth copies.
+// it spares large requests their growth copies. A routed request lets a
+// buffer past keptBodyBytes go once its body went upstream (its response
+// may stream for minutes), so only the buffers of requests that ended
+// before that are kept this large.
 const maxPooledBody = 1 << 20
 
 // DefaultMaxBufferedBodyBytes is the budget for request bodies buffered

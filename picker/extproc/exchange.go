@@ -84,9 +84,10 @@ func (x *exchange) start(s *Server, stream replySink) {
 }
 
 // finish releases the guard (if a path before did not), gives the body's
-// memory back to the budget and forgets the request. A body buffer up to
-// maxPooledBody keeps its capacity for the next stream, which reserves it
-// from the budget when it first buffers a byte.
+// memory back to the budget and forgets the request. A body buffer still
+// held (up to maxPooledBody; a routed request keeps keptBodyBytes at most)
+// keeps its capacity for the next stream, which reserves it from the budget
+// when it first buffers a byte.
 func (x *exchange) finish() {
 	x.release(reasonCancelled)
 	x.s.budget.give(x.reserved)
