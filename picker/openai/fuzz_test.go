@@ -126,10 +126,11 @@ func FuzzStreamScanner(f *testing.F) {
 // checkLargeJSON checks a JSON object read past a limit of 64 bytes, one
 // top-level member at a time: it is done when it closes, and a usage it
 // reads is the one the whole body holds (when the body names one usage, and
-// without escapes that could spell another).
+// without escapes that could spell another). JSON text is UTF-8, which
+// json.Valid does not check and the scanner does.
 func checkLargeJSON(t *testing.T, body []byte) {
 	t.Helper()
-	if !json.Valid(body) || !bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("{")) {
+	if !json.Valid(body) || !utf8.Valid(body) || !bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("{")) {
 		return
 	}
 	ev, usage := feedAll(false, 64, body, nil)
