@@ -27,10 +27,11 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/e2e
 
 # The control plane (etcd, kube-apiserver, kubectl) is built once into a
 # cache outside the clone; hack/controlplane.sh prints its directory.
-KUBEBUILDER_ASSETS ?= $(shell hack/controlplane.sh)
+# A failed build stops make here rather than running the suites without it.
+KUBEBUILDER_ASSETS ?= $(or $(shell hack/controlplane.sh),$(error hack/controlplane.sh failed: see its output above))
 # The end-to-end suite also runs kube-controller-manager, kube-scheduler and
 # kwok (fake kubelets) for its rollout test; same directory, built once.
-CLUSTER_ASSETS ?= $(shell hack/controlplane.sh cluster)
+CLUSTER_ASSETS ?= $(or $(shell hack/controlplane.sh cluster),$(error hack/controlplane.sh cluster failed: see its output above))
 INTEGRATION_TIMEOUT ?= 10m
 INTEGRATION_FLAGS ?=
 

@@ -102,7 +102,10 @@ build_kube() {
   local tmp="$work/kube/bin"
   mkdir -p "$tmp"
   go build -trimpath -ldflags "-s -w$ld" -o "$tmp/" "${pkgs[@]}"
-  for b in "$@"; do mv "$tmp/$b" "$OUT/$b"; done
+  # Into the cache under a temporary name, then renamed: a move across
+  # file systems is a copy, and one cut short must not leave an executable
+  # that the next run takes as built.
+  for b in "$@"; do mv "$tmp/$b" "$OUT/$b.tmp" && mv "$OUT/$b.tmp" "$OUT/$b"; done
   say "$* ready"
 }
 
@@ -112,7 +115,7 @@ build_kwok() {
   say "building kwok v$KWOK_VERSION (about 3 minutes, once)"
   mkdir -p "$work/kwok"
   GOBIN="$work/kwok" quiet go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
-  mv "$work/kwok/kwok" "$OUT/kwok"
+  mv "$work/kwok/kwok" "$OUT/kwok.tmp" && mv "$OUT/kwok.tmp" "$OUT/kwok"
   say "kwok ready"
 }
 

@@ -17,12 +17,23 @@ if [[ ${#PKGS[@]} -eq 0 ]]; then
 fi
 export GOTOOLCHAIN=local
 
+# A package that does not list its tests (one that does not build) fails
+# the run: its targets would be skipped and the run pass.
 targets=()
-for pkg in $(go list "${PKGS[@]}"); do
-  for t in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
+pkgs=$(go list "${PKGS[@]}") || { echo "fuzz: go list failed" >&2; exit 1; }
+for pkg in $pkgs; do
+  if ! listed=$(go test -list '^Fuzz' "$pkg"); then
+    echo "fuzz: cannot list the tests of $pkg" >&2
+    exit 1
+  fi
+  for t in $(grep '^Fuzz' <<<"$listed" || true); do
     targets+=("$pkg $t")
   done
 done
+if ((${#targets[@]} == 0)); then
+  echo "fuzz: no fuzz target in ${PKGS[*]}" >&2
+  exit 1
+fi
 echo "fuzz: ${#targets[@]} targets, $FUZZTIME each" >&2
 
 # fuzz runs one target. The go command can end a run that found nothing with
