@@ -103,15 +103,19 @@ func waitIdle(ctx context.Context, hc *http.Client, metricsAddr string, deadline
 			return false, err
 		}
 		view = v
-		return totalLoad(v) == 0, nil
+		return idle(v), nil
 	})
 	return view, err
 }
 
-func totalLoad(v observe.WorkersView) int64 {
-	var n int64
+// idle reports whether every worker holds no load: each of its counts, not
+// their sum, which a count gone negative (the bug this checks for) would
+// bring to zero.
+func idle(v observe.WorkersView) bool {
 	for i := range v.Workers {
-		n += v.Workers[i].Load
+		if w := &v.Workers[i]; w.Load != 0 || w.Prefill != 0 || w.Decode != 0 {
+			return false
+		}
 	}
-	return n
+	return true
 }

@@ -80,7 +80,7 @@ func run(ctx context.Context, c config) (rep *report, err error) {
 func (s *system) collect(ctx context.Context, rep *report, plan []request) error {
 	view, idleErr := waitIdle(ctx, s.hc, s.metricsAddr, s.c.LoadDeadline)
 	rep.Idle = idleErr == nil
-	if !rep.Idle && totalLoad(view) == 0 {
+	if !rep.Idle && idle(view) {
 		return fmt.Errorf("read inferpick's workers: %w", idleErr)
 	}
 	byAddr := make(map[string]observe.WorkerView, len(view.Workers))
