@@ -276,6 +276,23 @@ func (s *StreamScanner) dispatch() Events {
 	return ev
 }
 
+// inString steps the scan's string state over c, a byte of a JSON body,
+// and reports whether c lay inside a string (its closing quote included).
+func (s *StreamScanner) inString(c byte) bool {
+	if !s.inStr {
+		return false
+	}
+	switch {
+	case s.escape:
+		s.escape = false
+	case c == '\\':
+		s.escape = true
+	case c == '"':
+		s.inStr = false
+	}
+	return true
+}
+
 // feedJSON follows a JSON body's nesting to see where it ends, and reads it
 // then.
 func (s *StreamScanner) feedJSON(chunk []byte) Events {
@@ -287,15 +304,7 @@ func (s *StreamScanner) feedJSON(chunk []byte) Events {
 scan:
 	for i := 0; i < len(chunk); i++ {
 		c := chunk[i]
-		if s.inStr {
-			switch {
-			case s.escape:
-				s.escape = false
-			case c == '\\':
-				s.escape = true
-			case c == '"':
-				s.inStr = false
-			}
+		if s.inString(c) {
 			continue
 		}
 		if c == ' ' || c == '\t' || c == '\n' || c == '\r' {
@@ -378,15 +387,7 @@ func (s *StreamScanner) feedMembers(chunk []byte) Events {
 	from := 0 // the bytes of the current member in chunk start here
 	for i := 0; i < len(chunk); i++ {
 		c := chunk[i]
-		if s.inStr {
-			switch {
-			case s.escape:
-				s.escape = false
-			case c == '\\':
-				s.escape = true
-			case c == '"':
-				s.inStr = false
-			}
+		if s.inString(c) {
 			continue
 		}
 		switch c {

@@ -3,9 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +12,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-
-	"github.com/inferpick/inferpick/test/framework"
 )
 
 // TestRoutingStopsItsDependenciesAfterTheServer: the dependencies run on
@@ -71,13 +66,8 @@ func TestRoutingStopsItsDependenciesAfterTheServer(t *testing.T) {
 // drained, where it used to stop with the run and answer every waiter 429
 // "flow control queue stopped" at once.
 func TestQueuedRequestIsRoutedDuringTheDrain(t *testing.T) {
-	o, err := parse(t, "--static-endpoints", "127.0.0.1:1", "--bind-address", "127.0.0.1",
-		"--secure-serving=false", "--refresh-metrics-interval", "1h", "--flow-control",
-		"--config-text", "policy:\n  name: least-load\n  maxInFlight: 1\n", "--drain-timeout", "20s",
-		"--grpc-port", fmt.Sprint(framework.FreePortT(t)), "--grpc-health-port", fmt.Sprint(framework.FreePortT(t)), "--metrics-port", fmt.Sprint(framework.FreePortT(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := staticOptions(t, "--static-endpoints", "127.0.0.1:1", "--flow-control",
+		"--config-text", "policy:\n  name: least-load\n  maxInFlight: 1\n", "--drain-timeout", "20s")
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, o) }()
@@ -167,18 +157,4 @@ func openRequest(t *testing.T, client extprocv3.ExternalProcessorClient) extproc
 		}
 	}
 	return s
-}
-
-func scrapeMetrics(t *testing.T, port int) string {
-	t.Helper()
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

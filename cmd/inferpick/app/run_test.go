@@ -49,12 +49,7 @@ func until(t *testing.T, what string, cond func() bool) {
 // binary's tests, e2e and reliability, run the default direct one); Run
 // registers its metrics once per process.
 func TestStaticRunServesAndDrains(t *testing.T) {
-	o, err := parse(t, "--static-endpoints", "127.0.0.1:1,127.0.0.2:1", "--bind-address", "127.0.0.1",
-		"--secure-serving=false", "--refresh-metrics-interval", "1h", "--extproc-transport", transportGRPC, "--grpc-max-concurrent-streams", "8",
-		"--grpc-port", fmt.Sprint(framework.FreePortT(t)), "--grpc-health-port", fmt.Sprint(framework.FreePortT(t)), "--metrics-port", fmt.Sprint(framework.FreePortT(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := staticOptions(t, "--static-endpoints", "127.0.0.1:1,127.0.0.2:1", "--extproc-transport", transportGRPC, "--grpc-max-concurrent-streams", "8")
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, o) }()
@@ -147,9 +142,27 @@ func TestStaticRunServesAndDrains(t *testing.T) {
 	}
 }
 
-func debugWorkers(t *testing.T, port int) string {
+// staticOptions parses args after those of a picker without a cluster on
+// loopback: plain gRPC, no scraping to speak of, free ports.
+func staticOptions(t *testing.T, args ...string) *Options {
 	t.Helper()
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/workers", port))
+	o, err := parse(t, append([]string{"--bind-address", "127.0.0.1", "--secure-serving=false", "--refresh-metrics-interval", "1h",
+		"--grpc-port", fmt.Sprint(framework.FreePortT(t)), "--grpc-health-port", fmt.Sprint(framework.FreePortT(t)),
+		"--metrics-port", fmt.Sprint(framework.FreePortT(t))}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func debugWorkers(t *testing.T, port int) string { return getMetricsPort(t, port, "/debug/workers") }
+
+func scrapeMetrics(t *testing.T, port int) string { return getMetricsPort(t, port, "/metrics") }
+
+// getMetricsPort returns the body of path on the metrics port.
+func getMetricsPort(t *testing.T, port int, path string) string {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,12 +181,7 @@ func debugWorkers(t *testing.T, port int) string {
 func TestTheExtProcPortAnswersHealthChecks(t *testing.T) {
 	for _, transport := range []string{transportDirect, transportGRPC} {
 		t.Run(transport, func(t *testing.T) {
-			o, err := parse(t, "--static-endpoints", "127.0.0.1:1", "--bind-address", "127.0.0.1",
-				"--secure-serving=false", "--refresh-metrics-interval", "1h", "--extproc-transport", transport,
-				"--grpc-port", fmt.Sprint(framework.FreePortT(t)), "--grpc-health-port", fmt.Sprint(framework.FreePortT(t)), "--metrics-port", fmt.Sprint(framework.FreePortT(t)))
-			if err != nil {
-				t.Fatal(err)
-			}
+			o := staticOptions(t, "--static-endpoints", "127.0.0.1:1", "--extproc-transport", transport)
 			ctx, stop := context.WithCancel(t.Context())
 			done := make(chan error, 1)
 			go func() { done <- Run(ctx, o) }()

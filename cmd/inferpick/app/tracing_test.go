@@ -44,11 +44,12 @@ func (c *collector) trace(name string) string {
 	return c.spans[name]
 }
 
-// TestTracingExportsOverOTLP starts tracing as --tracing does, with the OTLP
-// endpoint in the environment, and serves ext_proc with its tracer: a
-// request's spans reach the collector in the trace the request's
-// traceparent named.
-func TestTracingExportsOverOTLP(t *testing.T) {
+// tracedPicker starts an OTLP collector, tracing as --tracing does with
+// the collector in the environment (spans exported every batchDelay
+// milliseconds), and an ext_proc server with the tracer over one worker;
+// it returns the collector and a client of the server.
+func tracedPicker(t *testing.T, batchDelay string) (*collector, extprocv3.ExternalProcessorClient) {
+	t.Helper()
 	col := &collector{spans: map[string]string{}}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -60,7 +61,7 @@ func TestTracingExportsOverOTLP(t *testing.T) {
 	t.Cleanup(gs.Stop)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+lis.Addr().String())
 	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
-	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "10") // milliseconds
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", batchDelay)
 
 	tracer, stopTracing, err := startTracing(t.Context(), true)
 	if err != nil {
@@ -85,16 +86,21 @@ func TestTracingExportsOverOTLP(t *testing.T) {
 	}
 	go func() { _ = ext.Serve(extLis) }()
 	t.Cleanup(ext.Stop)
+	return col, extprocv3.NewExternalProcessorClient(dial(t, extLis.Addr().(*net.TCPAddr).Port))
+}
 
-	const traceID = "0af7651916cd43dd8448eb211c80319c"
-	stream, err := extprocv3.NewExternalProcessorClient(dial(t, extLis.Addr().(*net.TCPAddr).Port)).Process(t.Context())
+// tracedRequest sends one completion with the extra request headers
+// (name, value pairs) and a 200 response through c, reading every reply.
+func tracedRequest(t *testing.T, c extprocv3.ExternalProcessorClient, headers ...string) {
+	t.Helper()
+	stream, err := c.Process(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-		{Key: ":path", RawValue: []byte("/v1/completions")},
-		{Key: "traceparent", RawValue: []byte("00-" + traceID + "-b7ad6b7169203331-01")},
-	}}
+	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}
+	for i := 0; i+1 < len(headers); i += 2 {
+		hdrs.Headers = append(hdrs.Headers, &corev3.HeaderValue{Key: headers[i], RawValue: []byte(headers[i+1])})
+	}
 	for _, r := range []*extprocv3.ProcessingRequest{
 		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
 		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"m","prompt":"hi"}`), EndOfStream: true}}},
@@ -110,6 +116,16 @@ func TestTracingExportsOverOTLP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestTracingExportsOverOTLP starts tracing as --tracing does, with the OTLP
+// endpoint in the environment, and serves ext_proc with its tracer: a
+// request's spans reach the collector in the trace the request's
+// traceparent named.
+func TestTracingExportsOverOTLP(t *testing.T) {
+	col, client := tracedPicker(t, "10")
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	tracedRequest(t, client, "traceparent", "00-"+traceID+"-b7ad6b7169203331-01")
 	until(t, "both spans at the collector", func() bool {
 		return col.trace("inferpick.request") != "" && col.trace("inferpick.pick") != ""
 	})
@@ -125,66 +141,8 @@ func TestTracingExportsOverOTLP(t *testing.T) {
 // OTLP strings must be UTF-8, and a batch the exporter cannot encode loses
 // every span in it.
 func TestSpansOfARequestIDThatIsNotUTF8AreExported(t *testing.T) {
-	col := &collector{spans: map[string]string{}}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	coltracepb.RegisterTraceServiceServer(gs, col)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+lis.Addr().String())
-	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
-	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "300") // milliseconds: both requests in one batch
-
-	tracer, stopTracing, err := startTracing(t.Context(), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = stopTracing(context.WithoutCancel(t.Context())) })
-	reg := registry.New()
-	reg.Replace([]registry.Endpoint{{Key: registry.Key{UID: "a", Port: 1}, Name: "a", Address: netip.MustParseAddrPort("127.0.0.1:1")}})
-	pol, err := policy.Build(policy.Config{}, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ext := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(ext, extproc.New(reg, pol, extproc.Options{Tracer: tracer}))
-	extLis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = ext.Serve(extLis) }()
-	t.Cleanup(ext.Stop)
-	client := extprocv3.NewExternalProcessorClient(dial(t, extLis.Addr().(*net.TCPAddr).Port))
-
-	one := func(requestID string) {
-		stream, err := client.Process(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-			{Key: ":path", RawValue: []byte("/v1/completions")},
-			{Key: "x-request-id", RawValue: []byte(requestID)},
-		}}
-		for _, r := range []*extprocv3.ProcessingRequest{
-			{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
-			{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"m","prompt":"hi"}`), EndOfStream: true}}},
-			{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
-				Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}}}, EndOfStream: true}}},
-		} {
-			if err := stream.Send(r); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for range 3 {
-			if _, err := stream.Recv(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	one("good-request")
-	one("bad-\xff-request")
+	col, client := tracedPicker(t, "300") // both requests in one batch
+	tracedRequest(t, client, "x-request-id", "good-request")
+	tracedRequest(t, client, "x-request-id", "bad-\xff-request")
 	until(t, "the batch of both requests' spans exported", func() bool { return col.trace("inferpick.request") != "" })
 }
