@@ -54,44 +54,43 @@ func (q *Queue) dispatch(ctx context.Context) {
 	start := q.clock.Now()
 	defer func() { q.metrics.upCycle.Observe(q.clock.Since(start).Seconds()) }()
 	clear(q.full)
-	for ctx.Err() == nil {
-		q.mu.Lock()
+	head := func() (*waiter, bool) {
 		w, rest := q.bands.next(q.full, scanLimit)
-		if w == nil && !rest {
-			// Every waiter left was found full this round: the sweep too
-			// has nothing to find.
-			q.endSweepLocked()
-			q.mu.Unlock()
-			return
-		}
-		if w == nil {
-			q.mu.Unlock()
-			break
-		}
-		if q.attempt(w) && len(q.full) >= maxFullPerRound {
-			break
-		}
+		// With every waiter left found full this round, the sweep too has
+		// nothing to find.
+		return w, w == nil && !rest
 	}
+	sweep := func() (*waiter, bool) { return q.bands.sweep(&q.cursor, q.swept, scanLimit) }
+	if !q.part(ctx, head) {
+		q.part(ctx, sweep)
+	}
+}
+
+// part tries the waiters next gives, with q.mu held while next runs, until
+// it gives none, maxFullPerRound endpoint sets were found full or ctx ends.
+// It reports whether next said nothing is left to try (the sweep then ends).
+func (q *Queue) part(ctx context.Context, next func() (w *waiter, done bool)) bool {
 	found := 0
 	for ctx.Err() == nil {
 		q.mu.Lock()
-		w, end := q.bands.sweep(&q.cursor, q.swept, scanLimit)
-		if end {
+		w, done := next()
+		if done {
 			q.endSweepLocked()
 			q.mu.Unlock()
-			return
+			return true
 		}
 		if w == nil {
 			q.mu.Unlock()
-			break
+			return false
 		}
 		if q.attempt(w) {
 			found++
 			if found >= maxFullPerRound {
-				break
+				return false
 			}
 		}
 	}
+	return false
 }
 
 // attempt runs w's try without the lock and settles its outcome; it reports

@@ -1,6 +1,10 @@
 package policy
 
-import "github.com/inferpick/inferpick/picker/registry"
+import (
+	"math"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
 
 // weightedScorer is the upstream endpoint picker's default: a weighted sum
 // of a queue score, a KV-cache score and a prefix score, the highest total
@@ -41,33 +45,30 @@ type freshView struct {
 	// candidate (the fewest waiting, then the fewest in flight).
 	minOwn int64
 	kvMean float64 // the fresh candidates' mean KV-cache score
-	fresh  int
-	stale  bool
 }
 
 // surveyFresh summarises the fresh candidates of cs, and, when some
 // candidate has no fresh metrics, widens maxWaiting to its estimate.
 func surveyFresh(cs []candidate) freshView {
 	v := freshView{kvMean: neutralKV}
-	kv := 0.0
+	kv, fresh := 0.0, 0
 	for i := range cs {
 		m := cs[i].metrics
 		if m == nil {
-			v.stale = true
 			continue
 		}
-		if v.fresh == 0 || m.Waiting < v.minWaiting {
+		if fresh == 0 || m.Waiting < v.minWaiting {
 			v.minWaiting = m.Waiting
 		}
 		v.maxWaiting = max(v.maxWaiting, m.Waiting)
 		kv += 1 - m.KVUsage
-		v.fresh++
+		fresh++
 	}
-	if !v.stale {
+	if fresh == len(cs) {
 		return v
 	}
-	if v.fresh > 0 {
-		v.kvMean = kv / float64(v.fresh)
+	if fresh > 0 {
+		v.kvMean = kv / float64(fresh)
 		v.minOwn = leastLoadedOwn(cs, v.minWaiting)
 	}
 	for i := range cs {
@@ -105,11 +106,8 @@ func leastLoadedOwn(cs []candidate, waiting int) int64 {
 // scores worse than the least loaded of them as soon as it holds more.
 func (v *freshView) waiting(w *registry.Worker) int {
 	n := int64(v.minWaiting) + w.InFlight() - v.minOwn
-	return int(min(max(n, 0), maxInt32))
+	return int(min(max(n, 0), math.MaxInt32))
 }
-
-// maxInt32 bounds an estimated queue.
-const maxInt32 = 1<<31 - 1
 
 // scores returns cd's queue and KV-cache scores.
 func (v *freshView) scores(cd *candidate) (queue, kv float64) {
