@@ -11,41 +11,11 @@ import (
 // Routing needs no leader: every replica keeps its own registry and serves.
 // Writing to the API server does: with several replicas, only the elected
 // one records Events, so a pool gets one Event per change, not one per
-// replica. The manager closes its Elected channel when this replica wins the
-// lease (at once when leader election is off), the moment it starts the
-// runnables that need leader election.
+// replica. The election is the picker's own (Leader), not the manager's,
+// which ends the process when the lease is lost.
 
-// electedFunc reports whether elected is closed.
-func electedFunc(elected <-chan struct{}) func() bool {
-	return func() bool {
-		select {
-		case <-elected:
-			return true
-		default:
-			return false
-		}
-	}
-}
-
-// onElection enqueues req once elected is closed, so that a replica which
-// becomes the leader announces the current state it did not announce while
-// it followed.
-func onElection[T comparable](elected <-chan struct{}, req T) source.TypedSource[T] {
-	return source.TypedFunc[T](func(ctx context.Context, q workqueue.TypedRateLimitingInterface[T]) error {
-		go func() {
-			select {
-			case <-elected:
-				q.Add(req)
-			case <-ctx.Done():
-			}
-		}()
-		return nil
-	})
-}
-
-// Leader is an election other than the manager's: active-active replicas
-// keep serving when they lose the lease, which the manager's election does
-// not allow.
+// Leader is the replicas' election: a replica that loses the lease keeps
+// serving, which the manager's election does not allow.
 type Leader interface {
 	// Leading reports whether this replica holds the lease.
 	Leading() bool

@@ -126,15 +126,8 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 		self:     opts.Self,
 		reported: -1,
 		pods:     newPodSet(sink),
-		leading:  electedFunc(mgr.Elected()),
 	}
 	poolReq := request{NamespacedName: opts.Pool}
-	gained := onElection(mgr.Elected(), poolReq)
-	if opts.Leader != nil {
-		r.leading = opts.Leader.Leading
-		r.terms = new(atomic.Uint64)
-		gained = onGain(opts.Leader.Gained(), r.terms, poolReq)
-	}
 	toPool := func(context.Context, client.Object) []request { return []request{poolReq} }
 	isPool := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetNamespace() == opts.Pool.Namespace && o.GetName() == opts.Pool.Name
@@ -159,17 +152,22 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 			q.AddAfter(poolReq, announceDelay)
 		},
 	})
-	err = builder.TypedControllerManagedBy[request](mgr).
+	b := builder.TypedControllerManagedBy[request](mgr).
 		Named(Name).
 		Watches(&inferencev1.InferencePool{}, handler.TypedEnqueueRequestsFromMapFunc(toPool), builder.WithPredicates(isPool)).
 		Watches(&corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(toPod), builder.WithPredicates(inNamespace(opts.Pool.Namespace))).
 		WatchesRawSource(initial).
-		WatchesRawSource(announced).
-		WatchesRawSource(gained).
-		WithOptions(controller.TypedOptions[request]{
-			MaxConcurrentReconciles: 1,
-			NeedLeaderElection:      ptr.To(false),
-		}).
+		WatchesRawSource(announced)
+	if opts.Leader != nil {
+		// Without an election this replica records every Event; with one,
+		// only while it leads, and a new term announces the state anew.
+		r.leading, r.terms = opts.Leader.Leading, new(atomic.Uint64)
+		b = b.WatchesRawSource(onGain(opts.Leader.Gained(), r.terms, poolReq))
+	}
+	err = b.WithOptions(controller.TypedOptions[request]{
+		MaxConcurrentReconciles: 1,
+		NeedLeaderElection:      ptr.To(false),
+	}).
 		WithLogConstructor(requestLogger(mgr.GetLogger().WithValues("controller", Name), "InferencePool")).
 		Complete(r)
 	if err != nil {
