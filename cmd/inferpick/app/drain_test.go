@@ -104,17 +104,7 @@ func TestQueuedRequestIsRoutedDuringTheDrain(t *testing.T) {
 		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING
 	})
 	// The request in flight ends, well within the drain.
-	if err := inFlight.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}}}, EndOfStream: true},
-	}}); err != nil {
-		t.Fatalf("in-flight stream cut during the drain: %v", err)
-	}
-	if _, err := inFlight.Recv(); err != nil {
-		t.Fatalf("in-flight stream cut during the drain: %v", err)
-	}
-	if err := inFlight.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
+	finishRequest(t, inFlight)
 
 	select {
 	case r := <-replies:
@@ -141,6 +131,25 @@ func TestQueuedRequestIsRoutedDuringTheDrain(t *testing.T) {
 }
 
 // openRequest opens an ext_proc stream and sends a whole completion request.
+// finishRequest answers the routed request on s with a 200 response that
+// ends its stream, reads the reply and closes the stream's sending side;
+// the stream must not have been cut.
+func finishRequest(t *testing.T, s extprocv3.ExternalProcessor_ProcessClient) {
+	t.Helper()
+	if err := s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}}}, EndOfStream: true},
+	}}); err != nil {
+		t.Fatalf("in-flight stream cut: %v", err)
+	}
+	if _, err := s.Recv(); err != nil {
+		t.Fatalf("in-flight stream cut: %v", err)
+	}
+	if err := s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openRequest sends a routed completion's headers and body on a new stream.
 func openRequest(t *testing.T, client extprocv3.ExternalProcessorClient) extprocv3.ExternalProcessor_ProcessClient {
 	t.Helper()
 	s, err := client.Process(t.Context())

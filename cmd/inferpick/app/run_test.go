@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -67,20 +66,7 @@ func TestStaticRunServesAndDrains(t *testing.T) {
 	until(t, "readiness", ready)
 
 	// A request is routed and stays in flight.
-	stream, err := extprocv3.NewExternalProcessorClient(dial(t, o.GRPCPort)).Process(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := `{"model":"m","prompt":"hello"}`
-	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}
-	for _, r := range []*extprocv3.ProcessingRequest{
-		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
-		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
-	} {
-		if err := stream.Send(r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	stream := openRequest(t, extprocv3.NewExternalProcessorClient(dial(t, o.GRPCPort)))
 	reply, err := stream.Recv()
 	if err != nil {
 		t.Fatal(err)
@@ -118,17 +104,7 @@ func TestStaticRunServesAndDrains(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/metrics during the drain: %s", resp.Status)
 	}
-	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}}}, EndOfStream: true},
-	}}); err != nil {
-		t.Fatalf("in-flight stream cut during drain: %v", err)
-	}
-	if _, err := stream.Recv(); err != nil {
-		t.Fatalf("in-flight stream cut during drain: %v", err)
-	}
-	if err := stream.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
+	finishRequest(t, stream)
 	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("stream end: %v, want EOF", err)
 	}
