@@ -21,6 +21,7 @@ func TestRoutingStopsItsDependenciesAfterTheServer(t *testing.T) {
 	t.Run("drain", func(t *testing.T) {
 		draining, drained := make(chan struct{}), make(chan struct{})
 		depStopped := make(chan struct{})
+		depCtx := make(chan context.Context, 1)
 		server := manager.RunnableFunc(func(ctx context.Context) error {
 			<-ctx.Done()
 			close(draining)
@@ -28,6 +29,7 @@ func TestRoutingStopsItsDependenciesAfterTheServer(t *testing.T) {
 			return nil
 		})
 		dep := manager.RunnableFunc(func(ctx context.Context) error {
+			depCtx <- ctx
 			<-ctx.Done()
 			close(depStopped)
 			return nil
@@ -37,10 +39,8 @@ func TestRoutingStopsItsDependenciesAfterTheServer(t *testing.T) {
 		go func() { done <- (&routing{server: server, deps: []manager.Runnable{dep}}).Start(ctx) }()
 		cancel()
 		<-draining
-		select {
-		case <-depStopped:
-			t.Fatal("dependency stopped while the server drained")
-		case <-time.After(50 * time.Millisecond):
+		if err := (<-depCtx).Err(); err != nil {
+			t.Fatalf("dependency's context ended while the server drained: %v", err)
 		}
 		close(drained)
 		<-depStopped
