@@ -11,7 +11,7 @@ import (
 // Routing needs no leader: every replica keeps its own registry and serves.
 // Writing to the API server does: with several replicas, only the elected
 // one records Events, so a pool gets one Event per change, not one per
-// replica. The election is the picker's own (Leader), not the manager's,
+// replica, and only it writes the status of the pool's model rewrites. The election is the picker's own (Leader), not the manager's,
 // which ends the process when the lease is lost.
 
 // Leader is the replicas' election: a replica that loses the lease keeps
@@ -19,21 +19,26 @@ import (
 type Leader interface {
 	// Leading reports whether this replica holds the lease.
 	Leading() bool
-	// Gained receives a value each time this replica takes the lease.
+	// Gained returns a channel of the caller's own that receives a value
+	// each time this replica takes the lease from then on.
 	Gained() <-chan struct{}
 }
 
-// onGain counts in terms each time gained receives, then enqueues req, so
-// that a new leader announces the current state even when it announced the
-// same in an earlier term.
-func onGain[T comparable](gained <-chan struct{}, terms *atomic.Uint64, req T) source.TypedSource[T] {
+// onGain counts in terms (when not nil) each time gained receives, then
+// enqueues what reqs returns, so that a new leader writes the current state
+// even when it wrote the same in an earlier term.
+func onGain[T comparable](gained <-chan struct{}, terms *atomic.Uint64, reqs func(context.Context) []T) source.TypedSource[T] {
 	return source.TypedFunc[T](func(ctx context.Context, q workqueue.TypedRateLimitingInterface[T]) error {
 		go func() {
 			for {
 				select {
 				case <-gained:
-					terms.Add(1)
-					q.Add(req)
+					if terms != nil {
+						terms.Add(1)
+					}
+					for _, req := range reqs(ctx) {
+						q.Add(req)
+					}
 				case <-ctx.Done():
 					return
 				}
@@ -41,4 +46,9 @@ func onGain[T comparable](gained <-chan struct{}, terms *atomic.Uint64, req T) s
 		}()
 		return nil
 	})
+}
+
+// only is the request list of onGain that always holds req alone.
+func only[T any](req T) func(context.Context) []T {
+	return func(context.Context) []T { return []T{req} }
 }

@@ -265,7 +265,7 @@ func TestReconcileRegainedLeaseAnnouncesTheCount(t *testing.T) {
 	gained := make(chan struct{})
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[request]())
 	defer q.ShutDown()
-	if err := onGain(gained, f.r.terms, request{NamespacedName: f.r.pool}).Start(t.Context(), q); err != nil {
+	if err := onGain(gained, f.r.terms, only(request{NamespacedName: f.r.pool})).Start(t.Context(), q); err != nil {
 		t.Fatal(err)
 	}
 	// gain takes the lease as the elector does, and waits for the pool's

@@ -45,11 +45,16 @@ const conflictRetry = 100 * time.Millisecond
 // RewriteReconciler keeps a sink equal to the InferenceModelRewrites of the
 // pool's namespace that refer to the served pool, and marks them Accepted;
 // a rewrite pointed at another pool loses the condition this picker set.
+// Every replica keeps its sink; only the leader, under an election, writes
+// the status.
 type RewriteReconciler struct {
 	client client.Client
 	sink   RewriteSink
 	pool   types.NamespacedName
 	group  string
+	// leading reports whether this replica writes status (leader.go); nil
+	// without an election, when it always does.
+	leading func() bool
 }
 
 // +kubebuilder:rbac:groups=inference.networking.x-k8s.io,namespace=inferpick-system,resources=inferencemodelrewrites,verbs=get;list;watch
@@ -72,14 +77,24 @@ func (r *RewriteReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		r.sink.Delete(req.Name)
 		return ctrl.Result{}, nil
 	}
-	if obj.Spec.PoolRef == nil || !servesPool(*obj.Spec.PoolRef, r.group, r.pool) {
+	served := obj.Spec.PoolRef != nil && servesPool(*obj.Spec.PoolRef, r.group, r.pool)
+	if served {
+		rw := rulesOf(obj)
+		r.sink.Set(req.Name, rw)
+		log.V(logSyncs).Info("Model rewrite synced", "modelRewrite", klog.KObj(obj), "rules", len(rw.Rules))
+	} else {
 		r.sink.Delete(req.Name)
+	}
+	switch {
+	case r.leading != nil && !r.leading():
+		// The leader writes the status; this replica writes it once it
+		// leads (a new term reconciles every rewrite).
+		return ctrl.Result{}, nil
+	case served:
+		return statusWritten(r.accept(ctx, obj))
+	default:
 		return r.withdraw(ctx, obj)
 	}
-	rw := rulesOf(obj)
-	r.sink.Set(req.Name, rw)
-	log.V(logSyncs).Info("Model rewrite synced", "modelRewrite", klog.KObj(obj), "rules", len(rw.Rules))
-	return statusWritten(r.accept(ctx, obj))
 }
 
 // statusWritten is the result of a reconcile that wrote the status with
@@ -141,6 +156,21 @@ func (r *RewriteReconciler) withdraw(ctx context.Context, obj *inferencev1alpha2
 	return ctrl.Result{}, nil
 }
 
+// all is a request for each model rewrite of the pool's namespace in the
+// cache.
+func (r *RewriteReconciler) all(ctx context.Context) []reconcile.Request {
+	var list inferencev1alpha2.InferenceModelRewriteList
+	if err := r.client.List(ctx, &list, client.InNamespace(r.pool.Namespace)); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List model rewrites to write their status as the new leader")
+		return nil
+	}
+	reqs := make([]reconcile.Request, len(list.Items))
+	for i := range list.Items {
+		reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
+	}
+	return reqs
+}
+
 // rulesOf converts the rewrite's rules for the table.
 func rulesOf(obj *inferencev1alpha2.InferenceModelRewrite) rewrite.Object {
 	out := rewrite.Object{Created: obj.CreationTimestamp.Time, Rules: make([]rewrite.Rule, 0, len(obj.Spec.Rules))}
@@ -165,7 +195,8 @@ func rulesOf(obj *inferencev1alpha2.InferenceModelRewrite) rewrite.Object {
 
 // SetupRewritesWithManager registers the model-rewrite reconciler with mgr.
 // Like the pool controller it runs on every replica: each keeps its own
-// table, and all of them write the same status.
+// table. With opts.Leader only the leader writes status, and a new term
+// reconciles every rewrite of the namespace.
 func SetupRewritesWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink RewriteSink) error {
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("model rewrite reconciler options: %w", err)
@@ -178,11 +209,14 @@ func SetupRewritesWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink
 		group = inferencev1.GroupName
 	}
 	r := &RewriteReconciler{client: mgr.GetClient(), sink: sink, pool: opts.Pool, group: group}
-	err := ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(Name+"-model-rewrites").
-		For(&inferencev1alpha2.InferenceModelRewrite{}, builder.WithPredicates(inNamespace(opts.Pool.Namespace), predicate.GenerationChangedPredicate{})).
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
-		Complete(r)
+		For(&inferencev1alpha2.InferenceModelRewrite{}, builder.WithPredicates(inNamespace(opts.Pool.Namespace), predicate.GenerationChangedPredicate{}))
+	if opts.Leader != nil {
+		r.leading = opts.Leader.Leading
+		b = b.WatchesRawSource(onGain(opts.Leader.Gained(), nil, r.all))
+	}
+	err := b.WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).Complete(r)
 	if err != nil {
 		return fmt.Errorf("set up model rewrite reconciler: %w", err)
 	}

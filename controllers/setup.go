@@ -162,7 +162,7 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 		// Without an election this replica records every Event; with one,
 		// only while it leads, and a new term announces the state anew.
 		r.leading, r.terms = opts.Leader.Leading, new(atomic.Uint64)
-		b = b.WatchesRawSource(onGain(opts.Leader.Gained(), r.terms, poolReq))
+		b = b.WatchesRawSource(onGain(opts.Leader.Gained(), r.terms, only(poolReq)))
 	}
 	err = b.WithOptions(controller.TypedOptions[request]{
 		MaxConcurrentReconciles: 1,

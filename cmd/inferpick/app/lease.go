@@ -28,8 +28,8 @@ type leaseElector struct {
 	lock                resourcelock.Interface
 	lease, renew, retry time.Duration
 	leading             atomic.Bool
-	mu                  sync.Mutex // orders the callbacks' writes of leading
-	gained              chan struct{}
+	mu                  sync.Mutex // orders the callbacks' writes of leading; guards gained
+	gained              []chan struct{}
 	name                string
 }
 
@@ -49,7 +49,6 @@ func newLeaseElector(cfg *rest.Config, o *Options) (*leaseElector, error) {
 	return &leaseElector{
 		lock: lock, name: o.leaderElectionID(),
 		lease: o.LeaderElectionLeaseDuration, renew: o.LeaderElectionRenewDeadline, retry: o.LeaderElectionRetryPeriod,
-		gained: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -62,15 +61,15 @@ func (l *leaseElector) callbacks() leaderelection.LeaderCallbacks {
 	return leaderelection.LeaderCallbacks{
 		OnStartedLeading: func(term context.Context) {
 			l.mu.Lock()
-			started := term.Err() == nil
-			if started {
-				l.leading.Store(true)
+			defer l.mu.Unlock()
+			if term.Err() != nil {
+				return
 			}
-			l.mu.Unlock()
-			if started {
+			l.leading.Store(true)
+			for _, c := range l.gained {
 				select {
-				case l.gained <- struct{}{}:
-				default:
+				case c <- struct{}{}:
+				default: // a gain is pending there already
 				}
 			}
 		},
@@ -85,8 +84,15 @@ func (l *leaseElector) callbacks() leaderelection.LeaderCallbacks {
 // Leading reports whether this replica holds the lease.
 func (l *leaseElector) Leading() bool { return l.leading.Load() }
 
-// Gained receives a value each time this replica takes the lease.
-func (l *leaseElector) Gained() <-chan struct{} { return l.gained }
+// Gained returns a channel of the caller's own that receives a value each
+// time this replica takes the lease from then on.
+func (l *leaseElector) Gained() <-chan struct{} {
+	c := make(chan struct{}, 1)
+	l.mu.Lock()
+	l.gained = append(l.gained, c)
+	l.mu.Unlock()
+	return c
+}
 
 // NeedLeaderElection is false: it is the election.
 func (l *leaseElector) NeedLeaderElection() bool { return false }

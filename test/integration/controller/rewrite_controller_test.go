@@ -3,12 +3,15 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inferencev1alpha2 "github.com/inferpick/inferpick/api/v1alpha2"
@@ -91,6 +94,37 @@ var _ = Describe("Model rewrite controller", func() {
 			canary.Spec.Rules[0].Targets = []inferencev1alpha2.TargetModel{target(fmt.Sprintf("food-review-v%d", gen+1), 1)}
 			Expect(env.Client.Update(ctx, canary)).To(Succeed())
 		}
+	})
+
+	It("under an election writes the status from the leader alone, and from a new leader at once", func(ctx SpecContext) {
+		// Another replica holds the lease.
+		lease := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: poolKey.Namespace, Name: "inferpick-pool"},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       ptr.To("another-replica"),
+				LeaseDurationSeconds: ptr.To(int32(3600)),
+				RenewTime:            &metav1.MicroTime{Time: time.Now()},
+			},
+		}
+		Expect(env.Client.Create(ctx, lease)).To(Succeed())
+		sinks := newSinks()
+		leader, _ := startApp(sinks, nil, append(poolArgs(*poolKey),
+			"--ha-enable-leader-election", "--ha-mode", "active-active",
+			"--leader-election-lease-duration", "3s", "--leader-election-renew-deadline", "2s",
+			"--leader-election-retry-period", "200ms")...)
+		tbl := sinks.Rewrites.(*rewrite.Table)
+
+		By("a replica that does not lead routes by the rewrite and leaves its status to the leader")
+		canary := modelRewrite("canary", "pool", "food-review", target("food-review-v1", 1))
+		Expect(env.Client.Create(ctx, canary)).To(Succeed())
+		Eventually(targetOf(tbl, "food-review")).Should(Equal("food-review-v1"))
+		Consistently(acceptedGeneration(ctx, canary)).Should(Equal(int64(-1)))
+		Expect(leader.Leading()).To(BeFalse())
+
+		By("the other replica gives the lease up: this one takes it and writes the status it left")
+		Expect(env.Client.Delete(ctx, lease)).To(Succeed())
+		Eventually(leader.Leading).Should(BeTrue())
+		Eventually(acceptedGeneration(ctx, canary)).Should(Equal(int64(1)))
 	})
 
 	It("moves the Accepted condition with the rewrite to another pool's picker", func(ctx SpecContext) {
