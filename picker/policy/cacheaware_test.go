@@ -235,3 +235,41 @@ func TestIndexStats(t *testing.T) {
 		t.Errorf("round-robin reports an index")
 	}
 }
+
+// The picker asks the model servers where a prompt is cached only when its
+// own index cannot place it (Knows). A system prompt every conversation
+// shares must not make a conversation another replica routed look known,
+// or its later turns are never found where they are cached.
+func TestKnowsAPromptOnlyUpToItsLastTurns(t *testing.T) {
+	reg, ws := pool(4)
+	p := build(t, Config{}, reg, nil)
+	k, ok := p.(interface{ Knows(*Request) bool })
+	if !ok {
+		t.Fatal("the cache-aware policy has no Knows")
+	}
+	turn := func(conversation string, turns int) *Request {
+		r := &Request{Model: "m", Prompt: [][]byte{text("system", 1<<10)}}
+		for i := range turns {
+			r.Prompt = append(r.Prompt, text(fmt.Sprintf("%s turn %d", conversation, i), 600))
+		}
+		return r
+	}
+	if _, err := p.Pick(turn("alice", 3), ws, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		req  *Request
+		want bool
+	}{
+		{"a conversation routed elsewhere, sharing only the system prompt", turn("bob", 5), false},
+		{"the next turn of a conversation routed here", turn("alice", 4), true},
+		{"a conversation's first turn: the system prompt and one question", turn("carol", 1), true},
+		{"two turns past the ones routed here", turn("alice", 5), false},
+		{"a prompt shorter than the tail that matters", &Request{Model: "m", Prompt: [][]byte{text("short", 900)}}, true},
+	} {
+		if got := k.Knows(tc.req); got != tc.want {
+			t.Errorf("%s: Knows = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

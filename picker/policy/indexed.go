@@ -113,28 +113,30 @@ func (x indexed) shared(p *pick) {
 	}
 }
 
-// Knows reports whether the index holds the prompt's first blocks (up to
-// four) on some worker, or there is nothing to look up: the prompt is
-// shorter than a block. A caller that can ask the model servers where a
-// prompt is cached asks only when it is not known.
-func (x indexed) Knows(req *Request) bool {
-	var buf [knownBlocks]uint64
-	hs := x.ix.HashesN(buf[:0], req.Model, req.CacheSalt, req.Prompt, knownBlocks)
-	if len(hs) == 0 {
+// knows reports whether the index places the prompt well enough that the
+// model servers' account could change little: some worker holds all of it
+// but fewer than unknownBlocks full blocks, or it is shorter than that.
+// A prefix every prompt shares (a system prompt) does not make a prompt
+// known: a conversation another replica routed is known here only once its
+// own turns are.
+func (x indexed) knows(p *pick) bool {
+	p.hashes = x.ix.Hashes(p.hashes, p.req.Model, p.req.CacheSalt, p.req.Prompt)
+	if len(p.hashes) < unknownBlocks {
 		return true
 	}
-	var s prefix.Scratch
-	for _, m := range x.ix.Match(hs, &s) {
-		if m.Blocks == len(hs) {
+	for _, m := range x.ix.Match(p.hashes, &p.scratch) {
+		if len(p.hashes)-m.Blocks < unknownBlocks {
 			return true
 		}
 	}
 	return false
 }
 
-// knownBlocks is how many leading blocks make a prompt known (the home
-// key's, home.go).
-const knownBlocks = 4
+// unknownBlocks is the prompt's tail, in blocks (1 KiB, some 250 tokens),
+// that no worker is known to hold, from which asking the model servers is
+// worth their answer's latency: less than that is one message's prefill at
+// most, wherever it goes.
+const unknownBlocks = 16
 
 // chose records that the primary now holds the prompt.
 func (x indexed) chose(_ *engine, p *pick, primary *registry.Worker) {
@@ -159,13 +161,22 @@ func (x indexed) Observe(req *Request, served *registry.Worker) {
 	x.ix.Insert(served.ID(), capacityBlocks(served), hs)
 }
 
-// Knows reports whether the policy's index knows the prompt (indexed.Knows);
-// a policy without an index knows every prompt, having nothing to learn.
+// Knows reports whether the policy's index knows the prompt (indexed.knows);
+// a policy without an index knows every prompt, having nothing to learn. A
+// caller that can ask the model servers where a prompt is cached asks only
+// when it is not known.
 func (e *engine) Knows(req *Request) bool {
-	if k, ok := e.ranker.(interface{ Knows(*Request) bool }); ok {
-		return k.Knows(req)
+	k, ok := e.ranker.(interface{ knows(*pick) bool })
+	if !ok || req == nil {
+		return true
 	}
-	return true
+	p := e.pool.Get().(*pick)
+	defer func() {
+		p.req = nil
+		e.pool.Put(p)
+	}()
+	p.req = req
+	return k.knows(p)
 }
 
 // indexStats is implemented by rankers that keep a prefix index.
