@@ -185,17 +185,7 @@ func (c *converter) extension() {
 	c.monitoring()
 	c.sidecar()
 	if on, _ := c.take(ie + "tracing.enabled"); on == true {
-		c.extraArg("--tracing=true")
-		env, _ := c.get("env").([]any)
-		for k, name := range map[string]string{
-			"otelExporterEndpoint": "OTEL_EXPORTER_OTLP_ENDPOINT", "sampling.sampler": "OTEL_TRACES_SAMPLER", "sampling.samplerArg": "OTEL_TRACES_SAMPLER_ARG",
-		} {
-			if v, ok := c.take(ie + "tracing." + k); ok {
-				env = append(env, map[string]any{"name": name, "value": fmt.Sprint(v)})
-			}
-		}
-		sort.Slice(env, func(i, j int) bool { return fmt.Sprint(env[i]) < fmt.Sprint(env[j]) })
-		c.set("env", env)
+		c.tracing()
 	}
 	c.take(ie + "tracing")
 	if on, _ := c.take(ie + "latencyPredictor.enabled"); on == true {
@@ -210,6 +200,41 @@ func (c *converter) extension() {
 	if es, ok := c.take(ie + "endpointsServer"); ok && !empty(es) {
 		c.note("inferenceExtension.endpointsServer dropped: the chart serves an InferencePool; for a pool-less picker run it with --endpoint-selector and --endpoint-target-ports")
 	}
+}
+
+// upstreamTracing is what the upstream chart renders as OTEL variables when
+// tracing is on: each value of the values' tracing block, or the chart's
+// default. Without them the picker's OTLP exporter would dial
+// localhost:4317 over TLS and sample every request.
+var upstreamTracing = []struct{ key, env, def string }{
+	{"otelExporterEndpoint", "OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4317"},
+	{"sampling.sampler", "OTEL_TRACES_SAMPLER", "parentbased_traceidratio"},
+	{"sampling.samplerArg", "OTEL_TRACES_SAMPLER_ARG", "0.1"},
+}
+
+// tracing turns tracing on with the OTEL variables the upstream chart
+// renders. A variable the values' env sets already is left to it: upstream
+// lists that env after its own, so it wins there too.
+func (c *converter) tracing() {
+	c.extraArg("--tracing=true")
+	env, _ := c.get("env").([]any)
+	set := map[string]bool{}
+	for _, e := range env {
+		if m, ok := e.(map[string]any); ok {
+			set[fmt.Sprint(m["name"])] = true
+		}
+	}
+	for _, t := range upstreamTracing {
+		v, ok := c.take("inferenceExtension.tracing." + t.key)
+		if !ok {
+			v = t.def
+		}
+		if !set[t.env] {
+			env = append(env, map[string]any{"name": t.env, "value": fmt.Sprint(v)})
+		}
+	}
+	sort.Slice(env, func(i, j int) bool { return fmt.Sprint(env[i]) < fmt.Sprint(env[j]) })
+	c.set("env", env)
 }
 
 // envList turns upstream's env (a list, or the map its comments show) into

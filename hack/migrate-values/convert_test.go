@@ -64,6 +64,42 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 			notes: []string{"--pool-name dropped: the chart sets it from pool.name", "--no-such-flag dropped", "weighted-scorer"},
 		},
+		"tracing on with the upstream chart's defaults: a plaintext collector at localhost:4317, one request in ten sampled": {
+			upstream: `
+inferenceExtension:
+  tracing: {enabled: true}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+env:
+- {name: OTEL_EXPORTER_OTLP_ENDPOINT, value: "http://localhost:4317"}
+- {name: OTEL_TRACES_SAMPLER, value: parentbased_traceidratio}
+- {name: OTEL_TRACES_SAMPLER_ARG, value: "0.1"}
+picker: {extraArgs: [--tracing=true]}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
+		"tracing settings of the values, and an OTEL variable of their env, win over the chart's defaults": {
+			upstream: `
+inferenceExtension:
+  env: [{name: OTEL_TRACES_SAMPLER_ARG, value: "0.5"}]
+  tracing:
+    enabled: true
+    otelExporterEndpoint: http://collector:4317
+    sampling: {sampler: always_on}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+env:
+- {name: OTEL_EXPORTER_OTLP_ENDPOINT, value: "http://collector:4317"}
+- {name: OTEL_TRACES_SAMPLER, value: always_on}
+- {name: OTEL_TRACES_SAMPLER_ARG, value: "0.5"}
+picker: {extraArgs: [--tracing=true]}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
 		"flags as a list of name and value, as charts up to v1.1 give them": {
 			upstream: `
 inferenceExtension:
