@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -48,6 +49,15 @@ var flagValues = map[string]string{
 	"max-request-body-bytes":      "picker.maxRequestBodyBytes",
 	"secure-serving":              "tls.enabled",
 	"metrics-endpoint-auth":       "metrics.auth",
+}
+
+// Flag values the inferpick chart takes as integers. The upstream chart
+// renders every flag as a string, so `v: "2"` works there.
+var intValues = map[string]bool{
+	"picker.verbosity":               true,
+	"picker.modelServerMetrics.port": true,
+	"picker.fallbacks":               true,
+	"picker.maxRequestBodyBytes":     true,
 }
 
 // Model-server types: upstream's names to inferpick's.
@@ -374,6 +384,9 @@ func (c *converter) flagMap() {
 			case "tls.enabled", "metrics.auth":
 				val = fmt.Sprint(val) == "true"
 			}
+			if intValues[to] {
+				val = wholeNumber(val)
+			}
 			c.set(to, val)
 		case chartFlags[name] != "":
 			c.note("flag --%s dropped: the chart sets it from %s", name, chartFlags[name])
@@ -383,6 +396,17 @@ func (c *converter) flagMap() {
 			c.note("flag --%s dropped: the picker has no such flag", name)
 		}
 	}
+}
+
+// wholeNumber returns a string holding a whole number as that number, and
+// any other value as it is (for the chart's schema to refuse).
+func wholeNumber(v any) any {
+	if s, ok := v.(string); ok {
+		if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err == nil {
+			return n
+		}
+	}
+	return v
 }
 
 func (c *converter) monitoring() {

@@ -100,6 +100,22 @@ picker: {extraArgs: [--tracing=true]}
 pool: {selector: {matchLabels: {app: m}}}
 `,
 		},
+		"quoted flag numbers, which the upstream chart takes, become the integers the chart's schema wants": {
+			upstream: `
+inferenceExtension:
+  flags:
+    v: "2"
+    model-server-metrics-port: "8001"
+    fallbacks: "1"
+    max-request-body-bytes: "2000000"
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker: {verbosity: 2, modelServerMetrics: {port: 8001}, fallbacks: 1, maxRequestBodyBytes: 2000000}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
 		"flags as a list of name and value, as charts up to v1.1 give them": {
 			upstream: `
 inferenceExtension:

@@ -21,12 +21,7 @@ import (
 // its golden file, and installs it the way a user would: the chart must
 // accept it and render what the upstream values asked for.
 func TestMigrateValues(t *testing.T) {
-	tool := filepath.Join(t.TempDir(), "migrate-values")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", tool, "./hack/migrate-values")
-	build.Dir = repoRoot
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	tool := buildMigrateValues(t)
 	tests := map[string]struct {
 		check func(t *testing.T, m manifest)
 		notes []string // substrings of the notes printed
@@ -139,6 +134,78 @@ func TestMigrateValues(t *testing.T) {
 			tc.check(t, m)
 		})
 	}
+}
+
+// TestMigratedValuesTheUpstreamChartQuotes converts values the upstream
+// chart takes because it renders them as strings into its templates: the
+// inferpick chart must accept what the converter makes of them, and the
+// picker be given the same setting.
+func TestMigratedValuesTheUpstreamChartQuotes(t *testing.T) {
+	tool := buildMigrateValues(t)
+	tests := map[string]struct {
+		upstream string
+		wantArgs []string
+	}{
+		"a quoted verbosity": {
+			upstream: "inferenceExtension:\n  flags:\n    v: \"2\"\n",
+			wantArgs: []string{"-v=2"},
+		},
+		"a verbosity above 10: klog takes it": {
+			upstream: "inferenceExtension:\n  flags:\n    v: 12\n",
+			wantArgs: []string{"-v=12"},
+		},
+		"a quoted model-server metrics port": {
+			upstream: "inferenceExtension:\n  flags:\n    model-server-metrics-port: \"8001\"\n",
+			wantArgs: []string{"--model-server-metrics-port=8001"},
+		},
+		"quoted fallbacks and body limit": {
+			upstream: "inferenceExtension:\n  flags:\n    fallbacks: \"1\"\n    max-request-body-bytes: \"2000000\"\n",
+			wantArgs: []string{"--fallbacks=1", "--max-request-body-bytes=2000000"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			upstream := tc.upstream
+			if !strings.Contains(upstream, "inferencePool:") {
+				upstream += "inferencePool:\n  modelServers: {matchLabels: {app: vllm}}\n"
+			}
+			in := filepath.Join(t.TempDir(), "upstream.yaml")
+			if err := os.WriteFile(in, []byte(upstream), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			converted, err := exec.CommandContext(t.Context(), tool, in).Output()
+			if err != nil {
+				t.Fatalf("migrate-values: %v", err)
+			}
+			values := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(values, converted, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, err := helm(t, "template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion, "--values", values)
+			if err != nil {
+				t.Fatalf("the chart refuses the converted values: %v\n%s\nconverted:\n%s", err, errOut, converted)
+			}
+			m := parseManifest(t, out)
+			args := pickerArgs(t, m)
+			for _, a := range tc.wantArgs {
+				if !slices.Contains(args, a) {
+					t.Errorf("picker args %q lack %q", args, a)
+				}
+			}
+		})
+	}
+}
+
+// buildMigrateValues builds hack/migrate-values and returns its path.
+func buildMigrateValues(t *testing.T) string {
+	t.Helper()
+	tool := filepath.Join(t.TempDir(), "migrate-values")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", tool, "./hack/migrate-values")
+	build.Dir = repoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return tool
 }
 
 // checkSelectorKept checks that the pool selects the pods by exactly the
