@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -240,7 +241,7 @@ func (c *converter) tracing() {
 			v = t.def
 		}
 		if !set[t.env] {
-			env = append(env, map[string]any{"name": t.env, "value": fmt.Sprint(v)})
+			env = append(env, map[string]any{"name": t.env, "value": text(v)})
 		}
 	}
 	sort.Slice(env, func(i, j int) bool { return fmt.Sprint(env[i]) < fmt.Sprint(env[j]) })
@@ -261,7 +262,7 @@ func envList(v any) any {
 	slices.Sort(names)
 	out := make([]any, 0, len(m))
 	for _, k := range names {
-		out = append(out, map[string]any{"name": k, "value": fmt.Sprint(m[k])})
+		out = append(out, map[string]any{"name": k, "value": text(m[k])})
 	}
 	return out
 }
@@ -391,11 +392,21 @@ func (c *converter) flagMap() {
 		case chartFlags[name] != "":
 			c.note("flag --%s dropped: the chart sets it from %s", name, chartFlags[name])
 		case c.flags.Lookup(name) != nil:
-			c.extraArg(fmt.Sprintf("--%s=%v", name, val))
+			c.extraArg("--" + name + "=" + text(val))
 		default:
 			c.note("flag --%s dropped: the picker has no such flag", name)
 		}
 	}
+}
+
+// text writes a value of the values file as a flag or variable reads it.
+// Numbers are read as float64, whose %v turns 2000000 into 2e+06, which an
+// integer flag refuses; a whole number is written out in full.
+func text(v any) string {
+	if f, ok := v.(float64); ok && f == math.Trunc(f) && math.Abs(f) < 1e21 {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return fmt.Sprint(v)
 }
 
 // wholeNumber returns a string holding a whole number as that number, and
@@ -562,7 +573,7 @@ func (c *converter) objectives() {
 	var pairs []string
 	for _, e := range list {
 		if m, ok := e.(map[string]any); ok {
-			pairs = append(pairs, fmt.Sprintf("%v=%v", m["name"], m["priority"]))
+			pairs = append(pairs, fmt.Sprintf("%v=%s", m["name"], text(m["priority"])))
 		}
 	}
 	if len(pairs) > 0 {

@@ -116,6 +116,20 @@ picker: {verbosity: 2, modelServerMetrics: {port: 8001}, fallbacks: 1, maxReques
 pool: {selector: {matchLabels: {app: m}}}
 `,
 		},
+		"a flag number of a million or more is passed whole, as the picker's integer flags read it": {
+			upstream: `
+inferenceExtension:
+  flags:
+    prefix-index-max-blocks: 2000000
+    max-buffered-body-bytes: 1073741824
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker: {extraArgs: [--max-buffered-body-bytes=1073741824, --prefix-index-max-blocks=2000000]}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
 		"flags as a list of name and value, as charts up to v1.1 give them": {
 			upstream: `
 inferenceExtension:
