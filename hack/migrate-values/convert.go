@@ -485,7 +485,9 @@ func (c *converter) pool() {
 	if v, ok := c.take(p + "targetPortNumber"); ok && c.get("pool.targetPorts") == nil {
 		c.set("pool.targetPorts", []any{v})
 	}
-	c.move(p+"modelServers.matchLabels", "pool.selector.matchLabels")
+	if v, ok := c.take(p + "modelServers.matchLabels"); ok {
+		c.set("pool.selector.matchLabels", labelValues(v))
+	}
 	if t, ok := c.take(p + "modelServerType"); ok {
 		if to, known := serverTypes[fmt.Sprint(t)]; known {
 			c.set("picker.modelServerType", to)
@@ -506,6 +508,25 @@ func (c *converter) pool() {
 	if c.get("pool.selector.matchLabels") == nil {
 		c.note("inferencePool.modelServers.matchLabels is not set (the upstream chart requires it): set pool.selector.matchLabels")
 	}
+}
+
+// labelValues quotes each value of a selector, as the upstream chart's
+// template does: `version: 2` selects the label "2" there, and the chart's
+// schema takes strings only.
+func labelValues(v any) any {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return v
+	}
+	out := make(map[string]any, len(m))
+	for k, val := range m {
+		if val == nil {
+			out[k] = ""
+			continue
+		}
+		out[k] = text(val)
+	}
+	return out
 }
 
 func (c *converter) provider() {

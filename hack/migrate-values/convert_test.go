@@ -130,6 +130,13 @@ picker: {extraArgs: [--max-buffered-body-bytes=1073741824, --prefix-index-max-bl
 pool: {selector: {matchLabels: {app: m}}}
 `,
 		},
+		"selector values that are no strings are quoted, as the upstream chart renders them": {
+			upstream: `
+inferencePool:
+  modelServers: {matchLabels: {llm-d.ai/inferenceServing: true, version: 2, app: m}}
+`,
+			want: `pool: {selector: {matchLabels: {llm-d.ai/inferenceServing: "true", version: "2", app: m}}}`,
+		},
 		"flags as a list of name and value, as charts up to v1.1 give them": {
 			upstream: `
 inferenceExtension:

@@ -143,9 +143,14 @@ func TestMigrateValues(t *testing.T) {
 func TestMigratedValuesTheUpstreamChartQuotes(t *testing.T) {
 	tool := buildMigrateValues(t)
 	tests := map[string]struct {
-		upstream string
-		wantArgs []string
+		upstream     string
+		wantArgs     []string
+		wantSelector map[string]string // the pool's, when given
 	}{
+		"selector values that are no strings": {
+			upstream:     "inferencePool:\n  modelServers:\n    matchLabels:\n      llm-d.ai/inferenceServing: true\n      version: 2\n",
+			wantSelector: map[string]string{"llm-d.ai/inferenceServing": "true", "version": "2"},
+		},
 		"a quoted verbosity": {
 			upstream: "inferenceExtension:\n  flags:\n    v: \"2\"\n",
 			wantArgs: []string{"-v=2"},
@@ -190,6 +195,17 @@ func TestMigratedValuesTheUpstreamChartQuotes(t *testing.T) {
 			for _, a := range tc.wantArgs {
 				if !slices.Contains(args, a) {
 					t.Errorf("picker args %q lack %q", args, a)
+				}
+			}
+			if tc.wantSelector != nil {
+				var pool inferencev1.InferencePool
+				m.decode(t, "InferencePool", &pool)
+				got := map[string]string{}
+				for k, v := range pool.Spec.Selector.MatchLabels {
+					got[string(k)] = string(v)
+				}
+				if diff := cmp.Diff(tc.wantSelector, got); diff != "" {
+					t.Errorf("pool selector (-want +got):\n%s", diff)
 				}
 			}
 		})
