@@ -70,6 +70,13 @@ schedulingProfiles:
 				Warnings: []string{"parameters of prefix-cache-scorer have no effect: the prefix index uses 64-byte blocks and sizes itself from vllm:cache_config_info"},
 			},
 		},
+		"no schedulingProfiles: upstream's default profile of every plugin, each scorer weighted 1": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: kv-cache-utilization-scorer\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 2}\n- type: metrics-data-source\n",
+			want: File{
+				Policy:       policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, KVWeight: 1}},
+				MaxEndpoints: 2,
+			},
+		},
 		"only a picker: ties broken at random": {
 			in:   header + "plugins:\n- type: max-score-picker\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: max-score-picker\n",
 			want: File{Policy: policy.Config{Name: policy.Random}},
@@ -301,10 +308,6 @@ func TestParseRejects(t *testing.T) {
 			in:   header + "plugins:\n- type: utilization-detector\n  parameters: {kvCacheUtilThreshold: 1.5}\n- type: queue-scorer\n" + profile,
 			want: []string{"line 5", "kvCacheUtilThreshold", "[0,1]"},
 		},
-		"no profile": {
-			in:   header + "plugins:\n- type: queue-scorer\n",
-			want: []string{"schedulingProfiles"},
-		},
 		"scalar document": {
 			in:   "just text\n",
 			want: []string{"line 1", "mapping"},
@@ -410,6 +413,7 @@ func TestPluginParametersAreUsedOrReported(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(header + "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n    weight: 2\n"))
 	f.Add([]byte("policy:\n  name: least-load\n"))
+	f.Add([]byte(header + "plugins:\n- type: queue-scorer\n- {type: max-score-picker, parameters: {maxNumOfEndpoints: 4}}\n"))
 	f.Add([]byte(header + "plugins:\n- {name: s, type: utilization-detector, parameters: {queueDepthThreshold: 3}}\nsaturationDetector: {pluginRef: s}\n"))
 	f.Add([]byte(header + "requestHandler:\n  parsers:\n  - pluginRef: p\n"))
 	f.Add([]byte(header + "plugins:\n- {type: max-score-picker, parameters: {maxNumOfEndpoints: 2}}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: max-score-picker\n"))

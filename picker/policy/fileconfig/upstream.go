@@ -2,15 +2,12 @@ package fileconfig
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/inferpick/inferpick/picker/policy"
 )
 
 const endpointPickerKind = "EndpointPickerConfig"
@@ -33,6 +30,8 @@ type plugin struct {
 type upstream struct {
 	out     File
 	plugins map[string]plugin
+	// order holds the plugins' names in the order of the document.
+	order []string
 	// maxEndpoints holds the maxNumOfEndpoints of the pickers that set it,
 	// by plugin name.
 	maxEndpoints map[string]int
@@ -212,99 +211,9 @@ func (u *upstream) readPlugins(list *yaml.Node) error {
 			return err
 		}
 		u.plugins[p.name] = p
+		u.order = append(u.order, p.name)
 	}
 	return nil
-}
-
-// readProfiles maps the single scheduling profile onto the weighted scorer.
-func (u *upstream) readProfiles(list *yaml.Node) error {
-	if list == nil || len(list.Content) == 0 {
-		return fmt.Errorf("%s has no schedulingProfiles: give one profile of scorers and a picker", endpointPickerKind)
-	}
-	if list.Kind != yaml.SequenceNode {
-		return fmt.Errorf("line %d: schedulingProfiles must be a list", list.Line)
-	}
-	if len(list.Content) > 1 {
-		return fmt.Errorf("line %d: %d scheduling profiles: inferpick runs one profile (single-profile-handler); prefill/decode disaggregation is not supported", list.Content[1].Line, len(list.Content))
-	}
-	prof := list.Content[0]
-	refs := lookup(prof, "plugins")
-	if prof.Kind != yaml.MappingNode || refs == nil || refs.Kind != yaml.SequenceNode {
-		return fmt.Errorf("line %d: a scheduling profile needs a list of plugins", prof.Line)
-	}
-	var ws policy.WeightedScorerConfig
-	scorers, precise := 0, false
-	for _, ref := range refs.Content {
-		name, weight, err := readRef(ref)
-		if err != nil {
-			return err
-		}
-		p, ok := u.plugins[name]
-		if !ok {
-			return fmt.Errorf("line %d: pluginRef %q names no plugin in plugins", ref.Line, name)
-		}
-		role := known[p.typ]
-		if role.cacheAware {
-			precise = true
-			continue
-		}
-		if role.weight != nil {
-			*role.weight(&ws) += weight
-			scorers++
-			continue
-		}
-		if !role.inProfile {
-			return fmt.Errorf("line %d: plugin %q (%s) cannot be in a scheduling profile", ref.Line, name, p.typ)
-		}
-		if n, ok := u.maxEndpoints[name]; ok {
-			u.out.MaxEndpoints = n
-		}
-	}
-	if precise {
-		// The pods' own account of their caches, weighed against their
-		// load: what cache-aware does with the KV-event index.
-		u.out.Policy.Name = policy.CacheAware
-		if scorers > 0 {
-			u.warn("the weights of the scorers beside precise-prefix-cache-scorer have no effect: the cache-aware policy weighs each pod's load against what its cache holds")
-		}
-		return nil
-	}
-	u.out.Policy.Name = policy.WeightedScorer
-	if scorers == 0 || ws == (policy.WeightedScorerConfig{}) {
-		// No scorer, or all weighted 0: every endpoint ties, and the
-		// max-score picker breaks ties at random.
-		u.out.Policy.Name = policy.Random
-		return nil
-	}
-	u.out.Policy.WeightedScorer = ws
-	return nil
-}
-
-// readRef reads {pluginRef, weight}; the weight defaults to 1.
-func readRef(ref *yaml.Node) (string, float64, error) {
-	if ref.Kind != yaml.MappingNode {
-		return "", 0, fmt.Errorf("line %d: a profile plugin must be a mapping with a pluginRef", ref.Line)
-	}
-	name, weight := "", 1.0
-	for i := 0; i+1 < len(ref.Content); i += 2 {
-		k, v := ref.Content[i], ref.Content[i+1]
-		switch k.Value {
-		case "pluginRef":
-			name = v.Value
-		case "weight":
-			w, err := strconv.ParseFloat(v.Value, 64)
-			if err != nil || !(w >= 0) || math.IsInf(w, 0) {
-				return "", 0, fmt.Errorf("line %d: weight %q must be a number ≥ 0", v.Line, v.Value)
-			}
-			weight = w
-		default:
-			return "", 0, fmt.Errorf("line %d: unknown profile plugin field %q", k.Line, k.Value)
-		}
-	}
-	if name == "" {
-		return "", 0, fmt.Errorf("line %d: profile plugin has no pluginRef", ref.Line)
-	}
-	return name, weight, nil
 }
 
 // readSaturation maps saturationDetector.pluginRef, which must name a
