@@ -231,6 +231,32 @@ picker:
 pool: {selector: {matchLabels: {app: m}}}
 `,
 		},
+		"a max-score picker the profile leaves out: its maxNumOfEndpoints still sets the fallbacks": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: one.yaml
+  pluginsCustomConfig:
+    one.yaml: |
+      apiVersion: inference.networking.x-k8s.io/v1alpha1
+      kind: EndpointPickerConfig
+      plugins:
+      - type: queue-scorer
+      - type: max-score-picker
+        parameters: {maxNumOfEndpoints: 5}
+      schedulingProfiles:
+      - name: default
+        plugins:
+        - pluginRef: queue-scorer
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker:
+  config: {name: weighted-scorer, weightedScorer: {queueWeight: 1}}
+  fallbacks: 4
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
 		"llm-d's precise prefix-cache sample, on TensorRT-LLM": {
 			upstream: `
 inferenceExtension:

@@ -146,6 +146,10 @@ schedulingProfiles:
 			in:   header + "plugins:\n- type: queue-scorer\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 3}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: max-score-picker\n",
 			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}, MaxEndpoints: 3},
 		},
+		"a max-score picker the profile leaves out still lists its maxNumOfEndpoints, as upstream adds it to the profile": {
+			in:   header + "plugins:\n- type: queue-scorer\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 5}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}, MaxEndpoints: 5},
+		},
 		"maxNumOfEndpoints under 1 is 1, as upstream takes it": {
 			in: header + "plugins:\n- type: queue-scorer\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 0}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: max-score-picker\n",
 			want: File{

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -63,7 +64,7 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 		return err
 	}
 	var ws policy.WeightedScorerConfig
-	scorers, precise := 0, false
+	scorers, precise, picker := 0, false, false
 	for _, ref := range refs {
 		p := u.plugins[ref.name]
 		role := known[p.typ]
@@ -79,9 +80,15 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 		if !role.inProfile {
 			return fmt.Errorf("line %d: plugin %q (%s) cannot be in a scheduling profile", ref.line, ref.name, p.typ)
 		}
+		if p.typ == maxScorePicker {
+			picker = true
+		}
 		if n, ok := u.maxEndpoints[ref.name]; ok {
 			u.out.MaxEndpoints = n
 		}
+	}
+	if !picker {
+		u.addPicker()
 	}
 	if precise {
 		// The pods' own account of their caches, weighed against their
@@ -101,6 +108,29 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 	}
 	u.out.Policy.WeightedScorer = ws
 	return nil
+}
+
+// maxScorePicker is the one picker type read.
+const maxScorePicker = "max-score-picker"
+
+// addPicker does what upstream does for a profile that lists no picker: it
+// adds the picker of plugins, whose maxNumOfEndpoints then applies.
+func (u *upstream) addPicker() {
+	var pickers []string
+	for _, name := range u.order {
+		if u.plugins[name].typ == maxScorePicker {
+			pickers = append(pickers, name)
+		}
+	}
+	if len(pickers) == 0 {
+		return
+	}
+	if len(pickers) > 1 {
+		u.warn(fmt.Sprintf("the scheduling profile lists none of the max-score-pickers %s: upstream adds any one of them, here the first, %q", strings.Join(pickers, ", "), pickers[0]))
+	}
+	if n, ok := u.maxEndpoints[pickers[0]]; ok {
+		u.out.MaxEndpoints = n
+	}
 }
 
 // readRef reads {pluginRef, weight}; the weight defaults to 1.
