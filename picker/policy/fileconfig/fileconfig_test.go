@@ -107,6 +107,10 @@ schedulingProfiles:
 				WeightedScorer:   policy.WeightedScorerConfig{KVWeight: 1.5},
 			}},
 		},
+		"a saturationDetector naming the utilization-detector that plugins leave out: upstream's default detector": {
+			in:   header + "plugins:\n- type: queue-scorer\nsaturationDetector:\n  pluginRef: utilization-detector\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
+		},
 		"llm-d's precise prefix-cache scorer: cache-aware on the pods' KV-cache events": {
 			in: "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n" + `plugins:
 - type: precise-prefix-cache-scorer
@@ -186,6 +190,10 @@ schedulingProfiles:
 				Policy:          policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}},
 				ModelServerType: "trtllm",
 			},
+		},
+		"a parser naming the openai-parser that plugins leave out: upstream's default parser": {
+			in:   header + "plugins:\n- type: queue-scorer\nparser:\n  pluginRef: openai-parser\nrequestHandler:\n  parsers:\n  - pluginRef: openai-parser\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
 		},
 		"openai parser": {
 			in:   header + "plugins:\n- type: openai-parser\n- type: queue-scorer\nparser:\n  pluginRef: openai-parser\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
@@ -311,6 +319,14 @@ func TestParseRejects(t *testing.T) {
 		"kvCacheUtilThreshold above one": {
 			in:   header + "plugins:\n- type: utilization-detector\n  parameters: {kvCacheUtilThreshold: 1.5}\n- type: queue-scorer\n" + profile,
 			want: []string{"line 5", "kvCacheUtilThreshold", "[0,1]"},
+		},
+		"a saturationDetector naming no plugin": {
+			in:   header + "plugins:\n- type: queue-scorer\nsaturationDetector:\n  pluginRef: sat\n" + profile,
+			want: []string{"line 6", `"sat"`},
+		},
+		"a parser naming no plugin": {
+			in:   header + "plugins:\n- type: queue-scorer\nparser:\n  pluginRef: my-parser\n" + profile,
+			want: []string{"line 6", `"my-parser"`},
 		},
 		"scalar document": {
 			in:   "just text\n",

@@ -224,6 +224,9 @@ func (u *upstream) readSaturation(n *yaml.Node) error {
 		return nil // the upstream default is the utilization detector
 	}
 	p, ok := u.plugins[ref.Value]
+	if !ok && ref.Value == "utilization-detector" {
+		return nil // upstream makes one with its default thresholds
+	}
 	if !ok {
 		return fmt.Errorf("line %d: saturationDetector.pluginRef %q names no plugin (plugins must come before saturationDetector)", ref.Line, ref.Value)
 	}
@@ -300,6 +303,9 @@ func (u *upstream) readRequestHandler(n *yaml.Node) error {
 
 func (u *upstream) checkParser(ref *yaml.Node) error {
 	p, ok := u.plugins[ref.Value]
+	if !ok && ref.Value == "openai-parser" {
+		return nil // upstream makes one
+	}
 	if !ok {
 		return fmt.Errorf("line %d: parser pluginRef %q names no plugin (plugins must come first)", ref.Line, ref.Value)
 	}
