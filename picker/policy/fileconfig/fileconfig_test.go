@@ -111,6 +111,25 @@ schedulingProfiles:
 			in:   header + "plugins:\n- type: queue-scorer\nsaturationDetector:\n  pluginRef: utilization-detector\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
 			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
 		},
+		"saturationDetector, parser and requestHandler before plugins: key order does not matter, as upstream": {
+			in: header + `saturationDetector:
+  pluginRef: sat
+parser:
+  pluginRef: p
+requestHandler:
+  parsers:
+  - pluginRef: p
+plugins:
+- type: queue-scorer
+- {name: sat, type: utilization-detector, parameters: {queueDepthThreshold: 8}}
+- {name: p, type: openai-parser}
+schedulingProfiles:
+- name: d
+  plugins:
+  - pluginRef: queue-scorer
+`,
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, QueueThreshold: 8, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
+		},
 		"llm-d's precise prefix-cache scorer: cache-aware on the pods' KV-cache events": {
 			in: "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n" + `plugins:
 - type: precise-prefix-cache-scorer
@@ -436,6 +455,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(header + "plugins:\n- type: queue-scorer\n- {type: max-score-picker, parameters: {maxNumOfEndpoints: 4}}\n"))
 	f.Add([]byte(header + "plugins:\n- {name: s, type: utilization-detector, parameters: {queueDepthThreshold: 3}}\nsaturationDetector: {pluginRef: s}\n"))
 	f.Add([]byte(header + "requestHandler:\n  parsers:\n  - pluginRef: p\n"))
+	f.Add([]byte(header + "saturationDetector: {pluginRef: s}\nparser: {pluginRef: openai-parser}\nplugins:\n- {name: s, type: utilization-detector}\n"))
 	f.Add([]byte(header + "plugins:\n- {type: max-score-picker, parameters: {maxNumOfEndpoints: 2}}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: max-score-picker\n"))
 	f.Add([]byte(header + "plugins:\n- type: metrics-data-source\n- type: core-metrics-extractor\ndataLayer:\n  sources:\n  - pluginRef: metrics-data-source\n    extractors: [{pluginRef: core-metrics-extractor}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -39,10 +39,11 @@ type upstream struct {
 
 // fromUpstream translates an EndpointPickerConfig: one scheduling profile of
 // the queue, KV-cache and prefix-cache scorers and a max-score picker
-// becomes the weighted-scorer policy with the profile's weights.
+// becomes the weighted-scorer policy with the profile's weights. The fields
+// that name plugins are read once plugins is, wherever they stand.
 func fromUpstream(doc *yaml.Node) (File, error) {
 	u := &upstream{plugins: map[string]plugin{}, maxEndpoints: map[string]int{}}
-	var profiles, dataLayer *yaml.Node
+	refs := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
 		var err error
@@ -54,18 +55,10 @@ func fromUpstream(doc *yaml.Node) (File, error) {
 			}
 		case "plugins":
 			err = u.readPlugins(v)
-		case "schedulingProfiles":
-			profiles = v
 		case "featureGates":
 			err = readFeatureGates(v)
-		case "saturationDetector":
-			err = u.readSaturation(v)
-		case "parser":
-			err = u.readParserRef(v)
-		case "requestHandler":
-			err = u.readRequestHandler(v)
-		case "dataLayer":
-			dataLayer = v
+		case "schedulingProfiles", "saturationDetector", "parser", "requestHandler", "dataLayer":
+			refs[k.Value] = v
 		case "flowControl":
 			err = fmt.Errorf("line %d: flowControl is not read from the file: %s", k.Line, flowControlInstead)
 		default:
@@ -75,12 +68,22 @@ func fromUpstream(doc *yaml.Node) (File, error) {
 			return File{}, err
 		}
 	}
-	if dataLayer != nil {
-		if err := u.readDataLayer(dataLayer); err != nil {
-			return File{}, err
+	for _, f := range []struct {
+		key  string
+		read func(*yaml.Node) error
+	}{
+		{"dataLayer", u.readDataLayer},
+		{"saturationDetector", u.readSaturation},
+		{"parser", u.readParserRef},
+		{"requestHandler", u.readRequestHandler},
+	} {
+		if n := refs[f.key]; n != nil {
+			if err := f.read(n); err != nil {
+				return File{}, err
+			}
 		}
 	}
-	if err := u.readProfiles(profiles); err != nil {
+	if err := u.readProfiles(refs["schedulingProfiles"]); err != nil {
 		return File{}, err
 	}
 	return u.out, nil
@@ -228,7 +231,7 @@ func (u *upstream) readSaturation(n *yaml.Node) error {
 		return nil // upstream makes one with its default thresholds
 	}
 	if !ok {
-		return fmt.Errorf("line %d: saturationDetector.pluginRef %q names no plugin (plugins must come before saturationDetector)", ref.Line, ref.Value)
+		return fmt.Errorf("line %d: saturationDetector.pluginRef %q names no plugin in plugins", ref.Line, ref.Value)
 	}
 	if p.typ != "utilization-detector" {
 		return fmt.Errorf("line %d: saturation detector %q (%s) is not supported: use a utilization-detector", ref.Line, p.name, p.typ)
@@ -307,7 +310,7 @@ func (u *upstream) checkParser(ref *yaml.Node) error {
 		return nil // upstream makes one
 	}
 	if !ok {
-		return fmt.Errorf("line %d: parser pluginRef %q names no plugin (plugins must come first)", ref.Line, ref.Value)
+		return fmt.Errorf("line %d: parser pluginRef %q names no plugin in plugins", ref.Line, ref.Value)
 	}
 	if p.typ != "openai-parser" {
 		return fmt.Errorf("line %d: parser %q (%s) is not supported: inferpick reads OpenAI-style bodies (openai-parser)", ref.Line, p.name, p.typ)
