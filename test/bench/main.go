@@ -43,6 +43,7 @@ func execute() int {
 	flag.StringVar(&o.cells, "cells", "", "comma-separated matrix cells as prefill-ms/cache-prompts/seqs, e.g. 1/4/2,2/1.5/64 (default all)")
 	flag.IntVar(&kvEventsPort, "replica-kv-events-port", kvEventsPort, "port of the pods' KV-cache events in the replica runs; 0 runs the replicas without them")
 	flag.IntVar(&replicaRuns, "replica-runs", replicaRuns, "runs of each replica setting; the table and the verdicts take medians (-quick: 1)")
+	flag.StringVar(&replicaOnly, "replica-workloads", "", "comma-separated replica workloads ("+strings.Join(replicaWorkloads, ",")+"): only the 1, 2 and 3 replica rows of these run (default every row)")
 	flag.Parse()
 	replicaRuns = max(replicaRuns, 1)
 	if o.quick {

@@ -17,7 +17,11 @@ import (
 var replicaCounts = []int{1, 2, 3}
 
 // replicaWorkloads names the workloads the replica runs use.
-var replicaWorkloads = []string{"shared-prefix@18", "multi-turn", "no-sharing"}
+var replicaWorkloads = []string{"shared-prefix@18", "multi-turn", "one-system-prompt", "no-sharing"}
+
+// replicaOnly, when set, names the replica workloads to run: then only
+// their 1, 2 and 3 replica rows run.
+var replicaOnly string
 
 // kvEventsPort is where the replica runs' pods publish their KV-cache
 // events: every replica learns from the servers where a prefix went,
@@ -141,6 +145,9 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 		}
 		byName[name] = w
 	}
+	// Conversations under one system prompt, as an application's chats
+	// are: a prefix every prompt shares must not decide where they go.
+	byName["one-system-prompt"] = routing.OneSystemPrompt(24, 6, 4000, 300, 200, time.Second)
 	out := &replicaReport{}
 	// start brings up a cold cluster behind n replicas.
 	start := func(n int, pol routing.Policy, w *routing.Workload) (*routing.Cluster, error) {
@@ -227,13 +234,16 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 	for _, n := range replicaCounts {
 		for _, name := range replicaWorkloads {
 			w := byName[name]
-			if w == nil {
+			if w == nil || !selected(replicaOnly, name) {
 				continue
 			}
 			if err := one(n, ca, w); err != nil {
 				return out, err
 			}
 		}
+	}
+	if replicaOnly != "" {
+		return out, nil
 	}
 	if w := byName["no-sharing"]; w != nil {
 		if err := one(3, ll, w); err != nil {

@@ -156,11 +156,26 @@ func NoSharing(requests, bytes int, rate float64, seed uint64) *Workload {
 }
 
 // MultiTurn is sessions whose history grows: each turn resends the whole
-// conversation plus a new user message.
+// conversation plus a new user message. Each session has a system prompt
+// of its own.
 func MultiTurn(sessions, turns, systemBytes, userBytes, replyBytes int, think time.Duration) *Workload {
-	w := &Workload{Name: "multi-turn", Kind: Sessions, Think: think}
+	return conversations("multi-turn", func(s int) string {
+		return prose(fmt.Sprintf("session %d instructions:", s), systemBytes)
+	}, sessions, turns, userBytes, replyBytes, think)
+}
+
+// OneSystemPrompt is MultiTurn with the system prompt every session of an
+// application shares.
+func OneSystemPrompt(sessions, turns, systemBytes, userBytes, replyBytes int, think time.Duration) *Workload {
+	sys := prose("application instructions:", systemBytes)
+	return conversations("one-system-prompt", func(int) string { return sys }, sessions, turns, userBytes, replyBytes, think)
+}
+
+// conversations is sessions of turns under the system prompts system gives.
+func conversations(name string, system func(session int) string, sessions, turns, userBytes, replyBytes int, think time.Duration) *Workload {
+	w := &Workload{Name: name, Kind: Sessions, Think: think}
 	for s := range sessions {
-		hist := []Message{{Role: "system", Content: prose(fmt.Sprintf("session %d instructions:", s), systemBytes)}}
+		hist := []Message{{Role: "system", Content: system(s)}}
 		var reqs []Request
 		for t := range turns {
 			hist = append(hist, Message{Role: "user", Content: prose(fmt.Sprintf("session %d turn %d:", s, t), userBytes)})
