@@ -434,16 +434,18 @@ func (st *directStream) dropHeldBack() {
 	c.closeIfDrained()
 }
 
-// cancel ends the exchange's context.
+// cancel ends the exchange's context. It sets cancelled under cmu, as
+// Done reads it: a Done between the two would make the channel, find it
+// cancelled and close it, and cancel would close it again.
 func (st *directStream) cancel() {
+	st.cmu.Lock()
+	defer st.cmu.Unlock()
 	if st.cancelled.Swap(true) {
 		return
 	}
-	st.cmu.Lock()
 	if st.doneCh != nil {
 		close(st.doneCh)
 	}
-	st.cmu.Unlock()
 }
 
 // Context is the stream itself: it ends when the client resets the stream

@@ -856,3 +856,24 @@ func TestDirectWithoutHealthChecker(t *testing.T) {
 		t.Errorf("Check: %v, want Unimplemented", err)
 	}
 }
+
+// A gateway resets a stream (its client went away) on the connection's
+// reader goroutine at the moment the stream's own goroutine first asks for
+// its context's Done channel, as a request entering the flow-control queue
+// does. The channel must be closed once: a second close would panic on the
+// reader goroutine and end the picker.
+func TestDirectResetAsARequestStartsWaitingClosesItsContextOnce(t *testing.T) {
+	for range 20000 {
+		st := &directStream{}
+		reset := make(chan struct{})
+		go func() {
+			defer close(reset)
+			st.cancel()
+		}()
+		<-st.Context().Done()
+		<-reset
+		if err := st.Context().Err(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("context error %v after the reset, want context.Canceled", err)
+		}
+	}
+}
