@@ -82,7 +82,7 @@ func SaltKeys(salt string) ExtraKeys {
 // Hash folds the keys into 64 bits (FNV-1a over the count and the bytes).
 // Equal keys hash alike in every process.
 func (x ExtraKeys) Hash() uint64 {
-	h := FoldHash(x.Raw)
+	h := fnv1a(x.Raw)
 	h ^= uint64(x.N)
 	return h * 1099511628211
 }

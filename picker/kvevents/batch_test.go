@@ -166,6 +166,42 @@ func TestDecodeShapes(t *testing.T) {
 	}
 }
 
+// A block hash sent as bytes reads as the int a server sends for it with
+// VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES (vLLM's default): the digest's low 64
+// bits, big-endian. An offloading tier publishes the bytes of the hashes
+// its GPU pool publishes as ints, and both name the same blocks.
+func TestBytesHashesReadAsTheServersInts(t *testing.T) {
+	digest := []byte("0123456789abcdef0123456789abcdef")
+	cases := map[string]struct {
+		hash []byte
+		want uint64
+	}{
+		"a sha256 digest: its last 8 bytes": {hash: digest, want: 0x3839616263646566},
+		"8 bytes":                           {hash: digest[:8], want: 0x3031323334353637},
+		"shorter: the bytes as a number":    {hash: []byte{1, 2, 3}, want: 0x010203},
+		"empty":                             {hash: []byte{}, want: 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			in := w{}.raw(0x82).str("ts").uint(1).str("events").arr(2).
+				raw(0x83).str("type").str("BlockStored").str("block_hashes").arr(1).bin(tc.hash).
+				str("parent_block_hash").bin(tc.hash).
+				raw(0x82).str("type").str("BlockRemoved").str("block_hashes").arr(1).bin(tc.hash)
+			var got Batch
+			if err := DecodeBatch(in, &got); err != nil {
+				t.Fatal(err)
+			}
+			want := Batch{TS: 1, Events: []Event{
+				{Kind: BlockStored, Hashes: []uint64{tc.want}, Parent: tc.want, HasParent: true},
+				{Kind: BlockRemoved, Hashes: []uint64{tc.want}},
+			}}
+			if diff := cmp.Diff(want, got, ignoreEmpty); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestDecodeErrors(t *testing.T) {
 	good := AppendBatch(nil, &Batch{Events: sampleBatch().Events})
 	cases := map[string][]byte{

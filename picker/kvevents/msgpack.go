@@ -317,7 +317,7 @@ func (r *reader) skip(depth int) error {
 	return err
 }
 
-// hash reads a block hash: an integer, or bytes folded by 64-bit FNV-1a.
+// hash reads a block hash: an integer, or bytes folded by FoldHash.
 func (r *reader) hash() (uint64, error) {
 	c, err := r.peek()
 	if err != nil {
@@ -331,8 +331,25 @@ func (r *reader) hash() (uint64, error) {
 }
 
 // FoldHash folds a block hash given as bytes (vLLM's digests) into the
-// uint64 the events carry: 64-bit FNV-1a.
+// uint64 the events carry: the bytes read as a big-endian number, of which
+// the low 64 bits, as vLLM turns a digest into the int it publishes
+// (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES, its default). So the bytes an
+// offloading tier publishes (vLLM's OffloadingConnector sends its digests
+// as they are) name the blocks its GPU pool published as ints. Bytes
+// shorter than 8 are their big-endian value, as vLLM would read them.
 func FoldHash(b []byte) uint64 {
+	if len(b) >= 8 {
+		return binary.BigEndian.Uint64(b[len(b)-8:])
+	}
+	var h uint64
+	for _, c := range b {
+		h = h<<8 | uint64(c)
+	}
+	return h
+}
+
+// fnv1a is the 64-bit FNV-1a hash of b.
+func fnv1a(b []byte) uint64 {
 	h := uint64(14695981039346656037)
 	for _, c := range b {
 		h ^= uint64(c)

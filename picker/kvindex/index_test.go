@@ -1,6 +1,8 @@
 package kvindex
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"slices"
@@ -8,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/inferpick/inferpick/picker/kvevents"
@@ -513,6 +516,53 @@ func TestOffloadedBlocksAreHeldUntilEveryTierDropsThem(t *testing.T) {
 	checkHolders(t, ix)
 	checkAdapters(t, ix)
 }
+
+// TestOffloadedCopiesNamedByDigestsAreTheGPUsBlocks: on vLLM's defaults
+// the GPU pool publishes each block hash as an int (the digest's low 64
+// bits) while the OffloadingConnector publishes the raw digests of the
+// same blocks. A prompt copied to the CPU tier and then evicted from the
+// GPU is still held, as offloaded.
+func TestOffloadedCopiesNamedByDigestsAreTheGPUsBlocks(t *testing.T) {
+	a := prompt(1, 4, -1)
+	digests := make([][]byte, 4)
+	gpu := kvevents.Event{Kind: kvevents.BlockStored, BlockSize: bs, Medium: "GPU", TokenIDs: a}
+	for i := range digests {
+		d := sha256.Sum256([]byte{byte(i)})
+		digests[i] = d[:]
+		gpu.Hashes = append(gpu.Hashes, binary.BigEndian.Uint64(d[24:]))
+	}
+	// The connector's BlockStored, map-shaped: digests, no tokens, no
+	// parent, block size 0.
+	tier := msg{0x83}.str("ts").raw(1).str("events").raw(0x91, 0x84).
+		str("type").str("BlockStored").str("block_hashes").raw(0x94)
+	for _, d := range digests {
+		tier = tier.bin(d)
+	}
+	tier = tier.str("block_size").raw(0).str("medium").str("CPU").str("data_parallel_rank").raw(0)
+
+	ix := New(0)
+	st := &stream{s: &Subscriber{Index: ix}, id: 1, log: logr.Discard()}
+	for seq, payload := range [][]byte{
+		kvevents.AppendBatch(nil, &kvevents.Batch{TS: 1, Events: []kvevents.Event{gpu}}),
+		tier,
+		kvevents.AppendBatch(nil, &kvevents.Batch{TS: 2, Events: []kvevents.Event{removed(gpu.Hashes...)}}),
+	} {
+		st.apply(uint64(seq), payload)
+	}
+	want := []Hold{{Worker: 1, Blocks: 4, Offloaded: 4, Prompt: 4}}
+	if diff := cmp.Diff(want, ix.Lookup(a, "", "", nil)); diff != "" {
+		_, d := ix.Stats()
+		t.Errorf("after the CPU tier copied the prompt and the GPU evicted it (copies of unknown blocks: %d) (-want +got):\n%s", d.Offloaded, diff)
+	}
+}
+
+// msg builds msgpack by hand for what AppendBatch does not write: strings
+// under 32 bytes, bytes under 256.
+type msg []byte
+
+func (b msg) str(s string) msg  { return append(append(b, 0xa0|byte(len(s))), s...) }
+func (b msg) bin(x []byte) msg  { return append(append(b, 0xc4, byte(len(x))), x...) }
+func (b msg) raw(x ...byte) msg { return append(b, x...) }
 
 // TestAHybridModelsGroupsAreKeptApart: a server of a hybrid model publishes
 // each KV-cache group's blocks under the same hashes, and its
