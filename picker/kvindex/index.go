@@ -16,6 +16,7 @@ package kvindex
 import (
 	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -296,7 +297,7 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 		return
 	}
 	ix.sizeEngine(w, bs)
-	adapter := ev.LoraName
+	adapter := adapterOf(ev)
 	key := seed(adapter, bs)
 	if ev.HasParent {
 		_, p := w.blocks.find(&ix.nodes, ev.Parent)
@@ -341,6 +342,21 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 		}
 		ix.hold(w, h, key, aid)
 	}
+}
+
+// adapterOf returns the name the event's blocks are filed under: its
+// adapter's name, "" for the base model's. A server that sends lora_id but
+// no lora_name (vLLM releases before the field) keys an adapter's blocks
+// apart from the base model's all the same (the adapter is in its block
+// hashes), so they are filed under a name made of the number, which no
+// request can name: it is not UTF-8, and a request's model is. The number
+// a server gives an adapter depends on the order it loaded them in, so a
+// request for the adapter does not find them either.
+func adapterOf(ev *kvevents.Event) string {
+	if ev.LoraName != "" || !ev.HasLora {
+		return ev.LoraName
+	}
+	return "\xfflora_id " + strconv.FormatInt(ev.LoraID, 10)
 }
 
 // hold records that the engine holds, under the server's hash h, the block

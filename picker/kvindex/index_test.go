@@ -50,6 +50,13 @@ func storedSized(p uint64, tokens []uint32, from, to int, adapter string, size i
 	return ev
 }
 
+// byLoraID is ev as a server that sends lora_id but no lora_name (vLLM
+// releases before the field) publishes it for the adapter numbered id.
+func byLoraID(ev kvevents.Event, id int64) kvevents.Event {
+	ev.LoraID, ev.HasLora = id, true
+	return ev
+}
+
 func removed(hashes ...uint64) kvevents.Event {
 	return kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: hashes}
 }
@@ -99,6 +106,10 @@ func TestLookup(t *testing.T) {
 			tokens:  a,
 			adapter: "sql",
 			want:    []Hold{{Worker: 1, Blocks: 6, Prompt: 6}},
+		},
+		"an adapter's blocks from a server that names it by its number alone are not the base model's": {
+			events: map[uint32][]kvevents.Event{1: {byLoraID(stored(1, a, 0, 6, ""), 7)}},
+			tokens: a,
 		},
 		"blocks whose parent was never seen are not chained": {
 			events: map[uint32][]kvevents.Event{1: {stored(1, a, 2, 6, "")}},
