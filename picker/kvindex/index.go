@@ -572,8 +572,9 @@ func (ix *Index) enginesLocked(id uint32) int {
 }
 
 // SaltKeyed reports whether the servers' events key blocks by their extra
-// keys (a cache salt, beyond the adapter), as seen once a block came with
-// any. Until then a salted prompt's blocks may look like unsalted ones.
+// keys (a cache salt, a multimodal input's hash, beyond the adapter), as
+// seen once a block came with any. Until then a salted prompt's blocks may
+// look like unsalted ones, and blocks of one image like another's.
 func (ix *Index) SaltKeyed() bool {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()

@@ -102,15 +102,16 @@ func (l *Locator) Calls() (calls, failed, skipped int64) {
 // Locate fills dst with the servers' account of the parsed request's prompt,
 // for the model the request names (after any rewrite). It reports false,
 // leaving dst alone, when it cannot tell: a request other than a chat or a
-// single-prompt completion, a salted prompt while the servers' events have
-// not shown that they key blocks by salt (SaltKeyed), no blocks stored yet, or a
+// single-prompt completion, a salted prompt or one with media (an image,
+// audio, a file) while the servers' events have not shown that they key
+// blocks by their extra keys (SaltKeyed), no blocks stored yet, or a
 // /tokenize call that failed.
 func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, dst *policy.Shared) (bool, error) {
 	if len(r.Input) == 0 || !l.index.Sized() {
 		return false, nil
 	}
 	salt, ok := cacheSalt(r.CacheSalt)
-	if !ok || salt != "" && !l.index.SaltKeyed() {
+	if !ok || (salt != "" || r.Media) && !l.index.SaltKeyed() {
 		return false, nil
 	}
 	var field string

@@ -189,6 +189,48 @@ func TestLocatorLooksUpSaltedPrompts(t *testing.T) {
 	}
 }
 
+// TestLocatorLooksUpPromptsWithMediaOnlyOnServersThatKeyThem: a server
+// mixes each image's hash into its blocks' hashes, and /tokenize gives two
+// images of one size the same placeholder tokens. A prompt with an image
+// is looked up only once the servers' events have shown that they key
+// blocks by their extra keys (as salted prompts are); before, the pod
+// holding another image's blocks would be found holding it all.
+func TestLocatorLooksUpPromptsWithMediaOnlyOnServersThatKeyThem(t *testing.T) {
+	tokens := prompt(1, 4, -1) // the text and the image's placeholder tokens
+	reg, w1, _ := twoTokenizingWorkers(t, tokens)
+	ix := New(0)
+	ix.Apply(w1.ID(), []kvevents.Event{stored(1, tokens, 0, 4, "")}) // with image A, no extra_keys
+	l := NewLocator(ix, reg, time.Second)
+	locate := func() (bool, []policy.SharedHold) {
+		t.Helper()
+		var r openai.Request
+		body := `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},` +
+			`{"type":"image_url","image_url":{"url":"https://example.com/B.png"}}]}]}`
+		if err := openai.Parse(openai.ChatCompletions, []byte(body), &r); err != nil {
+			t.Fatal(err)
+		}
+		var sh policy.Shared
+		found, err := l.Locate(context.Background(), "m", &r, &sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return found, sh.Holds
+	}
+	if found, holds := locate(); found {
+		t.Errorf("a prompt with image B was looked up before the servers keyed any block by its media: holds %+v", holds)
+	}
+	// The pod restarts on a release that publishes extra_keys: image A's
+	// hash keys its second block.
+	withImage := stored(2, tokens, 0, 4, "")
+	withImage.Extra = []kvevents.ExtraKeys{{Block: 1, N: 2, Raw: []byte{0xa1, 'A', 0x00}}}
+	ix.Clear(w1.ID())
+	ix.Apply(w1.ID(), []kvevents.Event{withImage})
+	found, holds := locate()
+	if want := []policy.SharedHold{{Worker: w1.ID(), Share: 0.25}}; !found || !cmp.Equal(holds, want) {
+		t.Errorf("image B looked up: found %v, holds %+v; want %+v (the block before the image)", found, holds, want)
+	}
+}
+
 // TestLocatorCountsOffloadedBlocksAtTheirWeight: a prompt whose last blocks
 // a server keeps only in its offloading tier counts them at the locator's
 // OffloadWeight.

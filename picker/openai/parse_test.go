@@ -15,11 +15,12 @@ type parsed struct {
 	Stream       bool
 	IncludeUsage bool
 	CacheSalt    string
+	Media        bool
 	Prompt       []string
 }
 
 func summarize(r *Request) parsed {
-	p := parsed{Model: r.Model, Stream: r.Stream, IncludeUsage: r.IncludeUsage, CacheSalt: string(r.CacheSalt)}
+	p := parsed{Model: r.Model, Stream: r.Stream, IncludeUsage: r.IncludeUsage, CacheSalt: string(r.CacheSalt), Media: r.Media}
 	for _, s := range r.Prompt {
 		p.Prompt = append(p.Prompt, string(s))
 	}
@@ -60,7 +61,17 @@ func TestParse(t *testing.T) {
 		"chat content parts": {
 			kind: ChatCompletions,
 			body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"https://x/a.png"}},{"text":"at this","type":"text"}]}]}`,
-			want: parsed{Model: "m", Prompt: []string{"<|user|>\n", "look", `{"type":"image_url","image_url":{"url":"https://x/a.png"}}`, "at this"}},
+			want: parsed{Model: "m", Media: true, Prompt: []string{"<|user|>\n", "look", `{"type":"image_url","image_url":{"url":"https://x/a.png"}}`, "at this"}},
+		},
+		"chat refusal part: no media": {
+			kind: ChatCompletions,
+			body: `{"model":"m","messages":[{"role":"assistant","content":[{"type":"refusal","refusal":"no"}]}]}`,
+			want: parsed{Model: "m", Prompt: []string{"<|assistant|>\n", `{"type":"refusal","refusal":"no"}`}},
+		},
+		"chat untyped part without text: media": {
+			kind: ChatCompletions,
+			body: `{"model":"m","messages":[{"role":"user","content":[{"image_url":{"url":"https://x/a.png"}}]}]}`,
+			want: parsed{Model: "m", Media: true, Prompt: []string{"<|user|>\n", `{"image_url":{"url":"https://x/a.png"}}`}},
 		},
 		"chat tools go first": {
 			kind: ChatCompletions,
@@ -174,7 +185,7 @@ func TestParse(t *testing.T) {
 				`{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},` +
 				`{"type":"function_call_output","call_id":"c","output":"ok"},` +
 				`{"role":"assistant","content":[{"type":"output_text","text":"done","annotations":[]}]}]}`,
-			want: parsed{Model: "m", Prompt: []string{
+			want: parsed{Model: "m", Media: true, Prompt: []string{
 				"<|tools|>\n", `[{"type":"function","name":"f"}]`,
 				"<|user|>\n", "go", `{"type":"input_image","image_url":"data:x"}`,
 				`{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}`,

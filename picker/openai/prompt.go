@@ -157,7 +157,8 @@ func (p *parser) content(field string) error {
 
 // part reads one content part. A text part contributes its text; any other
 // part (image, audio, file, refusal) its raw JSON object, which identifies
-// the media as well as a model server's own hashing of it would.
+// the media as well as a model server's own hashing of it would. A part
+// other than text or a refusal marks the request's Media.
 func (p *parser) part(field string) error {
 	l := &p.l
 	if l.peek() != '{' {
@@ -189,9 +190,11 @@ func (p *parser) part(field string) error {
 			p.add(text)
 		} else {
 			p.add(l.b[start:l.i])
+			p.r.Media = true
 		}
 	default:
 		p.add(l.b[start:l.i])
+		p.r.Media = p.r.Media || string(typ) != "refusal"
 	}
 	return nil
 }

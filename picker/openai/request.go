@@ -42,6 +42,11 @@ type Request struct {
 	// Tools is the raw "tools" array of a chat, nil when absent. A model
 	// server's /tokenize endpoint takes both as they are.
 	Input, Tools []byte
+	// Media tells that a message has a content part other than text (an
+	// image, audio, a file): a model server keys the blocks of its
+	// placeholder tokens by the media's hash, which its token ids do not
+	// show.
+	Media bool
 
 	lastModel string
 }
