@@ -268,7 +268,7 @@ func checkAdapters(t *testing.T, ix *Index) {
 		}
 		w.blocks.each(func(r uint32) {
 			a := ix.nodes.at(r).adapter
-			if a&(inGPU|inOffload) == 0 {
+			if a&(inGPU|tierBits) == 0 {
 				t.Fatalf("node %d held in no tier", r)
 			}
 			if a &= adapterBits; int(a) >= len(ix.adapters.names) {

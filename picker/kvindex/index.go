@@ -148,21 +148,18 @@ func (ix *Index) ApplyEngine(id uint32, e int, events []kvevents.Event) {
 		// An offloading tier (vLLM's OffloadingConnector: medium "CPU")
 		// publishes the blocks it copies off the GPU and those it drops,
 		// under the GPU blocks' hashes.
-		tier := uint32(inGPU)
-		if !onGPU(ev.Medium) {
-			tier = inOffload
-		}
+		gpu := onGPU(ev.Medium)
 		switch ev.Kind {
 		case kvevents.BlockStored:
-			if tier == inOffload {
-				ix.offloaded(w, ev.Hashes)
-			} else {
+			if gpu {
 				ix.stored(w, ev)
+			} else {
+				ix.offloaded(w, ev.Hashes)
 			}
 		case kvevents.BlockRemoved:
 			for _, h := range ev.Hashes {
 				if at, r := w.blocks.find(&ix.nodes, h); r != 0 {
-					ix.evicted(w, at, r, tier)
+					ix.evicted(w, at, r, gpu)
 				}
 			}
 		case kvevents.AllBlocksCleared:
@@ -172,34 +169,44 @@ func (ix *Index) ApplyEngine(id uint32, e int, events []kvevents.Event) {
 }
 
 // offloaded records that an offloading tier holds a copy of the blocks the
-// engine's GPU cache held under the hashes. A copy of a block the index
-// does not know cannot be keyed (the tier's events carry no tokens), and
-// is counted.
+// engine's GPU cache held under the hashes, one more for each block. A copy
+// of a block the index does not know cannot be keyed (the tier's events
+// carry no tokens), and is counted.
 func (ix *Index) offloaded(w *engine, hashes []uint64) {
 	for _, h := range hashes {
 		if _, r := w.blocks.find(&ix.nodes, h); r != 0 {
-			ix.nodes.at(r).adapter |= inOffload
+			if nd := ix.nodes.at(r); nd.adapter&tierBits != tierBits {
+				nd.adapter += oneTier
+			}
 		} else {
 			ix.dropped.Offloaded++
 		}
 	}
 }
 
-// evicted records that the tier no longer holds node r's block, in slot at
-// of the engine's table, and forgets the block once no tier does. The GPU
-// evicting one of several copies keeps the block there.
-func (ix *Index) evicted(w *engine, at spot, r, tier uint32) {
+// evicted records that the GPU (gpu), or an offloading tier, no longer
+// holds a copy of node r's block, in slot at of the engine's table, and
+// forgets the block once neither the GPU nor any tier holds one. The GPU
+// evicting one of several copies keeps the block there; a tier dropping a
+// copy keeps the block offloaded while other tiers' copies are counted.
+func (ix *Index) evicted(w *engine, at spot, r uint32, gpu bool) {
 	nd := ix.nodes.at(r)
-	if tier == inGPU && nd.adapter&copyBits != 0 {
+	was := offloadedOnly(nd)
+	switch {
+	case gpu && nd.adapter&copyBits != 0:
 		if nd.adapter&copyBits != copyBits {
 			nd.adapter -= oneCopy
 		}
 		return
+	case gpu:
+		nd.adapter &^= inGPU
+	case nd.adapter&tierBits == 0 || nd.adapter&tierBits == tierBits:
+		return // no tier announced a copy, or the count saturated
+	default:
+		nd.adapter -= oneTier
 	}
-	was := offloadedOnly(nd)
-	nd.adapter &^= tier
 	w.offloaded += count(offloadedOnly(nd)) - count(was)
-	if nd.adapter&(inGPU|inOffload) == 0 {
+	if nd.adapter&(inGPU|tierBits) == 0 {
 		ix.unhold(w, at, r)
 	}
 }
@@ -228,7 +235,7 @@ func count(b bool) int {
 
 // offloadedOnly reports whether an offloading tier holds the node's block
 // and the GPU does not.
-func offloadedOnly(nd *node) bool { return nd.adapter&(inGPU|inOffload) == inOffload }
+func offloadedOnly(nd *node) bool { return nd.adapter&inGPU == 0 && nd.adapter&tierBits != 0 }
 
 // onGPU reports whether an event's medium is the GPU's: "GPU", or none,
 // as servers that predate the field publish.

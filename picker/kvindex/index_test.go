@@ -528,6 +528,65 @@ func TestOffloadedBlocksAreHeldUntilEveryTierDropsThem(t *testing.T) {
 	checkAdapters(t, ix)
 }
 
+// TestABlockStaysOffloadedWhileAnyTierHoldsIt: vLLM's tiered offloading
+// publishes a block's copies on each tier (CPU, STORAGE) under the same
+// hash, and a connector publishing chunks re-announces a hash once for
+// each chunk that holds it. A copy dropped from one tier, or by one chunk,
+// leaves the block offloaded while another still holds it; it goes with
+// the last.
+func TestABlockStaysOffloadedWhileAnyTierHoldsIt(t *testing.T) {
+	a := prompt(1, 4, -1)
+	gpu := stored(1, a, 0, 4, "")
+	tier := func(kind kvevents.Kind, medium string) kvevents.Event {
+		return kvevents.Event{Kind: kind, Medium: medium, Hashes: gpu.Hashes}
+	}
+	cases := map[string]struct {
+		events []kvevents.Event
+		want   []Hold
+	}{
+		"demoted from the CPU to storage, then evicted from the GPU": {
+			events: []kvevents.Event{gpu,
+				tier(kvevents.BlockStored, "CPU"), tier(kvevents.BlockStored, "STORAGE"),
+				tier(kvevents.BlockRemoved, "CPU"), removed(gpu.Hashes...)},
+			want: []Hold{{Worker: 1, Blocks: 4, Offloaded: 4, Prompt: 4}},
+		},
+		"two chunks holding it, one dropped": {
+			events: []kvevents.Event{gpu,
+				tier(kvevents.BlockStored, "CPU"), tier(kvevents.BlockStored, "CPU"),
+				removed(gpu.Hashes...), tier(kvevents.BlockRemoved, "CPU")},
+			want: []Hold{{Worker: 1, Blocks: 4, Offloaded: 4, Prompt: 4}},
+		},
+		"every tier's copy dropped": {
+			events: []kvevents.Event{gpu,
+				tier(kvevents.BlockStored, "CPU"), tier(kvevents.BlockStored, "STORAGE"), removed(gpu.Hashes...),
+				tier(kvevents.BlockRemoved, "STORAGE"), tier(kvevents.BlockRemoved, "CPU")},
+		},
+		"a tier dropping a copy it never announced": {
+			events: []kvevents.Event{gpu,
+				tier(kvevents.BlockRemoved, "CPU"), tier(kvevents.BlockStored, "CPU"), removed(gpu.Hashes...)},
+			want: []Hold{{Worker: 1, Blocks: 4, Offloaded: 4, Prompt: 4}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ix := New(0)
+			ix.Apply(1, tc.events)
+			got := ix.Lookup(a, "", "", nil)
+			if len(got) == 0 {
+				got = nil
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("holds (-want +got):\n%s", diff)
+			}
+			if _, offloaded := ix.Held(1); offloaded != len(tc.want)*4 {
+				t.Errorf("%d blocks held only offloaded, want %d", offloaded, len(tc.want)*4)
+			}
+			checkHolders(t, ix)
+			checkAdapters(t, ix)
+		})
+	}
+}
+
 // TestOffloadedCopiesNamedByDigestsAreTheGPUsBlocks: on vLLM's defaults
 // the GPU pool publishes each block hash as an int (the digest's low 64
 // bits) while the OffloadingConnector publishes the raw digests of the

@@ -17,23 +17,28 @@ type node struct {
 	prev    uint32 // the node before this one in its key's chain; 0: none, this is the first
 	next    uint32 // the node after it in its key's chain, or, when free, the next free node
 	eng     uint32 // the engine holding the block: its slot in Index.engines
-	adapter uint32 // the number of the adapter it was stored under, and where it is (inGPU, inOffload)
+	adapter uint32 // the number of the adapter it was stored under, and where it is (inGPU, copyBits, tierBits)
 }
 
-// The top bits of node.adapter tell where the engine's server holds the
-// block: in its GPU cache, in an offloading tier (a copy vLLM's KV
-// offloading made before the GPU evicted it), or both. The bits below them
-// count the copies the GPU holds beyond the first: vLLM does not
-// de-duplicate its cache, so requests that filled the same block at once
-// each keep a copy under the same hash, and each copy is stored and evicted
-// with an event of its own. The low bits are the adapter's number.
+// The top bit of node.adapter tells whether the engine's server holds the
+// block in its GPU cache. The bits below it count the copies the GPU holds
+// beyond the first: vLLM does not de-duplicate its cache, so requests that
+// filled the same block at once each keep a copy under the same hash, and
+// each copy is stored and evicted with an event of its own. The bits below
+// those count the copies offloading tiers hold (copies vLLM's KV offloading
+// made before the GPU evicted the block): one for each tier, and for each
+// chunk of a tier, that announced one and has not dropped it. A count
+// saturated (all its bits set) is no longer changed. The low bits are the
+// adapter's number.
 const (
 	inGPU       = 1 << 31
-	inOffload   = 1 << 30
-	copyShift   = 24
+	copyShift   = 25
 	oneCopy     = 1 << copyShift
-	copyBits    = inOffload - oneCopy // all set: the count saturated
-	adapterBits = oneCopy - 1
+	copyBits    = inGPU - oneCopy // all set: the count saturated
+	tierShift   = 20
+	oneTier     = 1 << tierShift
+	tierBits    = oneCopy - oneTier // all set: the count saturated
+	adapterBits = oneTier - 1
 )
 
 const (
