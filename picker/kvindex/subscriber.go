@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/go-logr/logr"
 
@@ -382,16 +383,23 @@ func (st *stream) apply(seq uint64, payload []byte) {
 	st.begun, st.next = true, seq+1
 }
 
-// maxKeptBatch is the most hashes and token ids (8 and 4 bytes each) the
-// decoded batch a stream reuses may keep room for: a step's events of a long
-// prompt, far from what one outsized batch could make it hold.
-const maxKeptBatch = 1 << 18
+// maxKeptBatch is the most bytes the decoded batch a stream reuses may keep
+// room for: a step's events of a long prompt, far from what one outsized
+// batch could make it hold.
+const maxKeptBatch = 2 << 20
 
-// retained is the hashes and token ids b's events keep room for.
+// retained is the bytes b keeps room for: its list of events, and their
+// hashes, token ids and extra keys.
 func retained(b *kvevents.Batch) int {
-	n := 0
-	for i := range b.Events {
-		n += cap(b.Events[i].Hashes) + cap(b.Events[i].TokenIDs)
+	events := b.Events[:cap(b.Events)] // a slot past the last event keeps the slices it had
+	n := len(events) * int(unsafe.Sizeof(kvevents.Event{}))
+	for i := range events {
+		ev := &events[i]
+		extra := ev.Extra[:cap(ev.Extra)]
+		n += 8*cap(ev.Hashes) + 4*cap(ev.TokenIDs) + len(extra)*int(unsafe.Sizeof(kvevents.ExtraKeys{}))
+		for j := range extra {
+			n += cap(extra[j].Raw)
+		}
 	}
 	return n
 }

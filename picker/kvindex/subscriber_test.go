@@ -9,10 +9,12 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
@@ -365,18 +367,32 @@ func TestSubscriberDialsAgainPastASilentHandshake(t *testing.T) {
 }
 
 // The decoded batch a stream reuses keeps room for a step's events, not for
-// the most an outsized batch made it hold.
+// the most an outsized batch made it hold: in its events' hashes, in its
+// list of events (a batch of many events with no hashes), or in their extra
+// keys.
 func TestAStreamDoesNotKeepAnOutsizedBatch(t *testing.T) {
-	ix := New(0)
-	st := &stream{s: &Subscriber{Index: ix}, log: logr.Discard()}
-	big := kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: make([]uint64, maxKeptBatch+1)}
-	st.apply(0, kvevents.AppendBatch(nil, &kvevents.Batch{TS: 1, Events: []kvevents.Event{big}}))
-	if n := retained(&st.batch); n != 0 {
-		t.Errorf("after an outsized batch the stream keeps room for %d hashes and tokens", n)
+	manyExtra := kvevents.Event{Kind: kvevents.BlockStored, BlockSize: bs, Medium: "GPU"}
+	for i := range maxKeptBatch / int(unsafe.Sizeof(kvevents.ExtraKeys{})) {
+		manyExtra.Extra = append(manyExtra.Extra, kvevents.ExtraKeys{Block: i, N: 1, Raw: []byte{0x01}})
 	}
-	small := stored(1, prompt(1, 4, -1), 0, 4, "")
-	st.apply(1, kvevents.AppendBatch(nil, &kvevents.Batch{TS: 1, Events: []kvevents.Event{small}}))
-	if n := retained(&st.batch); n == 0 || n > maxKeptBatch {
-		t.Errorf("after an ordinary batch the stream keeps room for %d, want it kept for the next", n)
+	cases := map[string][]kvevents.Event{
+		"one event of many hashes": {{Kind: kvevents.BlockRemoved, Hashes: make([]uint64, maxKeptBatch/8+1)}},
+		"many events of no hashes": slices.Repeat([]kvevents.Event{{Kind: kvevents.AllBlocksCleared}},
+			maxKeptBatch/int(unsafe.Sizeof(kvevents.Event{}))+1),
+		"one event of many blocks' extra keys": {manyExtra},
+	}
+	for name, big := range cases {
+		t.Run(name, func(t *testing.T) {
+			st := &stream{s: &Subscriber{Index: New(0)}, log: logr.Discard()}
+			st.apply(0, kvevents.AppendBatch(nil, &kvevents.Batch{TS: 1, Events: big}))
+			if n, c := retained(&st.batch), cap(st.batch.Events); n != 0 || c != 0 {
+				t.Errorf("after an outsized batch the stream keeps %d bytes, room for %d events", n, c)
+			}
+			small := stored(1, prompt(1, 4, -1), 0, 4, "")
+			st.apply(1, kvevents.AppendBatch(nil, &kvevents.Batch{TS: 1, Events: []kvevents.Event{small}}))
+			if n := retained(&st.batch); n == 0 || n > maxKeptBatch {
+				t.Errorf("after an ordinary batch the stream keeps %d bytes, want it kept for the next", n)
+			}
+		})
 	}
 }
