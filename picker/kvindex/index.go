@@ -24,9 +24,11 @@ import (
 )
 
 // DefaultMaxBlocksPerWorker bounds the blocks the index keeps for one worker
-// when New is given no bound: more than any single GPU's KV cache holds at
-// 16 tokens a block. A worker that stores beyond it without removing has its
-// further stores ignored until it evicts.
+// (a pod's port, over every engine behind it) when New is given no bound:
+// at 16 tokens a block, more than a GPU's KV cache holds, and than most
+// nodes' GPUs hold together. A
+// worker that stores beyond it without removing has its further stores
+// ignored until it evicts.
 const DefaultMaxBlocksPerWorker = 1 << 20
 
 // Index maps prompt blocks to the workers whose caches hold them. It is safe
@@ -101,7 +103,8 @@ type Dropped struct {
 }
 
 // New returns an empty index that keeps at most maxPerWorker blocks for one
-// worker (DefaultMaxBlocksPerWorker when maxPerWorker <= 0).
+// worker, over all its engines (DefaultMaxBlocksPerWorker when maxPerWorker
+// <= 0).
 func New(maxPerWorker int) *Index {
 	if maxPerWorker <= 0 {
 		maxPerWorker = DefaultMaxBlocksPerWorker
@@ -314,6 +317,7 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 		}
 		key = ix.nodes.at(p).key
 	}
+	others := ix.heldByOthers(w) // the bound is the worker's, over all its engines
 	extra := ev.Extra
 	var aid uint32 // the adapter's number, once a block is held under it
 	named := false
@@ -335,7 +339,7 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 			}
 			ix.unhold(w, at, old)
 		}
-		if w.blocks.n >= ix.maxPerWorker {
+		if others+w.blocks.n >= ix.maxPerWorker {
 			ix.dropped.Full += int64(len(ev.Hashes) - i)
 			break
 		}
@@ -349,6 +353,18 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 		}
 		ix.hold(w, h, key, aid)
 	}
+}
+
+// heldByOthers returns the blocks the engine's worker holds in its other
+// engines.
+func (ix *Index) heldByOthers(w *engine) int {
+	n := 0
+	for _, e := range ix.workers[w.src.id] {
+		if e != nil && e != w {
+			n += e.blocks.n
+		}
+	}
+	return n
 }
 
 // adapterOf returns the name the event's blocks are filed under: its

@@ -234,6 +234,26 @@ func TestMalformedAndFullStoresAreDropped(t *testing.T) {
 	}
 }
 
+// TestTheBoundHoldsForAPodOfManyEngines: a pod whose port fronts several
+// data-parallel engines keeps at most the bound's blocks over them all,
+// as it does with one engine; another pod has a bound of its own.
+func TestTheBoundHoldsForAPodOfManyEngines(t *testing.T) {
+	ix := New(4)
+	for e := range 3 {
+		ix.ApplyEngine(1, e, []kvevents.Event{stored(uint64(e+1), prompt(uint32(100*e), 4, -1), 0, 4, "")})
+	}
+	ix.Apply(2, []kvevents.Event{stored(9, prompt(1000, 4, -1), 0, 4, "")})
+	if held := blocksHeld(ix, 1); held != 4 {
+		t.Errorf("the pod of 3 engines holds %d blocks, want its bound of 4", held)
+	}
+	if held := blocksHeld(ix, 2); held != 4 {
+		t.Errorf("another pod holds %d blocks, want its own bound of 4", held)
+	}
+	if _, d := ix.Stats(); d != (Dropped{Full: 8}) {
+		t.Errorf("dropped %+v, want the 8 blocks over the first pod's bound", d)
+	}
+}
+
 // TestSaltedPromptsAreKeptApart: a server that keys a salted prompt's first
 // block by its salt (extra keys) holds it apart from the same tokens without
 // a salt or under another, as vLLM's cache does; the blocks after the first
