@@ -338,6 +338,9 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 				continue
 			}
 			ix.unhold(w, at, old)
+			// The block replaced may be one this event stored (a hash
+			// repeated in it), the last under the adapter's number.
+			named = named && ix.adapters.blocks[aid] > 0
 		}
 		if others+w.blocks.n >= ix.maxPerWorker {
 			ix.dropped.Full += int64(len(ev.Hashes) - i)
@@ -349,7 +352,7 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 				break
 			}
 		} else {
-			ix.adapters.holdAgain(aid) // held since this event's first block
+			ix.adapters.holdAgain(aid) // held since an earlier block of this event
 		}
 		ix.hold(w, h, key, aid)
 	}

@@ -198,6 +198,28 @@ func TestABlockHeldUnderTwoHashes(t *testing.T) {
 	}
 }
 
+// TestAHashRepeatedInOneStoreKeepsItsAdapterKnown: a stored event that
+// names one hash for two different blocks (a colliding or hostile server)
+// keeps the later block under it, and the adapter it was stored under stays
+// known, its number counting the block, until the block goes.
+func TestAHashRepeatedInOneStoreKeepsItsAdapterKnown(t *testing.T) {
+	a := prompt(1, 2, -1)
+	ix := New(0)
+	ix.Apply(1, []kvevents.Event{{Kind: kvevents.BlockStored, BlockSize: bs, LoraName: "a", Medium: "GPU",
+		Hashes: []uint64{7, 7}, TokenIDs: a}})
+	if !ix.Adapter("a") {
+		t.Error("adapter a unknown while a block stored under it is held")
+	}
+	checkAdapters(t, ix)
+	ix.Apply(1, []kvevents.Event{stored(2, prompt(50, 1, -1), 0, 1, "b")}) // a new name takes a free number
+	checkAdapters(t, ix)
+	ix.Apply(1, []kvevents.Event{removed(7)})
+	if ix.Adapter("a") || !ix.Adapter("b") {
+		t.Errorf("after a's block went: Adapter(a) %v, Adapter(b) %v; want false, true", ix.Adapter("a"), ix.Adapter("b"))
+	}
+	checkAdapters(t, ix)
+}
+
 func TestRemoveForgetsAWorkerAndItsCounts(t *testing.T) {
 	ix := New(0)
 	a := prompt(1, 4, -1)
