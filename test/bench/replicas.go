@@ -411,6 +411,8 @@ func replicasMarkdown(rr *replicaReport) string {
 	w("guards and no shared state; the gateway stand-in spreads ext_proc streams round robin over them. Each run is cold,\n")
 	w("in real time (time scale %g: see `replicaTimeScale` in `test/bench/replicas.go`), and each setting runs %s:\n", float64(replicaTimeScale), times(replicaRuns))
 	w("the table and the verdicts show each figure's median over the runs, and the range of the runs' TTFT p90s.\n")
+	w("one-system-prompt is multi-turn's 24 conversations under the one 4,000-byte system prompt they share, as an\n")
+	w("application's chats do, where multi-turn gives each its own: which pod holds a conversation is told by its turns alone.\n")
 	if kvEventsPort != 0 {
 		w("The pods publish their KV-cache events and every replica subscribes (`--kv-events-port`), except in the rows\n")
 		w("marked \"%s\". A pod publishes a step's events once the step has run, as current vLLM does,\n", noEvents)
