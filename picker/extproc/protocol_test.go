@@ -1,8 +1,10 @@
 package extproc
 
 import (
+	"bytes"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -452,6 +454,40 @@ func TestErrors(t *testing.T) {
 				t.Errorf("a rejected request left load (%d,%d)", p, d)
 			}
 		})
+	}
+}
+
+// vLLM reads a bare string in a chat message's content array as a text
+// part: such a request is routed, with the prompt of the same text sent as
+// text parts, so both find the same cached prefix.
+func TestStringContentPartsAreRoutedAsTextParts(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	var mu sync.Mutex
+	var prompts []string
+	e.picker.seen = func(r *policy.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		prompts = append(prompts, string(bytes.Join(r.Prompt, nil)))
+	}
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"Hello, "},{"type":"text","text":"world"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":["Hello, ","world"]}]}`,
+	} {
+		s := e.open()
+		s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+		s.requestBody(body, true)
+		r := s.recv()
+		if ir := r.GetImmediateResponse(); ir != nil {
+			t.Fatalf("%s was answered %d: %s", body, ir.GetStatus().GetCode(), ir.GetBody())
+		}
+		if r.GetRequestHeaders() == nil {
+			t.Fatalf("want the request headers reply, got %v", r)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(prompts) != 2 || prompts[0] != prompts[1] {
+		t.Errorf("prompts %q, want the text parts' prompt twice", prompts)
 	}
 }
 

@@ -73,6 +73,11 @@ func TestParse(t *testing.T) {
 			body: `{"model":"m","messages":[{"role":"user","content":[{"image_url":{"url":"https://x/a.png"}}]}]}`,
 			want: parsed{Model: "m", Media: true, Prompt: []string{"<|user|>\n", `{"image_url":{"url":"https://x/a.png"}}`}},
 		},
+		"chat content parts as strings": {
+			kind: ChatCompletions,
+			body: `{"model":"m","messages":[{"role":"user","content":["look",{"type":"image_url","image_url":{"url":"https://x/a.png"}},"at this"]}]}`,
+			want: parsed{Model: "m", Prompt: []string{"<|user|>\n", "look", `{"type":"image_url","image_url":{"url":"https://x/a.png"}}`, "at this"}},
+		},
 		"chat tools go first": {
 			kind: ChatCompletions,
 			body: `{"model":"m","messages":[{"role":"user","content":"weather?"}],"tools":[{"type":"function","function":{"name":"w"}}]}`,
@@ -281,7 +286,7 @@ func TestParseErrors(t *testing.T) {
 		"message string":             {kind: ChatCompletions, body: `{"model":"m","messages":["hi"]}`, want: ErrFieldType},
 		"role number":                {kind: ChatCompletions, body: `{"model":"m","messages":[{"role":1}]}`, want: ErrFieldType},
 		"content number":             {kind: ChatCompletions, body: `{"model":"m","messages":[{"role":"user","content":1}]}`, want: ErrFieldType},
-		"content part string":        {kind: ChatCompletions, body: `{"model":"m","messages":[{"role":"user","content":["hi"]}]}`, want: ErrFieldType},
+		"content part number":        {kind: ChatCompletions, body: `{"model":"m","messages":[{"role":"user","content":[1]}]}`, want: ErrFieldType},
 		"tools object":               {kind: ChatCompletions, body: `{"model":"m","tools":{}}`, want: ErrFieldType},
 		"prompt number":              {kind: Completions, body: `{"model":"m","prompt":1}`, want: ErrFieldType},
 		"prompt array of objects":    {kind: Completions, body: `{"model":"m","prompt":[{}]}`, want: ErrFieldType},
@@ -319,6 +324,23 @@ func TestParseDepthLimitIsInclusive(t *testing.T) {
 	var r Request
 	if err := Parse(Unknown, []byte(body), &r); err != nil {
 		t.Fatalf("Parse at the depth limit: %v", err)
+	}
+}
+
+// vLLM reads a bare string in a content array as a text part: the prompt,
+// and so the prefix the policy looks up, must be the same either way.
+func TestStringContentPartsReadAsTextParts(t *testing.T) {
+	parts := `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"Hello, "},{"type":"text","text":"world"}]}]}`
+	strs := `{"model":"m","messages":[{"role":"user","content":["Hello, ","world"]}]}`
+	var a, b Request
+	if err := Parse(ChatCompletions, []byte(parts), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := Parse(ChatCompletions, []byte(strs), &b); err != nil {
+		t.Fatalf("Parse(%s): %v", strs, err)
+	}
+	if diff := cmp.Diff(summarize(&a), summarize(&b)); diff != "" {
+		t.Errorf("string parts read unlike text parts (-text parts +strings):\n%s", diff)
 	}
 }
 

@@ -155,14 +155,21 @@ func (p *parser) content(field string) error {
 	return l.elements(func() error { return p.part(field) })
 }
 
-// part reads one content part. A text part contributes its text; any other
-// part (image, audio, file, refusal) its raw JSON object, which identifies
-// the media as well as a model server's own hashing of it would. A part
-// other than text or a refusal marks the request's Media.
+// part reads one content part. A text part contributes its text, and so does
+// a bare string, which vLLM reads as a text part; any other part (image,
+// audio, file, refusal) its raw JSON object, which identifies the media as
+// well as a model server's own hashing of it would. A part other than text
+// or a refusal marks the request's Media.
 func (p *parser) part(field string) error {
 	l := &p.l
-	if l.peek() != '{' {
-		return fieldTypeError(field+"[]", l, "an object")
+	switch l.peek() {
+	case '"':
+		s, err := l.str()
+		p.add(s)
+		return err
+	case '{':
+	default:
+		return fieldTypeError(field+"[]", l, "a string or an object")
 	}
 	start := l.i
 	var typ, text []byte

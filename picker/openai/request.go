@@ -76,8 +76,8 @@ func (r *Request) PromptLen() int {
 //     a token array as its raw JSON text without the brackets.
 //   - ChatCompletions: "tools" first (templates render them in the opening
 //     system turn), then each message as its role marker, its text content
-//     (string or "text" parts; other parts such as images as their raw JSON
-//     object) and its "tool_calls" as raw JSON.
+//     (a string, or "text" parts and bare strings; other parts such as
+//     images as their raw JSON object) and its "tool_calls" as raw JSON.
 //   - Responses: "tools", then "instructions" as a system turn, then "input"
 //     (a string is a user turn; items with a role or content are turns like
 //     chat messages; other items, such as function calls and their outputs,
