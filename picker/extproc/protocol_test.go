@@ -491,6 +491,33 @@ func TestStringContentPartsAreRoutedAsTextParts(t *testing.T) {
 	}
 }
 
+// vLLM decodes a body that begins with a UTF-8 byte order mark, and reads
+// its booleans in pydantic's lax mode: such requests are routed, not
+// answered 400.
+func TestBodiesVLLMDecodesLaxlyAreRouted(t *testing.T) {
+	for name, body := range map[string]string{
+		"stream as 1":        `{"model":"m","stream":1,"messages":[{"role":"user","content":"hi"}]}`,
+		"stream as a string": `{"model":"m","stream":"true","messages":[{"role":"user","content":"hi"}]}`,
+		"include_usage as a string": `{"model":"m","stream":true,"stream_options":{"include_usage":"true"},` +
+			`"messages":[{"role":"user","content":"hi"}]}`,
+		"byte order mark": "\xef\xbb\xbf" + `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, twoWorkers)
+			s := e.open()
+			s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+			s.requestBody(body, true)
+			r := s.recv()
+			if ir := r.GetImmediateResponse(); ir != nil {
+				t.Fatalf("answered %d: %s", ir.GetStatus().GetCode(), ir.GetBody())
+			}
+			if r.GetRequestHeaders() == nil {
+				t.Fatalf("want the request headers reply, got %v", r)
+			}
+		})
+	}
+}
+
 func TestIgnoreSubsetHint(t *testing.T) {
 	e := newEnv(t, twoWorkers, func(o *Options) { o.IgnoreSubsetHint = true })
 	s := e.open()

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"unicode/utf8"
 	"unsafe"
@@ -43,14 +45,18 @@ func FuzzParse(f *testing.F) {
 	f.Add(uint8(Embeddings), []byte(`{"model":"m\u00e9","input":["a"]}`))
 	f.Add(uint8(ChatCompletions), []byte(`{"model":"m","messages":[{"role":"user","content":"a"}],"messages":[]}`))
 	f.Add(uint8(Completions), []byte(`{"m\u006fdel":"m","pr\u006fmpt":"a"}`))
+	f.Add(uint8(ChatCompletions), []byte("\xef\xbb\xbf"+`{"model":"m","stream":"Yes","stream_options":{"include_usage":1}}`))
 	f.Fuzz(func(t *testing.T, kind uint8, body []byte) {
 		var r Request
 		err := Parse(Kind(kind%5), body, &r)
-		valid := json.Valid(body)
+		// The model server's decoder skips a byte order mark; encoding/json
+		// does not.
+		text := bytes.TrimPrefix(body, bom)
+		valid := json.Valid(text)
 		if !valid && err == nil {
 			t.Fatalf("Parse accepted invalid JSON %q", body)
 		}
-		if valid && utf8.Valid(body) && errors.Is(err, ErrSyntax) {
+		if valid && utf8.Valid(text) && errors.Is(err, ErrSyntax) {
 			t.Fatalf("Parse rejected valid JSON %q as a syntax error: %v", body, err)
 		}
 		if err != nil {
@@ -64,7 +70,7 @@ func FuzzParse(f *testing.F) {
 			t.Errorf("Model = %q, encoding/json read %v", r.Model, doc["model"])
 		}
 		checkModelSpan(t, body, &r)
-		if want := doc["stream"] == true; r.Stream != want {
+		if want := laxTrue(doc["stream"]); r.Stream != want {
 			t.Errorf("Stream = %v, want %v", r.Stream, want)
 		}
 		for i, seg := range r.Prompt {
@@ -82,6 +88,21 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// laxTrue reports whether pydantic's lax mode reads v, as encoding/json
+// decoded it, as true.
+func laxTrue(v any) bool {
+	switch v := v.(type) {
+	case bool:
+		return v
+	case json.Number:
+		f, err := v.Float64()
+		return err == nil && f == 1
+	case string:
+		return slices.Contains([]string{"1", "t", "y", "on", "yes", "true"}, strings.ToLower(v))
+	}
+	return false
 }
 
 // feedAll feeds body cut at the given chunk sizes and returns every event
@@ -146,9 +167,10 @@ func checkLargeJSON(t *testing.T, body []byte) {
 // decodeJSON is json.Unmarshal with numbers kept as their text: JSON sets
 // no range on numbers (1e400 is valid, and the model server reads it), where
 // decoding into float64 rejects the body. Like json.Unmarshal, it rejects
-// anything after the value.
+// anything after the value; like the model server, it skips a leading byte
+// order mark.
 func decodeJSON(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
+	dec := json.NewDecoder(bytes.NewReader(bytes.TrimPrefix(b, bom)))
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
 		return err

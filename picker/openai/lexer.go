@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/bits"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -266,7 +267,9 @@ func (l *lexer) lit(word string) error {
 	return nil
 }
 
-// boolean reads true, false or null; present is false for null.
+// boolean reads a boolean as vLLM's pydantic models read one in their
+// default lax mode: true or false, or what laxBoolean reads; present is
+// false for null.
 func (l *lexer) boolean(field string) (v, present bool, err error) {
 	switch l.peek() {
 	case 't':
@@ -276,7 +279,65 @@ func (l *lexer) boolean(field string) (v, present bool, err error) {
 	case 'n':
 		return false, false, l.lit("null")
 	}
+	return l.laxBoolean(field)
+}
+
+// laxBoolean reads the other values pydantic's lax mode takes for a
+// boolean: the numbers 0 and 1 (1.0 and 0e5 too), and a string laxBool
+// knows. Anything else has the wrong type.
+func (l *lexer) laxBoolean(field string) (v, present bool, err error) {
+	start := l.i
+	switch c := l.peek(); {
+	case c == '"':
+		s, err := l.str()
+		if err != nil {
+			return false, false, err
+		}
+		if v, ok := laxBool(s); ok {
+			return v, true, nil
+		}
+	case c == '-' || isDigit(c):
+		if err := l.num(); err != nil {
+			return false, false, err
+		}
+		// Only a finite number can be 0 or 1; one out of float64's range
+		// fails to parse and is refused.
+		switch f, err := strconv.ParseFloat(string(l.b[start:l.i]), 64); {
+		case err == nil && f == 0:
+			return false, true, nil
+		case err == nil && f == 1:
+			return true, true, nil
+		}
+	}
+	l.i = start
 	return false, false, fieldTypeError(field, l, "a boolean")
+}
+
+// laxBool reads the raw content of a JSON string as pydantic reads a string
+// given for a bool: "0", "1", or, in any ASCII case, f, n, no, off, false
+// and t, y, on, yes, true. A string with escapes is read as what it decodes
+// to.
+func laxBool(raw []byte) (v, ok bool) {
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		raw = unescapeKey(raw)
+	}
+	if len(raw) > len("false") {
+		return false, false
+	}
+	var low [len("false")]byte
+	for i, c := range raw {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		low[i] = c
+	}
+	switch string(low[:len(raw)]) {
+	case "0", "f", "n", "no", "off", "false":
+		return false, true
+	case "1", "t", "y", "on", "yes", "true":
+		return true, true
+	}
+	return false, false
 }
 
 var errTooDeep = fmt.Errorf("%w: more than %d levels", ErrTooDeep, MaxDepth)

@@ -69,7 +69,10 @@ func (r *Request) PromptLen() int {
 // Parse reads a request body sent to an endpoint of the given kind into r,
 // which it resets first. It checks that the whole body is valid JSON (UTF-8
 // included) in the same pass. Errors wrap ErrSyntax, ErrNotObject, ErrTooDeep,
-// ErrMissingModel or ErrFieldType; on error r holds partial results.
+// ErrMissingModel or ErrFieldType; on error r holds partial results. It
+// reads what vLLM reads: a leading UTF-8 byte order mark is skipped, and
+// "stream" and "stream_options.include_usage" are booleans as pydantic's lax
+// mode reads them (1, "true", "yes" and so on).
 //
 // What becomes the prompt, by kind:
 //   - Completions: "prompt" as a string, the strings of an array in order, or
@@ -102,8 +105,16 @@ type parser struct {
 	instructions    []byte // raw string content
 }
 
+// bom is the UTF-8 byte order mark, which some clients write ahead of a
+// body and which the model server's JSON decoder skips.
+var bom = []byte("\xef\xbb\xbf")
+
 func (p *parser) parse() error {
 	l := &p.l
+	if bytes.HasPrefix(l.b, bom) {
+		l.i = len(bom)
+	}
+	start := l.i
 	switch l.peek() {
 	case '{':
 	case '[', '"', 't', 'f', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
@@ -113,7 +124,7 @@ func (p *parser) parse() error {
 		if err := p.end(); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: got %s", ErrNotObject, (&lexer{b: l.b}).kindName())
+		return fmt.Errorf("%w: got %s", ErrNotObject, (&lexer{b: l.b, i: start}).kindName())
 	default:
 		return syntaxError(l, "expected a JSON object")
 	}
