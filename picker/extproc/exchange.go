@@ -39,8 +39,13 @@ type exchange struct {
 	declared  int  // content-length, 0 when absent
 	follows   bool // the request headers did not end the stream: body chunks or trailers follow
 	trailers  bool // trailers ended the request: no body chunk ends its stream
-	body      []byte
-	reserved  int // bytes of the body budget this stream holds
+	// trailersDue: the request was routed on its headers and the gateway
+	// sends no body (mode NONE); its trailers may still come, before or
+	// after the response headers, since the gateway sends each direction
+	// as it comes.
+	trailersDue bool
+	body        []byte
+	reserved    int // bytes of the body budget this stream holds
 	// promptReserved is what the parsed prompt's segment list holds of the
 	// body budget (see reservePrompt).
 	promptReserved int
@@ -144,7 +149,7 @@ func (x *exchange) id() string {
 // (an immediate response was sent). A message the stream's state does not
 // accept is a *violation error.
 func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err error) {
-	if m := messageOf(req); !x.state.accepts(m) {
+	if m := messageOf(req); !x.state.accepts(m) && (m != msgRequestTrailers || !x.trailersDue) {
 		return true, &violation{msg: m, state: x.state}
 	}
 	switch r := req.GetRequest().(type) {
@@ -153,8 +158,11 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return x.requestBody(r.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
-		if x.state == awaitingTrailers { // routed on its headers: the trailers pass
-			x.state = awaitingResponse
+		if x.trailersDue { // routed on its headers: the trailers pass
+			x.trailersDue = false
+			if x.state == awaitingTrailers {
+				x.state = awaitingResponse
+			}
 			return false, x.send(continueRequestTrailers)
 		}
 		x.trailers = true
@@ -222,7 +230,7 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		// trailers may still come.
 		done, err := x.route()
 		if !done && err == nil {
-			x.state = awaitingTrailers
+			x.state, x.trailersDue = awaitingTrailers, true
 		}
 		return done, err
 	}

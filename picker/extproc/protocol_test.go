@@ -209,6 +209,53 @@ func TestTheGatewaysBodyModesAreChecked(t *testing.T) {
 	}
 }
 
+// With request_body_mode NONE the gateway sends the request's trailers when
+// the client sends them, which may be after the model server has answered:
+// they are answered, and the response streams on to its end, its guard held
+// until then.
+func TestRequestTrailersAfterTheResponseHeadersPass(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	s := e.open()
+	s.send(&extprocv3.ProcessingRequest{
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: headerMap(":method", "POST", ":path", "/v1/chat/completions", "content-type", "application/json")}},
+		ProtocolConfig: &extprocv3.ProtocolConfiguration{
+			RequestBodyMode:  extprocfilterv3.ProcessingMode_NONE,
+			ResponseBodyMode: extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+		},
+	})
+	if r := s.routed(false); r.dest == "" {
+		t.Fatal("no destination")
+	}
+	s.responseHeaders(200, "text/event-stream", false, "")
+	if r := s.recv(); r.GetResponseHeaders() == nil {
+		t.Fatalf("want the response headers reply, got %v", r)
+	}
+	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{
+		RequestTrailers: &extprocv3.HttpTrailers{Trailers: headerMap("x-checksum", "abc")}}})
+	r, err := s.stream.Recv()
+	if err != nil {
+		t.Fatalf("the request's trailers ended the stream: %v", err)
+	}
+	if r.GetRequestTrailers() == nil {
+		t.Fatalf("want the request trailers reply, got %v", r)
+	}
+	if p, d := totalLoad(e.reg.Workers()...); p+d != 1 {
+		t.Errorf("load (%d,%d) while the response streams, want its guard", p, d)
+	}
+	s.responseBody(sse("hi"), false)
+	s.recv()
+	s.responseBody(sseDone, true)
+	s.recv()
+	eventually(t, "the response to complete", func() bool { return e.releases(reasonCompleted) == 1 })
+	if n := e.releases(reasonViolation); n != 0 {
+		t.Errorf("%v guards released as protocol violations, want none", n)
+	}
+	if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 0 {
+		t.Errorf("load (%d,%d) after the response ended, want none", p, d)
+	}
+}
+
 // With response_body_mode NONE the picker never sees the response body:
 // Envoy ends the stream once it has nothing more to send it, which after a
 // 2xx response is how the response ends. Duration and size are recorded as

@@ -34,7 +34,9 @@ const (
 	awaitingResponse
 	// awaitingTrailers: the request was routed on its headers while the
 	// gateway sends no body (mode NONE); its trailers may come, or the
-	// response headers.
+	// response headers. The trailers stay due after the response headers
+	// (the exchange's trailersDue): they are accepted then in any later
+	// state, which they leave as it is.
 	awaitingTrailers
 	// readingResponse: response headers received; body chunks and trailers.
 	readingResponse
