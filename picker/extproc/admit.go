@@ -78,7 +78,7 @@ func (x *exchange) admit() error {
 	if x.subset.present {
 		it.Endpoints += "\x00" + x.subset.String()
 	}
-	return x.s.opts.Queue.Admit(x.stream.Context(), it, x.tryPickQueued)
+	return x.s.opts.Queue.Admit(x.waitContext(), it, x.tryPickQueued)
 }
 
 // tryPickQueued is tryPick for the flow-control queue, whose dispatcher

@@ -39,10 +39,13 @@ type directStream struct {
 	running bool
 	done    chan struct{}
 
-	// The exchange's context.
+	// The exchange's context, and the one its request waits in the
+	// flow-control queue with (waitContext), which the client's close
+	// ends too.
 	cmu       sync.Mutex
 	cancelled atomic.Bool
 	doneCh    chan struct{}
+	waitCh    chan struct{}
 
 	// Under c.mu.
 	recvUnacked int   // message bytes handled since the last window update
@@ -72,6 +75,7 @@ type streamEvent struct {
 func (st *directStream) event(ev streamEvent) {
 	if ev.eof {
 		st.remoteClosed.Store(true)
+		st.closeWait()
 	}
 	if ev.reset {
 		st.cancel()
@@ -434,17 +438,29 @@ func (st *directStream) dropHeldBack() {
 	c.closeIfDrained()
 }
 
-// cancel ends the exchange's context. It sets cancelled under cmu, as
-// Done reads it: a Done between the two would make the channel, find it
-// cancelled and close it, and cancel would close it again.
+// cancel ends the exchange's context and the wait context. It sets
+// cancelled under cmu, as Done reads it: a Done between the two would make
+// the channel, find it cancelled and close it, and cancel would close it
+// again.
 func (st *directStream) cancel() {
 	st.cmu.Lock()
-	defer st.cmu.Unlock()
-	if st.cancelled.Swap(true) {
-		return
-	}
-	if st.doneCh != nil {
+	if !st.cancelled.Swap(true) && st.doneCh != nil {
 		close(st.doneCh)
+	}
+	st.cmu.Unlock()
+	st.closeWait()
+}
+
+// closeWait ends the wait context, once: at the client's close or reset.
+func (st *directStream) closeWait() {
+	st.cmu.Lock()
+	defer st.cmu.Unlock()
+	if st.waitCh != nil {
+		select {
+		case <-st.waitCh:
+		default:
+			close(st.waitCh)
+		}
 	}
 }
 
@@ -475,6 +491,40 @@ func (sc *streamContext) Done() <-chan struct{} {
 func (sc *streamContext) Err() error {
 	if (*directStream)(sc).cancelled.Load() {
 		return context.Canceled
+	}
+	return nil
+}
+
+// waitContext is the stream's context, ended also by the client's close
+// (with errGatewayClosed), for its request to wait in the flow-control
+// queue with (closeWatcher).
+func (st *directStream) waitContext() context.Context { return (*waitContext)(st) }
+
+type waitContext directStream
+
+func (*waitContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*waitContext) Value(any) any               { return nil }
+
+func (wc *waitContext) Done() <-chan struct{} {
+	st := (*directStream)(wc)
+	st.cmu.Lock()
+	defer st.cmu.Unlock()
+	if st.waitCh == nil {
+		st.waitCh = make(chan struct{})
+		if st.cancelled.Load() || st.remoteClosed.Load() {
+			close(st.waitCh)
+		}
+	}
+	return st.waitCh
+}
+
+func (wc *waitContext) Err() error {
+	st := (*directStream)(wc)
+	switch {
+	case st.cancelled.Load():
+		return context.Canceled
+	case st.remoteClosed.Load():
+		return errGatewayClosed
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"errors"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ type exchange struct {
 	state  state
 	out    *replies // kept across streams
 	in     *inbound // the received message, decoded in place; kept across streams
+	wait   recvWait // the context a queued request waits with on the grpc transport
 
 	// request side
 	kind      openai.Kind
@@ -292,6 +294,9 @@ func (x *exchange) route() (bool, error) {
 		x.s.upstream.ScheduleFailed(x.series)
 		if pp := (*pickPanic)(nil); errors.As(err, &pp) {
 			return false, x.recoveredAt(pp.value, pp.stack)
+		}
+		if errors.Is(err, errGatewayClosed) {
+			return true, x.ended(io.EOF)
 		}
 		status, reason, ok := refusal(err)
 		if !ok {

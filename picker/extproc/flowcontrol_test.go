@@ -1,7 +1,9 @@
 package extproc
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -156,6 +158,43 @@ func TestCancellationStormIntoAFullQueue(t *testing.T) {
 				t.Errorf("%s %v = %v after the storm, want 0", f.GetName(), m.GetLabel(), g.GetValue())
 			}
 		}
+	}
+}
+
+// A gateway that ends a waiting request's stream by closing its side
+// (Envoy's graceful close when the client went away, which resets the
+// stream only a second later) takes the request out of the queue at once:
+// it is never dispatched, and the capacity that frees goes to a live
+// request.
+func TestQueuedRequestLeavesTheQueueWhenTheGatewayCloses(t *testing.T) {
+	e, q, _ := queueEnv(t, flowcontrol.Options{})
+	holder := e.open()
+	holder.sendRequest("interactive")
+	holder.routed(true)
+
+	gone := e.open()
+	gone.sendRequest("interactive")
+	eventually(t, "the second request queued", func() bool { return q.Len() == 1 })
+	if err := gone.stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the closed request out of the queue", func() bool { return q.Len() == 0 })
+	if r, err := gone.stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("the closed stream got %v, %v; want its end, unanswered", r, err)
+	}
+
+	holder.responseHeaders(200, "application/json", true, "")
+	holder.recv()
+	live := e.open()
+	live.sendRequest("interactive")
+	if r := live.routed(true); r.dest != "127.0.0.1:8000" {
+		t.Fatalf("the live request went to %q after the capacity freed", r.dest)
+	}
+	if p, d := e.worker("127.0.0.1:8000").Load(); p+d != 1 {
+		t.Errorf("load (%d,%d) with one live request routed, want its guard alone", p, d)
+	}
+	if n := e.releases(reasonCancelled); n != 0 {
+		t.Errorf("%v guards released as cancelled: the closed request was dispatched", n)
 	}
 }
 

@@ -234,7 +234,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 	}()
 	for {
 		// RecvMsg, unlike Recv, decodes into the stream's own message.
-		if err := stream.RecvMsg(x.in); err != nil {
+		if err := x.receive(stream); err != nil {
 			return x.ended(err)
 		}
 		if end, err := x.step(); end {
