@@ -96,7 +96,7 @@ func TestParse(t *testing.T) {
 		"chat content parts as strings": {
 			kind: ChatCompletions,
 			body: `{"model":"m","messages":[{"role":"user","content":["look",{"type":"image_url","image_url":{"url":"https://x/a.png"}},"at this"]}]}`,
-			want: parsed{Model: "m", Prompt: []string{"<|user|>\n", "look", `{"type":"image_url","image_url":{"url":"https://x/a.png"}}`, "at this"}},
+			want: parsed{Model: "m", Media: true, Prompt: []string{"<|user|>\n", "look", `{"type":"image_url","image_url":{"url":"https://x/a.png"}}`, "at this"}},
 		},
 		"chat tools go first": {
 			kind: ChatCompletions,
