@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -171,6 +172,8 @@ func TestModelFilter(t *testing.T) {
 	llamaOnly := &registry.Served{Bases: []string{"llama"}, Complete: true}
 	qwen := &registry.Served{Bases: []string{"qwen"}, Adapters: adaptersOf("qwen", "tool"), Complete: true}
 	fromMetrics := &registry.Served{Bases: []string{"qwen"}}
+	llamaFromMetrics := &registry.Served{Bases: []string{"llama"}}
+	qwenFromMetrics := fromMetrics
 	tests := map[string]struct {
 		served  []*registry.Served
 		model   string
@@ -179,7 +182,8 @@ func TestModelFilter(t *testing.T) {
 	}{
 		"base model":                     {served: []*registry.Served{llama, llama, qwen, qwen}, model: "qwen", want: []int{2, 3}},
 		"adapter listed":                 {served: []*registry.Served{llama, llama, qwen, qwen}, model: "tool", want: []int{2, 3}},
-		"adapter by its parent":          {served: []*registry.Served{llama, llamaOnly, qwen, qwen}, model: "sql", want: []int{0, 1}},
+		"adapter only where listed":      {served: []*registry.Served{llama, llamaOnly, qwen, qwen}, model: "sql", want: []int{0}},
+		"adapter by its parent":          {served: []*registry.Served{llama, llamaOnly, llamaFromMetrics, qwenFromMetrics}, model: "sql", want: []int{0, 2}},
 		"nobody serves it":               {served: []*registry.Served{llama, llama, qwen, qwen}, model: "mistral", wantErr: ErrModelNotServed},
 		"nobody reported: no filter":     {served: []*registry.Served{nil, nil, nil, nil}, model: "mistral", want: []int{0, 1, 2, 3}},
 		"unknown lists when none serves": {served: []*registry.Served{llama, nil, fromMetrics, qwen}, model: "mistral", want: []int{1, 2}},
@@ -219,19 +223,65 @@ func TestModelFilter(t *testing.T) {
 }
 
 // A subset hint narrows where an adapter may go, not what its base model is:
-// the hinted pod serves the base of an adapter only another pod has loaded.
+// of the hinted pods, one whose model list is incomplete may serve an
+// adapter that only a pod outside the hint lists, if it lists the adapter's
+// base; one whose complete list lacks the adapter does not serve it.
 func TestModelFilterUnderASubsetHintKnowsTheAdaptersBase(t *testing.T) {
-	reg, ws := pool(3)
+	reg, ws := pool(4)
 	ws[0].SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"llama"}, Adapters: adaptersOf("llama", "sql"), Complete: true}, Scraped: epoch})
 	ws[1].SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"llama"}, Complete: true}, Scraped: epoch})
-	ws[2].SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"qwen"}, Complete: true}, Scraped: epoch})
+	ws[2].SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"qwen"}}, Scraped: epoch})
+	ws[3].SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"llama"}}, Scraped: epoch})
 	p := build(t, Config{Name: LeastLoad}, reg, nil)
-	got, err := p.Pick(&Request{Model: "sql", Subset: true}, []*registry.Worker{ws[1]}, 1)
-	if err != nil || got[0] != ws[1] {
-		t.Errorf("subset [pod serving llama]: Pick = %v, %v; want that pod (sql is a llama adapter)", got, err)
+	for range 20 {
+		got, err := p.Pick(&Request{Model: "sql", Subset: true}, ws[1:], 3)
+		if err != nil || len(got) != 1 || got[0] != ws[3] {
+			var addrs []string
+			for _, w := range got {
+				addrs = append(addrs, w.Address())
+			}
+			t.Fatalf("subset [llama pod without sql, metrics-only qwen pod, metrics-only llama pod]: Pick = %v, %v; want %s alone", addrs, err, ws[3].Address())
+		}
 	}
-	if _, err := p.Pick(&Request{Model: "sql", Subset: true}, []*registry.Worker{ws[2]}, 1); !errors.Is(err, ErrModelNotServed) {
-		t.Errorf("subset [pod serving qwen]: error %v, want %v", err, ErrModelNotServed)
+	if _, err := p.Pick(&Request{Model: "sql", Subset: true}, []*registry.Worker{ws[1]}, 1); !errors.Is(err, ErrModelNotServed) {
+		t.Errorf("subset [llama pod whose complete list lacks sql]: error %v, want %v", err, ErrModelNotServed)
+	}
+}
+
+// Pods of one base model started with different adapters (--lora-modules):
+// vLLM answers a request for an adapter it has not registered with 404, so
+// once some pod lists the adapter, a pod whose complete list lacks it is
+// neither the primary nor a fallback, however busy the pods that list it.
+func TestAdapterRequestsGoOnlyToPodsThatListTheAdapter(t *testing.T) {
+	for _, name := range []string{CacheAware, WeightedScorer, LeastLoad} {
+		t.Run(name, func(t *testing.T) {
+			reg, ws := pool(3)
+			set := func(w *registry.Worker, adapter string) {
+				w.SetMetrics(&registry.Metrics{
+					Served:  &registry.Served{Bases: []string{"llama"}, Adapters: adaptersOf("llama", adapter), Complete: true},
+					LoRA:    &registry.LoRA{Max: 2},
+					Scraped: epoch,
+				})
+			}
+			set(ws[0], "sql")
+			set(ws[1], "chat")
+			set(ws[2], "sql")
+			p := build(t, Config{Name: name}, reg, nil)
+			holdDecode(t, ws[0], 20)
+			holdDecode(t, ws[2], 20)
+			got, err := p.Pick(&Request{Model: "sql", Prompt: [][]byte{[]byte("hello")}}, ws, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var addrs []string
+			for _, w := range got {
+				addrs = append(addrs, w.Address())
+			}
+			slices.Sort(addrs)
+			if want := []string{ws[0].Address(), ws[2].Address()}; !slices.Equal(want, addrs) {
+				t.Errorf("picks for adapter sql = %v, want %v (the pods that list it; %s lists only chat)", addrs, want, ws[1].Address())
+			}
+		})
 	}
 }
 

@@ -11,21 +11,24 @@ type served uint8
 
 const (
 	servesAny     served = iota // no filtering: every live worker is a candidate
-	servesModel                 // it lists the model, or the base of that adapter
+	servesModel                 // it lists the model, or, with an incomplete list, the base of that adapter
 	servesUnknown               // it has not listed all its models
 	servesNot                   // its complete list lacks the model
 )
 
 // modelFilter keeps the candidates that serve the requested model. A
 // worker serves a model it lists as a base or an adapter (from /v1/models
-// or the model_name of its metrics), and an adapter whose base model, as
-// some worker's /v1/models gives it, it lists. When some worker serves the
-// model, the candidates are those and the workers that have reported no
-// models yet (not scraped yet, or their scrapes fail): nothing says they
-// do not serve it, and dropping them would shorten the fallback list at
-// start and whenever a server's pages fail. Else the candidates are the
-// workers whose lists are incomplete (nothing reported yet, or metrics
-// only); else no worker serves the model.
+// or the model_name of its metrics). vLLM answers a request for an adapter
+// it has not registered with 404, so a worker whose complete list lacks an
+// adapter does not serve it, even where it lists the adapter's base; a
+// worker whose list is incomplete (metrics only) serves the adapter when it
+// lists its base model, as some worker's /v1/models gives it. When some
+// worker serves the model, the candidates are those and the workers that
+// have reported no models yet (not scraped yet, or their scrapes fail):
+// nothing says they do not serve it, and dropping them would shorten the
+// fallback list at start and whenever a server's pages fail. Else the
+// candidates are the workers whose lists are incomplete (nothing reported
+// yet, or metrics only); else no worker serves the model.
 type modelFilter struct {
 	model  string
 	parent string // the adapter's base model, when some worker reports it
@@ -63,15 +66,13 @@ func newModelFilter(model string, candidates, pool []*registry.Worker) (modelFil
 	if known == 0 {
 		return f, nil // nobody has listed its models: no filtering
 	}
-	// No worker lists the model itself: an adapter whose base model some
-	// worker reports is served where that base is.
-	f.parent = parentOf(model, candidates)
-	if f.parent == "" {
-		f.parent = parentOf(model, pool)
-	}
+	// No candidate lists the model itself. An adapter that a worker outside
+	// them lists (a subset hint) is served by the candidates whose
+	// incomplete lists give its base model.
+	f.parent = parentOf(model, pool)
 	if f.parent != "" {
 		for _, w := range candidates {
-			if w != nil && !w.Removed() && servedOf(w).ServesBase(f.parent) {
+			if w != nil && !w.Removed() && f.class(servedOf(w)) == servesModel {
 				f.want = servesModel
 				return f, nil
 			}
@@ -119,9 +120,12 @@ func (f *modelFilter) admits(w *registry.Worker) bool {
 
 func (f *modelFilter) class(s *registry.Served) served {
 	switch {
-	case s.Serves(f.model) || f.parent != "" && s.ServesBase(f.parent):
+	case s.Serves(f.model):
 		return servesModel
 	case s == nil || !s.Complete:
+		if f.parent != "" && s.ServesBase(f.parent) {
+			return servesModel // its list may leave out the adapter
+		}
 		return servesUnknown
 	}
 	return servesNot
