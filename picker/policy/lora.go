@@ -94,22 +94,25 @@ func (a *loraAffinity) sentRecently(w *registry.Worker, h uint64, slots int) boo
 
 // state classifies cd for the pick's requested model. A worker that lists
 // the model as a base model, or reports no LoRA state at all, is
-// adapterNone.
+// adapterNone. It reads one scrape of the worker: the metrics the pick
+// admitted it with, else (they are stale) the newest, of which only the
+// model list and the adapter slots count; a scrape landing mid-pick is
+// not mixed in.
 func (a *loraAffinity) state(p *pick, cd *candidate) adapterState {
 	model := p.req.Model
 	if model == "" {
 		return adapterNone
 	}
-	raw := cd.w.Metrics()
-	if raw == nil || raw.LoRA == nil || raw.Served.ServesBase(model) {
+	m, fresh := cd.metrics, cd.metrics != nil
+	if !fresh {
+		m = cd.w.Metrics()
+	}
+	if m == nil || m.LoRA == nil || m.Served.ServesBase(model) {
 		return adapterNone
 	}
-	if cd.metrics != nil && cd.metrics.LoRA.Has(model) {
+	lora := m.LoRA
+	if fresh && lora.Has(model) {
 		return adapterResident
-	}
-	lora := raw.LoRA
-	if cd.metrics != nil {
-		lora = cd.metrics.LoRA
 	}
 	if a.sentRecently(cd.w, adapterOf(p), max(lora.Max, 1)) {
 		return adapterResident

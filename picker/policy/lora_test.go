@@ -167,6 +167,38 @@ func TestLoRARecentDecisionsFollowLRU(t *testing.T) {
 	}
 }
 
+// A scrape can land between the engine reading a worker's metrics and the
+// ranker weighing its adapter: the pick classifies the worker by the
+// metrics it was admitted with alone, never by parts of two scrapes (the
+// first pages of a server, before vLLM reports its LoRA state, beside a
+// newer scrape that has it made the pick panic).
+func TestLoRAStateReadsTheMetricsThePickAdmitted(t *testing.T) {
+	served := &registry.Served{Bases: []string{"llama"}, Adapters: adaptersOf("llama", "a"), Complete: true}
+	noLoRA := &registry.Metrics{Served: served, Scraped: epoch}
+	running := &registry.Metrics{Served: served, LoRA: &registry.LoRA{Max: 2, Active: []string{"a"}}, Scraped: epoch}
+	full := &registry.Metrics{Served: served, LoRA: &registry.LoRA{Max: 1, Active: []string{"b"}}, Scraped: epoch}
+	tests := map[string]struct {
+		admitted, current *registry.Metrics
+		want              adapterState
+	}{
+		"LoRA state only in the newer scrape": {admitted: noLoRA, current: full, want: adapterNone},
+		"LoRA state gone in the newer scrape": {admitted: running, current: noLoRA, want: adapterResident},
+		"adapter done in the newer scrape":    {admitted: running, current: full, want: adapterResident},
+		"stale: the newest scrape":            {admitted: nil, current: full, want: adapterFull},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ws := pool(1)
+			ws[0].SetMetrics(tc.current)
+			var a loraAffinity
+			got := a.state(&pick{req: &Request{Model: "a"}}, &candidate{w: ws[0], metrics: tc.admitted})
+			if got != tc.want {
+				t.Errorf("state = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestModelFilter(t *testing.T) {
 	llama := &registry.Served{Bases: []string{"llama"}, Adapters: adaptersOf("llama", "sql"), Complete: true}
 	llamaOnly := &registry.Served{Bases: []string{"llama"}, Complete: true}
