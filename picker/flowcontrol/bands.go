@@ -237,6 +237,39 @@ func (bs *bands) remove(w *waiter, advance bool) {
 	}
 }
 
+// pushOut returns the waiter that a request of flow id takes the place of
+// in the full band b: the newest waiter, not being tried, of the flow
+// holding the most places (of those, the one whose newest came last), when
+// flow id holds fewer; else nil.
+func (b *band) pushOut(id string) *waiter {
+	own := 0
+	if f := b.flows[id]; f != nil {
+		own = len(f.waiters)
+	}
+	most := 0
+	for _, f := range b.ring {
+		most = max(most, len(f.waiters))
+	}
+	if own >= most {
+		return nil
+	}
+	var out *waiter
+	for _, f := range b.ring {
+		if len(f.waiters) != most {
+			continue
+		}
+		for j := len(f.waiters) - 1; j >= 0; j-- {
+			if w := f.waiters[j]; !w.trying {
+				if out == nil || w.seq > out.seq {
+					out = w
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
 // ahead reports whether a waiter of priority prio or higher may go where a
 // request for endpoints may go: its endpoints name the same target model,
 // or either names none (one set for all).

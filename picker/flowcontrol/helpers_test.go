@@ -147,6 +147,22 @@ func (h *harness) result(name string) error {
 	}
 }
 
+// first waits until one of the named requests has an outcome, and returns
+// which one and its outcome.
+func (h *harness) first(names ...string) (string, error) {
+	for {
+		h.mu.Lock()
+		for _, n := range names {
+			if err, ok := h.errs[n]; ok {
+				h.mu.Unlock()
+				return n, err
+			}
+		}
+		h.mu.Unlock()
+		runtime.Gosched()
+	}
+}
+
 // gaugeSum adds up every series of the named gauge family.
 func (h *harness) gaugeSum(t *testing.T, name string) float64 {
 	t.Helper()

@@ -185,11 +185,21 @@ func (q *Queue) enqueue(it Item, try TryFunc) (*waiter, error) {
 	if q.down {
 		return nil, ErrStopped
 	}
-	if q.bands.band(it.Priority).len >= q.opts.MaxBandLen {
+	// A full band takes a request of a flow that holds fewer places than
+	// another in place of that flow's newest waiter, so that one flow's
+	// burst cannot keep the others of its priority out.
+	var pushed *waiter
+	if b := q.bands.band(it.Priority); b.len >= q.opts.MaxBandLen {
+		if pushed = b.pushOut(it.FlowID); pushed == nil {
+			return nil, ErrQueueFull
+		}
+	}
+	if !q.roomLocked(it, pushed) {
 		return nil, ErrQueueFull
 	}
-	if !q.roomLocked(it) {
-		return nil, ErrQueueFull
+	if pushed != nil {
+		q.removeLocked(pushed, false)
+		pushed.done <- ErrQueueFull
 	}
 	for q.bands.len+1 > q.opts.MaxLen || q.bands.bytes+it.Bytes > q.opts.MaxBytes {
 		v := q.bands.victim(it.Priority)
@@ -209,14 +219,19 @@ func (q *Queue) enqueue(it Item, try TryFunc) (*waiter, error) {
 	return w, nil
 }
 
-// roomLocked reports whether it fits in the queue once every waiter it may
-// evict (those of lower priorities, but the one being tried) is gone, so
-// that no waiter is evicted for a request that is refused anyway.
-func (q *Queue) roomLocked(it Item) bool {
+// roomLocked reports whether it fits in the queue once pushed (the waiter
+// of its band it pushes out, or nil) and every waiter it may evict (those
+// of lower priorities, but the one being tried) are gone, so that no
+// waiter is pushed out or evicted for a request that is refused anyway.
+func (q *Queue) roomLocked(it Item, pushed *waiter) bool {
 	if it.Bytes > q.opts.MaxBytes {
 		return false
 	}
 	n, bytes := q.bands.len, q.bands.bytes
+	if pushed != nil {
+		n--
+		bytes -= pushed.item.Bytes
+	}
 	if n+1 <= q.opts.MaxLen && bytes+it.Bytes <= q.opts.MaxBytes {
 		return true
 	}

@@ -452,6 +452,50 @@ func TestBounds(t *testing.T) {
 	}
 }
 
+// One tenant's burst fills its priority's band; a request of another tenant
+// of that priority still gets a place, and so its turn: it pushes out the
+// newest waiter of the flow holding the most places, which gets the
+// queue-full answer it would have got on arriving then. A flow that holds
+// as many places as any other is refused as before, so the bounds hold.
+func TestOneTenantsBurstDoesNotLockAnotherOutOfItsBand(t *testing.T) {
+	h := newHarness(t, Options{MaxBandLen: 4, MaxLen: 100})
+	for i := range 4 {
+		h.admit(t.Context(), fmt.Sprint("noisy-", i), Item{FlowID: "noisy", Endpoints: "m", Bytes: 10})
+	}
+	h.admitAsync(t.Context(), "quiet", Item{FlowID: "quiet", Endpoints: "m", Bytes: 1})
+	if name, err := h.first("quiet", "noisy-3"); name == "quiet" {
+		t.Fatalf("the quiet tenant's only request: Admit = %v while the noisy tenant holds all 4 places of the band; want it queued to take its turn", err)
+	} else if !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("the noisy tenant's newest waiter: Admit = %v, want %v once the quiet tenant took its place", err, ErrQueueFull)
+	}
+	h.waitLen(4)
+	if err := h.q.Admit(t.Context(), Item{FlowID: "noisy", Endpoints: "m", Bytes: 10}, h.gate.try("noisy-4")); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("the noisy tenant's next request, holding 3 of 4 places: Admit = %v, want %v", err, ErrQueueFull)
+	}
+	if got := h.gaugeSum(t, "inferpick_flowcontrol_queue_length"); got != 4 {
+		t.Errorf("queue length gauge = %v, want 4", got)
+	}
+	if got := h.gaugeSum(t, "inferpick_flowcontrol_queue_bytes"); got != 31 {
+		t.Errorf("queued bytes = %v, want 31 (three noisy waiters of 10, the quiet one of 1)", got)
+	}
+	h.gate.open(4)
+	h.q.Notify()
+	for _, n := range []string{"noisy-0", "noisy-1", "noisy-2", "quiet"} {
+		if err := h.result(n); err != nil {
+			t.Errorf("%s: Admit = %v", n, err)
+		}
+	}
+	if diff := cmp.Diff([]string{"noisy-0", "quiet", "noisy-1", "noisy-2"}, h.gate.dispatched()); diff != "" {
+		t.Errorf("dispatch order (-want +got):\n%s", diff)
+	}
+	h.waitLen(0)
+	for _, g := range gaugeNames {
+		if got := h.gaugeSum(t, g); got != 0 {
+			t.Errorf("%s = %v once the queue is empty, want 0", g, got)
+		}
+	}
+}
+
 func TestNegativePriorityIsShed(t *testing.T) {
 	h := newHarness(t, Options{})
 	err := h.q.Admit(t.Context(), Item{Priority: -1}, h.gate.try("sheddable"))
@@ -481,7 +525,7 @@ func TestUpstreamEnqueueDispatchAndSaturationSeries(t *testing.T) {
 	const sat = "inference_extension_flow_control_pool_saturation"
 
 	h.admit(t.Context(), "queued", Item{FlowID: "tenant-a", Priority: 3, Endpoints: "m"})
-	if err := h.q.Admit(t.Context(), Item{FlowID: "tenant-b", Priority: 3, Endpoints: "m"}, h.gate.try("refused")); !errors.Is(err, ErrQueueFull) {
+	if err := h.q.Admit(t.Context(), Item{FlowID: "tenant-a", Priority: 3, Endpoints: "m"}, h.gate.try("refused")); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("Admit over the band bound = %v, want %v", err, ErrQueueFull)
 	}
 	if err := h.q.Admit(t.Context(), Item{FlowID: "tenant-c", Priority: -1, Endpoints: "m"}, h.gate.try("shed")); !errors.Is(err, ErrShed) {
@@ -489,7 +533,7 @@ func TestUpstreamEnqueueDispatchAndSaturationSeries(t *testing.T) {
 	}
 	want := map[string]float64{
 		"fairness_id=tenant-a,outcome=NotYetFinalized,priority=3":   1,
-		"fairness_id=tenant-b,outcome=RejectedCapacity,priority=3":  1,
+		"fairness_id=tenant-a,outcome=RejectedCapacity,priority=3":  1,
 		"fairness_id=tenant-c,outcome=RejectedCapacity,priority=-1": 1,
 	}
 	if diff := cmp.Diff(want, h.family(t, enqueue)); diff != "" {
