@@ -24,7 +24,8 @@ import (
 type ObjectiveSink interface {
 	// Set records the priority of the named objective.
 	Set(name string, prio int)
-	// Delete forgets the named objective.
+	// Delete drops the named objective's priority: the name keeps its
+	// static priority (--objective-priorities), if it has one.
 	Delete(name string)
 }
 
@@ -41,8 +42,9 @@ type ObjectiveReconciler struct {
 
 // +kubebuilder:rbac:groups=inference.networking.x-k8s.io,namespace=inferpick-system,resources=inferenceobjectives,verbs=get;list;watch
 
-// Reconcile records the objective's priority (unset counts as 0), or forgets
-// the objective when it is gone or refers to another pool.
+// Reconcile records the objective's priority (unset counts as 0), or drops
+// it when the objective is gone or refers to another pool: a static
+// priority of the same name then applies again.
 func (r *ObjectiveReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	obj := &inferencev1alpha2.InferenceObjective{}

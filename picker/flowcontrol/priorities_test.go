@@ -30,6 +30,41 @@ func TestPriorities(t *testing.T) {
 	}
 }
 
+// A static priority (--objective-priorities) gives way to an
+// InferenceObjective of the same name while the objective is there, and
+// comes back when it is deleted or stops naming the pool; the name is not
+// forgotten.
+func TestStaticPriorityComesBackWhenTheObjectiveGoes(t *testing.T) {
+	type lookup struct {
+		Prio  int
+		Known bool
+	}
+	p := NewPriorities()
+	p.SetStatic("batch", -1)
+	p.SetStatic("chat", 10)
+	get := func() map[string]lookup {
+		got := map[string]lookup{}
+		for _, n := range []string{"batch", "chat"} {
+			v, ok := p.Priority(n)
+			got[n] = lookup{v, ok}
+		}
+		return got
+	}
+	p.Delete("batch") // an objective named batch for another pool
+	if diff := cmp.Diff(map[string]lookup{"batch": {-1, true}, "chat": {10, true}}, get()); diff != "" {
+		t.Errorf("after an objective that never applied was dropped (-want +got):\n%s", diff)
+	}
+	p.Set("chat", 3)
+	p.SetStatic("chat", 7) // the objective still gives the name's priority
+	if diff := cmp.Diff(map[string]lookup{"batch": {-1, true}, "chat": {3, true}}, get()); diff != "" {
+		t.Errorf("with an objective named chat (-want +got):\n%s", diff)
+	}
+	p.Delete("chat")
+	if diff := cmp.Diff(map[string]lookup{"batch": {-1, true}, "chat": {7, true}}, get()); diff != "" {
+		t.Errorf("after the objective named chat was deleted (-want +got):\n%s", diff)
+	}
+}
+
 func TestAddFlags(t *testing.T) {
 	var o Options
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)

@@ -180,7 +180,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 	}
 	priorities := flowcontrol.NewPriorities()
 	for name, prio := range o.objectives {
-		priorities.Set(name, prio)
+		priorities.SetStatic(name, prio)
 	}
 	rewrites := rewrite.NewTable()
 	var queue *flowcontrol.Queue

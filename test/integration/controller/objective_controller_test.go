@@ -58,6 +58,27 @@ var _ = Describe("Objective controller", func() {
 		Eventually(priorityOf(prios, "plain")).Should(Equal(lookup{}))
 		Expect(priorityOf(prios, "marker")()).To(Equal(known(1)))
 	})
+
+	It("keeps a static priority that no objective of the served pool replaces", func(ctx SpecContext) {
+		prios := startObjectives(*poolKey)
+		prios.SetStatic("batch", -1) // as --objective-priorities batch=-1,chat=2 does
+		prios.SetStatic("chat", 2)
+
+		By("another pool's objective of the same name leaves the static priority")
+		Expect(env.Client.Create(ctx, objective("batch", "other-pool", ptr.To(5)))).To(Succeed())
+		Expect(env.Client.Create(ctx, objective("marker", "pool", ptr.To(1)))).To(Succeed())
+		Eventually(priorityOf(prios, "marker")).Should(Equal(known(1)))
+		Consistently(priorityOf(prios, "batch")).Should(Equal(known(-1)))
+
+		By("the served pool's objective of the same name takes its place")
+		chat := objective("chat", "pool", ptr.To(10))
+		Expect(env.Client.Create(ctx, chat)).To(Succeed())
+		Eventually(priorityOf(prios, "chat")).Should(Equal(known(10)))
+
+		By("deleting that objective brings the static priority back")
+		Expect(env.Client.Delete(ctx, chat)).To(Succeed())
+		Eventually(priorityOf(prios, "chat")).Should(Equal(known(2)))
+	})
 })
 
 type lookup struct {
