@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,7 +45,9 @@ const conflictRetry = 100 * time.Millisecond
 
 // RewriteReconciler keeps a sink equal to the InferenceModelRewrites of the
 // pool's namespace that refer to the served pool, and marks them Accepted;
-// a rewrite pointed at another pool loses the condition this picker set.
+// one whose rules break the API (weights on some targets of a rule only,
+// which an older CRD lets through) is left out and marked not Accepted. A
+// rewrite pointed at another pool loses the condition this picker set.
 // Every replica keeps its sink; only the leader, under an election, writes
 // the status.
 type RewriteReconciler struct {
@@ -61,7 +64,7 @@ type RewriteReconciler struct {
 // +kubebuilder:rbac:groups=inference.networking.x-k8s.io,namespace=inferpick-system,resources=inferencemodelrewrites/status,verbs=patch
 
 // Reconcile records the rewrite's rules, or forgets the rewrite when it is
-// gone or refers to another pool.
+// gone, refers to another pool or has invalid rules.
 func (r *RewriteReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	obj := &inferencev1alpha2.InferenceModelRewrite{}
@@ -78,11 +81,16 @@ func (r *RewriteReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		return ctrl.Result{}, nil
 	}
 	served := obj.Spec.PoolRef != nil && servesPool(*obj.Spec.PoolRef, r.group, r.pool)
-	if served {
+	invalid := invalidRules(obj)
+	switch {
+	case served && invalid == "":
 		rw := rulesOf(obj)
 		r.sink.Set(req.Name, rw)
 		log.V(logSyncs).Info("Model rewrite synced", "modelRewrite", klog.KObj(obj), "rules", len(rw.Rules))
-	} else {
+	case served:
+		r.sink.Delete(req.Name)
+		log.V(logChanges).Info("Model rewrite not applied", "modelRewrite", klog.KObj(obj), "reason", invalid)
+	default:
 		r.sink.Delete(req.Name)
 	}
 	switch {
@@ -90,11 +98,32 @@ func (r *RewriteReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		// The leader writes the status; this replica writes it once it
 		// leads (a new term reconciles every rewrite).
 		return ctrl.Result{}, nil
+	case served && invalid == "":
+		return statusWritten(r.accept(ctx, obj, metav1.ConditionTrue, inferencev1alpha2.RewriteReasonAccepted, r.acceptedMessage()))
 	case served:
-		return statusWritten(r.accept(ctx, obj))
+		return statusWritten(r.accept(ctx, obj, metav1.ConditionFalse, inferencev1alpha2.RewriteReasonInvalid, r.invalidMessage(invalid)))
 	default:
 		return r.withdraw(ctx, obj)
 	}
+}
+
+// invalidRules says how the rewrite's rules break the API where the CRD
+// in the cluster may not check it (an older one than the picker's), or ""
+// when they do not: a rule's targets have weights on some only, which
+// upstream's API forbids and gives no meaning.
+func invalidRules(obj *inferencev1alpha2.InferenceModelRewrite) string {
+	for i, rule := range obj.Spec.Rules {
+		weighted := 0
+		for _, t := range rule.Targets {
+			if t.Weight > 0 {
+				weighted++
+			}
+		}
+		if weighted > 0 && weighted < len(rule.Targets) {
+			return fmt.Sprintf("rule %d: %d of its %d targets have a weight; either every target of a rule has one or none has", i, weighted, len(rule.Targets))
+		}
+	}
+	return ""
 }
 
 // statusWritten is the result of a reconcile that wrote the status with
@@ -115,13 +144,28 @@ func (r *RewriteReconciler) acceptedMessage() string {
 	return "The rules apply to the requests of pool " + r.pool.Name
 }
 
+// invalidPrefix begins the message of the Accepted condition this picker
+// writes for a rewrite whose rules it does not apply; it names the pool
+// too.
+func (r *RewriteReconciler) invalidPrefix() string {
+	return "The rules do not apply to the requests of pool " + r.pool.Name + ": "
+}
+
+func (r *RewriteReconciler) invalidMessage(why string) string { return r.invalidPrefix() + why }
+
+// wrote reports whether this picker wrote c.
+func (r *RewriteReconciler) wrote(c *metav1.Condition) bool {
+	return c.Message == r.acceptedMessage() || strings.HasPrefix(c.Message, r.invalidPrefix())
+}
+
 // accept sets the Accepted condition, writing status only when it changed.
-func (r *RewriteReconciler) accept(ctx context.Context, obj *inferencev1alpha2.InferenceModelRewrite) error {
+func (r *RewriteReconciler) accept(ctx context.Context, obj *inferencev1alpha2.InferenceModelRewrite,
+	status metav1.ConditionStatus, reason inferencev1alpha2.InferenceModelRewriteConditionReason, message string) error {
 	cond := metav1.Condition{
 		Type:               string(inferencev1alpha2.RewriteConditionAccepted),
-		Status:             metav1.ConditionTrue,
-		Reason:             string(inferencev1alpha2.RewriteReasonAccepted),
-		Message:            r.acceptedMessage(),
+		Status:             status,
+		Reason:             string(reason),
+		Message:            message,
 		ObservedGeneration: obj.Generation,
 	}
 	old := meta.FindStatusCondition(obj.Status.Conditions, cond.Type)
@@ -144,7 +188,7 @@ func (r *RewriteReconciler) accept(ctx context.Context, obj *inferencev1alpha2.I
 // this picker from removing one written after it read the rewrite.
 func (r *RewriteReconciler) withdraw(ctx context.Context, obj *inferencev1alpha2.InferenceModelRewrite) (ctrl.Result, error) {
 	old := meta.FindStatusCondition(obj.Status.Conditions, string(inferencev1alpha2.RewriteConditionAccepted))
-	if old == nil || old.Message != r.acceptedMessage() || old.ObservedGeneration >= obj.Generation {
+	if old == nil || !r.wrote(old) || old.ObservedGeneration >= obj.Generation {
 		return ctrl.Result{}, nil
 	}
 	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})

@@ -45,6 +45,7 @@ type InferenceModelRewriteSpec struct {
 	// first rule in the list.
 	//
 	// +required
+	// +kubebuilder:validation:MaxItems=1000
 	Rules []InferenceModelRewriteRule `json:"rules"`
 }
 
@@ -57,10 +58,13 @@ type InferenceModelRewriteRule struct {
 	Matches []Match `json:"matches,omitempty"`
 
 	// Targets are the models a matched request is sent to, one per
-	// request, chosen by weight.
+	// request, chosen by weight. Either every target has a weight or none
+	// has.
 	//
 	// +optional
 	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:XValidation:rule="self.all(t, has(t.weight)) || self.all(t, !has(t.weight))",message="either every target of a rule has a weight or none has"
 	Targets []TargetModel `json:"targets,omitempty"`
 }
 
@@ -140,4 +144,8 @@ const (
 	RewriteReasonAccepted InferenceModelRewriteConditionReason = "Accepted"
 	// RewriteReasonPending means no controller has looked at the rewrite yet.
 	RewriteReasonPending InferenceModelRewriteConditionReason = "Pending"
+	// RewriteReasonInvalid means a rule breaks a constraint of the API that
+	// the CRD in the cluster did not check (one older than the picker's):
+	// the rules are not applied.
+	RewriteReasonInvalid InferenceModelRewriteConditionReason = "Invalid"
 )

@@ -1,6 +1,7 @@
 package crd
 
 import (
+	"slices"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -121,6 +122,16 @@ var _ = Describe("InferenceModelRewrite validation", func() {
 			"spec.rules[0].matches[0].model.type: Unsupported value: \"Prefix\""),
 		Entry("a bad pool kind", set("Not/AKind", "spec", "poolRef", "kind"),
 			"spec.poolRef.kind: Invalid value: \"Not/AKind\""),
+		// Upstream's API says either every target of a rule has a weight or
+		// none has; a 10-weight canary beside an unweighted stable target
+		// would otherwise take every request.
+		Entry("weights on some targets only", rule(map[string]any{"targets": []any{
+			map[string]any{"modelRewrite": "food-review-v1"},
+			map[string]any{"modelRewrite": "food-review-v2", "weight": int64(10)},
+		}}), "spec.rules[0].targets: Invalid value: either every target of a rule has a weight or none has"),
+		// The bounds that let the API server afford the check above.
+		Entry("more than 100 targets", rule(map[string]any{"targets": targets(slices.Repeat([]int64{1}, 101)...)}),
+			"spec.rules[0].targets: Too many: 101: must have at most 100 items"),
 	)
 })
 
