@@ -58,15 +58,22 @@ func (s *session) sendRequest(objective string) {
 	s.requestBody(body, true)
 }
 
+// queuedBehindOne routes a request of objective on the queue env's one
+// place, then opens a second that waits in the queue behind it.
+func queuedBehindOne(t *testing.T, e *env, q *flowcontrol.Queue, objective string) (routed, queued *session) {
+	t.Helper()
+	routed = e.open()
+	routed.sendRequest(objective)
+	routed.routed(true)
+	queued = e.open()
+	queued.sendRequest(objective)
+	eventually(t, "the second request queued", func() bool { return q.Len() == 1 })
+	return routed, queued
+}
+
 func TestSaturatedRequestWaitsAndIsDispatchedWhenCapacityFrees(t *testing.T) {
 	e, q, _ := queueEnv(t, flowcontrol.Options{})
-	first := e.open()
-	first.sendRequest("interactive")
-	first.routed(true)
-
-	second := e.open()
-	second.sendRequest("interactive")
-	eventually(t, "the second request queued", func() bool { return q.Len() == 1 })
+	first, second := queuedBehindOne(t, e, q, "interactive")
 	if p, _ := e.worker("127.0.0.1:8000").Load(); p != 1 {
 		t.Fatalf("load %d while one request waits, want 1: a queued request holds no guard", p)
 	}
@@ -168,13 +175,7 @@ func TestCancellationStormIntoAFullQueue(t *testing.T) {
 // request.
 func TestQueuedRequestLeavesTheQueueWhenTheGatewayCloses(t *testing.T) {
 	e, q, _ := queueEnv(t, flowcontrol.Options{})
-	holder := e.open()
-	holder.sendRequest("interactive")
-	holder.routed(true)
-
-	gone := e.open()
-	gone.sendRequest("interactive")
-	eventually(t, "the second request queued", func() bool { return q.Len() == 1 })
+	holder, gone := queuedBehindOne(t, e, q, "interactive")
 	if err := gone.stream.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
@@ -274,12 +275,7 @@ func TestAQueuedPickThatPanicsEndsOnlyItsStream(t *testing.T) {
 	e, q, _ := queueEnv(t, flowcontrol.Options{})
 	pol := &panicky{Picker: e.server.picker}
 	e.server.picker = pol
-	first := e.open()
-	first.sendRequest("")
-	first.routed(true)
-	second := e.open()
-	second.sendRequest("")
-	eventually(t, "the second request queued", func() bool { return q.Len() == 1 })
+	first, second := queuedBehindOne(t, e, q, "")
 
 	pol.boom.Store(true)
 	first.responseHeaders(200, "application/json", true, "")

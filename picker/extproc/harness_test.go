@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -192,6 +193,16 @@ func (s *session) requestHeaders(path string, bodyLen int, eos bool, md *corev3.
 	s.send(&extprocv3.ProcessingRequest{
 		Request:         &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(kv...), EndOfStream: eos}},
 		MetadataContext: md,
+	})
+}
+
+// requestHeadersInModes sends a chat request's headers carrying the
+// gateway's body modes, as Envoy's first message on a stream does.
+func (s *session) requestHeadersInModes(req, resp extprocfilterv3.ProcessingMode_BodySendMode) {
+	s.send(&extprocv3.ProcessingRequest{
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: headerMap(":method", "POST", ":path", "/v1/chat/completions", "content-type", "application/json")}},
+		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: req, ResponseBodyMode: resp},
 	})
 }
 

@@ -216,14 +216,7 @@ func TestTheGatewaysBodyModesAreChecked(t *testing.T) {
 func TestRequestTrailersAfterTheResponseHeadersPass(t *testing.T) {
 	e := newEnv(t, twoWorkers)
 	s := e.open()
-	s.send(&extprocv3.ProcessingRequest{
-		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-			Headers: headerMap(":method", "POST", ":path", "/v1/chat/completions", "content-type", "application/json")}},
-		ProtocolConfig: &extprocv3.ProtocolConfiguration{
-			RequestBodyMode:  extprocfilterv3.ProcessingMode_NONE,
-			ResponseBodyMode: extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
-		},
-	})
+	s.requestHeadersInModes(extprocfilterv3.ProcessingMode_NONE, extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
 	if r := s.routed(false); r.dest == "" {
 		t.Fatal("no destination")
 	}
@@ -285,14 +278,7 @@ func TestResponseBodyNotSentEndsWithTheStream(t *testing.T) {
 			e := newEnv(t, twoWorkers)
 			s := e.open()
 			body := chatBody("m", "hello")
-			s.send(&extprocv3.ProcessingRequest{
-				Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-					Headers: headerMap(":method", "POST", ":path", "/v1/chat/completions", "content-type", "application/json")}},
-				ProtocolConfig: &extprocv3.ProtocolConfiguration{
-					RequestBodyMode:  extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
-					ResponseBodyMode: extprocfilterv3.ProcessingMode_NONE,
-				},
-			})
+			s.requestHeadersInModes(extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED, extprocfilterv3.ProcessingMode_NONE)
 			s.requestBody(body, true)
 			s.routed(true)
 			kv := []string{":status", strconv.Itoa(tc.status), "content-type", "application/json"}

@@ -62,6 +62,22 @@ func chat(t *testing.T) *openai.Request {
 	return &r
 }
 
+// locateChat parses a chat body and looks its prompt up with l: whether it
+// was looked up, and where it is held.
+func locateChat(t *testing.T, l *Locator, body string) (bool, []policy.SharedHold) {
+	t.Helper()
+	var r openai.Request
+	if err := openai.Parse(openai.ChatCompletions, []byte(body), &r); err != nil {
+		t.Fatal(err)
+	}
+	var sh policy.Shared
+	found, err := l.Locate(context.Background(), "m", &r, &sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found, sh.Holds
+}
+
 // TestLocatorLeavesOutAFailingServer checks the circuit breaker: a server
 // whose /tokenize fails three times in a row is not asked again for a
 // second, then once; a success forgets its failures; with every server
@@ -162,17 +178,7 @@ func TestLocatorLooksUpSaltedPrompts(t *testing.T) {
 	l := NewLocator(ix, reg, time.Second)
 	locate := func(salt string) (bool, []policy.SharedHold) {
 		t.Helper()
-		var r openai.Request
-		body := `{"model":"m","cache_salt":` + salt + `,"messages":[{"role":"user","content":"hi"}]}`
-		if err := openai.Parse(openai.ChatCompletions, []byte(body), &r); err != nil {
-			t.Fatal(err)
-		}
-		var sh policy.Shared
-		found, err := l.Locate(context.Background(), "m", &r, &sh)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return found, sh.Holds
+		return locateChat(t, l, `{"model":"m","cache_salt":`+salt+`,"messages":[{"role":"user","content":"hi"}]}`)
 	}
 	if found, _ := locate(`"tenant-a"`); found {
 		t.Error("a salted prompt was looked up before the servers keyed any block by salt")
@@ -203,18 +209,8 @@ func TestLocatorLooksUpPromptsWithMediaOnlyOnServersThatKeyThem(t *testing.T) {
 	l := NewLocator(ix, reg, time.Second)
 	locate := func() (bool, []policy.SharedHold) {
 		t.Helper()
-		var r openai.Request
-		body := `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},` +
-			`{"type":"image_url","image_url":{"url":"https://example.com/B.png"}}]}]}`
-		if err := openai.Parse(openai.ChatCompletions, []byte(body), &r); err != nil {
-			t.Fatal(err)
-		}
-		var sh policy.Shared
-		found, err := l.Locate(context.Background(), "m", &r, &sh)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return found, sh.Holds
+		return locateChat(t, l, `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},`+
+			`{"type":"image_url","image_url":{"url":"https://example.com/B.png"}}]}]}`)
 	}
 	if found, holds := locate(); found {
 		t.Errorf("a prompt with image B was looked up before the servers keyed any block by its media: holds %+v", holds)
