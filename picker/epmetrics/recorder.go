@@ -143,10 +143,14 @@ func (r *Recorder) OnlyServed(served func(model string) bool) { r.served = serve
 
 // Model returns the series of a model that no rewrite applies to: the
 // request's model is also its target.
-func (r *Recorder) Model(model string) *Series { return r.ModelTarget(model, model) }
+func (r *Recorder) Model(model string) *Series { return r.ModelTarget(model, model, false) }
 
 // ModelTarget returns the series of requests for model sent as target.
-func (r *Recorder) ModelTarget(model, target string) *Series {
+// named says a rewrite rule lists model by name. A model sent to another
+// target that neither a rule names nor an endpoint serves (a name sent
+// with the rewrite header, or to a rule for every model) counts as
+// otherModel: a client cannot make up names for a served target either.
+func (r *Recorder) ModelTarget(model, target string, named bool) *Series {
 	k := modelKey{model, target}
 	r.mu.RLock()
 	s, ok := r.models[k]
@@ -154,8 +158,12 @@ func (r *Recorder) ModelTarget(model, target string) *Series {
 	if ok {
 		return s
 	}
-	if r.served != nil && !r.served(target) {
+	switch {
+	case r.served == nil:
+	case !r.served(target):
 		k = modelKey{otherModel, otherModel}
+	case model != target && !named && !r.served(model):
+		k.model = otherModel
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -34,9 +34,9 @@ func NewRewriteDecisions(reg prometheus.Registerer) *RewriteDecisions {
 	return d
 }
 
-// Record counts one request for model that rewrite sent to target. A rule
-// without matches rewrites any requested name, so past maxModels series the
-// requested model counts as otherModel.
+// Record counts one request for model (the model_name of the request's
+// series, bounded as they are) that rewrite sent to target. Past maxModels
+// series the requested model counts as otherModel as well.
 func (d *RewriteDecisions) Record(rewrite, model, target string) {
 	k := rewriteKey{rewrite, model, target}
 	d.mu.RLock()

@@ -277,7 +277,7 @@ func (x *exchange) route() (bool, error) {
 		}
 		x.pick = policy.Request{Model: x.parsed.Model, CacheSalt: string(x.parsed.CacheSalt), Prompt: x.parsed.Prompt}
 		x.rewriteModel()
-		x.series = x.s.upstream.ModelTarget(x.parsed.Model, x.pick.Model)
+		x.modelSeries()
 		x.locate()
 	default:
 		// Other paths (tokenize, score, rerank, pooling, ...) are not ours
@@ -287,7 +287,7 @@ func (x *exchange) route() (bool, error) {
 		if openai.Parse(openai.Unknown, x.body, &x.parsed) == nil {
 			x.pick = policy.Request{Model: x.parsed.Model}
 			x.rewriteModel()
-			x.series = x.s.upstream.ModelTarget(x.parsed.Model, x.pick.Model)
+			x.modelSeries()
 		}
 	}
 	if err := x.admit(); err != nil {

@@ -24,7 +24,11 @@ var _ Rewriter = (*rewrite.Table)(nil)
 // not changed in place (its bytes back the parsed prompt): the value is
 // replaced as the body is sent back, between the bytes before and after it.
 type modelRewrite struct {
-	header     string // the request's ModelRewriteHeader
+	header string // the request's ModelRewriteHeader
+	source string // the rewrite whose rule applied, "" for none
+	// named: the rule lists the requested model by name, so that the name
+	// is the operator's, not any a client made up.
+	named      bool
 	value      []byte // the new value's content, escaped; nil: body unchanged
 	start, end int    // the old value's content in the body
 
@@ -37,10 +41,10 @@ type modelRewrite struct {
 // and makes it the model the policy picks for.
 func (x *exchange) rewriteModel() {
 	model := x.parsed.Model
-	target, value, source := "", []byte(nil), ""
+	target, value, source, named := "", []byte(nil), "", false
 	if rw := x.s.opts.Rewrites; rw != nil {
 		if d, ok := rw.Rewrite(model, x.id()); ok {
-			target, value, source = d.Model, d.JSON, d.Source
+			target, value, source, named = d.Model, d.JSON, d.Source, d.Named
 		}
 	}
 	if target == "" && x.rw.header != "" {
@@ -50,13 +54,21 @@ func (x *exchange) rewriteModel() {
 	if target == "" || target == model {
 		return
 	}
-	if source != "" {
-		x.s.rewrites.Record(source, model, target)
-	}
+	x.rw.source, x.rw.named = source, named
 	x.rw.value, x.rw.start, x.rw.end = value, x.parsed.ModelStart, x.parsed.ModelEnd
 	x.rw.from = modelMember(value)
 	x.rw.to = modelMember(x.body[x.rw.start:x.rw.end])
 	x.pick.Model = target
+}
+
+// modelSeries sets the request's upstream series, once its target model is
+// decided, and counts its rewrite under the same model_name.
+func (x *exchange) modelSeries() {
+	x.series = x.s.upstream.ModelTarget(x.parsed.Model, x.pick.Model, x.rw.named)
+	if x.rw.source != "" {
+		model, _ := x.series.Labels()
+		x.s.rewrites.Record(x.rw.source, model, x.pick.Model)
+	}
 }
 
 // bodyLen is the length of the body as it goes upstream.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/rewrite"
 )
 
 // A dashboard written for the upstream picker sees a streamed request with
@@ -314,5 +315,60 @@ func TestMadeUpModelNamesTakeNoSeries(t *testing.T) {
 	errs := counters(t, e, "inference_objective_request_error_total")
 	if diff := cmp.Diff(map[string]float64{"error_code=NotFound,model_name=__other__,target_model_name=__other__": 300}, errs); diff != "" {
 		t.Errorf("request_error_total (-want +got):\n%s", diff)
+	}
+}
+
+// Made-up model names a client has sent to a model the pool serves, by the
+// rewrite header or through a rewrite rule for every model, share the
+// __other__ model_name: the pool's own models, first asked for after them,
+// have series of their own. A name a rewrite rule lists keeps its own,
+// though no server lists it.
+func TestMadeUpModelNamesSentToAServedModelTakeNoSeries(t *testing.T) {
+	tbl := rewrite.NewTable()
+	tbl.Set("canary", rewrite.Object{Created: time.Unix(0, 0), Rules: []rewrite.Rule{
+		{Models: []string{"food-review"}, Targets: []rewrite.Target{{Model: "llama-3-8b"}}},
+	}})
+	e := newEnv(t, []string{"127.0.0.1:8000"}, func(o *Options) { o.Rewrites = tbl })
+	pol, err := policy.Build(policy.Config{Name: policy.LeastLoad}, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.picker = pol
+	e.worker("127.0.0.1:8000").SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"llama-3-8b", "mistral-7b"}, Complete: true}, Scraped: time.Now()})
+	send := func(model string, headers ...string) {
+		t.Helper()
+		s := e.open()
+		body := chatBody(model, "x")
+		s.requestHeaders("/v1/chat/completions", len(body), false, nil, headers...)
+		s.requestBody(body, true)
+		s.routed(true)
+		s.cancel()
+	}
+	for i := range 300 {
+		send(fmt.Sprintf("made-up-%d", i), ModelRewriteHeader, "mistral-7b")
+	}
+	tbl.Set("catch-all", rewrite.Object{Created: time.Unix(1, 0), Rules: []rewrite.Rule{
+		{Targets: []rewrite.Target{{Model: "llama-3-8b"}}},
+	}})
+	for i := range 300 {
+		send(fmt.Sprintf("made-up-by-rule-%d", i))
+	}
+	send("food-review")
+	send("llama-3-8b")
+	want := map[string]float64{
+		"model_name=__other__,priority=0,target_model_name=mistral-7b":   300,
+		"model_name=__other__,priority=0,target_model_name=llama-3-8b":   300,
+		"model_name=food-review,priority=0,target_model_name=llama-3-8b": 1,
+		"model_name=llama-3-8b,priority=0,target_model_name=llama-3-8b":  1,
+	}
+	if diff := cmp.Diff(want, counters(t, e, "inference_objective_request_total")); diff != "" {
+		t.Errorf("request_total (-want +got):\n%s", diff)
+	}
+	want = map[string]float64{
+		"model_name=__other__,model_rewrite_name=catch-all,target_model=llama-3-8b": 300,
+		"model_name=food-review,model_rewrite_name=canary,target_model=llama-3-8b":  1,
+	}
+	if diff := cmp.Diff(want, counters(t, e, "inference_extension_model_rewrite_decisions_total")); diff != "" {
+		t.Errorf("model_rewrite_decisions_total (-want +got):\n%s", diff)
 	}
 }

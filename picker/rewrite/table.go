@@ -50,6 +50,9 @@ type Decision struct {
 	JSON []byte
 	// Source names the rewrite the rule came from.
 	Source string
+	// Named says the rule lists the requested model by name; a rule
+	// without models rewrites any name a client sends.
+	Named bool
 }
 
 // Table is the model rewrites of the served pool. Lookups load an immutable
@@ -99,15 +102,15 @@ func (t *Table) Len() int {
 // target.
 func (t *Table) Rewrite(model, requestID string) (Decision, bool) {
 	s := t.snap.Load()
-	r := s.exact[model]
-	if r == nil {
+	r, named := s.exact[model]
+	if !named {
 		r = s.generic
 	}
 	if r == nil {
 		return Decision{}, false
 	}
 	tg := r.choose(requestID)
-	return Decision{Model: tg.model, JSON: tg.json, Source: r.source}, true
+	return Decision{Model: tg.model, JSON: tg.json, Source: r.source, Named: named}, true
 }
 
 // snapshot is the table compiled for lookups: for each model the rule that
