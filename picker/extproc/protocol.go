@@ -72,6 +72,16 @@ func pathValue(h *corev3.HeaderValue) string {
 	return textValue(h)
 }
 
+// pathOnly is path without its query string, which may carry a credential
+// (an api-key parameter, as some OpenAI clients send it): what logs and
+// spans name.
+func pathOnly(path string) string {
+	if i := strings.IndexAny(path, "?#"); i >= 0 {
+		return path[:i]
+	}
+	return path
+}
+
 func setHeader(key, value string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{
 		Header:       &corev3.HeaderValue{Key: key, RawValue: []byte(value)},

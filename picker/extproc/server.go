@@ -273,7 +273,7 @@ func (x *exchange) step() (end bool, err error) {
 		if v := asViolation(err); v != nil {
 			x.release(reasonViolation)
 			x.s.metrics.violation(v)
-			x.s.opts.Log.Info("Ended a stream that broke the ext_proc protocol", "message", v.msg.String(), "state", v.state.String(), "path", x.path, "requestID", x.id())
+			x.s.opts.Log.Info("Ended a stream that broke the ext_proc protocol", "message", v.msg.String(), "state", v.state.String(), "path", pathOnly(x.path), "requestID", x.id())
 			return true, status.Error(codes.InvalidArgument, v.Error())
 		}
 		// A send fails when the gateway has cancelled the stream.

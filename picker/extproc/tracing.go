@@ -55,7 +55,7 @@ func (x *exchange) startSpan(headers []*corev3.HeaderValue) {
 	}
 	ctx := propagator.Extract(context.Background(), headerCarrier(headers))
 	x.spanCtx, x.span = t.Start(ctx, spanRequest, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("http.path", x.path), attribute.String("request.id", x.id())))
+		trace.WithAttributes(attribute.String("http.path", pathOnly(x.path)), attribute.String("request.id", x.id())))
 }
 
 // traceHeaders returns the trace context to add to the routed request so

@@ -2,8 +2,10 @@ package extproc
 
 import (
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/go-logr/logr/funcr"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -65,5 +67,48 @@ func TestTracingOffAddsNoHeaders(t *testing.T) {
 	s.requestBody(body, true)
 	if r := s.routed(true); r.set["traceparent"] != "" || len(r.set) != 2 {
 		t.Errorf("tracing off: routed with headers %v, want the destination and content-length only", r.set)
+	}
+}
+
+// A request's query string can carry a credential (an api-key parameter,
+// as some OpenAI clients send it): the request's span and the log line of
+// its rejection name its path without it.
+func TestSpansAndLogsLeaveOutTheQueryString(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	var mu sync.Mutex
+	var logs []string
+	e := newEnv(t, twoWorkers, func(o *Options) {
+		o.Tracer = tp.Tracer("inferpick")
+		o.Log = funcr.New(func(_, args string) {
+			mu.Lock()
+			logs = append(logs, args)
+			mu.Unlock()
+		}, funcr.Options{})
+	})
+	s := e.open()
+	s.requestHeaders("/v1/completions?api-key=sk-secret", 5, false, nil)
+	s.requestBody(`{"x":`, true)
+	s.immediateReply()
+
+	ended := spans.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans ended, want the request's", len(ended))
+	}
+	for _, a := range ended[0].Attributes() {
+		if a.Key == "http.path" && a.Value.AsString() != "/v1/completions" {
+			t.Errorf("span attribute http.path = %q, want /v1/completions", a.Value.AsString())
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, l := range logs {
+		if strings.Contains(l, "sk-secret") {
+			t.Errorf("log line carries the query string: %s", l)
+		}
+		if strings.Contains(l, "Rejected request") && !strings.Contains(l, `"path"="/v1/completions"`) {
+			t.Errorf("rejection log line does not name the path: %s", l)
+		}
 	}
 }
