@@ -123,7 +123,7 @@ func (x *exchange) tryPick() (bool, error) {
 	var span trace.Span
 	if x.span != nil {
 		_, span = x.s.opts.Tracer.Start(x.spanCtx, spanPick, trace.WithTimestamp(start),
-			trace.WithAttributes(attribute.String("gen_ai.request.model", x.pick.Model), attribute.Int("inferpick.candidates", len(candidates))))
+			trace.WithAttributes(attribute.String("gen_ai.request.model", clip(x.pick.Model)), attribute.Int("inferpick.candidates", len(candidates))))
 	}
 	picked, guard, err := x.pickAndAdmit(candidates)
 	if span != nil {
@@ -131,7 +131,7 @@ func (x *exchange) tryPick() (bool, error) {
 			span.SetAttributes(attribute.String("inferpick.endpoint", picked[0].Address()))
 		}
 		if err != nil {
-			span.SetStatus(otelcodes.Error, err.Error())
+			span.SetStatus(otelcodes.Error, clip(err.Error()))
 		}
 		span.End()
 	}

@@ -411,7 +411,7 @@ func (x *exchange) reject(code int, reason string) (bool, error) {
 		// the default verbosity they would flood the log.
 		log = log.V(1)
 	}
-	log.Info("Rejected request", "status", code, "reason", reason, "path", pathOnly(x.path), "requestID", x.id())
+	log.Info("Rejected request", "status", code, "reason", clip(reason), "path", pathOnly(x.path), "requestID", x.id())
 	return true, x.send(immediate(code, reason))
 }
 

@@ -82,6 +82,24 @@ func pathOnly(path string) string {
 	return path
 }
 
+// maxLoggedValue bounds what a log line or a span carries of a value a
+// client chose (a model name, an error naming one): the body it came from
+// may be megabytes.
+const maxLoggedValue = 512
+
+// clip cuts s to maxLoggedValue bytes at most, on a character boundary,
+// marking the cut.
+func clip(s string) string {
+	if len(s) <= maxLoggedValue {
+		return s
+	}
+	i := maxLoggedValue
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "..."
+}
+
 func setHeader(key, value string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{
 		Header:       &corev3.HeaderValue{Key: key, RawValue: []byte(value)},

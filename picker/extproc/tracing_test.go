@@ -8,6 +8,8 @@ import (
 	"github.com/go-logr/logr/funcr"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/inferpick/inferpick/picker/policy"
 )
 
 func TestTracing(t *testing.T) {
@@ -109,6 +111,48 @@ func TestSpansAndLogsLeaveOutTheQueryString(t *testing.T) {
 		}
 		if strings.Contains(l, "Rejected request") && !strings.Contains(l, `"path"="/v1/completions"`) {
 			t.Errorf("rejection log line does not name the path: %s", l)
+		}
+	}
+}
+
+// A request naming a model of a megabyte, which no endpoint serves, costs
+// a log line and a span of a bounded size: the name is cut.
+func TestAHugeModelNameIsCutInLogsAndSpans(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	var mu sync.Mutex
+	var logged int
+	e := newEnv(t, []string{"127.0.0.1:8000"}, func(o *Options) {
+		o.Tracer = tp.Tracer("inferpick")
+		o.Log = funcr.New(func(_, args string) {
+			mu.Lock()
+			logged += len(args)
+			mu.Unlock()
+		}, funcr.Options{})
+	})
+	e.picker.err = policy.ErrModelNotServed
+	s := e.open()
+	body := chatBody(strings.Repeat("m", 1<<20), "hi")
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+	s.requestBody(body, true)
+	if code, _ := s.immediateReply(); code != 404 {
+		t.Fatalf("a model no endpoint serves: status %d, want 404", code)
+	}
+
+	const bound = 4 << 10
+	mu.Lock()
+	defer mu.Unlock()
+	if logged == 0 || logged > bound {
+		t.Errorf("the rejection logged %d bytes, want some and at most %d", logged, bound)
+	}
+	for _, sp := range spans.Ended() {
+		n := len(sp.Status().Description)
+		for _, a := range sp.Attributes() {
+			n += len(a.Value.String())
+		}
+		if n > bound {
+			t.Errorf("span %s holds %d bytes of attributes and status, want at most %d", sp.Name(), n, bound)
 		}
 	}
 }
