@@ -124,6 +124,12 @@ func (x *exchange) tryPick() (bool, error) {
 	if x.span != nil {
 		_, span = x.s.opts.Tracer.Start(x.spanCtx, spanPick, trace.WithTimestamp(start),
 			trace.WithAttributes(attribute.String("gen_ai.request.model", clip(x.pick.Model)), attribute.Int("inferpick.candidates", len(candidates))))
+		defer func() {
+			if span != nil { // the pick panicked: its span ends all the same
+				span.SetStatus(otelcodes.Error, "the pick panicked")
+				span.End()
+			}
+		}()
 	}
 	picked, guard, err := x.pickAndAdmit(candidates)
 	if span != nil {
@@ -134,6 +140,7 @@ func (x *exchange) tryPick() (bool, error) {
 			span.SetStatus(otelcodes.Error, clip(err.Error()))
 		}
 		span.End()
+		span = nil
 	}
 	switch {
 	case errors.Is(err, policy.ErrSaturated):

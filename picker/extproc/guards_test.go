@@ -8,6 +8,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
@@ -260,6 +263,39 @@ func TestPickPanicLeavesNoLoad(t *testing.T) {
 	}
 	if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 0 {
 		t.Errorf("load (%d,%d), want 0", p, d)
+	}
+}
+
+// A request whose pick panics fails (the gateway answers 500): it is
+// counted as a 500 and an Internal error, so the error-ratio alert sees a
+// policy that panics, and its pick span ends with the error.
+func TestAPickThatPanicsIsCountedAsAnErrorAndItsSpanEnds(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	e := newEnv(t, twoWorkers, func(o *Options) { o.Tracer = tp.Tracer("inferpick") })
+	e.picker.panic = true
+	s := e.open()
+	body := chatBody("m", "x")
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+	s.requestBody(body, true)
+	if _, err := s.stream.Recv(); err == nil {
+		t.Fatal("stream survived a panic")
+	}
+	if started, ended := len(spans.Started()), len(spans.Ended()); started != 2 || ended != started {
+		t.Errorf("%d spans started, %d ended; want the request's and the pick's, both ended", started, ended)
+	}
+	for _, sp := range spans.Ended() {
+		if sp.Status().Code != otelcodes.Error {
+			t.Errorf("span %s ended with status %v, want an error", sp.Name(), sp.Status())
+		}
+	}
+	if got := counters(t, e, "inferpick_requests_total")["code=500"]; got != 1 {
+		t.Errorf("inferpick_requests_total{code=500} = %v, want 1", got)
+	}
+	want := map[string]float64{"error_code=Internal,model_name=m,target_model_name=m": 1}
+	if diff := cmp.Diff(want, counters(t, e, "inference_objective_request_error_total")); diff != "" {
+		t.Errorf("request_error_total (-want +got):\n%s", diff)
 	}
 }
 

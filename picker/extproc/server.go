@@ -305,8 +305,16 @@ func (x *exchange) ended(recvErr error) error {
 func (x *exchange) recovered(p any) error { return x.recoveredAt(p, debug.Stack()) }
 
 // recoveredAt is recovered for a panic whose stack was taken where it was
-// recovered.
+// recovered. A request whose response had not ended fails: the gateway
+// answers 500 (before routing) or cuts the response, and it counts as an
+// Internal error; before routing, as a 500 too.
 func (x *exchange) recoveredAt(p any, stack []byte) error {
+	if x.state != awaitingRequest && !x.responseDone {
+		if x.routedAt.IsZero() {
+			x.s.metrics.request(500)
+		}
+		x.s.upstream.Failed(x.series, epmetrics.CodeInternal)
+	}
 	x.release(reasonPanic)
 	x.s.opts.Log.Error(fmt.Errorf("%v", p), "Recovered from a panic in the ext_proc handler", "requestID", x.id(), "stack", string(stack))
 	return status.Error(codes.Internal, "internal error")
