@@ -118,7 +118,7 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "inference_objective", Name: "running_requests",
 			Help: "Requests routed whose response has not ended, by model."}, []string{"model_name"}),
 		schedule: prometheus.NewHistogram(prometheus.HistogramOpts{Subsystem: "inference_extension", Name: "scheduler_e2e_duration_seconds",
-			Help: "Time to parse a request and pick its endpoints, in seconds.", Buckets: schedulerBuckets}),
+			Help: "Time to parse a request, look its prompt up and pick its endpoints (not the wait in the flow-control queue), in seconds.", Buckets: schedulerBuckets}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "inference_extension", Name: "scheduler_attempts_total",
 			Help: "Picks attempted, by outcome and by the endpoint picked."}, []string{"status", "target_model_name", "pod_name", "namespace", "port"}),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "inference_extension", Name: "info",

@@ -261,6 +261,7 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 // the request headers, then returns the body.
 func (x *exchange) route() (bool, error) {
 	x.state = awaitingResponse
+	start := x.s.opts.Clock.Now()
 	// A body that a chunk ended is returned even when empty: the gateway
 	// holds the request until a chunk comes back marked end of stream.
 	// Trailers end the request instead, and follow the body's last chunk.
@@ -290,6 +291,9 @@ func (x *exchange) route() (bool, error) {
 			x.modelSeries()
 		}
 	}
+	// The pick's latency counts the parse and the prompt's lookup, not the
+	// time the request waits in the flow-control queue.
+	prePick := x.s.opts.Clock.Now().Sub(start)
 	if err := x.admit(); err != nil {
 		x.s.upstream.ScheduleFailed(x.series)
 		if pp := (*pickPanic)(nil); errors.As(err, &pp) {
@@ -305,7 +309,7 @@ func (x *exchange) route() (bool, error) {
 		return x.reject(status, reason)
 	}
 	x.routedAt = x.s.opts.Clock.Now()
-	took := x.pickTook
+	took := prePick + x.pickTook
 	x.s.metrics.pick.Observe(took.Seconds())
 	x.s.metrics.request(200)
 	ep := x.picked[0].Endpoint()

@@ -6,8 +6,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
@@ -80,5 +83,54 @@ func TestLocatorIsAskedOnlyAboutPromptsThePolicyDoesNotKnow(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// steppingLocator is a locator whose lookup takes took on clk: a /tokenize
+// call to a model server.
+type steppingLocator struct {
+	clk  *clocktesting.FakePassiveClock
+	took time.Duration
+}
+
+func (l steppingLocator) Locate(context.Context, string, *openai.Request, *policy.Shared) (bool, error) {
+	l.clk.SetTime(l.clk.Now().Add(l.took))
+	return false, nil
+}
+
+// The pick latency a dashboard and the p99 alert read covers the time from
+// the end of the request body to the routing decision, the prompt's lookup
+// on the model servers included: a slow /tokenize call shows there.
+func TestPickLatencyCoversThePromptsLookup(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	e := newEnv(t, []string{"127.0.0.1:8000"}, func(o *Options) {
+		o.Clock = clk
+		o.Locator = steppingLocator{clk: clk, took: 40 * time.Millisecond}
+	})
+	e.picker.knows = func(*policy.Request) bool { return false }
+	e.picker.seen = func(*policy.Request) { clk.SetTime(clk.Now().Add(time.Millisecond)) }
+	body := chatBody("llama", "hello")
+	s := e.open()
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+	s.requestBody(body, true)
+	s.routed(true)
+
+	families, err := e.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		switch f.GetName() {
+		case "inference_extension_scheduler_e2e_duration_seconds", "inferpick_pick_duration_seconds":
+			got[f.GetName()] = f.GetMetric()[0].GetHistogram().GetSampleSum()
+		}
+	}
+	want := map[string]float64{
+		"inference_extension_scheduler_e2e_duration_seconds": 0.041,
+		"inferpick_pick_duration_seconds":                    0.041,
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("pick latency recorded, in seconds (-want +got):\n%s", diff)
 	}
 }

@@ -37,7 +37,7 @@ func newServerMetrics(reg prometheus.Registerer, budget *bodyBudget) *serverMetr
 		}, []string{"code"}),
 		pick: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "inferpick_pick_duration_seconds",
-			Help:    "Time from the end of the request body to the routing decision (parse and pick).",
+			Help:    "Time from the end of the request body to the routing decision (parse, the prompt's lookup and pick; not the wait in the flow-control queue).",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 20),
 		}),
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
