@@ -222,6 +222,21 @@ func refusal(err error) (status int, reason string, ok bool) {
 	return 503, err.Error(), true
 }
 
+// pickFailed reports whether admit's err is a pick that found no endpoint,
+// or panicked: a failed scheduler attempt. A request flow control turned
+// away, or whose client went away while it waited, is none.
+func pickFailed(err error) bool {
+	if errors.Is(err, errGatewayClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	for _, e := range errNotAdmitted {
+		if errors.Is(err, e) {
+			return false
+		}
+	}
+	return true
+}
+
 // readPriority sets the request's priority from its objective header.
 func (x *exchange) readPriority(objective string) {
 	x.priority = 0

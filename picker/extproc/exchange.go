@@ -295,7 +295,9 @@ func (x *exchange) route() (bool, error) {
 	// time the request waits in the flow-control queue.
 	prePick := x.s.opts.Clock.Now().Sub(start)
 	if err := x.admit(); err != nil {
-		x.s.upstream.ScheduleFailed(x.series)
+		if pickFailed(err) {
+			x.s.upstream.ScheduleFailed(x.series)
+		}
 		if pp := (*pickPanic)(nil); errors.As(err, &pp) {
 			return false, x.recoveredAt(pp.value, pp.stack)
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -458,5 +459,25 @@ func TestQueuedRequestsForMadeUpModelsKeepTheSeriesBounded(t *testing.T) {
 	}
 	if len(models) > 257 || !models["__other__"] {
 		t.Errorf("the queue-size series name %d models for 300 made-up ones (with __other__: %v), want at most 257", len(models), models["__other__"])
+	}
+}
+
+// A request that leaves the flow-control queue unrouted, because its client
+// went away or it waited past maxWait, had no pick fail: it is not counted
+// as a failed scheduler attempt, as the upstream picker, which schedules a
+// request only once flow control lets it go, does not count it.
+func TestRequestsLeavingTheQueueAreNoFailedSchedulerAttempts(t *testing.T) {
+	e, q, _ := queueEnv(t, flowcontrol.Options{MaxWait: 50 * time.Millisecond})
+	_, gone := queuedBehindOne(t, e, q, "interactive")
+	gone.cancel()
+	eventually(t, "the cancelled request out of the queue", func() bool { return q.Len() == 0 })
+	late := e.open()
+	late.sendRequest("interactive")
+	if code, _ := late.immediateReply(); code != 429 {
+		t.Fatalf("a request that waited past maxWait: status %d, want 429", code)
+	}
+	want := map[string]float64{"namespace=,pod_name=pod-0,port=8000,status=success,target_model_name=m": 1}
+	if diff := cmp.Diff(want, counters(t, e, "inference_extension_scheduler_attempts_total")); diff != "" {
+		t.Errorf("scheduler attempts (-want +got):\n%s", diff)
 	}
 }
