@@ -31,13 +31,17 @@ var _ = Describe("helm upgrade on a cluster", Ordered, func() {
 	}, NodeTimeout(2*time.Minute))
 
 	DescribeTable("rolls the pickers out to the new pod template",
-		func(ctx SpecContext, haMode string, replicas, wantReady int) {
+		func(ctx SpecContext, haMode string, replicas, wantReady int, sets ...string) {
 			ns := fmt.Sprintf("rollout-%06d", rand.IntN(1_000_000))
 			values := filepath.Join(suite.tmp, ns+".yaml")
 			Expect(os.WriteFile(values, fmt.Appendf(nil, "replicas: %d\nhaMode: %s\npool:\n  selector:\n    matchLabels:\n      app: vllm\n", replicas, haMode), 0o644)).To(Succeed())
 
 			By(fmt.Sprintf("helm install with %d replicas, %s", replicas, haMode))
-			run(ctx, suite.helm, "install", release, suite.chart, "--namespace", ns, "--create-namespace", "--values", values)
+			var setArgs []string
+			for _, s := range sets {
+				setArgs = append(setArgs, "--set", s)
+			}
+			run(ctx, suite.helm, append([]string{"install", release, suite.chart, "--namespace", ns, "--create-namespace", "--values", values}, setArgs...)...)
 			k := &kubelet{
 				namespace:  ns,
 				kubeconfig: writeKubeconfig(serviceAccountConfig(ctx, ns, fullname), "picker-"+ns),
@@ -55,8 +59,8 @@ var _ = Describe("helm upgrade on a cluster", Ordered, func() {
 			Expect(suite.client.Patch(ctx, pool, patch)).To(Succeed())
 
 			By("helm upgrade changing a value of the pod template")
-			run(ctx, suite.helm, "upgrade", release, suite.chart, "--namespace", ns, "--values", values,
-				"--set", "picker.verbosity=2")
+			run(ctx, suite.helm, append([]string{"upgrade", release, suite.chart, "--namespace", ns, "--values", values,
+				"--set", "picker.verbosity=2"}, setArgs...)...)
 			second := waitRolledOut(ctx, k, replicas, wantReady)
 			Expect(second).NotTo(Equal(first), "the upgrade made a new ReplicaSet")
 			Expect(suite.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: poolName}, pool)).To(Succeed())
@@ -71,6 +75,10 @@ var _ = Describe("helm upgrade on a cluster", Ordered, func() {
 		// Under a rolling update the new standbys never become ready and the
 		// old ReplicaSet is never scaled down; the chart uses Recreate.
 		Entry("three active-passive replicas: Recreate, only the leader ready", NodeTimeout(5*time.Minute), "active-passive", 3, 1),
+		// A rolling update replaces the leader only when it may take every
+		// old pod down: the new standbys never become ready to stand in for it.
+		Entry("three active-passive replicas: a rolling update that may take all three down", NodeTimeout(5*time.Minute), "active-passive", 3, 1,
+			"strategy.type=RollingUpdate", "strategy.rollingUpdate.maxUnavailable=3"),
 	)
 })
 

@@ -14,10 +14,10 @@ else FailOpen.
 
 {{/*
 Fails the render on a strategy whose rollout cannot finish. Under leader
-election only the leader is ready, so a rolling update may never count on
-more than one available pod: it must be allowed to take all but one down
-(maxUnavailable >= replicas - 1), or it waits forever for new standbys to
-become ready.
+election only the leader is ready, and a new pod is a standby until the old
+leader is gone: a rolling update that keeps any old pod available keeps the
+leader, and waits forever for new standbys to become ready. It must be
+allowed to take every pod down (maxUnavailable >= replicas).
 */}}
 {{- define "inferpick.checkStrategy" -}}
 {{- $s := .Values.strategy }}
@@ -34,8 +34,8 @@ become ready.
 {{- else }}
 {{- $n = int $max }}
 {{- end }}
-{{- if lt $n (sub $replicas 1) }}
-{{- fail (printf "strategy: with %d replicas in active-passive mode only the leader is ready; a RollingUpdate with maxUnavailable %v never finishes. Leave strategy empty (Recreate) or set rollingUpdate.maxUnavailable to at least %d." $replicas $max (sub $replicas 1)) }}
+{{- if lt $n $replicas }}
+{{- fail (printf "strategy: with %d replicas in active-passive mode only the leader is ready; a RollingUpdate with maxUnavailable %v never finishes, as it keeps the old leader. Leave strategy empty (Recreate) or set rollingUpdate.maxUnavailable to at least %d (100%%)." $replicas $max $replicas) }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -170,18 +170,28 @@ func TestStrategy(t *testing.T) {
 		},
 		"active-passive rolling update that waits for standbys": {
 			sets:     []string{"replicas=3", "haMode=active-passive", "strategy.type=RollingUpdate"},
-			wantFail: "maxUnavailable to at least 2",
+			wantFail: "maxUnavailable to at least 3",
 		},
 		"active-passive rolling update with one unavailable": {
 			sets:     []string{"replicas=3", "haMode=active-passive", "strategy.type=RollingUpdate", "strategy.rollingUpdate.maxUnavailable=1"},
 			wantFail: "never finishes",
 		},
-		"active-passive rolling update that may take all but the leader down": {
-			sets: []string{"replicas=3", "haMode=active-passive", "strategy.type=RollingUpdate", "strategy.rollingUpdate.maxUnavailable=2"},
+		// The old leader stays ready and the new standbys never do, so the
+		// rollout never takes the leader down.
+		"active-passive rolling update that keeps the old leader": {
+			sets:     []string{"replicas=3", "haMode=active-passive", "strategy.type=RollingUpdate", "strategy.rollingUpdate.maxUnavailable=2"},
+			wantFail: "maxUnavailable to at least 3",
+		},
+		"active-passive rolling update that may take every pod down": {
+			sets: []string{"replicas=3", "haMode=active-passive", "strategy.type=RollingUpdate", "strategy.rollingUpdate.maxUnavailable=3"},
 			want: appsv1.RollingUpdateDeploymentStrategyType,
 		},
+		"active-passive percentage that keeps the old leader": {
+			sets:     []string{"replicas=4", "haMode=active-passive", "strategy.type=RollingUpdate", "strategy.rollingUpdate.maxUnavailable=75%"},
+			wantFail: "maxUnavailable to at least 4",
+		},
 		"active-passive percentage": {
-			sets: []string{"replicas=4", "haMode=active-passive", "strategy.type=RollingUpdate", "strategy.rollingUpdate.maxUnavailable=75%"},
+			sets: []string{"replicas=4", "haMode=active-passive", "strategy.type=RollingUpdate", "strategy.rollingUpdate.maxUnavailable=100%"},
 			want: appsv1.RollingUpdateDeploymentStrategyType,
 		},
 	}
