@@ -66,3 +66,32 @@ metrics.auth is on; empty otherwise.
 {{- default (printf "%s-metrics-reader" (include "inferpick.fullname" .)) .Values.metrics.serviceMonitor.tokenSecret }}
 {{- end }}
 {{- end }}
+
+{{/*
+Milliseconds of a Gateway API duration (1h2m3s, 300s, 500ms).
+*/}}
+{{- define "inferpick.durationMillis" -}}
+{{- $total := 0 }}
+{{- range regexFindAll "[0-9]+(ms|h|m|s)" . -1 }}
+{{- $v := int (regexFind "^[0-9]+" .) }}
+{{- if hasSuffix "ms" . }}{{ $total = add $total $v }}
+{{- else if hasSuffix "h" . }}{{ $total = add $total (mul $v 3600000) }}
+{{- else if hasSuffix "m" . }}{{ $total = add $total (mul $v 60000) }}
+{{- else }}{{ $total = add $total (mul $v 1000) }}{{ end }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+Timeout of a scrape of the picker: metrics.serviceMonitor.scrapeTimeout, or
+the interval when that is shorter. Prometheus refuses a scrape whose timeout
+is longer than its interval, and with it every target of the object.
+*/}}
+{{- define "inferpick.scrapeTimeout" -}}
+{{- $sm := .Values.metrics.serviceMonitor }}
+{{- if gt (int (include "inferpick.durationMillis" $sm.scrapeTimeout)) (int (include "inferpick.durationMillis" $sm.interval)) }}
+{{- $sm.interval }}
+{{- else }}
+{{- $sm.scrapeTimeout }}
+{{- end }}
+{{- end }}

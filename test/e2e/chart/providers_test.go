@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
@@ -85,6 +86,53 @@ func TestScrapeToken(t *testing.T) {
 				t.Errorf("metrics-reader subjects (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestScrapeTimeoutWithinInterval checks that the scrape objects never ask
+// for a timeout longer than their interval, which Prometheus refuses (and
+// with it every target of the object): a shorter interval shortens the
+// timeout with it.
+func TestScrapeTimeoutWithinInterval(t *testing.T) {
+	scrapes := map[string]struct {
+		values  []string
+		kind    string
+		timeout string // the endpoint's timeout field
+	}{
+		"ServiceMonitor": {[]string{"istio.yaml"}, "ServiceMonitor", "scrapeTimeout"},
+		"PodMonitoring":  {[]string{"gke.yaml"}, "PodMonitoring", "timeout"},
+	}
+	tests := map[string]struct {
+		interval, timeout string
+		want              time.Duration
+	}{
+		"default timeout under a short interval": {interval: "5s", want: 5 * time.Second},
+		"timeout longer than the interval":       {interval: "1m", timeout: "90s", want: time.Minute},
+		"timeout within the interval":            {interval: "1m", timeout: "10s", want: 10 * time.Second},
+		"sub-second interval":                    {interval: "500ms", timeout: "1s", want: 500 * time.Millisecond},
+	}
+	for name, scrape := range scrapes {
+		for tname, tc := range tests {
+			t.Run(name+"/"+tname, func(t *testing.T) {
+				sets := []string{"metrics.serviceMonitor.interval=" + tc.interval}
+				if tc.timeout != "" {
+					sets = append(sets, "metrics.serviceMonitor.scrapeTimeout="+tc.timeout)
+				}
+				out, errOut, err := render(t, scrape.values, sets...)
+				if err != nil {
+					t.Fatalf("helm template: %v\n%s", err, errOut)
+				}
+				endpoints := field(t, parseManifest(t, out).only(t, scrape.kind), "spec", "endpoints").([]any)
+				ep := &unstructured.Unstructured{Object: endpoints[0].(map[string]any)}
+				got, err := time.ParseDuration(fmt.Sprint(field(t, ep, scrape.timeout)))
+				if err != nil {
+					t.Fatalf("%s %s: %v", scrape.kind, scrape.timeout, err)
+				}
+				if got != tc.want {
+					t.Errorf("%s %s %v under interval %s, want %v", scrape.kind, scrape.timeout, got, tc.interval, tc.want)
+				}
+			})
+		}
 	}
 }
 
