@@ -95,3 +95,37 @@ is longer than its interval, and with it every target of the object.
 {{- $sm.scrapeTimeout }}
 {{- end }}
 {{- end }}
+
+{{/*
+Fails the render on a PodDisruptionBudget that lets no ready picker be
+evicted (maxUnavailable 0, or minAvailable of every replica, percentages
+rounded up as the disruption controller rounds them): it would hold every
+drain of a picker's node until someone deletes the pod.
+*/}}
+{{- define "inferpick.checkDisruptionBudget" -}}
+{{- $pdb := .Values.podDisruptionBudget }}
+{{- $replicas := int .Values.replicas }}
+{{- $max := $pdb.maxUnavailable }}
+{{- if and (not (kindIs "invalid" $max)) (ne (toString $max) "") }}
+{{- $n := 0 }}
+{{- if hasSuffix "%" (toString $max) }}
+{{- $n = div (add (mul $replicas (atoi (trimSuffix "%" (toString $max)))) 99) 100 }}
+{{- else }}
+{{- $n = int $max }}
+{{- end }}
+{{- if lt $n 1 }}
+{{- fail (printf "podDisruptionBudget: maxUnavailable %v lets no picker be evicted, so a node drain waits until someone deletes the pod. Set it to at least 1." $max) }}
+{{- end }}
+{{- else }}
+{{- $min := $pdb.minAvailable }}
+{{- $n := 0 }}
+{{- if hasSuffix "%" (toString $min) }}
+{{- $n = div (add (mul $replicas (atoi (trimSuffix "%" (toString $min)))) 99) 100 }}
+{{- else }}
+{{- $n = int $min }}
+{{- end }}
+{{- if ge $n $replicas }}
+{{- fail (printf "podDisruptionBudget: with %d replica%s, minAvailable %v lets no picker be evicted, so a node drain waits until someone deletes the pod. Set replicas above %d, or a lower minAvailable." $replicas (ternary "" "s" (eq $replicas 1)) $min $n) }}
+{{- end }}
+{{- end }}
+{{- end }}

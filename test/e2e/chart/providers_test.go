@@ -9,8 +9,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
 )
@@ -263,6 +266,72 @@ func TestStrategy(t *testing.T) {
 			drain := 115
 			if got := dep.Spec.Template.Spec.TerminationGracePeriodSeconds; got == nil || *got != int64(drain+15) {
 				t.Errorf("terminationGracePeriodSeconds %v, want the drain timeout %d s + 15 s", got, drain)
+			}
+		})
+	}
+}
+
+// TestDisruptionBudget checks that the PodDisruptionBudget the chart renders
+// lets a node drain evict a ready picker: one that counts on every replica
+// staying up would hold every drain of a picker's node until someone deletes
+// the pod.
+func TestDisruptionBudget(t *testing.T) {
+	tests := map[string]struct {
+		sets     []string
+		want     policyv1.PodDisruptionBudgetSpec
+		wantFail string
+	}{
+		"two replicas": {
+			sets: []string{"replicas=2"},
+			want: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1))},
+		},
+		"one replica": {
+			wantFail: "podDisruptionBudget: with 1 replica",
+		},
+		"every replica available": {
+			sets:     []string{"replicas=3", "podDisruptionBudget.minAvailable=100%"},
+			wantFail: "podDisruptionBudget: with 3 replicas",
+		},
+		"half of two replicas": {
+			sets: []string{"replicas=2", "podDisruptionBudget.minAvailable=50%"},
+			want: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromString("50%"))},
+		},
+		"one unavailable": {
+			sets: []string{"replicas=3", "podDisruptionBudget.maxUnavailable=1"},
+			want: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.FromInt32(1))},
+		},
+		"one unavailable of one replica": {
+			sets: []string{"podDisruptionBudget.maxUnavailable=1"},
+			want: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.FromInt32(1))},
+		},
+		"none unavailable": {
+			sets:     []string{"replicas=3", "podDisruptionBudget.maxUnavailable=0"},
+			wantFail: "maxUnavailable 0",
+		},
+		"none unavailable in percent": {
+			sets:     []string{"replicas=3", "podDisruptionBudget.maxUnavailable=0%"},
+			wantFail: "maxUnavailable 0%",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, errOut, err := render(t, nil, append([]string{"podDisruptionBudget.enabled=true"}, tc.sets...)...)
+			if tc.wantFail != "" {
+				if err == nil || !strings.Contains(errOut, tc.wantFail) {
+					t.Fatalf("rendered (err %v), want a failure saying %q:\n%s", err, tc.wantFail, errOut)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, errOut)
+			}
+			var pdb policyv1.PodDisruptionBudget
+			if !parseManifest(t, out).decode(t, "PodDisruptionBudget", &pdb) {
+				t.Fatal("no PodDisruptionBudget")
+			}
+			got := policyv1.PodDisruptionBudgetSpec{MinAvailable: pdb.Spec.MinAvailable, MaxUnavailable: pdb.Spec.MaxUnavailable}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("disruption budget (-want +got):\n%s", diff)
 			}
 		})
 	}
