@@ -214,6 +214,10 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"networkPolicy.metricsFrom[0].namespaceSelectr.matchLabels.a=b"},
 			want: []string{"namespaceSelectr", "additional properties"},
 		},
+		"client certificates over plaintext": {
+			sets: []string{"tls.enabled=false", "tls.clientCASecretName=gateway-client-ca"},
+			want: []string{"/tls/enabled", "must be true"},
+		},
 		"empty selector": {
 			sets: []string{"pool.selector.matchLabels=null"},
 			want: []string{"matchLabels"},
