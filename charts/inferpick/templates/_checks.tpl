@@ -129,3 +129,34 @@ drain of a picker's node until someone deletes the pod.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+Fails the render on picker.extraArgs that set a flag the chart sets from
+its own values: the probes, the Service, the RBAC and the grace period
+follow the chart's value, and the extra one, coming last, would win.
+*/}}
+{{- define "inferpick.checkExtraArgs" -}}
+{{- $owned := dict
+  "pool-name" "from pool.name"
+  "pool-namespace" "to the release namespace, where its Role is"
+  "pool-group" "to inference.networking.k8s.io"
+  "config-file" "to the ConfigMap of picker.config"
+  "grpc-port" "to 9002, the Service's target (service.grpcPort is the Service's port)"
+  "grpc-health-port" "to 9003, where the probes ask"
+  "metrics-port" "to 9090, the Service's target (service.metricsPort is the Service's port)"
+  "secure-serving" "from tls.enabled"
+  "cert-path" "from tls.secretName"
+  "client-ca-path" "from tls.clientCASecretName"
+  "metrics-endpoint-auth" "from metrics.auth"
+  "metrics-secure-serving" "from metrics.secureServing"
+  "ha-enable-leader-election" "from replicas (on when more than 1)"
+  "ha-mode" "from haMode"
+  "drain-timeout" "from picker.drainTimeoutSeconds, with the grace period"
+}}
+{{- range .Values.picker.extraArgs }}
+{{- $flag := regexReplaceAll "=.*$" (trimPrefix "-" (trimPrefix "-" .)) "" }}
+{{- with get $owned $flag }}
+{{- fail (printf "picker.extraArgs: the chart sets --%s %s; a second value would win over it, while the objects the chart wires to it keep the first." $flag .) }}
+{{- end }}
+{{- end }}
+{{- end }}

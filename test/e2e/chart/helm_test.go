@@ -241,6 +241,46 @@ func TestBadValues(t *testing.T) {
 	}
 }
 
+// TestExtraArgsTheChartSets checks that picker.extraArgs may not set a flag
+// the chart sets from its own values: the probes, the Service, the RBAC and
+// the grace period follow the chart's value, and a second one after it would
+// win and leave them pointing elsewhere.
+func TestExtraArgsTheChartSets(t *testing.T) {
+	tests := map[string]struct {
+		args string
+		want []string
+	}{
+		"health port":   {args: "--grpc-health-port=9100", want: []string{"--grpc-health-port", "9003"}},
+		"drain":         {args: "--v=2,--drain-timeout=300s", want: []string{"--drain-timeout", "picker.drainTimeoutSeconds"}},
+		"pool":          {args: "-pool-name=other", want: []string{"--pool-name", "pool.name"}},
+		"ha mode":       {args: "--ha-mode=active-passive", want: []string{"--ha-mode", "haMode"}},
+		"bare flag":     {args: "--secure-serving", want: []string{"--secure-serving", "tls.enabled"}},
+		"ext_proc port": {args: "--grpc-port=9000", want: []string{"--grpc-port", "service.grpcPort"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, errOut, err := render(t, nil, "picker.extraArgs={"+tc.args+"}")
+			if err == nil {
+				t.Fatalf("helm template accepted picker.extraArgs %s", tc.args)
+			}
+			for _, w := range append([]string{"picker.extraArgs"}, tc.want...) {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("error does not mention %q:\n%s", w, errOut)
+				}
+			}
+		})
+	}
+	t.Run("other flags", func(t *testing.T) {
+		out, errOut, err := render(t, nil, "picker.extraArgs={--v=2,--model-server-metrics-port=9400,--extproc-transport=grpc}")
+		if err != nil {
+			t.Fatalf("helm template: %v\n%s", err, errOut)
+		}
+		if args := pickerArgs(t, parseManifest(t, out)); !slices.Contains(args, "--extproc-transport=grpc") {
+			t.Errorf("picker args %q lack the extra args", args)
+		}
+	})
+}
+
 // TestPoolSelector checks the pool's selector without the tests' base values:
 // a release that creates a pool must name its pods' labels, the labels given
 // are the whole selector, and a release serving an existing pool needs none.
