@@ -42,10 +42,11 @@ Name of the ServiceAccount the picker runs as.
 
 {{/*
 Name of cluster-scoped objects: the release namespace keeps two releases of
-the same name apart.
+the same name apart. It is not cut to 63 characters (RBAC names are not
+labels): a cut could drop the part that tells two releases apart.
 */}}
 {{- define "inferpick.clusterName" -}}
-{{- printf "%s-%s" .Release.Namespace (include "inferpick.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-%s" .Release.Namespace (include "inferpick.fullname" .) }}
 {{- end }}
 
 {{/*

@@ -426,3 +426,40 @@ func checkBindings(t *testing.T, m manifest, sa string) {
 		check("ClusterRoleBinding", name, b.RoleRef, b.Subjects)
 	}
 }
+
+// TestClusterObjectsOfTwoReleases checks that two releases in one namespace
+// never render a cluster-scoped object of the same name, however long the
+// namespace and release names: the second install would fail on the first's
+// ClusterRole, or take it over.
+func TestClusterObjectsOfTwoReleases(t *testing.T) {
+	namespaces := map[string]string{
+		"short namespace":   namespace,
+		"long namespace":    "inference-serving-production-europe-west4-" + strings.Repeat("a", 20),
+		"longest namespace": strings.Repeat("n", 63),
+	}
+	for name, ns := range namespaces {
+		t.Run(name, func(t *testing.T) {
+			seen := map[string]string{}
+			for _, rel := range []string{"llama-3-1-70b-instruct-a", "llama-3-1-70b-instruct-b"} {
+				out, errOut, err := helm(t, "template", rel, chartDir, "--namespace", ns, "--kube-version", kubeVersion,
+					"--values", "testdata/values/pool.yaml", "--set", "metrics.serviceMonitor.enabled=true")
+				if err != nil {
+					t.Fatalf("helm template %s: %v\n%s", rel, err, errOut)
+				}
+				for _, u := range parseManifest(t, out).docs {
+					if u.GetNamespace() != "" {
+						continue
+					}
+					key := u.GetKind() + "/" + u.GetName()
+					if other, ok := seen[key]; ok {
+						t.Errorf("releases %s and %s both render %s", other, rel, key)
+					}
+					seen[key] = rel
+				}
+			}
+			if len(seen) == 0 {
+				t.Fatal("no cluster-scoped objects rendered")
+			}
+		})
+	}
+}
