@@ -7,17 +7,18 @@ Chart name, overridable with nameOverride.
 
 {{/*
 Full name of the picker's objects: <release>-<chart> unless the release name
-already holds the chart name.
+already holds the chart name. Dots, which release names may hold
+(llama-3.1-8b), become dashes: the Service's name is a DNS label.
 */}}
 {{- define "inferpick.fullname" -}}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- .Values.fullnameOverride | replace "." "-" | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
 {{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- .Release.Name | replace "." "-" | trunc 63 | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-%s" .Release.Name $name | replace "." "-" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 {{- end }}
 {{- end }}

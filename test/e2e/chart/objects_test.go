@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
@@ -459,6 +460,33 @@ func TestClusterObjectsOfTwoReleases(t *testing.T) {
 			}
 			if len(seen) == 0 {
 				t.Fatal("no cluster-scoped objects rendered")
+			}
+		})
+	}
+}
+
+// TestServiceNameOfAnyRelease checks that the picker's Service gets a name
+// the API server takes for every release name helm takes, dots included.
+func TestServiceNameOfAnyRelease(t *testing.T) {
+	for _, rel := range []string{"llama", "llama.v2", "llama-3.1-8b", strings.Repeat("l", 53)} {
+		t.Run(rel, func(t *testing.T) {
+			out, errOut, err := helm(t, "template", rel, chartDir, "--namespace", namespace, "--kube-version", kubeVersion,
+				"--values", "testdata/values/pool.yaml")
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, errOut)
+			}
+			m := parseManifest(t, out)
+			var svc corev1.Service
+			if !m.decode(t, "Service", &svc) {
+				t.Fatal("no Service")
+			}
+			if errs := validation.IsDNS1123Label(svc.Name); len(errs) > 0 {
+				t.Errorf("Service name %q: %s", svc.Name, strings.Join(errs, "; "))
+			}
+			var pool inferencev1.InferencePool
+			m.decode(t, "InferencePool", &pool)
+			if pool.Spec.EndpointPickerRef == nil || string(pool.Spec.EndpointPickerRef.Name) != svc.Name {
+				t.Errorf("pool's picker %+v, want the Service %s", pool.Spec.EndpointPickerRef, svc.Name)
 			}
 		})
 	}
