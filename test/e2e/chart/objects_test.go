@@ -491,3 +491,24 @@ func TestServiceNameOfAnyRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestFlagValuesKeptWhole checks that free-text values reach the picker's
+// flags as given, whatever YAML would make of them unquoted (a comment after
+// " #", a mapping after ": ").
+func TestFlagValuesKeptWhole(t *testing.T) {
+	for value, want := range map[string]string{
+		"picker.kvEvents.topic=kv #llama":                "--kv-events-topic=kv #llama",
+		"picker.kvEvents.topic=pool: llama":              "--kv-events-topic=pool: llama",
+		"picker.modelServerMetrics.path=/stats #metrics": "--model-server-metrics-path=/stats #metrics",
+	} {
+		t.Run(value, func(t *testing.T) {
+			out, errOut, err := render(t, nil, "picker.kvEvents.port=5557", value)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, errOut)
+			}
+			if args := pickerArgs(t, parseManifest(t, out)); !slices.Contains(args, want) {
+				t.Errorf("picker args %q lack %q", args, want)
+			}
+		})
+	}
+}
