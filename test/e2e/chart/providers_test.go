@@ -195,6 +195,24 @@ func TestProviderObjects(t *testing.T) {
 			t.Error("TLS origination to a plaintext picker")
 		}
 	})
+	// The rendered SIMPLE mode presents no client certificate, which a
+	// picker asking for one refuses on every connection.
+	t.Run("istio with client certificates", func(t *testing.T) {
+		_, errOut, err := render(t, nil, "provider.name=istio", "tls.clientCASecretName=gateway-client-ca")
+		if err == nil || !strings.Contains(errOut, "provider.istio.destinationRule.trafficPolicy.tls") {
+			t.Fatalf("rendered (err %v), want a failure naming provider.istio.destinationRule.trafficPolicy.tls:\n%s", err, errOut)
+		}
+		out, errOut, err := render(t, nil, "provider.name=istio", "tls.clientCASecretName=gateway-client-ca",
+			"provider.istio.destinationRule.trafficPolicy.tls.mode=MUTUAL",
+			"provider.istio.destinationRule.trafficPolicy.tls.credentialName=gateway-client-cert")
+		if err != nil {
+			t.Fatalf("helm template: %v\n%s", err, errOut)
+		}
+		tls := field(t, parseManifest(t, out).only(t, "DestinationRule"), "spec", "trafficPolicy", "tls")
+		if diff := cmp.Diff(map[string]any{"mode": "MUTUAL", "credentialName": "gateway-client-cert"}, tls); diff != "" {
+			t.Errorf("tls with the gateway's client certificate (-want +got):\n%s", diff)
+		}
+	})
 }
 
 // TestStrategy checks that every strategy the chart renders can finish a
