@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	rbacv1 "k8s.io/api/rbac/v1"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
 )
@@ -320,6 +321,24 @@ func TestPoolSelector(t *testing.T) {
 		}
 		if k := parseManifest(t, out).kinds(); slices.ContainsFunc(k, func(s string) bool { return strings.HasPrefix(s, "InferencePool/") }) {
 			t.Errorf("an InferencePool rendered for an existing pool: %v", k)
+		}
+	})
+	// A pool is named as any object is (a DNS subdomain): the upstream chart
+	// names its pool after a release such as llama-3.1-8b.
+	t.Run("existing pool named with dots", func(t *testing.T) {
+		out, errOut, err := template("--set", "pool.create=false", "--set", "pool.name=llama-3.1-8b", "--set", "replicas=2")
+		if err != nil {
+			t.Fatalf("helm template: %v\n%s", err, errOut)
+		}
+		m := parseManifest(t, out)
+		if args := pickerArgs(t, m); !slices.Contains(args, "--pool-name=llama-3.1-8b") {
+			t.Errorf("picker args %q lack --pool-name=llama-3.1-8b", args)
+		}
+		lease := decodeAll[rbacv1.Role](t, m, "Role")["llama-inferpick-leader-election"]
+		if lease == nil || !slices.ContainsFunc(lease.Rules, func(r rbacv1.PolicyRule) bool {
+			return slices.Contains(r.ResourceNames, "inferpick-llama-3.1-8b")
+		}) {
+			t.Errorf("no leader-election Role for the Lease inferpick-llama-3.1-8b: %+v", lease)
 		}
 	})
 }
