@@ -33,6 +33,7 @@ var chartFlags = map[string]string{
 	"grpc-health-port":          "the chart (9003)",
 	"metrics-port":              "the chart (9090; service.metricsPort is the Service's)",
 	"cert-path":                 "tls.secretName",
+	"client-ca-path":            "tls.clientCASecretName",
 	"ha-enable-leader-election": "replicas (on when more than 1)",
 	"drain-timeout":             "picker.drainTimeoutSeconds",
 }
@@ -50,6 +51,8 @@ var flagValues = map[string]string{
 	"max-request-body-bytes":      "picker.maxRequestBodyBytes",
 	"secure-serving":              "tls.enabled",
 	"metrics-endpoint-auth":       "metrics.auth",
+	"metrics-secure-serving":      "metrics.secureServing",
+	"ha-mode":                     "haMode",
 }
 
 // Flag values the inferpick chart takes as integers. The upstream chart
@@ -382,7 +385,7 @@ func (c *converter) flagMap() {
 			switch to {
 			case "picker.modelServerType":
 				val = serverTypes[fmt.Sprint(val)]
-			case "tls.enabled", "metrics.auth":
+			case "tls.enabled", "metrics.auth", "metrics.secureServing":
 				val = fmt.Sprint(val) == "true"
 			}
 			if intValues[to] {

@@ -64,6 +64,23 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 			notes: []string{"--pool-name dropped: the chart sets it from pool.name", "--no-such-flag dropped", "weighted-scorer"},
 		},
+		"flags the chart sets from its values go to those values, never to extraArgs, which the chart refuses them in": {
+			upstream: `
+inferenceExtension:
+  flags:
+    metrics-secure-serving: "true"
+    ha-mode: active-passive
+    client-ca-path: /etc/ca/ca.crt
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+metrics: {secureServing: true, serviceMonitor: {interval: 10s}}
+haMode: active-passive
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"--client-ca-path dropped: the chart sets it from tls.clientCASecretName"},
+		},
 		"tracing on with the upstream chart's defaults: a plaintext collector at localhost:4317, one request in ten sampled": {
 			upstream: `
 inferenceExtension:
