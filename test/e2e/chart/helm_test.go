@@ -82,6 +82,24 @@ func render(t *testing.T, valuesFiles []string, sets ...string) (string, string,
 	return helm(t, args...)
 }
 
+// renderUnless renders the --set arguments and returns the manifests, or,
+// when wantFail is set, checks that the render fails saying so and returns
+// false.
+func renderUnless(t *testing.T, wantFail string, sets ...string) (string, bool) {
+	t.Helper()
+	out, errOut, err := render(t, nil, sets...)
+	switch {
+	case wantFail != "":
+		if err == nil || !strings.Contains(errOut, wantFail) {
+			t.Fatalf("rendered (err %v), want a failure saying %q:\n%s", err, wantFail, errOut)
+		}
+		return "", false
+	case err != nil:
+		t.Fatalf("helm template: %v\n%s", err, errOut)
+	}
+	return out, true
+}
+
 // cases are the value sets every rendering test covers; each has a golden
 // file testdata/<name>.golden.
 var cases = map[string][]string{

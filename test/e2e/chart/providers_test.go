@@ -266,15 +266,9 @@ func TestStrategy(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			out, errOut, err := render(t, nil, tc.sets...)
-			if tc.wantFail != "" {
-				if err == nil || !strings.Contains(errOut, tc.wantFail) {
-					t.Fatalf("rendered (err %v), want a failure saying %q:\n%s", err, tc.wantFail, errOut)
-				}
+			out, ok := renderUnless(t, tc.wantFail, tc.sets...)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatalf("helm template: %v\n%s", err, errOut)
 			}
 			var dep appsv1.Deployment
 			parseManifest(t, out).decode(t, "Deployment", &dep)
@@ -333,15 +327,9 @@ func TestDisruptionBudget(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			out, errOut, err := render(t, nil, append([]string{"podDisruptionBudget.enabled=true"}, tc.sets...)...)
-			if tc.wantFail != "" {
-				if err == nil || !strings.Contains(errOut, tc.wantFail) {
-					t.Fatalf("rendered (err %v), want a failure saying %q:\n%s", err, tc.wantFail, errOut)
-				}
+			out, ok := renderUnless(t, tc.wantFail, append([]string{"podDisruptionBudget.enabled=true"}, tc.sets...)...)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatalf("helm template: %v\n%s", err, errOut)
 			}
 			var pdb policyv1.PodDisruptionBudget
 			if !parseManifest(t, out).decode(t, "PodDisruptionBudget", &pdb) {
