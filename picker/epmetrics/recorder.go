@@ -152,10 +152,7 @@ func (r *Recorder) Model(model string) *Series { return r.ModelTarget(model, mod
 // otherModel: a client cannot make up names for a served target either.
 func (r *Recorder) ModelTarget(model, target string, named bool) *Series {
 	k := modelKey{model, target}
-	r.mu.RLock()
-	s, ok := r.models[k]
-	r.mu.RUnlock()
-	if ok {
+	if s, ok := r.lookup(k); ok {
 		return s
 	}
 	switch {
@@ -164,6 +161,11 @@ func (r *Recorder) ModelTarget(model, target string, named bool) *Series {
 		k = modelKey{otherModel, otherModel}
 	case model != target && !named && !r.served(model):
 		k.model = otherModel
+	}
+	// A name not served keeps no series of its own, so each of its
+	// requests comes this way: the series it counts under usually exists.
+	if s, ok := r.lookup(k); ok {
+		return s
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -176,9 +178,17 @@ func (r *Recorder) ModelTarget(model, target string, named bool) *Series {
 			return s
 		}
 	}
-	s = r.newSeries(k)
+	s := r.newSeries(k)
 	r.models[k] = s
 	return s
+}
+
+// lookup returns the series of k, if it has one.
+func (r *Recorder) lookup(k modelKey) (*Series, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	s, ok := r.models[k]
+	return s, ok
 }
 
 func (r *Recorder) newSeries(k modelKey) *Series {

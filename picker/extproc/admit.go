@@ -226,7 +226,7 @@ func refusal(err error) (status int, reason string, ok bool) {
 // or panicked: a failed scheduler attempt. A request flow control turned
 // away, or whose client went away while it waited, is none.
 func pickFailed(err error) bool {
-	if errors.Is(err, errGatewayClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) { // errGatewayClosed too
 		return false
 	}
 	for _, e := range errNotAdmitted {

@@ -318,6 +318,9 @@ func (l *lexer) laxBoolean(field string) (v, present bool, err error) {
 // and t, y, on, yes, true. A string with escapes is read as what it decodes
 // to.
 func laxBool(raw []byte) (v, ok bool) {
+	if len(raw) > len(`\u0066\u0061\u006c\u0073\u0065`) { // "false", every byte escaped
+		return false, false
+	}
 	if bytes.IndexByte(raw, '\\') >= 0 {
 		raw = unescapeKey(raw)
 	}
