@@ -251,8 +251,10 @@ func TestPanicReleasesAndEndsTheStream(t *testing.T) {
 	}
 }
 
-func TestPickPanicLeavesNoLoad(t *testing.T) {
-	e := newEnv(t, twoWorkers)
+// sendToAPickThatPanics sends a chat request whose pick panics, and checks
+// that its stream ends.
+func sendToAPickThatPanics(t *testing.T, e *env) {
+	t.Helper()
 	e.picker.panic = true
 	s := e.open()
 	body := chatBody("m", "x")
@@ -261,6 +263,11 @@ func TestPickPanicLeavesNoLoad(t *testing.T) {
 	if _, err := s.stream.Recv(); err == nil {
 		t.Fatal("stream survived a panic")
 	}
+}
+
+func TestPickPanicLeavesNoLoad(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	sendToAPickThatPanics(t, e)
 	if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 0 {
 		t.Errorf("load (%d,%d), want 0", p, d)
 	}
@@ -274,14 +281,7 @@ func TestAPickThatPanicsIsCountedAsAnErrorAndItsSpanEnds(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
 	e := newEnv(t, twoWorkers, func(o *Options) { o.Tracer = tp.Tracer("inferpick") })
-	e.picker.panic = true
-	s := e.open()
-	body := chatBody("m", "x")
-	s.requestHeaders("/v1/chat/completions", len(body), false, nil)
-	s.requestBody(body, true)
-	if _, err := s.stream.Recv(); err == nil {
-		t.Fatal("stream survived a panic")
-	}
+	sendToAPickThatPanics(t, e)
 	if started, ended := len(spans.Started()), len(spans.Ended()); started != 2 || ended != started {
 		t.Errorf("%d spans started, %d ended; want the request's and the pick's, both ended", started, ended)
 	}
