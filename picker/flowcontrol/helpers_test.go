@@ -136,15 +136,8 @@ func (h *harness) waitLen(n int) {
 
 // result waits for the named request's outcome.
 func (h *harness) result(name string) error {
-	for {
-		h.mu.Lock()
-		err, ok := h.errs[name]
-		h.mu.Unlock()
-		if ok {
-			return err
-		}
-		runtime.Gosched()
-	}
+	_, err := h.first(name)
+	return err
 }
 
 // first waits until one of the named requests has an outcome, and returns

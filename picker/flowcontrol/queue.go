@@ -209,8 +209,8 @@ func (q *Queue) enqueue(it Item, try TryFunc) (*waiter, error) {
 		q.removeLocked(v, false)
 		v.done <- ErrEvicted
 	}
-	// The metrics first: should they fail, no waiter is left behind for a
-	// request that never learns it was queued.
+	// The metrics first: should they panic (a label they refuse), no waiter
+	// is left behind for a request that never learns it was queued.
 	q.metrics.queued(it, 1)
 	q.seq++
 	w := &waiter{item: it, try: try, seq: q.seq, done: make(chan error, 1)}

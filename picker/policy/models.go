@@ -89,7 +89,7 @@ func newModelFilter(model string, candidates, pool []*registry.Worker) (modelFil
 // (or the base model of that adapter), one has not listed all its models,
 // or none has listed any.
 func Served(model string, ws []*registry.Worker) bool {
-	_, err := newModelFilter(model, ws, ws)
+	_, err := newModelFilter(model, ws, nil)
 	return err == nil
 }
 

@@ -66,15 +66,7 @@ func (ix *Index) seed(model, salt string) uint64 {
 // covers blocks 0..i, so two prompts share hash i exactly when (barring
 // collisions) their first (i+1)×BlockSize bytes are equal.
 func (ix *Index) Hashes(dst []uint64, model, salt string, prompt [][]byte) []uint64 {
-	return ix.HashesN(dst, model, salt, prompt, -1)
-}
-
-// HashesN is Hashes of at most the first n blocks (all of them for n < 0).
-func (ix *Index) HashesN(dst []uint64, model, salt string, prompt [][]byte, n int) []uint64 {
 	dst = dst[:0]
-	if n == 0 {
-		return dst
-	}
 	h := ix.seed(model, salt)
 	var buf [BlockSize]byte
 	pending := 0 // bytes pending in buf
@@ -93,9 +85,7 @@ func (ix *Index) HashesN(dst []uint64, model, salt string, prompt [][]byte, n in
 				h = hashBlock(h, &buf)
 				pending = 0
 			}
-			if dst = append(dst, h); len(dst) == n {
-				return dst
-			}
+			dst = append(dst, h)
 		}
 	}
 	return dst

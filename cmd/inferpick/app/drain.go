@@ -10,7 +10,7 @@ import (
 
 // routing runs the ext_proc server together with what its picks depend on
 // (the metrics scraper, the KV-events subscriber, the flow-control queue and
-// its ticker). At ctx end the server drains first and the others stop only
+// its ticker) and the health port, which answers probes through the drain. At ctx end the server drains first and the others stop only
 // once it has returned: a request that waits in the queue or is picked
 // during the drain is still dispatched, on metrics still fresh, instead of
 // being turned away the moment the drain begins.

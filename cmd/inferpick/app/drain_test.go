@@ -130,7 +130,6 @@ func TestQueuedRequestIsRoutedDuringTheDrain(t *testing.T) {
 	}
 }
 
-// openRequest opens an ext_proc stream and sends a whole completion request.
 // finishRequest answers the routed request on s with a 200 response that
 // ends its stream, reads the reply and closes the stream's sending side;
 // the stream must not have been cut.
