@@ -147,7 +147,7 @@ func replicasBench(ctx context.Context, bins routing.Binaries, all []*routing.Wo
 	}
 	// Conversations under one system prompt, as an application's chats
 	// are: a prefix every prompt shares must not decide where they go.
-	byName["one-system-prompt"] = routing.OneSystemPrompt(24, 6, 4000, 300, 200, time.Second)
+	byName["one-system-prompt"] = routing.OneSystemPrompt(turnSessions, sessionTurns, turnSystemBytes, 300, 200, time.Second)
 	out := &replicaReport{}
 	// start brings up a cold cluster behind n replicas.
 	start := func(n int, pol routing.Policy, w *routing.Workload) (*routing.Cluster, error) {
@@ -411,8 +411,10 @@ func replicasMarkdown(rr *replicaReport) string {
 	w("guards and no shared state; the gateway stand-in spreads ext_proc streams round robin over them. Each run is cold,\n")
 	w("in real time (time scale %g: see `replicaTimeScale` in `test/bench/replicas.go`), and each setting runs %s:\n", float64(replicaTimeScale), times(replicaRuns))
 	w("the table and the verdicts show each figure's median over the runs, and the range of the runs' TTFT p90s.\n")
-	w("one-system-prompt is multi-turn's 24 conversations under the one 4,000-byte system prompt they share, as an\n")
-	w("application's chats do, where multi-turn gives each its own: which pod holds a conversation is told by its turns alone.\n")
+	if rr.find(1, "cache-aware", "one-system-prompt") != nil || rr.find(3, "cache-aware", "one-system-prompt") != nil {
+		w("one-system-prompt is multi-turn's %d conversations under the one %d-byte system prompt they share, as an\n", turnSessions, turnSystemBytes)
+		w("application's chats do, where multi-turn gives each its own: which pod holds a conversation is told by its turns alone.\n")
+	}
 	if kvEventsPort != 0 {
 		w("The pods publish their KV-cache events and every replica subscribes (`--kv-events-port`), except in the rows\n")
 		w("marked \"%s\". A pod publishes a step's events once the step has run, as current vLLM does,\n", noEvents)

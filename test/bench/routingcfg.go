@@ -54,6 +54,10 @@ const (
 // second.
 var sharedRates = []float64{6, 12, 18, 24}
 
+// The conversations of multi-turn and of the replicas' one-system-prompt:
+// how many, their turns, and the bytes of their system prompts.
+const turnSessions, sessionTurns, turnSystemBytes = 24, 6, 4000
+
 // workloads returns the routing benchmark's workloads.
 func workloads(quick bool) []*routing.Workload {
 	window := 16.0 // simulated seconds of arrivals per open-loop run
@@ -68,7 +72,7 @@ func workloads(quick bool) []*routing.Workload {
 		}))
 	}
 	out = append(out,
-		routing.MultiTurn(24, 6, 4000, 300, 200, time.Second),
+		routing.MultiTurn(turnSessions, sessionTurns, turnSystemBytes, 300, 200, time.Second),
 		routing.BurstOnPrefix(64, 8000, 200),
 		routing.NoSharing(max(int(12*window), 60), 2000, 12, 3),
 		routing.MultiLoRA(routing.MultiLoRASpec{

@@ -100,7 +100,9 @@ is longer than its interval, and with it every target of the object.
 Fails the render on a PodDisruptionBudget that lets no ready picker be
 evicted (maxUnavailable 0, or minAvailable of every replica, percentages
 rounded up as the disruption controller rounds them): it would hold every
-drain of a picker's node until someone deletes the pod.
+drain of a picker's node until someone deletes the pod. Replicas are counted
+as ready: under active-passive only the leader is, which docs/operations.md
+tells (such a budget suits active-active).
 */}}
 {{- define "inferpick.checkDisruptionBudget" -}}
 {{- $pdb := .Values.podDisruptionBudget }}
