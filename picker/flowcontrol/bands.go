@@ -253,21 +253,27 @@ func (b *band) pushOut(id string) *waiter {
 	if own >= most {
 		return nil
 	}
-	var out *waiter
+	return b.newestIdle(most)
+}
+
+// newestIdle returns the newest waiter not being tried of the flows of b
+// holding at least n places, or nil.
+func (b *band) newestIdle(n int) *waiter {
+	var newest *waiter
 	for _, f := range b.ring {
-		if len(f.waiters) != most {
+		if len(f.waiters) < n {
 			continue
 		}
 		for j := len(f.waiters) - 1; j >= 0; j-- {
 			if w := f.waiters[j]; !w.trying {
-				if out == nil || w.seq > out.seq {
-					out = w
+				if newest == nil || w.seq > newest.seq {
+					newest = w
 				}
 				break
 			}
 		}
 	}
-	return out
+	return newest
 }
 
 // ahead reports whether a waiter of priority prio or higher may go where a
@@ -314,20 +320,7 @@ func (bs *bands) victim(prio int) *waiter {
 		if b.priority >= prio {
 			return nil
 		}
-		var newest *waiter
-		for _, f := range b.ring {
-			for j := len(f.waiters) - 1; j >= 0; j-- {
-				w := f.waiters[j]
-				if w.trying {
-					continue
-				}
-				if newest == nil || w.seq > newest.seq {
-					newest = w
-				}
-				break
-			}
-		}
-		if newest != nil {
+		if newest := b.newestIdle(0); newest != nil {
 			return newest
 		}
 	}
