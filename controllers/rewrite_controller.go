@@ -82,16 +82,15 @@ func (r *RewriteReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	}
 	served := obj.Spec.PoolRef != nil && servesPool(*obj.Spec.PoolRef, r.group, r.pool)
 	invalid := invalidRules(obj)
-	switch {
-	case served && invalid == "":
+	if served && invalid == "" {
 		rw := rulesOf(obj)
 		r.sink.Set(req.Name, rw)
 		log.V(logSyncs).Info("Model rewrite synced", "modelRewrite", klog.KObj(obj), "rules", len(rw.Rules))
-	case served:
+	} else {
 		r.sink.Delete(req.Name)
-		log.V(logChanges).Info("Model rewrite not applied", "modelRewrite", klog.KObj(obj), "reason", invalid)
-	default:
-		r.sink.Delete(req.Name)
+		if served {
+			log.V(logChanges).Info("Model rewrite not applied", "modelRewrite", klog.KObj(obj), "reason", invalid)
+		}
 	}
 	switch {
 	case r.leading != nil && !r.leading():
