@@ -266,8 +266,9 @@ func (u *upstream) readDetector(p plugin) error {
 	return nil
 }
 
-// readFraction reads a number in [0,1]. ParseFloat takes "NaN" and "Inf",
-// which pass a range check made of comparisons alone.
+// readFraction reads a number in [0,1] (NaN, which ParseFloat takes, is
+// none), so that the error names the file's line; Config.Validate would
+// refuse it too, without the line.
 func readFraction(v *yaml.Node) (float64, error) {
 	f, err := strconv.ParseFloat(v.Value, 64)
 	if err != nil || !(f >= 0 && f <= 1) {
