@@ -86,3 +86,24 @@ func BenchmarkPickLoRA(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkKnows is the check, with KV events on, of whether the index
+// places a 32 KB prompt it holds, at 100 workers: a hash of the whole
+// prompt and one lookup.
+func BenchmarkKnows(b *testing.B) {
+	reg, ws := bigPool(100)
+	p, err := Build(Config{Name: CacheAware}, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &Request{Model: "m", Prompt: [][]byte{text("system", 30<<10), text("user", 2<<10)}}
+	if _, err := p.Pick(req, ws, 1); err != nil {
+		b.Fatal(err)
+	}
+	k := p.(interface{ Knows(*Request) bool })
+	for b.Loop() {
+		if !k.Knows(req) {
+			b.Fatal("a prompt the index holds is not known")
+		}
+	}
+}
