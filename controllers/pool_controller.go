@@ -6,8 +6,9 @@
 // cache (read without a copy) and only they are upserted into or removed
 // from the registry, so the work of an event does not grow with the pool.
 // The whole endpoint set is listed only when the pool itself appears or its
-// selector or ports change. The registry keeps unchanged workers (and their
-// load) and detaches the rest. The picker only reads the pool: it never
+// selector or ports change. The registry keeps the workers of the pods and
+// ports that stay (with their load; a port moved in the list takes the rank
+// of its new place) and detaches the rest. The picker only reads the pool: it never
 // writes its status.
 package controllers
 

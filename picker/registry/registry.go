@@ -89,7 +89,8 @@ func (r *Registry) Synced() bool { return r.synced.Load() }
 // one snapshot for the whole change (none when nothing changed). An
 // endpoint whose address changed replaces its worker: the old object is
 // detached (its guards keep releasing into it) and a new one starts at
-// zero. Its cost follows the change, not the size of the registry: workers
+// zero. One whose rank alone changed (its port moved in the pool's target
+// ports) is the same server: its worker stays, and takes the new rank. Its cost follows the change, not the size of the registry: workers
 // not named are untouched, the same objects in the same places.
 func (r *Registry) Update(upsert []Endpoint, remove []Key) {
 	r.mu.Lock()
@@ -108,7 +109,8 @@ func (r *Registry) Update(upsert []Endpoint, remove []Key) {
 }
 
 // Replace makes the registry hold exactly eps: missing workers are removed,
-// new ones added, unchanged ones kept with their load.
+// new ones added, unchanged ones kept with their load (and those whose rank
+// alone changed, with the new rank).
 func (r *Registry) Replace(eps []Endpoint) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -130,7 +132,8 @@ func (r *Registry) Replace(eps []Endpoint) {
 func (r *Registry) upsertLocked(ep Endpoint, added, removed *[]*Worker) *Worker {
 	prev := r.draining[ep.Key]
 	if old, ok := r.byKey[ep.Key]; ok {
-		if old.ep == ep {
+		if old.sameServer(ep) {
+			old.rank.Store(int64(ep.Rank))
 			return old
 		}
 		*removed = append(*removed, old)

@@ -483,3 +483,59 @@ func TestFirstSyncedClosesOnceAndStaysClosed(t *testing.T) {
 		t.Error("Synced is true for a missing pool")
 	}
 }
+
+// Reordering a pool's target ports moves each port to a new place, and so
+// a new rank, but every (pod, port) is the same server at the same address:
+// its worker stays the same object, with its requests in flight, its ID
+// (what the prefix index knows it by) and its metrics, and only its rank
+// follows the new order. No listener hears of a change.
+func TestAPortsNewPlaceKeepsItsWorker(t *testing.T) {
+	r := New()
+	at := func(addr string, rank int) Endpoint {
+		ep := endpoint("pod", addr)
+		ep.Rank = rank
+		return ep
+	}
+	r.Replace([]Endpoint{at("127.0.0.1:8000", 0), at("127.0.0.1:8001", 1)})
+	first, _ := lookup(r, Key{UID: "pod", Port: 8000})
+	second, _ := lookup(r, Key{UID: "pod", Port: 8001})
+	guard := first.Admit()
+	defer guard.Release()
+	m := &Metrics{Waiting: 3}
+	first.SetMetrics(m)
+	rec := &recorder{}
+	r.AddListener(rec)
+	rec.events = nil
+
+	r.Replace([]Endpoint{at("127.0.0.1:8001", 0), at("127.0.0.1:8000", 1)})
+
+	if got, _ := lookup(r, Key{UID: "pod", Port: 8000}); got != first {
+		t.Errorf("port 8000 moved to the second place: its worker was replaced (ID %d, was %d)", got.ID(), first.ID())
+	}
+	if got, _ := lookup(r, Key{UID: "pod", Port: 8001}); got != second {
+		t.Errorf("port 8001 moved to the first place: its worker was replaced (ID %d, was %d)", got.ID(), second.ID())
+	}
+	if first.Removed() || second.Removed() {
+		t.Error("a worker whose port only moved in the list was marked removed")
+	}
+	if n := first.InFlight(); n != 1 {
+		t.Errorf("port 8000's requests in flight after the reorder = %d, want 1", n)
+	}
+	if first.Metrics() != m {
+		t.Error("port 8000 lost its scraped metrics in the reorder")
+	}
+	if got := []int{first.Endpoint().Rank, second.Endpoint().Rank}; !cmp.Equal(got, []int{1, 0}) {
+		t.Errorf("ranks of ports 8000, 8001 after the reorder = %v, want [1 0]", got)
+	}
+	if len(rec.events) != 0 {
+		t.Errorf("listeners heard %v for a reorder of the ports, want nothing", rec.events)
+	}
+
+	r.Update([]Endpoint{at("127.0.0.1:8000", 0)}, []Key{{UID: "pod", Port: 8001}})
+	if got, _ := lookup(r, Key{UID: "pod", Port: 8000}); got != first || first.Endpoint().Rank != 0 {
+		t.Errorf("port 8000 left alone at the first place: same worker %t, rank %d; want true, 0", got == first, first.Endpoint().Rank)
+	}
+	if !second.Removed() {
+		t.Error("the port taken out of the pool kept its worker")
+	}
+}

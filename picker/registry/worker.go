@@ -131,7 +131,8 @@ type LoRA struct {
 
 // Worker is one endpoint of the pool. All methods are safe for concurrent use.
 type Worker struct {
-	ep     Endpoint
+	ep     Endpoint // its Rank is rank's first value
+	rank   atomic.Int64
 	addr   string // ep.Address formatted once
 	id     uint32 // unique for the life of the process; never reused
 	stable uint64 // ep.Key hashed once
@@ -152,12 +153,27 @@ type Worker struct {
 var nextID atomic.Uint32
 
 func newWorker(ep Endpoint) *Worker {
-	return &Worker{ep: ep, addr: ep.Address.String(), id: nextID.Add(1),
+	w := &Worker{ep: ep, addr: ep.Address.String(), id: nextID.Add(1),
 		stable: prefix.StableString(ep.Key.UID) ^ uint64(ep.Key.Port)*0x9e3779b97f4a7c15}
+	w.rank.Store(int64(ep.Rank))
+	return w
 }
 
-// Endpoint returns what the worker was created from.
-func (w *Worker) Endpoint() Endpoint { return w.ep }
+// Endpoint returns what the worker was created from, with the rank its
+// port has now: a port that moves in the pool's target ports keeps its
+// worker and takes the rank of its new place.
+func (w *Worker) Endpoint() Endpoint {
+	ep := w.ep
+	ep.Rank = int(w.rank.Load())
+	return ep
+}
+
+// sameServer reports whether ep is the endpoint w was created from, but
+// for its rank: the same server, at the same address.
+func (w *Worker) sameServer(ep Endpoint) bool {
+	ep.Rank = w.ep.Rank
+	return w.ep == ep
+}
 
 // Address returns "ip:port".
 func (w *Worker) Address() string { return w.addr }

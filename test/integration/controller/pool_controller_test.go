@@ -150,6 +150,51 @@ var _ = Describe("Pool controller", func() {
 		Expect(old.Removed()).To(BeTrue())
 	})
 
+	It("keeps each pod's workers, their requests in flight and their cache history, when the pool is edited without changing its endpoints", func(ctx SpecContext) {
+		reg := startPicker(*poolKey)
+		pool := framework.MakePool(poolKey.Namespace, "pool").Ports(8000, 8001).Obj()
+		Expect(env.Client.Create(ctx, pool)).To(Succeed())
+		readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-0").Obj(), "127.0.0.1")
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000", "vllm-0@127.0.0.1:8001"}))
+		w8000, w8001 := workerAt(reg, "127.0.0.1:8000")(), workerAt(reg, "127.0.0.1:8001")()
+		guard := w8000.Admit()
+		DeferCleanup(guard.Release)
+		// The prefix index and the scraped metrics are the worker object's
+		// (the index knows it by its ID): the same object keeps them.
+		same := func() []*registry.Worker {
+			return []*registry.Worker{workerAt(reg, "127.0.0.1:8000")(), workerAt(reg, "127.0.0.1:8001")()}
+		}
+
+		By("labels, annotations and the endpoint picker reference change")
+		update(ctx, pool, func(p *inferencev1.InferencePool) {
+			p.Labels = map[string]string{"team": "serving"}
+			p.Annotations = map[string]string{"note": "edited"}
+			p.Spec.EndpointPickerRef = framework.MakePool(poolKey.Namespace, "pool").Picker("picker", 9002).Spec.EndpointPickerRef
+		})
+		Consistently(same).Should(HaveExactElements(BeIdenticalTo(w8000), BeIdenticalTo(w8001)))
+
+		By("the target ports are reordered")
+		update(ctx, pool, func(p *inferencev1.InferencePool) {
+			p.Spec.TargetPorts = framework.MakePool(poolKey.Namespace, "pool").Ports(8001, 8000).Spec.TargetPorts
+		})
+		Eventually(func() []int {
+			ws := same()
+			return []int{ws[0].Endpoint().Rank, ws[1].Endpoint().Rank}
+		}).Should(Equal([]int{1, 0}), "each port takes the rank of its new place")
+		Expect(same()).To(HaveExactElements(BeIdenticalTo(w8000), BeIdenticalTo(w8001)), "the reorder replaced a worker")
+		Expect(w8000.Removed()).To(BeFalse())
+		Expect(w8001.Removed()).To(BeFalse())
+		Expect(w8000.InFlight()).To(Equal(int64(1)))
+
+		By("a port is added: only it gets a new worker")
+		update(ctx, pool, func(p *inferencev1.InferencePool) {
+			p.Spec.TargetPorts = framework.MakePool(poolKey.Namespace, "pool").Ports(8001, 8000, 8002).Spec.TargetPorts
+		})
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000", "vllm-0@127.0.0.1:8001", "vllm-0@127.0.0.1:8002"}))
+		Expect(same()).To(HaveExactElements(BeIdenticalTo(w8000), BeIdenticalTo(w8001)))
+		Expect(w8000.InFlight()).To(Equal(int64(1)))
+	})
+
 	It("gives each pod one endpoint per target port", func(ctx SpecContext) {
 		reg := startPicker(*poolKey)
 		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000, 8001).Obj())).To(Succeed())
