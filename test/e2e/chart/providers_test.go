@@ -186,6 +186,18 @@ func TestProviderObjects(t *testing.T) {
 			t.Errorf("pod template lacks the priority class, spread constraint, labels or annotations:\n%+v", dep.Spec.Template)
 		}
 	})
+	// Istio names a Service <name>.<namespace>.svc.<its domain suffix>, the
+	// cluster's domain; a host under another domain matches no Service, and
+	// the DestinationRule's TLS never applies.
+	t.Run("istio in a cluster of another domain", func(t *testing.T) {
+		out, errOut, err := render(t, nil, "provider.name=istio", "clusterDomain=corp.local")
+		if err != nil {
+			t.Fatalf("helm template: %v\n%s", err, errOut)
+		}
+		if got := field(t, parseManifest(t, out).only(t, "DestinationRule"), "spec", "host"); got != "llama-inferpick.serving.svc.corp.local" {
+			t.Errorf("host %v, want the picker Service in the domain corp.local", got)
+		}
+	})
 	t.Run("istio without TLS", func(t *testing.T) {
 		out, errOut, err := render(t, nil, "provider.name=istio", "tls.enabled=false")
 		if err != nil {
