@@ -65,8 +65,8 @@ app.kubernetes.io/part-of: inferpick
 Labels that select the picker's Pods.
 */}}
 {{- define "inferpick.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "inferpick.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "inferpick.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/component: endpoint-picker
 {{- end }}
 

@@ -3,6 +3,7 @@ package chart
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -511,4 +512,133 @@ func TestFlagValuesKeptWhole(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNamesKeptAsStrings checks that names from the release and the values
+// reach the objects as the strings given, whatever YAML makes of them
+// unquoted: on, yes and true are booleans, 0123 and 1e3 numbers, a leading
+// * an alias and " #" a comment. The API server refuses such an object, or
+// the manifest does not parse, and the install fails.
+func TestNamesKeptAsStrings(t *testing.T) {
+	type want struct {
+		kind  string
+		path  []string
+		value string
+	}
+	tests := map[string]struct {
+		release, namespace string
+		sets               []string // --set
+		names              []string // --set-string
+		want               []want
+	}{
+		"release and namespace": {
+			release: "on", namespace: "0123",
+			sets: []string{"httpRoute.enabled=true", "httpRoute.gateway.name=inference-gateway", "replicas=2"},
+			want: []want{
+				{"InferencePool", []string{"metadata", "name"}, "on"},
+				{"HTTPRoute", []string{"metadata", "name"}, "on"},
+				{"HTTPRoute", []string{"spec", "rules", "0", "backendRefs", "0", "name"}, "on"},
+				{"Deployment", []string{"spec", "selector", "matchLabels", "app.kubernetes.io/instance"}, "on"},
+				{"Service", []string{"spec", "selector", "app.kubernetes.io/instance"}, "on"},
+				{"RoleBinding", []string{"subjects", "0", "namespace"}, "0123"},
+			},
+		},
+		"release read as a number": {
+			release: "1e3", namespace: "true",
+			want: []want{{"InferencePool", []string{"metadata", "name"}, "1e3"}},
+		},
+		"names in the values": {
+			release: "llama", namespace: "serving",
+			sets: []string{"httpRoute.enabled=true", "metrics.serviceMonitor.enabled=true", "monitoring.grafanaDashboard.enabled=true"},
+			names: []string{
+				"nameOverride=true", "pool.name=yes", "serviceAccount.name=off", "priorityClassName=0123",
+				"tls.secretName=1e3", "tls.clientCASecretName=no",
+				"httpRoute.name=y", "httpRoute.gateway.name=true",
+				"httpRoute.gateway.namespace=0123", "httpRoute.gateway.sectionName=on",
+				"metrics.serviceMonitor.tokenSecret=yes", "monitoring.grafanaDashboard.namespace=1e3",
+			},
+			want: []want{
+				{"Deployment", []string{"spec", "selector", "matchLabels", "app.kubernetes.io/name"}, "true"},
+				{"InferencePool", []string{"metadata", "name"}, "yes"},
+				{"ServiceAccount", []string{"metadata", "name"}, "off"},
+				{"Deployment", []string{"spec", "template", "spec", "serviceAccountName"}, "off"},
+				{"Deployment", []string{"spec", "template", "spec", "priorityClassName"}, "0123"},
+				{"Deployment", []string{"spec", "template", "spec", "volumes", "1", "secret", "secretName"}, "1e3"},
+				{"Deployment", []string{"spec", "template", "spec", "volumes", "2", "secret", "secretName"}, "no"},
+				{"HTTPRoute", []string{"metadata", "name"}, "y"},
+				{"HTTPRoute", []string{"spec", "parentRefs", "0", "name"}, "true"},
+				{"HTTPRoute", []string{"spec", "parentRefs", "0", "namespace"}, "0123"},
+				{"HTTPRoute", []string{"spec", "parentRefs", "0", "sectionName"}, "on"},
+				{"ServiceMonitor", []string{"spec", "endpoints", "0", "authorization", "credentials", "name"}, "yes"},
+				{"ConfigMap", []string{"metadata", "namespace"}, "1e3"},
+			},
+		},
+		"istio host": {
+			release: "llama", namespace: "serving",
+			names: []string{"provider.name=istio", "provider.istio.destinationRule.host=*.serving.svc.cluster.local"},
+			want:  []want{{"DestinationRule", []string{"spec", "host"}, "*.serving.svc.cluster.local"}},
+		},
+		"gke health check path": {
+			release: "llama", namespace: "serving",
+			names: []string{"provider.name=gke", "provider.gke.healthCheckPath=/health #live"},
+			want:  []want{{"HealthCheckPolicy", []string{"spec", "default", "config", "httpHealthCheck", "requestPath"}, "/health #live"}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			args := []string{"template", tc.release, chartDir, "--namespace", tc.namespace, "--kube-version", kubeVersion,
+				"--values", "testdata/values/pool.yaml"}
+			for _, s := range tc.sets {
+				args = append(args, "--set", s)
+			}
+			for _, s := range tc.names {
+				args = append(args, "--set-string", s)
+			}
+			out, errOut, err := helm(t, args...)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, errOut)
+			}
+			m := parseManifest(t, out)
+			for _, u := range m.docs {
+				meta := u.Object["metadata"].(map[string]any)
+				if ns, ok := meta["namespace"]; ok && ns != tc.namespace && u.GetKind() != "ConfigMap" {
+					t.Errorf("%s %v in namespace %#v, want %q", u.GetKind(), meta["name"], ns, tc.namespace)
+				}
+				if labels, ok := meta["labels"].(map[string]any); ok && labels["app.kubernetes.io/instance"] != tc.release {
+					t.Errorf("%s %v labelled instance %#v, want %q", u.GetKind(), meta["name"], labels["app.kubernetes.io/instance"], tc.release)
+				}
+			}
+			for _, w := range tc.want {
+				var got []any
+				for _, u := range m.docs {
+					if u.GetKind() == w.kind {
+						got = append(got, lookup(u.Object, w.path...))
+					}
+				}
+				if !slices.Contains(got, any(w.value)) {
+					t.Errorf("%s %s: %#v, want the string %q", w.kind, strings.Join(w.path, "."), got, w.value)
+				}
+			}
+		})
+	}
+}
+
+// lookup reads a nested field of a decoded object, a number in the path
+// indexing a list; nil when there is none.
+func lookup(v any, path ...string) any {
+	for _, p := range path {
+		switch c := v.(type) {
+		case map[string]any:
+			v = c[p]
+		case []any:
+			i, err := strconv.Atoi(p)
+			if err != nil || i >= len(c) {
+				return nil
+			}
+			v = c[i]
+		default:
+			return nil
+		}
+	}
+	return v
 }
