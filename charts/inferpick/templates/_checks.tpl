@@ -162,3 +162,16 @@ follow the chart's value, and the extra one, coming last, would win.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+Fails the render on a Service name starting with a digit (a release named
+8b-llama) on Kubernetes before 1.36: until then the API server takes a
+Service name only as a DNS-1035 label, which starts with a letter, and the
+install would fail on the Service after creating the rest.
+*/}}
+{{- define "inferpick.checkServiceName" -}}
+{{- $name := include "inferpick.fullname" . }}
+{{- if and (not (regexMatch "^[a-z]" $name)) (semverCompare "<1.36.0-0" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "the picker's Service would be named %s, and Kubernetes before 1.36 (this cluster is %s) refuses a Service name that does not start with a letter. Set fullnameOverride to a name that does (e.g. inferpick-%s), or install under a release name that does." $name .Capabilities.KubeVersion.Version (.Release.Name | replace "." "-")) }}
+{{- end }}
+{{- end }}

@@ -493,6 +493,52 @@ func TestServiceNameOfAnyRelease(t *testing.T) {
 	}
 }
 
+// TestServiceNameStartingWithADigit checks a release whose name starts with
+// a digit (8b-llama): Kubernetes before 1.36 takes a Service name only when
+// it starts with a letter (a DNS-1035 label), so there the render fails
+// saying how to name the Service, where the install would fail on the
+// Service alone.
+func TestServiceNameStartingWithADigit(t *testing.T) {
+	tests := map[string]struct {
+		kubeVersion string
+		sets        []string
+		wantService string
+		wantFail    string
+	}{
+		"Kubernetes 1.36": {kubeVersion: "1.36.0", wantService: "8b-llama-inferpick"},
+		"Kubernetes 1.35": {kubeVersion: "1.35.4", wantFail: "fullnameOverride"},
+		"Kubernetes 1.35, the name overridden": {
+			kubeVersion: "1.35.4", sets: []string{"fullnameOverride=llama-8b"}, wantService: "llama-8b",
+		},
+		"Kubernetes 1.35, overridden with a digit first": {
+			kubeVersion: "1.35.4", sets: []string{"fullnameOverride=8b"}, wantFail: "fullnameOverride",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			args := []string{"template", "8b-llama", chartDir, "--namespace", namespace, "--kube-version", tc.kubeVersion,
+				"--values", "testdata/values/pool.yaml"}
+			for _, s := range tc.sets {
+				args = append(args, "--set", s)
+			}
+			out, errOut, err := helm(t, args...)
+			if tc.wantFail != "" {
+				if err == nil || !strings.Contains(errOut, tc.wantFail) || !strings.Contains(errOut, "1.36") {
+					t.Fatalf("rendered (err %v), want a failure naming %s and Kubernetes 1.36:\n%s", err, tc.wantFail, errOut)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, errOut)
+			}
+			var svc corev1.Service
+			if !parseManifest(t, out).decode(t, "Service", &svc) || svc.Name != tc.wantService {
+				t.Errorf("Service %q, want %q", svc.Name, tc.wantService)
+			}
+		})
+	}
+}
+
 // TestFlagValuesKeptWhole checks that free-text values reach the picker's
 // flags as given, whatever YAML would make of them unquoted (a comment after
 // " #", a mapping after ": ").
