@@ -98,36 +98,36 @@ is longer than its interval, and with it every target of the object.
 
 {{/*
 Fails the render on a PodDisruptionBudget that lets no ready picker be
-evicted (maxUnavailable 0, or minAvailable of every replica, percentages
-rounded up as the disruption controller rounds them): it would hold every
-drain of a picker's node until someone deletes the pod. Replicas are counted
-as ready: under active-passive only the leader is, which docs/operations.md
-tells (such a budget suits active-active).
+evicted (maxUnavailable 0, or minAvailable of every ready replica,
+percentages rounded up as the disruption controller rounds them): it would
+hold every drain of a picker's node until someone deletes the pod. Under
+active-passive only the leader is ready, so the controller allows an
+eviction only while the budget lets every other replica be unavailable.
 */}}
 {{- define "inferpick.checkDisruptionBudget" -}}
 {{- $pdb := .Values.podDisruptionBudget }}
 {{- $replicas := int .Values.replicas }}
+{{- $passive := and (eq (include "inferpick.leaderElection" .) "true") (eq .Values.haMode "active-passive") }}
+{{- $ready := ternary 1 $replicas $passive }}
 {{- $max := $pdb.maxUnavailable }}
-{{- if and (not (kindIs "invalid" $max)) (ne (toString $max) "") }}
+{{- $useMax := and (not (kindIs "invalid" $max)) (ne (toString $max) "") }}
+{{- $value := ternary $max $pdb.minAvailable $useMax }}
 {{- $n := 0 }}
-{{- if hasSuffix "%" (toString $max) }}
-{{- $n = div (add (mul $replicas (atoi (trimSuffix "%" (toString $max)))) 99) 100 }}
+{{- if hasSuffix "%" (toString $value) }}
+{{- $n = div (add (mul $replicas (atoi (trimSuffix "%" (toString $value)))) 99) 100 }}
 {{- else }}
-{{- $n = int $max }}
+{{- $n = int $value }}
 {{- end }}
-{{- if lt $n 1 }}
-{{- fail (printf "podDisruptionBudget: maxUnavailable %v lets no picker be evicted, so a node drain waits until someone deletes the pod. Set it to at least 1." $max) }}
-{{- end }}
+{{- /* Evictions allowed: the ready pods above the healthy count wanted. */}}
+{{- $wanted := ternary (sub $replicas $n) $n $useMax }}
+{{- if le $ready (int $wanted) }}
+{{- $setting := printf "%s %v" (ternary "maxUnavailable" "minAvailable" $useMax) $value }}
+{{- if $passive }}
+{{- fail (printf "podDisruptionBudget: in active-passive mode only the leader of the %d replicas is ready, and %s keeps it from eviction, so a drain of the leader's node waits until someone deletes the pod. Use haMode active-active, or leave podDisruptionBudget off (unready standbys are always evictable)." $replicas $setting) }}
+{{- else if $useMax }}
+{{- fail (printf "podDisruptionBudget: %s lets no picker be evicted, so a node drain waits until someone deletes the pod. Set it to at least 1." $setting) }}
 {{- else }}
-{{- $min := $pdb.minAvailable }}
-{{- $n := 0 }}
-{{- if hasSuffix "%" (toString $min) }}
-{{- $n = div (add (mul $replicas (atoi (trimSuffix "%" (toString $min)))) 99) 100 }}
-{{- else }}
-{{- $n = int $min }}
-{{- end }}
-{{- if ge $n $replicas }}
-{{- fail (printf "podDisruptionBudget: with %d replica%s, minAvailable %v lets no picker be evicted, so a node drain waits until someone deletes the pod. Set replicas above %d, or a lower minAvailable." $replicas (ternary "" "s" (eq $replicas 1)) $min $n) }}
+{{- fail (printf "podDisruptionBudget: with %d replica%s, %s lets no picker be evicted, so a node drain waits until someone deletes the pod. Set replicas above %d, or a lower minAvailable." $replicas (ternary "" "s" (eq $replicas 1)) $setting $n) }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -332,6 +332,20 @@ func TestDisruptionBudget(t *testing.T) {
 			sets:     []string{"replicas=3", "podDisruptionBudget.maxUnavailable=0"},
 			wantFail: "maxUnavailable 0",
 		},
+		// Only the leader is ready: a budget keeping one ready picker, or
+		// leaving one of two unavailable, keeps the leader from eviction.
+		"two replicas in active-passive mode": {
+			sets:     []string{"replicas=2", "haMode=active-passive"},
+			wantFail: "only the leader of the 2 replicas is ready",
+		},
+		"one unavailable of two in active-passive mode": {
+			sets:     []string{"replicas=2", "haMode=active-passive", "podDisruptionBudget.maxUnavailable=1"},
+			wantFail: "only the leader of the 2 replicas is ready",
+		},
+		"every replica unavailable in active-passive mode": {
+			sets: []string{"replicas=2", "haMode=active-passive", "podDisruptionBudget.maxUnavailable=100%"},
+			want: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.FromString("100%"))},
+		},
 		"none unavailable in percent": {
 			sets:     []string{"replicas=3", "podDisruptionBudget.maxUnavailable=0%"},
 			wantFail: "maxUnavailable 0%",
