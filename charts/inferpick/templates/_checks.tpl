@@ -13,6 +13,22 @@ else FailOpen.
 {{- end }}
 
 {{/*
+What a Kubernetes int-or-percent value counts out of a total: the number,
+or the percentage of the total rounded as the controller reading it rounds
+(a Deployment's maxUnavailable down, a disruption budget's values up).
+Takes (dict "value" 1 "total" 3 "roundUp" true).
+*/}}
+{{- define "inferpick.scaledValue" -}}
+{{- $v := toString .value }}
+{{- if hasSuffix "%" $v }}
+{{- $scaled := mul .total (atoi (trimSuffix "%" $v)) }}
+{{- if .roundUp }}{{ div (add $scaled 99) 100 }}{{ else }}{{ div $scaled 100 }}{{ end }}
+{{- else }}
+{{- int .value }}
+{{- end }}
+{{- end }}
+
+{{/*
 Fails the render on a strategy whose rollout cannot finish. Under leader
 election only the leader is ready, and a new pod is a standby until the old
 leader is gone: a rolling update that keeps any old pod available keeps the
@@ -24,35 +40,11 @@ allowed to take every pod down (maxUnavailable >= replicas).
 {{- if and $s (include "inferpick.leaderElection" .) (eq .Values.haMode "active-passive") (ne (toString $s.type) "Recreate") }}
 {{- $replicas := int .Values.replicas }}
 {{- $max := dig "rollingUpdate" "maxUnavailable" "25%" $s }}
-{{- $n := 0 }}
-{{- if kindIs "string" $max }}
-{{- if hasSuffix "%" $max }}
-{{- $n = div (mul $replicas (atoi (trimSuffix "%" $max))) 100 }}
-{{- else }}
-{{- $n = atoi $max }}
-{{- end }}
-{{- else }}
-{{- $n = int $max }}
-{{- end }}
+{{- $n := int (include "inferpick.scaledValue" (dict "value" $max "total" $replicas "roundUp" false)) }}
 {{- if lt $n $replicas }}
 {{- fail (printf "strategy: with %d replicas in active-passive mode only the leader is ready; a RollingUpdate with maxUnavailable %v never finishes, as it keeps the old leader. Leave strategy empty (Recreate) or set rollingUpdate.maxUnavailable to at least %d (100%%)." $replicas $max $replicas) }}
 {{- end }}
 {{- end }}
-{{- end }}
-
-{{/*
-Seconds of a Gateway API duration (1h2m3s, 300s, 500ms rounds down).
-*/}}
-{{- define "inferpick.durationSeconds" -}}
-{{- $total := 0 }}
-{{- range regexFindAll "[0-9]+(ms|h|m|s)" . -1 }}
-{{- $v := int (regexFind "^[0-9]+" .) }}
-{{- if hasSuffix "ms" . }}{{ $total = add $total (div $v 1000) }}
-{{- else if hasSuffix "h" . }}{{ $total = add $total (mul $v 3600) }}
-{{- else if hasSuffix "m" . }}{{ $total = add $total (mul $v 60) }}
-{{- else }}{{ $total = add $total $v }}{{ end }}
-{{- end }}
-{{- $total }}
 {{- end }}
 
 {{/*
@@ -68,7 +60,8 @@ metrics.auth is on; empty otherwise.
 {{- end }}
 
 {{/*
-Milliseconds of a Gateway API duration (1h2m3s, 300s, 500ms).
+Milliseconds of a Gateway API duration (1h2m3s, 300s, 500ms); divided by
+1000, its whole seconds.
 */}}
 {{- define "inferpick.durationMillis" -}}
 {{- $total := 0 }}
@@ -112,12 +105,7 @@ eviction only while the budget lets every other replica be unavailable.
 {{- $max := $pdb.maxUnavailable }}
 {{- $useMax := and (not (kindIs "invalid" $max)) (ne (toString $max) "") }}
 {{- $value := ternary $max $pdb.minAvailable $useMax }}
-{{- $n := 0 }}
-{{- if hasSuffix "%" (toString $value) }}
-{{- $n = div (add (mul $replicas (atoi (trimSuffix "%" (toString $value)))) 99) 100 }}
-{{- else }}
-{{- $n = int $value }}
-{{- end }}
+{{- $n := int (include "inferpick.scaledValue" (dict "value" $value "total" $replicas "roundUp" true)) }}
 {{- /* Evictions allowed: the ready pods above the healthy count wanted. */}}
 {{- $wanted := ternary (sub $replicas $n) $n $useMax }}
 {{- if le $ready (int $wanted) }}
