@@ -148,14 +148,18 @@ func finishRequest(t *testing.T, s extprocv3.ExternalProcessor_ProcessClient) {
 	}
 }
 
-// openRequest sends a routed completion's headers and body on a new stream.
-func openRequest(t *testing.T, client extprocv3.ExternalProcessorClient) extprocv3.ExternalProcessor_ProcessClient {
+// openRequest sends a routed completion's headers, with the extra ones
+// (name, value pairs), and body on a new stream.
+func openRequest(t *testing.T, client extprocv3.ExternalProcessorClient, headers ...string) extprocv3.ExternalProcessor_ProcessClient {
 	t.Helper()
 	s, err := client.Process(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}
+	for i := 0; i+1 < len(headers); i += 2 {
+		hdrs.Headers = append(hdrs.Headers, &corev3.HeaderValue{Key: headers[i], RawValue: []byte(headers[i+1])})
+	}
 	for _, r := range []*extprocv3.ProcessingRequest{
 		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
 		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"m","prompt":"hello"}`), EndOfStream: true}}},

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
@@ -106,29 +105,13 @@ func tracedPicker(t *testing.T, batchDelay string) (*collector, extprocv3.Extern
 // (name, value pairs) and a 200 response through c, reading every reply.
 func tracedRequest(t *testing.T, c extprocv3.ExternalProcessorClient, headers ...string) {
 	t.Helper()
-	stream, err := c.Process(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/completions")}}}
-	for i := 0; i+1 < len(headers); i += 2 {
-		hdrs.Headers = append(hdrs.Headers, &corev3.HeaderValue{Key: headers[i], RawValue: []byte(headers[i+1])})
-	}
-	for _, r := range []*extprocv3.ProcessingRequest{
-		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}},
-		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"m","prompt":"hi"}`), EndOfStream: true}}},
-		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
-			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}}}, EndOfStream: true}}},
-	} {
-		if err := stream.Send(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range 3 { // route reply, body, response-headers reply
+	stream := openRequest(t, c, headers...)
+	for range 2 { // route reply, body
 		if _, err := stream.Recv(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	finishRequest(t, stream)
 }
 
 // TestTracingExportsOverOTLP starts tracing as --tracing does, with the OTLP
