@@ -67,19 +67,26 @@ func helm(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	return out.String(), errOut.String(), err
 }
 
+// template runs `helm template` for the release in its namespace with the
+// given flags alone, and returns stdout and stderr.
+func template(t *testing.T, flags ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	return helm(t, append([]string{"template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion}, flags...)...)
+}
+
 // render runs `helm template` for the release with testdata/values/pool.yaml
 // (the pool's selector, which has no default), then the given values files
 // (under testdata/values) and --set arguments.
 func render(t *testing.T, valuesFiles []string, sets ...string) (string, string, error) {
 	t.Helper()
-	args := []string{"template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion}
+	var args []string
 	for _, f := range append([]string{"pool.yaml"}, valuesFiles...) {
 		args = append(args, "--values", filepath.Join("testdata", "values", f))
 	}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
-	return helm(t, args...)
+	return template(t, args...)
 }
 
 // renderUnless renders the --set arguments and returns the manifests, or,
@@ -304,11 +311,8 @@ func TestExtraArgsTheChartSets(t *testing.T) {
 // a release that creates a pool must name its pods' labels, the labels given
 // are the whole selector, and a release serving an existing pool needs none.
 func TestPoolSelector(t *testing.T) {
-	template := func(flags ...string) (string, string, error) {
-		return helm(t, append([]string{"template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion}, flags...)...)
-	}
 	t.Run("none given", func(t *testing.T) {
-		out, errOut, err := template()
+		out, errOut, err := template(t)
 		if err == nil {
 			t.Fatalf("helm template made a pool without a selector:\n%s", out)
 		}
@@ -319,7 +323,7 @@ func TestPoolSelector(t *testing.T) {
 		}
 	})
 	t.Run("other labels", func(t *testing.T) {
-		out, errOut, err := template("--set-string", "pool.selector.matchLabels.llm-d\\.ai/inferenceServing=true")
+		out, errOut, err := template(t, "--set-string", "pool.selector.matchLabels.llm-d\\.ai/inferenceServing=true")
 		if err != nil {
 			t.Fatalf("helm template: %v\n%s", err, errOut)
 		}
@@ -333,7 +337,7 @@ func TestPoolSelector(t *testing.T) {
 		}
 	})
 	t.Run("existing pool", func(t *testing.T) {
-		out, errOut, err := template("--set", "pool.create=false", "--set", "pool.name=shared")
+		out, errOut, err := template(t, "--set", "pool.create=false", "--set", "pool.name=shared")
 		if err != nil {
 			t.Fatalf("helm template: %v\n%s", err, errOut)
 		}
@@ -344,7 +348,7 @@ func TestPoolSelector(t *testing.T) {
 	// A pool is named as any object is (a DNS subdomain): the upstream chart
 	// names its pool after a release such as llama-3.1-8b.
 	t.Run("existing pool named with dots", func(t *testing.T) {
-		out, errOut, err := template("--set", "pool.create=false", "--set", "pool.name=llama-3.1-8b", "--set", "replicas=2")
+		out, errOut, err := template(t, "--set", "pool.create=false", "--set", "pool.name=llama-3.1-8b", "--set", "replicas=2")
 		if err != nil {
 			t.Fatalf("helm template: %v\n%s", err, errOut)
 		}

@@ -125,7 +125,7 @@ func TestMigrateValues(t *testing.T) {
 			if err := os.WriteFile(values, got, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			out, errOut, err := helm(t, "template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion, "--values", values)
+			out, errOut, err := template(t, "--values", values)
 			if err != nil {
 				t.Fatalf("the chart refuses the converted values: %v\n%s", err, errOut)
 			}
@@ -186,7 +186,7 @@ func TestMigratedValuesTheUpstreamChartQuotes(t *testing.T) {
 			if err := os.WriteFile(values, converted, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			out, errOut, err := helm(t, "template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion, "--values", values)
+			out, errOut, err := template(t, "--values", values)
 			if err != nil {
 				t.Fatalf("the chart refuses the converted values: %v\n%s\nconverted:\n%s", err, errOut, converted)
 			}

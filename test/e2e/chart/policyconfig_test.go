@@ -32,8 +32,7 @@ func TestEveryPolicyKeyPassesTheValues(t *testing.T) {
 	if err := os.WriteFile(file, doc, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, err := helm(t, "template", release, chartDir, "--namespace", namespace,
-		"--kube-version", kubeVersion, "--values", filepath.Join("testdata", "values", "pool.yaml"), "--values", file)
+	out, errOut, err := template(t, "--values", filepath.Join("testdata", "values", "pool.yaml"), "--values", file)
 	if err != nil {
 		t.Fatalf("helm template with every policy key: %v\n%s\nvalues:\n%s", err, errOut, doc)
 	}
