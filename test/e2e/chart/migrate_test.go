@@ -98,16 +98,10 @@ func TestMigrateValues(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			cmd := exec.CommandContext(t.Context(), tool, filepath.Join("testdata", "upstream", name+".yaml"))
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			got, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("migrate-values: %v\n%s", err, stderr.String())
-			}
+			got, notes := migrate(t, tool, filepath.Join("testdata", "upstream", name+".yaml"))
 			for _, n := range tc.notes {
-				if !strings.Contains(stderr.String(), n) {
-					t.Errorf("notes do not mention %q:\n%s", n, stderr.String())
+				if !strings.Contains(notes, n) {
+					t.Errorf("notes do not mention %q:\n%s", n, notes)
 				}
 			}
 			golden := filepath.Join("testdata", "upstream", name+".inferpick.yaml")
@@ -121,15 +115,7 @@ func TestMigrateValues(t *testing.T) {
 				t.Errorf("converted values differ from %s (-want +got):\n%s", golden, diff)
 			}
 
-			values := filepath.Join(t.TempDir(), "values.yaml")
-			if err := os.WriteFile(values, got, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, errOut, err := template(t, "--values", values)
-			if err != nil {
-				t.Fatalf("the chart refuses the converted values: %v\n%s", err, errOut)
-			}
-			m := parseManifest(t, out)
+			m := renderConverted(t, got)
 			checkSelectorKept(t, filepath.Join("testdata", "upstream", name+".yaml"), m)
 			tc.check(t, m)
 		})
@@ -178,19 +164,8 @@ func TestMigratedValuesTheUpstreamChartQuotes(t *testing.T) {
 			if err := os.WriteFile(in, []byte(upstream), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			converted, err := exec.CommandContext(t.Context(), tool, in).Output()
-			if err != nil {
-				t.Fatalf("migrate-values: %v", err)
-			}
-			values := filepath.Join(t.TempDir(), "values.yaml")
-			if err := os.WriteFile(values, converted, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, errOut, err := template(t, "--values", values)
-			if err != nil {
-				t.Fatalf("the chart refuses the converted values: %v\n%s\nconverted:\n%s", err, errOut, converted)
-			}
-			m := parseManifest(t, out)
+			converted, _ := migrate(t, tool, in)
+			m := renderConverted(t, converted)
 			args := pickerArgs(t, m)
 			for _, a := range tc.wantArgs {
 				if !slices.Contains(args, a) {
@@ -222,6 +197,35 @@ func buildMigrateValues(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return tool
+}
+
+// migrate runs the migrate-values tool on an upstream values file and
+// returns the converted values and the notes it printed.
+func migrate(t *testing.T, tool, upstreamFile string) (converted []byte, notes string) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), tool, upstreamFile)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	converted, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("migrate-values: %v\n%s", err, stderr.String())
+	}
+	return converted, stderr.String()
+}
+
+// renderConverted renders the chart with the converted values, which it
+// must accept, and returns the manifests.
+func renderConverted(t *testing.T, converted []byte) manifest {
+	t.Helper()
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, converted, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := template(t, "--values", values)
+	if err != nil {
+		t.Fatalf("the chart refuses the converted values: %v\n%s\nconverted:\n%s", err, errOut, converted)
+	}
+	return parseManifest(t, out)
 }
 
 // checkSelectorKept checks that the pool selects the pods by exactly the
