@@ -173,13 +173,7 @@ func TestMigratedValuesTheUpstreamChartQuotes(t *testing.T) {
 				}
 			}
 			if tc.wantSelector != nil {
-				var pool inferencev1.InferencePool
-				m.decode(t, "InferencePool", &pool)
-				got := map[string]string{}
-				for k, v := range pool.Spec.Selector.MatchLabels {
-					got[string(k)] = string(v)
-				}
-				if diff := cmp.Diff(tc.wantSelector, got); diff != "" {
+				if diff := cmp.Diff(tc.wantSelector, poolSelector(t, m)); diff != "" {
 					t.Errorf("pool selector (-want +got):\n%s", diff)
 				}
 			}
@@ -247,6 +241,14 @@ func checkSelectorKept(t *testing.T, upstreamFile string, m manifest) {
 	if err := yaml.Unmarshal(raw, &upstream); err != nil {
 		t.Fatalf("parse %s: %v", upstreamFile, err)
 	}
+	if diff := cmp.Diff(upstream.InferencePool.ModelServers.MatchLabels, poolSelector(t, m)); diff != "" {
+		t.Errorf("pool selector differs from the upstream values' (-want +got):\n%s", diff)
+	}
+}
+
+// poolSelector returns the labels the rendered pool selects its pods by.
+func poolSelector(t *testing.T, m manifest) map[string]string {
+	t.Helper()
 	var pool inferencev1.InferencePool
 	if !m.decode(t, "InferencePool", &pool) {
 		t.Fatal("no InferencePool")
@@ -255,9 +257,7 @@ func checkSelectorKept(t *testing.T, upstreamFile string, m manifest) {
 	for k, v := range pool.Spec.Selector.MatchLabels {
 		got[string(k)] = string(v)
 	}
-	if diff := cmp.Diff(upstream.InferencePool.ModelServers.MatchLabels, got); diff != "" {
-		t.Errorf("pool selector differs from the upstream values' (-want +got):\n%s", diff)
-	}
+	return got
 }
 
 func pickerArgs(t *testing.T, m manifest) []string {
