@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -258,13 +259,8 @@ func envList(v any) any {
 	if !ok {
 		return v
 	}
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	slices.Sort(names)
 	out := make([]any, 0, len(m))
-	for _, k := range names {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		out = append(out, map[string]any{"name": k, "value": text(m[k])})
 	}
 	return out
@@ -372,12 +368,7 @@ func (c *converter) flagValues(v any) map[string]any {
 func (c *converter) flagMap() {
 	v, _ := c.take("inferenceExtension.flags")
 	flags := c.flagValues(v)
-	names := make([]string, 0, len(flags))
-	for k := range flags {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(flags)) {
 		val := flags[name]
 		switch {
 		case flagValues[name] != "":
@@ -615,12 +606,7 @@ func (c *converter) leftovers(path []string, v any) {
 		}
 		return
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		c.leftovers(append(slices.Clone(path), k), m[k])
 	}
 }
