@@ -92,30 +92,3 @@ func waitSynced(ctx context.Context, hc *http.Client, metricsAddr string, want i
 	}
 	return nil
 }
-
-// waitIdle waits until inferpick holds no in-flight load on any worker and
-// returns the last view it read, idle or not.
-func waitIdle(ctx context.Context, hc *http.Client, metricsAddr string, deadline time.Duration) (observe.WorkersView, error) {
-	var view observe.WorkersView
-	err := poll(ctx, 100*time.Millisecond, deadline, func(ctx context.Context) (bool, error) {
-		var v observe.WorkersView
-		if err := getJSON(ctx, hc, workersURL(metricsAddr), &v); err != nil {
-			return false, err
-		}
-		view = v
-		return idle(v), nil
-	})
-	return view, err
-}
-
-// idle reports whether every worker holds no load: each of its counts, not
-// their sum, which a count gone negative (the bug this checks for) would
-// bring to zero.
-func idle(v observe.WorkersView) bool {
-	for i := range v.Workers {
-		if w := &v.Workers[i]; w.Load != 0 || w.Prefill != 0 || w.Decode != 0 {
-			return false
-		}
-	}
-	return true
-}

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/inferpick/inferpick/picker/observe"
 )
 
 func TestPercentile(t *testing.T) {
@@ -140,26 +138,5 @@ completed 8, aborted by the client mid-stream 1, failed 1
 func TestHitRateWithoutTokens(t *testing.T) {
 	if got := hitRate(0, 0); got != "-" {
 		t.Errorf("hitRate(0, 0) = %q, want \"-\"", got)
-	}
-}
-
-// The pool is idle when every count of every worker is zero: counts that
-// cancel out in a sum (one gone negative) are a leak to report, not idle.
-func TestIdle(t *testing.T) {
-	for name, tc := range map[string]struct {
-		workers []observe.WorkerView
-		want    bool
-	}{
-		"no workers":            {want: true},
-		"all zero":              {workers: []observe.WorkerView{{}, {}}, want: true},
-		"one in flight":         {workers: []observe.WorkerView{{Load: 1, Decode: 1}, {}}},
-		"loads that cancel out": {workers: []observe.WorkerView{{Load: 1, Decode: 1}, {Load: -1, Decode: -1}}},
-		"phases that cancel":    {workers: []observe.WorkerView{{Prefill: -1, Decode: 1}}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			if got := idle(observe.WorkersView{Workers: tc.workers}); got != tc.want {
-				t.Errorf("idle = %v, want %v", got, tc.want)
-			}
-		})
 	}
 }

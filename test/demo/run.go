@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/inferpick/inferpick/picker/observe"
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // errLoadLeak is returned when inferpick still counts requests in flight
@@ -78,9 +79,9 @@ func run(ctx context.Context, c config) (rep *report, err error) {
 // numbers: requests served (from the gateway), the simulator's statistics
 // and inferpick's in-flight counts.
 func (s *system) collect(ctx context.Context, rep *report, plan []request) error {
-	view, idleErr := waitIdle(ctx, s.hc, s.metricsAddr, s.c.LoadDeadline)
+	view, idleErr := framework.WaitIdle(ctx, workersURL(s.metricsAddr), s.c.LoadDeadline)
 	rep.Idle = idleErr == nil
-	if !rep.Idle && idle(view) {
+	if !rep.Idle && framework.Busy(view) == nil {
 		return fmt.Errorf("read inferpick's workers: %w", idleErr)
 	}
 	byAddr := make(map[string]observe.WorkerView, len(view.Workers))

@@ -184,17 +184,37 @@ func (p *Picker) WaitWorkers(t testing.TB, n int) observe.WorkersView {
 // returns how long that took.
 func (p *Picker) WaitIdle(t testing.TB, timeout time.Duration) time.Duration {
 	t.Helper()
-	return Eventually(t, timeout, "every worker idle", func() error {
-		v, err := p.Workers(context.Background())
-		if err != nil {
+	start := time.Now()
+	if _, err := WaitIdle(context.Background(), p.MetricsURL("/debug/workers"), timeout); err != nil {
+		t.Fatalf("every worker idle: %v", err)
+	}
+	return time.Since(start)
+}
+
+// WaitIdle polls the picker's /debug/workers at url until every worker's
+// load, prefill and decode are 0, ctx ends or timeout passes, and returns
+// the last view it read, idle or not.
+func WaitIdle(ctx context.Context, url string, timeout time.Duration) (observe.WorkersView, error) {
+	var last observe.WorkersView
+	err := Poll(ctx, timeout, func() error {
+		var v observe.WorkersView
+		if err := GetJSON(ctx, url, &v); err != nil {
 			return err
 		}
-		for i := range v.Workers {
-			w := &v.Workers[i]
-			if w.Load != 0 || w.Prefill != 0 || w.Decode != 0 {
-				return fmt.Errorf("worker %s holds load %d (prefill %d, decode %d)", w.Address, w.Load, w.Prefill, w.Decode)
-			}
-		}
-		return nil
+		last = v
+		return Busy(v)
 	})
+	return last, err
+}
+
+// Busy names a worker of v that holds load, prefill or decode, or is nil
+// when none does. It checks each count, not their sum, which a count gone
+// negative would bring to zero.
+func Busy(v observe.WorkersView) error {
+	for i := range v.Workers {
+		if w := &v.Workers[i]; w.Load != 0 || w.Prefill != 0 || w.Decode != 0 {
+			return fmt.Errorf("worker %s holds load %d (prefill %d, decode %d)", w.Address, w.Load, w.Prefill, w.Decode)
+		}
+	}
+	return nil
 }
