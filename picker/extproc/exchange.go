@@ -41,6 +41,10 @@ type exchange struct {
 	declared  int  // content-length, 0 when absent
 	follows   bool // the request headers did not end the stream: body chunks or trailers follow
 	trailers  bool // trailers ended the request: no body chunk ends its stream
+	// tunnel: the request opens a tunnel (an Upgrade, such as a WebSocket,
+	// or a CONNECT). It is routed on its headers; its body is the tunnel's
+	// bytes, which pass through as they come, both ways, and may never end.
+	tunnel bool
 	// trailersDue: the request was routed on its headers and the gateway
 	// sends no body (mode NONE); its trailers may still come, before or
 	// after the response headers, since the gateway sends each direction
@@ -151,13 +155,16 @@ func (x *exchange) id() string {
 // (an immediate response was sent). A message the stream's state does not
 // accept is a *violation error.
 func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err error) {
-	if m := messageOf(req); !x.state.accepts(m) && (m != msgRequestTrailers || !x.trailersDue) {
+	if m := messageOf(req); !x.state.accepts(m) && !x.due(m) {
 		return true, &violation{msg: m, state: x.state}
 	}
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		return x.requestHeaders(req, r.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
+		if x.tunnel {
+			return false, x.tunnelBytes(r.RequestBody, true)
+		}
 		return x.requestBody(r.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		if x.trailersDue { // routed on its headers: the trailers pass
@@ -193,6 +200,10 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		switch hv.GetKey() {
 		case ":path":
 			x.path = pathValue(hv)
+		case ":method":
+			x.tunnel = x.tunnel || headerValue(hv) == "CONNECT"
+		case "upgrade":
+			x.tunnel = x.tunnel || hasValue(hv)
 		case "content-length":
 			if n, err := strconv.Atoi(headerValue(hv)); err == nil && n > 0 {
 				x.declared = n
@@ -219,6 +230,11 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		}
 		withBody = pc.GetRequestBodyMode() != extprocfilterv3.ProcessingMode_NONE
 		x.bodyNotSent = pc.GetResponseBodyMode() == extprocfilterv3.ProcessingMode_NONE
+	}
+	if x.tunnel && withBody && !h.GetEndOfStream() {
+		// The client waits for the upstream's answer before it sends a
+		// byte, and the bytes that follow never end: route now.
+		return x.route()
 	}
 	if x.declared > x.s.opts.MaxBodyBytes && withBody {
 		return x.reject(413, "request body of "+strconv.Itoa(x.declared)+" bytes is over the limit of "+strconv.Itoa(x.s.opts.MaxBodyBytes))
@@ -450,12 +466,13 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 		x.state = finished
 	}
 	switch {
-	case x.status < 200 || x.status > 299:
+	case !x.served():
 		x.upstreamFailed()
 	case h.GetEndOfStream():
 		x.completed()
-	case !streaming:
-		// A non-streaming reply is sent whole: the output exists.
+	case !streaming || x.tunnel:
+		// A non-streaming reply is sent whole: the output exists. An
+		// open tunnel holds the server until it closes.
 		x.firstToken()
 	}
 	return x.send(continueResponseHeaders)
@@ -492,6 +509,9 @@ func (x *exchange) followServed(md *corev3.Metadata) {
 }
 
 func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
+	if x.tunnel && x.served() {
+		return x.tunnelBytes(b, false)
+	}
 	x.respBytes += len(b.GetBody())
 	ev := x.scanner.Feed(b.GetBody())
 	if b.GetEndOfStream() {
@@ -567,6 +587,9 @@ func (x *exchange) responseSize() int {
 // when the body ends upstream; the stream's end is the longest it can know
 // the request is alive.
 func (x *exchange) endsWithStream() bool {
+	if x.tunnel && x.state == readingResponse && x.served() {
+		return true // the tunnel closed
+	}
 	return x.bodyNotSent && x.state == readingResponse && x.status >= 200 && x.status <= 299
 }
 

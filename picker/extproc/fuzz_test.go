@@ -157,7 +157,7 @@ func (w *fuzzWorld) everyWorker(seen map[*registry.Worker]bool) {
 }
 
 var (
-	fuzzPaths    = []string{"/v1/chat/completions", "/v1/completions", "/tokenize", "/v1/chat/completions?x=1"}
+	fuzzPaths    = []string{"/v1/chat/completions", "/v1/completions", "/tokenize", "/v1/chat/completions?x=1", "/v1/realtime"}
 	fuzzBodies   = []string{`{"model":"m","stream":true,"messages":[{"role":"user","content":"`, `hello world, a prompt long enough to fill a block or two of the index"}]}`, `{"model":"m","prompt":"p"}`, `{not json`, strings.Repeat("x", 3000)}
 	fuzzResponse = []string{sse("tok"), sseDone, `{"choices":[],"usage":{"prompt_tokens":3}}`, "data: {", ""}
 	fuzzServed   = []string{"", "10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.9.9.9:1"}
@@ -186,6 +186,9 @@ func fuzzMessage(op, arg byte) *extprocv3.ProcessingRequest {
 	switch op {
 	case 0:
 		kv := []string{":method", "POST", ":path", fuzzPaths[int(v)%len(fuzzPaths)], "content-type", "application/json"}
+		if kv[3] == "/v1/realtime" { // a WebSocket: a tunnel, routed on its headers
+			kv = append(kv, "connection", "upgrade", "upgrade", "websocket")
+		}
 		if v&4 != 0 {
 			kv = append(kv, "content-length", []string{"16777216", "120", "-3", "x"}[int(v>>3)%4])
 		}
@@ -211,7 +214,7 @@ func fuzzMessage(op, arg byte) *extprocv3.ProcessingRequest {
 	case 2:
 		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}}
 	case 3:
-		code := []int{200, 200, 500, 429}[int(v)%4]
+		code := []int{200, 101, 500, 429}[int(v)%4]
 		ct := []string{"text/event-stream", "application/json"}[int(v>>2)%2]
 		var md *corev3.Metadata
 		if served := fuzzServed[int(v>>3)%len(fuzzServed)]; served != "" {

@@ -30,7 +30,9 @@ const (
 	// chunks come until one ends the stream, or trailers end it.
 	readingRequest
 	// awaitingResponse: the request was routed (or answered locally by the
-	// gateway before routing); response headers come next.
+	// gateway before routing); response headers come next. A tunnel's
+	// bytes from the client (the exchange's tunnel) are accepted then and
+	// in any later state, which they leave as it is.
 	awaitingResponse
 	// awaitingTrailers: the request was routed on its headers while the
 	// gateway sends no body (mode NONE); its trailers may come, or the

@@ -1,0 +1,52 @@
+package extproc
+
+import (
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// A tunnel is a request whose body is not a request body: an HTTP Upgrade
+// (a WebSocket, such as vLLM's /v1/realtime) or a CONNECT. Envoy sends its
+// headers without end of stream, then, in FULL_DUPLEX_STREAMED, each chunk of
+// the bytes that follow as a body chunk, both ways. The client sends none of
+// them before the upstream's answer, which waits for the picker's answer to
+// the headers, and they may never end: waiting for the body would hold the
+// request until the gateway's timeout. So a tunnel is routed on its headers,
+// by load, with no prompt, and its guard is held until the tunnel closes.
+
+// due reports whether m is accepted outside the states that accept it:
+// request trailers still due after routing on the headers, and a tunnel's
+// bytes from the client, which come before and after the response headers.
+func (x *exchange) due(m message) bool {
+	switch m {
+	case msgRequestTrailers:
+		return x.trailersDue
+	case msgRequestBody:
+		return x.tunnel && x.state != awaitingRequest && x.state != readingRequest
+	default:
+		return false
+	}
+}
+
+// tunnelBytes passes a chunk of a routed tunnel through as it came, the
+// client's (request) or the upstream's after its 101. The upstream's end of
+// stream closes the tunnel: the session completed.
+func (x *exchange) tunnelBytes(b *extprocv3.HttpBody, request bool) error {
+	if !request {
+		x.respBytes += len(b.GetBody())
+		if b.GetEndOfStream() {
+			x.state = finished
+			x.completed()
+		}
+	}
+	return x.send(x.out.streamedBody(b.GetBody(), b.GetEndOfStream(), request))
+}
+
+// hasValue reports whether a header has a value that is not empty.
+func hasValue(h *corev3.HeaderValue) bool { return len(h.GetRawValue()) > 0 || h.GetValue() != "" }
+
+// served reports whether the upstream's status says it served the request:
+// 2xx, or, for a tunnel, 101 Switching Protocols.
+func (x *exchange) served() bool {
+	return x.status >= 200 && x.status <= 299 || x.tunnel && x.status == 101
+}
