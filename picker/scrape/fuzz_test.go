@@ -34,6 +34,10 @@ func FuzzParse(f *testing.F) {
 			"vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"\",waiting_lora_adapters=\"c,c\"} 1.8e+09\n" +
 			"vllm:lora_requests_info{max_lora=\"\",running_lora_adapters=\"old\",waiting_lora_adapters=\"\"} 1.6e+09\n",
 		"vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"x\"} 3\nvllm:lora_requests_info{waiting_lora_adapters=\"y\\\\,z\"} 3\n",
+		"vllm:lora_requests_info{engine=\"0\",max_lora=\"2\",running_lora_adapters=\"a\",waiting_lora_adapters=\"b\"} 2\n" +
+			"vllm:lora_requests_info{engine=\"1\",max_lora=\"2\",running_lora_adapters=\"b,c\",waiting_lora_adapters=\"\"} 1\n" +
+			"vllm:lora_requests_info{engine=\"1\",max_lora=\"2\",running_lora_adapters=\"old\",waiting_lora_adapters=\"\"} 0.5\n" +
+			"vllm:lora_requests_info{max_lora=\"1\",running_lora_adapters=\"x\",waiting_lora_adapters=\"\"} 3\n",
 		"vllm:lora_requests_info{max_lora=\"None\",running_lora_adapters=\"\\\"q\\\",r\",waiting_lora_adapters=\"\"} NaN\n",
 		"vllm:num_requests_running{model_name=\"base\"} 1\nvllm:num_requests_running{model_name=\"sql\\\"x\"} 1\n" +
 			"vllm:num_requests_waiting{model_name=\"\"} 1\nvllm:num_requests_waiting{model_name=\"base\"} 1\nother{model_name=\"z\"} 1\n",
@@ -210,14 +214,21 @@ func reportFromFamilies(s *Schema, families map[string]*dto.MetricFamily) (*Repo
 					a.blockSize[tg.slot] = max(a.blockSize[tg.slot], intOf(labels[tg.blockSizeLabel]))
 					a.numBlocks[tg.slot] = max(a.numBlocks[tg.slot], intOf(labels[tg.numBlocksLabel]))
 				case fieldLoRA:
-					if math.IsNaN(v) || a.lora != nil && v < a.loraAt {
+					// Each engine's newest series, the engines in the order
+					// first seen.
+					i := slices.IndexFunc(a.loras, func(e engineLoRA) bool { return e.engine == labels["engine"] })
+					if math.IsNaN(v) || i >= 0 && v < a.loras[i].at || i < 0 && len(a.loras) == maxLoRAEngines {
 						continue
 					}
-					a.loraAt = v
-					a.lora = &LoRAInfo{
+					e := engineLoRA{engine: labels["engine"], at: v, info: &LoRAInfo{
 						MaxLoRA: intOf(labels["max_lora"]),
 						Running: adapterList(labels["running_lora_adapters"]),
 						Waiting: adapterList(labels["waiting_lora_adapters"]),
+					}}
+					if i < 0 {
+						a.loras = append(a.loras, e)
+					} else {
+						a.loras[i] = e
 					}
 				}
 			}

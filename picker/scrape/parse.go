@@ -72,7 +72,11 @@ type Counters struct {
 // LoRAInfo is the adapter state a vLLM server reports in
 // vllm:lora_requests_info. vLLM keeps one series per label combination it
 // has seen, valued with the time of its last update, so the series with the
-// largest value is the current one.
+// largest value is the current one. A server of several data-parallel
+// engines that labels the series with the engine (engine="0", ...) has a
+// current series per engine: the server's state is then the union of the
+// engines' adapters, and MaxLoRA their slots together, less the slots an
+// adapter in use on several engines takes beyond its first.
 type LoRAInfo struct {
 	MaxLoRA int      // max_lora: adapters a batch may hold
 	Running []string // running_lora_adapters
@@ -113,8 +117,7 @@ type accumulator struct {
 	val       [maxTargets]float64 // request gauges: sum of non-NaN values; others: largest value, at least 0
 	blockSize [maxTargets]int     // cache info
 	numBlocks [maxTargets]int     // cache info
-	lora      *LoRAInfo
-	loraAt    float64
+	loras     []engineLoRA        // by engine, in the order first seen
 	models    modelSet
 	engines   uint64 // bit e: a running-requests sample of engine e
 	malformed int
@@ -193,11 +196,49 @@ func (a *accumulator) add(t *target, smp *sample) {
 		it := labelIter{c: cursor{b: smp.labels}}
 		a.cacheConfig(t, &it)
 	case fieldLoRA:
-		if math.IsNaN(v) || a.lora != nil && v < a.loraAt {
-			return
+		if !math.IsNaN(v) {
+			a.loraSample(smp.labels, v)
 		}
-		it := labelIter{c: cursor{b: smp.labels}}
-		a.lora, a.loraAt = loraInfo(&it), v
+	}
+}
+
+// maxLoRAEngines bounds the engines whose LoRA state a page is read for
+// (the series of further engines are skipped), so that a page of absurd
+// labels costs no more than that many comparisons a line.
+const maxLoRAEngines = 64
+
+// engineLoRA is the newest vllm:lora_requests_info series of one engine.
+type engineLoRA struct {
+	engine string // the engine label; empty when the series has none
+	at     float64
+	info   *LoRAInfo
+}
+
+// loraSample keeps a series of vllm:lora_requests_info valued at when it
+// is its engine's newest so far.
+func (a *accumulator) loraSample(labels []byte, at float64) {
+	engine := ""
+	it := labelIter{c: cursor{b: labels}}
+	for {
+		l, ok := it.next()
+		if !ok {
+			break
+		}
+		if l.hasValue && string(l.key) == "engine" {
+			engine = labelValue(l)
+			break
+		}
+	}
+	i := slices.IndexFunc(a.loras, func(e engineLoRA) bool { return e.engine == engine })
+	if i >= 0 && at < a.loras[i].at || i < 0 && len(a.loras) == maxLoRAEngines {
+		return
+	}
+	it = labelIter{c: cursor{b: labels}}
+	e := engineLoRA{engine: engine, at: at, info: loraInfo(&it)}
+	if i < 0 {
+		a.loras = append(a.loras, e)
+	} else {
+		a.loras[i] = e
 	}
 }
 
@@ -236,6 +277,42 @@ func (a *accumulator) cacheConfig(t *target, it *labelIter) {
 			a.numBlocks[t.slot] = max(a.numBlocks[t.slot], labelInt(l))
 		}
 	}
+}
+
+// mergeLoRA is the server's adapter state from its engines' own: the
+// adapters in use on any engine, and as max_lora the engines' slots
+// together less those an adapter takes on more than one engine, so that
+// the server counts as full exactly when its engines' slots are all taken
+// (at least 1 when any engine has a slot).
+func mergeLoRA(engines []engineLoRA) *LoRAInfo {
+	switch len(engines) {
+	case 0:
+		return nil
+	case 1:
+		return engines[0].info
+	}
+	out := &LoRAInfo{}
+	slots, taken := 0, 0
+	for _, e := range engines {
+		slots += e.info.MaxLoRA
+		taken += countDistinct(e.info)
+		out.Running = union(out.Running, e.info.Running)
+		out.Waiting = union(out.Waiting, e.info.Waiting)
+	}
+	if slots > 0 {
+		out.MaxLoRA = max(1, slots-(taken-countDistinct(out)))
+	}
+	return out
+}
+
+// union adds to set the names of add it lacks, in order.
+func union(set, add []string) []string {
+	for _, name := range add {
+		if !slices.Contains(set, name) {
+			set = append(set, name)
+		}
+	}
+	return set
 }
 
 func loraInfo(it *labelIter) *LoRAInfo {
@@ -308,7 +385,7 @@ func (a *accumulator) report(s *Schema) (Report, error) {
 			r.NumGPUBlocks = toCount(a.val[slot])
 		}
 	}
-	r.LoRA = a.lora
+	r.LoRA = mergeLoRA(a.loras)
 	r.Models = a.models.result()
 	r.Engines = a.engines
 	counter := func(f field) float64 {

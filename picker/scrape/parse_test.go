@@ -2,6 +2,8 @@ package scrape
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -112,6 +114,22 @@ vllm:lora_requests_info{max_lora="4",running_lora_adapters="",waiting_lora_adapt
 vllm:lora_requests_info{max_lora="4",running_lora_adapters="",waiting_lora_adapters="nan"} NaN
 `,
 			want: Report{LoRA: &LoRAInfo{MaxLoRA: 4, Running: []string{"sql-lora", "chat-lora"}}},
+		},
+		"lora info of data-parallel engines: each engine's latest series, the adapters of all": {
+			body: `vllm:lora_requests_info{engine="0",max_lora="2",running_lora_adapters="sql-lora",waiting_lora_adapters=""} 1.75e+09
+vllm:lora_requests_info{engine="0",max_lora="2",running_lora_adapters="gone",waiting_lora_adapters=""} 1.7e+09
+vllm:lora_requests_info{engine="1",max_lora="2",running_lora_adapters="chat-lora",waiting_lora_adapters="sql-lora"} 1.74e+09
+vllm:lora_requests_info{engine="1",max_lora="2",running_lora_adapters="",waiting_lora_adapters="old"} 1.6e+09
+`,
+			// max_lora is each engine's: 2 + 2 slots, less the second
+			// one sql-lora takes on engine 1.
+			want: Report{LoRA: &LoRAInfo{MaxLoRA: 3, Running: []string{"sql-lora", "chat-lora"}, Waiting: []string{"sql-lora"}}},
+		},
+		"lora info of data-parallel engines: an adapter on every engine leaves a slot counted": {
+			body: `vllm:lora_requests_info{engine="0",max_lora="1",running_lora_adapters="a,b",waiting_lora_adapters=""} 2
+vllm:lora_requests_info{engine="1",max_lora="1",running_lora_adapters="a,b",waiting_lora_adapters=""} 2
+`,
+			want: Report{LoRA: &LoRAInfo{MaxLoRA: 1, Running: []string{"a", "b"}}},
 		},
 		"escaped quotes, timestamps, blanks and CRLF": {
 			body: "# a comment\r\n\r\n" +
@@ -238,5 +256,21 @@ func TestParseModelsAgainstPrevious(t *testing.T) {
 				t.Errorf("Models shares the previous slice = %v, want %v", shared, tc.sharePrev)
 			}
 		})
+	}
+}
+
+// The LoRA state of a page is read for 64 engines at most: the series of
+// further engines are skipped.
+func TestParseLoRAEnginesAreBounded(t *testing.T) {
+	var b strings.Builder
+	for e := range maxLoRAEngines + 1 {
+		fmt.Fprintf(&b, "vllm:lora_requests_info{engine=\"%d\",max_lora=\"1\",running_lora_adapters=\"a%d\",waiting_lora_adapters=\"\"} 1\n", e, e)
+	}
+	got, err := Parse([]byte(b.String()))
+	if err != nil {
+		t.Fatalf("Parse() error = %v", err)
+	}
+	if n := len(got.LoRA.Running); n != maxLoRAEngines || got.LoRA.MaxLoRA != maxLoRAEngines || slices.Contains(got.LoRA.Running, fmt.Sprintf("a%d", maxLoRAEngines)) {
+		t.Errorf("LoRA = %d adapters, max_lora %d; want the %d of the first engines", n, got.LoRA.MaxLoRA, maxLoRAEngines)
 	}
 }
