@@ -2,8 +2,10 @@ package epmetrics
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 
 	"github.com/inferpick/inferpick/picker/registry"
 )
@@ -14,25 +16,39 @@ type Workers interface {
 }
 
 // PoolCollector exports the upstream pool series, read from the registry at
-// scrape time: averages over the workers whose model servers have been
-// scraped, the ready workers, each worker's queue, and the prefix index's
-// size when the policy keeps one.
+// scrape time: the averages over the workers whose metrics are fresh
+// (scraped within the staleness bound), as the upstream picker's, absent
+// while none is; the ready workers, all of them (upstream counts only
+// those with fresh metrics: here a pool whose pages cannot be read is not
+// reported as having no endpoint, which it still routes to); each worker's
+// queue as last scraped; and the prefix index's size when the policy keeps
+// one.
 type PoolCollector struct {
 	pool      string
 	workers   Workers
 	indexSize func() (int, bool)
+	staleness time.Duration
+	clock     clock.PassiveClock
 
 	kv, queue, running, ready, perPod, indexer *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*PoolCollector)(nil)
 
+// PoolOption configures a PoolCollector.
+type PoolOption func(*PoolCollector)
+
+// WithClock sets the clock that ages the workers' metrics (the real one by
+// default).
+func WithClock(c clock.PassiveClock) PoolOption { return func(p *PoolCollector) { p.clock = c } }
+
 // NewPoolCollector returns a collector for the pool named pool. indexSize,
-// when not nil, reports the prefix index's entries.
-func NewPoolCollector(pool string, workers Workers, indexSize func() (int, bool)) *PoolCollector {
+// when not nil, reports the prefix index's entries. Metrics scraped longer
+// than staleness ago are not counted.
+func NewPoolCollector(pool string, workers Workers, indexSize func() (int, bool), staleness time.Duration, opts ...PoolOption) *PoolCollector {
 	name := []string{"name"}
-	return &PoolCollector{
-		pool: pool, workers: workers, indexSize: indexSize,
+	c := &PoolCollector{
+		pool: pool, workers: workers, indexSize: indexSize, staleness: staleness, clock: clock.RealClock{},
 		kv:      prometheus.NewDesc("inference_pool_average_kv_cache_utilization", "Mean KV-cache usage of the pool's model servers.", name, nil),
 		queue:   prometheus.NewDesc("inference_pool_average_queue_size", "Mean requests waiting in the pool's model servers.", name, nil),
 		running: prometheus.NewDesc("inference_pool_average_running_requests", "Mean requests running in the pool's model servers.", name, nil),
@@ -40,6 +56,10 @@ func NewPoolCollector(pool string, workers Workers, indexSize func() (int, bool)
 		perPod:  prometheus.NewDesc("inference_pool_per_pod_queue_size", "Requests waiting in each model server of the pool.", []string{"name", "model_server_pod"}, nil),
 		indexer: prometheus.NewDesc("inference_extension_prefix_indexer_size", "Entries (prompt blocks) held by the prefix index.", nil, nil),
 	}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c
 }
 
 // Describe implements prometheus.Collector.
@@ -56,21 +76,25 @@ func (c *PoolCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
 	ws := c.workers.Workers()
 	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(len(ws)), c.pool)
+	now := c.clock.Now()
 	var kv, queue, running float64
-	scraped := 0
+	fresh := 0
 	for _, w := range ws {
 		m := w.Metrics()
 		if m == nil {
 			continue
 		}
-		scraped++
+		ch <- prometheus.MustNewConstMetric(c.perPod, prometheus.GaugeValue, float64(m.Waiting), c.pool, endpointLabel(w.Endpoint()))
+		if m.Scraped.IsZero() || now.Sub(m.Scraped) > c.staleness {
+			continue
+		}
+		fresh++
 		kv += m.KVUsage
 		queue += float64(m.Waiting)
 		running += float64(m.Running)
-		ch <- prometheus.MustNewConstMetric(c.perPod, prometheus.GaugeValue, float64(m.Waiting), c.pool, endpointLabel(w.Endpoint()))
 	}
-	if scraped > 0 {
-		n := float64(scraped)
+	if fresh > 0 {
+		n := float64(fresh)
 		ch <- prometheus.MustNewConstMetric(c.kv, prometheus.GaugeValue, kv/n, c.pool)
 		ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, queue/n, c.pool)
 		ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, running/n, c.pool)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/inferpick/inferpick/picker/registry"
 )
@@ -35,7 +36,7 @@ func TestPoolCollector(t *testing.T) {
 			w.SetMetrics(&registry.Metrics{Waiting: 0, Running: 6, KVUsage: 0.75, Scraped: now})
 		}
 	}
-	c := NewPoolCollector("pool", reg, func() (int, bool) { return 42, true })
+	c := NewPoolCollector("pool", reg, func() (int, bool) { return 42, true }, time.Minute)
 	want := `
 # HELP inference_extension_prefix_indexer_size Entries (prompt blocks) held by the prefix index.
 # TYPE inference_extension_prefix_indexer_size gauge
@@ -63,6 +64,60 @@ inference_pool_ready_pods{name="pool"} 4
 	}
 }
 
+// The averages count the workers whose model servers were scraped within
+// the staleness bound, as the upstream picker's do: a server whose scrapes
+// fail keeps its last figures, which must not weigh in the pool's averages.
+// With none fresh the averages are absent rather than a 0 nobody measured;
+// the ready pods are the pool's endpoints all the same.
+func TestPoolCollectorCountsFreshMetricsOnly(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	clk := testingclock.NewFakePassiveClock(now)
+	reg := registry.New()
+	reg.Replace([]registry.Endpoint{
+		{Key: registry.Key{UID: "a", Port: 8000}, Namespace: "ns", Name: "pod-a", Address: netip.MustParseAddrPort("10.0.0.1:8000")},
+		{Key: registry.Key{UID: "b", Port: 8000}, Namespace: "ns", Name: "pod-b", Address: netip.MustParseAddrPort("10.0.0.2:8000")},
+		{Key: registry.Key{UID: "c", Port: 8000}, Namespace: "ns", Name: "pod-c", Address: netip.MustParseAddrPort("10.0.0.3:8000")},
+	})
+	for _, w := range reg.Workers() {
+		switch w.Address() {
+		case "10.0.0.1:8000":
+			w.SetMetrics(&registry.Metrics{Waiting: 4, Running: 2, KVUsage: 0.5, Scraped: now.Add(-time.Second)})
+		case "10.0.0.2:8000": // its scrapes have failed for a minute
+			w.SetMetrics(&registry.Metrics{Waiting: 40, Running: 20, KVUsage: 1, Scraped: now.Add(-time.Minute)})
+		}
+	}
+	c := NewPoolCollector("pool", reg, nil, 2*time.Second, WithClock(clk))
+	names := []string{"inference_pool_average_kv_cache_utilization", "inference_pool_average_queue_size",
+		"inference_pool_average_running_requests", "inference_pool_ready_pods"}
+	want := `
+# HELP inference_pool_average_kv_cache_utilization Mean KV-cache usage of the pool's model servers.
+# TYPE inference_pool_average_kv_cache_utilization gauge
+inference_pool_average_kv_cache_utilization{name="pool"} 0.5
+# HELP inference_pool_average_queue_size Mean requests waiting in the pool's model servers.
+# TYPE inference_pool_average_queue_size gauge
+inference_pool_average_queue_size{name="pool"} 4
+# HELP inference_pool_average_running_requests Mean requests running in the pool's model servers.
+# TYPE inference_pool_average_running_requests gauge
+inference_pool_average_running_requests{name="pool"} 2
+# HELP inference_pool_ready_pods Ready pods (endpoints) of the pool.
+# TYPE inference_pool_ready_pods gauge
+inference_pool_ready_pods{name="pool"} 3
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
+		t.Errorf("one fresh worker of three: %v", err)
+	}
+
+	clk.SetTime(now.Add(time.Hour))
+	want = `
+# HELP inference_pool_ready_pods Ready pods (endpoints) of the pool.
+# TYPE inference_pool_ready_pods gauge
+inference_pool_ready_pods{name="pool"} 3
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
+		t.Errorf("no fresh worker: %v", err)
+	}
+}
+
 // A static endpoint (--static-endpoints) is named by its address.
 func TestPoolCollectorNamesStaticEndpointsByAddress(t *testing.T) {
 	reg := registry.New()
@@ -73,7 +128,7 @@ func TestPoolCollectorNamesStaticEndpointsByAddress(t *testing.T) {
 # TYPE inference_pool_per_pod_queue_size gauge
 inference_pool_per_pod_queue_size{model_server_pod="127.0.0.1:8000",name="pool"} 3
 `
-	if err := testutil.CollectAndCompare(NewPoolCollector("pool", reg, nil), strings.NewReader(want), "inference_pool_per_pod_queue_size"); err != nil {
+	if err := testutil.CollectAndCompare(NewPoolCollector("pool", reg, nil, time.Minute), strings.NewReader(want), "inference_pool_per_pod_queue_size"); err != nil {
 		t.Error(err)
 	}
 }

@@ -234,7 +234,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 			return st.Blocks, ok
 		}
 	}
-	promReg.MustRegister(epmetrics.NewPoolCollector(poolLabel(o), reg, indexSize))
+	promReg.MustRegister(epmetrics.NewPoolCollector(poolLabel(o), reg, indexSize, cfg.Default().MetricsStaleness.Duration))
 	srv.RecordBuildInfo(buildInfo())
 
 	var extTLS *tls.Config
