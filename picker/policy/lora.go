@@ -52,12 +52,15 @@ type adapterRow struct {
 // loraWhere is how many workers an adapter's row remembers.
 const loraWhere = 4
 
-// loraRow is one worker's recently sent adapters, most recent first.
+// loraRow is one worker's recently sent adapters, most recent first, to
+// the run of its model server counted restarts (registry.Metrics.Restarts):
+// a restarted server holds none of them.
 type loraRow struct {
-	mu     sync.Mutex
-	worker uint32
-	n      int
-	recent [loraRecent]uint64 // hashes of the adapter names
+	mu       sync.Mutex
+	worker   uint32
+	restarts uint32
+	n        int
+	recent   [loraRecent]uint64 // hashes of the adapter names
 }
 
 // adapterOf sets the pick's adapter key: the hash of the requested model,
@@ -76,12 +79,12 @@ func adapterOf(p *pick) uint64 {
 }
 
 // sentRecently reports whether the adapter is among the slots most
-// recently sent adapters of w.
-func (a *loraAffinity) sentRecently(w *registry.Worker, h uint64, slots int) bool {
+// recently sent adapters of w, since its server's restarts-th restart.
+func (a *loraAffinity) sentRecently(w *registry.Worker, restarts uint32, h uint64, slots int) bool {
 	r := &a.rows[w.ID()%loraRows]
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.worker != w.ID() {
+	if r.worker != w.ID() || r.restarts != restarts {
 		return false
 	}
 	for i := range min(r.n, slots, loraRecent) {
@@ -114,7 +117,7 @@ func (a *loraAffinity) state(p *pick, cd *candidate) adapterState {
 	if fresh && lora.Has(model) {
 		return adapterResident
 	}
-	if a.sentRecently(cd.w, adapterOf(p), max(lora.Max, 1)) {
+	if a.sentRecently(cd.w, m.Restarts, adapterOf(p), max(lora.Max, 1)) {
 		return adapterResident
 	}
 	if lora.Max <= 0 || len(lora.Active) < lora.Max {
@@ -155,14 +158,15 @@ func (a *loraAffinity) record(p *pick, w *registry.Worker) {
 	if model == "" {
 		return
 	}
-	if m := w.Metrics(); m == nil || m.LoRA == nil || m.Served.ServesBase(model) {
+	m := w.Metrics()
+	if m == nil || m.LoRA == nil || m.Served.ServesBase(model) {
 		return
 	}
 	h := adapterOf(p)
 	r := &a.rows[w.ID()%loraRows]
 	r.mu.Lock()
-	if r.worker != w.ID() {
-		r.worker, r.n = w.ID(), 0
+	if r.worker != w.ID() || r.restarts != m.Restarts {
+		r.worker, r.restarts, r.n = w.ID(), m.Restarts, 0
 	}
 	r.n = toFront(r.recent[:], r.n, h)
 	r.mu.Unlock()

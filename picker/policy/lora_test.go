@@ -342,3 +342,30 @@ func TestLoRAPickAllocations(t *testing.T) {
 		t.Errorf("a steady-state pick allocates %v times, want at most 1 (the result)", allocs)
 	}
 }
+
+// A model server that restarted holds none of the adapters this picker
+// sent to its earlier run: they must be loaded again, so the worker is no
+// longer where they are loaded.
+func TestLoRARecentDecisionsEndWithARestart(t *testing.T) {
+	_, ws := pool(1)
+	w := ws[0]
+	loraWorker(w, epoch, 2)
+	var a loraAffinity
+	pk := func() *pick { return &pick{req: &Request{Model: "a"}} }
+	a.record(pk(), w)
+	if st := a.state(pk(), &candidate{w: w, metrics: w.Metrics()}); st != adapterResident {
+		t.Fatalf("state after sending a = %v, want adapterResident", st)
+	}
+	restarted := *w.Metrics()
+	restarted.Restarts++
+	restarted.Scraped = epoch.Add(time.Second)
+	w.SetMetrics(&restarted)
+	if st := a.state(pk(), &candidate{w: w, metrics: w.Metrics()}); st != adapterFree {
+		t.Errorf("state after the server restarted = %v, want adapterFree: the adapter must be loaded again", st)
+	}
+	// Sent again, it is loaded in the new run.
+	a.record(pk(), w)
+	if st := a.state(pk(), &candidate{w: w, metrics: w.Metrics()}); st != adapterResident {
+		t.Errorf("state after sending a to the new run = %v, want adapterResident", st)
+	}
+}

@@ -81,7 +81,12 @@ type Metrics struct {
 	// fronts, by rank (vLLM's internal, hybrid or external load balancer);
 	// empty when its metrics name none.
 	Engines Engines
-	Scraped time.Time
+	// Restarts counts the restarts of the model server the scraper has
+	// seen behind the endpoint: a cumulative counter that went back, or a
+	// LoRA report gone from its page. What was learned of an earlier run,
+	// such as the adapters this picker sent there, no longer holds.
+	Restarts uint32
+	Scraped  time.Time
 	// Own and OwnPrefill are this picker's requests in flight on the
 	// worker (all, and those in prefill) when the page was fetched: the
 	// part of Running + Waiting that is its own.

@@ -61,6 +61,7 @@ type poller struct {
 	models      *registry.Served // last good /v1/models answer
 	fromMetrics *registry.Served
 	lora        *registry.LoRA
+	restarts    uint32 // restarts of the server seen: see restarted
 
 	status    atomic.Pointer[Status]
 	errors    [numReasons]atomic.Uint64
@@ -155,6 +156,12 @@ func (p *poller) scrape(ctx context.Context) {
 		return
 	}
 	now := p.s.opts.clock.Now()
+	if prev != nil && !prev.Scraped.IsZero() && restarted(&prev.Report, &rep) {
+		// The model list of the earlier run no longer holds: read it
+		// again now, and until then go by the page's.
+		p.restarts++
+		p.models, p.modelsAt = nil, time.Time{}
+	}
 	p.malformed.Add(uint64(rep.Malformed))
 	p.status.Store(&Status{Report: rep, Scraped: now})
 	p.w.SetMetrics(&registry.Metrics{
@@ -167,10 +174,22 @@ func (p *poller) scrape(ctx context.Context) {
 		LoRA:         p.loraState(rep.LoRA),
 		Counters:     registry.Counters(rep.Counters),
 		Engines:      registry.Engines(rep.Engines),
+		Restarts:     p.restarts,
 		Scraped:      now,
 		Own:          pre + dec,
 		OwnPrefill:   pre,
 	})
+}
+
+// restarted reports whether page now comes from another run of the model
+// server than page before: a cumulative counter went back, or the LoRA
+// report left the page (vLLM keeps it once it has written one).
+func restarted(before, now *Report) bool {
+	b, n := before.Counters, now.Counters
+	return n.PromptTokens < b.PromptTokens || n.PrefixQueries < b.PrefixQueries || n.PrefixHits < b.PrefixHits ||
+		n.TierHits < b.TierHits || n.PrefillSeconds < b.PrefillSeconds || n.Prefills < b.Prefills ||
+		n.DecodeSeconds < b.DecodeSeconds || n.DecodeTokens < b.DecodeTokens ||
+		before.LoRA != nil && now.LoRA == nil
 }
 
 // fetch does one GET of the metrics page and parses it.

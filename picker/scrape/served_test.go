@@ -169,3 +169,57 @@ func TestScraperStatusCarriesModels(t *testing.T) {
 		t.Errorf("Status().Report.Models (-want +got):\n%s", diff)
 	}
 }
+
+// A model server that restarted (in place, at the same address) lost the
+// adapters loaded at run time: its model list is read again at once, not
+// at the next models interval, and the restart is counted on the worker so
+// the policy forgets the adapters it sent to the earlier run. A restart
+// shows as cumulative counters going back, or as the LoRA report leaving
+// the page.
+func TestScraperNoticesARestartedServer(t *testing.T) {
+	const lora = `vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql-lora",waiting_lora_adapters=""} 1.75e+09` + "\n"
+	const onlyBase = `{"data":[{"id":"llama","parent":null}]}`
+	tests := map[string]struct{ before, after string }{
+		"counters went back": {
+			before: "vllm:num_requests_running 1\nvllm:prompt_tokens_total 5000\n" + lora,
+			after:  "vllm:num_requests_running 0\nvllm:prompt_tokens_total 12\n" + lora,
+		},
+		"the LoRA report is gone": {
+			before: "vllm:num_requests_running 1\nvllm:prompt_tokens_total 5000\n" + lora,
+			after:  "vllm:num_requests_running 1\nvllm:prompt_tokens_total 5000\n",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			handler := func(models, page string) http.HandlerFunc {
+				return func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/v1/models" {
+						_, _ = w.Write([]byte(models))
+						return
+					}
+					_, _ = w.Write([]byte(page))
+				}
+			}
+			srv := newModelServer(t, handler(modelsBody, tc.before))
+			reg := registry.New()
+			w := registrytest.Upsert(reg, endpoint("a", srv.addr()))
+			startScraper(t, reg, WithModelsInterval(time.Hour))
+			eventually(t, "the adapters on the worker", func() bool { m := w.Metrics(); return m != nil && m.Served.Serves("sql-lora") })
+			// A later scrape of the same run is no restart.
+			first := w.Metrics()
+			eventually(t, "a later scrape", func() bool { return w.Metrics() != first })
+			if n := w.Metrics().Restarts; n != 0 {
+				t.Fatalf("Restarts = %d before any restart, want 0", n)
+			}
+
+			srv.set(handler(onlyBase, tc.after))
+			eventually(t, "the restarted server's model list", func() bool {
+				m := w.Metrics()
+				return !m.Served.Serves("sql-lora") && m.Served.ServesBase("llama")
+			})
+			if n := w.Metrics().Restarts; n != 1 {
+				t.Errorf("Restarts = %d after one restart, want 1", n)
+			}
+		})
+	}
+}
