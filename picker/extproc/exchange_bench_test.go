@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/inferpick/inferpick/picker/extproc/extproctest"
+	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
 )
@@ -137,7 +139,7 @@ func BenchmarkHandle(b *testing.B) {
 	for _, size := range []int{1 << 10, 32 << 10, 400 << 10} {
 		for _, workers := range []int{8, 100, 1000} {
 			b.Run(fmt.Sprintf("body=%dKB/workers=%d", size>>10, workers), func(b *testing.B) {
-				benchHandle(b, size, workers, 1)
+				benchHandle(b, size, workers, 1, Options{})
 			})
 		}
 	}
@@ -151,15 +153,34 @@ func BenchmarkHandle(b *testing.B) {
 func BenchmarkHandleReplica(b *testing.B) {
 	for _, workers := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("body=400KB/workers=%d", workers), func(b *testing.B) {
-			benchHandle(b, 400<<10, workers, 3)
+			benchHandle(b, 400<<10, workers, 3, Options{})
 		})
 	}
 }
 
-func benchHandle(b *testing.B, size, workers, replicas int) {
+// BenchmarkHandleKVEvents is BenchmarkHandle with KV events on
+// (--kv-events-port): before the pick the policy tells whether its index
+// knows the prompt, and only a prompt it does not know is looked up on the
+// model servers. The warm index knows every prompt here, and the lookup
+// would answer at once that it cannot tell.
+func BenchmarkHandleKVEvents(b *testing.B) {
+	b.Run("body=32KB/workers=100", func(b *testing.B) {
+		benchHandle(b, 32<<10, 100, 1, Options{Locator: nowhere{}})
+	})
+}
+
+// nowhere is a Locator that cannot tell where any prompt is cached.
+type nowhere struct{}
+
+func (nowhere) Locate(context.Context, string, *openai.Request, *policy.Shared) (bool, error) {
+	return false, nil
+}
+
+func benchHandle(b *testing.B, size, workers, replicas int, opts Options) {
 	reg := benchRegistry(workers)
 	pol := benchPolicy(b, reg, replicas)
-	s := New(reg, pol, Options{Fallbacks: 2})
+	opts.Fallbacks = 2
+	s := New(reg, pol, opts)
 	streams := make([]*extproctest.MemStream, 64)
 	for i := range streams {
 		streams[i] = extproctest.NewMemStream(b.Context(), newCodec(), benchChatBody(i%benchTenants, i, size))
