@@ -59,6 +59,7 @@ type exchange struct {
 	rw             modelRewrite
 	pick           policy.Request
 	shared         policy.Shared      // the servers' account of the prompt (Options.Locator)
+	hashes         policy.Hashes      // the prompt's, from the policy's Knows to its pick; kept across streams
 	allowed        []*registry.Worker // the subset hint's candidates, when there is one
 	picked         []*registry.Worker // primary, then fallbacks; owned by this exchange
 	pickBuf        []*registry.Worker // what an appending picker picks into; kept across streams
@@ -117,8 +118,9 @@ func (x *exchange) finish() {
 		x.in.trim()
 	}
 	holds := x.shared.Holds[:0]
+	x.hashes.Reset()
 	*x = exchange{body: body, allowed: allowed, pickBuf: pickBuf, parsed: x.parsed, scanner: x.scanner, out: x.out, in: x.in,
-		shared: policy.Shared{Holds: holds}}
+		shared: policy.Shared{Holds: holds}, hashes: x.hashes}
 }
 
 // release ends the request's load, once, and counts why. A release to
@@ -292,7 +294,8 @@ func (x *exchange) route() (bool, error) {
 		if !x.reservePrompt() {
 			return x.reject(429, "the picker is buffering as many request bodies as its memory budget allows")
 		}
-		x.pick = policy.Request{Model: x.parsed.Model, CacheSalt: string(x.parsed.CacheSalt), Prompt: x.parsed.Prompt}
+		x.pick = policy.Request{Model: x.parsed.Model, CacheSalt: string(x.parsed.CacheSalt), Prompt: x.parsed.Prompt,
+			Hashes: &x.hashes}
 		x.rewriteModel()
 		x.modelSeries()
 		x.locate()

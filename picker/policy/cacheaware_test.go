@@ -273,3 +273,54 @@ func TestKnowsAPromptOnlyUpToItsLastTurns(t *testing.T) {
 		}
 	}
 }
+
+// A request's Hashes carry its prompt from Knows to the pick, which places
+// the prompt as a pick without them does; emptied by Reset they serve the
+// next request's prompt, not the last one's.
+func TestRequestHashesServeOneRequestAtATime(t *testing.T) {
+	reg, ws := pool(4)
+	p := build(t, Config{}, reg, nil)
+	k := p.(interface{ Knows(*Request) bool })
+	var h Hashes
+	first := &Request{Model: "m", Prompt: [][]byte{text("first", 4<<10)}, Hashes: &h}
+	if k.Knows(first) {
+		t.Fatal("Knows = true for a prompt never picked")
+	}
+	if _, err := p.Pick(first, ws, 1); err != nil {
+		t.Fatal(err)
+	}
+	if !k.Knows(&Request{Model: "m", Prompt: first.Prompt}) {
+		t.Error("Knows = false, after a pick with the request's hashes, for the prompt it placed")
+	}
+	h.Reset()
+	second := &Request{Model: "m", Prompt: [][]byte{text("second", 4<<10)}, Hashes: &h}
+	if k.Knows(second) {
+		t.Error("Knows = true for a prompt never picked, with the hashes of a prompt picked before reset")
+	}
+}
+
+// Knows and the pick after it, sharing the request's hashes, allocate
+// nothing but the pick's result in steady state.
+func TestKnowsAndPickAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops pooled picks at random under the race detector")
+	}
+	reg, ws := pool(8)
+	p := build(t, Config{}, reg, nil)
+	k := p.(interface{ Knows(*Request) bool })
+	var h Hashes
+	req := &Request{Model: "m", Prompt: [][]byte{text("sys", 16<<10), text("user", 16<<10)}, Hashes: &h}
+	run := func() {
+		h.Reset()
+		k.Knows(req)
+		if _, err := p.Pick(req, ws, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		run()
+	}
+	if allocs := testing.AllocsPerRun(100, run); allocs > 1 {
+		t.Errorf("Knows and a pick allocate %v times, want at most 1 (the result)", allocs)
+	}
+}

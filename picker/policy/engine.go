@@ -25,8 +25,9 @@ type candidate struct {
 type pick struct {
 	req     *Request
 	cands   []candidate
-	rng     uint64 // splitmix64 state, seeded per pick
-	hashes  []uint64
+	rng     uint64   // splitmix64 state, seeded per pick
+	hashes  []uint64 // the prompt's: own's, or the request's (Request.Hashes)
+	own     Hashes
 	blocks  int  // len(hashes), when the ranker hashed the prompt
 	hashed  bool // hashes, blocks and matches are set
 	ordered bool // the candidates' ties follow the prompt's rendezvous order (home.go)
@@ -102,7 +103,7 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 	n = max(n, 1)
 	p := e.pool.Get().(*pick)
 	defer func() {
-		p.req, p.matches = nil, nil
+		p.req, p.matches, p.hashes = nil, nil, nil
 		clear(p.cands) // drop worker pointers before pooling
 		p.cands = p.cands[:0]
 		clear(p.pool)

@@ -51,7 +51,7 @@ func (x indexed) hash(p *pick) {
 		return
 	}
 	p.hashed = true
-	p.hashes = x.ix.Hashes(p.hashes, p.req.Model, p.req.CacheSalt, p.req.Prompt)
+	x.hashes(p)
 	p.blocks = len(p.hashes)
 	p.matches = x.ix.Match(p.hashes, &p.scratch)
 	if x.matched != nil && p.blocks > 0 {
@@ -61,6 +61,26 @@ func (x indexed) hash(p *pick) {
 		}
 		x.matched(best, p.blocks)
 	}
+}
+
+// hashes sets p.hashes to the prompt's hashes, hashing it unless the
+// request keeps them from an earlier call (Request.Hashes).
+func (x indexed) hashes(p *pick) {
+	h := p.req.Hashes
+	if h == nil {
+		h = &p.own
+		h.Reset()
+	}
+	p.hashes = x.sums(h, p.req)
+}
+
+// sums returns the prompt's hashes kept in h, hashing it into h first
+// unless h holds this index's.
+func (x indexed) sums(h *Hashes, req *Request) []uint64 {
+	if h.ix != x.ix {
+		h.ix, h.sums = x.ix, x.ix.Hashes(h.sums, req.Model, req.CacheSalt, req.Prompt)
+	}
+	return h.sums
 }
 
 // match sets each candidate's matched blocks.
@@ -120,7 +140,7 @@ func (x indexed) shared(p *pick) {
 // known: a conversation another replica routed is known here only once its
 // own turns are.
 func (x indexed) knows(p *pick) bool {
-	p.hashes = x.ix.Hashes(p.hashes, p.req.Model, p.req.CacheSalt, p.req.Prompt)
+	x.hashes(p)
 	if len(p.hashes) < unknownBlocks {
 		return true
 	}
@@ -157,8 +177,11 @@ func (x indexed) Observe(req *Request, served *registry.Worker) {
 	if req == nil || served == nil {
 		return
 	}
-	hs := x.ix.Hashes(nil, req.Model, req.CacheSalt, req.Prompt)
-	x.ix.Insert(served.ID(), capacityBlocks(served), hs)
+	h := req.Hashes
+	if h == nil {
+		h = &Hashes{}
+	}
+	x.ix.Insert(served.ID(), capacityBlocks(served), x.sums(h, req))
 }
 
 // Knows reports whether the policy's index knows the prompt (indexed.knows);
@@ -172,7 +195,7 @@ func (e *engine) Knows(req *Request) bool {
 	}
 	p := e.pool.Get().(*pick)
 	defer func() {
-		p.req = nil
+		p.req, p.hashes = nil, nil
 		e.pool.Put(p)
 	}()
 	p.req = req

@@ -39,6 +39,23 @@ type Request struct {
 	// did not. It covers what every picker replica placed, where the
 	// policy's index knows only this replica's placements.
 	Shared *Shared
+	// Hashes, when set, keeps the prompt's hashes from one call of the
+	// policy to the next for this request (Knows, then Pick), so that the
+	// prompt is hashed once. The caller gives each request an empty one
+	// (see Hashes.Reset) and never shares one between requests.
+	Hashes *Hashes
+}
+
+// Hashes is a prompt's block hashes, computed by the policy for one
+// request. The zero value is empty.
+type Hashes struct {
+	ix   *prefix.Index // the index whose hashes sums are; nil: none yet
+	sums []uint64
+}
+
+// Reset empties h for the next request, keeping its memory.
+func (h *Hashes) Reset() {
+	h.ix, h.sums = nil, h.sums[:0]
 }
 
 // Shared is what the model servers' KV-cache events tell of a prompt.
