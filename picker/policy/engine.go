@@ -17,6 +17,7 @@ type candidate struct {
 	metrics *registry.Metrics // nil when absent or stale
 	load    float64           // see engine.load
 	matched int               // prompt blocks the worker holds (indexing policies)
+	waiting int               // the estimated queue of a worker without fresh metrics (weighted.go)
 	cost    float64           // set by the ranker: lower is better
 	tie     uint64            // random tie-break
 }

@@ -48,7 +48,10 @@ type freshView struct {
 }
 
 // surveyFresh summarises the fresh candidates of cs, and, when some
-// candidate has no fresh metrics, widens maxWaiting to its estimate.
+// candidate has no fresh metrics, sets its waiting to its estimate and
+// widens maxWaiting to it. The estimate reads the worker's in-flight count
+// once, so its score and the others' normalisation agree, though the count
+// changes under a pick.
 func surveyFresh(cs []candidate) freshView {
 	v := freshView{kvMean: neutralKV}
 	kv, fresh := 0.0, 0
@@ -73,7 +76,8 @@ func surveyFresh(cs []candidate) freshView {
 	}
 	for i := range cs {
 		if cs[i].metrics == nil {
-			v.maxWaiting = max(v.maxWaiting, v.waiting(cs[i].w))
+			cs[i].waiting = v.waiting(cs[i].w)
+			v.maxWaiting = max(v.maxWaiting, cs[i].waiting)
 		}
 	}
 	return v
@@ -109,13 +113,14 @@ func (v *freshView) waiting(w *registry.Worker) int {
 	return int(min(max(n, 0), math.MaxInt32))
 }
 
-// scores returns cd's queue and KV-cache scores.
+// scores returns cd's queue and KV-cache scores, once surveyFresh has
+// estimated the queue of a candidate without fresh metrics.
 func (v *freshView) scores(cd *candidate) (queue, kv float64) {
 	waiting := 0
 	if m := cd.metrics; m != nil {
 		waiting, kv = m.Waiting, 1-m.KVUsage
 	} else {
-		waiting, kv = v.waiting(cd.w), v.kvMean
+		waiting, kv = cd.waiting, v.kvMean
 	}
 	queue = 1
 	if v.maxWaiting > 0 {
