@@ -377,7 +377,7 @@ func (st *stream) apply(seq uint64, payload []byte) {
 	} else {
 		st.s.Index.ApplyEngine(st.id, st.e, st.batch.Events)
 	}
-	if retained(&st.batch) > maxKeptBatch { // an outsized batch's slices are not kept for the next
+	if retained(&st.batch, maxKeptBatch) > maxKeptBatch { // an outsized batch's slices are not kept for the next
 		st.batch = kvevents.Batch{}
 	}
 	st.begun, st.next = true, seq+1
@@ -389,15 +389,15 @@ func (st *stream) apply(seq uint64, payload []byte) {
 const maxKeptBatch = 2 << 20
 
 // retained is the bytes b keeps room for: its list of events, and their
-// hashes, token ids and extra keys.
-func retained(b *kvevents.Batch) int {
+// hashes, token ids and extra keys. It stops counting once past most.
+func retained(b *kvevents.Batch, most int) int {
 	events := b.Events[:cap(b.Events)] // a slot past the last event keeps the slices it had
 	n := len(events) * int(unsafe.Sizeof(kvevents.Event{}))
-	for i := range events {
+	for i := 0; i < len(events) && n <= most; i++ {
 		ev := &events[i]
 		extra := ev.Extra[:cap(ev.Extra)]
 		n += 8*cap(ev.Hashes) + 4*cap(ev.TokenIDs) + len(extra)*int(unsafe.Sizeof(kvevents.ExtraKeys{}))
-		for j := range extra {
+		for j := 0; j < len(extra) && n <= most; j++ {
 			n += cap(extra[j].Raw)
 		}
 	}

@@ -385,12 +385,12 @@ func TestAStreamDoesNotKeepAnOutsizedBatch(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			st := &stream{s: &Subscriber{Index: New(0)}, log: logr.Discard()}
 			st.apply(0, kvevents.AppendBatch(nil, &kvevents.Batch{TS: 1, Events: big}))
-			if n, c := retained(&st.batch), cap(st.batch.Events); n != 0 || c != 0 {
+			if n, c := retained(&st.batch, maxKeptBatch), cap(st.batch.Events); n != 0 || c != 0 {
 				t.Errorf("after an outsized batch the stream keeps %d bytes, room for %d events", n, c)
 			}
 			small := stored(1, prompt(1, 4, -1), 0, 4, "")
 			st.apply(1, kvevents.AppendBatch(nil, &kvevents.Batch{TS: 1, Events: []kvevents.Event{small}}))
-			if n := retained(&st.batch); n == 0 || n > maxKeptBatch {
+			if n := retained(&st.batch, maxKeptBatch); n == 0 || n > maxKeptBatch {
 				t.Errorf("after an ordinary batch the stream keeps %d bytes, want it kept for the next", n)
 			}
 		})
