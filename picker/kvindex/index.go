@@ -317,7 +317,8 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 		}
 		key = ix.nodes.at(p).key
 	}
-	others := ix.heldByOthers(w) // the bound is the worker's, over all its engines
+	held, _ := ix.heldLocked(w.src.id)
+	others := held - w.blocks.n // the bound is the worker's, over all its engines
 	extra := ev.Extra
 	var aid uint32 // the adapter's number, once a block is held under it
 	named := false
@@ -356,18 +357,6 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 		}
 		ix.hold(w, h, key, aid)
 	}
-}
-
-// heldByOthers returns the blocks the engine's worker holds in its other
-// engines.
-func (ix *Index) heldByOthers(w *engine) int {
-	n := 0
-	for _, e := range ix.workers[w.src.id] {
-		if e != nil && e != w {
-			n += e.blocks.n
-		}
-	}
-	return n
 }
 
 // adapterOf returns the name the event's blocks are filed under: its
@@ -577,6 +566,11 @@ func (ix *Index) dropLocked(w *engine) {
 func (ix *Index) Held(id uint32) (blocks, offloaded int) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
+	return ix.heldLocked(id)
+}
+
+// heldLocked is Held with the index's lock held.
+func (ix *Index) heldLocked(id uint32) (blocks, offloaded int) {
 	for _, w := range ix.workers[id] {
 		if w != nil {
 			blocks += w.blocks.n
