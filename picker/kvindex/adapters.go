@@ -1,5 +1,7 @@
 package kvindex
 
+import "strconv"
+
 // adapterTable numbers the adapter names blocks are stored under, so that
 // each block the index keeps carries four bytes for its adapter instead of
 // a string header. A name keeps its number while any worker holds a block
@@ -59,4 +61,28 @@ func (t *adapterTable) drop(id uint32) {
 func (t *adapterTable) held(name string) bool {
 	_, ok := t.ids[name]
 	return ok
+}
+
+// loraIDNames are the names made of the numbers of adapters that events
+// name by lora_id alone, made once for each number rather than for each
+// event. The name is not UTF-8, and a request's model is, so no request
+// names it. It keeps the names of maxLoraIDNames numbers at most, and
+// forgets them all to make room: a server numbers adapters in the order it
+// loads them, so those of adapters long unloaded go.
+type loraIDNames map[int64]string
+
+// maxLoraIDNames bounds the numbers loraIDNames keeps names for: far more
+// adapters than a server keeps loaded at once.
+const maxLoraIDNames = 256
+
+func (m loraIDNames) name(id int64) string {
+	if s, ok := m[id]; ok {
+		return s
+	}
+	if len(m) >= maxLoraIDNames {
+		clear(m)
+	}
+	s := "\xfflora_id " + strconv.FormatInt(id, 10)
+	m[id] = s
+	return s
 }

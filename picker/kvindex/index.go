@@ -16,7 +16,6 @@ package kvindex
 import (
 	"math/bits"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -45,6 +44,7 @@ type Index struct {
 	freeSlots []uint32             // slots of engines no longer followed
 	workers   map[uint32][]*engine // worker -> its engines, by engine number (nil: not followed)
 	adapters  adapterTable         // adapter names the workers' blocks are stored under
+	loraIDs   loraIDNames          // the names of adapters known by number alone (adapterOf)
 	extraKeys bool                 // a stored block came with extra keys (SaltKeyed)
 	dropped   Dropped
 }
@@ -114,6 +114,7 @@ func New(maxPerWorker int) *Index {
 		keys:         newTable(keyTableBits, true),
 		workers:      map[uint32][]*engine{},
 		adapters:     newAdapterTable(),
+		loraIDs:      loraIDNames{},
 	}
 }
 
@@ -307,7 +308,7 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 		return
 	}
 	ix.sizeEngine(w, bs)
-	adapter := adapterOf(ev)
+	adapter := ix.adapterOf(ev)
 	key := seed(adapter, bs)
 	if ev.HasParent {
 		_, p := w.blocks.find(&ix.nodes, ev.Parent)
@@ -363,15 +364,15 @@ func (ix *Index) stored(w *engine, ev *kvevents.Event) {
 // adapter's name, "" for the base model's. A server that sends lora_id but
 // no lora_name (vLLM releases before the field) keys an adapter's blocks
 // apart from the base model's all the same (the adapter is in its block
-// hashes), so they are filed under a name made of the number, which no
-// request can name: it is not UTF-8, and a request's model is. The number
-// a server gives an adapter depends on the order it loaded them in, so a
-// request for the adapter does not find them either.
-func adapterOf(ev *kvevents.Event) string {
+// hashes), so they are filed under a name made of the number (loraIDNames),
+// which no request can name. The number a server gives an adapter depends
+// on the order it loaded them in, so a request for the adapter does not
+// find them either.
+func (ix *Index) adapterOf(ev *kvevents.Event) string {
 	if ev.LoraName != "" || !ev.HasLora {
 		return ev.LoraName
 	}
-	return "\xfflora_id " + strconv.FormatInt(ev.LoraID, 10)
+	return ix.loraIDs.name(ev.LoraID)
 }
 
 // hold records that the engine holds, under the server's hash h, the block

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -729,4 +730,35 @@ func TestAHybridModelsGroupsAreKeptApart(t *testing.T) {
 func blocksHeld(ix *Index, id uint32) int {
 	n, _ := ix.Held(id)
 	return n
+}
+
+// A server that names an adapter by its lora_id alone sends an event for
+// every step of a request on it: applying one allocates nothing once the
+// index has seen the id.
+func TestLoraIDEventAllocations(t *testing.T) {
+	ix := New(0)
+	a := prompt(0, 6, -1)
+	evs := []kvevents.Event{byLoraID(stored(1, a, 0, 6, ""), 7)}
+	ix.ApplyEngine(1, 0, evs)
+	if allocs := testing.AllocsPerRun(100, func() { ix.ApplyEngine(1, 0, evs) }); allocs != 0 {
+		t.Errorf("applying an event of a known lora_id allocates %v times, want 0", allocs)
+	}
+}
+
+// The name of an adapter known by number alone is the same whether it was
+// kept or made again after the names were forgotten to make room.
+func TestLoraIDNamesPastTheirBound(t *testing.T) {
+	m := loraIDNames{}
+	first := m.name(7)
+	for id := range int64(2 * maxLoraIDNames) {
+		if got, want := m.name(id+100), "\xfflora_id "+strconv.FormatInt(id+100, 10); got != want {
+			t.Fatalf("name(%d) = %q, want %q", id+100, got, want)
+		}
+	}
+	if len(m) > maxLoraIDNames {
+		t.Errorf("%d names kept, want at most %d", len(m), maxLoraIDNames)
+	}
+	if got := m.name(7); got != first {
+		t.Errorf("name(7) = %q after the names were forgotten, want %q as before", got, first)
+	}
 }
