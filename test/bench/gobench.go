@@ -45,10 +45,10 @@ func benchSets(quick bool) []benchSet {
 		{"./picker/openai", "^BenchmarkParseChat$", bt},
 		{"./picker/prefix", "^Benchmark(Hashes|MatchInsert)$", bt},
 		{"./picker/prefix", "^BenchmarkIndexMemory$", "1x"},
-		{"./picker/policy", "^BenchmarkPick$", bt},
+		{"./picker/policy", "^Benchmark(Pick|Knows|KnowsThenPick)$", bt},
 		{"./picker/registry", "^BenchmarkPublish$", bt},
 		{"./picker/scrape", "^Benchmark", bt},
-		{"./picker/extproc", "^Benchmark(Handle|HandleReplica|Exchange)$", bt},
+		{"./picker/extproc", "^Benchmark(Handle|HandleReplica|HandleKVEvents|Exchange)$", bt},
 		{"./picker/kvindex", "^Benchmark(CatchUp|Lookup)$", bt},
 		{"./picker/kvindex", "^BenchmarkEventIndexMemory$", "1x"},
 	}
