@@ -62,3 +62,9 @@ func (p *poolWrapper) selector(kv map[string]string) *poolWrapper {
 }
 
 func (p *poolWrapper) obj() *inferencev1.InferencePool { return p.DeepCopy() }
+
+// restarts gives the pod one container that has restarted n times.
+func (p *podWrapper) restarts(n int32) *podWrapper {
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "vllm", RestartCount: n}}
+	return p
+}

@@ -87,16 +87,20 @@ func endpointsFor(ports []int32, pods []corev1.Pod) []registry.Endpoint {
 }
 
 // podEndpoints returns the pod's endpoints, one per valid port, in the
-// order of ports, each ranked by its place there; none when the pod does not
-// serve or its IP does not parse. The pod is assumed to match the selector.
+// order of ports, each ranked by its place there; none when the pod is gone
+// or its IP does not parse. A pod that runs but is not Ready has its
+// endpoints Unready: the workers they had are parked, not removed, so that
+// a readiness flap keeps what the picker learned of the server. The pod is
+// assumed to match the selector.
 func podEndpoints(ports []int32, pod *corev1.Pod) []registry.Endpoint {
-	if !podServes(pod) {
+	if !podRuns(pod) {
 		return nil
 	}
 	addr, err := netip.ParseAddr(pod.Status.PodIP)
 	if err != nil {
 		return nil
 	}
+	unready, restarts := !podReady(pod), podRestarts(pod)
 	eps := make([]registry.Endpoint, 0, len(ports))
 	for rank, n := range ports {
 		if n < 1 || n > 65535 {
@@ -108,21 +112,42 @@ func podEndpoints(ports []int32, pod *corev1.Pod) []registry.Endpoint {
 			Name:      pod.Name,
 			Address:   netip.AddrPortFrom(addr.Unmap(), uint16(n)),
 			Rank:      rank,
+			Restarts:  restarts,
+			Unready:   unready,
 		})
 	}
 	return eps
 }
 
-// podServes reports whether a pod may receive requests: it has an IP, it is
-// Ready, and it is not being deleted (a terminating pod is gone at once).
-func podServes(pod *corev1.Pod) bool {
-	if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
-		return false
-	}
+// podServes reports whether a pod may receive requests: it runs and it is
+// Ready.
+func podServes(pod *corev1.Pod) bool { return podRuns(pod) && podReady(pod) }
+
+// podRuns reports whether a pod's server may be running, ready or not: it
+// has an IP, it has not terminated, and it is not being deleted (a
+// terminating pod is gone at once).
+func podRuns(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp == nil && pod.Status.PodIP != "" &&
+		pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+}
+
+// podReady reports whether a pod's Ready condition is true.
+func podReady(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue
 		}
 	}
 	return false
+}
+
+// podRestarts is how many times the pod's containers have restarted, all
+// together. Each count only grows, so the sum changes whenever one of them
+// restarts.
+func podRestarts(pod *corev1.Pod) int32 {
+	n := int32(0)
+	for i := range pod.Status.ContainerStatuses {
+		n += pod.Status.ContainerStatuses[i].RestartCount
+	}
+	return n
 }

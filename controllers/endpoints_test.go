@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/inferpick/inferpick/picker/registry"
@@ -97,6 +98,40 @@ func TestEndpointsOf(t *testing.T) {
 			got := endpointsOf(makePool("pool", tc.ports...).obj(), tc.pods)
 			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
 				t.Errorf("endpointsOf() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// podEndpoints gives a pod that runs but is not Ready Unready endpoints,
+// which park the worker it had, and none to a pod that is gone; each
+// endpoint carries the restarts of the pod's containers.
+func TestPodEndpoints(t *testing.T) {
+	unready := func(ep registry.Endpoint) registry.Endpoint { ep.Unready = true; return ep }
+	restarts := func(ep registry.Endpoint, n int32) registry.Endpoint { ep.Restarts = n; return ep }
+	failed := makePod("a").condition(corev1.ConditionFalse).ip("127.0.0.1").obj()
+	failed.Status.Phase = corev1.PodFailed
+	twoContainers := makePod("a").ready().ip("127.0.0.1").obj()
+	twoContainers.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "vllm", RestartCount: 2}, {Name: "proxy", RestartCount: 1}}
+	tests := map[string]struct {
+		pod  corev1.Pod
+		want []registry.Endpoint
+	}{
+		"ready":          {pod: makePod("a").ready().ip("127.0.0.1").obj(), want: []registry.Endpoint{endpoint("a", "uid-a", "127.0.0.1:8000")}},
+		"not ready":      {pod: makePod("a").condition(corev1.ConditionFalse).ip("127.0.0.1").obj(), want: []registry.Endpoint{unready(endpoint("a", "uid-a", "127.0.0.1:8000"))}},
+		"no condition":   {pod: makePod("a").ip("127.0.0.1").obj(), want: []registry.Endpoint{unready(endpoint("a", "uid-a", "127.0.0.1:8000"))}},
+		"restarted":      {pod: makePod("a").ready().ip("127.0.0.1").restarts(3).obj(), want: []registry.Endpoint{restarts(endpoint("a", "uid-a", "127.0.0.1:8000"), 3)}},
+		"two containers": {pod: twoContainers, want: []registry.Endpoint{restarts(endpoint("a", "uid-a", "127.0.0.1:8000"), 3)}},
+		"failed":         {pod: failed},
+		"no IP":          {pod: makePod("a").condition(corev1.ConditionFalse).obj()},
+		"terminating":    {pod: makePod("a").condition(corev1.ConditionFalse).ip("127.0.0.1").terminating().obj()},
+		"unparsable IP":  {pod: makePod("a").ready().ip("not-an-ip").obj()},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := podEndpoints([]int32{8000}, &tc.pod)
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty(), cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
+				t.Errorf("podEndpoints() (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -81,7 +81,7 @@ func TestPodEventTouchesOnlyThatPod(t *testing.T) {
 		pod     string
 		change  func(t *testing.T) // nil: an event that changes nothing that matters
 		want    []string           // pod names with a worker afterwards
-		changed bool               // whether pod's worker is a new object or gone
+		changed bool               // whether pod's worker is a new object, parked or gone
 	}{
 		{name: "an unrelated change", pod: "b", change: func(t *testing.T) {
 			update(t, c, pods["b"], func(p *corev1.Pod) { p.Annotations = map[string]string{"x": "y"} })
@@ -131,8 +131,8 @@ func TestPodEventTouchesOnlyThatPod(t *testing.T) {
 		if old, now := before[s.pod], after[s.pod]; (old != now) != s.changed {
 			t.Errorf("%s: the worker of pod %s changed = %v, want %v", s.name, s.pod, old != now, s.changed)
 		}
-		if old := before[s.pod]; old != nil && s.changed && !old.Removed() {
-			t.Errorf("%s: the old worker of pod %s is not marked removed", s.name, s.pod)
+		if old := before[s.pod]; old != nil && s.changed && old.Live() {
+			t.Errorf("%s: the old worker of pod %s is not marked removed or parked", s.name, s.pod)
 		}
 		if sink.replaces != replaces {
 			t.Errorf("%s: a pod event replaced the whole set", s.name)

@@ -7,10 +7,11 @@ import (
 )
 
 // trimPod is the cache transform of pods: it keeps what the controllers
-// read (identity, labels, deletion, IP, the Ready condition) and drops the
-// rest (spec, annotations, owner references, managed fields, container
-// statuses), so that a cached pod costs a few hundred bytes, not several
-// kilobytes, in a pool of thousands.
+// read (identity, labels, deletion, phase, IP, the Ready condition, each
+// container's restart count) and drops the rest (spec, annotations, owner
+// references, managed fields, the rest of the container statuses), so that
+// a cached pod costs a few hundred bytes, not several kilobytes, in a pool
+// of thousands.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -28,6 +29,10 @@ func trimPod(obj any) (any, error) {
 			DeletionTimestamp: pod.DeletionTimestamp,
 		},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP},
+	}
+	for i := range pod.Status.ContainerStatuses {
+		c := &pod.Status.ContainerStatuses[i]
+		out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, RestartCount: c.RestartCount})
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {

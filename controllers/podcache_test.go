@@ -19,7 +19,7 @@ func TestTrimPodKeepsWhatTheControllersRead(t *testing.T) {
 		o.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 		o.Spec.Containers = []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai", Args: []string{"--model", "m"}}}
 		o.Status.Conditions = append([]corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}, o.Status.Conditions...)
-		o.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "vllm", Ready: true}}
+		o.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "vllm", Ready: true, RestartCount: 2, Image: "vllm/vllm-openai"}}
 		return &o
 	}
 	sel := labels.SelectorFromSet(labels.Set{"app": "vllm"})
@@ -29,8 +29,10 @@ func TestTrimPodKeepsWhatTheControllersRead(t *testing.T) {
 		"no IP":       full(makePod("c").ready()),
 		"terminating": full(makePod("d").ready().ip("10.0.0.4").terminating()),
 		"other label": full(makePod("e").ready().ip("10.0.0.5")),
+		"failed":      full(makePod("f").condition(corev1.ConditionFalse).ip("10.0.0.6")),
 	}
 	pods["other label"].Labels = map[string]string{"app": "other"}
+	pods["failed"].Status.Phase = corev1.PodFailed
 	for name, pod := range pods {
 		t.Run(name, func(t *testing.T) {
 			got, err := trimPod(pod)
@@ -45,8 +47,11 @@ func TestTrimPodKeepsWhatTheControllersRead(t *testing.T) {
 			if a, b := sel.Matches(labels.Set(pod.Labels)), sel.Matches(labels.Set(trimmed.Labels)); a != b {
 				t.Errorf("selector matches full %v, trimmed %v", a, b)
 			}
-			if len(trimmed.Spec.Containers) != 0 || trimmed.Annotations != nil || trimmed.ManagedFields != nil || trimmed.Status.ContainerStatuses != nil {
+			if len(trimmed.Spec.Containers) != 0 || trimmed.Annotations != nil || trimmed.ManagedFields != nil {
 				t.Errorf("trimmed pod keeps what no controller reads: %+v", trimmed)
+			}
+			if diff := cmp.Diff([]corev1.ContainerStatus{{Name: "vllm", RestartCount: 2}}, trimmed.Status.ContainerStatuses); diff != "" {
+				t.Errorf("trimmed container statuses, want the restart counts alone (-want +got):\n%s", diff)
 			}
 		})
 	}

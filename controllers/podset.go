@@ -27,12 +27,24 @@ func podRequest(o client.Object) request {
 	return request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}, pod: true}
 }
 
-// podSet is the endpoints the sink holds, by pod.
+// podSet is the endpoints the sink holds, by pod: Ready ones, and the
+// Unready ones of pods that run (whose workers the sink parks).
 type podSet struct {
 	sink EndpointSink
 	pods map[types.NamespacedName][]registry.Endpoint
-	// count is the number of endpoints held.
+	// count is the number of Ready endpoints held.
 	count int
+}
+
+// ready counts the endpoints of eps that are not Unready.
+func ready(eps []registry.Endpoint) int {
+	n := 0
+	for _, ep := range eps {
+		if !ep.Unready {
+			n++
+		}
+	}
+	return n
 }
 
 func newPodSet(sink EndpointSink) podSet {
@@ -40,7 +52,7 @@ func newPodSet(sink EndpointSink) podSet {
 }
 
 // sync makes the sink hold eps for the pod key: none when the pod is gone,
-// does not match or does not serve. It reports whether anything changed;
+// does not match or does not run. It reports whether anything changed;
 // the endpoints of other pods are not looked at.
 func (s *podSet) sync(key types.NamespacedName, eps []registry.Endpoint) bool {
 	old := s.pods[key]
@@ -59,7 +71,7 @@ func (s *podSet) sync(key types.NamespacedName, eps []registry.Endpoint) bool {
 	} else {
 		s.pods[key] = eps
 	}
-	s.count += len(eps) - len(old)
+	s.count += ready(eps) - ready(old)
 	return true
 }
 
@@ -75,7 +87,7 @@ func (s *podSet) reset(ports []int32, pods []corev1.Pod) {
 			continue
 		}
 		s.pods[types.NamespacedName{Namespace: pods[i].Namespace, Name: pods[i].Name}] = eps
-		s.count += len(eps)
+		s.count += ready(eps)
 		all = append(all, eps...)
 	}
 	s.sink.Replace(all)

@@ -53,7 +53,9 @@ func TestSelectorReconcile(t *testing.T) {
 			}
 			var got []string
 			for _, ep := range sink.eps {
-				got = append(got, ep.Address.String())
+				if !ep.Unready {
+					got = append(got, ep.Address.String())
+				}
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("endpoints (-want +got):\n%s", diff)

@@ -190,7 +190,7 @@ func (l *Locator) worker(model string) (w *registry.Worker, left bool) {
 	ws := l.reg.Workers()
 	for range ws {
 		w := ws[int(l.next.Add(1))%len(ws)]
-		if w.Removed() {
+		if !w.Live() {
 			continue
 		}
 		if m := w.Metrics(); m != nil && m.Served != nil && m.Served.Complete && !m.Served.Serves(model) {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -152,6 +153,53 @@ func TestCacheAwareForgetsRemovedWorker(t *testing.T) {
 				t.Fatalf("picked the removed worker %s", gone.Address())
 			}
 		}
+	}
+}
+
+// A worker parked while its pod is unready (its server running on) keeps
+// its index entries and calibration: it gets no picks while parked, and
+// once back its prompts go to it again, not where a cold index sends them.
+func TestCacheAwareKeepsAFlappedWorkersHistory(t *testing.T) {
+	reg, ws := pool(4)
+	p := build(t, Config{}, reg, nil)
+	req := chat("doc", "q", 8192, 100)
+	cold, err := build(t, Config{}, reg, nil).Pick(req, ws, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm := ws[0]
+	if cold[0] == warm {
+		warm = ws[1]
+	}
+	p.Observe(req, warm)
+	ix := p.(*engine).ranker.(*cacheAware).ix
+	held := ix.Held(warm.ID())
+
+	ep := warm.Endpoint()
+	ep.Unready = true
+	reg.Update([]registry.Endpoint{ep}, nil)
+	for range 20 {
+		got, err := p.Pick(chat("other", "q", 8192, 100), ws, 4) // a stale candidate list still names it
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(got, warm) {
+			t.Fatalf("picked the parked worker %s", warm.Address())
+		}
+	}
+	if n := ix.Held(warm.ID()); n != held {
+		t.Errorf("the parked worker holds %d blocks, want the %d it held", n, held)
+	}
+
+	ep.Unready = false
+	reg.Update([]registry.Endpoint{ep}, nil)
+	got, err := p.Pick(req, reg.Workers(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != warm {
+		t.Errorf("back from the flap the prompt went to %s, want the worker that holds it, %s (a cold index sends it to %s)",
+			got[0].Address(), warm.Address(), cold[0].Address())
 	}
 }
 

@@ -161,7 +161,7 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 // model and have room for the request, and returns how many had none.
 func (e *engine) admit(p *pick, ws []*registry.Worker, filter *modelFilter, now time.Time) (saturated int) {
 	for _, w := range ws {
-		if w == nil || w.Removed() || !filter.admits(w) {
+		if w == nil || !w.Live() || !filter.admits(w) {
 			continue
 		}
 		m := w.Metrics()

@@ -48,7 +48,7 @@ func newModelFilter(model string, candidates, pool []*registry.Worker) (modelFil
 	}
 	unknown, known := 0, 0
 	for _, w := range candidates {
-		if w == nil || w.Removed() {
+		if w == nil || !w.Live() {
 			continue
 		}
 		s := servedOf(w)
@@ -72,7 +72,7 @@ func newModelFilter(model string, candidates, pool []*registry.Worker) (modelFil
 	f.parent = parentOf(model, pool)
 	if f.parent != "" {
 		for _, w := range candidates {
-			if w != nil && !w.Removed() && f.class(servedOf(w)) == servesModel {
+			if w != nil && w.Live() && f.class(servedOf(w)) == servesModel {
 				f.want = servesModel
 				return f, nil
 			}
@@ -97,7 +97,7 @@ func Served(model string, ws []*registry.Worker) bool {
 // of ws that reports it gives it, or "".
 func parentOf(model string, ws []*registry.Worker) string {
 	for _, w := range ws {
-		if w != nil && !w.Removed() {
+		if w != nil && w.Live() {
 			if p, ok := servedOf(w).Parent(model); ok {
 				return p
 			}

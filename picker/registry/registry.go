@@ -10,6 +10,9 @@ import (
 // Listener hears of workers joining and leaving. Calls are made one at a
 // time, in the order the changes happened, after the change is visible in
 // Workers. A listener must not call back into the registry's write methods.
+//
+// A parked worker (its pod unready, its server running on) has not left:
+// it is out of Workers, but its listeners keep what they hold for it.
 type Listener interface {
 	WorkerAdded(w *Worker)
 	WorkerRemoved(w *Worker)
@@ -23,10 +26,21 @@ type Settler interface {
 	Settled()
 }
 
+// Resumer is a Listener told when a parked worker returns to Workers (its
+// pod Ready again), after the WorkerAdded calls of the change.
+type Resumer interface {
+	Listener
+	WorkerResumed(w *Worker)
+}
+
 // Registry is the set of workers the picker may route to. Reads are
 // lock-free (an immutable snapshot); writes are serialized.
 type Registry struct {
-	mu    sync.Mutex // serializes writers and listener calls
+	mu sync.Mutex // serializes writers and listener calls
+	// byKey are the workers, parked ones too: the snapshot is those not
+	// parked. A parked worker stays until its pod is gone or returns as
+	// another server, so byKey holds no more than one worker per endpoint
+	// of the pods that exist.
 	byKey map[Key]*Worker
 	// draining are removed workers with requests in flight, by key: the
 	// same endpoint back carries them (Worker.carry). carrying are the
@@ -48,13 +62,19 @@ func New() *Registry {
 	return r
 }
 
-// AddListener registers l. Workers already present are announced to it.
+// AddListener registers l. Workers already present, parked ones too, are
+// announced to it.
 func (r *Registry) AddListener(l Listener) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.listeners = append(r.listeners, l)
 	for _, w := range *r.snapshot.Load() {
 		l.WorkerAdded(w)
+	}
+	for _, w := range r.byKey {
+		if w.Parked() {
+			l.WorkerAdded(w)
+		}
 	}
 }
 
@@ -87,57 +107,80 @@ func (r *Registry) Synced() bool { return r.synced.Load() }
 
 // Update removes the workers of remove, then upserts upsert, and publishes
 // one snapshot for the whole change (none when nothing changed). An
-// endpoint whose address changed replaces its worker: the old object is
-// detached (its guards keep releasing into it) and a new one starts at
-// zero. One whose rank alone changed (its port moved in the pool's target
-// ports) is the same server: its worker stays, and takes the new rank. Its cost follows the change, not the size of the registry: workers
-// not named are untouched, the same objects in the same places.
+// endpoint whose address or container restarts changed replaces its
+// worker: the old object is detached (its guards keep releasing into it)
+// and a new one starts at zero. One whose rank alone changed (its port
+// moved in the pool's target ports) is the same server: its worker stays,
+// and takes the new rank. An Unready endpoint parks its worker, which the
+// same endpoint Ready again brings back. Its cost follows the change, not
+// the size of the registry: workers not named are untouched, the same
+// objects in the same places.
 func (r *Registry) Update(upsert []Endpoint, remove []Key) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var added, removed []*Worker
+	var c change
 	for _, k := range remove {
 		if w, ok := r.byKey[k]; ok {
 			delete(r.byKey, k)
-			removed = append(removed, w)
+			c.removed = append(c.removed, w)
 		}
 	}
 	for _, ep := range upsert {
-		r.upsertLocked(ep, &added, &removed)
+		r.upsertLocked(ep, &c)
 	}
-	r.publishLocked(added, removed)
+	r.publishLocked(&c)
 }
 
 // Replace makes the registry hold exactly eps: missing workers are removed,
 // new ones added, unchanged ones kept with their load (and those whose rank
-// alone changed, with the new rank).
+// alone changed, with the new rank), and those of Unready endpoints parked.
 func (r *Registry) Replace(eps []Endpoint) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var added, removed []*Worker
+	var c change
 	keep := make(map[Key]bool, len(eps))
 	for _, ep := range eps {
 		keep[ep.Key] = true
-		r.upsertLocked(ep, &added, &removed)
+		r.upsertLocked(ep, &c)
 	}
 	for k, w := range r.byKey {
 		if !keep[k] {
 			delete(r.byKey, k)
-			removed = append(removed, w)
+			c.removed = append(c.removed, w)
 		}
 	}
-	r.publishLocked(added, removed)
+	r.publishLocked(&c)
 }
 
-func (r *Registry) upsertLocked(ep Endpoint, added, removed *[]*Worker) *Worker {
+// change is what one Update or Replace did: workers that joined and left
+// the registry, and workers that left the picks and returned to them while
+// staying in it.
+type change struct {
+	added, removed  []*Worker
+	parked, resumed []*Worker
+}
+
+func (r *Registry) upsertLocked(ep Endpoint, c *change) {
 	prev := r.draining[ep.Key]
 	if old, ok := r.byKey[ep.Key]; ok {
 		if old.sameServer(ep) {
 			old.rank.Store(int64(ep.Rank))
-			return old
+			switch {
+			case ep.Unready && !old.Parked():
+				old.parked.Store(true)
+				c.parked = append(c.parked, old)
+			case !ep.Unready && old.Parked():
+				old.parked.Store(false)
+				c.resumed = append(c.resumed, old)
+			}
+			return
 		}
-		*removed = append(*removed, old)
+		delete(r.byKey, ep.Key)
+		c.removed = append(c.removed, old)
 		prev = old
+	}
+	if ep.Unready {
+		return // no worker until it is Ready
 	}
 	w := newWorker(ep)
 	if prev != nil && prev.ep.Address == ep.Address && prev.InFlight() > 0 {
@@ -146,20 +189,19 @@ func (r *Registry) upsertLocked(ep Endpoint, added, removed *[]*Worker) *Worker 
 	}
 	delete(r.draining, ep.Key)
 	r.byKey[ep.Key] = w
-	*added = append(*added, w)
-	return w
+	c.added = append(c.added, w)
 }
 
 // publishLocked installs a new snapshot and tells the listeners. Removed
-// workers are marked before the snapshot changes hands, so a pick that still
-// holds the old snapshot can see the mark.
+// and parked workers are marked before the snapshot changes hands, so a
+// pick that still holds the old snapshot can see the mark.
 //
-// The new snapshot is the old one with the removed workers cut out and the
-// added ones spliced in at their places, found by binary search: one copy
-// of the slice, touching only the workers that changed, never a sort of the
-// whole set.
-func (r *Registry) publishLocked(added, removed []*Worker) {
-	for _, w := range removed {
+// The new snapshot is the old one with the workers out of the picks cut out
+// and those into them spliced in at their places, found by binary search:
+// one copy of the slice, touching only the workers that changed, never a
+// sort of the whole set.
+func (r *Registry) publishLocked(c *change) {
+	for _, w := range c.removed {
 		w.removed.Store(true)
 		delete(r.carrying, w)
 		if _, back := r.byKey[w.ep.Key]; !back && w.InFlight() > 0 {
@@ -167,25 +209,68 @@ func (r *Registry) publishLocked(added, removed []*Worker) {
 		}
 	}
 	r.pruneCarriedLocked()
-	if len(removed) > 0 {
+	if len(c.removed) > 0 || len(c.parked) > 0 || len(c.resumed) > 0 {
 		servedEpoch.Add(1)
 	}
 	// A worker added and replaced within one change was never published.
-	added = slices.DeleteFunc(added, (*Worker).Removed)
+	added := slices.DeleteFunc(c.added, (*Worker).Removed)
 	old := *r.snapshot.Load()
-	cut := make([]int, 0, len(removed))
-	for _, w := range removed {
-		if i, ok := slices.BinarySearchFunc(old, w, compareWorkers); ok && old[i] == w {
-			cut = append(cut, i)
+	var cut []int
+	for _, ws := range [][]*Worker{c.removed, c.parked} {
+		for _, w := range ws {
+			if i, ok := slices.BinarySearchFunc(old, w, compareWorkers); ok && old[i] == w && !w.Live() {
+				cut = append(cut, i)
+			}
 		}
 	}
-	if len(added) == 0 && len(cut) == 0 {
+	outside := func(w *Worker) bool { // live, and not in the old snapshot
+		i, ok := slices.BinarySearchFunc(old, w, compareWorkers)
+		return w.Live() && (!ok || old[i] != w)
+	}
+	var in, back []*Worker
+	for _, w := range added {
+		if outside(w) {
+			in = append(in, w)
+		}
+	}
+	for _, w := range c.resumed {
+		if outside(w) {
+			back = append(back, w)
+		}
+	}
+	in = append(in, back...)
+	if len(added) == 0 && len(c.removed) == 0 && len(cut) == 0 && len(in) == 0 {
 		return
 	}
+	if len(cut) > 0 || len(in) > 0 {
+		r.snapshot.Store(splice(old, cut, in))
+	}
+	for _, l := range r.listeners {
+		for _, w := range c.removed {
+			l.WorkerRemoved(w)
+		}
+		for _, w := range added {
+			l.WorkerAdded(w)
+		}
+		if rl, ok := l.(Resumer); ok {
+			for _, w := range back {
+				rl.WorkerResumed(w)
+			}
+		}
+		if s, ok := l.(Settler); ok {
+			s.Settled()
+		}
+	}
+}
+
+// splice returns old without the workers at the indexes cut and with the
+// workers in, in order.
+func splice(old []*Worker, cut []int, in []*Worker) *[]*Worker {
 	ws := old
 	if len(cut) > 0 {
 		slices.Sort(cut)
-		ws = make([]*Worker, 0, len(old)-len(cut)+len(added))
+		cut = slices.Compact(cut) // parked and replaced in one change
+		ws = make([]*Worker, 0, len(old)-len(cut)+len(in))
 		prev := 0
 		for _, i := range cut {
 			ws = append(ws, old[prev:i]...)
@@ -193,12 +278,13 @@ func (r *Registry) publishLocked(added, removed []*Worker) {
 		}
 		ws = append(ws, old[prev:]...)
 	}
-	if len(added) > 0 {
-		slices.SortFunc(added, compareWorkers)
+	if len(in) > 0 {
+		slices.SortFunc(in, compareWorkers)
+		in = slices.Compact(in) // added, parked and resumed in one change
 		base := ws
-		ws = make([]*Worker, 0, len(base)+len(added))
+		ws = make([]*Worker, 0, len(base)+len(in))
 		prev := 0
-		for _, w := range added {
+		for _, w := range in {
 			i, _ := slices.BinarySearchFunc(base[prev:], w, compareWorkers)
 			ws = append(ws, base[prev:prev+i]...)
 			ws = append(ws, w)
@@ -206,18 +292,7 @@ func (r *Registry) publishLocked(added, removed []*Worker) {
 		}
 		ws = append(ws, base[prev:]...)
 	}
-	r.snapshot.Store(&ws)
-	for _, l := range r.listeners {
-		for _, w := range removed {
-			l.WorkerRemoved(w)
-		}
-		for _, w := range added {
-			l.WorkerAdded(w)
-		}
-		if s, ok := l.(Settler); ok {
-			s.Settled()
-		}
-	}
+	return &ws
 }
 
 // pruneCarriedLocked forgets the replaced workers whose requests have all

@@ -339,30 +339,31 @@ func TestRecreatedAddressStartsAtZero(t *testing.T) {
 	}
 }
 
-// The same pod back at the same address after a readiness flap is a new
-// worker, but the requests still in flight on the one it replaced load the
-// same server: it counts them until their guards release (into the old
-// object), for the load and for AdmitBelow's limit.
-func TestAPodBackFromAReadinessFlapCarriesItsRequests(t *testing.T) {
+// The same pod back at the same address as a new worker (it left the pool
+// and came back, or its container restarted) counts the requests still in
+// flight on the one it replaced, which load the same address: it counts them
+// until their guards release (into the old object), for the load and for
+// AdmitBelow's limit.
+func TestAPodBackAsANewWorkerCarriesItsRequests(t *testing.T) {
 	r := New()
 	ep := endpoint("pod", "127.0.0.1:8000")
 	old := upsert(r, ep)
 	guards := []*Guard{old.Admit(), old.Admit()}
 	guards[0].FirstToken()
-	remove(r, ep.Key) // NotReady
+	remove(r, ep.Key)
 	back := upsert(r, ep)
 	if back == old || back.ID() == old.ID() {
-		t.Fatal("the pod back after a flap is the old worker object")
+		t.Fatal("the pod back is the old worker object")
 	}
 	if p, d := back.Load(); p != 1 || d != 1 || back.InFlight() != 2 {
-		t.Errorf("back from a flap with 2 requests in flight: load (%d,%d), in flight %d; want (1,1), 2", p, d, back.InFlight())
+		t.Errorf("back with 2 requests in flight: load (%d,%d), in flight %d; want (1,1), 2", p, d, back.InFlight())
 	}
 	g, ok := back.AdmitBelow(3)
 	if !ok {
 		t.Fatal("refused below the limit")
 	}
 	if _, ok := back.AdmitBelow(3); ok {
-		t.Error("admitted past the limit: the requests from before the flap were not counted")
+		t.Error("admitted past the limit: the requests from before the return were not counted")
 	}
 	guards[1].FirstToken() // in the old object, where the guard was taken
 	if p, d := back.Load(); p != 1 || d != 2 {
@@ -380,8 +381,8 @@ func TestAPodBackFromAReadinessFlapCarriesItsRequests(t *testing.T) {
 		t.Errorf("the ended requests' worker is still held: carry %v, draining %d, carrying %d", back.carry.Load(), len(r.draining), len(r.carrying))
 	}
 
-	// Flapping for long with a request in flight each time holds no chain
-	// of old objects once the requests have ended.
+	// Coming back for long with a request in flight each time holds no
+	// chain of old objects once the requests have ended.
 	w := back
 	var held []*Guard
 	for range 100 {
@@ -390,14 +391,14 @@ func TestAPodBackFromAReadinessFlapCarriesItsRequests(t *testing.T) {
 		w = upsert(r, ep)
 	}
 	if w.InFlight() != 100 {
-		t.Errorf("after 100 flaps with a request each: in flight %d, want 100", w.InFlight())
+		t.Errorf("after 100 returns with a request each: in flight %d, want 100", w.InFlight())
 	}
 	for _, g := range held {
 		g.Release()
 	}
 	remove(r, Key{UID: "other", Port: 8000})
 	if w.InFlight() != 0 || w.carry.Load() != nil || len(r.draining) != 0 || len(r.carrying) != 0 {
-		t.Errorf("after the flaps' requests ended: in flight %d, carry %v, draining %d, carrying %d", w.InFlight(), w.carry.Load(), len(r.draining), len(r.carrying))
+		t.Errorf("after the returns' requests ended: in flight %d, carry %v, draining %d, carrying %d", w.InFlight(), w.carry.Load(), len(r.draining), len(r.carrying))
 	}
 
 	// A pod that moved to another address left its requests behind.

@@ -6,10 +6,12 @@
 // and the guard decrements exactly once, whatever path the request takes.
 // When a worker leaves the registry the object is detached, so guards still in
 // flight release harmlessly and a pod re-created at the same address starts
-// from zero as a new object. The same pod back at the same address (Ready
-// again after a readiness flap) is a new object too, but it carries the
-// requests still in flight on the one it replaced until they end: they load
-// the same server.
+// from zero as a new object. A pod that is not ready but whose server runs
+// on keeps its worker, parked: out of the picks, with its load, its metrics
+// and what the policies learned of it, until it is Ready again at the same
+// address with the same container restarts. A container that restarted is a
+// new server with an empty cache: a new object, which carries the requests
+// still in flight on the one it replaced until they end.
 package registry
 
 import (
@@ -40,6 +42,13 @@ type Endpoint struct {
 	// ranks has a port of its own, on its first node (its metrics name the
 	// rank wherever it runs: Metrics.Engines).
 	Rank int
+	// Restarts is how many times the pod's containers have restarted, all
+	// together: a restart is a new server process, with an empty cache.
+	Restarts int32
+	// Unready is set for a pod that is not ready but not gone: its worker,
+	// if it has one, is parked (out of the picks, kept) until the pod is
+	// Ready again or gone. It makes no worker for a pod that has none.
+	Unready bool
 }
 
 // Engines is a set of a server's data-parallel engines by their index, the
@@ -148,6 +157,7 @@ type Worker struct {
 	metrics  atomic.Pointer[Metrics]
 	calib    atomic.Pointer[Calibration]
 	removed  atomic.Bool
+	parked   atomic.Bool // out of the picks while its pod is unready
 	// carry is the worker this one replaced at the same address while
 	// requests admitted there were in flight. Load and InFlight count them;
 	// their guards release into that object. The registry cuts the link
@@ -165,18 +175,20 @@ func newWorker(ep Endpoint) *Worker {
 }
 
 // Endpoint returns what the worker was created from, with the rank its
-// port has now: a port that moves in the pool's target ports keeps its
-// worker and takes the rank of its new place.
+// port has now (a port that moves in the pool's target ports keeps its
+// worker and takes the rank of its new place) and Unready while it is
+// parked.
 func (w *Worker) Endpoint() Endpoint {
 	ep := w.ep
 	ep.Rank = int(w.rank.Load())
+	ep.Unready = w.parked.Load()
 	return ep
 }
 
 // sameServer reports whether ep is the endpoint w was created from, but
-// for its rank: the same server, at the same address.
+// for its rank and readiness: the same server process, at the same address.
 func (w *Worker) sameServer(ep Endpoint) bool {
-	ep.Rank = w.ep.Rank
+	ep.Rank, ep.Unready = w.ep.Rank, w.ep.Unready
 	return w.ep == ep
 }
 
@@ -191,8 +203,16 @@ func (w *Worker) ID() uint32 { return w.id }
 // key in every process (every replica of the picker), unlike ID.
 func (w *Worker) StableKey() uint64 { return w.stable }
 
-// Removed reports whether the worker has left the registry.
+// Removed reports whether the worker has left the registry, for good.
 func (w *Worker) Removed() bool { return w.removed.Load() }
+
+// Parked reports whether the worker is out of the picks while its pod is
+// unready. It is still in the registry and may return.
+func (w *Worker) Parked() bool { return w.parked.Load() }
+
+// Live reports whether the worker may be picked: neither removed nor
+// parked. A pick that holds an older list of workers checks it.
+func (w *Worker) Live() bool { return !w.removed.Load() && !w.parked.Load() }
 
 // Load returns the requests in flight: admitted without a first token
 // (prefill) and streaming output (decode).

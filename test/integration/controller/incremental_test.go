@@ -34,7 +34,7 @@ var _ = Describe("Pool controller, one pod at a time", func() {
 		By("pod b failing its readiness probe")
 		updateStatus(ctx, pods[1], func(p *corev1.Pod) { framework.SetNotReady(p, "127.0.0.2") })
 		Eventually(workers(reg)).Should(Equal([]string{"vllm-a@127.0.0.1:8000", "vllm-c@127.0.0.3:8000"}))
-		Expect(b.Removed()).To(BeTrue())
+		Expect(b.Parked()).To(BeTrue(), "its server runs on: its worker waits, out of the picks")
 		Expect(workerAt(reg, "127.0.0.1:8000")()).To(BeIdenticalTo(a))
 		Expect(workerAt(reg, "127.0.0.3:8000")()).To(BeIdenticalTo(c))
 		Expect(a.InFlight()).To(Equal(int64(1)), "the load of an untouched worker is kept")

@@ -43,7 +43,7 @@ var _ = Describe("Pool controller", func() {
 		Eventually(reg.Synced).Should(BeTrue())
 	})
 
-	It("adds a pod when it becomes ready and removes it when it stops being ready or is deleted", func(ctx SpecContext) {
+	It("adds a pod when it becomes ready, parks it while it is not ready and removes it when it is deleted", func(ctx SpecContext) {
 		reg := startPicker(*poolKey)
 		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Obj())).To(Succeed())
 		pod := framework.MakePod(poolKey.Namespace, "vllm-0").Obj()
@@ -65,16 +65,18 @@ var _ = Describe("Pool controller", func() {
 			Address:   w.Endpoint().Address,
 		}))
 
-		By("the pod fails its readiness probe")
+		By("the pod fails its readiness probe: its worker is parked, out of the picks")
 		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetNotReady(p, "127.0.0.1") })
 		Eventually(workers(reg)).Should(BeEmpty())
-		Expect(w.Removed()).To(BeTrue())
+		Expect(w.Parked()).To(BeTrue())
+		Expect(w.Removed()).To(BeFalse())
 
 		By("ready again, then deleted: gone while it is still terminating")
 		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetReady(p, "127.0.0.1") })
-		Eventually(workers(reg)).Should(HaveLen(1))
+		Eventually(workerAt(reg, "127.0.0.1:8000")).Should(BeIdenticalTo(w))
 		Expect(env.Client.Delete(ctx, pod)).To(Succeed())
 		Eventually(workers(reg)).Should(BeEmpty())
+		Expect(w.Removed()).To(BeTrue())
 		Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
 		Expect(pod.DeletionTimestamp).NotTo(BeNil(), "a bound pod waits for its kubelet before it is removed")
 	})

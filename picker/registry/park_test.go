@@ -1,0 +1,113 @@
+package registry
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// resumer is a recorder told when parked workers return.
+type resumer struct{ recorder }
+
+func (r *resumer) WorkerResumed(w *Worker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, "^"+w.Endpoint().Key.UID)
+}
+
+func unready(ep Endpoint) Endpoint { ep.Unready = true; return ep }
+
+func restarted(ep Endpoint, n int32) Endpoint { ep.Restarts = n; return ep }
+
+// A pod unready while its server runs on parks its worker: out of the
+// picks, the same object with its requests in flight, its listeners keeping
+// what they hold for it. Ready again, the same object returns. A container
+// restart, a new address or the pod's removal ends it.
+func TestAnUnreadyPodParksItsWorker(t *testing.T) {
+	r := New()
+	rec := &resumer{}
+	r.AddListener(rec)
+	ep := endpoint("a", "127.0.0.1:8000")
+	other := upsert(r, endpoint("b", "127.0.0.2:8000"))
+	w := upsert(r, ep)
+	g := w.Admit()
+	g.FirstToken()
+	stale := r.Workers()
+
+	r.Update([]Endpoint{unready(ep)}, nil)
+	if diff := cmp.Diff([]string{"127.0.0.2:8000"}, addresses(r.Workers())); diff != "" {
+		t.Errorf("workers while a is unready (-want +got):\n%s", diff)
+	}
+	if !slices.Contains(stale, w) || w.Live() || !w.Parked() || w.Removed() {
+		t.Errorf("a parked worker in an older list: live %v, parked %v, removed %v; want parked alone", w.Live(), w.Parked(), w.Removed())
+	}
+	if !w.Endpoint().Unready {
+		t.Error("a parked worker's endpoint is not Unready")
+	}
+	late := &recorder{}
+	r.AddListener(late)
+
+	r.Update([]Endpoint{ep}, nil)
+	if back, _ := lookup(r, ep.Key); back != w || !w.Live() {
+		t.Fatalf("Ready again: worker %p (live %v), want the parked one %p back", back, w.Live(), w)
+	}
+	if diff := cmp.Diff([]string{"127.0.0.1:8000", "127.0.0.2:8000"}, addresses(r.Workers())); diff != "" {
+		t.Errorf("workers with a back (-want +got):\n%s", diff)
+	}
+	if p, d := w.Load(); p != 0 || d != 1 {
+		t.Errorf("back with a request in decode: load (%d,%d), want (0,1)", p, d)
+	}
+	if _, ok := g.Release(); !ok || w.InFlight() != 0 {
+		t.Errorf("the request from before the flap released %v, in flight %d after; want true, 0", ok, w.InFlight())
+	}
+
+	// A container restarted while the pod was unready: a new server, with
+	// an empty cache. The old worker leaves; the pod has none until Ready.
+	g = w.Admit()
+	r.Update([]Endpoint{unready(ep)}, nil)
+	r.Update([]Endpoint{unready(restarted(ep, 1))}, nil)
+	if !w.Removed() {
+		t.Error("the worker of a restarted container was kept")
+	}
+	if _, ok := lookup(r, ep.Key); ok {
+		t.Error("an unready pod with a restarted container got a worker")
+	}
+	fresh := upsert(r, restarted(ep, 1))
+	if fresh == w || fresh.InFlight() != 1 {
+		t.Errorf("the restarted pod back: same object %v, in flight %d; want a new object carrying the old request", fresh == w, fresh.InFlight())
+	}
+	g.Release()
+	if fresh.InFlight() != 0 {
+		t.Errorf("after the old request ended the restarted pod counts %d, want 0", fresh.InFlight())
+	}
+
+	// A restart seen with no unready status between is a new server too.
+	again := upsert(r, restarted(ep, 2))
+	if again == fresh || !fresh.Removed() {
+		t.Error("a restart seen while Ready kept the old worker")
+	}
+
+	// A parked worker whose pod is removed leaves for good.
+	r.Update([]Endpoint{unready(restarted(ep, 2))}, nil)
+	remove(r, ep.Key)
+	if !again.Removed() {
+		t.Error("the parked worker of a removed pod stayed")
+	}
+	// An unready pod that never had a worker gets none.
+	r.Update([]Endpoint{unready(endpoint("c", "127.0.0.3:8000"))}, nil)
+	if _, ok := lookup(r, Key{UID: "c", Port: 8000}); ok {
+		t.Error("a pod never Ready got a worker")
+	}
+	if len(r.byKey) != 1 || r.byKey[other.Endpoint().Key] != other {
+		t.Errorf("the registry holds %d workers, want b's alone", len(r.byKey))
+	}
+
+	want := []string{"+b", "+a", "^a", "-a", "+a", "-a", "+a", "-a"}
+	if diff := cmp.Diff(want, rec.events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"+b", "+a", "-a", "+a", "-a", "+a", "-a"}, late.events); diff != "" {
+		t.Errorf("events of a listener added while a was parked (-want +got):\n%s", diff)
+	}
+}
