@@ -320,6 +320,24 @@ func TestKnowsAPromptOnlyUpToItsLastTurns(t *testing.T) {
 			t.Errorf("%s: Knows = %v, want %v", tc.name, got, tc.want)
 		}
 	}
+
+	// The worker that holds alice's turns is parked (its pod unready):
+	// where the prompt goes meanwhile is for the servers to say.
+	got, err := p.Pick(turn("alice", 3), ws, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := got[0].Endpoint()
+	ep.Unready = true
+	reg.Update([]registry.Endpoint{ep}, nil)
+	if k.Knows(turn("alice", 4)) {
+		t.Error("a prompt held only by a parked worker is known")
+	}
+	ep.Unready = false
+	reg.Update([]registry.Endpoint{ep}, nil)
+	if !k.Knows(turn("alice", 4)) {
+		t.Error("back from its flap, the worker's prompt is not known")
+	}
 }
 
 // A request's Hashes carry its prompt from Knows to the pick, which places

@@ -138,7 +138,8 @@ func (x indexed) shared(p *pick) {
 // but fewer than unknownBlocks full blocks, or it is shorter than that.
 // A prefix every prompt shares (a system prompt) does not make a prompt
 // known: a conversation another replica routed is known here only once its
-// own turns are.
+// own turns are. Nor does a worker parked while its pod is unready: the
+// servers that may take the prompt meanwhile are worth asking.
 func (x indexed) knows(p *pick) bool {
 	x.hashes(p)
 	if len(p.hashes) < unknownBlocks {
@@ -146,7 +147,9 @@ func (x indexed) knows(p *pick) bool {
 	}
 	for _, m := range x.ix.Match(p.hashes, &p.scratch) {
 		if len(p.hashes)-m.Blocks < unknownBlocks {
-			return true
+			if w := x.workers.get(m.Worker); w != nil && w.Live() {
+				return true
+			}
 		}
 	}
 	return false
