@@ -205,7 +205,7 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		case ":method":
 			x.tunnel = x.tunnel || headerValue(hv) == "CONNECT"
 		case "upgrade":
-			x.tunnel = x.tunnel || hasValue(hv)
+			x.tunnel = x.tunnel || upgradesToTunnel(headerValue(hv))
 		case "content-length":
 			if n, err := strconv.Atoi(headerValue(hv)); err == nil && n > 0 {
 				x.declared = n

@@ -1,7 +1,8 @@
 package extproc
 
 import (
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"strings"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
 
@@ -42,8 +43,20 @@ func (x *exchange) tunnelBytes(b *extprocv3.HttpBody, request bool) error {
 	return x.send(x.out.streamedBody(b.GetBody(), b.GetEndOfStream(), request))
 }
 
-// hasValue reports whether a header has a value that is not empty.
-func hasValue(h *corev3.HeaderValue) bool { return len(h.GetRawValue()) > 0 || h.GetValue() != "" }
+// upgradesToTunnel reports whether an upgrade header's value, a list of
+// protocols, names one other than h2c. An upgrade to h2c (HTTP/2 over
+// cleartext, RFC 7540 section 3.2, which curl asks for with --http2 on a
+// plain http request) serves the same request over HTTP/2 if the server
+// agrees and over HTTP/1.1 if not: its body is its own and ends, and it is
+// read and routed as any request's.
+func upgradesToTunnel(v string) bool {
+	for p := range strings.SplitSeq(v, ",") {
+		if p = strings.TrimSpace(p); p != "" && !strings.EqualFold(p, "h2c") {
+			return true
+		}
+	}
+	return false
+}
 
 // served reports whether the upstream's status says it served the request:
 // 2xx, or, for a tunnel, 101 Switching Protocols.

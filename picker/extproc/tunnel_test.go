@@ -8,6 +8,8 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/inferpick/inferpick/picker/policy"
 )
 
 // promptly reads the next reply, failing the test when none comes within
@@ -127,5 +129,46 @@ func TestATunnelIsRoutedOnItsHeaders(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Only an upgrade to another protocol opens a tunnel. An upgrade to h2c
+// (HTTP/2 over cleartext, which curl asks for with --http2 on every plain
+// http request) serves the same request, whose body is its own and ends: a
+// chat request that carries it is read and routed on its prompt and model.
+func TestOnlyAnUpgradeToAnotherProtocolOpensATunnel(t *testing.T) {
+	tests := map[string]struct {
+		upgrade string
+		tunnel  bool
+	}{
+		"h2c":                   {upgrade: "h2c"},
+		"h2c in capitals":       {upgrade: "H2C"},
+		"h2c in a padded list":  {upgrade: " h2c ,"},
+		"a list of nothing":     {upgrade: " , "},
+		"websocket":             {upgrade: "websocket", tunnel: true},
+		"websocket in any case": {upgrade: "WebSocket", tunnel: true},
+		"websocket after h2c":   {upgrade: "h2c,  websocket", tunnel: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, twoWorkers)
+			models := make(chan string, 1)
+			e.picker.seen = func(r *policy.Request) { models <- r.Model }
+			body := chatBody("m", "a prompt worth caching")
+			s := e.open()
+			s.requestHeaders("/v1/chat/completions", len(body), false, nil,
+				"connection", "Upgrade, HTTP2-Settings", "upgrade", tc.upgrade, "http2-settings", "AAMAAABkAARAAAAAAAIAAAAA")
+			s.requestBody(body, true)
+			if promptly(t, s, "the request").GetRequestHeaders() == nil {
+				t.Fatal("want the request headers answered with a route")
+			}
+			want := "m" // read from the body
+			if tc.tunnel {
+				want = "" // routed on the headers
+			}
+			if got := <-models; got != want {
+				t.Errorf("picked for model %q, want %q", got, want)
+			}
+		})
 	}
 }
