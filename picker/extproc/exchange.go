@@ -45,6 +45,9 @@ type exchange struct {
 	// or a CONNECT). It is routed on its headers; its body is the tunnel's
 	// bytes, which pass through as they come, both ways, and may never end.
 	tunnel bool
+	// clientDone: the client's side of the tunnel ended; no byte of it
+	// may come after.
+	clientDone bool
 	// trailersDue: the request was routed on its headers and the gateway
 	// sends no body (mode NONE); its trailers may still come, before or
 	// after the response headers, since the gateway sends each direction
@@ -220,6 +223,8 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 			x.rw.header = textValue(hv)
 		}
 	}
+	// Headers that end the request end it: no tunnel's bytes follow them.
+	x.tunnel = x.tunnel && !h.GetEndOfStream()
 	if x.requestID == "" {
 		x.made, x.madeID = newRequestID(), true
 	}
@@ -233,7 +238,7 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		withBody = pc.GetRequestBodyMode() != extprocfilterv3.ProcessingMode_NONE
 		x.bodyNotSent = pc.GetResponseBodyMode() == extprocfilterv3.ProcessingMode_NONE
 	}
-	if x.tunnel && withBody && !h.GetEndOfStream() {
+	if x.tunnel && withBody {
 		// The client waits for the upstream's answer before it sends a
 		// byte, and the bytes that follow never end: route now.
 		return x.route()

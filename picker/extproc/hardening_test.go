@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -19,6 +20,10 @@ import (
 // endStatus reads until the stream ends and returns its status.
 func (s *session) endStatus() *status.Status {
 	s.t.Helper()
+	// A stream the picker never ends would hold the test until its
+	// deadline: it is cancelled instead, which no case wants.
+	stop := time.AfterFunc(30*time.Second, s.cancel)
+	defer stop.Stop()
 	for {
 		if _, err := s.stream.Recv(); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -106,6 +111,26 @@ func TestProtocolViolationsEndTheStreamAndReleaseTheGuard(t *testing.T) {
 				s.responseBody("{}", true)
 			},
 			wantMsg: "response_body", wantState: "finished", completed: 1,
+		},
+		"a body after an upgrade's headers ended the request": {
+			steps: func(s *session) {
+				s.requestHeaders("/v1/realtime", -1, true, nil, "connection", "upgrade", "upgrade", "websocket")
+				s.routed(false)
+				s.requestBody("\x81\x00", false)
+			},
+			wantMsg: "request_body", wantState: "awaiting_response",
+		},
+		"a tunnel's bytes after the client ended its side": {
+			steps: func(s *session) {
+				s.requestHeaders("/v1/realtime", -1, false, nil, "connection", "upgrade", "upgrade", "websocket")
+				s.routed(false)
+				s.responseHeaders(101, "", false, "")
+				s.recv()
+				s.requestBody("\x88\x00", true)
+				s.recv()
+				s.requestBody("\x81\x00", false)
+			},
+			wantMsg: "request_body", wantState: "reading_response",
 		},
 		"a message with nothing in it": {
 			steps:   func(s *session) { s.send(&extprocv3.ProcessingRequest{}) },

@@ -17,23 +17,27 @@ import (
 
 // due reports whether m is accepted outside the states that accept it:
 // request trailers still due after routing on the headers, and a tunnel's
-// bytes from the client, which come before and after the response headers.
+// bytes from the client, which come before and after the response headers
+// until the client ends its side.
 func (x *exchange) due(m message) bool {
 	switch m {
 	case msgRequestTrailers:
 		return x.trailersDue
 	case msgRequestBody:
-		return x.tunnel && x.state != awaitingRequest && x.state != readingRequest
+		return x.tunnel && !x.clientDone && x.state != awaitingRequest && x.state != readingRequest
 	default:
 		return false
 	}
 }
 
 // tunnelBytes passes a chunk of a routed tunnel through as it came, the
-// client's (request) or the upstream's after its 101. The upstream's end of
-// stream closes the tunnel: the session completed.
+// client's (request) or the upstream's after its 101. The client's end of
+// stream ends its side; the upstream's closes the tunnel: the session
+// completed.
 func (x *exchange) tunnelBytes(b *extprocv3.HttpBody, request bool) error {
-	if !request {
+	if request {
+		x.clientDone = b.GetEndOfStream()
+	} else {
 		x.respBytes += len(b.GetBody())
 		if b.GetEndOfStream() {
 			x.state = finished
