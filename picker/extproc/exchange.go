@@ -48,6 +48,9 @@ type exchange struct {
 	// clientDone: the client's side of the tunnel ended; no byte of it
 	// may come after.
 	clientDone bool
+	// tunnelPath: the tunnel's :path with the model its query names
+	// rewritten; "" when it goes upstream as it came.
+	tunnelPath string
 	// trailersDue: the request was routed on its headers and the gateway
 	// sends no body (mode NONE); its trailers may still come, before or
 	// after the response headers, since the gateway sends each direction
@@ -291,6 +294,10 @@ func (x *exchange) route() (bool, error) {
 	hasBody := len(x.body) > 0 || x.follows && !x.trailers
 	x.pick = policy.Request{}
 	switch {
+	case x.tunnel:
+		if reason := x.tunnelModel(); reason != "" {
+			return x.reject(400, reason)
+		}
 	case len(x.body) == 0:
 	case x.kind != openai.Unknown:
 		if err := openai.Parse(x.kind, x.body, &x.parsed); err != nil {
@@ -302,7 +309,7 @@ func (x *exchange) route() (bool, error) {
 		x.pick = policy.Request{Model: x.parsed.Model, CacheSalt: string(x.parsed.CacheSalt), Prompt: x.parsed.Prompt,
 			Hashes: &x.hashes}
 		x.rewriteModel()
-		x.modelSeries()
+		x.modelSeries(x.parsed.Model)
 		x.locate()
 	default:
 		// Other paths (tokenize, score, rerank, pooling, ...) are not ours
@@ -312,7 +319,7 @@ func (x *exchange) route() (bool, error) {
 		if openai.Parse(openai.Unknown, x.body, &x.parsed) == nil {
 			x.pick = policy.Request{Model: x.parsed.Model}
 			x.rewriteModel()
-			x.modelSeries()
+			x.modelSeries(x.parsed.Model)
 		}
 	}
 	// The pick's latency counts the parse and the prompt's lookup, not the
@@ -353,7 +360,11 @@ func (x *exchange) route() (bool, error) {
 	if x.madeID {
 		id = x.made[:]
 	}
-	if err := x.send(x.out.routeHeaders(x.dest, x.bodyLen(), hasBody, id, x.traceHeaders())); err != nil {
+	extra := x.traceHeaders()
+	if x.tunnelPath != "" {
+		extra = append(extra, [2]string{":path", x.tunnelPath})
+	}
+	if err := x.send(x.out.routeHeaders(x.dest, x.bodyLen(), hasBody, id, extra)); err != nil {
 		return false, err
 	}
 	if hasBody {

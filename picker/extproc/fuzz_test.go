@@ -157,7 +157,7 @@ func (w *fuzzWorld) everyWorker(seen map[*registry.Worker]bool) {
 }
 
 var (
-	fuzzPaths    = []string{"/v1/chat/completions", "/v1/completions", "/tokenize", "/v1/chat/completions?x=1", "/v1/realtime"}
+	fuzzPaths    = []string{"/v1/chat/completions", "/v1/completions", "/tokenize", "/v1/chat/completions?x=1", "/v1/realtime", "/v1/realtime?model=m"}
 	fuzzBodies   = []string{`{"model":"m","stream":true,"messages":[{"role":"user","content":"`, `hello world, a prompt long enough to fill a block or two of the index"}]}`, `{"model":"m","prompt":"p"}`, `{not json`, strings.Repeat("x", 3000)}
 	fuzzResponse = []string{sse("tok"), sseDone, `{"choices":[],"usage":{"prompt_tokens":3}}`, "data: {", ""}
 	fuzzServed   = []string{"", "10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.9.9.9:1"}
@@ -186,7 +186,7 @@ func fuzzMessage(op, arg byte) *extprocv3.ProcessingRequest {
 	switch op {
 	case 0:
 		kv := []string{":method", "POST", ":path", fuzzPaths[int(v)%len(fuzzPaths)], "content-type", "application/json"}
-		if kv[3] == "/v1/realtime" { // a WebSocket: a tunnel, routed on its headers
+		if strings.HasPrefix(kv[3], "/v1/realtime") { // a WebSocket: a tunnel, routed on its headers
 			kv = append(kv, "connection", "upgrade", "upgrade", "websocket")
 		}
 		if v&4 != 0 {

@@ -41,16 +41,7 @@ type modelRewrite struct {
 // and makes it the model the policy picks for.
 func (x *exchange) rewriteModel() {
 	model := x.parsed.Model
-	target, value, source, named := "", []byte(nil), "", false
-	if rw := x.s.opts.Rewrites; rw != nil {
-		if d, ok := rw.Rewrite(model, x.id()); ok {
-			target, value, source, named = d.Model, d.JSON, d.Source, d.Named
-		}
-	}
-	if target == "" && x.rw.header != "" {
-		target = x.rw.header
-		value = rewrite.Escape(target)
-	}
+	target, value, source, named := x.targetOf(model)
 	if target == "" || target == model {
 		return
 	}
@@ -61,10 +52,25 @@ func (x *exchange) rewriteModel() {
 	x.pick.Model = target
 }
 
-// modelSeries sets the request's upstream series, once its target model is
-// decided, and counts its rewrite under the same model_name.
-func (x *exchange) modelSeries() {
-	x.series = x.s.upstream.ModelTarget(x.parsed.Model, x.pick.Model, x.rw.named)
+// targetOf is the model a request for model is sent to: a matching rule's
+// (with its value escaped for JSON, its source, and whether it names model),
+// else the ModelRewriteHeader's, else "": model itself.
+func (x *exchange) targetOf(model string) (target string, value []byte, source string, named bool) {
+	if rw := x.s.opts.Rewrites; rw != nil {
+		if d, ok := rw.Rewrite(model, x.id()); ok {
+			return d.Model, d.JSON, d.Source, d.Named
+		}
+	}
+	if x.rw.header != "" {
+		return x.rw.header, rewrite.Escape(x.rw.header), "", false
+	}
+	return "", nil, "", false
+}
+
+// modelSeries sets the series of the request for model, once its target
+// model is decided, and counts its rewrite under the same model_name.
+func (x *exchange) modelSeries(model string) {
+	x.series = x.s.upstream.ModelTarget(model, x.pick.Model, x.rw.named)
 	if x.rw.source != "" {
 		model, _ := x.series.Labels()
 		x.s.rewrites.Record(x.rw.source, model, x.pick.Model)

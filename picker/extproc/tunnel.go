@@ -1,7 +1,12 @@
 package extproc
 
 import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
@@ -13,7 +18,8 @@ import (
 // them before the upstream's answer, which waits for the picker's answer to
 // the headers, and they may never end: waiting for the body would hold the
 // request until the gateway's timeout. So a tunnel is routed on its headers,
-// by load, with no prompt, and its guard is held until the tunnel closes.
+// by load, with no prompt, to the pods that serve the model its query names
+// (tunnelModel), and its guard is held until the tunnel closes.
 
 // due reports whether m is accepted outside the states that accept it:
 // request trailers still due after routing on the headers, and a tunnel's
@@ -66,4 +72,81 @@ func upgradesToTunnel(v string) bool {
 // 2xx, or, for a tunnel, 101 Switching Protocols.
 func (x *exchange) served() bool {
 	return x.status >= 200 && x.status <= 299 || x.tunnel && x.status == 101
+}
+
+// maxQueryModel is the longest model name a tunnel's query may give, once
+// decoded.
+const maxQueryModel = 1024
+
+// tunnelModel reads the model a tunnel's query names (a realtime API's
+// /v1/realtime?model=...), the only place it names one, and decides the
+// model the tunnel is sent to, as rewriteModel does for a body's. A
+// rewritten model replaces the query's, which is what the upstream reads;
+// the tunnel's bytes are never changed. It returns why the query cannot be
+// read, or "".
+func (x *exchange) tunnelModel() string {
+	model, start, end, err := queryModel(x.path)
+	if err != nil {
+		return err.Error()
+	}
+	if model == "" {
+		return ""
+	}
+	x.pick.Model = model
+	if target, _, source, named := x.targetOf(model); target != "" && target != model {
+		x.rw.source, x.rw.named = source, named
+		x.pick.Model = target
+		x.tunnelPath = x.path[:start] + url.QueryEscape(target) + x.path[end:]
+	}
+	x.modelSeries(model)
+	return ""
+}
+
+// queryModel returns the first model parameter in path's query, decoded as
+// a form value is ('+' a space), with the offsets of its raw value in path;
+// "" when the query names none. A value that does not decode to UTF-8 of at
+// most maxQueryModel bytes is an error.
+func queryModel(path string) (model string, start, end int, err error) {
+	i := strings.IndexByte(path, '?')
+	if i < 0 {
+		return "", 0, 0, nil
+	}
+	query := path[i+1:]
+	if j := strings.IndexByte(query, '#'); j >= 0 {
+		query = query[:j]
+	}
+	for offset := i + 1; query != ""; {
+		param, rest, _ := strings.Cut(query, "&")
+		key, value, _ := strings.Cut(param, "=")
+		if key == "model" || strings.ContainsAny(key, "%+") && unescaped(key) == "model" {
+			start = offset + len(key) + 1
+			if len(value) > 3*maxQueryModel { // each byte is at most three escaped
+				return "", 0, 0, errModelTooLong
+			}
+			if model, err = url.QueryUnescape(value); err != nil {
+				return "", 0, 0, fmt.Errorf("the model in the query does not decode: %w", err)
+			}
+			if len(model) > maxQueryModel {
+				return "", 0, 0, errModelTooLong
+			}
+			if !utf8.ValidString(model) {
+				return "", 0, 0, errors.New("the model in the query is not UTF-8")
+			}
+			return model, start, start + len(value), nil
+		}
+		offset += len(param) + 1
+		query = rest
+	}
+	return "", 0, 0, nil
+}
+
+var errModelTooLong = errors.New("the model in the query is over " + strconv.Itoa(maxQueryModel) + " bytes")
+
+// unescaped is a query key decoded, or "" when it does not decode.
+func unescaped(key string) string {
+	k, err := url.QueryUnescape(key)
+	if err != nil {
+		return ""
+	}
+	return k
 }

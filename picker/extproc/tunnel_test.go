@@ -2,14 +2,20 @@ package extproc
 
 import (
 	"bytes"
+	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/rewrite"
 )
 
 // promptly reads the next reply, failing the test when none comes within
@@ -170,5 +176,143 @@ func TestOnlyAnUpgradeToAnotherProtocolOpensATunnel(t *testing.T) {
 				t.Errorf("picked for model %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// A WebSocket to a realtime API names its model in the query
+// (/v1/realtime?model=...). The tunnel goes where that model is served,
+// after any rewrite, as a request naming it in its body would, and the
+// query the upstream reads names the model it is sent to; a model no pod
+// serves is answered 404, as any request's is.
+func TestATunnelGoesWhereItsQueryModelIsServed(t *testing.T) {
+	const realtime, whisper = "127.0.0.1:8000", "127.0.0.2:8000"
+	tests := map[string]struct {
+		path     string
+		headers  []string
+		wantDest string // "": any pod
+		wantPath string // the :path the request goes upstream with; "": unchanged
+		wantCode int    // a local reply instead
+		wantMsg  string
+	}{
+		"the model in the query":       {path: "/v1/realtime?model=gpt-4o-realtime-preview", wantDest: realtime},
+		"the other pod's model":        {path: "/v1/realtime?model=whisper&intent=transcription", wantDest: whisper},
+		"percent-encoded, not first":   {path: "/v1/realtime?intent=transcription&model=gpt%2D4o%2drealtime-preview", wantDest: realtime},
+		"the first of two":             {path: "/v1/realtime?model=whisper&model=gpt-4o-realtime-preview", wantDest: whisper},
+		"a parameter ending in model":  {path: "/v1/realtime?xmodel=nobody"},
+		"no query":                     {path: "/v1/realtime"},
+		"an empty model":               {path: "/v1/realtime?model=&x=1"},
+		"a model only in the fragment": {path: "/v1/realtime#model=nobody"},
+		"rewritten by a rule": {path: "/v1/realtime?intent=x&model=realtime-old&y=1", wantDest: realtime,
+			wantPath: "/v1/realtime?intent=x&model=gpt-4o-realtime-preview&y=1"},
+		"rewritten by the header": {path: "/v1/realtime?model=some+name", headers: []string{ModelRewriteHeader, "whisper"}, wantDest: whisper,
+			wantPath: "/v1/realtime?model=whisper"},
+		"a model no pod serves": {path: "/v1/realtime?model=nob%C3%B6dy", wantCode: 404,
+			wantMsg: "The model `nobödy` does not exist: no ready endpoint of the pool serves it."},
+		"a broken escape":       {path: "/v1/realtime?model=whis%per", wantCode: 400, wantMsg: "model"},
+		"a model name too long": {path: "/v1/realtime?model=" + strings.Repeat("m", maxQueryModel+1), wantCode: 400, wantMsg: "model"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tbl := rewrite.NewTable()
+			tbl.Set("realtime", rewrite.Object{Created: time.Unix(0, 0), Rules: []rewrite.Rule{
+				{Models: []string{"realtime-old"}, Targets: []rewrite.Target{{Model: "gpt-4o-realtime-preview"}}},
+			}})
+			e := newEnv(t, twoWorkers, func(o *Options) { o.Rewrites = tbl })
+			pol, err := policy.Build(policy.Config{Name: policy.LeastLoad}, e.reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.server.picker = pol
+			e.worker(realtime).SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"gpt-4o-realtime-preview"}, Complete: true}, Scraped: time.Now()})
+			e.worker(whisper).SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"whisper"}, Complete: true}, Scraped: time.Now()})
+
+			s := e.open()
+			s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+				Headers: headerMap(append([]string{":method", "GET", ":path", tc.path, ":authority", "gw",
+					"connection", "upgrade", "upgrade", "websocket", "sec-websocket-version", "13"}, tc.headers...)...)}}})
+			r := promptly(t, s, "the request headers")
+			if tc.wantCode != 0 {
+				ir := r.GetImmediateResponse()
+				if code := int(ir.GetStatus().GetCode()); code != tc.wantCode || !strings.Contains(string(ir.GetBody()), tc.wantMsg) {
+					t.Fatalf("answered %d %q, want %d naming %q", code, ir.GetBody(), tc.wantCode, tc.wantMsg)
+				}
+				return
+			}
+			set := headerSet(r.GetRequestHeaders().GetResponse().GetHeaderMutation())
+			if dest := set[DestinationHeader]; dest == "" || tc.wantDest != "" && dest != tc.wantDest {
+				t.Errorf("routed to %q, want %s alone", dest, tc.wantDest)
+			}
+			if got := set[":path"]; got != tc.wantPath {
+				t.Errorf(":path set to %q, want %q", got, tc.wantPath)
+			}
+		})
+	}
+}
+
+// FuzzQueryModel reads the model of any path's query: it reads as
+// url.ParseQuery reads the query, its offsets are the raw value's, and a
+// model written in its place reads back.
+func FuzzQueryModel(f *testing.F) {
+	for _, p := range []string{"/v1/realtime?model=gpt-4o-realtime-preview", "/v1/realtime?a=1&model=x%2Fy+z&model=2#model=3",
+		"/?mod%65l=q", "/?model=%zz", "/?model", "/?&&model=&", "/v1/realtime", "/?model=%C3%28"} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		model, start, end, err := queryModel(path)
+		if err != nil {
+			return
+		}
+		if model == "" {
+			return
+		}
+		if start < 0 || start > end || end > len(path) {
+			t.Fatalf("offsets [%d,%d) outside %q", start, end, path)
+		}
+		if raw, _ := url.QueryUnescape(path[start:end]); raw != model {
+			t.Fatalf("model %q, its raw value %q decodes to %q", model, path[start:end], raw)
+		}
+		if len(model) > maxQueryModel || !utf8.ValidString(model) {
+			t.Fatalf("model %q read, over the bound or not UTF-8", model)
+		}
+		query, _, _ := strings.Cut(path[strings.IndexByte(path, '?')+1:], "#")
+		if v, err := url.ParseQuery(query); err == nil && v.Get("model") != model {
+			t.Fatalf("model %q read, url.ParseQuery reads %q", model, v.Get("model"))
+		}
+		const target = "org/a model+1"
+		again, _, _, err := queryModel(path[:start] + url.QueryEscape(target) + path[end:])
+		if err != nil || again != target {
+			t.Fatalf("the query rewritten to %q reads %q (%v)", target, again, err)
+		}
+	})
+}
+
+// openTunnel opens a WebSocket to the realtime API for model.
+func (e *env) openTunnel(model string) *session {
+	s := e.open()
+	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: headerMap(":method", "GET", ":path", "/v1/realtime?model="+model, "connection", "upgrade", "upgrade", "websocket")}}})
+	return s
+}
+
+// A tunnel waits in the flow-control queue while the pods of its model are
+// full, as any request does (its client waits for the handshake's answer),
+// without holding back a tunnel to another model's free pod, and it is
+// routed when a place frees: here, when an open tunnel closes.
+func TestATunnelWaitsForAPlaceOfItsModel(t *testing.T) {
+	e, q := modelsEnv(t, flowcontrol.Options{}, oneModelEach)
+	busy := e.openTunnel("model-0")
+	busy.routed(false)
+	busy.responseHeaders(101, "", false, "")
+	promptly(t, busy, "the 101")
+	waiting := e.openTunnel("model-0")
+	eventually(t, "the second tunnel queued", func() bool { return q.Len() == 1 })
+
+	if r := e.openTunnel("model-1").routed(false); r.dest != e.reg.Workers()[1].Address() {
+		t.Errorf("the other model's tunnel went to %q, want its pod %s", r.dest, e.reg.Workers()[1].Address())
+	}
+	busy.responseBody("\x88\x00", true) // the upstream closes the first tunnel
+	promptly(t, busy, "the closing frame")
+	if r := waiting.routed(false); r.dest != e.reg.Workers()[0].Address() {
+		t.Errorf("the waiting tunnel went to %q, want its model's pod %s", r.dest, e.reg.Workers()[0].Address())
 	}
 }
