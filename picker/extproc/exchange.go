@@ -566,8 +566,11 @@ func (x *exchange) upstreamFailed() {
 	x.release(reasonError)
 }
 
+// firstToken moves the request's load from prefill to decode and records
+// its time to first token. A tunnel's 101 moves its load alone: the
+// handshake is not a token.
 func (x *exchange) firstToken() {
-	if x.guard.FirstToken() {
+	if x.guard.FirstToken() && !x.tunnel {
 		now := x.s.opts.Clock.Now()
 		x.s.metrics.ttft.Observe(now.Sub(x.routedAt).Seconds())
 		if x.series != nil {
@@ -584,7 +587,7 @@ func (x *exchange) completed() {
 		return
 	}
 	x.responseDone = true
-	if x.running {
+	if x.running && !x.tunnel { // a session's length is the user's, not a request's latency
 		x.series.Completed(x.s.opts.Clock.Now().Sub(x.arrived), x.responseSize(), x.scanner.Usage())
 	}
 	x.release(reasonCompleted)

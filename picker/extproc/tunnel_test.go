@@ -11,6 +11,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/policy"
@@ -315,4 +316,64 @@ func TestATunnelWaitsForAPlaceOfItsModel(t *testing.T) {
 	if r := waiting.routed(false); r.dest != e.reg.Workers()[0].Address() {
 		t.Errorf("the waiting tunnel went to %q, want its model's pod %s", r.dest, e.reg.Workers()[0].Address())
 	}
+}
+
+// A session's 101 is a handshake, not a first token, and its length is how
+// long the user kept it open, not how long a request took: a tunnel counts
+// as a request of its model but takes no place in the latency and size
+// histograms, where one session of minutes would move the p99 that
+// dashboards and alerts read for the model's requests.
+func TestATunnelTakesNoPlaceInTheLatencyHistograms(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	for _, w := range e.reg.Workers() {
+		w.SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"m"}, Complete: true}, Scraped: time.Now()})
+	}
+	s := e.open()
+	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(":method", "GET", ":path", "/v1/realtime?model=m",
+			":authority", "gw", "connection", "upgrade", "upgrade", "websocket")}}})
+	if promptly(t, s, "the request headers").GetRequestHeaders() == nil {
+		t.Fatal("want the request headers answered with a route")
+	}
+	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMap(":status", "101")}}})
+	promptly(t, s, "the response headers")
+	s.responseBody("\x81\x02hi", false)
+	promptly(t, s, "the server's frame")
+	s.responseBody("\x88\x00", true)
+	promptly(t, s, "the closing frame")
+	eventually(t, "the guard's release", func() bool { return e.releases(reasonCompleted) == 1 })
+
+	if err := testutil.GatherAndCompare(e.metrics, strings.NewReader(`
+# HELP inference_objective_request_total Requests routed, by model, target model and priority.
+# TYPE inference_objective_request_total counter
+inference_objective_request_total{model_name="m",priority="0",target_model_name="m"} 1
+# HELP inference_objective_running_requests Requests routed whose response has not ended, by model.
+# TYPE inference_objective_running_requests gauge
+inference_objective_running_requests{model_name="m"} 0
+`), "inference_objective_request_total", "inference_objective_running_requests"); err != nil {
+		t.Error(err)
+	}
+	families, err := e.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if h := m.GetHistogram(); h != nil && h.GetSampleCount() != 0 && latencyOrSize(f.GetName()) {
+				t.Errorf("%s took %d samples from a tunnel, want none", f.GetName(), h.GetSampleCount())
+			}
+		}
+	}
+}
+
+func latencyOrSize(name string) bool {
+	for _, n := range []string{"inferpick_time_to_first_token_seconds", "inference_objective_request_duration_seconds",
+		"inference_objective_request_ttft_seconds", "inference_objective_response_sizes",
+		"inference_objective_normalized_time_per_output_token_seconds"} {
+		if name == n {
+			return true
+		}
+	}
+	return false
 }
