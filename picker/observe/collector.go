@@ -6,12 +6,14 @@ import (
 
 // WorkerCollector exports each worker's in-flight load and scraped state,
 // read from the registry at scrape time: a worker that left the registry
-// has no series.
+// has no series. A parked worker (its pod unready) keeps its series, with
+// inferpick_worker_parked 1.
 type WorkerCollector struct {
 	reg      Workers
 	inflight *prometheus.Desc
 	waiting  *prometheus.Desc
 	kv       *prometheus.Desc
+	parked   *prometheus.Desc
 	workers  *prometheus.Desc
 }
 
@@ -28,6 +30,8 @@ func NewWorkerCollector(reg Workers) *WorkerCollector {
 			"Requests queued in the worker's model server, as last scraped.", labels, nil),
 		kv: prometheus.NewDesc("inferpick_worker_kv_cache_usage_ratio",
 			"KV-cache usage of the worker's model server, as last scraped.", labels, nil),
+		parked: prometheus.NewDesc("inferpick_worker_parked",
+			"1 while the worker is parked: its pod is unready, its server runs on, and it gets no picks until the pod is Ready again.", labels, nil),
 		workers: prometheus.NewDesc("inferpick_workers",
 			"Workers the picker may route to.", nil, nil),
 	}
@@ -38,15 +42,22 @@ func (c *WorkerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.inflight
 	ch <- c.waiting
 	ch <- c.kv
+	ch <- c.parked
 	ch <- c.workers
 }
 
 // Collect implements prometheus.Collector.
 func (c *WorkerCollector) Collect(ch chan<- prometheus.Metric) {
-	ws := c.reg.Workers()
-	ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(len(ws)))
-	for _, w := range ws {
+	live := 0
+	for _, w := range c.reg.AllWorkers() {
 		name, addr := w.Endpoint().Name, w.Address()
+		parked := 0.0
+		if w.Parked() {
+			parked = 1
+		} else {
+			live++
+		}
+		ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, parked, name, addr)
 		p, d := w.Load()
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(p), name, addr, "prefill")
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(d), name, addr, "decode")
@@ -55,4 +66,5 @@ func (c *WorkerCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.kv, prometheus.GaugeValue, m.KVUsage, name, addr)
 		}
 	}
+	ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(live))
 }

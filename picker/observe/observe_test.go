@@ -123,3 +123,101 @@ inferpick_prefix_index_entries 12
 		t.Errorf("%d series, want 5", got)
 	}
 }
+
+// park makes w's pod unready while its server runs on: the registry parks
+// the worker.
+func park(reg *registry.Registry, w *registry.Worker) {
+	ep := w.Endpoint()
+	ep.Unready = true
+	reg.Update([]registry.Endpoint{ep}, nil)
+}
+
+// A worker parked while its pod is unready is listed, saying so and since
+// when, with the requests still running on it: an operator sees why the
+// pod gets no traffic, and an idle check sees what it still counts. Ready
+// again, it is listed as any other.
+func TestWorkersHandlerShowsParkedWorkers(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	clk := testingclock.NewFakeClock(now.Add(-time.Minute))
+	reg := registry.New(registry.WithClock(clk))
+	a := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "a", Port: 8000}, Namespace: "ns", Name: "pod-a", Address: netip.MustParseAddrPort("127.0.0.1:8000")})
+	registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "b", Port: 8000}, Namespace: "ns", Name: "pod-b", Address: netip.MustParseAddrPort("127.0.0.2:8000")})
+	g := a.Admit()
+	g.FirstToken()
+	park(reg, a)
+	clk.SetTime(now)
+
+	since := now.Add(-time.Minute)
+	want := []WorkerView{
+		{Name: "pod-a", Namespace: "ns", UID: "a", Address: "127.0.0.1:8000", Load: 1, Decode: 1, Parked: true, ParkedSince: &since},
+		{Name: "pod-b", Namespace: "ns", UID: "b", Address: "127.0.0.2:8000"},
+	}
+	got := getWorkers(t, WorkersHandler(reg, clk, nil))
+	if diff := cmp.Diff(want, got.Workers); diff != "" {
+		t.Errorf("/debug/workers with pod-a unready (-want +got):\n%s", diff)
+	}
+
+	ep := a.Endpoint()
+	ep.Unready = false
+	reg.Update([]registry.Endpoint{ep}, nil)
+	want[0].Parked, want[0].ParkedSince = false, nil
+	if diff := cmp.Diff(want, getWorkers(t, WorkersHandler(reg, clk, nil)).Workers); diff != "" {
+		t.Errorf("/debug/workers with pod-a Ready again (-want +got):\n%s", diff)
+	}
+}
+
+// getWorkers serves one GET of /debug/workers through h.
+func getWorkers(t *testing.T, h http.Handler) WorkersView {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/workers", http.NoBody))
+	var v WorkersView
+	if err := json.NewDecoder(rec.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// A parked worker keeps its series, inferpick_worker_parked telling it is
+// out of the picks, and inferpick_workers counts the workers that may be
+// picked; the series go once the worker is removed.
+func TestWorkerCollectorKeepsParkedWorkers(t *testing.T) {
+	reg, a, b := twoWorkers(t)
+	a.Admit()
+	park(reg, a)
+	pr := prometheus.NewRegistry()
+	pr.MustRegister(NewWorkerCollector(reg))
+	want := `
+# HELP inferpick_worker_inflight_requests Requests in flight on a worker, counted by load guards, by phase.
+# TYPE inferpick_worker_inflight_requests gauge
+inferpick_worker_inflight_requests{address="127.0.0.1:8000",phase="decode",worker="pod-a"} 0
+inferpick_worker_inflight_requests{address="127.0.0.1:8000",phase="prefill",worker="pod-a"} 1
+inferpick_worker_inflight_requests{address="127.0.0.2:8000",phase="decode",worker="pod-b"} 0
+inferpick_worker_inflight_requests{address="127.0.0.2:8000",phase="prefill",worker="pod-b"} 0
+# HELP inferpick_worker_parked 1 while the worker is parked: its pod is unready, its server runs on, and it gets no picks until the pod is Ready again.
+# TYPE inferpick_worker_parked gauge
+inferpick_worker_parked{address="127.0.0.1:8000",worker="pod-a"} 1
+inferpick_worker_parked{address="127.0.0.2:8000",worker="pod-b"} 0
+# HELP inferpick_workers Workers the picker may route to.
+# TYPE inferpick_workers gauge
+inferpick_workers 1
+`
+	if err := testutil.GatherAndCompare(pr, strings.NewReader(want),
+		"inferpick_worker_inflight_requests", "inferpick_worker_parked", "inferpick_workers"); err != nil {
+		t.Error(err)
+	}
+	registrytest.Remove(reg, a.Endpoint().Key)
+	mfs, err := pr.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "address" && l.GetValue() != b.Address() {
+					t.Errorf("%s keeps a series of the removed worker at %s", mf.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+}

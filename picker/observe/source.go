@@ -4,8 +4,8 @@ import "github.com/inferpick/inferpick/picker/registry"
 
 // Workers is the part of the worker registry the collectors read.
 type Workers interface {
-	// Workers returns the current workers.
-	Workers() []*registry.Worker
+	// AllWorkers returns the current workers, parked ones too.
+	AllWorkers() []*registry.Worker
 }
 
 // SyncedWorkers is the part of the worker registry /debug/workers reads.

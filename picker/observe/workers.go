@@ -25,9 +25,15 @@ type WorkerView struct {
 	// port, by the index its metrics label each with; absent for engine 0
 	// alone.
 	Engines []int `json:"engines,omitempty"`
-	Load    int64 `json:"load"`
-	Prefill int64 `json:"prefill"`
-	Decode  int64 `json:"decode"`
+	// Parked is set while the worker's pod is unready but its server runs
+	// on: the worker is out of the picks, and keeps what was learned of the
+	// server and the requests still running there (counted in Load) until
+	// the pod is Ready again or gone. ParkedSince is when it was parked.
+	Parked      bool       `json:"parked,omitempty"`
+	ParkedSince *time.Time `json:"parkedSince,omitempty"`
+	Load        int64      `json:"load"`
+	Prefill     int64      `json:"prefill"`
+	Decode      int64      `json:"decode"`
 	// Scraped model-server view; absent until the first scrape.
 	Waiting      *int     `json:"waiting,omitempty"`
 	Running      *int     `json:"running,omitempty"`
@@ -87,14 +93,28 @@ func calibrationView(c *registry.Calibration) *CalibrationView {
 
 // WorkersView is the /debug/workers document.
 type WorkersView struct {
-	Synced  bool         `json:"synced"`
+	Synced bool `json:"synced"`
+	// Workers are the workers of the registry, those parked too, ordered
+	// by address.
 	Workers []WorkerView `json:"workers"`
 }
 
-// Snapshot returns the registry as /debug/workers shows it, with each
+// Live counts the workers of v that may be picked: those not parked.
+func (v WorkersView) Live() int {
+	n := 0
+	for i := range v.Workers {
+		if !v.Workers[i].Parked {
+			n++
+		}
+	}
+	return n
+}
+
+// Snapshot returns the registry as /debug/workers shows it, parked workers
+// too, with each
 // worker's blocks by its KV-cache events when held is not nil.
 func Snapshot(reg SyncedWorkers, now time.Time, held HeldBlocks) WorkersView {
-	ws := reg.Workers()
+	ws := reg.AllWorkers()
 	v := WorkersView{Synced: reg.Synced(), Workers: make([]WorkerView, 0, len(ws))}
 	for _, w := range ws {
 		ep := w.Endpoint()
@@ -102,6 +122,9 @@ func Snapshot(reg SyncedWorkers, now time.Time, held HeldBlocks) WorkersView {
 		wv := WorkerView{
 			Name: ep.Name, Namespace: ep.Namespace, UID: ep.Key.UID, Address: w.Address(), Rank: ep.Rank,
 			Load: p + d, Prefill: p, Decode: d,
+		}
+		if since, ok := w.ParkedSince(); ok {
+			wv.Parked, wv.ParkedSince = true, &since
 		}
 		if m := w.Metrics(); m != nil {
 			waiting, running, kv := m.Waiting, m.Running, m.KVUsage

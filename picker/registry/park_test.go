@@ -3,8 +3,10 @@ package registry
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // resumer is a recorder told when parked workers return.
@@ -109,5 +111,49 @@ func TestAnUnreadyPodParksItsWorker(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"+b", "+a", "-a", "+a", "-a", "+a", "-a"}, late.events); diff != "" {
 		t.Errorf("events of a listener added while a was parked (-want +got):\n%s", diff)
+	}
+}
+
+// AllWorkers lists the parked workers with the others, each once, in
+// address order, and tells since when each is parked; a worker leaves it
+// only when it leaves the registry.
+func TestAllWorkersListsParkedWorkers(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := testingclock.NewFakePassiveClock(start)
+	r := New(WithClock(clk))
+	ep := endpoint("a", "127.0.0.1:8000")
+	w := upsert(r, ep)
+	upsert(r, endpoint("b", "127.0.0.2:8000"))
+	both := []string{"127.0.0.1:8000", "127.0.0.2:8000"}
+
+	clk.SetTime(start.Add(time.Minute))
+	r.Update([]Endpoint{unready(ep)}, nil)
+	clk.SetTime(start.Add(time.Hour)) // still unready: parked since the first time
+	r.Update([]Endpoint{unready(ep)}, nil)
+	if diff := cmp.Diff(both, addresses(r.AllWorkers())); diff != "" {
+		t.Errorf("all workers while a is parked (-want +got):\n%s", diff)
+	}
+	if since, ok := w.ParkedSince(); !ok || !since.Equal(start.Add(time.Minute)) {
+		t.Errorf("ParkedSince() = %v, %v; want %v, true", since, ok, start.Add(time.Minute))
+	}
+
+	r.Update([]Endpoint{ep}, nil)
+	if _, ok := w.ParkedSince(); ok {
+		t.Error("a worker back in the picks is still parked")
+	}
+	if diff := cmp.Diff(both, addresses(r.AllWorkers())); diff != "" {
+		t.Errorf("all workers with a back (-want +got):\n%s", diff)
+	}
+
+	r.Update([]Endpoint{unready(ep)}, nil)
+	r.Update([]Endpoint{unready(restarted(ep, 1))}, nil) // a new server: the parked worker leaves
+	if diff := cmp.Diff([]string{"127.0.0.2:8000"}, addresses(r.AllWorkers())); diff != "" {
+		t.Errorf("all workers once a's container restarted (-want +got):\n%s", diff)
+	}
+	fresh := upsert(r, restarted(ep, 1))
+	r.Update([]Endpoint{unready(restarted(ep, 1))}, nil)
+	remove(r, ep.Key)
+	if diff := cmp.Diff([]string{"127.0.0.2:8000"}, addresses(r.AllWorkers())); diff != "" || !fresh.Removed() {
+		t.Errorf("all workers once parked a was removed (-want +got):\n%s", diff)
 	}
 }

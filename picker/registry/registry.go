@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"k8s.io/utils/clock"
 )
 
 // Listener hears of workers joining and leaving. Calls are made one at a
@@ -45,20 +47,36 @@ type Registry struct {
 	// draining are removed workers with requests in flight, by key: the
 	// same endpoint back carries them (Worker.carry). carrying are the
 	// workers whose carry is set. Both are pruned at each change.
-	draining  map[Key]*Worker
-	carrying  map[*Worker]struct{}
-	snapshot  atomic.Pointer[[]*Worker]
+	draining map[Key]*Worker
+	carrying map[*Worker]struct{}
+	snapshot atomic.Pointer[[]*Worker]
+	// all are the workers of byKey, parked ones too, ordered as snapshot.
+	all       atomic.Pointer[[]*Worker]
+	clock     clock.PassiveClock // tells when a worker was parked
 	listeners []Listener
 	synced    atomic.Bool
 	first     chan struct{} // closed by the first MarkSynced
 	firstOnce sync.Once
 }
 
+// Option configures a Registry.
+type Option func(*Registry)
+
+// WithClock sets the clock that tells when a worker was parked; the real
+// clock by default.
+func WithClock(clk clock.PassiveClock) Option {
+	return func(r *Registry) { r.clock = clk }
+}
+
 // New returns an empty registry.
-func New() *Registry {
+func New(opts ...Option) *Registry {
 	r := &Registry{byKey: map[Key]*Worker{}, draining: map[Key]*Worker{}, carrying: map[*Worker]struct{}{},
-		first: make(chan struct{})}
+		first: make(chan struct{}), clock: clock.RealClock{}}
+	for _, o := range opts {
+		o(r)
+	}
 	r.snapshot.Store(&[]*Worker{})
+	r.all.Store(&[]*Worker{})
 	return r
 }
 
@@ -81,6 +99,14 @@ func (r *Registry) AddListener(l Listener) {
 // Workers returns the current workers, ordered by address. The slice is
 // shared and must not be modified.
 func (r *Registry) Workers() []*Worker { return *r.snapshot.Load() }
+
+// AllWorkers returns the current workers and the parked ones, which are out
+// of Workers while their pods are unready, ordered by address. A worker
+// moves in and out of Workers as its pod flaps, never in and out of
+// AllWorkers: one read sees every worker the registry holds, with the
+// requests each counts, whatever its pod's readiness. The slice is shared
+// and must not be modified.
+func (r *Registry) AllWorkers() []*Worker { return *r.all.Load() }
 
 // MarkSynced records that the registry reflects its source (the API server's
 // view, or the static list). Readiness waits for it.
@@ -167,10 +193,11 @@ func (r *Registry) upsertLocked(ep Endpoint, c *change) {
 			old.rank.Store(int64(ep.Rank))
 			switch {
 			case ep.Unready && !old.Parked():
-				old.parked.Store(true)
+				now := r.clock.Now()
+				old.parked.Store(&now)
 				c.parked = append(c.parked, old)
 			case !ep.Unready && old.Parked():
-				old.parked.Store(false)
+				old.parked.Store(nil)
 				c.resumed = append(c.resumed, old)
 			}
 			return
@@ -214,6 +241,7 @@ func (r *Registry) publishLocked(c *change) {
 	}
 	// A worker added and replaced within one change was never published.
 	added := slices.DeleteFunc(c.added, (*Worker).Removed)
+	r.publishAllLocked(c.removed, added)
 	old := *r.snapshot.Load()
 	var cut []int
 	for _, ws := range [][]*Worker{c.removed, c.parked} {
@@ -260,6 +288,22 @@ func (r *Registry) publishLocked(c *change) {
 		if s, ok := l.(Settler); ok {
 			s.Settled()
 		}
+	}
+}
+
+// publishAllLocked installs the workers of the registry, parked ones too,
+// without those removed and with those added. Parking and resuming leave it
+// as it is.
+func (r *Registry) publishAllLocked(removed, added []*Worker) {
+	old := *r.all.Load()
+	var cut []int
+	for _, w := range removed {
+		if i, ok := slices.BinarySearchFunc(old, w, compareWorkers); ok && old[i] == w {
+			cut = append(cut, i)
+		}
+	}
+	if len(cut) > 0 || len(added) > 0 {
+		r.all.Store(splice(old, cut, slices.Clone(added)))
 	}
 }
 

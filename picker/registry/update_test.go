@@ -88,40 +88,59 @@ func TestUpdateTouchesOnlyWhatChanged(t *testing.T) {
 	}
 }
 
-// TestUpdateKeepsOrder applies random batches of changes and checks the
-// snapshot against the registry's map, sorted from scratch.
+// TestUpdateKeepsOrder applies random batches of changes, some of them
+// parking workers (their pods unready), and checks the snapshots against
+// the registry's map, sorted from scratch.
 func TestUpdateKeepsOrder(t *testing.T) {
 	r := New()
 	rng := rand.New(rand.NewPCG(1, 2))
-	live := map[Key]Endpoint{}
+	held := map[Key]Endpoint{} // the workers of the registry, as Endpoint reports them
 	for round := range 300 {
 		var up []Endpoint
 		var rm []Key
 		for range rng.IntN(4) {
 			i := rng.IntN(200)
 			addr := mustAddr("10.0." + strconv.Itoa(rng.IntN(3)) + "." + strconv.Itoa(i) + ":8000")
-			ep := Endpoint{Key: Key{UID: "uid-" + strconv.Itoa(i), Port: 8000}, Name: "pod", Address: addr}
+			ep := Endpoint{Key: Key{UID: "uid-" + strconv.Itoa(i), Port: 8000}, Name: "pod", Address: addr, Unready: rng.IntN(3) == 0}
 			up = append(up, ep)
-			live[ep.Key] = ep
 		}
-		for k := range live {
+		for k := range held {
 			if rng.IntN(10) == 0 {
 				rm = append(rm, k)
 			}
 		}
 		for _, k := range rm {
-			delete(live, k)
+			delete(held, k)
 		}
-		// Removals run first: a key both removed and upserted stays.
+		// Removals run first: a key both removed and upserted stays. An
+		// unready endpoint parks the worker of the same server, and makes
+		// none.
 		for _, ep := range up {
-			live[ep.Key] = ep
+			if old, ok := held[ep.Key]; ep.Unready && (!ok || old.Address != ep.Address) {
+				delete(held, ep.Key)
+				continue
+			}
+			held[ep.Key] = ep
 		}
 		r.Update(up, rm)
-		if len(r.Workers()) != len(live) {
-			t.Fatalf("round %d: %d workers, want %d", round, len(r.Workers()), len(live))
+		all := r.AllWorkers()
+		if len(all) != len(held) {
+			t.Fatalf("round %d: %d workers with the parked ones, want %d", round, len(all), len(held))
+		}
+		live := 0
+		for _, w := range all {
+			if held[w.Endpoint().Key] != w.Endpoint() || w.Removed() {
+				t.Fatalf("round %d: worker %v not held", round, w.Endpoint())
+			}
+			if !w.Parked() {
+				live++
+			}
+		}
+		if len(r.Workers()) != live {
+			t.Fatalf("round %d: %d workers, want %d", round, len(r.Workers()), live)
 		}
 		for _, w := range r.Workers() {
-			if live[w.Endpoint().Key] != w.Endpoint() || w.Removed() {
+			if !w.Live() {
 				t.Fatalf("round %d: worker %v not live", round, w.Endpoint())
 			}
 		}
@@ -131,12 +150,23 @@ func TestUpdateKeepsOrder(t *testing.T) {
 
 func assertSorted(t *testing.T, r *Registry) {
 	t.Helper()
-	ws := r.Workers()
-	if !slices.IsSortedFunc(ws, compareWorkers) {
-		t.Errorf("snapshot out of order: %v", addresses(ws))
+	ws, all := r.Workers(), r.AllWorkers()
+	for _, ws := range [][]*Worker{ws, all} {
+		if !slices.IsSortedFunc(ws, compareWorkers) {
+			t.Errorf("snapshot out of order: %v", addresses(ws))
+		}
 	}
-	if len(ws) != len(r.byKey) {
-		t.Errorf("snapshot holds %d workers, the registry %d", len(ws), len(r.byKey))
+	if len(all) != len(r.byKey) {
+		t.Errorf("all workers are %d, the registry holds %d", len(all), len(r.byKey))
+	}
+	parked := 0
+	for _, w := range r.byKey {
+		if w.Parked() {
+			parked++
+		}
+	}
+	if len(ws) != len(r.byKey)-parked {
+		t.Errorf("snapshot holds %d workers, the registry %d of which %d parked", len(ws), len(r.byKey), parked)
 	}
 }
 

@@ -157,7 +157,9 @@ type Worker struct {
 	metrics  atomic.Pointer[Metrics]
 	calib    atomic.Pointer[Calibration]
 	removed  atomic.Bool
-	parked   atomic.Bool // out of the picks while its pod is unready
+	// parked is when the worker left the picks, its pod unready; nil
+	// while it may be picked.
+	parked atomic.Pointer[time.Time]
 	// carry is the worker this one replaced at the same address while
 	// requests admitted there were in flight. Load and InFlight count them;
 	// their guards release into that object. The registry cuts the link
@@ -181,7 +183,7 @@ func newWorker(ep Endpoint) *Worker {
 func (w *Worker) Endpoint() Endpoint {
 	ep := w.ep
 	ep.Rank = int(w.rank.Load())
-	ep.Unready = w.parked.Load()
+	ep.Unready = w.Parked()
 	return ep
 }
 
@@ -208,11 +210,19 @@ func (w *Worker) Removed() bool { return w.removed.Load() }
 
 // Parked reports whether the worker is out of the picks while its pod is
 // unready. It is still in the registry and may return.
-func (w *Worker) Parked() bool { return w.parked.Load() }
+func (w *Worker) Parked() bool { return w.parked.Load() != nil }
+
+// ParkedSince returns when the worker was parked, and false when it is not.
+func (w *Worker) ParkedSince() (time.Time, bool) {
+	if t := w.parked.Load(); t != nil {
+		return *t, true
+	}
+	return time.Time{}, false
+}
 
 // Live reports whether the worker may be picked: neither removed nor
 // parked. A pick that holds an older list of workers checks it.
-func (w *Worker) Live() bool { return !w.removed.Load() && !w.parked.Load() }
+func (w *Worker) Live() bool { return !w.removed.Load() && !w.Parked() }
 
 // Load returns the requests in flight: admitted without a first token
 // (prefill) and streaming output (decode).

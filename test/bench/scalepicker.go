@@ -199,7 +199,8 @@ func (pk *clusterPicker) memory(ctx context.Context) (heap, rss int64, err error
 	return heap, rss, nil
 }
 
-// waitWorkers polls /debug/workers until the registry holds n workers.
+// waitWorkers polls /debug/workers until the registry holds n workers that
+// may be picked; the parked workers of unready pods are not counted.
 func (pk *clusterPicker) waitWorkers(ctx context.Context, n int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	got := -1
@@ -210,10 +211,17 @@ func (pk *clusterPicker) waitWorkers(ctx context.Context, n int, timeout time.Du
 		}
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			var v struct {
-				Workers []json.RawMessage `json:"workers"`
+				Workers []struct {
+					Parked bool `json:"parked"`
+				} `json:"workers"`
 			}
 			if json.NewDecoder(resp.Body).Decode(&v) == nil {
-				got = len(v.Workers)
+				got = 0
+				for _, w := range v.Workers {
+					if !w.Parked {
+						got++
+					}
+				}
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()

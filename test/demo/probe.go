@@ -72,7 +72,8 @@ func poll(ctx context.Context, _, deadline time.Duration, check func(context.Con
 }
 
 // waitSynced waits until inferpick's registry has synced with the API
-// server and holds want workers.
+// server and holds want workers that may be picked (parked ones, of unready
+// pods, not counted).
 func waitSynced(ctx context.Context, hc *http.Client, metricsAddr string, want int, exited <-chan struct{}, deadline time.Duration) error {
 	var seen observe.WorkersView
 	err := poll(ctx, 100*time.Millisecond, deadline, func(ctx context.Context) (bool, error) {
@@ -84,11 +85,11 @@ func waitSynced(ctx context.Context, hc *http.Client, metricsAddr string, want i
 		if err := getJSON(ctx, hc, workersURL(metricsAddr), &seen); err != nil {
 			return false, err
 		}
-		return seen.Synced && len(seen.Workers) == want, nil
+		return seen.Synced && seen.Live() == want, nil
 	})
 	if err != nil {
 		return fmt.Errorf("inferpick not ready with %d workers (synced=%t, workers=%d): %w",
-			want, seen.Synced, len(seen.Workers), err)
+			want, seen.Synced, seen.Live(), err)
 	}
 	return nil
 }

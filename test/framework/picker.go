@@ -163,7 +163,8 @@ func (p *Picker) Serving(ctx context.Context, service string) bool {
 	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 }
 
-// WaitWorkers waits until the registry has synced and lists n workers.
+// WaitWorkers waits until the registry has synced and lists n workers that
+// may be picked; parked workers (their pods unready) are not counted.
 func (p *Picker) WaitWorkers(t testing.TB, n int) observe.WorkersView {
 	t.Helper()
 	var v observe.WorkersView
@@ -172,8 +173,8 @@ func (p *Picker) WaitWorkers(t testing.TB, n int) observe.WorkersView {
 		if v, err = p.Workers(context.Background()); err != nil {
 			return err
 		}
-		if !v.Synced || len(v.Workers) != n {
-			return fmt.Errorf("synced=%v with %d workers, want %d", v.Synced, len(v.Workers), n)
+		if !v.Synced || v.Live() != n {
+			return fmt.Errorf("synced=%v with %d workers (%d parked), want %d", v.Synced, v.Live(), len(v.Workers)-v.Live(), n)
 		}
 		return nil
 	})
@@ -209,11 +210,16 @@ func WaitIdle(ctx context.Context, url string, timeout time.Duration) (observe.W
 
 // Busy names a worker of v that holds load, prefill or decode, or is nil
 // when none does. It checks each count, not their sum, which a count gone
-// negative would bring to zero.
+// negative would bring to zero, and parked workers as well: a request still
+// counted on one is in flight too.
 func Busy(v observe.WorkersView) error {
 	for i := range v.Workers {
 		if w := &v.Workers[i]; w.Load != 0 || w.Prefill != 0 || w.Decode != 0 {
-			return fmt.Errorf("worker %s holds load %d (prefill %d, decode %d)", w.Address, w.Load, w.Prefill, w.Decode)
+			state := ""
+			if w.Parked {
+				state = " (parked)"
+			}
+			return fmt.Errorf("worker %s%s holds load %d (prefill %d, decode %d)", w.Address, state, w.Load, w.Prefill, w.Decode)
 		}
 	}
 	return nil

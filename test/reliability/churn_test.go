@@ -23,9 +23,9 @@ import (
 )
 
 // absence is a span during which the picker must not route to addr: from
-// the moment its removal was observed on /debug/workers until the API call
-// that brought it back (zero: never). A request that arrived after from
-// and whose destination came before until is in it.
+// the moment its removal (or parking) was observed on /debug/workers until
+// the API call that brought it back (zero: never). A request that arrived
+// after from and whose destination came before until is in it.
 type absence struct {
 	addr     string
 	from     time.Time
@@ -35,9 +35,9 @@ type absence struct {
 
 // TestPodChurnUnderLoad deletes, un-readies, relabels and re-creates pods
 // (same IP, new UID) while requests stream. A removed worker leaves
-// /debug/workers and the metrics together, no request is routed to it
-// after that, its in-flight guards release harmlessly, and a re-created
-// pod starts at 0.
+// /debug/workers and the metrics together, an unready pod's worker stays in
+// both, parked, no request is routed to either after that, in-flight guards
+// release harmlessly, and a re-created pod starts at 0.
 func TestPodChurnUnderLoad(t *testing.T) {
 	c := sharedCluster(t)
 	ns := c.Namespace(t)
@@ -93,15 +93,16 @@ func TestPodChurnUnderLoad(t *testing.T) {
 	sampler := sampleLoads(p)
 
 	var spans []*absence
-	removed := func(step string, i int) *absence {
+	out := func(step string, i int, wait func(*testing.T, *picker, string) time.Time) *absence {
 		t.Helper()
 		a := &absence{addr: addr(i), stepName: step}
-		a.from = waitGone(t, p, a.addr)
+		a.from = wait(t, p, a.addr)
 		spans = append(spans, a)
-		// Let requests arrive while it is gone.
+		// Let requests arrive while it is out of the picks.
 		g.WaitRecords(t, len(g.Records())+40)
 		return a
 	}
+	removed := func(step string, i int) *absence { t.Helper(); return out(step, i, waitGone) }
 	ctx := t.Context()
 
 	// 1. vllm-0 is deleted gracefully: terminating is gone.
@@ -109,9 +110,10 @@ func TestPodChurnUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone0 := removed("delete vllm-0", 0)
-	// 2. vllm-1 fails its readiness probe.
+	// 2. vllm-1 fails its readiness probe: its worker is parked, listed as
+	// such with its series.
 	c.SetStatus(t, pods[1], func(p *corev1.Pod) { framework.SetNotReady(p, hosts[1]) })
-	gone1 := removed("unready vllm-1", 1)
+	gone1 := out("unready vllm-1", 1, waitParked)
 	// 3. vllm-2 no longer matches the selector.
 	pods[2].Labels = map[string]string{"app": "other"}
 	if err := c.Client.Update(ctx, pods[2]); err != nil {
@@ -197,6 +199,34 @@ func waitGone(t *testing.T, p *picker, addr string) time.Time {
 	}
 	if pp.Has("inferpick_worker_inflight_requests", "address", addr) {
 		t.Errorf("worker %s left /debug/workers but still has metric series", addr)
+	}
+	return seen
+}
+
+// waitParked polls until the worker at addr is listed parked and returns
+// when that was observed. At that moment the metrics must still have its
+// series, saying it is parked.
+func waitParked(t *testing.T, p *picker, addr string) time.Time {
+	t.Helper()
+	var seen time.Time
+	eventually(t, 30*time.Second, func() error {
+		before := time.Now()
+		w, err := p.Worker(addr)
+		if err != nil {
+			return err
+		}
+		if !w.Parked || w.ParkedSince == nil {
+			return fmt.Errorf("worker %s is listed, not parked", addr)
+		}
+		seen = before
+		return nil
+	})
+	pp, err := p.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pp.Has("inferpick_worker_inflight_requests", "address", addr) || pp.Sum("inferpick_worker_parked", "address", addr) != 1 {
+		t.Errorf("worker %s is listed parked, but its series are gone or do not say so", addr)
 	}
 	return seen
 }
