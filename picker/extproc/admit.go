@@ -45,8 +45,9 @@ var (
 	errNoPick       = errors.New("no endpoint could be picked")
 	errNoEndpoints  = errors.New("the pool has no ready endpoint")
 	errEmptySubset  = errors.New("no endpoint of the pool is in the gateway's subset")
+	errParked       = errors.New("the endpoints that serve the model are not ready")
 	errNotAdmitted  = []error{flowcontrol.ErrQueueFull, flowcontrol.ErrTimeout, flowcontrol.ErrEvicted, flowcontrol.ErrShed, flowcontrol.ErrStopped}
-	errStatusByKind = map[error]int{errSaturated: 429, errNoPick: 503, errNoEndpoints: 503, errEmptySubset: 503}
+	errStatusByKind = map[error]int{errSaturated: 429, errNoPick: 503, errNoEndpoints: 503, errEmptySubset: 503, errParked: 503}
 )
 
 // modelNotServedError reports that no ready endpoint of the pool serves the
@@ -84,14 +85,20 @@ func (x *exchange) admit() error {
 // tryPickQueued is tryPick for the flow-control queue, whose dispatcher
 // runs it on its own goroutine: a panic there, out of reach of the stream's
 // recovery, would end the process. It comes back as a pickPanic, which the
-// stream ends as it ends a handler that panicked.
+// stream ends as it ends a handler that panicked. A request whose model
+// only parked workers serve waits in the queue, as one whose endpoints are
+// full does: the registry wakes the queue when a parked worker returns.
 func (x *exchange) tryPickQueued() (ok bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			ok, err = false, &pickPanic{value: p, stack: debug.Stack()}
 		}
 	}()
-	return x.tryPick()
+	ok, err = x.tryPick()
+	if errors.Is(err, errParked) {
+		return false, nil
+	}
+	return ok, err
 }
 
 // pickPanic is a panic recovered from a pick, with where it happened.
@@ -115,6 +122,9 @@ func (x *exchange) tryPick() (bool, error) {
 	}
 	x.pick.Subset = x.subset.present
 	if len(candidates) == 0 {
+		if x.parkedMayServe() {
+			return false, errParked
+		}
 		if x.subset.present {
 			return false, errEmptySubset
 		}
@@ -146,6 +156,9 @@ func (x *exchange) tryPick() (bool, error) {
 	case errors.Is(err, policy.ErrSaturated):
 		return false, nil
 	case errors.Is(err, policy.ErrModelNotServed):
+		if x.parkedMayServe() {
+			return false, errParked
+		}
 		return false, modelNotServedError{model: x.pick.Model}
 	case err != nil || len(picked) == 0:
 		return false, errNoPick
@@ -154,6 +167,30 @@ func (x *exchange) tryPick() (bool, error) {
 	x.guard = guard
 	x.pickTook = x.s.opts.Clock.Now().Sub(start)
 	return true, nil
+}
+
+// parkedMayServe reports whether a worker parked while its pod is unready
+// (a readiness flap: its server runs on), within the gateway's subset, may
+// serve the request's model: it lists the model, or has not listed all its
+// models. The request then waits for it, or is answered 503, rather than
+// told that the model does not exist.
+func (x *exchange) parkedMayServe() bool {
+	if x.s.parked == nil {
+		return false
+	}
+	for _, w := range x.s.parked() {
+		if !w.Parked() || w.Removed() || x.subset.present && !x.subset.allows(w.Endpoint().Address) {
+			continue
+		}
+		var s *registry.Served
+		if m := w.Metrics(); m != nil {
+			s = m.Served
+		}
+		if x.pick.Model == "" || s == nil || !s.Complete || s.Serves(x.pick.Model) {
+			return true
+		}
+	}
+	return false
 }
 
 // admitAttempts is how many picks a request makes when, each time, other

@@ -116,7 +116,11 @@ type Server struct {
 	// endpoints follows the pool's workers by name, when reg can be
 	// listened to, to delete the series of those that leave.
 	endpoints *endpointSeries
-	states    sync.Pool
+	// parked lists the workers parked while their pods are unready (nil:
+	// the registry parks none): a request whose model only they serve
+	// waits for them.
+	parked func() []*registry.Worker
+	states sync.Pool
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
@@ -149,6 +153,9 @@ func New(reg Workers, picker Picker, opts Options) *Server {
 		rewrites: epmetrics.NewRewriteDecisions(opts.Registerer)}
 	s.upstream.OnlyServed(func(model string) bool { return policy.Served(model, reg.Workers()) })
 	s.states.New = func() any { return &exchange{} }
+	if p, ok := reg.(interface{ Parked() []*registry.Worker }); ok {
+		s.parked = p.Parked
+	}
 	if l, ok := reg.(interface{ AddListener(registry.Listener) }); ok {
 		s.endpoints = &endpointSeries{s: s, live: map[endpointName]int{}, gone: map[endpointName]struct{}{}}
 		l.AddListener(s.endpoints)

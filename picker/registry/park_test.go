@@ -157,3 +157,27 @@ func TestAllWorkersListsParkedWorkers(t *testing.T) {
 		t.Errorf("all workers once parked a was removed (-want +got):\n%s", diff)
 	}
 }
+
+// Parked lists the parked workers and only them: one back Ready, or
+// dropped with its pod, leaves the list.
+func TestParkedListsTheParkedWorkers(t *testing.T) {
+	r := New()
+	a, b := endpoint("a", "127.0.0.1:8000"), endpoint("b", "127.0.0.2:8000")
+	upsert(r, a)
+	upsert(r, b)
+	if len(r.Parked()) != 0 {
+		t.Fatalf("parked %v with every pod Ready, want none", addresses(r.Parked()))
+	}
+	r.Update([]Endpoint{unready(b), unready(a)}, nil)
+	if diff := cmp.Diff([]string{"127.0.0.1:8000", "127.0.0.2:8000"}, addresses(r.Parked())); diff != "" {
+		t.Errorf("parked with both pods unready (-want +got):\n%s", diff)
+	}
+	r.Update([]Endpoint{a}, nil)
+	if diff := cmp.Diff([]string{"127.0.0.2:8000"}, addresses(r.Parked())); diff != "" {
+		t.Errorf("parked with a Ready again (-want +got):\n%s", diff)
+	}
+	remove(r, b.Key)
+	if len(r.Parked()) != 0 {
+		t.Errorf("parked %v once b's pod is gone, want none", addresses(r.Parked()))
+	}
+}

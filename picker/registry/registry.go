@@ -51,8 +51,11 @@ type Registry struct {
 	carrying map[*Worker]struct{}
 	snapshot atomic.Pointer[[]*Worker]
 	// all are the workers of byKey, parked ones too, ordered as snapshot.
-	all       atomic.Pointer[[]*Worker]
-	clock     clock.PassiveClock // tells when a worker was parked
+	all   atomic.Pointer[[]*Worker]
+	clock clock.PassiveClock // tells when a worker was parked
+	// parked are the parked workers of all: rebuilt at a change that
+	// parks, resumes or drops one.
+	parked    atomic.Pointer[[]*Worker]
 	listeners []Listener
 	synced    atomic.Bool
 	first     chan struct{} // closed by the first MarkSynced
@@ -94,6 +97,16 @@ func (r *Registry) AddListener(l Listener) {
 			l.WorkerAdded(w)
 		}
 	}
+}
+
+// Parked returns the parked workers, ordered by address: those whose pods
+// are unready while their servers run on, out of Workers until they are
+// Ready again. The slice is shared and must not be modified.
+func (r *Registry) Parked() []*Worker {
+	if p := r.parked.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Workers returns the current workers, ordered by address. The slice is
@@ -242,6 +255,10 @@ func (r *Registry) publishLocked(c *change) {
 	// A worker added and replaced within one change was never published.
 	added := slices.DeleteFunc(c.added, (*Worker).Removed)
 	r.publishAllLocked(c.removed, added)
+	if len(c.parked) > 0 || len(c.resumed) > 0 || slices.ContainsFunc(c.removed, (*Worker).Parked) {
+		parked := slices.DeleteFunc(slices.Clone(*r.all.Load()), func(w *Worker) bool { return !w.Parked() })
+		r.parked.Store(&parked)
+	}
 	old := *r.snapshot.Load()
 	var cut []int
 	for _, ws := range [][]*Worker{c.removed, c.parked} {
