@@ -30,6 +30,18 @@ func (e *env) releases(reason string) float64 {
 	return testutil.ToFloat64(e.server.metrics.releases.WithLabelValues(reason))
 }
 
+// released is the guard releases so far by reason, of those named, leaving
+// out the reasons none was released for.
+func (e *env) released(reasons ...string) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range reasons {
+		if n := e.releases(r); n != 0 {
+			out[r] = n
+		}
+	}
+	return out
+}
+
 func TestCompletedRequestReturnsLoadToZero(t *testing.T) {
 	e := newEnv(t, twoWorkers)
 	w := e.worker("127.0.0.1:8000")

@@ -293,16 +293,7 @@ func TestResponseBodyNotSentEndsWithTheStream(t *testing.T) {
 				s.recv()
 			}
 			tc.end(s)
-			reasons := []string{reasonCompleted, reasonCancelled, reasonError}
-			released := func() map[string]float64 {
-				out := map[string]float64{}
-				for _, r := range reasons {
-					if n := e.releases(r); n != 0 {
-						out[r] = n
-					}
-				}
-				return out
-			}
+			released := func() map[string]float64 { return e.released(reasonCompleted, reasonCancelled, reasonError) }
 			eventually(t, "release", func() bool { return len(released()) > 0 })
 			if diff := cmp.Diff(map[string]float64{tc.reason: 1}, released()); diff != "" {
 				t.Errorf("guard releases (-want +got):\n%s", diff)

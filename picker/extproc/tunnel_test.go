@@ -117,15 +117,8 @@ func TestATunnelIsRoutedOnItsHeaders(t *testing.T) {
 				}
 				tc.end(s)
 
-				reasons := []string{reasonCompleted, reasonCancelled, reasonError, reasonViolation}
 				released := func() map[string]float64 {
-					out := map[string]float64{}
-					for _, r := range reasons {
-						if n := e.releases(r); n != 0 {
-							out[r] = n
-						}
-					}
-					return out
+					return e.released(reasonCompleted, reasonCancelled, reasonError, reasonViolation)
 				}
 				eventually(t, "the guard's release", func() bool { return len(released()) > 0 })
 				if diff := cmp.Diff(map[string]float64{tc.reason: 1}, released()); diff != "" {
