@@ -391,6 +391,7 @@ const keptBodyBytes = initialBodyBytes
 // away for lack of a budget they no longer use.
 func (x *exchange) dropBody() {
 	x.pick.Prompt = nil
+	x.hashes.Reset() // the prompt's: outside the body budget, and of no use past the pick
 	x.dropPrompt()
 	if cap(x.body) <= keptBodyBytes {
 		x.body = x.body[:0]

@@ -365,6 +365,27 @@ func TestRequestHashesServeOneRequestAtATime(t *testing.T) {
 	}
 }
 
+// Reset keeps the memory of a prompt's hashes for the next request up to a
+// bound: a pooled request that once carried a huge prompt does not pin its
+// hashes (an eighth of its size) for good.
+func TestHashesResetLetsGoOfAHugePromptsHashes(t *testing.T) {
+	reg, ws := pool(4)
+	p := build(t, Config{}, reg, nil)
+	for _, tc := range []struct {
+		size int
+		kept bool
+	}{{maxKeptPrompt / 2, true}, {4 * maxKeptPrompt, false}} {
+		var h Hashes
+		if _, err := p.Pick(&Request{Model: "m", Prompt: [][]byte{text("p", tc.size)}, Hashes: &h}, ws, 1); err != nil {
+			t.Fatal(err)
+		}
+		h.Reset()
+		if kept := cap(h.sums) > 0; kept != tc.kept {
+			t.Errorf("a %d-byte prompt's hashes kept after Reset: %v (capacity %d), want %v", tc.size, kept, cap(h.sums), tc.kept)
+		}
+	}
+}
+
 // Knows and the pick after it, sharing the request's hashes, allocate
 // nothing but the pick's result in steady state.
 func TestKnowsAndPickAllocations(t *testing.T) {

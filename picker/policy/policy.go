@@ -53,10 +53,20 @@ type Hashes struct {
 	sums []uint64
 }
 
-// Reset empties h for the next request, keeping its memory.
+// Reset empties h for the next request, keeping its memory up to the
+// hashes of a prompt of maxKeptPrompt bytes: a larger one's (1/8 of its
+// size) is let go, so that a pooled request does not pin it.
 func (h *Hashes) Reset() {
 	h.ix, h.sums = nil, h.sums[:0]
+	if cap(h.sums) > maxKeptPrompt/prefix.BlockSize {
+		h.sums = nil
+	}
 }
+
+// maxKeptPrompt is the size of the largest prompt whose hashes' memory
+// Hashes.Reset keeps, as large as the largest body an ext_proc stream keeps
+// for the next.
+const maxKeptPrompt = 1 << 20
 
 // Shared is what the model servers' KV-cache events tell of a prompt.
 type Shared struct {
