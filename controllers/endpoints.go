@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,13 +33,6 @@ func selectorOf(pool *inferencev1.InferencePool) (labels.Selector, error) {
 	return sel, nil
 }
 
-// endpointsOf returns one endpoint per (ready pod, target port), ordered by
-// pod name and then by the order of the pool's target ports. The pods are
-// assumed to match the pool's selector already.
-func endpointsOf(pool *inferencev1.InferencePool, pods []corev1.Pod) []registry.Endpoint {
-	return endpointsFor(portsOf(pool), pods)
-}
-
 // portsOf returns the pool's target ports, in order.
 func portsOf(pool *inferencev1.InferencePool) []int32 {
 	ports := make([]int32, 0, len(pool.Spec.TargetPorts))
@@ -53,7 +44,7 @@ func portsOf(pool *inferencev1.InferencePool) []int32 {
 
 // readPodEndpoints reads the pod key from the cache, without copying it, and
 // returns its endpoints: none when it is gone, does not match sel (nil
-// matches every pod) or does not serve.
+// matches every pod) or does not run (podEndpoints).
 func readPodEndpoints(ctx context.Context, reader client.Reader, key types.NamespacedName, sel labels.Selector, ports []int32) ([]registry.Endpoint, error) {
 	pod := &corev1.Pod{}
 	if err := reader.Get(ctx, key, pod, client.UnsafeDisableDeepCopy); err != nil {
@@ -66,24 +57,6 @@ func readPodEndpoints(ctx context.Context, reader client.Reader, key types.Names
 		return nil, nil
 	}
 	return podEndpoints(ports, pod), nil
-}
-
-// endpointsFor returns one endpoint per (ready pod, port), ordered by pod
-// name and then by the order of ports.
-func endpointsFor(ports []int32, pods []corev1.Pod) []registry.Endpoint {
-	ready := make([]*corev1.Pod, 0, len(pods))
-	for i := range pods {
-		if podServes(&pods[i]) {
-			ready = append(ready, &pods[i])
-		}
-	}
-	slices.SortFunc(ready, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
-
-	eps := make([]registry.Endpoint, 0, len(ready)*len(ports))
-	for _, pod := range ready {
-		eps = append(eps, podEndpoints(ports, pod)...)
-	}
-	return eps
 }
 
 // podEndpoints returns the pod's endpoints, one per valid port, in the
@@ -118,10 +91,6 @@ func podEndpoints(ports []int32, pod *corev1.Pod) []registry.Endpoint {
 	}
 	return eps
 }
-
-// podServes reports whether a pod may receive requests: it runs and it is
-// Ready.
-func podServes(pod *corev1.Pod) bool { return podRuns(pod) && podReady(pod) }
 
 // podRuns reports whether a pod's server may be running, ready or not: it
 // has an IP, it has not terminated, and it is not being deleted (a

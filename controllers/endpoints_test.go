@@ -26,78 +26,39 @@ func ranked(ep registry.Endpoint, rank int) registry.Endpoint {
 	return ep
 }
 
-func TestEndpointsOf(t *testing.T) {
+// podEndpoints gives a pod one endpoint per target port, in the ports'
+// order, each ranked by its place there.
+func TestPodEndpointsPerPort(t *testing.T) {
 	tests := map[string]struct {
 		ports []int32
-		pods  []corev1.Pod
+		pod   corev1.Pod
 		want  []registry.Endpoint
 	}{
-		"ready pods, sorted by name": {
-			ports: []int32{8000},
-			pods: []corev1.Pod{
-				makePod("b").ready().ip("127.0.0.2").obj(),
-				makePod("a").ready().ip("127.0.0.1").obj(),
-			},
-			want: []registry.Endpoint{
-				endpoint("a", "uid-a", "127.0.0.1:8000"),
-				endpoint("b", "uid-b", "127.0.0.2:8000"),
-			},
-		},
 		"one endpoint per target port, ranked by its place": {
 			ports: []int32{8002, 8000, 8001},
-			pods:  []corev1.Pod{makePod("a").ready().ip("127.0.0.1").obj()},
+			pod:   makePod("a").ready().ip("127.0.0.1").obj(),
 			want: []registry.Endpoint{
 				endpoint("a", "uid-a", "127.0.0.1:8002"),
 				ranked(endpoint("a", "uid-a", "127.0.0.1:8000"), 1),
 				ranked(endpoint("a", "uid-a", "127.0.0.1:8001"), 2),
 			},
 		},
-		"not ready, unknown readiness, no condition": {
-			ports: []int32{8000},
-			pods: []corev1.Pod{
-				makePod("a").condition(corev1.ConditionFalse).ip("127.0.0.1").obj(),
-				makePod("b").condition(corev1.ConditionUnknown).ip("127.0.0.2").obj(),
-				makePod("c").ip("127.0.0.3").obj(),
-			},
-			want: []registry.Endpoint{},
-		},
-		"ready without an IP": {
-			ports: []int32{8000},
-			pods:  []corev1.Pod{makePod("a").ready().obj()},
-			want:  []registry.Endpoint{},
-		},
-		"terminating pod is gone at once": {
-			ports: []int32{8000},
-			pods: []corev1.Pod{
-				makePod("a").ready().ip("127.0.0.1").terminating().obj(),
-				makePod("b").ready().ip("127.0.0.2").obj(),
-			},
-			want: []registry.Endpoint{endpoint("b", "uid-b", "127.0.0.2:8000")},
-		},
-		"unparsable IP is skipped": {
-			ports: []int32{8000},
-			pods: []corev1.Pod{
-				makePod("a").ready().ip("not-an-ip").obj(),
-				makePod("b").ready().ip("127.0.0.2").obj(),
-			},
-			want: []registry.Endpoint{endpoint("b", "uid-b", "127.0.0.2:8000")},
-		},
 		"IPv6": {
 			ports: []int32{8000},
-			pods:  []corev1.Pod{makePod("a").ready().ip("::1").obj()},
+			pod:   makePod("a").ready().ip("::1").obj(),
 			want:  []registry.Endpoint{endpoint("a", "uid-a", "[::1]:8000")},
 		},
 		"same address, new UID": {
 			ports: []int32{8000},
-			pods:  []corev1.Pod{makePod("a").uid("second").ready().ip("127.0.0.1").obj()},
+			pod:   makePod("a").uid("second").ready().ip("127.0.0.1").obj(),
 			want:  []registry.Endpoint{endpoint("a", "second", "127.0.0.1:8000")},
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := endpointsOf(makePool("pool", tc.ports...).obj(), tc.pods)
+			got := podEndpoints(tc.ports, &tc.pod)
 			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
-				t.Errorf("endpointsOf() (-want +got):\n%s", diff)
+				t.Errorf("podEndpoints() (-want +got):\n%s", diff)
 			}
 		})
 	}
