@@ -85,7 +85,7 @@ func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(c.perPod, prometheus.GaugeValue, float64(m.Waiting), c.pool, endpointLabel(w.Endpoint()))
-		if m.Scraped.IsZero() || now.Sub(m.Scraped) > c.staleness {
+		if !m.Fresh(now, c.staleness) {
 			continue
 		}
 		fresh++

@@ -111,8 +111,8 @@ func (v WorkersView) Live() int {
 }
 
 // Snapshot returns the registry as /debug/workers shows it, parked workers
-// too, with each
-// worker's blocks by its KV-cache events when held is not nil.
+// too, with each worker's blocks by its KV-cache events when held is not
+// nil.
 func Snapshot(reg SyncedWorkers, now time.Time, held HeldBlocks) WorkersView {
 	ws := reg.AllWorkers()
 	v := WorkersView{Synced: reg.Synced(), Workers: make([]WorkerView, 0, len(ws))}

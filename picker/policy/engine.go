@@ -165,7 +165,7 @@ func (e *engine) admit(p *pick, ws []*registry.Worker, filter *modelFilter, now 
 			continue
 		}
 		m := w.Metrics()
-		if m != nil && (m.Scraped.IsZero() || now.Sub(m.Scraped) > e.cfg.MetricsStaleness.Duration) {
+		if m != nil && !m.Fresh(now, e.cfg.MetricsStaleness.Duration) {
 			m = nil
 		}
 		if e.saturated(w, m, p.req.Reserve) {

@@ -25,7 +25,7 @@ func (c Config) Saturation(ws []*registry.Worker, now time.Time) float64 {
 			s = float64(w.InFlight()) / float64(c.MaxInFlight)
 		}
 		m := w.Metrics()
-		if m != nil && !m.Scraped.IsZero() && now.Sub(m.Scraped) <= c.MetricsStaleness.Duration &&
+		if m != nil && m.Fresh(now, c.MetricsStaleness.Duration) &&
 			c.QueueThreshold > 0 && c.KVCacheThreshold > 0 {
 			s = max(s, min(float64(m.Waiting)/float64(c.QueueThreshold), m.KVUsage/c.KVCacheThreshold))
 		}

@@ -89,13 +89,8 @@ func (r *Registry) AddListener(l Listener) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.listeners = append(r.listeners, l)
-	for _, w := range *r.snapshot.Load() {
+	for _, w := range r.AllWorkers() {
 		l.WorkerAdded(w)
-	}
-	for _, w := range r.byKey {
-		if w.Parked() {
-			l.WorkerAdded(w)
-		}
 	}
 }
 

@@ -95,11 +95,17 @@ type Metrics struct {
 	// LoRA report gone from its page. What was learned of an earlier run,
 	// such as the adapters this picker sent there, no longer holds.
 	Restarts uint32
-	Scraped  time.Time
+	Scraped  time.Time // when the page was fetched; zero: never (see Fresh)
 	// Own and OwnPrefill are this picker's requests in flight on the
 	// worker (all, and those in prefill) when the page was fetched: the
 	// part of Running + Waiting that is its own.
 	Own, OwnPrefill int64
+}
+
+// Fresh reports whether m was scraped at most staleness before now: the
+// figures the policies and the pool's averages may trust.
+func (m *Metrics) Fresh(now time.Time, staleness time.Duration) bool {
+	return !m.Scraped.IsZero() && now.Sub(m.Scraped) <= staleness
 }
 
 // Counters are a model server's cumulative counters (vLLM's names in
