@@ -3,10 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"sort"
@@ -21,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/inferpick/inferpick/picker/extproc"
+	"github.com/inferpick/inferpick/picker/observe"
 	"github.com/inferpick/inferpick/test/bench/proc"
 	"github.com/inferpick/inferpick/test/framework"
 )
@@ -202,40 +201,16 @@ func (pk *clusterPicker) memory(ctx context.Context) (heap, rss int64, err error
 // waitWorkers polls /debug/workers until the registry holds n workers that
 // may be picked; the parked workers of unready pods are not counted.
 func (pk *clusterPicker) waitWorkers(ctx context.Context, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	got := -1
-	for time.Now().Before(deadline) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, pk.metrics+"/debug/workers", http.NoBody)
-		if err != nil {
+	return framework.Poll(ctx, timeout, func() error {
+		var v observe.WorkersView
+		if err := framework.GetJSON(ctx, pk.metrics+"/debug/workers", &v); err != nil {
 			return err
 		}
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			var v struct {
-				Workers []struct {
-					Parked bool `json:"parked"`
-				} `json:"workers"`
-			}
-			if json.NewDecoder(resp.Body).Decode(&v) == nil {
-				got = 0
-				for _, w := range v.Workers {
-					if !w.Parked {
-						got++
-					}
-				}
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if got == n {
-				return nil
-			}
+		if got := v.Live(); got != n {
+			return fmt.Errorf("the picker holds %d workers, want the %d ready pods", got, n)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("the picker holds %d workers, want the %d ready pods", got, n)
+		return nil
+	})
 }
 
 // latencies are sorted durations in seconds.
