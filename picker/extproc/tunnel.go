@@ -102,10 +102,13 @@ func (x *exchange) tunnelModel() string {
 	return ""
 }
 
-// queryModel returns the first model parameter in path's query, decoded as
-// a form value is ('+' a space), with the offsets of its raw value in path;
-// "" when the query names none. A value that does not decode to UTF-8 of at
-// most maxQueryModel bytes is an error.
+// queryModel returns the model parameter of path's query, decoded as a form
+// value is ('+' a space), with the offsets of its raw value in path; "" when
+// the query names none. A query that names it more than once is an error:
+// servers differ on which one they read (vLLM's, Starlette's query_params,
+// reads the last), so the tunnel could be routed as one model and served as
+// another. A value that does not decode to UTF-8 of at most maxQueryModel
+// bytes is an error.
 func queryModel(path string) (model string, start, end int, err error) {
 	i := strings.IndexByte(path, '?')
 	if i < 0 {
@@ -115,11 +118,16 @@ func queryModel(path string) (model string, start, end int, err error) {
 	if j := strings.IndexByte(query, '#'); j >= 0 {
 		query = query[:j]
 	}
+	found := false
 	for offset := i + 1; query != ""; {
 		param, rest, _ := strings.Cut(query, "&")
 		key, value, _ := strings.Cut(param, "=")
 		if key == "model" || strings.ContainsAny(key, "%+") && unescaped(key) == "model" {
-			start = offset + len(key) + 1
+			if found {
+				return "", 0, 0, errModelRepeated
+			}
+			found = true
+			start, end = offset+len(key)+1, offset+len(key)+1+len(value)
 			if len(value) > 3*maxQueryModel { // each byte is at most three escaped
 				return "", 0, 0, errModelTooLong
 			}
@@ -132,13 +140,17 @@ func queryModel(path string) (model string, start, end int, err error) {
 			if !utf8.ValidString(model) {
 				return "", 0, 0, errors.New("the model in the query is not UTF-8")
 			}
-			return model, start, start + len(value), nil
 		}
 		offset += len(param) + 1
 		query = rest
 	}
-	return "", 0, 0, nil
+	if model == "" {
+		return "", 0, 0, nil
+	}
+	return model, start, end, nil
 }
+
+var errModelRepeated = errors.New("the query names the model parameter more than once; name it once")
 
 var errModelTooLong = errors.New("the model in the query is over " + strconv.Itoa(maxQueryModel) + " bytes")
 

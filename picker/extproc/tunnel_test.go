@@ -188,10 +188,15 @@ func TestATunnelGoesWhereItsQueryModelIsServed(t *testing.T) {
 		wantCode int    // a local reply instead
 		wantMsg  string
 	}{
-		"the model in the query":       {path: "/v1/realtime?model=gpt-4o-realtime-preview", wantDest: realtime},
-		"the other pod's model":        {path: "/v1/realtime?model=whisper&intent=transcription", wantDest: whisper},
-		"percent-encoded, not first":   {path: "/v1/realtime?intent=transcription&model=gpt%2D4o%2drealtime-preview", wantDest: realtime},
-		"the first of two":             {path: "/v1/realtime?model=whisper&model=gpt-4o-realtime-preview", wantDest: whisper},
+		"the model in the query":     {path: "/v1/realtime?model=gpt-4o-realtime-preview", wantDest: realtime},
+		"the other pod's model":      {path: "/v1/realtime?model=whisper&intent=transcription", wantDest: whisper},
+		"percent-encoded, not first": {path: "/v1/realtime?intent=transcription&model=gpt%2D4o%2drealtime-preview", wantDest: realtime},
+		"a model named twice": {path: "/v1/realtime?model=whisper&model=gpt-4o-realtime-preview", wantCode: 400,
+			wantMsg: "the query names the model parameter more than once"},
+		"a model named twice, once escaped": {path: "/v1/realtime?model=whisper&x=1&mod%65l=whisper", wantCode: 400,
+			wantMsg: "the query names the model parameter more than once"},
+		"a model named twice, once empty": {path: "/v1/realtime?model&model=whisper", wantCode: 400,
+			wantMsg: "the query names the model parameter more than once"},
 		"a parameter ending in model":  {path: "/v1/realtime?xmodel=nobody"},
 		"no query":                     {path: "/v1/realtime"},
 		"an empty model":               {path: "/v1/realtime?model=&x=1"},
@@ -244,15 +249,23 @@ func TestATunnelGoesWhereItsQueryModelIsServed(t *testing.T) {
 }
 
 // FuzzQueryModel reads the model of any path's query: it reads as
-// url.ParseQuery reads the query, its offsets are the raw value's, and a
-// model written in its place reads back.
+// url.ParseQuery reads the query, a query that names the model twice is
+// refused, its offsets are the raw value's, and a model written in its
+// place reads back.
 func FuzzQueryModel(f *testing.F) {
 	for _, p := range []string{"/v1/realtime?model=gpt-4o-realtime-preview", "/v1/realtime?a=1&model=x%2Fy+z&model=2#model=3",
-		"/?mod%65l=q", "/?model=%zz", "/?model", "/?&&model=&", "/v1/realtime", "/?model=%C3%28"} {
+		"/v1/realtime?a=1&model=x%2Fy+z#model=3", "/?mod%65l=q", "/?model=a&mod%65l=a", "/?model=%zz", "/?model", "/?model&model",
+		"/?&&model=&", "/v1/realtime", "/?model=%C3%28"} {
 		f.Add(p)
 	}
 	f.Fuzz(func(t *testing.T, path string) {
 		model, start, end, err := queryModel(path)
+		if _, raw, ok := strings.Cut(path, "?"); ok {
+			query, _, _ := strings.Cut(raw, "#")
+			if v, perr := url.ParseQuery(query); perr == nil && len(v["model"]) > 1 && err == nil {
+				t.Fatalf("model %q read from a query that names %d: %q", model, len(v["model"]), v["model"])
+			}
+		}
 		if err != nil {
 			return
 		}
