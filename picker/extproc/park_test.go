@@ -71,3 +71,50 @@ func TestARequestForAParkedPodsModelIsUnavailableWithoutAQueue(t *testing.T) {
 		t.Errorf("a request for a model no pod serves: %d, want 404", code)
 	}
 }
+
+// A request for a LoRA adapter whose base model only a parked pod serves
+// is held to the rule the model filter applies to a ready pod: a pod whose
+// list is read from its metrics alone may serve the adapter, so the request
+// waits for it; one whose /v1/models lists the base but not the adapter
+// does not (vLLM answers 404 for an adapter it has not registered), so the
+// model does not exist.
+func TestARequestForAnAdapterOfAParkedPodsBaseModel(t *testing.T) {
+	tests := map[string]struct {
+		parked   *registry.Served
+		wantWait bool
+	}{
+		"its metrics give the base": {parked: &registry.Served{Bases: []string{"base"}}, wantWait: true},
+		"its metrics give the adapter": {parked: &registry.Served{Bases: []string{"base"}, Adapters: []registry.Adapter{{Name: "base-lora"}}},
+			wantWait: true},
+		"its /v1/models gives the adapter": {parked: &registry.Served{Bases: []string{"base"},
+			Adapters: []registry.Adapter{{Name: "base-lora", Parent: "base"}}, Complete: true}, wantWait: true},
+		"its /v1/models gives the base, not the adapter": {parked: &registry.Served{Bases: []string{"base"},
+			Adapters: []registry.Adapter{{Name: "base-other", Parent: "base"}}, Complete: true}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			e, q := modelsEnv(t, flowcontrol.Options{}, func(i int) *registry.Served {
+				if i == 0 {
+					return tc.parked
+				}
+				return oneModelEach(i)
+			})
+			pod := e.reg.Workers()[0]
+			park(e.reg, pod, true)
+
+			s := e.chat("base-lora", "")
+			if !tc.wantWait {
+				if code, msg := s.immediateReply(); code != 404 {
+					t.Errorf("answered %d %s, want 404", code, msg)
+				}
+				return
+			}
+			eventually(t, "the request for the adapter queued", func() bool { return q.Len() == 1 })
+			park(e.reg, pod, false)
+			q.Notify()
+			if r := s.routed(true); r.dest != pod.Address() {
+				t.Errorf("the request went to %q once its pod was back, want %s", r.dest, pod.Address())
+			}
+		})
+	}
+}
