@@ -68,3 +68,40 @@ func (p *podWrapper) restarts(n int32) *podWrapper {
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "vllm", RestartCount: n}}
 	return p
 }
+
+// container adds a container declaring ports to the pod's spec, and its
+// status.
+func (p *podWrapper) container(name string, ports ...int32) *podWrapper {
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: name, Ports: containerPorts(ports)})
+	p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: name})
+	return p
+}
+
+// sidecar adds a native sidecar (an init container restarted Always)
+// declaring ports to the pod's spec, and its status.
+func (p *podWrapper) sidecar(name string, ports ...int32) *podWrapper {
+	always := corev1.ContainerRestartPolicyAlways
+	p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: name, RestartPolicy: &always, Ports: containerPorts(ports)})
+	p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, corev1.ContainerStatus{Name: name})
+	return p
+}
+
+// restarted sets the restart count of the named container, a sidecar or not.
+func (p *podWrapper) restarted(name string, n int32) *podWrapper {
+	for _, statuses := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
+		for i := range statuses {
+			if statuses[i].Name == name {
+				statuses[i].RestartCount = n
+			}
+		}
+	}
+	return p
+}
+
+func containerPorts(ports []int32) []corev1.ContainerPort {
+	var out []corev1.ContainerPort
+	for _, n := range ports {
+		out = append(out, corev1.ContainerPort{ContainerPort: n, Protocol: corev1.ProtocolTCP})
+	}
+	return out
+}

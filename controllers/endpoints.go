@@ -73,7 +73,7 @@ func podEndpoints(ports []int32, pod *corev1.Pod) []registry.Endpoint {
 	if err != nil {
 		return nil
 	}
-	unready, restarts := !podReady(pod), podRestarts(pod)
+	unready := !podReady(pod)
 	eps := make([]registry.Endpoint, 0, len(ports))
 	for rank, n := range ports {
 		if n < 1 || n > 65535 {
@@ -85,7 +85,7 @@ func podEndpoints(ports []int32, pod *corev1.Pod) []registry.Endpoint {
 			Name:      pod.Name,
 			Address:   netip.AddrPortFrom(addr.Unmap(), uint16(n)),
 			Rank:      rank,
-			Restarts:  restarts,
+			Restarts:  podRestarts(pod, n),
 			Unready:   unready,
 		})
 	}
@@ -110,13 +110,59 @@ func podReady(pod *corev1.Pod) bool {
 	return false
 }
 
-// podRestarts is how many times the pod's containers have restarted, all
-// together. Each count only grows, so the sum changes whenever one of them
-// restarts.
-func podRestarts(pod *corev1.Pod) int32 {
-	n := int32(0)
+// podRestarts is how many times the containers that serve port have
+// restarted, all together; each count only grows, so the sum changes
+// whenever one of them restarts. The containers that serve port are those
+// that declare it (a containerPort), so that a sidecar's restart (a mesh
+// proxy, a logging agent) is not taken for the server's. A port no
+// container declares may be served by any of them: every container counts.
+// A native sidecar (an init container restarted Always) counts only when
+// it declares port, and then with every container, as it may be a proxy
+// in front of the server (llm-d's routing sidecar).
+func podRestarts(pod *corev1.Pod, port int32) int32 {
+	n, declared := int32(0), false
+	for i := range pod.Spec.Containers {
+		if c := &pod.Spec.Containers[i]; declares(c, port) {
+			n, declared = n+restartsOf(pod.Status.ContainerStatuses, c.Name), true
+		}
+	}
+	if declared {
+		return n
+	}
+	for i := range pod.Spec.InitContainers {
+		if c := &pod.Spec.InitContainers[i]; isSidecar(c) && declares(c, port) {
+			n += restartsOf(pod.Status.InitContainerStatuses, c.Name)
+		}
+	}
 	for i := range pod.Status.ContainerStatuses {
 		n += pod.Status.ContainerStatuses[i].RestartCount
 	}
 	return n
+}
+
+// declares reports whether c declares port as a container port.
+func declares(c *corev1.Container, port int32) bool {
+	for _, p := range c.Ports {
+		if p.ContainerPort == port {
+			return true
+		}
+	}
+	return false
+}
+
+// isSidecar reports whether the init container c is a native sidecar, one
+// that runs beside the pod's containers.
+func isSidecar(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// restartsOf returns the restart count of the container named name in
+// statuses, 0 before it has one.
+func restartsOf(statuses []corev1.ContainerStatus, name string) int32 {
+	for i := range statuses {
+		if statuses[i].Name == name {
+			return statuses[i].RestartCount
+		}
+	}
+	return 0
 }

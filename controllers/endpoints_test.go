@@ -98,6 +98,64 @@ func TestPodEndpoints(t *testing.T) {
 	}
 }
 
+// Each endpoint carries the restarts of the containers that serve its port,
+// those that declare it: a sidecar's restart (a mesh proxy, a logging
+// agent) leaves the model server's cache, and its worker, as they were.
+// A port no container declares may be served by any of them, so every
+// container's restart counts; a native sidecar that declares it may be a
+// proxy in front of the server, so its restarts count with all of theirs.
+func TestPodEndpointsCountTheRestartsOfTheServingContainers(t *testing.T) {
+	tests := map[string]struct {
+		pod  *podWrapper
+		want map[int32]int32 // restarts by port
+	}{
+		"a sidecar restarted": {
+			pod:  makePod("a").container("vllm", 8000, 8001).container("istio-proxy", 15090).restarted("istio-proxy", 3),
+			want: map[int32]int32{8000: 0, 8001: 0},
+		},
+		"the server restarted": {
+			pod:  makePod("a").container("vllm", 8000, 8001).container("istio-proxy", 15090).restarted("vllm", 2).restarted("istio-proxy", 3),
+			want: map[int32]int32{8000: 2, 8001: 2},
+		},
+		"a server per port": {
+			pod:  makePod("a").container("rank-0", 8000).container("rank-1", 8001).restarted("rank-1", 1),
+			want: map[int32]int32{8000: 0, 8001: 1},
+		},
+		"a port no container declares": {
+			pod:  makePod("a").container("vllm", 8000).container("logger").restarted("logger", 1),
+			want: map[int32]int32{8000: 0, 8001: 1},
+		},
+		"no declared ports: any restart counts": {
+			pod:  makePod("a").container("vllm").container("logger").restarted("vllm", 2).restarted("logger", 1),
+			want: map[int32]int32{8000: 3, 8001: 3},
+		},
+		"a native sidecar restarted": {
+			pod:  makePod("a").sidecar("istio-proxy", 15090).container("vllm", 8000, 8001).restarted("istio-proxy", 4),
+			want: map[int32]int32{8000: 0, 8001: 0},
+		},
+		"a native sidecar without ports restarted": {
+			pod:  makePod("a").sidecar("istio-proxy").container("vllm").restarted("istio-proxy", 4),
+			want: map[int32]int32{8000: 0, 8001: 0},
+		},
+		"a native sidecar in front of the server": {
+			pod:  makePod("a").sidecar("routing-proxy", 8000).container("vllm", 8200).restarted("routing-proxy", 1).restarted("vllm", 2),
+			want: map[int32]int32{8000: 3, 8001: 2},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			pod := tc.pod.ready().ip("127.0.0.1").obj()
+			got := map[int32]int32{}
+			for _, ep := range podEndpoints([]int32{8000, 8001}, &pod) {
+				got[ep.Key.Port] = ep.Restarts
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("restarts by port (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestSelectorOf(t *testing.T) {
 	tests := map[string]struct {
 		labels  map[string]string

@@ -13,7 +13,8 @@ import (
 
 // A pod whose readiness flaps while its server keeps running comes back with
 // the cache history the picker learned for it: its prompts go back to it.
-// A container restart, a re-created pod or a new address means an empty
+// A sidecar's restart leaves the server's cache as it was. A restart of
+// the server's container, a re-created pod or a new address means an empty
 // cache: the pod comes back cold, and the prompt goes where a picker that
 // never saw it would send it. Either way the request in flight across the
 // flap counts on the server it runs on until it ends, once.
@@ -29,8 +30,13 @@ func TestAReadinessFlapKeepsThePodsCacheHistory(t *testing.T) {
 			wantWarm:  true,
 			wantCarry: 1,
 		},
-		"a container restarted": {
-			back:      func(p *podWrapper) *podWrapper { return p.restarts(1) },
+		"a sidecar restarted": {
+			back:      func(p *podWrapper) *podWrapper { return p.restarted("istio-proxy", 1) },
+			wantWarm:  true,
+			wantCarry: 1,
+		},
+		"the server's container restarted": {
+			back:      func(p *podWrapper) *podWrapper { return p.restarted("vllm", 1) },
 			wantCarry: 1,
 		},
 		"re-created under its name": {
@@ -46,7 +52,7 @@ func TestAReadinessFlapKeepsThePodsCacheHistory(t *testing.T) {
 			set := newPodSet(reg)
 			ips := map[string]string{"a": "127.0.0.1", "b": "127.0.0.2"}
 			for name, ip := range ips {
-				pod := makePod(name).ip(ip).ready().obj()
+				pod := podAt(name, ip).ready().obj()
 				set.sync(types.NamespacedName{Namespace: "ns", Name: name}, podEndpoints(ports, &pod))
 			}
 			pol := buildPolicy(t, reg)
@@ -106,8 +112,11 @@ func TestAReadinessFlapKeepsThePodsCacheHistory(t *testing.T) {
 	}
 }
 
-// podAt is a pod at ip, with no Ready condition yet.
-func podAt(name, ip string) *podWrapper { return makePod(name).ip(ip) }
+// podAt is a pod at ip, with no Ready condition yet, whose server declares
+// port 8000 beside a mesh proxy.
+func podAt(name, ip string) *podWrapper {
+	return makePod(name).ip(ip).container("vllm", 8000).container("istio-proxy", 15090)
+}
 
 func buildPolicy(t *testing.T, reg *registry.Registry) policy.Policy {
 	t.Helper()

@@ -8,10 +8,12 @@ import (
 
 // trimPod is the cache transform of pods: it keeps what the controllers
 // read (identity, labels, deletion, phase, IP, the Ready condition, each
-// container's restart count) and drops the rest (spec, annotations, owner
-// references, managed fields, the rest of the container statuses), so that
-// a cached pod costs a few hundred bytes, not several kilobytes, in a pool
-// of thousands.
+// container's restart count, the port numbers its containers and native
+// sidecars declare, and those sidecars' restart counts: podRestarts) and
+// drops the rest (the rest of the spec, annotations, owner references,
+// managed fields, the rest of the container statuses), so that a cached
+// pod costs a few hundred bytes, not several kilobytes, in a pool of
+// thousands.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -30,9 +32,22 @@ func trimPod(obj any) (any, error) {
 		},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP},
 	}
+	for i := range pod.Spec.Containers {
+		if c := &pod.Spec.Containers[i]; len(c.Ports) > 0 {
+			out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Ports: portNumbers(c.Ports)})
+		}
+	}
 	for i := range pod.Status.ContainerStatuses {
 		c := &pod.Status.ContainerStatuses[i]
 		out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, RestartCount: c.RestartCount})
+	}
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if !isSidecar(c) || len(c.Ports) == 0 {
+			continue
+		}
+		out.Spec.InitContainers = append(out.Spec.InitContainers, corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy, Ports: portNumbers(c.Ports)})
+		out.Status.InitContainerStatuses = append(out.Status.InitContainerStatuses, corev1.ContainerStatus{Name: c.Name, RestartCount: restartsOf(pod.Status.InitContainerStatuses, c.Name)})
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -41,6 +56,15 @@ func trimPod(obj any) (any, error) {
 		}
 	}
 	return out, nil
+}
+
+// portNumbers returns ports with their numbers alone.
+func portNumbers(ports []corev1.ContainerPort) []corev1.ContainerPort {
+	out := make([]corev1.ContainerPort, len(ports))
+	for i := range ports {
+		out[i].ContainerPort = ports[i].ContainerPort
+	}
+	return out
 }
 
 var _ toolscache.TransformFunc = trimPod

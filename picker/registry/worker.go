@@ -42,8 +42,9 @@ type Endpoint struct {
 	// ranks has a port of its own, on its first node (its metrics name the
 	// rank wherever it runs: Metrics.Engines).
 	Rank int
-	// Restarts is how many times the pod's containers have restarted, all
-	// together: a restart is a new server process, with an empty cache.
+	// Restarts is how many times the containers serving the port have
+	// restarted, all together: a restart is a new server process, with an
+	// empty cache.
 	Restarts int32
 	// Unready is set for a pod that is not ready but not gone: its worker,
 	// if it has one, is parked (out of the picks, kept) until the pod is

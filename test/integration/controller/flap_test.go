@@ -81,4 +81,42 @@ var _ = Describe("A pod's readiness flap", func() {
 		Expect(fresh.ID()).NotTo(Equal(back.ID()))
 		Expect(pick(pol)).To(BeIdenticalTo(coldPick()), "the restarted pod kept the history of its old process")
 	})
+
+	It("keeps the pod's worker when a sidecar restarts, and makes a new one when the server's container does", func(ctx SpecContext) {
+		reg := startPicker(*poolKey)
+		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Obj())).To(Succeed())
+		pod := framework.MakePod(poolKey.Namespace, "vllm-0").Obj()
+		pod.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8000}}
+		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: "istio-proxy", Image: "istio/proxyv2", Ports: []corev1.ContainerPort{{ContainerPort: 15090}}})
+		Expect(env.Client.Create(ctx, pod)).To(Succeed())
+		const ip = "127.0.0.1"
+		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetReady(p, ip) })
+		Eventually(workers(reg)).Should(HaveLen(1))
+		warm := workerAt(reg, ip+":8000")()
+		restarted := func(name string, n int32) func(*corev1.Pod) {
+			return func(p *corev1.Pod) {
+				for i := range p.Status.ContainerStatuses {
+					if p.Status.ContainerStatuses[i].Name == name {
+						p.Status.ContainerStatuses[i].RestartCount = n
+					}
+				}
+			}
+		}
+
+		By("the mesh proxy restarts through a readiness flap: the server and its cache are the same")
+		proxy := restarted("istio-proxy", 1)
+		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetNotReady(p, ip); proxy(p) })
+		Eventually(workers(reg)).Should(BeEmpty())
+		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetReady(p, ip); proxy(p) })
+		Eventually(workers(reg)).Should(HaveLen(1))
+		Expect(workerAt(reg, ip+":8000")()).To(BeIdenticalTo(warm), "a sidecar's restart made the pod's worker cold")
+
+		By("the server's container restarts: a new, cold worker")
+		server := restarted("vllm", 1)
+		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetNotReady(p, ip); proxy(p); server(p) })
+		Eventually(workers(reg)).Should(BeEmpty())
+		updateStatus(ctx, pod, func(p *corev1.Pod) { framework.SetReady(p, ip); proxy(p); server(p) })
+		Eventually(workers(reg)).Should(HaveLen(1))
+		Expect(workerAt(reg, ip+":8000")().ID()).NotTo(Equal(warm.ID()))
+	})
 })
