@@ -155,14 +155,15 @@ func Run(ctx context.Context, o *Options) error {
 
 func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runRegistry, elected func() bool) (*picker, error) {
 	reg := registry.New()
+	cfg := o.policyConfig()
 
 	scraper, err := scrape.New(promReg,
 		scrape.WithInterval(o.RefreshMetricsInterval),
 		scrape.WithModelsInterval(o.RefreshModelsInterval),
 		// A loaded model server can be slow to answer: give it up to a second,
-		// within the staleness bound. Pollers are per worker, so a slow one
-		// delays nobody else.
-		scrape.WithTimeout(min(time.Second, o.MetricsStaleness)),
+		// within the staleness bound the policy applies (its file's, else the
+		// flag's). Pollers are per worker, so a slow one delays nobody else.
+		scrape.WithTimeout(min(time.Second, cfg.Default().MetricsStaleness.Duration)),
 		scrape.WithMetricsPort(uint16(o.ModelServerMetricsPort)),
 		scrape.WithPath(o.ModelServerMetricsPath),
 		scrape.WithNames(o.ModelServer.names),
@@ -172,7 +173,6 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 	}
 	reg.AddListener(scraper)
 
-	cfg := o.policyConfig()
 	matches := epmetrics.NewPrefixMatches(promReg)
 	pol, err := policy.Build(cfg, reg, policy.WithMatchObserver(matches.Observe))
 	if err != nil {
