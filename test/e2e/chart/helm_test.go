@@ -248,6 +248,28 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"pool.selector.matchLabels=null"},
 			want: []string{"matchLabels"},
 		},
+		// Names the API server would refuse are refused before anything is
+		// installed, naming the value.
+		"full name with capitals": {
+			sets: []string{"fullnameOverride=Llama_Picker"},
+			want: []string{"fullnameOverride", "pattern"},
+		},
+		"name with a dot": {
+			sets: []string{"nameOverride=pick.er"},
+			want: []string{"nameOverride", "pattern"},
+		},
+		"service account with capitals": {
+			sets: []string{"serviceAccount.name=Picker"},
+			want: []string{"serviceAccount", "name", "pattern"},
+		},
+		"TLS secret with an underscore": {
+			sets: []string{"tls.secretName=picker_tls"},
+			want: []string{"tls", "secretName", "pattern"},
+		},
+		"gateway namespace with a dot": {
+			sets: []string{"httpRoute.enabled=true", "httpRoute.gateway.name=gw", "httpRoute.gateway.namespace=infra.gw"},
+			want: []string{"gateway", "namespace", "pattern"},
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
