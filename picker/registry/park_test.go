@@ -1,7 +1,9 @@
 package registry
 
 import (
+	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,5 +183,53 @@ func TestParkedListsTheParkedWorkers(t *testing.T) {
 	remove(r, b.Key)
 	if len(r.Parked()) != 0 {
 		t.Errorf("parked %v once b's pod is gone, want none", addresses(r.Parked()))
+	}
+}
+
+// One read of AllWorkers sees every worker exactly once while pods flap in
+// and out of readiness, one change parking some workers and resuming
+// others: an idle check that reads each worker's requests through it
+// misses none and counts none twice.
+func TestAllWorkersSeesEachWorkerOnceWhilePodsFlap(t *testing.T) {
+	r := New()
+	eps := benchEndpoints(64)
+	r.Replace(eps)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(done)
+		rng := rand.New(rand.NewPCG(3, 4))
+		for range 2000 {
+			up := make([]Endpoint, 1+rng.IntN(4))
+			for i := range up {
+				up[i] = eps[rng.IntN(len(eps))]
+				up[i].Unready = rng.IntN(2) == 0
+			}
+			r.Update(up, nil)
+		}
+	})
+	for reads := 0; ; reads++ {
+		select {
+		case <-done:
+			wg.Wait()
+			if reads == 0 {
+				t.Fatal("no read ran while the pods flapped")
+			}
+			return
+		default:
+		}
+		all := r.AllWorkers()
+		seen := make(map[Key]int, len(all))
+		for _, w := range all {
+			seen[w.Endpoint().Key]++
+		}
+		for _, ep := range eps {
+			if n := seen[ep.Key]; n != 1 {
+				t.Fatalf("read %d: worker %s seen %d times, want once", reads, ep.Key.UID, n)
+			}
+		}
+		if len(all) != len(eps) || !slices.IsSortedFunc(all, compareWorkers) {
+			t.Fatalf("read %d: %d workers, sorted %v; want %d in address order", reads, len(all), slices.IsSortedFunc(all, compareWorkers), len(eps))
+		}
 	}
 }

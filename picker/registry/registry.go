@@ -49,17 +49,22 @@ type Registry struct {
 	// workers whose carry is set. Both are pruned at each change.
 	draining map[Key]*Worker
 	carrying map[*Worker]struct{}
-	snapshot atomic.Pointer[[]*Worker]
-	// all are the workers of byKey, parked ones too, ordered as snapshot.
-	all   atomic.Pointer[[]*Worker]
-	clock clock.PassiveClock // tells when a worker was parked
-	// parked are the parked workers of all: rebuilt at a change that
-	// parks, resumes or drops one.
-	parked    atomic.Pointer[[]*Worker]
+	// snapshot are the workers of byKey, live and parked, published
+	// together so that one read sees each worker once.
+	snapshot  atomic.Pointer[members]
+	clock     clock.PassiveClock // tells when a worker was parked
 	listeners []Listener
 	synced    atomic.Bool
 	first     chan struct{} // closed by the first MarkSynced
 	firstOnce sync.Once
+}
+
+// members is one published state of the registry: its workers in the
+// picks and its parked ones, each ordered by address. Neither slice is
+// modified once published; a change shares the parked one unless it parks,
+// resumes or drops a parked worker.
+type members struct {
+	live, parked []*Worker
 }
 
 // Option configures a Registry.
@@ -78,8 +83,7 @@ func New(opts ...Option) *Registry {
 	for _, o := range opts {
 		o(r)
 	}
-	r.snapshot.Store(&[]*Worker{})
-	r.all.Store(&[]*Worker{})
+	r.snapshot.Store(&members{live: []*Worker{}})
 	return r
 }
 
@@ -97,24 +101,36 @@ func (r *Registry) AddListener(l Listener) {
 // Parked returns the parked workers, ordered by address: those whose pods
 // are unready while their servers run on, out of Workers until they are
 // Ready again. The slice is shared and must not be modified.
-func (r *Registry) Parked() []*Worker {
-	if p := r.parked.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (r *Registry) Parked() []*Worker { return r.snapshot.Load().parked }
 
 // Workers returns the current workers, ordered by address. The slice is
 // shared and must not be modified.
-func (r *Registry) Workers() []*Worker { return *r.snapshot.Load() }
+func (r *Registry) Workers() []*Worker { return r.snapshot.Load().live }
 
 // AllWorkers returns the current workers and the parked ones, which are out
 // of Workers while their pods are unready, ordered by address. A worker
 // moves in and out of Workers as its pod flaps, never in and out of
 // AllWorkers: one read sees every worker the registry holds, with the
-// requests each counts, whatever its pod's readiness. The slice is shared
-// and must not be modified.
-func (r *Registry) AllWorkers() []*Worker { return *r.all.Load() }
+// requests each counts, whatever its pod's readiness. The slice is built at
+// each call while workers are parked (shared when none is), and must not be
+// modified.
+func (r *Registry) AllWorkers() []*Worker {
+	m := r.snapshot.Load()
+	if len(m.parked) == 0 {
+		return m.live
+	}
+	all := make([]*Worker, 0, len(m.live)+len(m.parked))
+	live, parked := m.live, m.parked
+	for len(live) > 0 && len(parked) > 0 {
+		if compareWorkers(live[0], parked[0]) < 0 {
+			all, live = append(all, live[0]), live[1:]
+		} else {
+			all, parked = append(all, parked[0]), parked[1:]
+		}
+	}
+	all = append(all, live...)
+	return append(all, parked...)
+}
 
 // MarkSynced records that the registry reflects its source (the API server's
 // view, or the static list). Readiness waits for it.
@@ -231,10 +247,11 @@ func (r *Registry) upsertLocked(ep Endpoint, c *change) {
 // and parked workers are marked before the snapshot changes hands, so a
 // pick that still holds the old snapshot can see the mark.
 //
-// The new snapshot is the old one with the workers out of the picks cut out
-// and those into them spliced in at their places, found by binary search:
-// one copy of the slice, touching only the workers that changed, never a
-// sort of the whole set.
+// The live and parked lists of the new snapshot are those of the old one
+// with the workers that left them cut out and those that joined spliced in
+// at their places, found by binary search: at most one copy of each list
+// the change moved a worker in or out of, touching only the workers named,
+// never a sort of the whole set.
 func (r *Registry) publishLocked(c *change) {
 	for _, w := range c.removed {
 		w.removed.Store(true)
@@ -249,41 +266,20 @@ func (r *Registry) publishLocked(c *change) {
 	}
 	// A worker added and replaced within one change was never published.
 	added := slices.DeleteFunc(c.added, (*Worker).Removed)
-	r.publishAllLocked(c.removed, added)
-	if len(c.parked) > 0 || len(c.resumed) > 0 || slices.ContainsFunc(c.removed, (*Worker).Parked) {
-		parked := slices.DeleteFunc(slices.Clone(*r.all.Load()), func(w *Worker) bool { return !w.Parked() })
-		r.parked.Store(&parked)
-	}
-	old := *r.snapshot.Load()
-	var cut []int
-	for _, ws := range [][]*Worker{c.removed, c.parked} {
-		for _, w := range ws {
-			if i, ok := slices.BinarySearchFunc(old, w, compareWorkers); ok && old[i] == w && !w.Live() {
-				cut = append(cut, i)
-			}
-		}
-	}
-	outside := func(w *Worker) bool { // live, and not in the old snapshot
-		i, ok := slices.BinarySearchFunc(old, w, compareWorkers)
-		return w.Live() && (!ok || old[i] != w)
-	}
-	var in, back []*Worker
-	for _, w := range added {
-		if outside(w) {
-			in = append(in, w)
-		}
-	}
+	old := r.snapshot.Load()
+	var back []*Worker // resumed, and not in the old live list
 	for _, w := range c.resumed {
-		if outside(w) {
+		if w.Live() && !holds(old.live, w) {
 			back = append(back, w)
 		}
 	}
-	in = append(in, back...)
-	if len(added) == 0 && len(c.removed) == 0 && len(cut) == 0 && len(in) == 0 {
+	live, liveMoved := respliced(old.live, (*Worker).Live, c.removed, c.parked, added, back)
+	parked, parkedMoved := respliced(old.parked, parkedHeld, c.removed, c.parked, c.resumed)
+	if !liveMoved && !parkedMoved && len(added) == 0 && len(c.removed) == 0 {
 		return
 	}
-	if len(cut) > 0 || len(in) > 0 {
-		r.snapshot.Store(splice(old, cut, in))
+	if liveMoved || parkedMoved {
+		r.snapshot.Store(&members{live: live, parked: parked})
 	}
 	for _, l := range r.listeners {
 		for _, w := range c.removed {
@@ -303,25 +299,42 @@ func (r *Registry) publishLocked(c *change) {
 	}
 }
 
-// publishAllLocked installs the workers of the registry, parked ones too,
-// without those removed and with those added. Parking and resuming leave it
-// as it is.
-func (r *Registry) publishAllLocked(removed, added []*Worker) {
-	old := *r.all.Load()
+// parkedHeld reports whether w belongs in the parked list: parked, and not
+// removed.
+func parkedHeld(w *Worker) bool { return w.Parked() && !w.Removed() }
+
+// holds reports whether the ordered list ws holds w.
+func holds(ws []*Worker, w *Worker) bool {
+	i, ok := slices.BinarySearchFunc(ws, w, compareWorkers)
+	return ok && ws[i] == w
+}
+
+// respliced returns the ordered list old without the workers of changed
+// that do not belong in it and with those that do and are not in it, and
+// whether it moved; old itself when it did not.
+func respliced(old []*Worker, belongs func(*Worker) bool, changed ...[]*Worker) ([]*Worker, bool) {
 	var cut []int
-	for _, w := range removed {
-		if i, ok := slices.BinarySearchFunc(old, w, compareWorkers); ok && old[i] == w {
-			cut = append(cut, i)
+	var in []*Worker
+	for _, ws := range changed {
+		for _, w := range ws {
+			i, ok := slices.BinarySearchFunc(old, w, compareWorkers)
+			switch held := ok && old[i] == w; {
+			case held && !belongs(w):
+				cut = append(cut, i)
+			case !held && belongs(w):
+				in = append(in, w)
+			}
 		}
 	}
-	if len(cut) > 0 || len(added) > 0 {
-		r.all.Store(splice(old, cut, slices.Clone(added)))
+	if len(cut) == 0 && len(in) == 0 {
+		return old, false
 	}
+	return splice(old, cut, in), true
 }
 
 // splice returns old without the workers at the indexes cut and with the
 // workers in, in order.
-func splice(old []*Worker, cut []int, in []*Worker) *[]*Worker {
+func splice(old []*Worker, cut []int, in []*Worker) []*Worker {
 	ws := old
 	if len(cut) > 0 {
 		slices.Sort(cut)
@@ -348,7 +361,7 @@ func splice(old []*Worker, cut []int, in []*Worker) *[]*Worker {
 		}
 		ws = append(ws, base[prev:]...)
 	}
-	return &ws
+	return ws
 }
 
 // pruneCarriedLocked forgets the replaced workers whose requests have all
@@ -367,7 +380,7 @@ func (r *Registry) pruneCarriedLocked() {
 	}
 }
 
-// compareWorkers orders the snapshot: by address, then by pod UID.
+// compareWorkers orders the snapshot's lists: by address, then by pod UID.
 func compareWorkers(a, b *Worker) int {
 	if c := strings.Compare(a.addr, b.addr); c != 0 {
 		return c
