@@ -71,14 +71,26 @@ func helm(t *testing.T, args ...string) (stdout, stderr string, err error) {
 // given flags alone, and returns stdout and stderr.
 func template(t *testing.T, flags ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	return helm(t, append([]string{"template", release, chartDir, "--namespace", namespace, "--kube-version", kubeVersion}, flags...)...)
+	return templateAs(t, release, namespace, kubeVersion, flags...)
 }
 
-// render runs `helm template` for the release with testdata/values/pool.yaml
-// (the pool's selector, which has no default), then the given values files
-// (under testdata/values) and --set arguments.
+// templateAs runs `helm template` for release rel in namespace ns, on
+// Kubernetes kube, with the given flags alone.
+func templateAs(t *testing.T, rel, ns, kube string, flags ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	return helm(t, append([]string{"template", rel, chartDir, "--namespace", ns, "--kube-version", kube}, flags...)...)
+}
+
+// render runs `helm template` for the release with valuesArgs.
 func render(t *testing.T, valuesFiles []string, sets ...string) (string, string, error) {
 	t.Helper()
+	return template(t, valuesArgs(valuesFiles, sets...)...)
+}
+
+// valuesArgs are the flags of testdata/values/pool.yaml (the pool's
+// selector, which has no default), then the given values files (under
+// testdata/values) and --set arguments.
+func valuesArgs(valuesFiles []string, sets ...string) []string {
 	var args []string
 	for _, f := range append([]string{"pool.yaml"}, valuesFiles...) {
 		args = append(args, "--values", filepath.Join("testdata", "values", f))
@@ -86,7 +98,7 @@ func render(t *testing.T, valuesFiles []string, sets ...string) (string, string,
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
-	return template(t, args...)
+	return args
 }
 
 // renderUnless renders the --set arguments and returns the manifests, or,

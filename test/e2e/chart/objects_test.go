@@ -443,8 +443,7 @@ func TestClusterObjectsOfTwoReleases(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			seen := map[string]string{}
 			for _, rel := range []string{"llama-3-1-70b-instruct-a", "llama-3-1-70b-instruct-b"} {
-				out, errOut, err := helm(t, "template", rel, chartDir, "--namespace", ns, "--kube-version", kubeVersion,
-					"--values", "testdata/values/pool.yaml", "--set", "metrics.serviceMonitor.enabled=true")
+				out, errOut, err := templateAs(t, rel, ns, kubeVersion, valuesArgs(nil, "metrics.serviceMonitor.enabled=true")...)
 				if err != nil {
 					t.Fatalf("helm template %s: %v\n%s", rel, err, errOut)
 				}
@@ -471,8 +470,7 @@ func TestClusterObjectsOfTwoReleases(t *testing.T) {
 func TestServiceNameOfAnyRelease(t *testing.T) {
 	for _, rel := range []string{"llama", "llama.v2", "llama-3.1-8b", strings.Repeat("l", 53)} {
 		t.Run(rel, func(t *testing.T) {
-			out, errOut, err := helm(t, "template", rel, chartDir, "--namespace", namespace, "--kube-version", kubeVersion,
-				"--values", "testdata/values/pool.yaml")
+			out, errOut, err := templateAs(t, rel, namespace, kubeVersion, valuesArgs(nil)...)
 			if err != nil {
 				t.Fatalf("helm template: %v\n%s", err, errOut)
 			}
@@ -516,12 +514,7 @@ func TestServiceNameStartingWithADigit(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			args := []string{"template", "8b-llama", chartDir, "--namespace", namespace, "--kube-version", tc.kubeVersion,
-				"--values", "testdata/values/pool.yaml"}
-			for _, s := range tc.sets {
-				args = append(args, "--set", s)
-			}
-			out, errOut, err := helm(t, args...)
+			out, errOut, err := templateAs(t, "8b-llama", namespace, tc.kubeVersion, valuesArgs(nil, tc.sets...)...)
 			if tc.wantFail != "" {
 				if err == nil || !strings.Contains(errOut, tc.wantFail) || !strings.Contains(errOut, "1.36") {
 					t.Fatalf("rendered (err %v), want a failure naming %s and Kubernetes 1.36:\n%s", err, tc.wantFail, errOut)
@@ -632,15 +625,11 @@ func TestNamesKeptAsStrings(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			args := []string{"template", tc.release, chartDir, "--namespace", tc.namespace, "--kube-version", kubeVersion,
-				"--values", "testdata/values/pool.yaml"}
-			for _, s := range tc.sets {
-				args = append(args, "--set", s)
-			}
+			args := valuesArgs(nil, tc.sets...)
 			for _, s := range tc.names {
 				args = append(args, "--set-string", s)
 			}
-			out, errOut, err := helm(t, args...)
+			out, errOut, err := templateAs(t, tc.release, tc.namespace, kubeVersion, args...)
 			if err != nil {
 				t.Fatalf("helm template: %v\n%s", err, errOut)
 			}
