@@ -22,17 +22,11 @@ type Listener interface {
 
 // Settler is a Listener told when the calls of one change are all made:
 // one change may remove a worker and add another for the same pod (a new
-// UID, a new address), the removals first.
+// UID, a new address), the removals first. A change that only parks
+// workers or brings parked ones back is settled too, with no other call.
 type Settler interface {
 	Listener
 	Settled()
-}
-
-// Resumer is a Listener told when a parked worker returns to Workers (its
-// pod Ready again), after the WorkerAdded calls of the change.
-type Resumer interface {
-	Listener
-	WorkerResumed(w *Worker)
 }
 
 // Registry is the set of workers the picker may route to. Reads are
@@ -287,11 +281,6 @@ func (r *Registry) publishLocked(c *change) {
 		}
 		for _, w := range added {
 			l.WorkerAdded(w)
-		}
-		if rl, ok := l.(Resumer); ok {
-			for _, w := range back {
-				rl.WorkerResumed(w)
-			}
 		}
 		if s, ok := l.(Settler); ok {
 			s.Settled()

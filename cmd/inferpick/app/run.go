@@ -376,15 +376,15 @@ func admitterOf(q *flowcontrol.Queue) extproc.Admitter {
 	return q
 }
 
-// queueNotifier tells the queue an endpoint joined, or returned from a
-// readiness flap: capacity may have freed.
+// queueNotifier tells the queue the endpoints changed (one joined, or
+// returned from a readiness flap): capacity may have freed.
 type queueNotifier struct{ q *flowcontrol.Queue }
 
-var _ registry.Resumer = queueNotifier{}
+var _ registry.Settler = queueNotifier{}
 
-func (n queueNotifier) WorkerAdded(*registry.Worker)   { n.q.Notify() }
+func (n queueNotifier) WorkerAdded(*registry.Worker)   {}
 func (n queueNotifier) WorkerRemoved(*registry.Worker) {}
-func (n queueNotifier) WorkerResumed(*registry.Worker) { n.q.Notify() }
+func (n queueNotifier) Settled()                       { n.q.Notify() }
 
 // notifyTicker wakes the queue every scrape interval, so that a scrape that
 // shows room dispatches waiting requests.
