@@ -605,15 +605,12 @@ func (x *exchange) responseSize() int {
 }
 
 // endsWithStream reports whether the end of the stream is how the response
-// ends: a 2xx response whose body the gateway does not send. Envoy closes
-// the stream once it has nothing more to send, so the picker cannot tell
-// when the body ends upstream; the stream's end is the longest it can know
-// the request is alive.
+// ends: a served response whose body the gateway does not send, or an open
+// tunnel's (the tunnel closed). Envoy closes the stream once it has nothing
+// more to send, so the picker cannot tell when the body ends upstream; the
+// stream's end is the longest it can know the request is alive.
 func (x *exchange) endsWithStream() bool {
-	if x.tunnel && x.state == readingResponse && x.served() {
-		return true // the tunnel closed
-	}
-	return x.bodyNotSent && x.state == readingResponse && x.status >= 200 && x.status <= 299
+	return (x.tunnel || x.bodyNotSent) && x.state == readingResponse && x.served()
 }
 
 // unsupportedModes says why the gateway's body modes cannot work with the
