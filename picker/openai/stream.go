@@ -299,6 +299,11 @@ func (s *StreamScanner) feedJSON(chunk []byte) Events {
 	if s.complete {
 		return 0
 	}
+	if !s.started {
+		// Blanks before the value are not held: they count against no
+		// limit, however many chunks bring them.
+		chunk = bytes.TrimLeft(chunk, " \t\n\r")
+	}
 	var ev Events
 	end := -1
 scan:
