@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// RewriteDecisions counts the model rewrites applied to requests: the
+// RewriteDecisions counts the requests model rewrite rules matched: the
 // upstream inference_extension_model_rewrite_decisions_total series, by
 // rewrite, requested model and target model.
 type RewriteDecisions struct {
@@ -24,7 +24,7 @@ func NewRewriteDecisions(reg prometheus.Registerer) *RewriteDecisions {
 	d := &RewriteDecisions{
 		vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: "inference_extension", Name: "model_rewrite_decisions_total",
-			Help: "Requests whose model was rewritten, by rewrite, requested model and target model.",
+			Help: "Requests a model rewrite rule matched, by rewrite, requested model and the target model chosen (the requested one included).",
 		}, []string{"model_rewrite_name", "model_name", "target_model"}),
 		counts: map[rewriteKey]prometheus.Counter{},
 	}

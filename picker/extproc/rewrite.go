@@ -42,10 +42,15 @@ type modelRewrite struct {
 func (x *exchange) rewriteModel() {
 	model := x.parsed.Model
 	target, value, source, named := x.targetOf(model)
-	if target == "" || target == model {
+	if target == "" {
 		return
 	}
+	// A rule's decision counts even when it keeps the model (a canary
+	// with the requested model as one target), as upstream counts it.
 	x.rw.source, x.rw.named = source, named
+	if target == model {
+		return
+	}
 	x.rw.value, x.rw.start, x.rw.end = value, x.parsed.ModelStart, x.parsed.ModelEnd
 	x.rw.from = modelMember(value)
 	x.rw.to = modelMember(x.body[x.rw.start:x.rw.end])

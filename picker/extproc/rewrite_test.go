@@ -305,3 +305,31 @@ func TestResponseNamesTheRequestedModel(t *testing.T) {
 		})
 	}
 }
+
+// TestRewriteDecisionsCountTheRequestedModelAsTarget canaries a model with
+// itself as one target: every request the rule matches counts in the
+// decisions, the ones that keep their model too, so the counter shows the
+// split as configured.
+func TestRewriteDecisionsCountTheRequestedModelAsTarget(t *testing.T) {
+	e, _ := rewriteEnv(t, canaryTable(
+		rewrite.Target{Model: "food-review", Weight: 3},
+		rewrite.Target{Model: "food-review-v2", Weight: 1},
+	))
+	const n = 400
+	sent := map[string]float64{}
+	for i := range n {
+		s := e.open()
+		body := chatBody("food-review", "hi")
+		s.requestHeaders("/v1/chat/completions", len(body), false, nil, RequestIDHeader, "req-"+strconv.Itoa(i))
+		s.requestBody(body, true)
+		got := s.routed(true)
+		var doc struct{ Model string }
+		if err := json.Unmarshal(got.body, &doc); err != nil {
+			t.Fatal(err)
+		}
+		sent["model_name=food-review,model_rewrite_name=canary,target_model="+doc.Model]++
+	}
+	if diff := cmp.Diff(sent, counters(t, e, "inference_extension_model_rewrite_decisions_total")); diff != "" {
+		t.Errorf("rewrite decisions against the models the bodies went upstream with (-want +got):\n%s", diff)
+	}
+}

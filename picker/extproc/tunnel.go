@@ -93,10 +93,12 @@ func (x *exchange) tunnelModel() string {
 		return ""
 	}
 	x.pick.Model = model
-	if target, _, source, named := x.targetOf(model); target != "" && target != model {
-		x.rw.source, x.rw.named = source, named
-		x.pick.Model = target
-		x.tunnelPath = x.path[:start] + url.QueryEscape(target) + x.path[end:]
+	if target, _, source, named := x.targetOf(model); target != "" {
+		x.rw.source, x.rw.named = source, named // counted even when the model stays, as rewriteModel does
+		if target != model {
+			x.pick.Model = target
+			x.tunnelPath = x.path[:start] + url.QueryEscape(target) + x.path[end:]
+		}
 	}
 	x.modelSeries(model)
 	return ""

@@ -367,6 +367,8 @@ func TestMadeUpModelNamesSentToAServedModelTakeNoSeries(t *testing.T) {
 	want = map[string]float64{
 		"model_name=__other__,model_rewrite_name=catch-all,target_model=llama-3-8b": 300,
 		"model_name=food-review,model_rewrite_name=canary,target_model=llama-3-8b":  1,
+		// The catch-all matches the served model too, and keeps it.
+		"model_name=llama-3-8b,model_rewrite_name=catch-all,target_model=llama-3-8b": 1,
 	}
 	if diff := cmp.Diff(want, counters(t, e, "inference_extension_model_rewrite_decisions_total")); diff != "" {
 		t.Errorf("model_rewrite_decisions_total (-want +got):\n%s", diff)
