@@ -64,7 +64,8 @@ type Recorder struct {
 	mu     sync.RWMutex
 	models map[modelKey]*Series
 	// served, when set, says whether some endpoint may serve a target
-	// model: only such names take one of the maxModels series.
+	// model: only such names, and those rewrite rules give, take one of
+	// the maxModels series.
 	served func(model string) bool
 
 	ports [portSlots]atomic.Pointer[portLabel] // label values of the ports seen
@@ -136,30 +137,47 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 func (r *Recorder) Info(commit, buildRef string) { r.info.WithLabelValues(commit, buildRef).Set(1) }
 
 // OnlyServed gives series of their own only to target models served says
-// some endpoint may serve; requests for other names count under
-// otherModel. A client sending made-up names then cannot take the series
-// the pool's own models need. Call it before the first request.
+// some endpoint may serve, or a rewrite rule names; requests for other
+// names count under otherModel. A client sending made-up names then cannot
+// take the series the pool's own models need. Call it before the first
+// request.
 func (r *Recorder) OnlyServed(served func(model string) bool) { r.served = served }
+
+// TargetFrom is what decided a request's target model.
+type TargetFrom uint8
+
+const (
+	// NoRule is the request's model, or the rewrite header's: a client's
+	// names.
+	NoRule TargetFrom = iota
+	// AnyModelRule is a rewrite rule for every model. The target is the
+	// operator's name; the requested model a client's.
+	AnyModelRule
+	// NamedRule is a rewrite rule that lists the requested model. Both
+	// names are the operator's.
+	NamedRule
+)
 
 // Model returns the series of a model that no rewrite applies to: the
 // request's model is also its target.
-func (r *Recorder) Model(model string) *Series { return r.ModelTarget(model, model, false) }
+func (r *Recorder) Model(model string) *Series { return r.ModelTarget(model, model, NoRule) }
 
 // ModelTarget returns the series of requests for model sent as target.
-// named says a rewrite rule lists model by name. A model sent to another
-// target that neither a rule names nor an endpoint serves (a name sent
-// with the rewrite header, or to a rule for every model) counts as
+// A name only a client gives keeps a series of its own when an endpoint
+// serves it; a name a rewrite rule gives keeps one whether or not an
+// endpoint serves it, so that the requests a rule sends to a model not
+// loaded yet show under both its names. Otherwise the name counts as
 // otherModel: a client cannot make up names for a served target either.
-func (r *Recorder) ModelTarget(model, target string, named bool) *Series {
+func (r *Recorder) ModelTarget(model, target string, from TargetFrom) *Series {
 	k := modelKey{model, target}
 	if s, ok := r.lookup(k); ok {
 		return s
 	}
 	switch {
 	case r.served == nil:
-	case !r.served(target):
+	case from == NoRule && !r.served(target):
 		k = modelKey{otherModel, otherModel}
-	case model != target && !named && !r.served(model):
+	case model != target && from != NamedRule && !r.served(model):
 		k.model = otherModel
 	}
 	// A name not served keeps no series of its own, so each of its

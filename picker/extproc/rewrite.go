@@ -3,6 +3,7 @@ package extproc
 import (
 	"bytes"
 
+	"github.com/inferpick/inferpick/picker/epmetrics"
 	"github.com/inferpick/inferpick/picker/rewrite"
 )
 
@@ -75,7 +76,14 @@ func (x *exchange) targetOf(model string) (target string, value []byte, source s
 // modelSeries sets the series of the request for model, once its target
 // model is decided, and counts its rewrite under the same model_name.
 func (x *exchange) modelSeries(model string) {
-	x.series = x.s.upstream.ModelTarget(model, x.pick.Model, x.rw.named)
+	from := epmetrics.NoRule
+	switch {
+	case x.rw.named:
+		from = epmetrics.NamedRule
+	case x.rw.source != "":
+		from = epmetrics.AnyModelRule
+	}
+	x.series = x.s.upstream.ModelTarget(model, x.pick.Model, from)
 	if x.rw.source != "" {
 		model, _ := x.series.Labels()
 		x.s.rewrites.Record(x.rw.source, model, x.pick.Model)

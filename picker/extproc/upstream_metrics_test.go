@@ -374,3 +374,47 @@ func TestMadeUpModelNamesSentToAServedModelTakeNoSeries(t *testing.T) {
 		t.Errorf("model_rewrite_decisions_total (-want +got):\n%s", diff)
 	}
 }
+
+// A rewrite rule's target is the operator's name, not one a client made
+// up: when no server serves it (a canary's adapter not loaded yet), the
+// requests it fails are counted under it and the model they asked for, not
+// under __other__ with the made-up names.
+func TestRuleTargetNoServerServesKeepsItsSeries(t *testing.T) {
+	tbl := rewrite.NewTable()
+	tbl.Set("canary", rewrite.Object{Created: time.Unix(0, 0), Rules: []rewrite.Rule{
+		{Models: []string{"food-review"}, Targets: []rewrite.Target{{Model: "food-review-v2"}}},
+	}})
+	tbl.Set("catch-all", rewrite.Object{Created: time.Unix(1, 0), Rules: []rewrite.Rule{
+		{Targets: []rewrite.Target{{Model: "llama-3-70b"}}},
+	}})
+	e := newEnv(t, []string{"127.0.0.1:8000"}, func(o *Options) { o.Rewrites = tbl })
+	pol, err := policy.Build(policy.Config{Name: policy.LeastLoad}, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.picker = pol
+	e.worker("127.0.0.1:8000").SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"llama-3-8b"}, Adapters: []registry.Adapter{{Name: "food-review-v1", Parent: "llama-3-8b"}}, Complete: true}, Scraped: time.Now()})
+	for _, model := range []string{"food-review", "made-up"} {
+		s := e.open()
+		body := chatBody(model, "x")
+		s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+		s.requestBody(body, true)
+		if code, _ := s.immediateReply(); code != 404 {
+			t.Fatalf("a request for %s sent to a model no server serves: status %d, want 404", model, code)
+		}
+	}
+	want := map[string]float64{
+		"error_code=NotFound,model_name=food-review,target_model_name=food-review-v2": 1,
+		"error_code=NotFound,model_name=__other__,target_model_name=llama-3-70b":      1,
+	}
+	if diff := cmp.Diff(want, counters(t, e, "inference_objective_request_error_total")); diff != "" {
+		t.Errorf("request_error_total (-want +got):\n%s", diff)
+	}
+	want = map[string]float64{
+		"namespace=,pod_name=,port=,status=failure,target_model_name=food-review-v2": 1,
+		"namespace=,pod_name=,port=,status=failure,target_model_name=llama-3-70b":    1,
+	}
+	if diff := cmp.Diff(want, counters(t, e, "inference_extension_scheduler_attempts_total")); diff != "" {
+		t.Errorf("scheduler_attempts_total (-want +got):\n%s", diff)
+	}
+}
