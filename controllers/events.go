@@ -95,7 +95,7 @@ func named(e *corev1.Event) *corev1.Event {
 }
 
 // broadcasterStop shuts an event broadcaster down when the manager stops,
-// on every replica.
+// on every replica, with the controllers that record Events (leader.go).
 type broadcasterStop struct{ b record.EventBroadcaster }
 
 var _ manager.LeaderElectionRunnable = broadcasterStop{}
@@ -106,4 +106,4 @@ func (s broadcasterStop) Start(ctx context.Context) error {
 	return nil
 }
 
-func (broadcasterStop) NeedLeaderElection() bool { return false }
+func (broadcasterStop) NeedLeaderElection() bool { return stopAfterDrain }

@@ -14,6 +14,18 @@ import (
 // replica, and only it writes the status of the pool's model rewrites. The election is the picker's own (Leader), not the manager's,
 // which ends the process when the lease is lost.
 
+// stopAfterDrain is the NeedLeaderElection of the controllers that fill
+// what routing reads (the endpoints, the objectives' priorities, the
+// rewrites) and of the Event recorder. The manager's own election is off in
+// every mode (app.ManagerOptions), so its leader-election group runs on every
+// replica as soon as the caches have synced, as the other runnables do; but
+// the manager stops that group only once every other runnable has returned,
+// the ext_proc server's drain among them. A replica draining after SIGTERM
+// thus goes on following the pool: a request it routes then (one that
+// waited in the flow-control queue, or a stream the gateway opened before
+// it read the GOAWAY) never goes to a pod deleted or turned unready since.
+const stopAfterDrain = true
+
 // Leader is the replicas' election: a replica that loses the lease keeps
 // serving, which the manager's election does not allow.
 type Leader interface {

@@ -96,7 +96,7 @@ func SetupObjectivesWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, si
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(Name+"-objectives").
 		For(&inferencev1alpha2.InferenceObjective{}, builder.WithPredicates(inNamespace(opts.Pool.Namespace))).
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(stopAfterDrain)}).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("set up objective reconciler: %w", err)

@@ -259,7 +259,7 @@ func SetupRewritesWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink
 		r.leading = opts.Leader.Leading
 		b = b.WatchesRawSource(onGain(opts.Leader.Gained(), nil, r.all))
 	}
-	err := b.WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).Complete(r)
+	err := b.WithOptions(controller.Options{NeedLeaderElection: ptr.To(stopAfterDrain)}).Complete(r)
 	if err != nil {
 		return fmt.Errorf("set up model rewrite reconciler: %w", err)
 	}

@@ -117,7 +117,7 @@ func SetupSelectorWithManager(mgr ctrl.Manager, opts SelectorOptions, sink Endpo
 		WatchesRawSource(initial).
 		WithOptions(controller.TypedOptions[request]{
 			MaxConcurrentReconciles: 1,
-			NeedLeaderElection:      ptr.To(false),
+			NeedLeaderElection:      ptr.To(stopAfterDrain),
 		}).
 		WithLogConstructor(requestLogger(mgr.GetLogger().WithValues("controller", Name+"-selector"), "selector")).
 		Complete(r)

@@ -166,7 +166,7 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 	}
 	err = b.WithOptions(controller.TypedOptions[request]{
 		MaxConcurrentReconciles: 1,
-		NeedLeaderElection:      ptr.To(false),
+		NeedLeaderElection:      ptr.To(stopAfterDrain),
 	}).
 		WithLogConstructor(requestLogger(mgr.GetLogger().WithValues("controller", Name), "InferencePool")).
 		Complete(r)

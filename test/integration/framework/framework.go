@@ -23,6 +23,9 @@ type Env struct {
 	cp     *framework.ControlPlane
 	Config *rest.Config
 	Client client.Client
+	// Kubeconfig is a kubeconfig file for an admin, for app.Run's
+	// --kubeconfig.
+	Kubeconfig string
 }
 
 // Start runs etcd and kube-apiserver, installs the CRDs from
@@ -33,7 +36,7 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Env{cp: cp, Config: cp.Config, Client: cp.Client}, nil
+	return &Env{cp: cp, Config: cp.Config, Client: cp.Client, Kubeconfig: cp.Kubeconfig}, nil
 }
 
 // Stop stops the control plane.
