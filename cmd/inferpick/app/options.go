@@ -343,6 +343,14 @@ func (o *Options) Complete() error {
 		o.Policy.Index.MaxBlocks = o.PrefixIndexMaxBlocks
 	}
 	o.Warnings = append(o.Warnings, inertWarnings(o.fs)...)
+	if !o.LeaderElection {
+		for _, name := range []string{"ha-mode", "leader-election-lease-duration", "leader-election-renew-deadline", "leader-election-retry-period"} {
+			if o.flagSet(name) {
+				o.Warnings = append(o.Warnings, Warning{Flag: "--" + name, Value: o.fs.Lookup(name).Value.String(),
+					Reason: "--ha-enable-leader-election is not set: the picker takes no lease, is ready on its own and routes as the only replica"})
+			}
+		}
+	}
 	if len(o.static) > 0 && o.PoolName != "" {
 		o.Warnings = append(o.Warnings, Warning{Flag: "--pool-name", Value: o.PoolName,
 			Reason: "--static-endpoints is given: requests are routed over that list, not the pool's pods"})

@@ -151,3 +151,43 @@ func TestPolicyConfigReplicas(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaderElectionSettingsWithoutEffectAreWarned: the HA settings that
+// change nothing, since no lease is taken, are logged as such at start
+// rather than silently ignored.
+func TestLeaderElectionSettingsWithoutEffectAreWarned(t *testing.T) {
+	cases := map[string]struct {
+		args   []string
+		warned []string
+	}{
+		"active-passive without leader election": {
+			args:   []string{"--pool-name", "p", "--ha-mode", "active-passive"},
+			warned: []string{"--ha-mode"},
+		},
+		"lease timings without leader election": {
+			args:   []string{"--pool-name", "p", "--leader-election-lease-duration", "30s", "--leader-election-renew-deadline", "20s", "--leader-election-retry-period", "4s"},
+			warned: []string{"--leader-election-lease-duration", "--leader-election-renew-deadline", "--leader-election-retry-period"},
+		},
+		"every setting under leader election": {
+			args: []string{"--pool-name", "p", "--ha-enable-leader-election", "--ha-mode", "active-passive", "--leader-election-lease-duration", "30s", "--leader-election-renew-deadline", "20s"},
+		},
+		"active-passive by selector": {
+			args: []string{"--endpoint-selector", "app=vllm", "--endpoint-target-ports", "8000", "--ha-enable-leader-election", "--ha-mode", "active-passive"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			o, err := parse(t, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var warned []string
+			for _, w := range o.Warnings {
+				warned = append(warned, w.Flag)
+			}
+			if diff := cmp.Diff(tc.warned, warned); diff != "" {
+				t.Errorf("flags warned about (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
