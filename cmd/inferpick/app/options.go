@@ -491,6 +491,12 @@ func (o *Options) Validate() error {
 	if o.Fallbacks < 0 {
 		errs = append(errs, fmt.Errorf("--fallbacks %d is negative", o.Fallbacks))
 	}
+	// A negative drain would cut every stream at SIGTERM, and could make
+	// the manager's shutdown bound (the drain and 5 s) negative, which
+	// controller-runtime takes for no bound at all.
+	if o.DrainTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--drain-timeout %s is negative", o.DrainTimeout))
+	}
 	if o.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--max-request-body-bytes %d must be positive", o.MaxBodyBytes))
 	}

@@ -82,6 +82,7 @@ func TestOptions(t *testing.T) {
 		"leader election statically":  {args: []string{"--static-endpoints", "127.0.0.1:1", "--ha-enable-leader-election"}, wantErr: "needs a cluster"},
 		"unknown ha mode":             {args: []string{"--pool-name", "p", "--ha-mode", "active"}, wantErr: "--ha-mode"},
 		"negative fallbacks":          {args: []string{"--pool-name", "p", "--fallbacks", "-1"}, wantErr: "--fallbacks"},
+		"negative drain timeout":      {args: []string{"--pool-name", "p", "--drain-timeout", "-10s"}, wantErr: "--drain-timeout -10s is negative"},
 		"port out of range":           {args: []string{"--pool-name", "p", "--grpc-port", "70000"}, wantErr: "--grpc-port"},
 		"unknown transport":           {args: []string{"--pool-name", "p", "--extproc-transport", "h3"}, wantErr: "--extproc-transport"},
 		"negative stream cap":         {args: []string{"--pool-name", "p", "--grpc-max-concurrent-streams", "-1"}, wantErr: "grpc-max-concurrent-streams"},
