@@ -287,9 +287,9 @@ func TestStrategy(t *testing.T) {
 			if dep.Spec.Strategy.Type != tc.want {
 				t.Errorf("strategy %s, want %s", dep.Spec.Strategy.Type, tc.want)
 			}
-			drain := 115
-			if got := dep.Spec.Template.Spec.TerminationGracePeriodSeconds; got == nil || *got != int64(drain+15) {
-				t.Errorf("terminationGracePeriodSeconds %v, want the drain timeout %d s + 15 s", got, drain)
+			drain, sleep := 115, 5
+			if got := dep.Spec.Template.Spec.TerminationGracePeriodSeconds; got == nil || *got != int64(sleep+drain+15) {
+				t.Errorf("terminationGracePeriodSeconds %v, want the preStop sleep %d s + the drain timeout %d s + 15 s", got, sleep, drain)
 			}
 		})
 	}
@@ -390,5 +390,47 @@ func TestFailureModeDefault(t *testing.T) {
 		if got := pool.Spec.EndpointPickerRef.FailureMode; got != want {
 			t.Errorf("--set %q: failureMode %s, want %s", sets, got, want)
 		}
+	}
+}
+
+// TestPreStopSleep checks that a stopping picker serves on while gateways
+// see its endpoint go, where the cluster runs the sleep action, and that the
+// grace period makes room for the sleep before the drain.
+func TestPreStopSleep(t *testing.T) {
+	tests := map[string]struct {
+		kubeVersion string
+		sets        []string
+		wantSleep   int64 // 0: no preStop hook
+		wantGrace   int64
+	}{
+		"default":                          {kubeVersion: kubeVersion, wantSleep: 5, wantGrace: 135},
+		"Kubernetes 1.30":                  {kubeVersion: "1.30.0", wantSleep: 5, wantGrace: 135},
+		"Kubernetes 1.29, no sleep action": {kubeVersion: "1.29.9", wantGrace: 130},
+		"turned off":                       {kubeVersion: kubeVersion, sets: []string{"picker.preStopSleepSeconds=0"}, wantGrace: 130},
+		"longer, with a longer drain": {
+			kubeVersion: kubeVersion, sets: []string{"picker.preStopSleepSeconds=20", "picker.drainTimeoutSeconds=300"},
+			wantSleep: 20, wantGrace: 335,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, errOut, err := templateAs(t, release, namespace, tc.kubeVersion, valuesArgs(nil, tc.sets...)...)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, errOut)
+			}
+			var dep appsv1.Deployment
+			parseManifest(t, out).decode(t, "Deployment", &dep)
+			spec := dep.Spec.Template.Spec
+			if got := spec.TerminationGracePeriodSeconds; got == nil || *got != tc.wantGrace {
+				t.Errorf("terminationGracePeriodSeconds %v, want %d", got, tc.wantGrace)
+			}
+			var sleep int64
+			if lc := spec.Containers[0].Lifecycle; lc != nil && lc.PreStop != nil && lc.PreStop.Sleep != nil {
+				sleep = lc.PreStop.Sleep.Seconds
+			}
+			if sleep != tc.wantSleep {
+				t.Errorf("preStop sleep %d s, want %d s (lifecycle %+v)", sleep, tc.wantSleep, spec.Containers[0].Lifecycle)
+			}
+		})
 	}
 }
