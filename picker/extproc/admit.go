@@ -23,6 +23,11 @@ const (
 	FairnessHeader  = "x-gateway-inference-fairness-id"
 )
 
+// DefaultFairnessID is the flow of a request without a fairness id, as the
+// upstream picker names it: such requests share one flow, with those that
+// name it.
+const DefaultFairnessID = "default-flow"
+
 // Admitter queues requests while the pool is saturated (flowcontrol.Queue).
 type Admitter interface {
 	Admit(ctx context.Context, it flowcontrol.Item, try flowcontrol.TryFunc) error
@@ -74,7 +79,11 @@ func (x *exchange) admit() error {
 		x.pick.Reserve = x.s.opts.Reserve(x.priority)
 	}
 	model, target := x.series.Labels() // bounded, as the request's other series
-	it := flowcontrol.Item{Priority: x.priority, FlowID: x.fairnessID, Bytes: int64(len(x.body)), Model: model,
+	flow := x.fairnessID
+	if flow == "" {
+		flow = DefaultFairnessID
+	}
+	it := flowcontrol.Item{Priority: x.priority, FlowID: flow, Bytes: int64(len(x.body)), Model: model,
 		TargetModel: target, Endpoints: x.pick.Model}
 	if x.subset.present {
 		it.Endpoints += "\x00" + x.subset.String()

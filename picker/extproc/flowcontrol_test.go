@@ -481,3 +481,45 @@ func TestRequestsLeavingTheQueueAreNoFailedSchedulerAttempts(t *testing.T) {
 		t.Errorf("scheduler attempts (-want +got):\n%s", diff)
 	}
 }
+
+// A request without a fairness id is in the upstream picker's default flow,
+// "default-flow": its waiters are counted under that fairness_id, and a
+// request that names "default-flow" shares their flow.
+func TestARequestWithoutAFairnessIdIsInTheDefaultFlow(t *testing.T) {
+	e, q, qreg := queueEnv(t, flowcontrol.Options{})
+	first := e.open()
+	first.sendRequest("interactive")
+	first.routed(true)
+	body := chatBody("m", "hello")
+	for _, extra := range [][]string{
+		{ObjectiveHeader, "interactive"},
+		{ObjectiveHeader, "interactive", FairnessHeader, "default-flow"},
+		{ObjectiveHeader, "interactive", FairnessHeader, "tenant-a"},
+	} {
+		s := e.open()
+		s.requestHeaders("/v1/chat/completions", len(body), false, nil, extra...)
+		s.requestBody(body, true)
+	}
+	eventually(t, "three requests queued", func() bool { return q.Len() == 3 })
+	mfs, err := qreg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "inference_extension_flow_control_queue_size" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "fairness_id" {
+					got[l.GetValue()] += m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	want := map[string]float64{"default-flow": 2, "tenant-a": 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("waiters by fairness_id (-want +got):\n%s", diff)
+	}
+}
