@@ -164,8 +164,14 @@ func (bs *bands) sweep(c *cursor, full map[string]struct{}, limit int) (w *waite
 				if w.seq <= after && i == start {
 					continue
 				}
+				prev := *c
 				*c = cursor{started: true, prio: b.priority, flow: f, idx: i, seq: w.seq}
 				if _, ok := full[w.item.Endpoints]; !ok {
+					if x := bs.before(w, full); x != nil {
+						// The sweep comes back to w once x is tried.
+						*c = prev
+						return x, false
+					}
 					return w, false
 				}
 				limit--
@@ -177,6 +183,38 @@ func (bs *bands) sweep(c *cursor, full map[string]struct{}, limit int) (w *waite
 	}
 	*c = cursor{}
 	return nil, true
+}
+
+// before returns the first waiter, in dispatch order, of a band above w's
+// that may go where w may go (as in ahead) and whose endpoints are not in
+// full, looking at no more than scanLimit waiters; else nil. A sweep tries
+// it in w's place: a request of a higher priority that came after the
+// sweep passed its place still goes first.
+func (bs *bands) before(w *waiter, full map[string]struct{}) *waiter {
+	m := modelOf(w.item.Endpoints)
+	limit := scanLimit
+	for _, b := range bs.order {
+		if b.priority <= w.item.Priority {
+			return nil
+		}
+		if b.len == 0 || m != "" && b.models[m] == 0 && b.models[""] == 0 {
+			continue
+		}
+		for i := range b.ring {
+			for _, x := range b.ring[(b.next+i)%len(b.ring)].waiters {
+				if _, ok := full[x.item.Endpoints]; !ok {
+					if xm := modelOf(x.item.Endpoints); m == "" || xm == "" || xm == m {
+						return x
+					}
+				}
+				limit--
+				if limit == 0 {
+					return nil
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // allIn reports whether every waiter's endpoints are in full.

@@ -7,11 +7,13 @@ import (
 	"math"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 func TestAdmitFastPath(t *testing.T) {
@@ -747,5 +749,45 @@ func TestStopReleasesWaiters(t *testing.T) {
 	}
 	if got := q.Len(); got != 0 {
 		t.Errorf("Len = %d, want 0", got)
+	}
+}
+
+// A request of a higher priority that arrives while a sweep is past its
+// place still goes before a waiting request of a lower priority for the
+// same model: the sweep, reaching the lower one, tries it first.
+func TestASweepDoesNotPassAHigherPriorityArrivalForTheSameModel(t *testing.T) {
+	// No dispatcher runs: the test runs each round itself.
+	q, err := New(Options{}, WithClock(testingclock.NewFakeClock(epoch)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	full, model := &gate{}, &gate{}
+	admit := func(name string, it Item, g *gate) {
+		want := q.Len() + 1
+		wg.Go(func() { _ = q.Admit(ctx, it, g.try(name)) })
+		for q.Len() != want {
+			runtime.Gosched()
+		}
+	}
+	// Busy adapters, each its own endpoint set, fill a round's head part
+	// (priority 10) and its sweep part (priority 0), which stops just
+	// before the low-priority request for the model.
+	for i := range 2 * maxFullPerRound {
+		admit(fmt.Sprint("adapter-", i), Item{Priority: 10 * (1 - i/maxFullPerRound), Endpoints: fmt.Sprint("adapter-", i)}, full)
+	}
+	admit("low", Item{Endpoints: "model"}, model)
+	before := full.triesSoFar()
+	q.dispatch(ctx)
+	if n := full.triesSoFar() - before; n != 2*maxFullPerRound {
+		t.Fatalf("the first round tried the adapters %d times, want %d", n, 2*maxFullPerRound)
+	}
+	admit("high", Item{Priority: 10, Endpoints: "model"}, model)
+	model.open(1)
+	q.dispatch(ctx)
+	if diff := cmp.Diff([]string{"high"}, model.dispatched()); diff != "" {
+		t.Errorf("dispatched for the model's one free place (-want +got):\n%s", diff)
 	}
 }
