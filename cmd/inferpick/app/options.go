@@ -322,6 +322,9 @@ func (o *Options) Complete() error {
 	if err := o.readConfig(); err != nil {
 		return err
 	}
+	if err := o.flowControlFromEnv(); err != nil {
+		return err
+	}
 	if err := o.ModelServer.complete(o.flagSet); err != nil {
 		return err
 	}
@@ -424,6 +427,23 @@ func (o *Options) readConfig() error {
 }
 
 // flagSet reports whether the flag name was given.
+// upstreamFlowControlEnv is the upstream picker's (deprecated) switch for
+// its flow-control layer, which its chart sets through
+// inferenceExtension.env.
+const upstreamFlowControlEnv = "ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER"
+
+// flowControlFromEnv refuses upstreamFlowControlEnv set true without
+// --flow-control, as the config file's flowControl feature gate is refused:
+// the picker would otherwise run without the queue it was asked for.
+func (o *Options) flowControlFromEnv() error {
+	v := os.Getenv(upstreamFlowControlEnv)
+	if on, err := strconv.ParseBool(v); err != nil || !on || o.FlowControl.Enabled {
+		return nil
+	}
+	return fmt.Errorf("%s=%s: pass --flow-control (chart: picker.flowControl.enabled) and its bounds "+
+		"(--flow-control-max-requests, --flow-control-max-band-requests, --flow-control-max-bytes, --flow-control-max-wait) instead", upstreamFlowControlEnv, v)
+}
+
 func (o *Options) flagSet(name string) bool {
 	set := false
 	o.fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })

@@ -192,3 +192,35 @@ func TestLeaderElectionSettingsWithoutEffectAreWarned(t *testing.T) {
 		})
 	}
 }
+
+// The upstream picker's environment switch for its flow-control layer,
+// which its chart sets through inferenceExtension.env, is not ignored: a
+// picker asked so without --flow-control stops at start naming the flag.
+func TestUpstreamFlowControlEnvironmentVariable(t *testing.T) {
+	cases := map[string]struct {
+		env     string
+		args    []string
+		wantErr string
+	}{
+		"on":                      {env: "true", wantErr: "--flow-control"},
+		"on, spelled 1":           {env: "1", wantErr: "--flow-control"},
+		"on, with --flow-control": {env: "true", args: []string{"--flow-control"}},
+		"off":                     {env: "false"},
+		"empty":                   {env: ""},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER", tc.env)
+			_, err := parse(t, append([]string{"--static-endpoints", "127.0.0.1:1"}, tc.args...)...)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("error %v, want none", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER") {
+				t.Fatalf("error %v, want one naming the variable and %q", err, tc.wantErr)
+			}
+		})
+	}
+}
