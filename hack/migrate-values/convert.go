@@ -581,14 +581,19 @@ func (c *converter) route() {
 }
 
 // objectives gives the chart's InferenceObjectives their priorities by flag:
-// the chart makes no InferenceObjective objects.
+// the chart makes no InferenceObjective objects. One without a priority
+// has 0, as upstream gives an objective whose priority is unset.
 func (c *converter) objectives() {
 	v, _ := c.take("inferenceObjectives")
 	list, _ := v.([]any)
 	var pairs []string
 	for _, e := range list {
 		if m, ok := e.(map[string]any); ok {
-			pairs = append(pairs, fmt.Sprintf("%v=%s", m["name"], text(m["priority"])))
+			prio := m["priority"]
+			if prio == nil {
+				prio = 0.0
+			}
+			pairs = append(pairs, fmt.Sprintf("%v=%s", m["name"], text(prio)))
 		}
 	}
 	if len(pairs) > 0 {

@@ -294,6 +294,21 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 			notes: []string{"pluginsCustomConfig[precise.yaml]: parameters of tokenizer (modelName) have no effect"},
 		},
+		"an objective without a priority has priority 0, as upstream gives it": {
+			upstream: `
+inferenceObjectives:
+- {name: chat, priority: 5}
+- {name: plain}
+- {name: batch, priority: -1}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker: {extraArgs: ["--objective-priorities=chat=5,plain=0,batch=-1"]}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"inferenceObjectives become --objective-priorities"},
+		},
 		"unknown keys are reported": {
 			upstream: `
 inferenceExtension:
