@@ -183,6 +183,7 @@ func (c *converter) extension() {
 	c.move(ie+"image.pullPolicy", "image.pullPolicy")
 	if v, ok := c.take(ie + "env"); ok {
 		c.set("env", envList(v))
+		c.flowControlEnv()
 	}
 	reg, _ := c.take(ie + "image.registry")
 	repo, _ := c.take(ie + "image.repository")
@@ -250,6 +251,31 @@ func (c *converter) tracing() {
 	}
 	sort.Slice(env, func(i, j int) bool { return fmt.Sprint(env[i]) < fmt.Sprint(env[j]) })
 	c.set("env", env)
+}
+
+// upstreamFlowControlEnv is upstream's (deprecated) environment switch for
+// its flow-control layer, which the picker refuses without --flow-control.
+const upstreamFlowControlEnv = "ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER"
+
+// flowControlEnv takes upstreamFlowControlEnv out of env: set true, it
+// turns the queue on.
+func (c *converter) flowControlEnv() {
+	env, _ := c.get("env").([]any)
+	kept := env[:0]
+	for _, e := range env {
+		m, ok := e.(map[string]any)
+		if !ok || m["name"] != upstreamFlowControlEnv {
+			kept = append(kept, e)
+			continue
+		}
+		if on, err := strconv.ParseBool(fmt.Sprint(m["value"])); err == nil && on {
+			c.set("picker.flowControl.enabled", true)
+			c.note("inferenceExtension.env %s becomes picker.flowControl.enabled (its bounds: picker.flowControl)", upstreamFlowControlEnv)
+		}
+	}
+	if env != nil {
+		c.set("env", kept)
+	}
 }
 
 // envList turns upstream's env (a list, or the map its comments show) into

@@ -309,6 +309,34 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 			notes: []string{"inferenceObjectives become --objective-priorities"},
 		},
+		"upstream's flow-control environment switch turns the queue on": {
+			upstream: `
+inferenceExtension:
+  env:
+  - {name: ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER, value: "true"}
+  - {name: A, value: "1"}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+env: [{name: A, value: "1"}]
+picker: {flowControl: {enabled: true}}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER becomes picker.flowControl.enabled"},
+		},
+		"upstream's flow-control environment switch, off and as a map": {
+			upstream: `
+inferenceExtension:
+  env: {ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER: false}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+env: []
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
 		"unknown keys are reported": {
 			upstream: `
 inferenceExtension:
