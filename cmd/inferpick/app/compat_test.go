@@ -216,6 +216,11 @@ func TestUpstreamFlags(t *testing.T) {
 			args:   []string{"--refresh-metrics-interval", "1s", "--config-text", "policy:\n  metricsStaleness: 500ms\n"},
 			warned: []string{"--refresh-metrics-interval"},
 		},
+		"flow-control bounds without the queue": {
+			args:   []string{"--flow-control-max-wait", "5s", "--flow-control-reserved-slots", "2"},
+			warned: []string{"--flow-control-max-wait", "--flow-control-reserved-slots"},
+		},
+		"flow-control bounds with the queue":   {args: []string{"--flow-control", "--flow-control-max-wait", "5s", "--flow-control-reserved-slots", "2"}},
 		"metrics over https outside a cluster": {args: []string{"--metrics-secure-serving"}, warned: []string{"--metrics-secure-serving"}},
 		"metrics over http outside a cluster":  {args: []string{"--metrics-secure-serving=false"}},
 		"metrics mTLS": {

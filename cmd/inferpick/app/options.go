@@ -354,6 +354,14 @@ func (o *Options) Complete() error {
 			}
 		}
 	}
+	if !o.FlowControl.Enabled {
+		o.fs.Visit(func(f *flag.Flag) {
+			if strings.HasPrefix(f.Name, "flow-control-") {
+				o.Warnings = append(o.Warnings, Warning{Flag: "--" + f.Name, Value: f.Value.String(),
+					Reason: "--flow-control is not given: there is no queue, and a saturated pool answers 429 at once"})
+			}
+		})
+	}
 	if len(o.static) > 0 && o.PoolName != "" {
 		o.Warnings = append(o.Warnings, Warning{Flag: "--pool-name", Value: o.PoolName,
 			Reason: "--static-endpoints is given: requests are routed over that list, not the pool's pods"})
