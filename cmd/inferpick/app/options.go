@@ -479,6 +479,24 @@ func (o *Options) Validate() error {
 	if o.KVEventsReplayTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--kv-events-replay-timeout %v must be positive", o.KVEventsReplayTimeout))
 	}
+	if fc := o.FlowControl; fc.Enabled {
+		// The flags show the defaults: 0 was given, and would be taken for
+		// the default without a word.
+		for _, b := range []struct {
+			name     string
+			value    any
+			positive bool
+		}{
+			{"max-requests", fc.MaxLen, fc.MaxLen > 0},
+			{"max-band-requests", fc.MaxBandLen, fc.MaxBandLen > 0},
+			{"max-bytes", fc.MaxBytes, fc.MaxBytes > 0},
+			{"max-wait", fc.MaxWait, fc.MaxWait > 0},
+		} {
+			if !b.positive {
+				errs = append(errs, fmt.Errorf("--flow-control-%s %v must be positive", b.name, b.value))
+			}
+		}
+	}
 	if o.TokenizeTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--tokenize-timeout %v must be positive", o.TokenizeTimeout))
 	}

@@ -92,6 +92,10 @@ func TestOptions(t *testing.T) {
 		"replay without events":       {args: []string{"--pool-name", "p", "--kv-events-replay-port", "5558"}, wantErr: "needs --kv-events-port"},
 		"offload weight past 1":       {args: []string{"--pool-name", "p", "--kv-events-port", "5557", "--kv-events-offload-weight", "1.5"}, wantErr: "--kv-events-offload-weight"},
 		"no replay timeout":           {args: []string{"--pool-name", "p", "--kv-events-port", "5557", "--kv-events-replay-timeout", "0s"}, wantErr: "--kv-events-replay-timeout"},
+		"a flow-control wait of 0":    {args: []string{"--pool-name", "p", "--flow-control", "--flow-control-max-wait", "0s"}, wantErr: "--flow-control-max-wait"},
+		"a flow-control queue of 0":   {args: []string{"--pool-name", "p", "--flow-control", "--flow-control-max-requests", "0"}, wantErr: "--flow-control-max-requests"},
+		"a flow-control band of 0":    {args: []string{"--pool-name", "p", "--flow-control", "--flow-control-max-band-requests=0"}, wantErr: "--flow-control-max-band-requests"},
+		"flow-control bytes of 0":     {args: []string{"--pool-name", "p", "--flow-control", "--flow-control-max-bytes", "0"}, wantErr: "--flow-control-max-bytes"},
 		"no tokenize timeout":         {args: []string{"--pool-name", "p", "--kv-events-port", "5557", "--tokenize-timeout", "0s"}, wantErr: "--tokenize-timeout"},
 	}
 	for name, tc := range cases {
