@@ -18,6 +18,7 @@ import (
 	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
+	sessiontoken "github.com/inferpick/inferpick/picker/session"
 )
 
 // exchange is the state of one request/response pair on one stream. It is
@@ -72,6 +73,10 @@ type exchange struct {
 	dest           string
 	guard          *registry.Guard
 	pickTook       time.Duration // the successful pick's duration
+	// session is the pod the request's session token names; sessionErr
+	// says why a token was not read (Options.SessionHeader).
+	session    sessiontoken.Ref
+	sessionErr error
 
 	priority   int    // from the request's InferenceObjective
 	fairnessID string // the request's flow within its priority
@@ -224,6 +229,10 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 			x.fairnessID = textValue(hv)
 		case ModelRewriteHeader:
 			x.rw.header = textValue(hv)
+		default:
+			if sh := x.s.opts.SessionHeader; sh != "" && hv.GetKey() == sh {
+				x.readSession(hv)
+			}
 		}
 	}
 	// Headers that end the request end it: no tunnel's bytes follow them.
@@ -322,6 +331,9 @@ func (x *exchange) route() (bool, error) {
 			x.modelSeries(x.parsed.Model)
 		}
 	}
+	if x.session.Valid() {
+		x.pick.Session = &x.session
+	}
 	// The pick's latency counts the parse and the prompt's lookup, not the
 	// time the request waits in the flow-control queue.
 	prePick := x.s.opts.Clock.Now().Sub(start)
@@ -342,6 +354,7 @@ func (x *exchange) route() (bool, error) {
 		return x.reject(status, reason)
 	}
 	x.routedAt = x.s.opts.Clock.Now()
+	x.logSession()
 	took := prePick + x.pickTook
 	x.s.metrics.pick.Observe(took.Seconds())
 	x.s.metrics.request(200)
@@ -480,6 +493,10 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	}
 	x.followServed(req.GetMetadataContext())
 	x.dropBody()
+	reply := continueResponseHeaders
+	if x.s.opts.SessionHeader != "" && x.guard != nil && x.served() {
+		reply = x.sessionReply(x.guard.Worker())
+	}
 	x.scanner.Reset(streaming)
 	x.state = readingResponse
 	if h.GetEndOfStream() {
@@ -495,7 +512,7 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 		// open tunnel holds the server until it closes.
 		x.firstToken()
 	}
-	return x.send(continueResponseHeaders)
+	return x.send(reply)
 }
 
 // followServed moves the guard when the gateway reports that a fallback

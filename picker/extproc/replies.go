@@ -22,6 +22,11 @@ type replies struct {
 	reqBody  *extprocv3.ProcessingResponse_RequestBody
 	respBody *extprocv3.ProcessingResponse_ResponseBody
 	streamed *extprocv3.StreamedBodyResponse
+
+	// The reply to the response headers that sets the session header
+	// (session.go), made on first use.
+	session      *extprocv3.ProcessingResponse
+	sessionValue *corev3.HeaderValue
 }
 
 func newReplies() *replies {

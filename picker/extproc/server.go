@@ -85,6 +85,12 @@ type Options struct {
 	// replicas placed. It may wait on the network, so the direct transport
 	// then serves each stream on a goroutine of its own.
 	Locator Locator
+	// SessionHeader, when set, is the lower-case header that carries a
+	// session token (package session) both ways: a request's names the
+	// pod its pick keeps it on (the policy's sessionAffinity), and the
+	// response of a served request names the pod that served it when the
+	// request's token named another or none.
+	SessionHeader string
 }
 
 // Locator fills dst with the model servers' account of where the parsed

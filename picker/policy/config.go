@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/inferpick/inferpick/picker/session"
 )
 
 // Names of the policies Build knows.
@@ -54,6 +57,34 @@ type Config struct {
 	CacheAware     CacheAwareConfig     `json:"cacheAware,omitempty" yaml:"cacheAware,omitempty"`
 	WeightedScorer WeightedScorerConfig `json:"weightedScorer,omitempty" yaml:"weightedScorer,omitempty"`
 	Index          IndexConfig          `json:"index,omitempty" yaml:"index,omitempty"`
+
+	// SessionAffinity, when set, keeps a client's session on one pod; nil
+	// turns it off.
+	SessionAffinity *SessionAffinityConfig `json:"sessionAffinity,omitempty" yaml:"sessionAffinity,omitempty"`
+}
+
+// Modes of session affinity.
+const (
+	// SessionPin sends a request whose token names a pod among its
+	// candidates to that pod, unless the pod is saturated for it.
+	SessionPin = "pin"
+	// SessionPrefer adds weightedScorer.sessionWeight to the score of the
+	// token's pod (weighted-scorer only): a preference other scores may
+	// outweigh.
+	SessionPrefer = "prefer"
+)
+
+// SessionAffinityConfig keeps a session on one pod. The response names the
+// pod that served it in Header, as the base64 of its namespace/name, when
+// the request's token named another (or none); the client sends the token
+// back on its next request. Every replica decodes a token alike: nothing
+// is kept per session.
+type SessionAffinityConfig struct {
+	// Header carries the token both ways; x-session-token by default.
+	// Header names are matched in lower case.
+	Header string `json:"header,omitempty" yaml:"header,omitempty"`
+	// Mode is pin (default) or prefer.
+	Mode string `json:"mode,omitempty" yaml:"mode,omitempty"`
 }
 
 // CacheAwareConfig tunes the cache-aware policy.
@@ -100,6 +131,10 @@ type WeightedScorerConfig struct {
 	// where every slot is taken. 0 by default, as upstream's default
 	// profile has no LoRA scorer.
 	LoRAWeight float64 `json:"loraAffinityWeight,omitempty" yaml:"loraAffinityWeight,omitempty"`
+	// SessionWeight weighs the session score, with sessionAffinity mode
+	// prefer: 1 for the pod the request's session token names, 0 for the
+	// others (upstream's session-affinity-scorer).
+	SessionWeight float64 `json:"sessionWeight,omitempty" yaml:"sessionWeight,omitempty"`
 }
 
 // IndexConfig tunes the prefix index of the policies that keep one.
@@ -147,8 +182,15 @@ func (c Config) Default() Config {
 	setDefault(&ca.HomeBlocks, DefaultHomeBlocks)
 	setDefault(&ca.HomeEpsilon, DefaultHomeEpsilon)
 	ws := &c.WeightedScorer
-	if *ws == (WeightedScorerConfig{}) {
-		*ws = WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3}
+	if (WeightedScorerConfig{SessionWeight: ws.SessionWeight}) == *ws {
+		*ws = WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3, SessionWeight: ws.SessionWeight}
+	}
+	if c.SessionAffinity != nil {
+		sa := *c.SessionAffinity
+		sa.Header = strings.ToLower(strings.TrimSpace(sa.Header))
+		setDefault(&sa.Header, session.DefaultHeader)
+		setDefault(&sa.Mode, SessionPin)
+		c.SessionAffinity = &sa
 	}
 	return c
 }
@@ -220,11 +262,13 @@ func (c Config) Validate() error {
 		"weightedScorer.kvCacheWeight":      ws.KVWeight,
 		"weightedScorer.prefixWeight":       ws.PrefixWeight,
 		"weightedScorer.loraAffinityWeight": ws.LoRAWeight,
+		"weightedScorer.sessionWeight":      ws.SessionWeight,
 	} {
 		if !atLeast(w, 0) {
 			bad(field, w, "a finite number ≥ 0")
 		}
 	}
+	errs = append(errs, c.validateSession()...)
 	if c.Index.DefaultCapacityBlocks < 0 {
 		bad("index.defaultCapacityBlocks", c.Index.DefaultCapacityBlocks, "≥ 0")
 	}
@@ -235,6 +279,37 @@ func (c Config) Validate() error {
 		bad("index.maxBlocks", c.Index.MaxBlocks, "≥ 0")
 	}
 	return errors.Join(errs...)
+}
+
+// validateSession checks the session affinity block against the weighted
+// scorer's session weight, which only mode prefer reads.
+func (c Config) validateSession() []error {
+	sa, w := c.SessionAffinity, c.WeightedScorer.SessionWeight
+	if sa == nil {
+		if w > 0 {
+			return []error{fmt.Errorf("weightedScorer.sessionWeight: %v has no effect without sessionAffinity: {mode: prefer}", w)}
+		}
+		return nil
+	}
+	var errs []error
+	if !session.ValidHeader(sa.Header) {
+		errs = append(errs, fmt.Errorf("sessionAffinity.header: %q is invalid: must be an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", sa.Header))
+	}
+	switch sa.Mode {
+	case SessionPin:
+		if w > 0 {
+			errs = append(errs, fmt.Errorf("weightedScorer.sessionWeight: %v has no effect with sessionAffinity.mode pin: use mode prefer, or drop the weight", w))
+		}
+	case SessionPrefer:
+		if c.Name != WeightedScorer {
+			errs = append(errs, fmt.Errorf("sessionAffinity.mode: prefer is invalid with policy %s: it weighs weightedScorer.sessionWeight, so it needs name weighted-scorer; use mode pin", c.Name))
+		} else if !(w > 0) {
+			errs = append(errs, errors.New("weightedScorer.sessionWeight: must be > 0 with sessionAffinity.mode prefer"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("sessionAffinity.mode: %q is invalid: must be pin or prefer", sa.Mode))
+	}
+	return errs
 }
 
 // minMetricsStaleness is the shortest metricsStaleness accepted. Anything

@@ -20,6 +20,7 @@ type candidate struct {
 	waiting int               // the estimated queue of a worker without fresh metrics (weighted.go)
 	cost    float64           // set by the ranker: lower is better
 	tie     uint64            // random tie-break
+	session bool              // on the pod the request's session token names (session.go)
 }
 
 // pick is the per-call state, pooled so a pick allocates only its result.
@@ -71,6 +72,8 @@ type chooser interface {
 // cheapest distinct candidates, ties broken at random.
 type engine struct {
 	cfg     Config
+	pin     bool // session affinity pins (session.go)
+	prefer  bool // session affinity scores (weighted.go)
 	now     func() time.Time
 	ranker  ranker
 	workers func() []*registry.Worker // the whole pool, or nil
@@ -86,6 +89,9 @@ var _ Policy = (*engine)(nil)
 
 func newEngine(cfg Config, o options, r ranker) *engine {
 	e := &engine{cfg: cfg, now: o.clock.Now, rnd: o.rand, ranker: r, workers: o.workers}
+	if sa := cfg.SessionAffinity; sa != nil {
+		e.pin, e.prefer = sa.Mode == SessionPin, sa.Mode == SessionPrefer
+	}
 	e.pool.New = func() any { return &pick{matched: map[uint32]int{}} }
 	return e
 }
@@ -131,13 +137,15 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 		return dst, err
 	}
 	now := e.now()
-	saturated := 0
+	saturated, sampled := 0, false
 	if s, ok := e.ranker.(sampler); ok && len(candidates) > sampleAbove && !req.Subset {
 		saturated = e.admit(p, s.sample(e, p, candidates), &filter, now)
+		sampled = len(p.cands) > 0
 	}
 	if len(p.cands) == 0 { // a small pool, or none of the sample can take it
 		saturated = e.admit(p, candidates, &filter, now)
 	}
+	onPod := (e.pin || e.prefer) && req.Session.Valid() && e.markSession(p, candidates, sampled, &filter, now)
 	p.others, p.measured = othersPerOwn(p.cands)
 	for i := range p.cands {
 		p.cands[i].load = e.load(p.cands[i].w, p.cands[i].metrics, p.others)
@@ -150,7 +158,11 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 	}
 	e.ranker.rank(e, p)
 	primary := len(dst)
-	dst = appendCheapest(dst, p.cands, n)
+	if onPod && e.pin {
+		dst = appendPinned(dst, p.cands, n)
+	} else {
+		dst = appendCheapest(dst, p.cands, n)
+	}
 	if c, ok := e.ranker.(chooser); ok {
 		c.chose(e, p, dst[primary])
 	}
@@ -161,20 +173,28 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 // model and have room for the request, and returns how many had none.
 func (e *engine) admit(p *pick, ws []*registry.Worker, filter *modelFilter, now time.Time) (saturated int) {
 	for _, w := range ws {
-		if w == nil || !w.Live() || !filter.admits(w) {
-			continue
-		}
-		m := w.Metrics()
-		if m != nil && !m.Fresh(now, e.cfg.MetricsStaleness.Duration) {
-			m = nil
-		}
-		if e.saturated(w, m, p.req.Reserve) {
+		if e.admitOne(p, w, filter, now) {
 			saturated++
-			continue
 		}
-		p.cands = append(p.cands, candidate{w: w, metrics: m, tie: p.rand()})
 	}
 	return saturated
+}
+
+// admitOne makes a candidate of w when it is live, serves the model and has
+// room for the request, and reports whether it had none.
+func (e *engine) admitOne(p *pick, w *registry.Worker, filter *modelFilter, now time.Time) (saturated bool) {
+	if w == nil || !w.Live() || !filter.admits(w) {
+		return false
+	}
+	m := w.Metrics()
+	if m != nil && !m.Fresh(now, e.cfg.MetricsStaleness.Duration) {
+		m = nil
+	}
+	if e.saturated(w, m, p.req.Reserve) {
+		return true
+	}
+	p.cands = append(p.cands, candidate{w: w, metrics: m, tie: p.rand()})
+	return false
 }
 
 // saturated reports whether w may take no more work of a request that

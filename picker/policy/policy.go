@@ -10,6 +10,7 @@ import (
 
 	"github.com/inferpick/inferpick/picker/prefix"
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/session"
 )
 
 // Request is what a policy knows of one request.
@@ -44,6 +45,13 @@ type Request struct {
 	// prompt is hashed once. The caller gives each request an empty one
 	// (see Hashes.Reset) and never shares one between requests.
 	Hashes *Hashes
+	// Session is the pod the request's session token names, nil (or
+	// naming no pod) without one. With Config.SessionAffinity the pick
+	// keeps the request there (mode pin) or scores that pod higher (mode
+	// prefer) when the pod has a worker among the live candidates with
+	// room for it; otherwise the pick is as usual. It may alias the
+	// caller's memory: the policy never keeps it past the call.
+	Session *session.Ref
 }
 
 // Hashes is a prompt's block hashes, computed by the policy for one

@@ -15,7 +15,7 @@ type weightedScorer struct {
 	lora *loraAffinity
 }
 
-func (s *weightedScorer) rank(_ *engine, p *pick) {
+func (s *weightedScorer) rank(e *engine, p *pick) {
 	s.match(p)
 	v := surveyFresh(p.cands)
 	for i := range p.cands {
@@ -28,6 +28,9 @@ func (s *weightedScorer) rank(_ *engine, p *pick) {
 		cd.cost = -(s.cfg.QueueWeight*clamp01(queue) + s.cfg.KVWeight*clamp01(kv) + s.cfg.PrefixWeight*clamp01(pfx))
 		if s.cfg.LoRAWeight > 0 {
 			cd.cost -= s.cfg.LoRAWeight * clamp01(s.lora.score(p, cd))
+		}
+		if e.prefer && cd.session {
+			cd.cost -= s.cfg.SessionWeight
 		}
 	}
 }

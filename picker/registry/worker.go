@@ -204,6 +204,10 @@ func (w *Worker) sameServer(ep Endpoint) bool {
 // Address returns "ip:port".
 func (w *Worker) Address() string { return w.addr }
 
+// Pod returns the namespace and name of the worker's pod (for a static
+// endpoint, no namespace and its address), without copying its Endpoint.
+func (w *Worker) Pod() (namespace, name string) { return w.ep.Namespace, w.ep.Name }
+
 // ID is a small integer unique to this worker object for the life of the
 // process. A re-created pod gets a new ID.
 func (w *Worker) ID() uint32 { return w.id }

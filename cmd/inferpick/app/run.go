@@ -224,6 +224,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 		Reserve:              o.FlowControl.Reserve,
 		MaxInFlight:          cfg.MaxInFlight,
 		Locator:              locator,
+		SessionHeader:        sessionHeader(cfg),
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
 	var indexSize func() (int, bool)
@@ -429,4 +430,12 @@ func (o *Options) policyConfig() policy.Config {
 		cfg.CacheAware.Replicas = 1
 	}
 	return cfg
+}
+
+// sessionHeader is the header of the policy's session affinity, "" when off.
+func sessionHeader(cfg policy.Config) string {
+	if sa := cfg.Default().SessionAffinity; sa != nil {
+		return sa.Header
+	}
+	return ""
 }
