@@ -87,6 +87,53 @@ schedulingProfiles:
 				Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, LoRAWeight: 2}},
 			},
 		},
+		"session scorer beside other scorers: a preference weighted as in the profile": {
+			in: header + "plugins:\n- type: queue-scorer\n- {name: s, type: session-affinity-scorer, parameters: {headerName: X-Conversation}}\n" +
+				"schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: s\n    weight: 3\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer,
+				WeightedScorer:  policy.WeightedScorerConfig{QueueWeight: 1, SessionWeight: 3},
+				SessionAffinity: &policy.SessionAffinityConfig{Header: "x-conversation", Mode: policy.SessionPrefer}}},
+		},
+		"session scorer alone, as in upstream's default profile: a pin, the other pods tie": {
+			in: header + "plugins:\n- type: session-affinity-scorer\n  parameters: {algorithm: encoded_endpoint_header}\n- type: max-score-picker\n",
+			want: File{Policy: policy.Config{Name: policy.Random,
+				SessionAffinity: &policy.SessionAffinityConfig{Header: "x-session-token", Mode: policy.SessionPin}}},
+		},
+		"session filter: a pin with its header": {
+			in: header + "plugins:\n- type: queue-scorer\n- {type: session-affinity-filter, parameters: {strategy: encoded_endpoint_header, encodedEndpointHeaderConfig: {header: x-pin}}}\n" +
+				"schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: session-affinity-filter\n  - pluginRef: queue-scorer\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer,
+				WeightedScorer:  policy.WeightedScorerConfig{QueueWeight: 1},
+				SessionAffinity: &policy.SessionAffinityConfig{Header: "x-pin", Mode: policy.SessionPin}}},
+		},
+		"session filter and scorer on one header: the filter's pin, the scorer warns": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: session-affinity-filter\n- type: session-affinity-scorer\n",
+			want: File{
+				Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1},
+					SessionAffinity: &policy.SessionAffinityConfig{Header: "x-session-token", Mode: policy.SessionPin}},
+				Warnings: []string{"session-affinity-scorer has no effect beside session-affinity-filter: the filter already keeps the session on its pod"},
+			},
+		},
+		"session scorer beside precise-prefix-cache-scorer: a pin, with a warning": {
+			in: header + "plugins:\n- type: precise-prefix-cache-scorer\n- type: session-affinity-scorer\n",
+			want: File{
+				Policy:       policy.Config{Name: policy.CacheAware, SessionAffinity: &policy.SessionAffinityConfig{Header: "x-session-token", Mode: policy.SessionPin}},
+				KVEventsPort: 5557, KVEventsTopic: "kv@",
+				Warnings: []string{"session-affinity-scorer becomes a pin beside precise-prefix-cache-scorer: the cache-aware policy weighs no scores, so a session goes to its pod unless that pod is saturated (as session-affinity-filter does)"},
+			},
+		},
+		"session scorer's stateful parameters with the stateless algorithm: no effect": {
+			in: header + "plugins:\n- type: queue-scorer\n- {type: session-affinity-scorer, parameters: {evictionTtlSeconds: 60, missThreshold: 2}}\n",
+			want: File{
+				Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, SessionWeight: 1},
+					SessionAffinity: &policy.SessionAffinityConfig{Header: "x-session-token", Mode: policy.SessionPrefer}},
+				Warnings: []string{"session-affinity-scorer parameters evictionTtlSeconds, missThreshold have no effect: they tune the session_id_header algorithm"},
+			},
+		},
+		"session plugins outside the profile: no session affinity": {
+			in:   header + "plugins:\n- type: queue-scorer\n- type: session-affinity-filter\n" + "schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
+		},
 		"saturation thresholds from the utilization detector": {
 			in: header + `plugins:
 - type: kv-cache-utilization-scorer
@@ -253,6 +300,34 @@ func TestParseRejects(t *testing.T) {
 		"unknown plugin type": {
 			in:   header + "plugins:\n- type: queue-scorer\n- type: my-scorer\n" + profile,
 			want: []string{"line 5", `"my-scorer"`, "docs/policy.md"},
+		},
+		"stateful session scorer": {
+			in:   header + "plugins:\n- type: queue-scorer\n- type: session-affinity-scorer\n  parameters: {algorithm: session_id_header}\n",
+			want: []string{"line 6", "session_id_header", "encoded_endpoint_header"},
+		},
+		"stateful session filter": {
+			in:   header + "plugins:\n- type: session-affinity-filter\n  parameters:\n    strategy: session_id\n",
+			want: []string{"line 6", "session_id", "encoded_endpoint_header"},
+		},
+		"session plugin of another profile": {
+			in:   header + "plugins:\n- type: session-affinity-scorer\n  parameters: {profileName: prefill}\n",
+			want: []string{"line 5", "profileName", "disaggregation"},
+		},
+		"unknown session scorer parameter": {
+			in:   header + "plugins:\n- type: session-affinity-scorer\n  parameters: {header: x-a}\n",
+			want: []string{"line 5", `"header"`},
+		},
+		"unknown session filter header field": {
+			in:   header + "plugins:\n- type: session-affinity-filter\n  parameters: {encodedEndpointHeaderConfig: {name: x-a}}\n",
+			want: []string{"line 5", `"name"`},
+		},
+		"session header that is no header": {
+			in:   header + "plugins:\n- type: session-affinity-scorer\n  parameters: {headerName: \"x a\"}\n",
+			want: []string{"line 4", `"x a"`},
+		},
+		"session plugins on two headers": {
+			in:   header + "plugins:\n- type: session-affinity-filter\n- type: session-affinity-scorer\n  parameters: {headerName: x-other}\n",
+			want: []string{"x-session-token", "x-other", "one session token"},
 		},
 		"upstream plugin with an alternative": {
 			in:   header + "plugins:\n- type: active-request-scorer\n",
@@ -458,6 +533,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(header + "saturationDetector: {pluginRef: s}\nparser: {pluginRef: openai-parser}\nplugins:\n- {name: s, type: utilization-detector}\n"))
 	f.Add([]byte(header + "plugins:\n- {type: max-score-picker, parameters: {maxNumOfEndpoints: 2}}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: max-score-picker\n"))
 	f.Add([]byte(header + "plugins:\n- type: metrics-data-source\n- type: core-metrics-extractor\ndataLayer:\n  sources:\n  - pluginRef: metrics-data-source\n    extractors: [{pluginRef: core-metrics-extractor}]\n"))
+	f.Add([]byte(header + "plugins:\n- type: queue-scorer\n- {type: session-affinity-scorer, parameters: {headerName: x-s}}\n- type: session-affinity-filter\n  parameters: {encodedEndpointHeaderConfig: {header: x-s}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Parse(data)
 		if err != nil {
@@ -466,8 +542,11 @@ func FuzzParse(f *testing.F) {
 		if got.MaxEndpoints < 0 {
 			t.Fatalf("maxNumOfEndpoints %d accepted from:\n%s", got.MaxEndpoints, data)
 		}
+		if err := got.Policy.Default().Validate(); err != nil && strings.Contains(err.Error(), "session") {
+			t.Fatalf("session affinity the policy refuses (%v) accepted from:\n%s", err, data)
+		}
 		ws := got.Policy.WeightedScorer
-		for _, w := range []float64{ws.QueueWeight, ws.KVWeight, ws.PrefixWeight} {
+		for _, w := range []float64{ws.QueueWeight, ws.KVWeight, ws.PrefixWeight, ws.SessionWeight} {
 			if !(w >= 0) || math.IsInf(w, 0) {
 				t.Fatalf("weight %v accepted from:\n%s", w, data)
 			}

@@ -29,6 +29,10 @@ var known = map[string]role{
 	}},
 	"prefix-cache-scorer":  {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.PrefixWeight }},
 	"lora-affinity-scorer": {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.LoRAWeight }},
+	// llm-d's session affinity (session.go): the scorer weighs the
+	// session's pod, the filter pins the session there.
+	sessionScorer: {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.SessionWeight }},
+	sessionFilter: {inProfile: true},
 	// llm-d's scorer of the prefixes the pods' KV-cache events show.
 	"precise-prefix-cache-scorer": {cacheAware: true},
 	"max-score-picker":            {inProfile: true},
@@ -60,7 +64,6 @@ var instead = map[string]string{
 	"active-request-scorer":        "policy: {name: least-load}",
 	"running-requests-size-scorer": "policy: {name: least-load}",
 	"token-load-scorer":            "policy: {name: least-load}",
-	"session-affinity-scorer":      "policy: {name: cache-aware}, which keeps a conversation where its prefix is cached",
 	"prefix-cache-affinity-filter": "policy: {name: cache-aware} with cacheAware.mode threshold and matchThreshold",
 	"pd-profile-handler":           disaggregation,
 	"prefill-header-handler":       disaggregation,
@@ -97,6 +100,10 @@ func (u *upstream) checkPlugin(p plugin) error {
 		return u.readExtractor(p)
 	case "max-score-picker":
 		return u.readPicker(p)
+	case sessionScorer:
+		return u.readSessionScorer(p)
+	case sessionFilter:
+		return u.readSessionFilter(p)
 	case "tokenizer":
 		if hasParams(p) {
 			u.warn(fmt.Sprintf("parameters of tokenizer (%s) have no effect: with precise-prefix-cache-scorer, prompts are tokenized by the model servers (/tokenize) for the model each request names", strings.Join(paramNames(p), ", ")))

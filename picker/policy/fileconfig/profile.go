@@ -65,6 +65,7 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 	}
 	var ws policy.WeightedScorerConfig
 	scorers, precise, picker := 0, false, false
+	var sessionScorers, sessionFilters []string
 	for _, ref := range refs {
 		p := u.plugins[ref.name]
 		role := known[p.typ]
@@ -72,9 +73,17 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 			precise = true
 			continue
 		}
+		switch p.typ {
+		case sessionScorer:
+			sessionScorers = append(sessionScorers, ref.name)
+		case sessionFilter:
+			sessionFilters = append(sessionFilters, ref.name)
+		}
 		if role.weight != nil {
 			*role.weight(&ws) += ref.weight
-			scorers++
+			if p.typ != sessionScorer {
+				scorers++
+			}
 			continue
 		}
 		if !role.inProfile {
@@ -89,6 +98,9 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 	}
 	if !picker {
 		u.addPicker()
+	}
+	if err := u.sessionAffinity(sessionScorers, sessionFilters, &ws, precise); err != nil {
+		return err
 	}
 	if precise {
 		// The pods' own account of their caches, weighed against their
