@@ -137,7 +137,7 @@ func newFuzzWorld(t testing.TB) *fuzzWorld {
 	}
 	w.reg.Replace(w.eps)
 	w.reg.MarkSynced()
-	pol, err := policy.Build(policy.Config{MaxInFlight: 4}, w.reg, policy.WithRand(rand.New(rand.NewPCG(1, 2))))
+	pol, err := policy.Build(policy.Config{MaxInFlight: 4, SessionAffinity: &policy.SessionAffinityConfig{}}, w.reg, policy.WithRand(rand.New(rand.NewPCG(1, 2))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,8 @@ func newFuzzWorld(t testing.TB) *fuzzWorld {
 	// Requests for "m" are rewritten to one of two targets.
 	rw := rewrite.NewTable()
 	rw.Set("canary", rewrite.Object{Rules: []rewrite.Rule{{Models: []string{"m"}, Targets: []rewrite.Target{{Model: "m-v1", Weight: 3}, {Model: "m-v2", Weight: 1}}}}})
-	w.srv = New(w.reg, pol, Options{Fallbacks: 2, MaxBodyBytes: 4 << 10, MaxBufferedBodyBytes: 6 << 10, Registerer: w.prom, Rewrites: rw})
+	w.srv = New(w.reg, pol, Options{Fallbacks: 2, MaxBodyBytes: 4 << 10, MaxBufferedBodyBytes: 6 << 10, Registerer: w.prom, Rewrites: rw,
+		SessionHeader: sessionHeader})
 	return w
 }
 
@@ -197,6 +198,9 @@ func fuzzMessage(op, arg byte) *extprocv3.ProcessingRequest {
 		}
 		if v&32 != 0 {
 			kv = append(kv, ModelRewriteHeader, "from-header")
+		}
+		if v&16 != 0 { // a session token: of a pod, of none, or none at all
+			kv = append(kv, sessionHeader, []string{tokenOf("pod-1"), tokenOf("pod-2"), tokenOf("pod-7"), "%%"}[int(v>>2)%4])
 		}
 		var pc *extprocv3.ProtocolConfiguration
 		if v&64 != 0 { // the gateway's body modes: routed on the headers, as usual, or refused; the response's sent or not
@@ -327,6 +331,7 @@ func FuzzExchange(f *testing.F) {
 	f.Add([]byte{0x00, 0x01, 0x00, 0x01, 0x00, 0x01, 0x00, 0x01})
 	f.Add([]byte{0x00, 0x40, 0x10, 0x00, 0x01, 0x09, 0x11, 0x02, 0x03, 0x10, 0x13, 0x00, 0x07, 0x00, 0x15, 0x00})
 	f.Add([]byte{0x00, 0x00, 0x01, 0x08, 0x02, 0x00, 0x03, 0x20, 0x04, 0x00, 0x09, 0x00, 0x05, 0x00, 0x08, 0x00})
+	f.Add([]byte{0x00, 0x20, 0x01, 0x00, 0x01, 0x03, 0x03, 0x04, 0x04, 0x00, 0x04, 0x03, 0x10, 0x38, 0x11, 0x03, 0x13, 0x00})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) > 512 {
 			return
