@@ -394,6 +394,12 @@ func (c *converter) flagValues(v any) map[string]any {
 func (c *converter) flagMap() {
 	v, _ := c.take("inferenceExtension.flags")
 	flags := c.flagValues(v)
+	// The upstream chart writes JSON lines (--zap-encoder json, before the
+	// flags, so an encoder of the flags wins); the picker's own default is
+	// console text.
+	if _, ok := flags["zap-encoder"]; !ok {
+		c.extraArg("--zap-encoder=json")
+	}
 	for _, name := range slices.Sorted(maps.Keys(flags)) {
 		val := flags[name]
 		switch {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,9 +14,36 @@ import (
 func TestConvert(t *testing.T) {
 	tests := map[string]struct {
 		upstream string
-		want     string // the inferpick values, as YAML; without metrics, upstream's 10s scrape interval
-		notes    []string
+		// want is the inferpick values, as YAML: without metrics, upstream's
+		// 10s scrape interval; without --zap-encoder among picker.extraArgs,
+		// upstream's --zap-encoder=json first.
+		want  string
+		notes []string
 	}{
+		"logs stay JSON lines, which the upstream chart asks for with --zap-encoder json": {
+			upstream: `
+inferenceExtension:
+  flags: {v: 2}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker: {verbosity: 2, extraArgs: [--zap-encoder=json]}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
+		"an encoder of the flags wins, as it comes after the upstream chart's": {
+			upstream: `
+inferenceExtension:
+  flags: {zap-encoder: console}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker: {extraArgs: [--zap-encoder=console]}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
 		"monitoring with upstream's default interval scrapes every 10s, not the chart's 30s": {
 			upstream: `
 inferenceExtension:
@@ -372,6 +400,7 @@ inferencePool:
 			if _, ok := want["metrics"]; !ok {
 				want["metrics"] = map[string]any{"serviceMonitor": map[string]any{"interval": "10s"}}
 			}
+			withJSONLogs(want)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("values (-want +got):\n%s", diff)
 			}
@@ -388,6 +417,23 @@ inferencePool:
 			}
 		})
 	}
+}
+
+// withJSONLogs puts --zap-encoder=json first among the picker's extra
+// arguments of want, unless they give an encoder.
+func withJSONLogs(want map[string]any) {
+	picker, _ := want["picker"].(map[string]any)
+	if picker == nil {
+		picker = map[string]any{}
+		want["picker"] = picker
+	}
+	args, _ := picker["extraArgs"].([]any)
+	for _, a := range args {
+		if strings.HasPrefix(fmt.Sprint(a), "--zap-encoder=") {
+			return
+		}
+	}
+	picker["extraArgs"] = append([]any{"--zap-encoder=json"}, args...)
 }
 
 // readConfig reads an EndpointPickerConfig the picker's tests keep.

@@ -117,6 +117,10 @@ func TestMigrateValues(t *testing.T) {
 
 			m := renderConverted(t, got)
 			checkSelectorKept(t, filepath.Join("testdata", "upstream", name+".yaml"), m)
+			// The upstream chart's picker writes JSON lines.
+			if args := pickerArgs(t, m); !slices.Contains(args, "--zap-encoder=json") {
+				t.Errorf("picker args %q lack --zap-encoder=json", args)
+			}
 			tc.check(t, m)
 		})
 	}
