@@ -409,7 +409,12 @@ func (c *converter) flagMap() {
 			case "picker.modelServerType":
 				val = serverTypes[fmt.Sprint(val)]
 			case "tls.enabled", "metrics.auth", "metrics.secureServing":
-				val = fmt.Sprint(val) == "true"
+				b, err := strconv.ParseBool(text(val))
+				if err != nil {
+					c.note("flag --%s %q dropped: not a boolean (true or false); %s keeps its default", name, text(val), to)
+					continue
+				}
+				val = b
 			}
 			if intValues[to] {
 				val = wholeNumber(val)
@@ -418,11 +423,23 @@ func (c *converter) flagMap() {
 		case chartFlags[name] != "":
 			c.note("flag --%s dropped: the chart sets it from %s", name, chartFlags[name])
 		case c.flags.Lookup(name) != nil:
+			if isBool(c.flags.Lookup(name)) {
+				if _, err := strconv.ParseBool(text(val)); err != nil {
+					c.note("flag --%s %q dropped: not a boolean (true or false), which the picker would refuse at start", name, text(val))
+					continue
+				}
+			}
 			c.extraArg("--" + name + "=" + text(val))
 		default:
 			c.note("flag --%s dropped: the picker has no such flag", name)
 		}
 	}
+}
+
+// isBool reports whether f is a boolean flag.
+func isBool(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // text writes a value of the values file as a flag or variable reads it.

@@ -182,6 +182,37 @@ inferencePool:
 `,
 			want: `pool: {selector: {matchLabels: {llm-d.ai/inferenceServing: "true", version: "2", app: m}}}`,
 		},
+		"booleans of the flags spelled as the picker reads them: True, 1, t": {
+			upstream: `
+inferenceExtension:
+  flags:
+    secure-serving: "True"
+    metrics-endpoint-auth: "1"
+    metrics-secure-serving: "t"
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+tls: {enabled: true}
+metrics: {auth: true, secureServing: true, serviceMonitor: {interval: 10s}}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
+		"a boolean flag with a value that is no boolean is reported, not turned off": {
+			upstream: `
+inferenceExtension:
+  flags:
+    secure-serving: "yes"
+    enable-pprof: "on"
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `pool: {selector: {matchLabels: {app: m}}}`,
+			notes: []string{
+				`flag --secure-serving "yes" dropped: not a boolean (true or false); tls.enabled keeps its default`,
+				`flag --enable-pprof "on" dropped: not a boolean (true or false), which the picker would refuse at start`,
+			},
+		},
 		"flags as a list of name and value, as charts up to v1.1 give them": {
 			upstream: `
 inferenceExtension:
