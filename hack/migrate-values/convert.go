@@ -174,6 +174,7 @@ func (c *converter) extension() {
 	const ie = "inferenceExtension."
 	c.move(ie+"replicas", "replicas")
 	c.move(ie+"extProcPort", "service.grpcPort")
+	c.move(ie+"metricsPort", "service.metricsPort")
 	c.move(ie+"failureMode", "pool.failureMode")
 	c.move(ie+"affinity", "affinity")
 	c.move(ie+"tolerations", "tolerations")

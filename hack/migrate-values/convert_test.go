@@ -213,6 +213,19 @@ inferencePool:
 				`flag --enable-pprof "on" dropped: not a boolean (true or false), which the picker would refuse at start`,
 			},
 		},
+		"the Service's ports": {
+			upstream: `
+inferenceExtension:
+  extProcPort: 9102
+  metricsPort: 9190
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+service: {grpcPort: 9102, metricsPort: 9190}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
 		"flags as a list of name and value, as charts up to v1.1 give them": {
 			upstream: `
 inferenceExtension:
