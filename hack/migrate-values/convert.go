@@ -404,6 +404,10 @@ func (c *converter) flagMap() {
 	for _, name := range slices.Sorted(maps.Keys(flags)) {
 		val := flags[name]
 		switch {
+		case name == "tracing":
+			// The upstream chart renders --tracing=<tracing.enabled> after
+			// the flags, and the last one counts.
+			c.note("flag --tracing dropped: the upstream chart overrides it with inferenceExtension.tracing.enabled, which the conversion follows")
 		case flagValues[name] != "":
 			to := flagValues[name]
 			switch to {

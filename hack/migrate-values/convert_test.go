@@ -213,6 +213,16 @@ inferencePool:
 				`flag --enable-pprof "on" dropped: not a boolean (true or false), which the picker would refuse at start`,
 			},
 		},
+		"a tracing flag gives way to tracing.enabled, whose --tracing the upstream chart renders after the flags": {
+			upstream: `
+inferenceExtension:
+  flags: {tracing: true}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want:  `pool: {selector: {matchLabels: {app: m}}}`,
+			notes: []string{"flag --tracing dropped: the upstream chart overrides it with inferenceExtension.tracing.enabled"},
+		},
 		"the Service's ports": {
 			upstream: `
 inferenceExtension:
