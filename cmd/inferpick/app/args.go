@@ -14,11 +14,16 @@ import (
 // boolean comes as `--disable-endpoint-subset-filter true`. Here a boolean
 // flag directly followed by a value strconv.ParseBool reads (true, False,
 // 0, ...) takes that value; any other argument that is not a flag is an
-// error naming it, instead of the rest of the line being dropped.
+// error naming it, instead of the rest of the line being dropped. pflag
+// also takes -v's level attached to it (-v3, the shorthand of --v), which
+// is read here as -v=3.
 func parseArgs(fs *flag.FlagSet, args []string) error {
 	joined := make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
 		a := args[i]
+		if level, ok := strings.CutPrefix(a, "-v"); ok && level != "" && isDigits(level) {
+			a = "-v=" + level
+		}
 		joined = append(joined, a)
 		if a == "--" || len(a) < 2 || a[0] != '-' {
 			// The end of the flags, or a stray argument: fs.Parse stops
@@ -61,4 +66,9 @@ func parseArgs(fs *flag.FlagSet, args []string) error {
 func isBoolFlag(f *flag.Flag) bool {
 	b, ok := f.Value.(interface{ IsBoolFlag() bool })
 	return ok && b.IsBoolFlag()
+}
+
+// isDigits reports whether s is made of ASCII digits only.
+func isDigits(s string) bool {
+	return strings.Trim(s, "0123456789") == ""
 }

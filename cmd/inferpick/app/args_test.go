@@ -16,6 +16,7 @@ func FuzzParseArgs(f *testing.F) {
 		"--pool-group\n--secure-serving\n--zap-devel\nT",
 		"--\n--v\n3",
 		"-v=2\nstray",
+		"-v3\n--v\n-v12",
 		"--secure-serving=maybe",
 		"-\n--=x\n---v",
 	} {

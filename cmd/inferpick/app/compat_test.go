@@ -198,6 +198,10 @@ func TestUpstreamFlags(t *testing.T) {
 		},
 		"an argument that is no flag's value": {args: []string{"--grpc-port", "9100", "9101"}, wantErr: `"9101"`},
 		"arguments after a double dash":       {args: []string{"--", "--grpc-port", "9100"}, wantErr: `"--grpc-port"`},
+		"-v with its level attached, as the upstream picker's shorthand takes it": {
+			args: []string{"-v3"},
+			got:  func(o *Options) any { return o.logging.verbose }, want: 3,
+		},
 		"a value that looks like a flag is a value": {
 			args: []string{"--pool-group", "--disable-endpoint-subset-filter", "--v", "2"},
 			got:  func(o *Options) any { return []any{o.PoolGroup, o.DisableSubsetFilter, o.logging.verbose} },
