@@ -401,6 +401,9 @@ func (c *converter) flagMap() {
 	if _, ok := flags["zap-encoder"]; !ok {
 		c.extraArg("--zap-encoder=json")
 	}
+	if _, ok := flags["enable-pprof"]; !ok {
+		c.note("/debug/pprof/ is no longer served: the upstream picker serves it by default, inferpick's only with --enable-pprof (add it to picker.extraArgs)")
+	}
 	for _, name := range slices.Sorted(maps.Keys(flags)) {
 		val := flags[name]
 		switch {

@@ -32,6 +32,26 @@ picker: {verbosity: 2, extraArgs: [--zap-encoder=json]}
 pool: {selector: {matchLabels: {app: m}}}
 `,
 		},
+		"pprof, which the upstream picker serves unless told not to, is reported off": {
+			upstream: `
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want:  `pool: {selector: {matchLabels: {app: m}}}`,
+			notes: []string{"/debug/pprof/ is no longer served: the upstream picker serves it by default, inferpick's only with --enable-pprof (add it to picker.extraArgs)"},
+		},
+		"pprof asked for in the flags": {
+			upstream: `
+inferenceExtension:
+  flags: {enable-pprof: true}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker: {extraArgs: [--zap-encoder=json, --enable-pprof=true]}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
 		"an encoder of the flags wins, as it comes after the upstream chart's": {
 			upstream: `
 inferenceExtension:
