@@ -137,6 +137,14 @@ func (c *converter) move(from, to string) {
 	}
 }
 
+// moveNumber is move, with a string holding a whole number written as
+// that number.
+func (c *converter) moveNumber(from, to string) {
+	if v, ok := c.take(from); ok {
+		c.set(to, wholeNumber(v))
+	}
+}
+
 // set writes v at the dotted path of the inferpick values.
 func (c *converter) set(path string, v any) {
 	keys := strings.Split(path, ".")
@@ -172,9 +180,11 @@ func (c *converter) extraArg(arg string) {
 
 func (c *converter) extension() {
 	const ie = "inferenceExtension."
-	c.move(ie+"replicas", "replicas")
-	c.move(ie+"extProcPort", "service.grpcPort")
-	c.move(ie+"metricsPort", "service.metricsPort")
+	// The upstream chart renders these unquoted (replicas through int), so
+	// a quoted number works there; the chart's schema wants integers.
+	c.moveNumber(ie+"replicas", "replicas")
+	c.moveNumber(ie+"extProcPort", "service.grpcPort")
+	c.moveNumber(ie+"metricsPort", "service.metricsPort")
 	c.move(ie+"failureMode", "pool.failureMode")
 	c.move(ie+"affinity", "affinity")
 	c.move(ie+"tolerations", "tolerations")
@@ -528,13 +538,13 @@ func (c *converter) pool() {
 		list, _ := v.([]any)
 		for _, e := range list {
 			if m, ok := e.(map[string]any); ok {
-				ports = append(ports, m["number"])
+				ports = append(ports, wholeNumber(m["number"]))
 			}
 		}
 		c.set("pool.targetPorts", ports)
 	}
 	if v, ok := c.take(p + "targetPortNumber"); ok && c.get("pool.targetPorts") == nil {
-		c.set("pool.targetPorts", []any{v})
+		c.set("pool.targetPorts", []any{wholeNumber(v)})
 	}
 	if v, ok := c.take(p + "modelServers.matchLabels"); ok {
 		c.set("pool.selector.matchLabels", labelValues(v))

@@ -181,6 +181,22 @@ picker: {verbosity: 2, modelServerMetrics: {port: 8001}, fallbacks: 1, maxReques
 pool: {selector: {matchLabels: {app: m}}}
 `,
 		},
+		"quoted replicas and ports, which the upstream chart renders unquoted, become integers": {
+			upstream: `
+inferenceExtension:
+  replicas: "2"
+  extProcPort: "9102"
+  metricsPort: "9190"
+inferencePool:
+  targetPorts: [{number: "8000"}, {number: 8001}]
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+replicas: 2
+service: {grpcPort: 9102, metricsPort: 9190}
+pool: {selector: {matchLabels: {app: m}}, targetPorts: [8000, 8001]}
+`,
+		},
 		"a flag number of a million or more is passed whole, as the picker's integer flags read it": {
 			upstream: `
 inferenceExtension:
