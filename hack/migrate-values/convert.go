@@ -634,10 +634,16 @@ func (c *converter) route() {
 		return
 	}
 	c.set("httpRoute.enabled", true)
-	if gw == nil {
-		gw = "inference-gateway"
+	switch gw {
+	case nil:
+		c.set("httpRoute.gateway.name", "inference-gateway")
+	case "":
+		// Upstream's empty name is <release>-inference-gateway; the
+		// release is not in the values.
+		c.note("experimentalHttpRoute.inferenceGatewayName is empty: the upstream chart's route goes to the Gateway <release>-inference-gateway; set httpRoute.gateway.name to that name")
+	default:
+		c.set("httpRoute.gateway.name", gw)
 	}
-	c.set("httpRoute.gateway.name", gw)
 	switch {
 	case c.get("provider.name") == "gke":
 		// GKE takes the timeout from the GCPBackendPolicy.

@@ -259,6 +259,18 @@ inferencePool:
 			want:  `pool: {selector: {matchLabels: {app: m}}}`,
 			notes: []string{"flag --tracing dropped: the upstream chart overrides it with inferenceExtension.tracing.enabled"},
 		},
+		"a route to the Gateway the upstream chart names after the release is reported": {
+			upstream: `
+experimentalHttpRoute: {enabled: true, inferenceGatewayName: ""}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+httpRoute: {enabled: true}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"experimentalHttpRoute.inferenceGatewayName is empty: the upstream chart's route goes to the Gateway <release>-inference-gateway; set httpRoute.gateway.name to that name"},
+		},
 		"the Service's ports": {
 			upstream: `
 inferenceExtension:
