@@ -176,6 +176,10 @@ func TestUpstreamFlags(t *testing.T) {
 			got:  func(o *Options) any { return o.ModelServer.names.CacheInfo },
 			want: []scrape.CacheInfo{{Series: scrape.Series{Name: "sglang:cache_config_info"}, BlockSizeLabel: "page_size", NumBlocksLabel: "num_pages"}},
 		},
+		"trtllm-serve's metrics path, quoted as the upstream chart renders it": {
+			args: []string{`--model-server-metrics-path="/prometheus/metrics"`},
+			got:  func(o *Options) any { return o.ModelServerMetricsPath }, want: "/prometheus/metrics",
+		},
 		"bad metric spec": {args: []string{"--total-running-requests-metric", "m{a!=b}"}, wantErr: "--total-running-requests-metric"},
 		"the upstream chart's flags map: a boolean, then its value, then more flags": {
 			args: []string{"--disable-endpoint-subset-filter", "true", "--v", "3", "--tracing=false", "--metrics-endpoint-auth=false"},

@@ -290,6 +290,9 @@ func (o *Options) Complete() error {
 	if o.PoolNamespace == "" {
 		o.PoolNamespace = os.Getenv("NAMESPACE")
 	}
+	// The upstream chart renders trtllm-serve's path as
+	// --model-server-metrics-path="/prometheus/metrics", quotes included.
+	o.ModelServerMetricsPath = strings.Trim(o.ModelServerMetricsPath, `"`)
 	if o.PoolNamespace == "" {
 		o.PoolNamespace = "default"
 	}
