@@ -17,7 +17,11 @@ import (
 // error naming it, instead of the rest of the line being dropped. pflag
 // also takes -v's level attached to it (-v3, the shorthand of --v), which
 // is read here as -v=3.
-func parseArgs(fs *flag.FlagSet, args []string) error {
+//
+// It returns the boolean flags turned off by a value apart from them
+// (--secure-serving false): upstream's pflag leaves that value as a
+// stray argument and turns those flags on.
+func parseArgs(fs *flag.FlagSet, args []string) (offApart []string, err error) {
 	joined := make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -47,19 +51,30 @@ func parseArgs(fs *flag.FlagSet, args []string) error {
 			continue
 		}
 		if i+1 < len(args) {
-			if _, err := strconv.ParseBool(args[i+1]); err == nil {
+			if on, err := strconv.ParseBool(args[i+1]); err == nil {
 				i++
 				joined[len(joined)-1] = a + "=" + args[i]
+				if !on {
+					offApart = append(offApart, f.Name)
+				}
 			}
 		}
 	}
 	if err := fs.Parse(joined); err != nil {
-		return err
+		return nil, err
 	}
 	if rest := fs.Args(); len(rest) > 0 {
-		return fmt.Errorf("unexpected argument %q: only flags are read (a boolean flag takes --flag=value, or true or false after it)", rest[0])
+		return nil, fmt.Errorf("unexpected argument %q: only flags are read (a boolean flag takes --flag=value, or true or false after it)", rest[0])
 	}
-	return nil
+	return offApart, nil
+}
+
+// upstreamReadsOn is the warning for a boolean flag turned off by a value
+// apart from it, which the upstream picker reads as on.
+func upstreamReadsOn(name string) Warning {
+	return Warning{Flag: "--" + name, Value: "false", Message: upstreamMessage,
+		Reason: fmt.Sprintf("given as two arguments (--%[1]s false), as the inferencepool chart renders inferenceExtension.flags: "+
+			"the upstream picker skips the false and turns --%[1]s on; here it is off, as written (--%[1]s=false says so without this warning)", name)}
 }
 
 // isBoolFlag reports whether f may be given without a value.

@@ -26,7 +26,7 @@ func FuzzParseArgs(f *testing.F) {
 		fs := flag.NewFlagSet("inferpick", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		NewOptions().AddFlags(fs)
-		err := parseArgs(fs, strings.Split(line, "\n"))
+		_, err := parseArgs(fs, strings.Split(line, "\n"))
 		if err == nil && fs.NArg() > 0 {
 			t.Fatalf("parsed with %q left unread", fs.Args())
 		}

@@ -188,14 +188,19 @@ func TestUpstreamFlags(t *testing.T) {
 			},
 			want: []any{true, 3, false, false},
 		},
-		"the upstream chart's flags map: false after a boolean turns it off": {
-			args: []string{"--metrics-endpoint-auth", "false", "--secure-serving", "FALSE", "--enable-pprof", "0", "--grpc-port", "9100"},
-			got:  func(o *Options) any { return []any{o.MetricsEndpointAuth, o.SecureServing, o.EnablePprof, o.GRPCPort} },
-			want: []any{false, false, false, 9100},
+		"the upstream chart's flags map: false after a boolean turns it off, and says the upstream picker reads it as true": {
+			args:   []string{"--metrics-endpoint-auth", "false", "--secure-serving", "FALSE", "--enable-pprof", "0", "--grpc-port", "9100"},
+			got:    func(o *Options) any { return []any{o.MetricsEndpointAuth, o.SecureServing, o.EnablePprof, o.GRPCPort} },
+			want:   []any{false, false, false, 9100},
+			warned: []string{"--metrics-endpoint-auth", "--secure-serving", "--enable-pprof"},
 		},
 		"a boolean's value the flag package reads as a value": {
 			args:   []string{"--enable-cert-reload", "False", "--health-checking", "T"},
-			warned: []string{"--enable-cert-reload", "--health-checking"},
+			warned: []string{"--enable-cert-reload", "--health-checking", "--enable-cert-reload"},
+		},
+		"false written with its boolean is read as upstream reads it, without a warning": {
+			args: []string{"--secure-serving=false"},
+			got:  func(o *Options) any { return o.SecureServing }, want: false,
 		},
 		"a word after a boolean is refused, not the rest dropped": {
 			args: []string{"--disable-endpoint-subset-filter", "yes", "--grpc-port", "9100"}, wantErr: `"yes"`,

@@ -268,7 +268,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 func Parse(fs *flag.FlagSet, args []string) (*Options, error) {
 	o := NewOptions()
 	o.AddFlags(fs)
-	if err := parseArgs(fs, args); err != nil {
+	offApart, err := parseArgs(fs, args)
+	if err != nil {
 		return o, err
 	}
 	if o.PrintVersion {
@@ -277,7 +278,10 @@ func Parse(fs *flag.FlagSet, args []string) (*Options, error) {
 	if err := o.Complete(); err != nil {
 		return o, err
 	}
-	err := o.Validate()
+	for _, name := range offApart {
+		o.Warnings = append(o.Warnings, upstreamReadsOn(name))
+	}
+	err = o.Validate()
 	return o, err
 }
 

@@ -52,6 +52,10 @@ func logServing(log logr.Logger, o *Options) {
 // warningMessage is the message of a no-effect warning.
 const warningMessage = "Warning: accepted setting has no effect"
 
+// upstreamMessage is the message of the warning that the upstream picker
+// reads a flag's value differently.
+const upstreamMessage = "Warning: the upstream picker reads this flag differently"
+
 // staleMessage is the message of the warning that metrics go stale between
 // scrapes.
 const staleMessage = "Warning: scraped metrics go stale before the next scrape"
