@@ -130,6 +130,20 @@ func (c *converter) take(path string) (any, bool) {
 	return v, ok && v != nil
 }
 
+// peek reads the value at the dotted path of the upstream values without
+// taking it.
+func (c *converter) peek(path string) (any, bool) {
+	var v any = c.in
+	for _, k := range strings.Split(path, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		v = m[k]
+	}
+	return v, v != nil
+}
+
 // move carries the value at from over to to, when set.
 func (c *converter) move(from, to string) {
 	if v, ok := c.take(from); ok {
@@ -433,6 +447,9 @@ func (c *converter) flagMap() {
 					continue
 				}
 				val = b
+				if !b {
+					c.offApart(name)
+				}
 			}
 			if intValues[to] {
 				val = wholeNumber(val)
@@ -442,9 +459,13 @@ func (c *converter) flagMap() {
 			c.note("flag --%s dropped: the chart sets it from %s", name, chartFlags[name])
 		case c.flags.Lookup(name) != nil:
 			if isBool(c.flags.Lookup(name)) {
-				if _, err := strconv.ParseBool(text(val)); err != nil {
+				on, err := strconv.ParseBool(text(val))
+				if err != nil {
 					c.note("flag --%s %q dropped: not a boolean (true or false), which the picker would refuse at start", name, text(val))
 					continue
+				}
+				if !on {
+					c.offApart(name)
 				}
 			}
 			c.extraArg("--" + name + "=" + text(val))
@@ -452,6 +473,21 @@ func (c *converter) flagMap() {
 			c.note("flag --%s dropped: the picker has no such flag", name)
 		}
 	}
+}
+
+// offApart notes a boolean flag of the values set false: the upstream chart
+// renders it as two arguments, --name then "false", and the upstream
+// picker's pflag skips the second and turns the flag on. The converted
+// values turn it off, as written, as the picker reads those two arguments.
+// A metrics-endpoint-auth the chart turns off itself (monitoring's auth
+// disabled, --metrics-endpoint-auth=false) was off upstream too.
+func (c *converter) offApart(name string) {
+	if name == "metrics-endpoint-auth" {
+		if auth, ok := c.peek("inferenceExtension.monitoring.prometheus.auth.enabled"); ok && auth == false {
+			return
+		}
+	}
+	c.note("flag --%[1]s false is off now: the upstream chart passed it as two arguments (--%[1]s \"false\"), which the upstream picker read as on", name)
 }
 
 // isBool reports whether f is a boolean flag.

@@ -234,6 +234,23 @@ metrics: {auth: true, secureServing: true, serviceMonitor: {interval: 10s}}
 pool: {selector: {matchLabels: {app: m}}}
 `,
 		},
+		"a boolean flag set false is reported: the upstream picker read it as on": {
+			upstream: `
+inferenceExtension:
+  flags: {secure-serving: false, disable-endpoint-subset-filter: "false"}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+tls: {enabled: false}
+picker: {extraArgs: [--zap-encoder=json, --disable-endpoint-subset-filter=false]}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{
+				`flag --secure-serving false is off now: the upstream chart passed it as two arguments (--secure-serving "false"), which the upstream picker read as on`,
+				`flag --disable-endpoint-subset-filter false is off now: the upstream chart passed it as two arguments (--disable-endpoint-subset-filter "false"), which the upstream picker read as on`,
+			},
+		},
 		"a boolean flag with a value that is no boolean is reported, not turned off": {
 			upstream: `
 inferenceExtension:
