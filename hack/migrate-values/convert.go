@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -649,13 +650,38 @@ func (c *converter) provider() {
 		c.set("metrics.serviceMonitor.enabled", false)
 	}
 	if n == "istio" {
-		c.move("provider.istio.destinationRule.host", "provider.istio.destinationRule.host")
+		c.istioHost()
 		if tp, ok := c.take("provider.istio.destinationRule.trafficPolicy"); ok && !empty(tp) {
 			c.set("provider.istio.destinationRule.trafficPolicy", tp)
 		}
 	}
 	c.take("provider.gke")
 	c.take("provider.istio")
+}
+
+// upstreamPickerHost matches the host of the upstream picker's Service,
+// <release>-epp.<namespace>.svc.<cluster domain>.
+var upstreamPickerHost = regexp.MustCompile(`^[a-z0-9.-]+-epp\.[a-z0-9-]+\.svc\.(.+)$`)
+
+// istioHost carries the DestinationRule's host, unless it names the
+// upstream picker's Service, which the upgrade removes: the inferpick
+// chart's default names its own Service, in the same cluster domain.
+func (c *converter) istioHost() {
+	const key = "provider.istio.destinationRule.host"
+	v, ok := c.take(key)
+	if !ok {
+		return
+	}
+	host := fmt.Sprint(v)
+	m := upstreamPickerHost.FindStringSubmatch(host)
+	if m == nil {
+		c.set(key, v)
+		return
+	}
+	if m[1] != "cluster.local" {
+		c.set("clusterDomain", m[1])
+	}
+	c.note("provider.istio.destinationRule.host %s names the upstream picker's Service, which the upgrade removes: the DestinationRule names the inferpick Service (clusterDomain %s)", host, m[1])
 }
 
 func (c *converter) route() {

@@ -288,6 +288,34 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 			notes: []string{"experimentalHttpRoute.inferenceGatewayName is empty: the upstream chart's route goes to the Gateway <release>-inference-gateway; set httpRoute.gateway.name to that name"},
 		},
+		"an Istio host naming the upstream picker's Service gives way to the inferpick Service's": {
+			upstream: `
+provider:
+  name: istio
+  istio: {destinationRule: {host: llama-epp.serving.svc.corp.example}}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+provider: {name: istio}
+clusterDomain: corp.example
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"provider.istio.destinationRule.host llama-epp.serving.svc.corp.example names the upstream picker's Service, which the upgrade removes: the DestinationRule names the inferpick Service (clusterDomain corp.example)"},
+		},
+		"an Istio host of another Service is kept": {
+			upstream: `
+provider:
+  name: istio
+  istio: {destinationRule: {host: picker.mesh.internal}}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+provider: {name: istio, istio: {destinationRule: {host: picker.mesh.internal}}}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+		},
 		"the Service's ports": {
 			upstream: `
 inferenceExtension:
