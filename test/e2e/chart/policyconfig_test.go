@@ -24,6 +24,7 @@ func TestEveryPolicyKeyPassesTheValues(t *testing.T) {
 	full.Name, full.CacheAware.Mode = policy.CacheAware, "cost"
 	full.MetricsStaleness = policy.Duration{Duration: 3 * time.Second}
 	full.CacheAware.MatchThreshold, full.CacheAware.BalanceRel, full.KVCacheThreshold = 0.5, 2, 0.75
+	full.SessionAffinity.Header, full.SessionAffinity.Mode = "x-session-token", policy.SessionPrefer
 	doc, err := yaml.Marshal(map[string]any{"picker": map[string]any{"config": full}})
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +71,9 @@ func fill(t *testing.T, v reflect.Value) {
 		case reflect.Float64:
 			n++
 			v.SetFloat(float64(n) + 0.5)
+		case reflect.Pointer:
+			v.Set(reflect.New(v.Type().Elem()))
+			walk(v.Elem())
 		case reflect.String:
 		default:
 			t.Fatalf("policy config field of kind %s: teach fill to set it", v.Kind())
