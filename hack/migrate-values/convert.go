@@ -295,13 +295,25 @@ func (c *converter) flowControlEnv() {
 			continue
 		}
 		if on, err := strconv.ParseBool(fmt.Sprint(m["value"])); err == nil && on {
-			c.set("picker.flowControl.enabled", true)
-			c.note("inferenceExtension.env %s becomes picker.flowControl.enabled (its bounds: picker.flowControl)", upstreamFlowControlEnv)
+			c.flowControl(fileconfig.FlowControl{})
+			c.note("inferenceExtension.env %s becomes picker.flowControl.enabled, with upstream's bounds (its bounds: picker.flowControl)", upstreamFlowControlEnv)
 		}
 	}
 	if env != nil {
 		c.set("env", kept)
 	}
+}
+
+// flowControl turns the chart's queue on with the bounds upstream's queue
+// had: those of fc (the flowControl section), upstream's defaults for the
+// rest. The chart passes every bound as a flag, which wins over the file.
+func (c *converter) flowControl(fc fileconfig.FlowControl) {
+	fc = fc.WithUpstreamDefaults()
+	c.set("picker.flowControl.enabled", true)
+	c.set("picker.flowControl.maxRequests", fc.MaxRequests)
+	c.set("picker.flowControl.maxBandRequests", fc.MaxBandRequests)
+	c.set("picker.flowControl.maxBytes", fc.MaxBytes)
+	c.set("picker.flowControl.maxWait", fc.MaxWait.String())
 }
 
 // envList turns upstream's env (a list, or the map its comments show) into
@@ -372,6 +384,15 @@ func (c *converter) pluginsConfig() {
 	}
 	if f.ModelServerType != "" {
 		c.set("picker.modelServerType", f.ModelServerType)
+	}
+	switch on, _ := c.get("picker.flowControl.enabled").(bool); {
+	case f.FlowControl.Gate:
+		c.flowControl(f.FlowControl)
+		c.note("pluginsCustomConfig[%s]: featureGate flowControl becomes picker.flowControl.enabled, with the bounds of its flowControl section and upstream's for the rest", name)
+	case on && f.FlowControl.Section:
+		c.flowControl(f.FlowControl)
+	case f.FlowControl.Section:
+		c.note("pluginsCustomConfig[%s]: flowControl has no effect without featureGate flowControl, as upstream: the queue stays off", name)
 	}
 	if f.MaxEndpoints > 0 {
 		// The primary and its fallbacks, as the picker reads the file.

@@ -495,10 +495,85 @@ inferencePool:
 `,
 			want: `
 env: [{name: A, value: "1"}]
-picker: {flowControl: {enabled: true}}
+picker: {flowControl: {enabled: true, maxRequests: 2147483647, maxBandRequests: 2147483647, maxBytes: 1000000000, maxWait: 2562047h0m0s}}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER becomes picker.flowControl.enabled, with upstream's bounds"},
+		},
+		"upstream's flow-control feature gate and section are carried": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: fc.yaml
+  pluginsCustomConfig:
+    fc.yaml: |
+      apiVersion: inference.networking.x-k8s.io/v1alpha1
+      kind: EndpointPickerConfig
+      featureGates: [flowControl]
+      flowControl:
+        maxBytes: 256Mi
+        defaultRequestTTL: 20s
+        defaultPriorityBand: {maxRequests: 100}
+      plugins:
+      - type: queue-scorer
+      schedulingProfiles:
+      - name: default
+        plugins:
+        - pluginRef: queue-scorer
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker:
+  config: {name: weighted-scorer, weightedScorer: {queueWeight: 1}}
+  flowControl: {enabled: true, maxRequests: 2147483647, maxBandRequests: 100, maxBytes: 268435456, maxWait: 20s}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"pluginsCustomConfig[fc.yaml]: featureGate flowControl becomes picker.flowControl.enabled"},
+		},
+		"upstream's flow-control section with the environment switch": {
+			upstream: `
+inferenceExtension:
+  env: [{name: ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER, value: "true"}]
+  pluginsConfigFile: fc.yaml
+  pluginsCustomConfig:
+    fc.yaml: |
+      apiVersion: inference.networking.x-k8s.io/v1alpha1
+      kind: EndpointPickerConfig
+      flowControl: {maxRequests: 500}
+      plugins:
+      - type: queue-scorer
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+env: []
+picker:
+  config: {name: weighted-scorer, weightedScorer: {queueWeight: 1}}
+  flowControl: {enabled: true, maxRequests: 500, maxBandRequests: 2147483647, maxBytes: 1000000000, maxWait: 2562047h0m0s}
 pool: {selector: {matchLabels: {app: m}}}
 `,
 			notes: []string{"ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER becomes picker.flowControl.enabled"},
+		},
+		"upstream's flow-control section without the gate: the queue stays off": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: fc.yaml
+  pluginsCustomConfig:
+    fc.yaml: |
+      apiVersion: inference.networking.x-k8s.io/v1alpha1
+      kind: EndpointPickerConfig
+      flowControl: {maxRequests: 500}
+      plugins:
+      - type: queue-scorer
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker:
+  config: {name: weighted-scorer, weightedScorer: {queueWeight: 1}}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"pluginsCustomConfig[fc.yaml]: flowControl has no effect without featureGate flowControl"},
 		},
 		"upstream's flow-control environment switch, off and as a map": {
 			upstream: `
@@ -614,6 +689,7 @@ func FuzzConvert(f *testing.F) {
 	f.Add([]byte("inferenceExtension: {replicas: 3, flags: {v: 2}}\ninferencePool: {targetPorts: [{number: 8000}]}"))
 	f.Add([]byte("provider: {name: gke}\nexperimentalHttpRoute: {enabled: true}"))
 	f.Add([]byte("inferenceObjectives: [{name: a, priority: 1}]"))
+	f.Add([]byte("inferenceExtension:\n  pluginsCustomConfig:\n    default-plugins.yaml: |\n      kind: EndpointPickerConfig\n      featureGates: [flowControl]\n      flowControl: {maxRequests: 5}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		out, _, err := Convert(data)
 		if err != nil {

@@ -170,3 +170,56 @@ func openRequest(t *testing.T, client extprocv3.ExternalProcessorClient, headers
 	}
 	return s
 }
+
+// TestUpstreamFlowControlSwitchQueues: upstream's switch for its
+// flow-control layer (here the environment variable its chart sets; the
+// config file's feature gate takes the same path, and an
+// EndpointPickerConfig cannot cap in-flight requests to saturate a static
+// endpoint) puts the queue in the request path: a request that finds the
+// endpoint saturated waits and is routed once the one in flight ends,
+// where it used to stop the picker at start.
+func TestUpstreamFlowControlSwitchQueues(t *testing.T) {
+	t.Setenv("ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER", "true")
+	o := staticOptions(t, "--static-endpoints", "127.0.0.1:1", "--config-text", "policy:\n  name: least-load\n  maxInFlight: 1\n")
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	go func() { _ = Run(ctx, o) }()
+	health := healthpb.NewHealthClient(dial(t, o.GRPCHealthPort))
+	until(t, "readiness", func() bool {
+		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
+		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	})
+	client := extprocv3.NewExternalProcessorClient(dial(t, o.GRPCPort))
+	inFlight := openRequest(t, client)
+	if r, err := inFlight.Recv(); err != nil || r.GetRequestHeaders() == nil {
+		t.Fatalf("first request not routed: %v %v", r, err)
+	}
+	if _, err := inFlight.Recv(); err != nil { // the body
+		t.Fatal(err)
+	}
+	queued := openRequest(t, client)
+	replies := make(chan *extprocv3.ProcessingResponse, 1)
+	go func() {
+		r, err := queued.Recv()
+		if err != nil {
+			t.Errorf("queued request: %v", err)
+		}
+		replies <- r
+	}()
+	until(t, "a queued request", func() bool {
+		return strings.Contains(scrapeMetrics(t, o.MetricsPort), `inferpick_flowcontrol_queue_length{priority="0"} 1`)
+	})
+	finishRequest(t, inFlight)
+	select {
+	case r := <-replies:
+		if ir := r.GetImmediateResponse(); ir != nil {
+			t.Fatalf("queued request answered %v (%s), want it routed", ir.GetStatus().GetCode(), ir.GetBody())
+		}
+		if r.GetRequestHeaders() == nil {
+			t.Fatalf("queued request: unexpected reply %v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("queued request never answered")
+	}
+	_ = queued.CloseSend()
+}

@@ -133,6 +133,10 @@ type Options struct {
 	// without InferenceObjective objects (static mode, or on top of them).
 	ObjectivePriorities string
 	objectives          map[string]int
+	// fileFlowControl is what the config file (configSource) asks of the
+	// flow-control queue; see completeFlowControl.
+	fileFlowControl fileconfig.FlowControl
+	configSource    string
 
 	// DisableSubsetFilter ignores the gateway's subset hint.
 	DisableSubsetFilter bool
@@ -329,9 +333,7 @@ func (o *Options) Complete() error {
 	if err := o.readConfig(); err != nil {
 		return err
 	}
-	if err := o.flowControlFromEnv(); err != nil {
-		return err
-	}
+	o.completeFlowControl()
 	if err := o.ModelServer.complete(o.flagSet); err != nil {
 		return err
 	}
@@ -438,27 +440,79 @@ func (o *Options) readConfig() error {
 	for _, w := range f.Warnings {
 		o.Warnings = append(o.Warnings, Warning{Flag: src, Reason: w})
 	}
+	o.fileFlowControl, o.configSource = f.FlowControl, src
 	return nil
 }
 
-// flagSet reports whether the flag name was given.
 // upstreamFlowControlEnv is the upstream picker's (deprecated) switch for
 // its flow-control layer, which its chart sets through
 // inferenceExtension.env.
 const upstreamFlowControlEnv = "ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER"
 
-// flowControlFromEnv refuses upstreamFlowControlEnv set true without
-// --flow-control, as the config file's flowControl feature gate is refused:
-// the picker would otherwise run without the queue it was asked for.
-func (o *Options) flowControlFromEnv() error {
-	v := os.Getenv(upstreamFlowControlEnv)
-	if on, err := strconv.ParseBool(v); err != nil || !on || o.FlowControl.Enabled {
-		return nil
+// completeFlowControl turns the queue on as upstream's switches ask, the
+// config file's flowControl feature gate or upstreamFlowControlEnv, and
+// takes the bounds of the file's flowControl section, the flags winning
+// over both. A queue turned on by upstream's switches alone takes
+// upstream's defaults for the bounds the section leaves out, so that a
+// migrated picker queues as before.
+func (o *Options) completeFlowControl() {
+	fc := o.fileFlowControl
+	upstreamOn := fc.Gate
+	if v, ok := os.LookupEnv(upstreamFlowControlEnv); ok {
+		on, _ := strconv.ParseBool(v)
+		upstreamOn = upstreamOn || on
+		what := "ignored: it is not true"
+		if on {
+			what = "turns the flow-control queue on, as --flow-control (with upstream's defaults for the bounds no flag or flowControl section gives)"
+		}
+		o.Warnings = append(o.Warnings, Warning{Flag: upstreamFlowControlEnv, Value: v, Message: deprecatedMessage,
+			Reason: "deprecated upstream, where featureGates: [flowControl] in the config file replaces it; here it " + what})
 	}
-	return fmt.Errorf("%s=%s: pass --flow-control (chart: picker.flowControl.enabled) and its bounds "+
-		"(--flow-control-max-requests, --flow-control-max-band-requests, --flow-control-max-bytes, --flow-control-max-wait) instead", upstreamFlowControlEnv, v)
+	switch {
+	case !o.flagSet("flow-control"):
+		o.FlowControl.Enabled = upstreamOn
+		if upstreamOn {
+			fc = fc.WithUpstreamDefaults()
+		}
+	case !o.FlowControl.Enabled && upstreamOn:
+		o.Warnings = append(o.Warnings, Warning{Flag: "--flow-control", Value: "false",
+			Message: "Setting overrides the configuration",
+			Reason:  "the flowControl feature gate (or " + upstreamFlowControlEnv + ") asks for the flow-control queue; --flow-control=false is given, so there is none"})
+	}
+	if !o.FlowControl.Enabled {
+		if fc.Section {
+			o.Warnings = append(o.Warnings, Warning{Flag: o.configSource,
+				Reason: "flowControl has no effect: the flow-control queue is off (featureGates: [flowControl] or --flow-control turns it on)"})
+		}
+		return
+	}
+	for _, b := range []struct {
+		key, flag string
+		file      any
+		set       bool
+		apply     func()
+	}{
+		{"maxRequests", "max-requests", fc.MaxRequests, fc.MaxRequests != 0, func() { o.FlowControl.MaxLen = fc.MaxRequests }},
+		{"defaultPriorityBand.maxRequests", "max-band-requests", fc.MaxBandRequests, fc.MaxBandRequests != 0, func() { o.FlowControl.MaxBandLen = fc.MaxBandRequests }},
+		{"maxBytes", "max-bytes", fc.MaxBytes, fc.MaxBytes != 0, func() { o.FlowControl.MaxBytes = fc.MaxBytes }},
+		{"defaultRequestTTL", "max-wait", fc.MaxWait, fc.MaxWait != 0, func() { o.FlowControl.MaxWait = fc.MaxWait }},
+	} {
+		if !b.set {
+			continue
+		}
+		name := "flow-control-" + b.flag
+		if !o.flagSet(name) {
+			b.apply()
+			continue
+		}
+		if given := o.fs.Lookup(name).Value.String(); given != fmt.Sprint(b.file) {
+			o.Warnings = append(o.Warnings, Warning{Flag: o.configSource, Reason: fmt.Sprintf(
+				"flowControl.%s %v has no effect: --%s %s is given", b.key, b.file, name, given)})
+		}
+	}
 }
 
+// flagSet reports whether the flag name was given.
 func (o *Options) flagSet(name string) bool {
 	set := false
 	o.fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })

@@ -6,8 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/inferpick/inferpick/picker/flowcontrol"
+	"github.com/inferpick/inferpick/picker/policy/fileconfig"
 )
 
 func parse(t *testing.T, args ...string) (*Options, error) {
@@ -198,32 +202,124 @@ func TestLeaderElectionSettingsWithoutEffectAreWarned(t *testing.T) {
 }
 
 // The upstream picker's environment switch for its flow-control layer,
-// which its chart sets through inferenceExtension.env, is not ignored: a
-// picker asked so without --flow-control stops at start naming the flag.
+// which its chart sets through inferenceExtension.env, turns the queue on as
+// upstream's did, with upstream's bounds; it is logged as deprecated
+// upstream whatever its value.
 func TestUpstreamFlowControlEnvironmentVariable(t *testing.T) {
+	upstreamBounds := flowcontrol.Options{Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound,
+		MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: fileconfig.NoWaitBound}
 	cases := map[string]struct {
-		env     string
-		args    []string
-		wantErr string
+		env  string
+		args []string
+		want flowcontrol.Options
 	}{
-		"on":                      {env: "true", wantErr: "--flow-control"},
-		"on, spelled 1":           {env: "1", wantErr: "--flow-control"},
-		"on, with --flow-control": {env: "true", args: []string{"--flow-control"}},
-		"off":                     {env: "false"},
-		"empty":                   {env: ""},
+		"on":            {env: "true", want: upstreamBounds},
+		"on, spelled 1": {env: "1", want: upstreamBounds},
+		"on, with --flow-control: inferpick's bounds": {env: "true", args: []string{"--flow-control"},
+			want: flowcontrol.Options{Enabled: true, MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}},
+		"on, with a bound flag": {env: "true", args: []string{"--flow-control-max-wait", "5s"},
+			want: flowcontrol.Options{Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound, MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: 5 * time.Second}},
+		"on, with --flow-control=false": {env: "true", args: []string{"--flow-control=false"},
+			want: flowcontrol.Options{MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}},
+		"off":   {env: "false", want: flowcontrol.Options{MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}},
+		"empty": {env: "", want: flowcontrol.Options{MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER", tc.env)
-			_, err := parse(t, append([]string{"--static-endpoints", "127.0.0.1:1"}, tc.args...)...)
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("error %v, want none", err)
-				}
-				return
+			o, err := parse(t, append([]string{"--static-endpoints", "127.0.0.1:1"}, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER") {
-				t.Fatalf("error %v, want one naming the variable and %q", err, tc.wantErr)
+			if diff := cmp.Diff(tc.want, o.FlowControl); diff != "" {
+				t.Errorf("flow control (-want +got):\n%s", diff)
+			}
+			deprecated := 0
+			for _, w := range o.Warnings {
+				if w.Flag == "ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER" && w.Message == deprecatedMessage && strings.Contains(w.Reason, "featureGates: [flowControl]") {
+					deprecated++
+				}
+			}
+			if deprecated != 1 {
+				t.Errorf("%d deprecation warnings of the variable, want 1: %+v", deprecated, o.Warnings)
+			}
+		})
+	}
+}
+
+// The config file's flowControl feature gate turns the queue on, and its
+// flowControl section sets the bounds, each flag given on the command line
+// winning with a warning when the two differ.
+func TestConfigFileFlowControl(t *testing.T) {
+	const doc = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+	defaults := flowcontrol.Options{MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}
+	section := "flowControl:\n  maxRequests: 500\n  maxBytes: 128Mi\n  defaultRequestTTL: 10s\n  defaultPriorityBand: {maxRequests: 50}\n"
+	cases := map[string]struct {
+		config string
+		args   []string
+		want   flowcontrol.Options
+		warned []string // what the warnings' reasons say, in order
+	}{
+		"gate alone: upstream's bounds": {
+			config: doc + "featureGates: [flowControl]\n",
+			want:   flowcontrol.Options{Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound, MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: fileconfig.NoWaitBound},
+		},
+		"gate and section": {
+			config: doc + "featureGates: [flowControl]\n" + section,
+			want:   flowcontrol.Options{Enabled: true, MaxLen: 500, MaxBandLen: 50, MaxBytes: 128 << 20, MaxWait: 10 * time.Second},
+		},
+		"gate and a section of one key: upstream's for the others": {
+			config: doc + "featureGates: [flowControl]\nflowControl: {defaultRequestTTL: 1m}\n",
+			want:   flowcontrol.Options{Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound, MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: time.Minute},
+		},
+		"section with --flow-control: inferpick's for the others": {
+			config: doc + "flowControl: {defaultRequestTTL: 1m}\n",
+			args:   []string{"--flow-control"},
+			want:   flowcontrol.Options{Enabled: true, MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: time.Minute},
+		},
+		"flags win, warning where they differ": {
+			config: doc + "featureGates: [flowControl]\n" + section,
+			args: []string{"--flow-control", "--flow-control-max-requests=500", "--flow-control-max-band-requests=20",
+				"--flow-control-max-bytes=1000", "--flow-control-max-wait=3s"},
+			want: flowcontrol.Options{Enabled: true, MaxLen: 500, MaxBandLen: 20, MaxBytes: 1000, MaxWait: 3 * time.Second},
+			warned: []string{
+				"flowControl.defaultPriorityBand.maxRequests 50 has no effect: --flow-control-max-band-requests 20 is given",
+				"flowControl.maxBytes 134217728 has no effect: --flow-control-max-bytes 1000 is given",
+				"flowControl.defaultRequestTTL 10s has no effect: --flow-control-max-wait 3s is given",
+			},
+		},
+		"section without the queue": {
+			config: doc + section,
+			want:   defaults,
+			warned: []string{"flowControl has no effect: the flow-control queue is off"},
+		},
+		"gate, with --flow-control=false": {
+			config: doc + "featureGates: [flowControl]\n",
+			args:   []string{"--flow-control=false"},
+			want:   defaults,
+			warned: []string{"--flow-control=false is given, so there is none"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			o, err := parse(t, append([]string{"--static-endpoints", "127.0.0.1:1", "--config-text", tc.config}, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, o.FlowControl); diff != "" {
+				t.Errorf("flow control (-want +got):\n%s", diff)
+			}
+			var got []string
+			for _, w := range o.Warnings {
+				got = append(got, w.Reason)
+			}
+			if len(got) != len(tc.warned) {
+				t.Fatalf("warnings %q, want ones saying %q", got, tc.warned)
+			}
+			for i, w := range tc.warned {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("warning %q does not say %q", got[i], w)
+				}
 			}
 		})
 	}

@@ -56,6 +56,9 @@ const warningMessage = "Warning: accepted setting has no effect"
 // reads a flag's value differently.
 const upstreamMessage = "Warning: the upstream picker reads this flag differently"
 
+// deprecatedMessage is the message of a setting upstream deprecates.
+const deprecatedMessage = "Warning: setting deprecated upstream"
+
 // staleMessage is the message of the warning that metrics go stale between
 // scrapes.
 const staleMessage = "Warning: scraped metrics go stale before the next scrape"

@@ -34,6 +34,9 @@ type File struct {
 	// ModelServerType, when not empty, is the kind of model server whose
 	// metric names are read (core-metrics-extractor's defaultEngine).
 	ModelServerType string
+	// FlowControl is what featureGates and the flowControl section ask of
+	// the flow-control queue.
+	FlowControl FlowControl
 	// Warnings name what the document asks for that has no effect here,
 	// one sentence each, to be logged once at start.
 	Warnings []string

@@ -261,6 +261,50 @@ schedulingProfiles:
 			in:   header + "plugins:\n- type: queue-scorer\nparser:\n  pluginRef: openai-parser\nrequestHandler:\n  parsers:\n  - pluginRef: openai-parser\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
 			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
 		},
+		"flowControl feature gate alone: the queue on, upstream's defaults": {
+			in:   header + "featureGates: [flowControl]\n",
+			want: File{Policy: policy.Config{Name: policy.Random}, FlowControl: FlowControl{Gate: true}},
+		},
+		"dataLayer feature gate: a no-op upstream too": {
+			in: header + "featureGates: [dataLayer, flowControl]\n",
+			want: File{
+				Policy:      policy.Config{Name: policy.Random},
+				FlowControl: FlowControl{Gate: true},
+				Warnings:    []string{"featureGate dataLayer has no effect: upstream turns its data layer on without it, and inferpick scrapes the model servers' metrics itself"},
+			},
+		},
+		"flowControl section: each bound": {
+			in: header + `featureGates: [flowControl]
+flowControl:
+  maxRequests: 2k
+  maxBytes: 512Mi
+  defaultRequestTTL: 45s
+  defaultPriorityBand: {maxRequests: 300, orderingPolicyRef: fcfs-ordering-policy, fairnessPolicyRef: round-robin-fairness-policy}
+  usageLimitPolicyPluginRef: static-usage-limit-policy
+`,
+			want: File{Policy: policy.Config{Name: policy.Random}, FlowControl: FlowControl{Gate: true, Section: true, MaxRequests: 2000, MaxBandRequests: 300, MaxBytes: 512 << 20, MaxWait: 45 * time.Second}},
+		},
+		"flowControl section: upstream's 0, no bound": {
+			in:   header + "flowControl: {maxRequests: 0, maxBytes: 0, defaultRequestTTL: 0s, defaultPriorityBand: {maxRequests: 0}}\n",
+			want: File{Policy: policy.Config{Name: policy.Random}, FlowControl: FlowControl{Section: true, MaxRequests: NoRequestBound, MaxBandRequests: NoRequestBound, MaxWait: NoWaitBound}},
+		},
+		"flowControl section: priority bands of one request bound, byte bounds and upstream's default fairness warn": {
+			in: header + `plugins:
+- {name: fair, type: global-strict-fairness-policy}
+flowControl:
+  priorityBands:
+  - {priority: 10, maxRequests: 64, maxBytes: 1Gi, fairnessPolicyRef: fair}
+  - {priority: 0, maxRequests: 64}
+`,
+			want: File{
+				Policy:      policy.Config{Name: policy.Random},
+				FlowControl: FlowControl{Section: true, MaxBandRequests: 64},
+				Warnings: []string{
+					"flowControl.priorityBands[0].maxBytes has no effect: inferpick bounds the bytes of all waiting requests together (flowControl.maxBytes, --flow-control-max-bytes), not those of one priority",
+					"flowControl.priorityBands[0].fairnessPolicyRef global-strict-fairness-policy has no effect: the flow-control queue serves each priority's flows round-robin, each flow first come, first served (as round-robin-fairness-policy), not oldest request first across flows",
+				},
+			},
+		},
 		"openai parser": {
 			in:   header + "plugins:\n- type: openai-parser\n- type: queue-scorer\nparser:\n  pluginRef: openai-parser\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
 			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
@@ -361,13 +405,45 @@ func TestParseRejects(t *testing.T) {
 			in:   header + "plugins:\n- type: metrics-data-source\n  parameters: {scheme: https}\n",
 			want: []string{"line 5", "https"},
 		},
-		"flow control": {
-			in:   header + "flowControl: {}\n",
-			want: []string{"line 3", "flowControl", "--flow-control"},
+		"unknown flowControl field": {
+			in:   header + "featureGates: [flowControl]\nflowControl:\n  maxRequest: 10\n",
+			want: []string{"line 5", `"maxRequest"`, "maxRequests"},
 		},
-		"flow control's feature gate": {
-			in:   header + "featureGates: [flowControl]\n",
-			want: []string{"line 3", "--flow-control"},
+		"bands with different request bounds": {
+			in:   header + "flowControl:\n  defaultPriorityBand: {maxRequests: 100}\n  priorityBands:\n  - priority: 10\n    maxRequests: 50\n",
+			want: []string{"line 7", "priorityBands[0].maxRequests 50", "defaultPriorityBand.maxRequests 100", "--flow-control-max-band-requests"},
+		},
+		"a band without a request bound beside one with": {
+			in:   header + "flowControl:\n  priorityBands:\n  - {priority: 1, maxRequests: 50}\n  - {priority: 0}\n",
+			want: []string{"line 6", "(no bound)", "maxRequests 50"},
+		},
+		"an ordering policy the queue does not follow": {
+			in:   header + "flowControl:\n  defaultPriorityBand: {orderingPolicyRef: edf-ordering-policy}\n",
+			want: []string{"line 4", "defaultPriorityBand.orderingPolicyRef", `"edf-ordering-policy"`, "first come, first served"},
+		},
+		"a usage limit policy the queue does not follow": {
+			in:   header + "flowControl:\n  usageLimitPolicyPluginRef: my-limit\n",
+			want: []string{"line 4", "usageLimitPolicyPluginRef", `"my-limit"`},
+		},
+		"negative maxBytes": {
+			in:   header + "flowControl: {maxBytes: -1Gi}\n",
+			want: []string{"line 3", "flowControl.maxBytes", "negative"},
+		},
+		"maxRequests that is no quantity": {
+			in:   header + "flowControl: {maxRequests: many}\n",
+			want: []string{"line 3", "flowControl.maxRequests", `"many"`},
+		},
+		"defaultRequestTTL that is no duration": {
+			in:   header + "flowControl: {defaultRequestTTL: 30}\n",
+			want: []string{"line 3", "defaultRequestTTL", `"30"`},
+		},
+		"legacy metrics gate": {
+			in:   header + "featureGates: [enableLegacyMetrics]\n",
+			want: []string{"line 3", "enableLegacyMetrics", "remove it"},
+		},
+		"unknown feature gate": {
+			in:   header + "featureGates: [prepareData]\n",
+			want: []string{"line 3", `"prepareData"`, "flowControl"},
 		},
 		"KV events the pods would connect to": {
 			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {zmqEndpoint: \"tcp://*:5557\", discoverPods: false}\n",
@@ -534,10 +610,14 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(header + "plugins:\n- {type: max-score-picker, parameters: {maxNumOfEndpoints: 2}}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: max-score-picker\n"))
 	f.Add([]byte(header + "plugins:\n- type: metrics-data-source\n- type: core-metrics-extractor\ndataLayer:\n  sources:\n  - pluginRef: metrics-data-source\n    extractors: [{pluginRef: core-metrics-extractor}]\n"))
 	f.Add([]byte(header + "plugins:\n- type: queue-scorer\n- {type: session-affinity-scorer, parameters: {headerName: x-s}}\n- type: session-affinity-filter\n  parameters: {encodedEndpointHeaderConfig: {header: x-s}}\n"))
+	f.Add([]byte(header + "featureGates: [flowControl, dataLayer]\nflowControl:\n  maxRequests: 1k\n  maxBytes: 1Gi\n  defaultRequestTTL: 1m\n  defaultPriorityBand: {maxRequests: 5, maxBytes: 1M}\n  priorityBands:\n  - {priority: 1, maxRequests: 5, fairnessPolicyRef: round-robin-fairness-policy}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Parse(data)
 		if err != nil {
 			return
+		}
+		if fc := got.FlowControl; fc.MaxRequests < 0 || fc.MaxBandRequests < 0 || fc.MaxBytes < 0 || fc.MaxWait < 0 {
+			t.Fatalf("negative flow-control bound %+v accepted from:\n%s", fc, data)
 		}
 		if got.MaxEndpoints < 0 {
 			t.Fatalf("maxNumOfEndpoints %d accepted from:\n%s", got.MaxEndpoints, data)

@@ -51,6 +51,12 @@ var known = map[string]role{
 	// model servers and follows the pool's pods itself.
 	"tokenizer":                    {inProfile: true},
 	"endpoint-notification-source": {},
+	// Upstream's flow-control policies that inferpick's queue stands for,
+	// named by the flowControl section (see readFlowControl).
+	fcfsOrdering:     {},
+	roundRobin:       {},
+	globalStrict:     {},
+	staticUsageLimit: {},
 }
 
 // disaggregation says why the plugins of prefill/decode (or encode)

@@ -58,11 +58,9 @@ func fromUpstream(doc *yaml.Node) (File, error) {
 		case "plugins":
 			err = u.readPlugins(v)
 		case "featureGates":
-			err = readFeatureGates(v)
-		case "schedulingProfiles", "saturationDetector", "parser", "requestHandler", "dataLayer":
+			err = u.readFeatureGates(v)
+		case "schedulingProfiles", "saturationDetector", "parser", "requestHandler", "dataLayer", "flowControl":
 			refs[k.Value] = v
-		case "flowControl":
-			err = fmt.Errorf("line %d: flowControl is not read from the file: %s", k.Line, flowControlInstead)
 		default:
 			err = fmt.Errorf("line %d: unknown field %q in %s", k.Line, k.Value, endpointPickerKind)
 		}
@@ -78,6 +76,7 @@ func fromUpstream(doc *yaml.Node) (File, error) {
 		{"saturationDetector", u.readSaturation},
 		{"parser", u.readParserRef},
 		{"requestHandler", u.readRequestHandler},
+		{"flowControl", u.readFlowControl},
 	} {
 		if n := refs[f.key]; n != nil {
 			if err := f.read(n); err != nil {
@@ -159,24 +158,6 @@ func (u *upstream) readLayerSource(src *yaml.Node) error {
 		default:
 			return fmt.Errorf("line %d: unknown dataLayer source field %q", k.Line, k.Value)
 		}
-	}
-	return nil
-}
-
-// flowControlInstead says how inferpick's flow control is set.
-const flowControlInstead = "pass --flow-control (chart: picker.flowControl.enabled) and its bounds, --flow-control-max-requests, " +
-	"--flow-control-max-bytes and --flow-control-max-wait; requests are ordered by their InferenceObjective's priority (docs/policy.md)"
-
-// readFeatureGates rejects feature gates, saying what stands for the
-// flow-control one.
-func readFeatureGates(v *yaml.Node) error {
-	for _, g := range v.Content {
-		if g.Value == "flowControl" {
-			return fmt.Errorf("line %d: featureGate flowControl: %s", g.Line, flowControlInstead)
-		}
-	}
-	if len(v.Content) > 0 {
-		return fmt.Errorf("line %d: featureGates are not supported: remove them", v.Line)
 	}
 	return nil
 }
