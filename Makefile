@@ -66,7 +66,7 @@ vet: ## Run go vet.
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run golangci-lint.
-	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --allow-serial-runners ./...
 
 .PHONY: verify
 verify: generate manifests verify-gofmt lint verify-tidy verify-shell verify-kustomize verify-chart-crds ## Regenerate and fail on drift; gofmt, golangci-lint, go mod tidy of every module, shellcheck, kustomize build, chart CRDs.
