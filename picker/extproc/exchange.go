@@ -42,6 +42,15 @@ type exchange struct {
 	declared  int  // content-length, 0 when absent
 	follows   bool // the request headers did not end the stream: body chunks or trailers follow
 	trailers  bool // trailers ended the request: no body chunk ends its stream
+	// boundary is a multipart/form-data body's (an audio upload's), from
+	// its content-type; "" for any other body.
+	boundary string
+	// uploading: the upload was routed on the front of its body (its model
+	// field came first); the rest passes through as it comes, as a
+	// tunnel's bytes do. frontRead is the front's length when it was last
+	// read for the model.
+	uploading bool
+	frontRead int
 	// tunnel: the request opens a tunnel (an Upgrade, such as a WebSocket,
 	// or a CONNECT). It is routed on its headers; its body is the tunnel's
 	// bytes, which pass through as they come, both ways, and may never end.
@@ -175,7 +184,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		return x.requestHeaders(req, r.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
-		if x.tunnel {
+		if x.tunnel || x.uploading {
 			return false, x.tunnelBytes(r.RequestBody, true)
 		}
 		return x.requestBody(r.RequestBody)
@@ -221,6 +230,8 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 			if n, err := strconv.Atoi(headerValue(hv)); err == nil && n > 0 {
 				x.declared = n
 			}
+		case "content-type":
+			x.boundary = formBoundary(headerValue(hv))
 		case RequestIDHeader:
 			x.requestID = textValue(hv)
 		case ObjectiveHeader:
@@ -255,7 +266,9 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		// byte, and the bytes that follow never end: route now.
 		return x.route()
 	}
-	if x.declared > x.s.opts.MaxBodyBytes && withBody {
+	if x.declared > x.s.opts.MaxBodyBytes && withBody && !x.upload() {
+		// An upload may be routed on its front (see routeFront); only the
+		// bytes held before it is count against the limit.
 		return x.reject(413, "request body of "+strconv.Itoa(x.declared)+" bytes is over the limit of "+strconv.Itoa(x.s.opts.MaxBodyBytes))
 	}
 	if h.GetEndOfStream() {
@@ -278,15 +291,24 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 	chunk := b.GetBody()
 	if len(x.body)+len(chunk) > x.s.opts.MaxBodyBytes {
-		return x.reject(413, "request body is over the limit of "+strconv.Itoa(x.s.opts.MaxBodyBytes)+" bytes")
+		reason := "request body is over the limit of " + strconv.Itoa(x.s.opts.MaxBodyBytes) + " bytes"
+		if x.upload() {
+			reason += "; an upload larger than that is routed only when its model field comes before its file"
+		}
+		return x.reject(413, reason)
 	}
-	body, reserved, ok := x.s.budget.grow(x.body, x.reserved, len(chunk), x.declared)
+	// An upload may declare more than the limit (see routeFront): the
+	// buffer grows to the limit at most.
+	body, reserved, ok := x.s.budget.grow(x.body, x.reserved, len(chunk), min(x.declared, x.s.opts.MaxBodyBytes))
 	x.body, x.reserved = body, reserved
 	if !ok {
 		return x.reject(429, "the picker is buffering as many request bodies as its memory budget allows")
 	}
 	x.body = append(x.body, chunk...)
 	if !b.GetEndOfStream() {
+		if x.routeFront() {
+			return x.route()
+		}
 		return false, nil
 	}
 	return x.route()
@@ -320,11 +342,19 @@ func (x *exchange) route() (bool, error) {
 		x.rewriteModel()
 		x.modelSeries(x.parsed.Model)
 		x.locate()
+	case x.boundary != "":
+		// An upload (an audio transcription or translation): its "model"
+		// field says which pods serve it, as a JSON body's does.
+		if x.uploading || x.formModel(openai.FormModel) {
+			x.pick = policy.Request{Model: x.parsed.Model}
+			x.rewriteModel()
+			x.modelSeries(x.parsed.Model)
+		}
 	default:
 		// Other paths (tokenize, score, rerank, pooling, ...) are not ours
 		// to judge, but a JSON body's "model" still says which pods serve
-		// it (and a rewrite applies). Any other body (an audio upload, JSON
-		// without a model) is routed by load, as it is.
+		// it (and a rewrite applies). Any other body (JSON without a
+		// model, text) is routed by load, as it is.
 		if openai.Parse(openai.Unknown, x.body, &x.parsed) == nil {
 			x.pick = policy.Request{Model: x.parsed.Model}
 			x.rewriteModel()
@@ -364,7 +394,7 @@ func (x *exchange) route() (bool, error) {
 		x.s.endpoints.forget(ep)
 	}
 	if x.series != nil {
-		x.series.Routed(x.priority, len(x.body))
+		x.series.Routed(x.priority, x.requestSize())
 		x.running = true
 	}
 
@@ -376,6 +406,11 @@ func (x *exchange) route() (bool, error) {
 	extra := x.traceHeaders()
 	if x.tunnelPath != "" {
 		extra = append(extra, [2]string{":path", x.tunnelPath})
+	}
+	if x.uploading {
+		// The rest of the body comes after the answer, and may end with
+		// trailers then.
+		x.trailersDue = true
 	}
 	if err := x.send(x.out.routeHeaders(x.dest, x.bodyLen(), hasBody, id, extra)); err != nil {
 		return false, err

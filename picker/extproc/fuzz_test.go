@@ -158,8 +158,10 @@ func (w *fuzzWorld) everyWorker(seen map[*registry.Worker]bool) {
 }
 
 var (
-	fuzzPaths    = []string{"/v1/chat/completions", "/v1/completions", "/tokenize", "/v1/chat/completions?x=1", "/v1/realtime", "/v1/realtime?model=m"}
-	fuzzBodies   = []string{`{"model":"m","stream":true,"messages":[{"role":"user","content":"`, `hello world, a prompt long enough to fill a block or two of the index"}]}`, `{"model":"m","prompt":"p"}`, `{not json`, strings.Repeat("x", 3000)}
+	fuzzPaths  = []string{"/v1/chat/completions", "/v1/completions", "/tokenize", "/v1/chat/completions?x=1", "/v1/realtime", "/v1/realtime?model=m", "/v1/audio/transcriptions"}
+	fuzzBodies = []string{`{"model":"m","stream":true,"messages":[{"role":"user","content":"`, `hello world, a prompt long enough to fill a block or two of the index"}]}`, `{"model":"m","prompt":"p"}`, `{not json`, strings.Repeat("x", 3000),
+		// an upload's front, with its model field, and its end
+		"--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nRIFF", "\r\n--b--\r\n"}
 	fuzzResponse = []string{sse("tok"), sseDone, `{"choices":[],"usage":{"prompt_tokens":3}}`, "data: {", ""}
 	fuzzServed   = []string{"", "10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.9.9.9:1"}
 )
@@ -189,6 +191,9 @@ func fuzzMessage(op, arg byte) *extprocv3.ProcessingRequest {
 		kv := []string{":method", "POST", ":path", fuzzPaths[int(v)%len(fuzzPaths)], "content-type", "application/json"}
 		if strings.HasPrefix(kv[3], "/v1/realtime") { // a WebSocket: a tunnel, routed on its headers
 			kv = append(kv, "connection", "upgrade", "upgrade", "websocket")
+		}
+		if strings.HasPrefix(kv[3], "/v1/audio/") { // an upload, routed on the front of its body
+			kv[5] = "multipart/form-data; boundary=b"
 		}
 		if v&4 != 0 {
 			kv = append(kv, "content-length", []string{"16777216", "120", "-3", "x"}[int(v>>3)%4])
@@ -332,6 +337,8 @@ func FuzzExchange(f *testing.F) {
 	f.Add([]byte{0x00, 0x40, 0x10, 0x00, 0x01, 0x09, 0x11, 0x02, 0x03, 0x10, 0x13, 0x00, 0x07, 0x00, 0x15, 0x00})
 	f.Add([]byte{0x00, 0x00, 0x01, 0x08, 0x02, 0x00, 0x03, 0x20, 0x04, 0x00, 0x09, 0x00, 0x05, 0x00, 0x08, 0x00})
 	f.Add([]byte{0x00, 0x20, 0x01, 0x00, 0x01, 0x03, 0x03, 0x04, 0x04, 0x00, 0x04, 0x03, 0x10, 0x38, 0x11, 0x03, 0x13, 0x00})
+	// an upload routed on the front of its body, then its end, then a reply
+	f.Add([]byte{0x00, 0x0c, 0x01, 0x0a, 0x01, 0x0d, 0x03, 0x00, 0x04, 0x03})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) > 512 {
 			return

@@ -338,15 +338,17 @@ func histCount(t *testing.T, e *env, name string) uint64 {
 	return n
 }
 
+// An upload that names no model (vLLM serves it with its default model)
+// is routed by load, unchanged.
 func TestOtherPathsAreRoutedUnparsed(t *testing.T) {
 	e := newEnv(t, twoWorkers)
 	s := e.open()
 	body := "--xyz\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nRIFF....\r\n--xyz--\r\n"
-	s.requestHeaders("/v1/audio/transcriptions", len(body), false, nil)
+	s.requestHeaders("/v1/audio/transcriptions", len(body), false, nil, "content-type", "multipart/form-data; boundary=xyz")
 	s.requestBody(body, true)
 	r := s.routed(true)
-	if r.dest == "" || string(r.body) != body {
-		t.Errorf("a multipart upload was not routed unchanged: dest %q, body %d bytes", r.dest, len(r.body))
+	if r.dest != "127.0.0.1:8000,127.0.0.2:8000" || string(r.body) != body {
+		t.Errorf("a multipart upload without a model was not routed unchanged to every pod: dest %q, body %d bytes", r.dest, len(r.body))
 	}
 }
 

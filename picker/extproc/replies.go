@@ -84,7 +84,8 @@ func (r *replies) setHeader(key string) *corev3.HeaderValue {
 }
 
 // routeHeaders is the reply to the request headers once a destination is
-// known: the destination header, the corrected content length, the removal of
+// known: the destination header, the corrected content length (none when
+// bodyLen is -1: not known), the removal of
 // picker-owned headers, the request id when the picker made it (nil when
 // not), extra headers (trace context), and the same destination in envoy.lb
 // metadata.
@@ -92,7 +93,7 @@ func (r *replies) routeHeaders(dest string, bodyLen int, hasBody bool, madeID []
 	r.mutation.SetHeaders = r.mutation.SetHeaders[:0]
 	h := r.setHeader(DestinationHeader)
 	h.RawValue = append(h.RawValue, dest...)
-	if hasBody {
+	if hasBody && bodyLen >= 0 {
 		h = r.setHeader("content-length")
 		h.RawValue = strconv.AppendInt(h.RawValue, int64(bodyLen), 10)
 	}

@@ -32,6 +32,9 @@ type modelRewrite struct {
 	named      bool
 	value      []byte // the new value's content, escaped; nil: body unchanged
 	start, end int    // the old value's content in the body
+	// form: the value is an upload's form field, which holds the name as
+	// it is, not a JSON string.
+	form bool
 
 	// from and to are the "model" member with the target's name and with
 	// the requested one (raw, escapes as the client wrote them).
@@ -55,6 +58,9 @@ func (x *exchange) rewriteModel() {
 	x.rw.value, x.rw.start, x.rw.end = value, x.parsed.ModelStart, x.parsed.ModelEnd
 	x.rw.from = modelMember(value)
 	x.rw.to = modelMember(x.body[x.rw.start:x.rw.end])
+	if x.rw.form {
+		x.rw.value, x.rw.to = []byte(target), modelMember(rewrite.Escape(model))
+	}
 	x.pick.Model = target
 }
 
@@ -90,13 +96,25 @@ func (x *exchange) modelSeries(model string) {
 	}
 }
 
-// bodyLen is the length of the body as it goes upstream.
+// bodyLen is the length of the body as it goes upstream; -1 when it is
+// not known (an upload routed on its front without a content-length).
 func (x *exchange) bodyLen() int {
-	if x.rw.value == nil {
-		return len(x.body)
+	n := len(x.body)
+	if x.uploading {
+		if x.declared == 0 {
+			return -1
+		}
+		n = x.declared
 	}
-	return len(x.body) - (x.rw.end - x.rw.start) + len(x.rw.value)
+	if x.rw.value == nil {
+		return n
+	}
+	return n - (x.rw.end - x.rw.start) + len(x.rw.value)
 }
+
+// bodyEnds reports whether the body sent back at routing is the whole
+// body: neither trailers nor the rest of an upload follow it.
+func (x *exchange) bodyEnds() bool { return !x.trailers && !x.uploading }
 
 // maxSpliceCopy is the most bytes of the body copied to join them with the
 // new model value in one chunk: the bytes before the value when there are
@@ -109,7 +127,7 @@ const maxSpliceCopy = 4 << 10
 // the bytes after it. At most maxSpliceCopy bytes of the body are copied.
 func (x *exchange) sendBody() error {
 	if x.rw.value == nil {
-		return x.out.bodyChunks(x.body, !x.trailers, x.send)
+		return x.out.bodyChunks(x.body, x.bodyEnds(), x.send)
 	}
 	head, value, tail := x.body[:x.rw.start], x.rw.value, x.body[x.rw.end:]
 	switch {
@@ -127,8 +145,8 @@ func join(a, b []byte) []byte {
 }
 
 // sendParts sends the parts as one body in chunks of at most maxChunk
-// bytes, the last one marked end of stream unless trailers follow. The last
-// part is never empty.
+// bytes, the last one marked end of stream unless trailers or the rest of
+// an upload follow. The last part is never empty.
 func (x *exchange) sendParts(parts ...[]byte) error {
 	last := len(parts) - 1
 	for _, p := range parts[:last] {
@@ -140,7 +158,7 @@ func (x *exchange) sendParts(parts ...[]byte) error {
 			p = p[n:]
 		}
 	}
-	return x.out.bodyChunks(parts[last], !x.trailers, x.send)
+	return x.out.bodyChunks(parts[last], x.bodyEnds(), x.send)
 }
 
 // restoreModel gives the client back the model name it asked for: in a

@@ -29,8 +29,8 @@ func (x *exchange) due(m message) bool {
 	switch m {
 	case msgRequestTrailers:
 		return x.trailersDue
-	case msgRequestBody:
-		return x.tunnel && !x.clientDone && x.state != awaitingRequest && x.state != readingRequest
+	case msgRequestBody: // a tunnel's, or the rest of an upload routed on its front
+		return (x.tunnel || x.uploading) && !x.clientDone && x.state != awaitingRequest && x.state != readingRequest
 	default:
 		return false
 	}
