@@ -66,9 +66,14 @@ func (e modelNotServedError) Error() string {
 // admit picks the request's endpoints and takes the load guard on the
 // primary, through the flow-control queue when there is one: a request
 // that finds the pool saturated then waits, holding no guard, until
-// capacity frees.
+// capacity frees. Without the queue, as the upstream picker without its
+// flow-control layer, only a sheddable request (negative priority) is
+// refused for endpoints past the queue and KV-cache thresholds; another is
+// picked among them, to wait in the model servers' own queues. The
+// in-flight cap refuses either.
 func (x *exchange) admit() error {
 	if x.s.opts.Queue == nil {
+		x.pick.Overflow = x.priority >= 0
 		ok, err := x.tryPick()
 		if err == nil && !ok {
 			err = errSaturated

@@ -55,7 +55,10 @@ type Options struct {
 	// Log receives one line per rejected request and per recovered panic.
 	Log logr.Logger
 	// Queue, when set, holds requests that find the pool saturated until
-	// capacity frees, instead of answering 429 at once.
+	// capacity frees. Without it a request of priority 0 or above goes past
+	// the queue and KV-cache thresholds (policy.Request.Overflow), and one
+	// of negative priority, or one that finds every endpoint at MaxInFlight,
+	// gets 429 at once.
 	Queue Admitter
 	// Priorities maps the x-gateway-inference-objective header to a
 	// priority for the queue; unknown objectives get 0.

@@ -5,7 +5,7 @@ import "flag"
 // AddFlags registers the bounds on fs; unset fields show their defaults.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	o.Complete()
-	fs.BoolVar(&o.Enabled, "flow-control", o.Enabled, "Queue requests that find every endpoint saturated, by InferenceObjective priority and fairness id, instead of answering 429 at once.")
+	fs.BoolVar(&o.Enabled, "flow-control", o.Enabled, "Queue requests that find every endpoint saturated, by InferenceObjective priority and fairness id, instead of routing them past the queue and KV-cache thresholds (priority 0 and above) or answering 429 at once (negative priorities, or every endpoint at maxInFlight).")
 	fs.IntVar(&o.MaxBandLen, "flow-control-max-band-requests", o.MaxBandLen, "Requests of one priority that may wait in the flow-control queue.")
 	fs.IntVar(&o.MaxLen, "flow-control-max-requests", o.MaxLen, "Requests of all priorities that may wait in the flow-control queue.")
 	fs.Int64Var(&o.MaxBytes, "flow-control-max-bytes", o.MaxBytes, "Request bytes all waiting requests may hold together.")

@@ -11,7 +11,8 @@ import (
 	"github.com/inferpick/inferpick/picker/registry"
 )
 
-// candidate is one live, unsaturated worker during a pick.
+// candidate is one live worker with room during a pick, or, when
+// Request.Overflow finds none, one past the queue and KV-cache thresholds.
 type candidate struct {
 	w       *registry.Worker
 	metrics *registry.Metrics // nil when absent or stale
@@ -33,6 +34,7 @@ type pick struct {
 	blocks  int  // len(hashes), when the ranker hashed the prompt
 	hashed  bool // hashes, blocks and matches are set
 	ordered bool // the candidates' ties follow the prompt's rendezvous order (home.go)
+	over    bool // the candidates are past the thresholds: none has room (Request.Overflow)
 	// The prompt's home key and its blocks, once keyed (home.go).
 	keyed     bool
 	key       uint64
@@ -117,7 +119,7 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 		p.pool = p.pool[:0]
 		e.pool.Put(p)
 	}()
-	p.req, p.blocks, p.hashed, p.ordered, p.keyed, p.adapterSet = req, 0, false, false, false, false
+	p.req, p.blocks, p.hashed, p.ordered, p.keyed, p.adapterSet, p.over = req, 0, false, false, false, false, false
 	e.mu.Lock()
 	p.rng = e.rnd.Uint64()
 	e.mu.Unlock()
@@ -140,6 +142,9 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 	saturated, sampled := 0, false
 	if s, ok := e.ranker.(sampler); ok && len(candidates) > sampleAbove && !req.Subset {
 		saturated = e.admit(p, s.sample(e, p, candidates), &filter, now)
+		if p.over { // the pool may have room the sample has not
+			p.dropCandidates()
+		}
 		sampled = len(p.cands) > 0
 	}
 	if len(p.cands) == 0 { // a small pool, or none of the sample can take it
@@ -170,7 +175,9 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 }
 
 // admit makes candidates of the workers of ws that are live, serve the
-// model and have room for the request, and returns how many had none.
+// model and have room for the request, and returns how many had none. With
+// Request.Overflow and none with room, the candidates are those past the
+// queue and KV-cache thresholds alone, and p.over is set.
 func (e *engine) admit(p *pick, ws []*registry.Worker, filter *modelFilter, now time.Time) (saturated int) {
 	for _, w := range ws {
 		if e.admitOne(p, w, filter, now) {
@@ -181,7 +188,10 @@ func (e *engine) admit(p *pick, ws []*registry.Worker, filter *modelFilter, now 
 }
 
 // admitOne makes a candidate of w when it is live, serves the model and has
-// room for the request, and reports whether it had none.
+// room for the request, and reports whether it had none. A worker past the
+// queue and KV-cache thresholds alone (not at the in-flight cap) is made a
+// candidate too under Request.Overflow while no candidate has room; the
+// first with room then takes the place of those.
 func (e *engine) admitOne(p *pick, w *registry.Worker, filter *modelFilter, now time.Time) (saturated bool) {
 	if w == nil || !w.Live() || !filter.admits(w) {
 		return false
@@ -190,22 +200,36 @@ func (e *engine) admitOne(p *pick, w *registry.Worker, filter *modelFilter, now 
 	if m != nil && !m.Fresh(now, e.cfg.MetricsStaleness.Duration) {
 		m = nil
 	}
-	if e.saturated(w, m, p.req.Reserve) {
+	switch capped, over := e.saturated(w, m, p.req.Reserve); {
+	case capped || over && (!p.req.Overflow || len(p.cands) > 0 && !p.over):
 		return true
+	case over:
+		p.over = true
+		p.cands = append(p.cands, candidate{w: w, metrics: m, tie: p.rand()})
+		return true
+	}
+	if p.over {
+		p.dropCandidates()
 	}
 	p.cands = append(p.cands, candidate{w: w, metrics: m, tie: p.rand()})
 	return false
 }
 
+// dropCandidates empties the pick's candidates.
+func (p *pick) dropCandidates() {
+	clear(p.cands)
+	p.cands, p.over = p.cands[:0], false
+}
+
 // saturated reports whether w may take no more work of a request that
-// leaves reserve places free: its fresh metrics show a full queue and a full
-// KV cache, or it is at the in-flight cap. Either bound less reserve is at
-// least 1.
-func (e *engine) saturated(w *registry.Worker, m *registry.Metrics, reserve int) bool {
+// leaves reserve places free: capped when it is at the in-flight cap, over
+// when its fresh metrics show a full queue and a full KV cache. Either
+// bound less reserve is at least 1.
+func (e *engine) saturated(w *registry.Worker, m *registry.Metrics, reserve int) (capped, over bool) {
 	if e.cfg.MaxInFlight > 0 && w.InFlight() >= int64(reduced(e.cfg.MaxInFlight, reserve)) {
-		return true
+		return true, false
 	}
-	return m != nil && m.Waiting >= reduced(e.cfg.QueueThreshold, reserve) && m.KVUsage >= e.cfg.KVCacheThreshold
+	return false, m != nil && m.Waiting >= reduced(e.cfg.QueueThreshold, reserve) && m.KVUsage >= e.cfg.KVCacheThreshold
 }
 
 // reduced is bound less reserve, never below 1 when a reserve applies.

@@ -111,7 +111,8 @@ func TestSaturation(t *testing.T) {
 		metrics  []*registry.Metrics
 		inFlight []int
 		reserve  int
-		want     string // address, or "saturated"
+		overflow bool
+		want     string // address, "saturated", or "any" (every worker, no error)
 	}{
 		"all full": {
 			metrics: []*registry.Metrics{full(epoch), full(epoch)},
@@ -167,6 +168,43 @@ func TestSaturation(t *testing.T) {
 			metrics: []*registry.Metrics{full(epoch), {Waiting: 10, KVUsage: 0.95, Scraped: epoch}},
 			want:    "127.0.0.1:8000",
 		},
+		"overflow: all past the thresholds, the pick is among them": {
+			metrics:  []*registry.Metrics{full(epoch), full(epoch)},
+			overflow: true,
+			want:     "any",
+		},
+		"overflow keeps to a worker under the thresholds": {
+			metrics:  []*registry.Metrics{full(epoch), {Waiting: 5, KVUsage: 0.5, Scraped: epoch}},
+			overflow: true,
+			want:     "127.0.0.2:8000",
+		},
+		"overflow keeps to a worker under the thresholds listed first": {
+			metrics:  []*registry.Metrics{{Waiting: 5, KVUsage: 0.5, Scraped: epoch}, full(epoch)},
+			overflow: true,
+			want:     "127.0.0.1:8000",
+		},
+		"overflow stops at the in-flight cap": {
+			cfg:      Config{MaxInFlight: 3},
+			metrics:  []*registry.Metrics{full(epoch), full(epoch)},
+			inFlight: []int{3, 3},
+			overflow: true,
+			want:     "saturated",
+		},
+		"overflow takes a worker past the thresholds under the in-flight cap": {
+			cfg:      Config{MaxInFlight: 3},
+			metrics:  []*registry.Metrics{full(epoch), full(epoch)},
+			inFlight: []int{3, 1},
+			overflow: true,
+			want:     "127.0.0.2:8000",
+		},
+		"overflow leaves the reserve under the in-flight cap": {
+			cfg:      Config{MaxInFlight: 4},
+			metrics:  []*registry.Metrics{full(epoch), full(epoch)},
+			inFlight: []int{3, 3},
+			reserve:  1,
+			overflow: true,
+			want:     "saturated",
+		},
 	}
 	for name, tc := range cases {
 		for _, policy := range allPolicies {
@@ -181,10 +219,16 @@ func TestSaturation(t *testing.T) {
 				cfg := tc.cfg
 				cfg.Name = policy
 				p := build(t, cfg, reg, nil)
-				got, err := p.Pick(&Request{Model: "m", Reserve: tc.reserve}, ws, 2)
-				if tc.want == "saturated" {
+				got, err := p.Pick(&Request{Model: "m", Reserve: tc.reserve, Overflow: tc.overflow}, ws, 2)
+				switch tc.want {
+				case "saturated":
 					if !errors.Is(err, ErrSaturated) {
 						t.Fatalf("err = %v, want ErrSaturated", err)
+					}
+					return
+				case "any":
+					if err != nil || len(got) != 2 {
+						t.Fatalf("got %v, %v; want both workers", addrs(got), err)
 					}
 					return
 				}

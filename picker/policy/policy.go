@@ -1,8 +1,9 @@
 // Package policy decides which worker serves a request. A Policy orders the
 // candidate workers, primary first; the engine shared by every policy drops
-// removed and saturated workers before the policy sees them, breaks ties at
-// random and returns distinct workers. Policies read the registry and the
-// prefix index only: nothing here knows gRPC, Envoy or request bodies.
+// removed and saturated workers before the policy sees them (but see
+// Request.Overflow), breaks ties at random and returns distinct workers.
+// Policies read the registry and the prefix index only: nothing here knows
+// gRPC, Envoy or request bodies.
 package policy
 
 import (
@@ -27,6 +28,16 @@ type Request struct {
 	// room left counts as saturated for this request; at least one place
 	// always remains usable.
 	Reserve int
+	// Overflow lets the request go to workers past both the queue and the
+	// KV-cache thresholds when no candidate is under them: the pick is then
+	// made among those, by the policy as usual (the load it ranks by
+	// prefers the least loaded), as the upstream picker schedules a request
+	// that is not sheddable on a saturated pool, to the model servers' own
+	// queues. It never passes Config.MaxInFlight (less Reserve): a worker
+	// at that cap is never a candidate, and when every one is the pick
+	// returns ErrSaturated all the same. A worker under the thresholds is
+	// always preferred to one past them.
+	Overflow bool
 	// Subset says the candidates are a part of the pool the caller chose
 	// (the gateway's subset hint), in a list it may reuse: the pick then
 	// looks at every one of them and remembers nothing of the list. Without

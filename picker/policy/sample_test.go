@@ -111,6 +111,35 @@ func TestLargePoolSaturatedSampleScansThePool(t *testing.T) {
 	}
 }
 
+// With Request.Overflow, a sample whose every worker is past the queue and
+// KV-cache thresholds does not settle the pick: the pool is scanned for a
+// worker under them, and only a pool with none is picked from as it is.
+func TestLargePoolOverflowScansThePoolFirst(t *testing.T) {
+	r := largeReplica(t, 1, Config{})
+	free := "pod-617"
+	for name, w := range r.ws {
+		if name != free {
+			w.SetMetrics(&registry.Metrics{Waiting: 5, KVUsage: 0.8, Scraped: epoch})
+		}
+	}
+	for i := range 20 {
+		req := chat(fmt.Sprintf("tenant %d", i), "q", 2000, 100)
+		req.Overflow = true
+		if got := r.pickName(t, req); got != free {
+			t.Fatalf("pick %d: %s, want the only worker under the thresholds, %s", i, got, free)
+		}
+	}
+	r.ws[free].SetMetrics(&registry.Metrics{Waiting: 5, KVUsage: 0.8, Scraped: epoch})
+	req := chat("t", "q", 2000, 100)
+	req.Overflow = true
+	if got, err := r.pol.Pick(req, r.reg.Workers(), 1); err != nil || len(got) != 1 {
+		t.Fatalf("an overflowing pick on a pool past the thresholds returned %v, %v; want one worker", got, err)
+	}
+	if _, err := r.pol.Pick(chat("t", "q", 2000, 100), r.reg.Workers(), 1); !errors.Is(err, ErrSaturated) {
+		t.Fatalf("a pick without overflow on a pool past the thresholds returned %v, want ErrSaturated", err)
+	}
+}
+
 // A subset the caller narrowed is looked at whole: the only idle worker of
 // a subset of 300 busy ones is always found.
 func TestSubsetPickLooksAtEveryCandidate(t *testing.T) {

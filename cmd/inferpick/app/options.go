@@ -367,7 +367,7 @@ func (o *Options) Complete() error {
 		o.fs.Visit(func(f *flag.Flag) {
 			if strings.HasPrefix(f.Name, "flow-control-") {
 				o.Warnings = append(o.Warnings, Warning{Flag: "--" + f.Name, Value: f.Value.String(),
-					Reason: "--flow-control is not given: there is no queue, and a saturated pool answers 429 at once"})
+					Reason: "--flow-control is not given: there is no queue; a saturated pool takes requests of priority 0 and above all the same, and answers others 429 at once"})
 			}
 		})
 	}
