@@ -187,10 +187,18 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 	var runnables []manager.Runnable
 	// deps run until the ext_proc server has drained (see routing).
 	deps := []manager.Runnable{scraper}
+	sat := cfg.Default()
+	saturation := func() float64 { return sat.Saturation(reg.Workers(), time.Now()) }
+	// With or without the queue: without it a saturated pool refuses only
+	// negative priorities, so refusals alone would not show it.
+	promReg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "inferpick_pool_saturation",
+		Help:        "How near the pool's endpoints are to saturation, as the policy judges it: 0 idle, 1 every endpoint saturated (or none).",
+		ConstLabels: prometheus.Labels{"inference_pool": poolLabel(o)},
+	}, saturation))
 	if o.FlowControl.Enabled {
-		sat := cfg.Default()
 		queue, err = flowcontrol.New(o.FlowControl, flowcontrol.WithRegisterer(promReg, poolLabel(o)),
-			flowcontrol.WithSaturation(func() float64 { return sat.Saturation(reg.Workers(), time.Now()) }))
+			flowcontrol.WithSaturation(saturation))
 		if err != nil {
 			return nil, err
 		}
