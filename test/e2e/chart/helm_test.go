@@ -180,6 +180,10 @@ func TestBadValues(t *testing.T) {
 		sets []string
 		want []string
 	}{
+		"a flow-control wait of zero, which the picker refuses at start": {
+			sets: []string{"picker.flowControl.enabled=true", "picker.flowControl.maxWait=0m0s"},
+			want: []string{"maxWait"},
+		},
 		"zero replicas": {
 			sets: []string{"replicas=0"},
 			want: []string{"replicas", "minimum"},
