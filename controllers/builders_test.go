@@ -22,6 +22,14 @@ func (p *podWrapper) uid(uid string) *podWrapper { p.UID = types.UID(uid); retur
 
 func (p *podWrapper) ip(ip string) *podWrapper { p.Status.PodIP = ip; return p }
 
+func (p *podWrapper) annotate(key, value string) *podWrapper {
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[key] = value
+	return p
+}
+
 func (p *podWrapper) condition(s corev1.ConditionStatus) *podWrapper {
 	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: s})
 	return p

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,9 +62,39 @@ func readPodEndpoints(ctx context.Context, reader client.Reader, key types.Names
 	return podEndpoints(ports, pod), nil
 }
 
-// podEndpoints returns the pod's endpoints, one per valid port, in the
-// order of ports, each ranked by its place there; none when the pod is gone
-// or its IP does not parse. A pod that runs but is not Ready has its
+// The pod annotations that list the target ports a pod serves, as
+// comma-separated port numbers: llm-d's key, and the upstream endpoint
+// picker's, which llm-d still reads. When a pod has both, llm-d's is read,
+// as llm-d does.
+const (
+	activePortsAnnotation         = "llm-d.ai/active-ports"
+	upstreamActivePortsAnnotation = "inference.networking.k8s.io/active-ports"
+)
+
+// activePorts returns the ports the pod's active-ports annotation lists,
+// and false when it has none (every target port is served). An entry that
+// is not a port number is skipped; an empty list serves no port.
+func activePorts(pod *corev1.Pod) ([]int32, bool) {
+	list, ok := pod.Annotations[activePortsAnnotation]
+	if !ok {
+		if list, ok = pod.Annotations[upstreamActivePortsAnnotation]; !ok {
+			return nil, false
+		}
+	}
+	var ports []int32
+	for entry := range strings.SplitSeq(list, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(entry)); err == nil && n > 0 && n <= 65535 {
+			ports = append(ports, int32(n))
+		}
+	}
+	return ports, true
+}
+
+// podEndpoints returns the pod's endpoints, one per valid port it serves
+// (all of ports, or those its active-ports annotation lists: activePorts),
+// in the order of ports, each ranked by its place there whether the ports
+// before it are served or not; none when the pod is gone or its IP does
+// not parse. A pod that runs but is not Ready has its
 // endpoints Unready: the workers they had are parked, not removed, so that
 // a readiness flap keeps what the picker learned of the server. The pod is
 // assumed to match the selector.
@@ -74,9 +107,10 @@ func podEndpoints(ports []int32, pod *corev1.Pod) []registry.Endpoint {
 		return nil
 	}
 	unready := !podReady(pod)
+	active, listed := activePorts(pod)
 	eps := make([]registry.Endpoint, 0, len(ports))
 	for rank, n := range ports {
-		if n < 1 || n > 65535 {
+		if n < 1 || n > 65535 || listed && !slices.Contains(active, n) {
 			continue
 		}
 		eps = append(eps, registry.Endpoint{

@@ -2,6 +2,9 @@ package controllers
 
 import (
 	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -58,6 +61,71 @@ func TestPodEndpointsPerPort(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			got := podEndpoints(tc.ports, &tc.pod)
 			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
+				t.Errorf("podEndpoints() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A pod's active-ports annotation (llm-d's key or the upstream picker's)
+// limits its endpoints to the target ports it lists; each keeps the rank of
+// its place in the pool's target ports.
+func TestPodEndpointsActivePorts(t *testing.T) {
+	const gie, llmd = "inference.networking.k8s.io/active-ports", "llm-d.ai/active-ports"
+	at := func(port string, rank int) registry.Endpoint {
+		return ranked(endpoint("a", "uid-a", "127.0.0.1:"+port), rank)
+	}
+	tests := map[string]struct {
+		annotations map[string]string
+		want        []registry.Endpoint
+	}{
+		"no annotation: every target port": {
+			want: []registry.Endpoint{at("8000", 0), at("8001", 1), at("8002", 2)},
+		},
+		"a subset": {
+			annotations: map[string]string{gie: "8000,8002"},
+			want:        []registry.Endpoint{at("8000", 0), at("8002", 2)},
+		},
+		"a later port alone keeps its rank": {
+			annotations: map[string]string{gie: "8001"},
+			want:        []registry.Endpoint{at("8001", 1)},
+		},
+		"a port that is not a target port": {
+			annotations: map[string]string{gie: "8001,9000"},
+			want:        []registry.Endpoint{at("8001", 1)},
+		},
+		"entries that are not port numbers": {
+			annotations: map[string]string{gie: "x, 8002 ,,-1,0,8001abc,70000,+8000"},
+			want:        []registry.Endpoint{at("8000", 0), at("8002", 2)},
+		},
+		"empty: no port": {
+			annotations: map[string]string{gie: ""},
+		},
+		"llm-d's key": {
+			annotations: map[string]string{llmd: "8002, 8000"},
+			want:        []registry.Endpoint{at("8000", 0), at("8002", 2)},
+		},
+		"both keys: llm-d's is read": {
+			annotations: map[string]string{llmd: "8001", gie: "8000"},
+			want:        []registry.Endpoint{at("8001", 1)},
+		},
+		"both keys, llm-d's empty": {
+			annotations: map[string]string{llmd: "", gie: "8000"},
+		},
+		"other annotations": {
+			annotations: map[string]string{"example.com/active-ports": "8000"},
+			want:        []registry.Endpoint{at("8000", 0), at("8001", 1), at("8002", 2)},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			pod := makePod("a").ready().ip("127.0.0.1")
+			for k, v := range tc.annotations {
+				pod.annotate(k, v)
+			}
+			obj := pod.obj()
+			got := podEndpoints([]int32{8000, 8001, 8002}, &obj)
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty(), cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
 				t.Errorf("podEndpoints() (-want +got):\n%s", diff)
 			}
 		})
@@ -186,4 +254,31 @@ func TestSelectorOf(t *testing.T) {
 			}
 		})
 	}
+}
+
+// activePorts never fails on an annotation a user writes: every port it
+// returns is a port number one of the list's entries names.
+func FuzzActivePorts(f *testing.F) {
+	for _, s := range []string{"", "8000", "8000,8002", " 8001 , x,,-1,0,70000", "+8000,08001", "8000abc"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, list string) {
+		pod := makePod("a").annotate("inference.networking.k8s.io/active-ports", list).obj()
+		ports, ok := activePorts(&pod)
+		if !ok {
+			t.Fatal("activePorts() reports no annotation on a pod that has one")
+		}
+		entries := strings.Split(list, ",")
+		for _, n := range ports {
+			if n < 1 || n > 65535 {
+				t.Fatalf("activePorts(%q) returned %d, not a port number", list, n)
+			}
+			if !slices.ContainsFunc(entries, func(e string) bool {
+				v, err := strconv.Atoi(strings.TrimSpace(e))
+				return err == nil && v == int(n)
+			}) {
+				t.Fatalf("activePorts(%q) returned %d, which no entry names", list, n)
+			}
+		}
+	})
 }

@@ -7,11 +7,12 @@ import (
 )
 
 // trimPod is the cache transform of pods: it keeps what the controllers
-// read (identity, labels, deletion, phase, IP, the Ready condition, each
-// container's restart count, the port numbers its containers and native
-// sidecars declare, and those sidecars' restart counts: podRestarts) and
-// drops the rest (the rest of the spec, annotations, owner references,
-// managed fields, the rest of the container statuses), so that a cached
+// read (identity, labels, the active-ports annotations: activePorts,
+// deletion, phase, IP, the Ready condition, each container's restart
+// count, the port numbers its containers and native sidecars declare, and
+// those sidecars' restart counts: podRestarts) and drops the rest (the
+// rest of the spec, the other annotations, owner references, managed
+// fields, the rest of the container statuses), so that a cached
 // pod costs a few hundred bytes, not several kilobytes, in a pool of
 // thousands.
 func trimPod(obj any) (any, error) {
@@ -28,6 +29,7 @@ func trimPod(obj any) (any, error) {
 			ResourceVersion:   pod.ResourceVersion,
 			Generation:        pod.Generation,
 			Labels:            pod.Labels,
+			Annotations:       activePortsAnnotations(pod.Annotations),
 			DeletionTimestamp: pod.DeletionTimestamp,
 		},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP},
@@ -56,6 +58,21 @@ func trimPod(obj any) (any, error) {
 		}
 	}
 	return out, nil
+}
+
+// activePortsAnnotations returns the active-ports annotations of all, nil
+// when it has none.
+func activePortsAnnotations(all map[string]string) map[string]string {
+	var out map[string]string
+	for _, k := range [...]string{activePortsAnnotation, upstreamActivePortsAnnotation} {
+		if v, ok := all[k]; ok {
+			if out == nil {
+				out = make(map[string]string, 2)
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // portNumbers returns ports with their numbers alone.

@@ -12,11 +12,13 @@ import (
 
 // TestTrimPodKeepsWhatTheControllersRead checks that a trimmed pod gives
 // the controllers the same answers as the full one, and keeps of its spec
-// only the ports its containers and native sidecars declare.
+// only the ports its containers and native sidecars declare, and of its
+// annotations only those that list its active ports.
 func TestTrimPodKeepsWhatTheControllersRead(t *testing.T) {
+	const activeGIE, activeLLMD = "inference.networking.k8s.io/active-ports", "llm-d.ai/active-ports"
 	full := func(p *podWrapper) *corev1.Pod {
 		o := p.obj()
-		o.Annotations = map[string]string{"big": "annotation"}
+		o.Annotations = map[string]string{"big": "annotation", activeLLMD: "8000, 8002", activeGIE: "8001"}
 		o.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 		always := corev1.ContainerRestartPolicyAlways
 		o.Spec.Containers = []corev1.Container{
@@ -51,6 +53,10 @@ func TestTrimPodKeepsWhatTheControllersRead(t *testing.T) {
 	}
 	pods["other label"].Labels = map[string]string{"app": "other"}
 	pods["failed"].Status.Phase = corev1.PodFailed
+	bare := makePod("g").ready().ip("10.0.0.7").obj()
+	if got, err := trimPod(&bare); err != nil || got.(*corev1.Pod).Annotations != nil {
+		t.Errorf("trimPod(a pod without annotations) = %+v, %v; want no annotations", got, err)
+	}
 	for name, pod := range pods {
 		t.Run(name, func(t *testing.T) {
 			got, err := trimPod(pod)
@@ -65,8 +71,12 @@ func TestTrimPodKeepsWhatTheControllersRead(t *testing.T) {
 			if a, b := sel.Matches(labels.Set(pod.Labels)), sel.Matches(labels.Set(trimmed.Labels)); a != b {
 				t.Errorf("selector matches full %v, trimmed %v", a, b)
 			}
-			if trimmed.Annotations != nil || trimmed.ManagedFields != nil {
+			if trimmed.ManagedFields != nil {
 				t.Errorf("trimmed pod keeps what no controller reads: %+v", trimmed)
+			}
+			wantAnnotations := map[string]string{activeLLMD: "8000, 8002", activeGIE: "8001"}
+			if diff := cmp.Diff(wantAnnotations, trimmed.Annotations); diff != "" {
+				t.Errorf("trimmed annotations, want the active-ports ones alone (-want +got):\n%s", diff)
 			}
 			always := corev1.ContainerRestartPolicyAlways
 			wantSpec := corev1.PodSpec{

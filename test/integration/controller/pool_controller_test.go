@@ -197,6 +197,38 @@ var _ = Describe("Pool controller", func() {
 		Expect(w8000.InFlight()).To(Equal(int64(1)))
 	})
 
+	It("serves on each pod the target ports its active-ports annotation lists, and follows its edits", func(ctx SpecContext) {
+		const gie, llmd = "inference.networking.k8s.io/active-ports", "llm-d.ai/active-ports"
+		reg := startPicker(*poolKey)
+		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000, 8001).Obj())).To(Succeed())
+		pod := readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-0").Obj(), "127.0.0.1")
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000", "vllm-0@127.0.0.1:8001"}))
+		w8000, w8001 := workerAt(reg, "127.0.0.1:8000")(), workerAt(reg, "127.0.0.1:8001")()
+		guard := w8001.Admit()
+		DeferCleanup(guard.Release)
+
+		By("the annotation lists port 8000 alone: 8001's worker leaves, its request still counted on it")
+		update(ctx, pod, func(p *corev1.Pod) { p.Annotations = map[string]string{gie: "8000"} })
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
+		Expect(workerAt(reg, "127.0.0.1:8000")()).To(BeIdenticalTo(w8000), "the other port's worker was replaced")
+		Expect(w8001.Removed()).To(BeTrue())
+		Expect(w8001.InFlight()).To(Equal(int64(1)))
+
+		By("llm-d's key lists both, and is read over the upstream one: 8001 is back with rank 1")
+		update(ctx, pod, func(p *corev1.Pod) { p.Annotations = map[string]string{gie: "8000", llmd: "8001, 8000"} })
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000", "vllm-0@127.0.0.1:8001"}))
+		Expect(workerAt(reg, "127.0.0.1:8000")()).To(BeIdenticalTo(w8000))
+		Expect(workerAt(reg, "127.0.0.1:8001")().Endpoint().Rank).To(Equal(1))
+
+		By("the annotation is emptied: the pod serves no port")
+		update(ctx, pod, func(p *corev1.Pod) { p.Annotations = map[string]string{llmd: ""} })
+		Eventually(workers(reg)).Should(BeEmpty())
+
+		By("the annotation is removed: every target port again")
+		update(ctx, pod, func(p *corev1.Pod) { p.Annotations = nil })
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000", "vllm-0@127.0.0.1:8001"}))
+	})
+
 	It("gives each pod one endpoint per target port", func(ctx SpecContext) {
 		reg := startPicker(*poolKey)
 		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000, 8001).Obj())).To(Succeed())
