@@ -93,8 +93,9 @@ func activePorts(pod *corev1.Pod) ([]int32, bool) {
 // podEndpoints returns the pod's endpoints, one per valid port it serves
 // (all of ports, or those its active-ports annotation lists: activePorts),
 // in the order of ports, each ranked by its place there whether the ports
-// before it are served or not; none when the pod is gone or its IP does
-// not parse. A pod that runs but is not Ready has its
+// before it are served or not, and each serving its own metrics when ports
+// are several (registry.Endpoint.OwnMetrics); none when the pod is gone or
+// its IP does not parse. A pod that runs but is not Ready has its
 // endpoints Unready: the workers they had are parked, not removed, so that
 // a readiness flap keeps what the picker learned of the server. The pod is
 // assumed to match the selector.
@@ -114,13 +115,14 @@ func podEndpoints(ports []int32, pod *corev1.Pod) []registry.Endpoint {
 			continue
 		}
 		eps = append(eps, registry.Endpoint{
-			Key:       registry.Key{UID: string(pod.UID), Port: n},
-			Namespace: pod.Namespace,
-			Name:      pod.Name,
-			Address:   netip.AddrPortFrom(addr.Unmap(), uint16(n)),
-			Rank:      rank,
-			Restarts:  podRestarts(pod, n),
-			Unready:   unready,
+			Key:        registry.Key{UID: string(pod.UID), Port: n},
+			Namespace:  pod.Namespace,
+			Name:       pod.Name,
+			Address:    netip.AddrPortFrom(addr.Unmap(), uint16(n)),
+			Rank:       rank,
+			Restarts:   podRestarts(pod, n),
+			OwnMetrics: len(ports) > 1,
+			Unready:    unready,
 		})
 	}
 	return eps

@@ -29,8 +29,14 @@ func ranked(ep registry.Endpoint, rank int) registry.Endpoint {
 	return ep
 }
 
+func ownMetrics(ep registry.Endpoint) registry.Endpoint {
+	ep.OwnMetrics = true
+	return ep
+}
+
 // podEndpoints gives a pod one endpoint per target port, in the ports'
-// order, each ranked by its place there.
+// order, each ranked by its place there; the endpoints of several ports
+// serve their own metrics, on their own ports, whatever the metrics port.
 func TestPodEndpointsPerPort(t *testing.T) {
 	tests := map[string]struct {
 		ports []int32
@@ -41,10 +47,15 @@ func TestPodEndpointsPerPort(t *testing.T) {
 			ports: []int32{8002, 8000, 8001},
 			pod:   makePod("a").ready().ip("127.0.0.1").obj(),
 			want: []registry.Endpoint{
-				endpoint("a", "uid-a", "127.0.0.1:8002"),
-				ranked(endpoint("a", "uid-a", "127.0.0.1:8000"), 1),
-				ranked(endpoint("a", "uid-a", "127.0.0.1:8001"), 2),
+				ownMetrics(endpoint("a", "uid-a", "127.0.0.1:8002")),
+				ownMetrics(ranked(endpoint("a", "uid-a", "127.0.0.1:8000"), 1)),
+				ownMetrics(ranked(endpoint("a", "uid-a", "127.0.0.1:8001"), 2)),
 			},
+		},
+		"one target port: the metrics port applies": {
+			ports: []int32{8000},
+			pod:   makePod("a").ready().ip("127.0.0.1").obj(),
+			want:  []registry.Endpoint{endpoint("a", "uid-a", "127.0.0.1:8000")},
 		},
 		"IPv6": {
 			ports: []int32{8000},
@@ -73,7 +84,7 @@ func TestPodEndpointsPerPort(t *testing.T) {
 func TestPodEndpointsActivePorts(t *testing.T) {
 	const gie, llmd = "inference.networking.k8s.io/active-ports", "llm-d.ai/active-ports"
 	at := func(port string, rank int) registry.Endpoint {
-		return ranked(endpoint("a", "uid-a", "127.0.0.1:"+port), rank)
+		return ownMetrics(ranked(endpoint("a", "uid-a", "127.0.0.1:"+port), rank))
 	}
 	tests := map[string]struct {
 		annotations map[string]string

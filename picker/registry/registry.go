@@ -155,7 +155,8 @@ func (r *Registry) Synced() bool { return r.synced.Load() }
 // worker: the old object is detached (its guards keep releasing into it)
 // and a new one starts at zero. One whose rank alone changed (its port
 // moved in the pool's target ports) is the same server: its worker stays,
-// and takes the new rank. An Unready endpoint parks its worker, which the
+// and takes the new rank; so does one whose OwnMetrics alone changed (the
+// pool gained or lost target ports). An Unready endpoint parks its worker, which the
 // same endpoint Ready again brings back. Its cost follows the change, not
 // the size of the registry: workers not named are untouched, the same
 // objects in the same places.
@@ -209,6 +210,7 @@ func (r *Registry) upsertLocked(ep Endpoint, c *change) {
 	if old, ok := r.byKey[ep.Key]; ok {
 		if old.sameServer(ep) {
 			old.rank.Store(int64(ep.Rank))
+			old.ownMetrics.Store(ep.OwnMetrics)
 			switch {
 			case ep.Unready && !old.Parked():
 				now := r.clock.Now()

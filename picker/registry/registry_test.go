@@ -540,3 +540,27 @@ func TestAPortsNewPlaceKeepsItsWorker(t *testing.T) {
 		t.Error("the port taken out of the pool kept its worker")
 	}
 }
+
+// A pool that gains a second target port (or loses it) changes where the
+// metrics of its first port are read, not the server behind it: the worker
+// stays the same object, with its requests in flight, and takes the new
+// OwnMetrics.
+func TestOwnMetricsAloneKeepsTheWorker(t *testing.T) {
+	r := New()
+	ep := endpoint("pod", "127.0.0.1:8000")
+	r.Replace([]Endpoint{ep})
+	w, _ := lookup(r, ep.Key)
+	guard := w.Admit()
+	defer guard.Release()
+
+	for _, own := range []bool{true, false} {
+		ep.OwnMetrics = own
+		r.Replace([]Endpoint{ep})
+		if got, _ := lookup(r, ep.Key); got != w || w.Removed() || w.InFlight() != 1 {
+			t.Fatalf("OwnMetrics set to %t: the worker was replaced or lost its request in flight", own)
+		}
+		if w.OwnMetrics() != own || w.Endpoint().OwnMetrics != own {
+			t.Errorf("OwnMetrics() = %t, Endpoint().OwnMetrics = %t; want %t", w.OwnMetrics(), w.Endpoint().OwnMetrics, own)
+		}
+	}
+}

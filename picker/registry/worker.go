@@ -46,6 +46,14 @@ type Endpoint struct {
 	// restarted, all together: a restart is a new server process, with an
 	// empty cache.
 	Restarts int32
+	// OwnMetrics is set for an endpoint whose port serves its own metrics
+	// page, to be scraped there whatever the scraper's metrics port
+	// (--model-server-metrics-port): the endpoints of a pool with several
+	// target ports, one data-parallel rank each, as the upstream picker
+	// scrapes them. Unset, the metrics port applies (a pool of one target
+	// port, a static endpoint). A worker whose endpoint changes in this
+	// alone is kept and takes the new value.
+	OwnMetrics bool
 	// Unready is set for a pod that is not ready but not gone: its worker,
 	// if it has one, is parked (out of the picks, kept) until the pod is
 	// Ready again or gone. It makes no worker for a pod that has none.
@@ -152,11 +160,13 @@ type LoRA struct {
 
 // Worker is one endpoint of the pool. All methods are safe for concurrent use.
 type Worker struct {
-	ep     Endpoint // its Rank is rank's first value
-	rank   atomic.Int64
-	addr   string // ep.Address formatted once
-	id     uint32 // unique for the life of the process; never reused
-	stable uint64 // ep.Key hashed once
+	ep   Endpoint // its Rank and OwnMetrics are rank's and ownMetrics' first values
+	rank atomic.Int64
+	// ownMetrics is the endpoint's OwnMetrics as it is now.
+	ownMetrics atomic.Bool
+	addr       string // ep.Address formatted once
+	id         uint32 // unique for the life of the process; never reused
+	stable     uint64 // ep.Key hashed once
 
 	prefill  atomic.Int64
 	decode   atomic.Int64
@@ -180,24 +190,31 @@ func newWorker(ep Endpoint) *Worker {
 	w := &Worker{ep: ep, addr: ep.Address.String(), id: nextID.Add(1),
 		stable: prefix.StableString(ep.Key.UID) ^ uint64(ep.Key.Port)*0x9e3779b97f4a7c15}
 	w.rank.Store(int64(ep.Rank))
+	w.ownMetrics.Store(ep.OwnMetrics)
 	return w
 }
 
 // Endpoint returns what the worker was created from, with the rank its
 // port has now (a port that moves in the pool's target ports keeps its
-// worker and takes the rank of its new place) and Unready while it is
-// parked.
+// worker and takes the rank of its new place), its OwnMetrics as it is now
+// (the pool gained or lost target ports) and Unready while it is parked.
 func (w *Worker) Endpoint() Endpoint {
 	ep := w.ep
 	ep.Rank = int(w.rank.Load())
+	ep.OwnMetrics = w.ownMetrics.Load()
 	ep.Unready = w.Parked()
 	return ep
 }
 
+// OwnMetrics reports the endpoint's OwnMetrics as it is now, without
+// copying its Endpoint.
+func (w *Worker) OwnMetrics() bool { return w.ownMetrics.Load() }
+
 // sameServer reports whether ep is the endpoint w was created from, but
-// for its rank and readiness: the same server process, at the same address.
+// for its rank, where its metrics are read and its readiness: the same
+// server process, at the same address.
 func (w *Worker) sameServer(ep Endpoint) bool {
-	ep.Rank, ep.Unready = w.ep.Rank, w.ep.Unready
+	ep.Rank, ep.OwnMetrics, ep.Unready = w.ep.Rank, w.ep.OwnMetrics, w.ep.Unready
 	return w.ep == ep
 }
 

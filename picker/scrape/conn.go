@@ -45,8 +45,19 @@ const (
 	maxReadBuffer = 64 << 10
 )
 
+// pageAccept is the Accept header of a metrics page request.
+const pageAccept = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
+
 func newPageConn(addr, requestURI string, timeout time.Duration) *pageConn {
-	return &pageConn{addr: addr, req: request(addr, requestURI, "text/plain;version=0.0.4;q=1,*/*;q=0.1"), timeout: timeout}
+	return &pageConn{addr: addr, req: request(addr, requestURI, pageAccept), timeout: timeout}
+}
+
+// retarget makes the next fetch get the page requestURI of addr, over a
+// new connection: the one to the old address is closed. Only the poller's
+// goroutine calls it, as it alone fetches.
+func (c *pageConn) retarget(addr, requestURI string) {
+	c.close()
+	c.addr, c.req = addr, request(addr, requestURI, pageAccept)
 }
 
 // request is a GET of requestURI on addr accepting accept.

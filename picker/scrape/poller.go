@@ -45,7 +45,8 @@ func (e *scrapeError) Unwrap() error { return e.err }
 type poller struct {
 	s       *Scraper
 	w       *registry.Worker
-	url     string
+	url     string // the metrics page, as the worker's OwnMetrics was own
+	own     bool
 	created time.Time
 	cancel  context.CancelFunc // set when launched
 	done    chan struct{}      // closed when run returns
@@ -72,30 +73,58 @@ func newPoller(s *Scraper, w *registry.Worker) *poller {
 	p := &poller{
 		s:         s,
 		w:         w,
-		url:       metricsURL(w.Endpoint().Address, s.opts.metricsPort, s.opts.path),
 		modelsURL: modelsURL(w),
 		created:   s.opts.clock.Now(),
 		done:      make(chan struct{}),
 		due:       make(chan struct{}, 1),
 	}
+	ep := w.Endpoint()
+	p.url, p.own = metricsURL(ep, s.opts.metricsPort, s.opts.path), ep.OwnMetrics
 	if s.ownClient {
 		if u, err := url.Parse(p.url); err == nil {
 			p.page = newPageConn(u.Host, u.RequestURI(), s.opts.timeout)
-			if m, err := url.Parse(p.modelsURL); err == nil && m.Host == u.Host {
-				p.modelsReq = request(m.Host, m.RequestURI(), "application/json")
-			}
+			p.modelsReq = p.modelsRequest(u)
 		}
 	}
 	return p
 }
 
-// metricsURL is the worker's metrics page: its IP, the metrics port (or
-// its serving port when that is 0) and path.
-func metricsURL(addr netip.AddrPort, port uint16, path string) string {
-	if port != 0 {
+// metricsURL is the metrics page of the endpoint ep: its IP, the metrics
+// port (its serving port when that is 0 or ep serves its own metrics:
+// OwnMetrics) and path.
+func metricsURL(ep registry.Endpoint, port uint16, path string) string {
+	addr := ep.Address
+	if port != 0 && !ep.OwnMetrics {
 		addr = netip.AddrPortFrom(addr.Addr(), port)
 	}
 	return (&url.URL{Scheme: "http", Host: addr.String(), Path: path}).String()
+}
+
+// modelsRequest is the request of /v1/models over the poller's connection
+// to the metrics page u, nil when the models are on another port.
+func (p *poller) modelsRequest(u *url.URL) []byte {
+	if m, err := url.Parse(p.modelsURL); err == nil && m.Host == u.Host {
+		return request(m.Host, m.RequestURI(), "application/json")
+	}
+	return nil
+}
+
+// follow points the poller at the worker's metrics page again when the
+// worker's OwnMetrics changed since it last did (its pool gained or lost
+// target ports): the worker stays, its page moves.
+func (p *poller) follow() {
+	if p.w.OwnMetrics() == p.own {
+		return
+	}
+	ep := p.w.Endpoint()
+	p.url, p.own = metricsURL(ep, p.s.opts.metricsPort, p.s.opts.path), ep.OwnMetrics
+	if p.page == nil {
+		return
+	}
+	if u, err := url.Parse(p.url); err == nil {
+		p.page.retarget(u.Host, u.RequestURI())
+		p.modelsReq = p.modelsRequest(u)
+	}
 }
 
 // stop ends the poller if it was launched; it does not wait.
@@ -135,6 +164,7 @@ func (p *poller) run(ctx context.Context) {
 // scrape fetches the page once and records the outcome. On failure the
 // worker keeps its previous metrics, whose Scraped time then ages.
 func (p *poller) scrape(ctx context.Context) {
+	p.follow()
 	start := time.Now()
 	pre, dec := p.w.Load()
 	rep, err := p.fetch(ctx)

@@ -84,6 +84,50 @@ func TestScraperMetricsPortAndPath(t *testing.T) {
 	})
 }
 
+// The metrics port is for pools of one target port: each rank of a
+// data-parallel pod (OwnMetrics) serves its own page and is scraped on its
+// own port, as the upstream picker scrapes them, not the one page of the
+// metrics port for every rank. A worker whose endpoint changes in this
+// alone (its pool lost or gained target ports) stays, and is scraped at
+// its new place from then on.
+func TestScraperMetricsPortIsNotForDataParallelRanks(t *testing.T) {
+	clients := map[string][]Option{
+		"own connection": nil,
+		"HTTP client":    {WithHTTPClient(&http.Client{})},
+	}
+	for name, opts := range clients {
+		t.Run(name, func(t *testing.T) {
+			shared := newModelServer(t, serve(pageWith(9, 0, 0)))
+			rank0 := newModelServer(t, serve(pageWith(1, 0, 0)))
+			rank1 := newModelServer(t, serve(pageWith(2, 0, 0)))
+			own := func(ep registry.Endpoint) registry.Endpoint { ep.OwnMetrics = true; return ep }
+			reg := registry.New()
+			w0 := registrytest.Upsert(reg, own(endpoint("pod", rank0.addr())))
+			w1 := registrytest.Upsert(reg, own(endpoint("pod", rank1.addr())))
+			startScraper(t, reg, append(opts, WithMetricsPort(shared.addr().Port()))...)
+			waiting := func(w *registry.Worker) int {
+				if m := w.Metrics(); m != nil {
+					return m.Waiting
+				}
+				return -1
+			}
+			eventually(t, "each rank's own page", func() bool { return waiting(w0) == 1 && waiting(w1) == 2 })
+
+			// The pool is down to one target port: its worker reads the
+			// metrics port.
+			reg.Update([]registry.Endpoint{endpoint("pod", rank0.addr())}, []registry.Key{w1.Endpoint().Key})
+			eventually(t, "the metrics port's page", func() bool { return waiting(w0) == 9 })
+
+			// A second target port again: its own page.
+			registrytest.Upsert(reg, own(endpoint("pod", rank0.addr())))
+			eventually(t, "the rank's own page again", func() bool { return waiting(w0) == 1 })
+			if got, _ := registrytest.Find(reg, w0.Endpoint().Key); got != w0 {
+				t.Error("the worker was replaced when its pool's target ports changed")
+			}
+		})
+	}
+}
+
 func TestScraperFailureKeepsOldValues(t *testing.T) {
 	cases := map[string]struct {
 		breakIt func(*modelServer)
@@ -343,19 +387,26 @@ func TestDefaultTimeout(t *testing.T) {
 	}
 }
 
+// The metrics port replaces the serving port, but not for an endpoint that
+// serves its own metrics (a rank of a pool with several target ports).
 func TestMetricsURL(t *testing.T) {
 	cases := map[string]struct {
 		addr string
+		own  bool
 		port uint16
 		want string
 	}{
-		"serving port": {addr: "10.0.0.1:8000", want: "http://10.0.0.1:8000/metrics"},
-		"metrics port": {addr: "10.0.0.1:8000", port: 9090, want: "http://10.0.0.1:9090/metrics"},
-		"ipv6":         {addr: "[fd00::1]:8000", want: "http://[fd00::1]:8000/metrics"},
+		"serving port":                      {addr: "10.0.0.1:8000", want: "http://10.0.0.1:8000/metrics"},
+		"metrics port":                      {addr: "10.0.0.1:8000", port: 9090, want: "http://10.0.0.1:9090/metrics"},
+		"ipv6":                              {addr: "[fd00::1]:8000", want: "http://[fd00::1]:8000/metrics"},
+		"own metrics: not the metrics port": {addr: "10.0.0.1:8001", own: true, port: 9090, want: "http://10.0.0.1:8001/metrics"},
+		"own metrics, no metrics port set":  {addr: "10.0.0.1:8001", own: true, want: "http://10.0.0.1:8001/metrics"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := metricsURL(netip.MustParseAddrPort(tc.addr), tc.port, "/metrics"); got != tc.want {
+			ep := endpoint("a", netip.MustParseAddrPort(tc.addr))
+			ep.OwnMetrics = tc.own
+			if got := metricsURL(ep, tc.port, "/metrics"); got != tc.want {
 				t.Errorf("metricsURL() = %q, want %q", got, tc.want)
 			}
 		})

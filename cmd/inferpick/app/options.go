@@ -241,7 +241,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RefreshMetricsInterval, "refresh-metrics-interval", o.RefreshMetricsInterval, "How often each model server's /metrics is scraped.")
 	fs.DurationVar(&o.RefreshModelsInterval, "refresh-models-interval", o.RefreshModelsInterval, "How often each model server's /v1/models is read for the base models and LoRA adapters it serves; 0 never reads it (the model_name label of the metrics is used).")
 	fs.DurationVar(&o.MetricsStaleness, "metrics-staleness-threshold", o.MetricsStaleness, "Scraped metrics older than this are not trusted by the policy.")
-	fs.IntVar(&o.ModelServerMetricsPort, "model-server-metrics-port", o.ModelServerMetricsPort, "Port of the model servers' /metrics (0: the serving port).")
+	fs.IntVar(&o.ModelServerMetricsPort, "model-server-metrics-port", o.ModelServerMetricsPort, "Port of the model servers' /metrics (0: the serving port); for pools of one target port and static endpoints, as each port of a pool of several is scraped on itself.")
 	fs.StringVar(&o.ModelServerMetricsPath, "model-server-metrics-path", o.ModelServerMetricsPath, "Path of the model servers' metrics.")
 	o.ModelServer.addFlags(fs)
 	fs.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "YAML file with the policy configuration, inferpick's own or an EndpointPickerConfig (see docs/policy.md).")

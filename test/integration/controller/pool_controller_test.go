@@ -229,6 +229,33 @@ var _ = Describe("Pool controller", func() {
 		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000", "vllm-0@127.0.0.1:8001"}))
 	})
 
+	It("reads each port's own metrics while the pool has several target ports, keeping the first port's worker as ports come and go", func(ctx SpecContext) {
+		reg := startPicker(*poolKey)
+		pool := framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Obj()
+		Expect(env.Client.Create(ctx, pool)).To(Succeed())
+		readyPod(ctx, framework.MakePod(poolKey.Namespace, "vllm-0").Obj(), "127.0.0.1")
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
+		w := workerAt(reg, "127.0.0.1:8000")()
+		Expect(w.OwnMetrics()).To(BeFalse(), "one target port: --model-server-metrics-port applies")
+
+		By("a second target port")
+		update(ctx, pool, func(p *inferencev1.InferencePool) {
+			p.Spec.TargetPorts = framework.MakePool(poolKey.Namespace, "pool").Ports(8000, 8001).Spec.TargetPorts
+		})
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000", "vllm-0@127.0.0.1:8001"}))
+		Eventually(w.OwnMetrics).Should(BeTrue())
+		Expect(workerAt(reg, "127.0.0.1:8000")()).To(BeIdenticalTo(w))
+		Expect(workerAt(reg, "127.0.0.1:8001")().OwnMetrics()).To(BeTrue())
+
+		By("back to one")
+		update(ctx, pool, func(p *inferencev1.InferencePool) {
+			p.Spec.TargetPorts = framework.MakePool(poolKey.Namespace, "pool").Ports(8000).Spec.TargetPorts
+		})
+		Eventually(workers(reg)).Should(Equal([]string{"vllm-0@127.0.0.1:8000"}))
+		Eventually(w.OwnMetrics).Should(BeFalse())
+		Expect(workerAt(reg, "127.0.0.1:8000")()).To(BeIdenticalTo(w))
+	})
+
 	It("gives each pod one endpoint per target port", func(ctx SpecContext) {
 		reg := startPicker(*poolKey)
 		Expect(env.Client.Create(ctx, framework.MakePool(poolKey.Namespace, "pool").Ports(8000, 8001).Obj())).To(Succeed())
