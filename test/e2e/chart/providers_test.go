@@ -288,6 +288,9 @@ func TestStrategy(t *testing.T) {
 				t.Errorf("strategy %s, want %s", dep.Spec.Strategy.Type, tc.want)
 			}
 			drain, sleep := 115, 5
+			if dep.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType || strings.Contains(strings.Join(tc.sets, " "), "haMode=active-passive") {
+				sleep = 0 // an active-passive leader: see TestPreStopSleep
+			}
 			if got := dep.Spec.Template.Spec.TerminationGracePeriodSeconds; got == nil || *got != int64(sleep+drain+15) {
 				t.Errorf("terminationGracePeriodSeconds %v, want the preStop sleep %d s + the drain timeout %d s + 15 s", got, sleep, drain)
 			}
@@ -407,6 +410,14 @@ func TestPreStopSleep(t *testing.T) {
 		"Kubernetes 1.30":                  {kubeVersion: "1.30.0", wantSleep: 5, wantGrace: 135},
 		"Kubernetes 1.29, no sleep action": {kubeVersion: "1.29.9", wantGrace: 130},
 		"turned off":                       {kubeVersion: kubeVersion, sets: []string{"picker.preStopSleepSeconds=0"}, wantGrace: 130},
+		// The leader gives its lease up at SIGTERM: a sleep before it
+		// would leave no replica ready that much longer.
+		"active-passive, no sleep": {
+			kubeVersion: kubeVersion, sets: []string{"replicas=3", "haMode=active-passive"}, wantGrace: 130,
+		},
+		"active-active replicas sleep": {
+			kubeVersion: kubeVersion, sets: []string{"replicas=3"}, wantSleep: 5, wantGrace: 135,
+		},
 		"longer, with a longer drain": {
 			kubeVersion: kubeVersion, sets: []string{"picker.preStopSleepSeconds=20", "picker.drainTimeoutSeconds=300"},
 			wantSleep: 20, wantGrace: 335,
