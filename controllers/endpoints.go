@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,8 +71,10 @@ const (
 )
 
 // activePorts returns the ports the pod's active-ports annotation lists,
-// and false when it has none (every target port is served). An entry that
-// is not a port number is skipped; an empty list serves no port.
+// and false when it has none (every target port is served). Each entry is
+// read as upstream and llm-d read it (fmt's %d: the number it starts with,
+// so "8000 8001" is 8000); one that starts with no number is skipped, and
+// an empty list serves no port.
 func activePorts(pod *corev1.Pod) ([]int32, bool) {
 	list, ok := pod.Annotations[activePortsAnnotation]
 	if !ok {
@@ -83,7 +84,8 @@ func activePorts(pod *corev1.Pod) ([]int32, bool) {
 	}
 	var ports []int32
 	for entry := range strings.SplitSeq(list, ",") {
-		if n, err := strconv.Atoi(strings.TrimSpace(entry)); err == nil && n > 0 && n <= 65535 {
+		var n int
+		if _, err := fmt.Sscanf(strings.TrimSpace(entry), "%d", &n); err == nil && n > 0 && n <= 65535 {
 			ports = append(ports, int32(n))
 		}
 	}
