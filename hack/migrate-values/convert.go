@@ -501,11 +501,12 @@ func (c *converter) flagMap() {
 // renders it as two arguments, --name then "false", and the upstream
 // picker's pflag skips the second and turns the flag on. The converted
 // values turn it off, as written, as the picker reads those two arguments.
-// A metrics-endpoint-auth the chart turns off itself (monitoring's auth
-// disabled, --metrics-endpoint-auth=false) was off upstream too.
+// A metrics-endpoint-auth whose monitoring auth the values set is not
+// noted: that setting is moved over the flag's (metrics.auth), and says
+// what the upstream picker did (off: the chart turns the flag off itself).
 func (c *converter) offApart(name string) {
 	if name == "metrics-endpoint-auth" {
-		if auth, ok := c.peek("inferenceExtension.monitoring.prometheus.auth.enabled"); ok && auth == false {
+		if _, ok := c.peek("inferenceExtension.monitoring.prometheus.auth.enabled"); ok {
 			return
 		}
 	}

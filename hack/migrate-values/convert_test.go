@@ -19,6 +19,8 @@ func TestConvert(t *testing.T) {
 		// upstream's --zap-encoder=json first.
 		want  string
 		notes []string
+		// noNotes are notes the conversion must not make.
+		noNotes []string
 	}{
 		"logs stay JSON lines, which the upstream chart asks for with --zap-encoder json": {
 			upstream: `
@@ -250,6 +252,22 @@ pool: {selector: {matchLabels: {app: m}}}
 				`flag --secure-serving false is off now: the upstream chart passed it as two arguments (--secure-serving "false"), which the upstream picker read as on`,
 				`flag --disable-endpoint-subset-filter false is off now: the upstream chart passed it as two arguments (--disable-endpoint-subset-filter "false"), which the upstream picker read as on`,
 			},
+		},
+		// The chart's own auth setting is moved over the flag's: the
+		// converted release has auth on, as the upstream one had.
+		"metrics auth set false in flags but on in monitoring is not reported off": {
+			upstream: `
+inferenceExtension:
+  flags: {metrics-endpoint-auth: false}
+  monitoring: {prometheus: {auth: {enabled: true}}}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+metrics: {auth: true, serviceMonitor: {interval: 10s}}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			noNotes: []string{"metrics-endpoint-auth false is off now"},
 		},
 		"a boolean flag with a value that is no boolean is reported, not turned off": {
 			upstream: `
@@ -630,6 +648,11 @@ inferencePool:
 			for _, n := range tc.notes {
 				if !strings.Contains(all, n) {
 					t.Errorf("notes lack %q:\n%s", n, all)
+				}
+			}
+			for _, n := range tc.noNotes {
+				if strings.Contains(all, n) {
+					t.Errorf("notes say %q:\n%s", n, all)
 				}
 			}
 			for _, n := range notes {
