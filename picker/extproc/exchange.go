@@ -86,6 +86,8 @@ type exchange struct {
 	// says why a token was not read (Options.SessionHeader).
 	session    sessiontoken.Ref
 	sessionErr error
+	// sessionID is the request's session id, hashed (Options.SessionIDs).
+	sessionID sessiontoken.ID
 
 	priority   int    // from the request's InferenceObjective
 	fairnessID string // the request's flow within its priority
@@ -364,6 +366,7 @@ func (x *exchange) route() (bool, error) {
 	if x.session.Valid() {
 		x.pick.Session = &x.session
 	}
+	x.pick.SessionID = x.sessionID
 	// The pick's latency counts the parse and the prompt's lookup, not the
 	// time the request waits in the flow-control queue.
 	prePick := x.s.opts.Clock.Now().Sub(start)
@@ -529,7 +532,7 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	x.followServed(req.GetMetadataContext())
 	x.dropBody()
 	reply := continueResponseHeaders
-	if x.s.opts.SessionHeader != "" && x.guard != nil && x.served() {
+	if x.s.opts.SessionHeader != "" && !x.s.opts.SessionIDs && x.guard != nil && x.served() {
 		reply = x.sessionReply(x.guard.Worker())
 	}
 	x.scanner.Reset(streaming)

@@ -120,7 +120,8 @@ func (p *peer) abort() {
 	p.closed = true
 }
 
-// fuzzWorld is a server with three workers and the real cache-aware policy.
+// fuzzWorld is a server with three workers and the real cache-aware policy,
+// its session affinity on tokens, or on session ids when ids is set.
 type fuzzWorld struct {
 	reg     *registry.Registry
 	srv     *Server
@@ -129,7 +130,7 @@ type fuzzWorld struct {
 	prom    *prometheus.Registry
 }
 
-func newFuzzWorld(t testing.TB) *fuzzWorld {
+func newFuzzWorld(t testing.TB, ids bool) *fuzzWorld {
 	w := &fuzzWorld{reg: registry.New()}
 	for i := range 3 {
 		ap := netip.MustParseAddrPort(fmt.Sprintf("10.0.0.%d:8000", i+1))
@@ -137,7 +138,11 @@ func newFuzzWorld(t testing.TB) *fuzzWorld {
 	}
 	w.reg.Replace(w.eps)
 	w.reg.MarkSynced()
-	pol, err := policy.Build(policy.Config{MaxInFlight: 4, SessionAffinity: &policy.SessionAffinityConfig{}}, w.reg, policy.WithRand(rand.New(rand.NewPCG(1, 2))))
+	sa, header := &policy.SessionAffinityConfig{}, sessionHeader
+	if ids {
+		sa, header = &policy.SessionAffinityConfig{Key: policy.SessionID, Header: idHeader}, idHeader
+	}
+	pol, err := policy.Build(policy.Config{MaxInFlight: 4, SessionAffinity: sa}, w.reg, policy.WithRand(rand.New(rand.NewPCG(1, 2))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +151,7 @@ func newFuzzWorld(t testing.TB) *fuzzWorld {
 	rw := rewrite.NewTable()
 	rw.Set("canary", rewrite.Object{Rules: []rewrite.Rule{{Models: []string{"m"}, Targets: []rewrite.Target{{Model: "m-v1", Weight: 3}, {Model: "m-v2", Weight: 1}}}}})
 	w.srv = New(w.reg, pol, Options{Fallbacks: 2, MaxBodyBytes: 4 << 10, MaxBufferedBodyBytes: 6 << 10, Registerer: w.prom, Rewrites: rw,
-		SessionHeader: sessionHeader})
+		SessionHeader: header, SessionIDs: ids})
 	return w
 }
 
@@ -204,8 +209,9 @@ func fuzzMessage(op, arg byte) *extprocv3.ProcessingRequest {
 		if v&32 != 0 {
 			kv = append(kv, ModelRewriteHeader, "from-header")
 		}
-		if v&16 != 0 { // a session token: of a pod, of none, or none at all
-			kv = append(kv, sessionHeader, []string{tokenOf("pod-1"), tokenOf("pod-2"), tokenOf("pod-7"), "%%"}[int(v>>2)%4])
+		if v&16 != 0 { // a session token: of a pod, of none, or none at all; and a session id, perhaps empty
+			kv = append(kv, sessionHeader, []string{tokenOf("pod-1"), tokenOf("pod-2"), tokenOf("pod-7"), "%%"}[int(v>>2)%4],
+				idHeader, []string{"agent-1", "agent-2", "", tokenOf("pod-1")}[int(v>>2)%4])
 		}
 		var pc *extprocv3.ProtocolConfiguration
 		if v&64 != 0 { // the gateway's body modes: routed on the headers, as usual, or refused; the response's sent or not
@@ -339,11 +345,13 @@ func FuzzExchange(f *testing.F) {
 	f.Add([]byte{0x00, 0x20, 0x01, 0x00, 0x01, 0x03, 0x03, 0x04, 0x04, 0x00, 0x04, 0x03, 0x10, 0x38, 0x11, 0x03, 0x13, 0x00})
 	// an upload routed on the front of its body, then its end, then a reply
 	f.Add([]byte{0x00, 0x0c, 0x01, 0x0a, 0x01, 0x0d, 0x03, 0x00, 0x04, 0x03})
+	// a session id's requests, on the ids' world (an odd number of bytes)
+	f.Add([]byte{0x00, 0x2c, 0x01, 0x05, 0x03, 0x00, 0x04, 0x03, 0x00, 0x2c, 0x01, 0x05, 0x03})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) > 512 {
 			return
 		}
-		w := newFuzzWorld(t)
+		w := newFuzzWorld(t, len(ops)%2 == 1) // an odd number of bytes: session ids
 		seen := map[*registry.Worker]bool{}
 		w.everyWorker(seen)
 		w.run(t, ops, seen)

@@ -94,6 +94,11 @@ type Options struct {
 	// response of a served request names the pod that served it when the
 	// request's token named another or none.
 	SessionHeader string
+	// SessionIDs says SessionHeader carries the client's own session id
+	// instead (the policy's sessionAffinity key id): it is hashed as it is
+	// read, the policy places the request by it, and nothing is written on
+	// the response.
+	SessionIDs bool
 }
 
 // Locator fills dst with the model servers' account of where the parsed

@@ -10,11 +10,17 @@ import (
 
 // readSession decodes the request's session token into the exchange, in
 // place. A token that names no pod is noted and otherwise ignored: the
-// request is picked as usual and its response carries a new token.
+// request is picked as usual and its response carries a new token. With
+// session ids the header's value is hashed in place instead; an empty one
+// is no id.
 func (x *exchange) readSession(hv *corev3.HeaderValue) {
 	v := hv.GetRawValue()
 	if len(v) == 0 && hv.GetValue() != "" {
 		v = []byte(hv.GetValue()) // an old gateway's: a copy, on that path only
+	}
+	if x.s.opts.SessionIDs {
+		x.sessionID.Read(v)
+		return
 	}
 	x.sessionErr = x.session.Decode(v)
 }
@@ -22,7 +28,7 @@ func (x *exchange) readSession(hv *corev3.HeaderValue) {
 // logSession says, at debug verbosity, why a request's session token did
 // not keep it on its pod.
 func (x *exchange) logSession() {
-	if x.s.opts.SessionHeader == "" {
+	if x.s.opts.SessionHeader == "" || x.s.opts.SessionIDs {
 		return
 	}
 	log := x.s.opts.Log.V(2)

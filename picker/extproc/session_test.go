@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/inferpick/inferpick/picker/policy"
@@ -129,5 +130,105 @@ func TestSessionAffinityTwoRequestsOfOneSession(t *testing.T) {
 	p1, p2 := strings.Split(r1.dest, ",")[0], strings.Split(r2.dest, ",")[0]
 	if p1 != p2 {
 		t.Errorf("the session's second request went to %s, the first to %s", p2, p1)
+	}
+}
+
+const idHeader = "x-session-id"
+
+// idEnv is sessionEnv with session affinity on session ids in x-session-id.
+func idEnv(t *testing.T) (*env, []*registry.Worker) {
+	t.Helper()
+	e := newEnv(t, []string{"127.0.0.1:8000", "127.0.0.2:8000", "127.0.0.3:8000"}, func(o *Options) { o.SessionHeader, o.SessionIDs = idHeader, true })
+	pol, err := policy.Build(policy.Config{Name: policy.LeastLoad, SessionAffinity: &policy.SessionAffinityConfig{Key: policy.SessionID, Header: idHeader}}, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.picker = pol
+	ws := make([]*registry.Worker, 3)
+	for i := range ws {
+		ws[i] = e.worker("127.0.0." + string(rune('1'+i)) + ":8000")
+	}
+	for i, n := range []int{1, 2, 0} {
+		for range n {
+			g := ws[i].Admit()
+			t.Cleanup(func() { g.Release() })
+		}
+	}
+	return e, ws
+}
+
+// idRequest sends one request with the session id (none when empty) over a
+// new stream of e and completes it; it returns the primary and what the
+// response set of the session header ("" for nothing).
+func idRequest(t *testing.T, e *env, id string) (dest, set string) {
+	t.Helper()
+	s := e.open()
+	body := chatBody("m", "hello")
+	var extra []string
+	if id != "-" {
+		extra = []string{idHeader, id}
+	}
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil, extra...)
+	s.requestBody(body, true)
+	dest = strings.Split(s.routed(true).dest, ",")[0]
+	s.responseHeaders(200, "text/event-stream", false, "")
+	for _, h := range s.recv().GetResponseHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if h.GetHeader().GetKey() == idHeader || h.GetHeader().GetKey() == sessionHeader {
+			set = h.GetHeader().GetKey() + ": " + string(h.GetHeader().GetRawValue())
+		}
+	}
+	s.responseBody(sse("hi")+sseDone, true)
+	s.recv()
+	return dest, set
+}
+
+// A session id sent over the stream keeps its requests on one pod, the
+// same on two pickers built alike (two replicas), whatever the load; the
+// response carries nothing. Without an id, or with an empty one, a request
+// is picked as usual. Every request's load is released.
+func TestSessionIDsOverTheStream(t *testing.T) {
+	a, wsA := idEnv(t)
+	b, wsB := idEnv(t)
+	beforeA, _ := totalLoad(wsA...)
+	beforeB, _ := totalLoad(wsB...)
+	busy := 0
+	for i := range 12 {
+		id := "agent-" + string(rune('a'+i))
+		first, set := idRequest(t, a, id)
+		if set != "" {
+			t.Errorf("id %s: the response set %q, want nothing", id, set)
+		}
+		second, _ := idRequest(t, a, id)
+		other, _ := idRequest(t, b, id)
+		if second != first || other != first {
+			t.Errorf("id %s: replica A sent it to %s then %s, replica B to %s; want one pod", id, first, second, other)
+		}
+		if first != wsA[2].Address() {
+			busy++
+		}
+	}
+	if busy == 0 {
+		t.Errorf("every id went to the idle pod: placed by load, not by id")
+	}
+	for name, id := range map[string]string{"no id": "-", "an empty id": ""} {
+		dest, set := idRequest(t, a, id)
+		if diff := cmp.Diff(wsA[2].Address()+" ", dest+" "+set); diff != "" {
+			t.Errorf("%s: primary and response header (-want +got):\n%s", name, diff)
+		}
+	}
+	eventually(t, "every request's load released", func() bool {
+		pa, da := totalLoad(wsA...)
+		pb, db := totalLoad(wsB...)
+		return pa == beforeA && da == 0 && pb == beforeB && db == 0
+	})
+}
+
+// A session id is hashed where the header's bytes lie: reading one
+// allocates nothing, however long.
+func TestSessionIDReadAllocations(t *testing.T) {
+	x := &exchange{s: &Server{opts: Options{SessionHeader: idHeader, SessionIDs: true}}}
+	hv := &corev3.HeaderValue{Key: idHeader, RawValue: []byte(strings.Repeat("an agent's session ", 64))}
+	if got := testing.AllocsPerRun(100, func() { x.readSession(hv) }); got != 0 || !x.sessionID.Valid() {
+		t.Errorf("reading an id: %v allocations, valid %v; want 0, true", got, x.sessionID.Valid())
 	}
 }

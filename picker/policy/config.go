@@ -66,23 +66,38 @@ type Config struct {
 // Modes of session affinity.
 const (
 	// SessionPin sends a request whose token names a pod among its
-	// candidates to that pod, unless the pod is saturated for it.
+	// candidates (or whose id hashes to one) to that pod, unless the pod
+	// is saturated for it.
 	SessionPin = "pin"
 	// SessionPrefer adds weightedScorer.sessionWeight to the score of the
-	// token's pod (weighted-scorer only): a preference other scores may
-	// outweigh.
+	// token's pod, or the id's (weighted-scorer only): a preference other
+	// scores may outweigh.
 	SessionPrefer = "prefer"
 )
 
-// SessionAffinityConfig keeps a session on one pod. The response names the
-// pod that served it in Header, as the base64 of its namespace/name, when
-// the request's token named another (or none); the client sends the token
-// back on its next request. Every replica decodes a token alike: nothing
-// is kept per session.
+// What the session header carries (SessionAffinityConfig.Key).
+const (
+	// SessionToken is the token naming the pod (package session).
+	SessionToken = "token"
+	// SessionID is the client's opaque session id, placed on a pod by
+	// rendezvous hashing over the pods (session.ID).
+	SessionID = "id"
+)
+
+// SessionAffinityConfig keeps a session on one pod. With key token, the
+// response names the pod that served it in Header, as the base64 of its
+// namespace/name, when the request's token named another (or none); the
+// client sends the token back on its next request. With key id, the client
+// sends its own session id, which every replica hashes to the same pod;
+// nothing is written on the response. Either way nothing is kept per
+// session.
 type SessionAffinityConfig struct {
-	// Header carries the token both ways; x-session-token by default.
-	// Header names are matched in lower case.
+	// Header carries the session: x-session-token by default with key
+	// token, x-session-id with key id. Header names are matched in lower
+	// case.
 	Header string `json:"header,omitempty" yaml:"header,omitempty"`
+	// Key is what the header carries: token (default) or id.
+	Key string `json:"key,omitempty" yaml:"key,omitempty"`
 	// Mode is pin (default) or prefer.
 	Mode string `json:"mode,omitempty" yaml:"mode,omitempty"`
 }
@@ -132,8 +147,8 @@ type WeightedScorerConfig struct {
 	// profile has no LoRA scorer.
 	LoRAWeight float64 `json:"loraAffinityWeight,omitempty" yaml:"loraAffinityWeight,omitempty"`
 	// SessionWeight weighs the session score, with sessionAffinity mode
-	// prefer: 1 for the pod the request's session token names, 0 for the
-	// others (upstream's session-affinity-scorer).
+	// prefer: 1 for the pod the request's session token names (or its id
+	// hashes to), 0 for the others (upstream's session-affinity-scorer).
 	SessionWeight float64 `json:"sessionWeight,omitempty" yaml:"sessionWeight,omitempty"`
 }
 
@@ -188,6 +203,10 @@ func (c Config) Default() Config {
 	if c.SessionAffinity != nil {
 		sa := *c.SessionAffinity
 		sa.Header = strings.ToLower(strings.TrimSpace(sa.Header))
+		setDefault(&sa.Key, SessionToken)
+		if sa.Key == SessionID {
+			setDefault(&sa.Header, session.DefaultIDHeader)
+		}
 		setDefault(&sa.Header, session.DefaultHeader)
 		setDefault(&sa.Mode, SessionPin)
 		c.SessionAffinity = &sa
@@ -294,6 +313,9 @@ func (c Config) validateSession() []error {
 	var errs []error
 	if !session.ValidHeader(sa.Header) {
 		errs = append(errs, fmt.Errorf("sessionAffinity.header: %q is invalid: must be an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", sa.Header))
+	}
+	if sa.Key != SessionToken && sa.Key != SessionID {
+		errs = append(errs, fmt.Errorf("sessionAffinity.key: %q is invalid: must be token or id", sa.Key))
 	}
 	switch sa.Mode {
 	case SessionPin:

@@ -35,6 +35,7 @@ func TestBuildRejectsBadConfig(t *testing.T) {
 		"session header with a space": {Config{SessionAffinity: &SessionAffinityConfig{Header: "x session"}}, "sessionAffinity.header"},
 		"session pseudo-header":       {Config{SessionAffinity: &SessionAffinityConfig{Header: ":path"}}, "sessionAffinity.header"},
 		"unknown session mode":        {Config{SessionAffinity: &SessionAffinityConfig{Mode: "sticky"}}, "sessionAffinity.mode"},
+		"unknown session key":         {Config{SessionAffinity: &SessionAffinityConfig{Key: "cookie"}}, "sessionAffinity.key"},
 		"prefer without weighted-scorer": {Config{SessionAffinity: &SessionAffinityConfig{Mode: SessionPrefer},
 			WeightedScorer: WeightedScorerConfig{SessionWeight: 1}}, "sessionAffinity.mode"},
 		"prefer without a weight": {Config{Name: WeightedScorer, SessionAffinity: &SessionAffinityConfig{Mode: SessionPrefer}},

@@ -76,6 +76,7 @@ type engine struct {
 	cfg     Config
 	pin     bool // session affinity pins (session.go)
 	prefer  bool // session affinity scores (weighted.go)
+	ids     bool // the session is an id, hashed to its pod (session.go)
 	now     func() time.Time
 	ranker  ranker
 	workers func() []*registry.Worker // the whole pool, or nil
@@ -92,7 +93,7 @@ var _ Policy = (*engine)(nil)
 func newEngine(cfg Config, o options, r ranker) *engine {
 	e := &engine{cfg: cfg, now: o.clock.Now, rnd: o.rand, ranker: r, workers: o.workers}
 	if sa := cfg.SessionAffinity; sa != nil {
-		e.pin, e.prefer = sa.Mode == SessionPin, sa.Mode == SessionPrefer
+		e.pin, e.prefer, e.ids = sa.Mode == SessionPin, sa.Mode == SessionPrefer, sa.Key == SessionID
 	}
 	e.pool.New = func() any { return &pick{matched: map[uint32]int{}} }
 	return e
@@ -150,7 +151,7 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 	if len(p.cands) == 0 { // a small pool, or none of the sample can take it
 		saturated = e.admit(p, candidates, &filter, now)
 	}
-	onPod := (e.pin || e.prefer) && req.Session.Valid() && e.markSession(p, candidates, sampled, &filter, now)
+	onPod := (e.pin || e.prefer) && e.markSession(p, candidates, sampled, &filter, now)
 	p.others, p.measured = othersPerOwn(p.cands)
 	for i := range p.cands {
 		p.cands[i].load = e.load(p.cands[i].w, p.cands[i].metrics, p.others)

@@ -63,6 +63,13 @@ type Request struct {
 	// room for it; otherwise the pick is as usual. It may alias the
 	// caller's memory: the policy never keeps it past the call.
 	Session *session.Ref
+	// SessionID is the request's session id, with sessionAffinity key id;
+	// the zero ID without one. Its pod is the heaviest in the id's
+	// rendezvous order of the candidates' pods that are live and serve
+	// the model (their load aside), so every replica chooses it alike;
+	// the pick then keeps the request there, or prefers it, as for a
+	// token's pod.
+	SessionID session.ID
 }
 
 // Hashes is a prompt's block hashes, computed by the policy for one

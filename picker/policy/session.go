@@ -4,18 +4,32 @@ import (
 	"slices"
 	"time"
 
+	"github.com/inferpick/inferpick/picker/prefix"
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/session"
 )
 
-// markSession marks the candidates on the pod the request's session token
-// names and reports whether there are any. When the candidates are a
+// markSession marks the candidates on the session's pod and reports
+// whether there are any: the pod the request's token names, or with
+// session ids the pod the id hashes to (idPod). When the candidates are a
 // sample of a large pool, the pod's workers outside it are admitted as
 // they would have been: live, serving the model, with room for the
 // request.
 func (e *engine) markSession(p *pick, all []*registry.Worker, sampled bool, filter *modelFilter, now time.Time) bool {
-	ref, found := p.req.Session, false
+	var pod sessionPod
+	switch {
+	case e.ids && p.req.SessionID.Valid():
+		if pod.w = idPod(p.req.SessionID, all, filter); pod.w == nil {
+			return false
+		}
+	case !e.ids && p.req.Session.Valid():
+		pod.ref = p.req.Session
+	default:
+		return false
+	}
+	found := false
 	for i := range p.cands {
-		if ref.Is(p.cands[i].w.Pod()) {
+		if pod.has(p.cands[i].w) {
 			p.cands[i].session, found = true, true
 		}
 	}
@@ -23,7 +37,7 @@ func (e *engine) markSession(p *pick, all []*registry.Worker, sampled bool, filt
 		return found
 	}
 	for _, w := range all {
-		if w == nil || !ref.Is(w.Pod()) || isCandidate(p.cands, w) {
+		if w == nil || !pod.has(w) || isCandidate(p.cands, w) {
 			continue
 		}
 		if n := len(p.cands); !e.admitOne(p, w, filter, now) && len(p.cands) > n {
@@ -31,6 +45,44 @@ func (e *engine) markSession(p *pick, all []*registry.Worker, sampled bool, filt
 		}
 	}
 	return found
+}
+
+// sessionPod is the session's pod: the one a token names, or a worker of
+// the one an id hashes to.
+type sessionPod struct {
+	ref *session.Ref
+	w   *registry.Worker
+}
+
+// has reports whether w is on the session's pod.
+func (s *sessionPod) has(w *registry.Worker) bool {
+	ns, name := w.Pod()
+	if s.w != nil {
+		wns, wname := s.w.Pod()
+		return ns == wns && name == wname
+	}
+	return s.ref.Is(ns, name)
+}
+
+// idPod returns a worker of the pod a session id goes to, nil when there
+// is none: of the pods with a worker in all that is live and serves the
+// model, the heaviest in the id's rendezvous order (prefix.Rendezvous of
+// the id and the pod's namespace/name, every port of a pod alike). Load
+// plays no part, so every picker replica chooses the same pod without a
+// word to the others, and a pod that leaves moves only the ids that were
+// its own; a pod saturated for the request leaves the pick as usual.
+func idPod(id session.ID, all []*registry.Worker, filter *modelFilter) *registry.Worker {
+	var best *registry.Worker
+	var weight uint64
+	for _, w := range all {
+		if w == nil || !w.Live() || !filter.admits(w) {
+			continue
+		}
+		if r := prefix.Rendezvous(id.Key(), w.PodKey()); best == nil || r > weight {
+			best, weight = w, r
+		}
+	}
+	return best
 }
 
 func isCandidate(cs []candidate, w *registry.Worker) bool {

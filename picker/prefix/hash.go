@@ -36,8 +36,9 @@ func hashBlock(seed uint64, b *[BlockSize]byte) uint64 {
 	return mix(a^c^k0, d^e^seed^k3)
 }
 
-// hashString hashes s of any length under seed.
-func hashString(seed uint64, s string) uint64 {
+// hashString hashes s of any length under seed; a string and a byte slice
+// of the same bytes hash alike.
+func hashString[S string | []byte](seed uint64, s S) uint64 {
 	var buf [BlockSize]byte
 	h := seed ^ k4
 	rest := s

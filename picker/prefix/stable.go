@@ -37,6 +37,10 @@ func StableHash(model, salt string, prompt [][]byte, blocks int) (uint64, int) {
 // worker, for rendezvous hashing.
 func StableString(s string) uint64 { return hashString(stableKey, s) }
 
+// StableBytes is StableString of b's bytes, read in place: a session id
+// as it came in a header, for rendezvous hashing.
+func StableBytes(b []byte) uint64 { return hashString(stableKey, b) }
+
 // Rendezvous is the weight of the pair (key, worker) in highest-random-weight
 // hashing: each key ranks the workers by it, independently of which other
 // workers exist.

@@ -167,6 +167,7 @@ type Worker struct {
 	addr       string // ep.Address formatted once
 	id         uint32 // unique for the life of the process; never reused
 	stable     uint64 // ep.Key hashed once
+	podKey     uint64 // the pod's namespace/name hashed once
 
 	prefill  atomic.Int64
 	decode   atomic.Int64
@@ -188,7 +189,8 @@ var nextID atomic.Uint32
 
 func newWorker(ep Endpoint) *Worker {
 	w := &Worker{ep: ep, addr: ep.Address.String(), id: nextID.Add(1),
-		stable: prefix.StableString(ep.Key.UID) ^ uint64(ep.Key.Port)*0x9e3779b97f4a7c15}
+		stable: prefix.StableString(ep.Key.UID) ^ uint64(ep.Key.Port)*0x9e3779b97f4a7c15,
+		podKey: prefix.StableString(ep.Namespace + "/" + ep.Name)}
 	w.rank.Store(int64(ep.Rank))
 	w.ownMetrics.Store(ep.OwnMetrics)
 	return w
@@ -232,6 +234,10 @@ func (w *Worker) ID() uint32 { return w.id }
 // StableKey is the worker's Key hashed: the same pod and port give the same
 // key in every process (every replica of the picker), unlike ID.
 func (w *Worker) StableKey() uint64 { return w.stable }
+
+// PodKey is the pod's namespace/name hashed: the same for every port of the
+// pod, and in every process, for the rendezvous hashing of session ids.
+func (w *Worker) PodKey() uint64 { return w.podKey }
 
 // Removed reports whether the worker has left the registry, for good.
 func (w *Worker) Removed() bool { return w.removed.Load() }

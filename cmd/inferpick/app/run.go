@@ -233,6 +233,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 		MaxInFlight:          cfg.MaxInFlight,
 		Locator:              locator,
 		SessionHeader:        sessionHeader(cfg),
+		SessionIDs:           sessionIDs(cfg),
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
 	var indexSize func() (int, bool)
@@ -446,4 +447,10 @@ func sessionHeader(cfg policy.Config) string {
 		return sa.Header
 	}
 	return ""
+}
+
+// sessionIDs reports whether the session header carries session ids.
+func sessionIDs(cfg policy.Config) bool {
+	sa := cfg.Default().SessionAffinity
+	return sa != nil && sa.Key == policy.SessionID
 }

@@ -130,6 +130,44 @@ schedulingProfiles:
 				Warnings: []string{"session-affinity-scorer parameters evictionTtlSeconds, missThreshold have no effect: they tune the session_id_header algorithm"},
 			},
 		},
+		"session id filter, llm-d's example: a pin on ids, the table's parameters warn": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: session-affinity-filter\n  parameters:\n    strategy: session_id\n    sessionIdConfig:\n" +
+				"      sources:\n        - header: X-Agent-Session\n      evictionTtlSeconds: 300\n      evictionSweepSeconds: 10\n",
+			want: File{
+				Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1},
+					SessionAffinity: &policy.SessionAffinityConfig{Header: "x-agent-session", Key: policy.SessionID, Mode: policy.SessionPin}},
+				Warnings: []string{"session-affinity-filter sessionIdConfig evictionTtlSeconds, evictionSweepSeconds have no effect: " +
+					"the picker keeps no table of sessions to evict or migrate: a session id goes to the pod its rendezvous hash names, on every replica alike"},
+			},
+		},
+		"session id filter with llm-d's default source": {
+			in: header + "plugins:\n- type: session-affinity-filter\n  parameters: {strategy: session_id}\n- type: queue-scorer\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1},
+				SessionAffinity: &policy.SessionAffinityConfig{Header: "x-session-id", Key: policy.SessionID, Mode: policy.SessionPin}}},
+		},
+		"session id filter: the token's block warns": {
+			in: header + "plugins:\n- type: session-affinity-filter\n  parameters: {strategy: session_id, encodedEndpointHeaderConfig: {header: x-t}, sessionIdConfig: {sources: [{header: x-s}]}}\n- type: queue-scorer\n",
+			want: File{
+				Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1},
+					SessionAffinity: &policy.SessionAffinityConfig{Header: "x-s", Key: policy.SessionID, Mode: policy.SessionPin}},
+				Warnings: []string{"session-affinity-filter encodedEndpointHeaderConfig has no effect: it configures the encoded_endpoint_header strategy"},
+			},
+		},
+		"session id scorer beside other scorers: ids weighed, the table's parameters warn": {
+			in: header + "plugins:\n- type: queue-scorer\n- {name: s, type: session-affinity-scorer, parameters: {algorithm: session_id_header, headerName: x-session-id, evictionTtlSeconds: 600, missThreshold: 3}}\n" +
+				"schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: s\n    weight: 2\n",
+			want: File{
+				Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, SessionWeight: 2},
+					SessionAffinity: &policy.SessionAffinityConfig{Header: "x-session-id", Key: policy.SessionID, Mode: policy.SessionPrefer}},
+				Warnings: []string{"session-affinity-scorer parameters evictionTtlSeconds, missThreshold have no effect: " +
+					"the picker keeps no table of sessions to evict or migrate: a session id goes to the pod its rendezvous hash names, on every replica alike"},
+			},
+		},
+		"session id scorer alone, on llm-d's default header": {
+			in: header + "plugins:\n- type: session-affinity-scorer\n  parameters: {algorithm: session_id_header}\n- type: max-score-picker\n",
+			want: File{Policy: policy.Config{Name: policy.Random,
+				SessionAffinity: &policy.SessionAffinityConfig{Header: "x-session-token", Key: policy.SessionID, Mode: policy.SessionPin}}},
+		},
 		"session plugins outside the profile: no session affinity": {
 			in:   header + "plugins:\n- type: queue-scorer\n- type: session-affinity-filter\n" + "schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
 			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
@@ -345,13 +383,37 @@ func TestParseRejects(t *testing.T) {
 			in:   header + "plugins:\n- type: queue-scorer\n- type: my-scorer\n" + profile,
 			want: []string{"line 5", `"my-scorer"`, "docs/policy.md"},
 		},
-		"stateful session scorer": {
-			in:   header + "plugins:\n- type: queue-scorer\n- type: session-affinity-scorer\n  parameters: {algorithm: session_id_header}\n",
-			want: []string{"line 6", "session_id_header", "encoded_endpoint_header"},
+		"unknown session scorer algorithm": {
+			in:   header + "plugins:\n- type: queue-scorer\n- type: session-affinity-scorer\n  parameters: {algorithm: cookie}\n",
+			want: []string{"line 6", `"cookie"`, "session_id_header", "encoded_endpoint_header"},
 		},
-		"stateful session filter": {
-			in:   header + "plugins:\n- type: session-affinity-filter\n  parameters:\n    strategy: session_id\n",
-			want: []string{"line 6", "session_id", "encoded_endpoint_header"},
+		"unknown session filter strategy": {
+			in:   header + "plugins:\n- type: session-affinity-filter\n  parameters:\n    strategy: sticky\n",
+			want: []string{"line 6", `"sticky"`, "session_id", "encoded_endpoint_header"},
+		},
+		"session id from a request attribute": {
+			in:   header + "plugins:\n- type: session-affinity-filter\n  parameters:\n    strategy: session_id\n    sessionIdConfig:\n      sources:\n      - attribute: agent-identity\n",
+			want: []string{"line 9", `"agent-identity"`, "attribute", "no request attributes"},
+		},
+		"session id from a header, then an attribute": {
+			in:   header + "plugins:\n- type: session-affinity-filter\n  parameters:\n    strategy: session_id\n    sessionIdConfig:\n      sources:\n      - header: x-session-id\n      - attribute: agent-identity\n",
+			want: []string{"line 9", "2 sources", "one header"},
+		},
+		"session id from two headers": {
+			in:   header + "plugins:\n- type: session-affinity-filter\n  parameters:\n    strategy: session_id\n    sessionIdConfig:\n      sources: [{header: x-a}, {header: x-b}]\n",
+			want: []string{"line 8", "2 sources", "one header"},
+		},
+		"session id source with no header": {
+			in:   header + "plugins:\n- type: session-affinity-filter\n  parameters:\n    strategy: session_id\n    sessionIdConfig:\n      sources: [{header: \"\"}]\n",
+			want: []string{"line 8", "names no header"},
+		},
+		"unknown sessionIdConfig field": {
+			in:   header + "plugins:\n- type: session-affinity-filter\n  parameters:\n    strategy: session_id\n    sessionIdConfig: {ttl: 3}\n",
+			want: []string{"line 7", `"ttl"`},
+		},
+		"session filter on ids, scorer on tokens, one header": {
+			in:   header + "plugins:\n- type: session-affinity-filter\n  parameters: {strategy: session_id, sessionIdConfig: {sources: [{header: x-session-token}]}}\n- type: session-affinity-scorer\n",
+			want: []string{"x-session-token", "a session id", "a session token", "keep one plugin"},
 		},
 		"session plugin of another profile": {
 			in:   header + "plugins:\n- type: session-affinity-scorer\n  parameters: {profileName: prefill}\n",
@@ -371,7 +433,7 @@ func TestParseRejects(t *testing.T) {
 		},
 		"session plugins on two headers": {
 			in:   header + "plugins:\n- type: session-affinity-filter\n- type: session-affinity-scorer\n  parameters: {headerName: x-other}\n",
-			want: []string{"x-session-token", "x-other", "one session token"},
+			want: []string{"x-session-token", "x-other", "one session header"},
 		},
 		"upstream plugin with an alternative": {
 			in:   header + "plugins:\n- type: active-request-scorer\n",

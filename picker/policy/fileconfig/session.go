@@ -16,25 +16,40 @@ const (
 	sessionFilter = "session-affinity-filter"
 )
 
-// encodedEndpointHeader is the stateless algorithm of llm-d's session
-// plugins, the one translated: the token is the base64 of the pod's
-// namespace/name, which every picker replica reads alike.
-const encodedEndpointHeader = "encoded_endpoint_header"
+// The algorithms of llm-d's session plugins. encodedEndpointHeader is
+// stateless: the token is the base64 of the pod's namespace/name, which
+// every picker replica reads alike. The session-id ones (the scorer's
+// sessionIDHeader, the filter's sessionIDStrategy) keep a table from the
+// client's id to a pod on each router replica; the picker places an id by
+// rendezvous hashing instead (policy key id), which needs no table.
+const (
+	encodedEndpointHeader = "encoded_endpoint_header"
+	sessionIDHeader       = "session_id_header"
+	sessionIDStrategy     = "session_id"
+)
 
-// statefulSession says what to use instead of the stateful algorithms.
-const statefulSession = "it keeps a table of sessions on each router replica; use encoded_endpoint_header (the default), whose token names the pod and reads alike on every picker replica"
+// noTable says why llm-d's table parameters do nothing here.
+const noTable = "the picker keeps no table of sessions to evict or migrate: a session id goes to the pod its rendezvous hash names, on every replica alike"
 
-// readSessionScorer reads session-affinity-scorer: its header, for the
-// stateless algorithm.
+// sessionSource is what a session plugin reads: its header, and whether
+// that carries a token or an id (policy.SessionToken, policy.SessionID).
+type sessionSource struct{ header, key string }
+
+// readSessionScorer reads session-affinity-scorer: its header, and its
+// algorithm.
 func (u *upstream) readSessionScorer(p plugin) error {
-	header := ""
+	header, key := "", policy.SessionToken
 	var inert []string
 	for i := 0; p.params != nil && i+1 < len(p.params.Content); i += 2 {
 		k, v := p.params.Content[i], p.params.Content[i+1]
 		switch k.Value {
 		case "algorithm":
-			if v.Value != encodedEndpointHeader && v.Value != "" {
-				return fmt.Errorf("line %d: %s algorithm %q is not supported: %s", v.Line, sessionScorer, v.Value, statefulSession)
+			switch v.Value {
+			case encodedEndpointHeader, "":
+			case sessionIDHeader:
+				key = policy.SessionID
+			default:
+				return fmt.Errorf("line %d: %s algorithm %q is not supported: use %s or %s", v.Line, sessionScorer, v.Value, encodedEndpointHeader, sessionIDHeader)
 			}
 		case "headerName":
 			header = v.Value
@@ -48,35 +63,41 @@ func (u *upstream) readSessionScorer(p plugin) error {
 			return fmt.Errorf("line %d: unknown %s parameter %q", k.Line, sessionScorer, k.Value)
 		}
 	}
-	if len(inert) > 0 {
-		u.warn(fmt.Sprintf("%s parameters %s have no effect: they tune the session_id_header algorithm", sessionScorer, strings.Join(inert, ", ")))
+	switch {
+	case len(inert) == 0:
+	case key == policy.SessionID:
+		u.warn(fmt.Sprintf("%s parameters %s have no effect: %s", sessionScorer, strings.Join(inert, ", "), noTable))
+	default:
+		u.warn(fmt.Sprintf("%s parameters %s have no effect: they tune the %s algorithm", sessionScorer, strings.Join(inert, ", "), sessionIDHeader))
 	}
-	return u.setSessionHeader(p, header)
+	return u.setSession(p, header, session.DefaultHeader, key) // llm-d's scorer reads x-session-token for ids too
 }
 
-// readSessionFilter reads session-affinity-filter: its header, for the
-// stateless strategy.
+// readSessionFilter reads session-affinity-filter: its header, for its
+// strategy.
 func (u *upstream) readSessionFilter(p plugin) error {
-	header := ""
+	var tokenConfig, idConfig *yaml.Node
+	key := policy.SessionToken
 	for i := 0; p.params != nil && i+1 < len(p.params.Content); i += 2 {
 		k, v := p.params.Content[i], p.params.Content[i+1]
 		switch k.Value {
 		case "strategy":
-			if v.Value != encodedEndpointHeader && v.Value != "" {
-				return fmt.Errorf("line %d: %s strategy %q is not supported: %s", v.Line, sessionFilter, v.Value, statefulSession)
+			switch v.Value {
+			case encodedEndpointHeader, "":
+			case sessionIDStrategy:
+				key = policy.SessionID
+			default:
+				return fmt.Errorf("line %d: %s strategy %q is not supported: use %s or %s", v.Line, sessionFilter, v.Value, encodedEndpointHeader, sessionIDStrategy)
 			}
-		case "encodedEndpointHeaderConfig":
+		case "encodedEndpointHeaderConfig", "sessionIdConfig":
 			if v.Kind != yaml.MappingNode && !isNull(v) {
-				return fmt.Errorf("line %d: %s encodedEndpointHeaderConfig must be a mapping", v.Line, sessionFilter)
+				return fmt.Errorf("line %d: %s %s must be a mapping", v.Line, sessionFilter, k.Value)
 			}
-			for j := 0; j+1 < len(v.Content); j += 2 {
-				if f := v.Content[j]; f.Value != "header" {
-					return fmt.Errorf("line %d: unknown %s encodedEndpointHeaderConfig field %q", f.Line, sessionFilter, f.Value)
-				}
-				header = v.Content[j+1].Value
+			if k.Value == "sessionIdConfig" {
+				idConfig = v
+			} else {
+				tokenConfig = v
 			}
-		case "sessionIdConfig":
-			u.warn(fmt.Sprintf("%s sessionIdConfig has no effect: it configures the session_id strategy", sessionFilter))
 		case "profileName":
 			if err := sessionProfile(p.typ, v); err != nil {
 				return err
@@ -85,20 +106,103 @@ func (u *upstream) readSessionFilter(p plugin) error {
 			return fmt.Errorf("line %d: unknown %s parameter %q", k.Line, sessionFilter, k.Value)
 		}
 	}
-	return u.setSessionHeader(p, header)
+	if key == policy.SessionID {
+		if tokenConfig != nil {
+			u.warn(fmt.Sprintf("%s encodedEndpointHeaderConfig has no effect: it configures the %s strategy", sessionFilter, encodedEndpointHeader))
+		}
+		header, err := u.readSessionIDConfig(idConfig)
+		if err != nil {
+			return err
+		}
+		return u.setSession(p, header, session.DefaultIDHeader, key)
+	}
+	if idConfig != nil {
+		u.warn(fmt.Sprintf("%s sessionIdConfig has no effect: it configures the %s strategy", sessionFilter, sessionIDStrategy))
+	}
+	header := ""
+	for j := 0; tokenConfig != nil && j+1 < len(tokenConfig.Content); j += 2 {
+		if f := tokenConfig.Content[j]; f.Value != "header" {
+			return fmt.Errorf("line %d: unknown %s encodedEndpointHeaderConfig field %q", f.Line, sessionFilter, f.Value)
+		}
+		header = tokenConfig.Content[j+1].Value
+	}
+	return u.setSession(p, header, session.DefaultHeader, key)
 }
 
-// setSessionHeader records the session plugin's header, as llm-d reads it:
-// trimmed, in lower case, x-session-token when empty.
-func (u *upstream) setSessionHeader(p plugin, header string) error {
+// readSessionIDConfig reads the filter's sessionIdConfig (nil when absent)
+// and returns the header of its one source, "" for llm-d's default. A
+// request attribute has no counterpart (inferpick reads headers alone),
+// and the picker reads one header: several sources are refused.
+func (u *upstream) readSessionIDConfig(c *yaml.Node) (string, error) {
+	header := ""
+	var inert []string
+	for j := 0; c != nil && j+1 < len(c.Content); j += 2 {
+		f, v := c.Content[j], c.Content[j+1]
+		switch f.Value {
+		case "sources":
+			if isNull(v) {
+				continue
+			}
+			if v.Kind != yaml.SequenceNode {
+				return "", fmt.Errorf("line %d: %s sessionIdConfig.sources must be a list", v.Line, sessionFilter)
+			}
+			if len(v.Content) > 1 {
+				return "", fmt.Errorf("line %d: %s sessionIdConfig.sources lists %d sources: the picker reads a session id from one header; keep one header source", v.Line, sessionFilter, len(v.Content))
+			}
+			for _, src := range v.Content {
+				h, err := sessionIDSource(src)
+				if err != nil {
+					return "", err
+				}
+				header = h
+			}
+		case "evictionTtlSeconds", "evictionSweepSeconds":
+			inert = append(inert, f.Value)
+		default:
+			return "", fmt.Errorf("line %d: unknown %s sessionIdConfig field %q", f.Line, sessionFilter, f.Value)
+		}
+	}
+	if len(inert) > 0 {
+		u.warn(fmt.Sprintf("%s sessionIdConfig %s have no effect: %s", sessionFilter, strings.Join(inert, ", "), noTable))
+	}
+	return header, nil
+}
+
+// sessionIDSource reads one source of sessionIdConfig: a header, which it
+// returns; an attribute is refused by name.
+func sessionIDSource(src *yaml.Node) (string, error) {
+	if src.Kind != yaml.MappingNode {
+		return "", fmt.Errorf("line %d: %s sessionIdConfig source must be a mapping with header or attribute", src.Line, sessionFilter)
+	}
+	header, set := "", 0
+	for j := 0; j+1 < len(src.Content); j += 2 {
+		f, v := src.Content[j], src.Content[j+1]
+		switch f.Value {
+		case "header":
+			header, set = v.Value, set+1
+		case "attribute":
+			return "", fmt.Errorf("line %d: %s sessionIdConfig source attribute %q is not supported: inferpick has no request attributes; send the session id in a header and name it as the source", v.Line, sessionFilter, v.Value)
+		default:
+			return "", fmt.Errorf("line %d: unknown %s sessionIdConfig source field %q", f.Line, sessionFilter, f.Value)
+		}
+	}
+	if set == 0 || strings.TrimSpace(header) == "" {
+		return "", fmt.Errorf("line %d: %s sessionIdConfig source names no header", src.Line, sessionFilter)
+	}
+	return header, nil
+}
+
+// setSession records the session plugin's header, as llm-d reads it:
+// trimmed, in lower case, def when empty; and what it carries.
+func (u *upstream) setSession(p plugin, header, def, key string) error {
 	h := strings.ToLower(strings.TrimSpace(header))
 	if h == "" {
-		h = session.DefaultHeader
+		h = def
 	}
 	if !session.ValidHeader(h) {
 		return fmt.Errorf("line %d: %s header %q is not an HTTP header name", p.line, p.typ, header)
 	}
-	u.sessionHeaders[p.name] = h
+	u.sessions[p.name] = sessionSource{header: h, key: key}
 	return nil
 }
 
@@ -114,19 +218,25 @@ func sessionProfile(typ string, v *yaml.Node) error {
 // plugins of the profile: a filter pins the session to its pod; a scorer,
 // in the weighted scorer, weighs it (mode prefer), and pins it when the
 // policy weighs nothing else or is cache-aware. Every plugin must name one
-// header: the picker writes one token.
+// header, read alike: the picker reads one session header.
 func (u *upstream) sessionAffinity(scorers, filters []string, ws *policy.WeightedScorerConfig, cacheAware bool) error {
 	all := append(append([]string(nil), filters...), scorers...)
 	if len(all) == 0 {
 		return nil
 	}
-	header := u.sessionHeaders[all[0]]
+	src := u.sessions[all[0]]
 	for _, name := range all[1:] {
-		if h := u.sessionHeaders[name]; h != header {
-			return fmt.Errorf("session plugins %q and %q name different headers (%s, %s): the picker writes one session token; keep one plugin, or give them one header", all[0], name, header, h)
+		switch s := u.sessions[name]; {
+		case s.header != src.header:
+			return fmt.Errorf("session plugins %q and %q name different headers (%s, %s): the picker reads one session header; keep one plugin, or give them one header", all[0], name, src.header, s.header)
+		case s.key != src.key:
+			return fmt.Errorf("session plugins %q and %q read %s differently (the first as a session %s, the second as a session %s): keep one plugin", all[0], name, src.header, src.key, s.key)
 		}
 	}
-	sa := &policy.SessionAffinityConfig{Header: header, Mode: policy.SessionPin}
+	sa := &policy.SessionAffinityConfig{Header: src.header, Mode: policy.SessionPin}
+	if src.key == policy.SessionID {
+		sa.Key = policy.SessionID
+	}
 	switch {
 	case len(filters) > 0:
 		if len(scorers) > 0 {

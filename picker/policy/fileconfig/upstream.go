@@ -35,8 +35,9 @@ type upstream struct {
 	// maxEndpoints holds the maxNumOfEndpoints of the pickers that set it,
 	// by plugin name.
 	maxEndpoints map[string]int
-	// sessionHeaders holds the header of each session plugin, by name.
-	sessionHeaders map[string]string
+	// sessions holds the header of each session plugin, and what it
+	// carries, by name.
+	sessions map[string]sessionSource
 }
 
 // fromUpstream translates an EndpointPickerConfig: one scheduling profile of
@@ -44,7 +45,7 @@ type upstream struct {
 // becomes the weighted-scorer policy with the profile's weights. The fields
 // that name plugins are read once plugins is, wherever they stand.
 func fromUpstream(doc *yaml.Node) (File, error) {
-	u := &upstream{plugins: map[string]plugin{}, maxEndpoints: map[string]int{}, sessionHeaders: map[string]string{}}
+	u := &upstream{plugins: map[string]plugin{}, maxEndpoints: map[string]int{}, sessions: map[string]sessionSource{}}
 	refs := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
