@@ -94,6 +94,26 @@ schedulingProfiles:
 				WeightedScorer:  policy.WeightedScorerConfig{QueueWeight: 1, SessionWeight: 3},
 				SessionAffinity: &policy.SessionAffinityConfig{Header: "x-conversation", Mode: policy.SessionPrefer}}},
 		},
+		// llm-d's versions of the scorer spell its parameters as the filter
+		// does: strategy, encodedEndpointHeaderConfig, sessionIdConfig.
+		"session scorer with the filter's spelling of the token's header": {
+			in: header + "plugins:\n- type: queue-scorer\n- {type: session-affinity-scorer, parameters: {strategy: encoded_endpoint_header, encodedEndpointHeaderConfig: {header: x-s}}}\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer,
+				WeightedScorer:  policy.WeightedScorerConfig{QueueWeight: 1, SessionWeight: 1},
+				SessionAffinity: &policy.SessionAffinityConfig{Header: "x-s", Mode: policy.SessionPrefer}}},
+		},
+		"session scorer with strategy session_id_header and its headerName": {
+			in: header + "plugins:\n- type: queue-scorer\n- {type: session-affinity-scorer, parameters: {strategy: session_id_header, headerName: x-agent}}\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer,
+				WeightedScorer:  policy.WeightedScorerConfig{QueueWeight: 1, SessionWeight: 1},
+				SessionAffinity: &policy.SessionAffinityConfig{Header: "x-agent", Key: policy.SessionID, Mode: policy.SessionPrefer}}},
+		},
+		"session scorer with strategy session_id and a sessionIdConfig source": {
+			in: header + "plugins:\n- type: queue-scorer\n- {type: session-affinity-scorer, parameters: {strategy: session_id, sessionIdConfig: {sources: [{header: x-agent}]}}}\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer,
+				WeightedScorer:  policy.WeightedScorerConfig{QueueWeight: 1, SessionWeight: 1},
+				SessionAffinity: &policy.SessionAffinityConfig{Header: "x-agent", Key: policy.SessionID, Mode: policy.SessionPrefer}}},
+		},
 		"session scorer alone, as in upstream's default profile: a pin, the other pods tie": {
 			in: header + "plugins:\n- type: session-affinity-scorer\n  parameters: {algorithm: encoded_endpoint_header}\n- type: max-score-picker\n",
 			want: File{Policy: policy.Config{Name: policy.Random,

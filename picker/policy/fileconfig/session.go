@@ -35,63 +35,38 @@ const noTable = "the picker keeps no table of sessions to evict or migrate: a se
 // that carries a token or an id (policy.SessionToken, policy.SessionID).
 type sessionSource struct{ header, key string }
 
-// readSessionScorer reads session-affinity-scorer: its header, and its
-// algorithm.
-func (u *upstream) readSessionScorer(p plugin) error {
+// readSessionScorer reads session-affinity-scorer and readSessionFilter
+// session-affinity-filter: their header, and what it carries.
+func (u *upstream) readSessionScorer(p plugin) error { return u.readSessionPlugin(p) }
+
+func (u *upstream) readSessionFilter(p plugin) error { return u.readSessionPlugin(p) }
+
+// readSessionPlugin reads a session plugin's parameters in the spellings
+// llm-d's versions give them: the algorithm as algorithm or strategy; the
+// token's header as headerName or encodedEndpointHeaderConfig.header; the
+// id's as headerName or sessionIdConfig's one header source. An id read
+// from headerName alone defaults to x-session-token, as llm-d's scorer of
+// that spelling reads it; otherwise to x-session-id.
+func (u *upstream) readSessionPlugin(p plugin) error {
+	var tokenConfig, idConfig *yaml.Node
 	header, key := "", policy.SessionToken
 	var inert []string
 	for i := 0; p.params != nil && i+1 < len(p.params.Content); i += 2 {
 		k, v := p.params.Content[i], p.params.Content[i+1]
 		switch k.Value {
-		case "algorithm":
+		case "algorithm", "strategy":
 			switch v.Value {
 			case encodedEndpointHeader, "":
-			case sessionIDHeader:
+			case sessionIDHeader, sessionIDStrategy:
 				key = policy.SessionID
 			default:
-				return fmt.Errorf("line %d: %s algorithm %q is not supported: use %s or %s", v.Line, sessionScorer, v.Value, encodedEndpointHeader, sessionIDHeader)
+				return fmt.Errorf("line %d: %s %s %q is not supported: use %s, or %s (%s in the scorer's spelling)", v.Line, p.typ, k.Value, v.Value, encodedEndpointHeader, sessionIDStrategy, sessionIDHeader)
 			}
 		case "headerName":
 			header = v.Value
-		case "profileName":
-			if err := sessionProfile(p.typ, v); err != nil {
-				return err
-			}
-		case "evictionTtlSeconds", "evictionSweepSeconds", "missThreshold":
-			inert = append(inert, k.Value)
-		default:
-			return fmt.Errorf("line %d: unknown %s parameter %q", k.Line, sessionScorer, k.Value)
-		}
-	}
-	switch {
-	case len(inert) == 0:
-	case key == policy.SessionID:
-		u.warn(fmt.Sprintf("%s parameters %s have no effect: %s", sessionScorer, strings.Join(inert, ", "), noTable))
-	default:
-		u.warn(fmt.Sprintf("%s parameters %s have no effect: they tune the %s algorithm", sessionScorer, strings.Join(inert, ", "), sessionIDHeader))
-	}
-	return u.setSession(p, header, session.DefaultHeader, key) // llm-d's scorer reads x-session-token for ids too
-}
-
-// readSessionFilter reads session-affinity-filter: its header, for its
-// strategy.
-func (u *upstream) readSessionFilter(p plugin) error {
-	var tokenConfig, idConfig *yaml.Node
-	key := policy.SessionToken
-	for i := 0; p.params != nil && i+1 < len(p.params.Content); i += 2 {
-		k, v := p.params.Content[i], p.params.Content[i+1]
-		switch k.Value {
-		case "strategy":
-			switch v.Value {
-			case encodedEndpointHeader, "":
-			case sessionIDStrategy:
-				key = policy.SessionID
-			default:
-				return fmt.Errorf("line %d: %s strategy %q is not supported: use %s or %s", v.Line, sessionFilter, v.Value, encodedEndpointHeader, sessionIDStrategy)
-			}
 		case "encodedEndpointHeaderConfig", "sessionIdConfig":
 			if v.Kind != yaml.MappingNode && !isNull(v) {
-				return fmt.Errorf("line %d: %s %s must be a mapping", v.Line, sessionFilter, k.Value)
+				return fmt.Errorf("line %d: %s %s must be a mapping", v.Line, p.typ, k.Value)
 			}
 			if k.Value == "sessionIdConfig" {
 				idConfig = v
@@ -102,29 +77,55 @@ func (u *upstream) readSessionFilter(p plugin) error {
 			if err := sessionProfile(p.typ, v); err != nil {
 				return err
 			}
+		case "evictionTtlSeconds", "evictionSweepSeconds", "missThreshold":
+			inert = append(inert, k.Value)
 		default:
-			return fmt.Errorf("line %d: unknown %s parameter %q", k.Line, sessionFilter, k.Value)
+			return fmt.Errorf("line %d: unknown %s parameter %q", k.Line, p.typ, k.Value)
 		}
+	}
+	switch {
+	case len(inert) == 0:
+	case key == policy.SessionID:
+		u.warn(fmt.Sprintf("%s parameters %s have no effect: %s", p.typ, strings.Join(inert, ", "), noTable))
+	default:
+		u.warn(fmt.Sprintf("%s parameters %s have no effect: they tune the %s algorithm", p.typ, strings.Join(inert, ", "), sessionIDHeader))
 	}
 	if key == policy.SessionID {
 		if tokenConfig != nil {
-			u.warn(fmt.Sprintf("%s encodedEndpointHeaderConfig has no effect: it configures the %s strategy", sessionFilter, encodedEndpointHeader))
+			u.warn(fmt.Sprintf("%s encodedEndpointHeaderConfig has no effect: it configures the %s strategy", p.typ, encodedEndpointHeader))
 		}
-		header, err := u.readSessionIDConfig(idConfig)
-		if err != nil {
-			return err
+		def := session.DefaultIDHeader
+		if idConfig == nil && p.typ == sessionScorer {
+			def = session.DefaultHeader // llm-d's scorer reads x-session-token for ids too
 		}
-		return u.setSession(p, header, session.DefaultIDHeader, key)
+		if idConfig != nil {
+			h, err := u.readSessionIDConfig(p.typ, idConfig)
+			if err != nil {
+				return err
+			}
+			if header != "" && h != "" && !strings.EqualFold(strings.TrimSpace(header), strings.TrimSpace(h)) {
+				return fmt.Errorf("line %d: %s headerName %q and sessionIdConfig's header %q differ: the picker reads one session header", p.line, p.typ, header, h)
+			}
+			if h != "" {
+				header = h
+			}
+		}
+		return u.setSession(p, header, def, key)
 	}
 	if idConfig != nil {
-		u.warn(fmt.Sprintf("%s sessionIdConfig has no effect: it configures the %s strategy", sessionFilter, sessionIDStrategy))
+		u.warn(fmt.Sprintf("%s sessionIdConfig has no effect: it configures the %s strategy", p.typ, sessionIDStrategy))
 	}
-	header := ""
 	for j := 0; tokenConfig != nil && j+1 < len(tokenConfig.Content); j += 2 {
 		if f := tokenConfig.Content[j]; f.Value != "header" {
-			return fmt.Errorf("line %d: unknown %s encodedEndpointHeaderConfig field %q", f.Line, sessionFilter, f.Value)
+			return fmt.Errorf("line %d: unknown %s encodedEndpointHeaderConfig field %q", f.Line, p.typ, f.Value)
 		}
-		header = tokenConfig.Content[j+1].Value
+		h := tokenConfig.Content[j+1].Value
+		if header != "" && h != "" && !strings.EqualFold(strings.TrimSpace(header), strings.TrimSpace(h)) {
+			return fmt.Errorf("line %d: %s headerName %q and encodedEndpointHeaderConfig's header %q differ: the picker reads one session header", p.line, p.typ, header, h)
+		}
+		if h != "" {
+			header = h
+		}
 	}
 	return u.setSession(p, header, session.DefaultHeader, key)
 }
@@ -133,7 +134,7 @@ func (u *upstream) readSessionFilter(p plugin) error {
 // and returns the header of its one source, "" for llm-d's default. A
 // request attribute has no counterpart (inferpick reads headers alone),
 // and the picker reads one header: several sources are refused.
-func (u *upstream) readSessionIDConfig(c *yaml.Node) (string, error) {
+func (u *upstream) readSessionIDConfig(typ string, c *yaml.Node) (string, error) {
 	header := ""
 	var inert []string
 	for j := 0; c != nil && j+1 < len(c.Content); j += 2 {
@@ -144,13 +145,13 @@ func (u *upstream) readSessionIDConfig(c *yaml.Node) (string, error) {
 				continue
 			}
 			if v.Kind != yaml.SequenceNode {
-				return "", fmt.Errorf("line %d: %s sessionIdConfig.sources must be a list", v.Line, sessionFilter)
+				return "", fmt.Errorf("line %d: %s sessionIdConfig.sources must be a list", v.Line, typ)
 			}
 			if len(v.Content) > 1 {
-				return "", fmt.Errorf("line %d: %s sessionIdConfig.sources lists %d sources: the picker reads a session id from one header; keep one header source", v.Line, sessionFilter, len(v.Content))
+				return "", fmt.Errorf("line %d: %s sessionIdConfig.sources lists %d sources: the picker reads a session id from one header; keep one header source", v.Line, typ, len(v.Content))
 			}
 			for _, src := range v.Content {
-				h, err := sessionIDSource(src)
+				h, err := sessionIDSource(typ, src)
 				if err != nil {
 					return "", err
 				}
@@ -159,20 +160,20 @@ func (u *upstream) readSessionIDConfig(c *yaml.Node) (string, error) {
 		case "evictionTtlSeconds", "evictionSweepSeconds":
 			inert = append(inert, f.Value)
 		default:
-			return "", fmt.Errorf("line %d: unknown %s sessionIdConfig field %q", f.Line, sessionFilter, f.Value)
+			return "", fmt.Errorf("line %d: unknown %s sessionIdConfig field %q", f.Line, typ, f.Value)
 		}
 	}
 	if len(inert) > 0 {
-		u.warn(fmt.Sprintf("%s sessionIdConfig %s have no effect: %s", sessionFilter, strings.Join(inert, ", "), noTable))
+		u.warn(fmt.Sprintf("%s sessionIdConfig %s have no effect: %s", typ, strings.Join(inert, ", "), noTable))
 	}
 	return header, nil
 }
 
 // sessionIDSource reads one source of sessionIdConfig: a header, which it
 // returns; an attribute is refused by name.
-func sessionIDSource(src *yaml.Node) (string, error) {
+func sessionIDSource(typ string, src *yaml.Node) (string, error) {
 	if src.Kind != yaml.MappingNode {
-		return "", fmt.Errorf("line %d: %s sessionIdConfig source must be a mapping with header or attribute", src.Line, sessionFilter)
+		return "", fmt.Errorf("line %d: %s sessionIdConfig source must be a mapping with header or attribute", src.Line, typ)
 	}
 	header, set := "", 0
 	for j := 0; j+1 < len(src.Content); j += 2 {
@@ -181,13 +182,13 @@ func sessionIDSource(src *yaml.Node) (string, error) {
 		case "header":
 			header, set = v.Value, set+1
 		case "attribute":
-			return "", fmt.Errorf("line %d: %s sessionIdConfig source attribute %q is not supported: inferpick has no request attributes; send the session id in a header and name it as the source", v.Line, sessionFilter, v.Value)
+			return "", fmt.Errorf("line %d: %s sessionIdConfig source attribute %q is not supported: inferpick has no request attributes; send the session id in a header and name it as the source", v.Line, typ, v.Value)
 		default:
-			return "", fmt.Errorf("line %d: unknown %s sessionIdConfig source field %q", f.Line, sessionFilter, f.Value)
+			return "", fmt.Errorf("line %d: unknown %s sessionIdConfig source field %q", f.Line, typ, f.Value)
 		}
 	}
 	if set == 0 || strings.TrimSpace(header) == "" {
-		return "", fmt.Errorf("line %d: %s sessionIdConfig source names no header", src.Line, sessionFilter)
+		return "", fmt.Errorf("line %d: %s sessionIdConfig source names no header", src.Line, typ)
 	}
 	return header, nil
 }
