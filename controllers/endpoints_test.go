@@ -277,7 +277,7 @@ func TestSelectorOf(t *testing.T) {
 // activePorts never fails on an annotation a user writes: every port it
 // returns is a port number one of the list's entries starts with.
 func FuzzActivePorts(f *testing.F) {
-	leadingNumber := regexp.MustCompile(`^[+-]?[0-9]+`)
+	leadingNumber := regexp.MustCompile(`^[+-]?\d+`)
 	for _, s := range []string{"", "8000", "8000,8002", " 8001 , x,,-1,0,70000", "+8000,08001", "8000abc"} {
 		f.Add(s)
 	}
