@@ -45,8 +45,10 @@ func (x *exchange) waitContext() context.Context {
 // request waits (the queue asks for Done), a goroutine receives the stream's
 // next message ahead of the exchange, and the wait ends when that receive
 // fails: the gateway closed its side, or the stream ended. A message
-// received (the response headers of a reply the gateway made) is kept for
-// the exchange, which takes it as its next (receive).
+// received (the rest of an upload routed on its front, the response headers
+// of a reply the gateway made) is kept for the exchange, which takes it as
+// its next (receive); the goroutine then watches the stream's context, so
+// that a reset after it still ends the wait.
 type recvWait struct {
 	stream replySink
 	recv   messageReceiver
@@ -54,13 +56,13 @@ type recvWait struct {
 }
 
 // received is the outcome of a receive made ahead of the exchange. The
-// goroutine that receives owns it until done closes; it never touches the
-// exchange, which may be serving another stream by the time a receive
-// ends after its own stream ended.
+// goroutine that receives owns in and err until done closes; it never
+// touches the exchange, which may be serving another stream by the time a
+// receive ends after its own stream ended.
 type received struct {
 	in     *inbound
 	err    error
-	failed chan struct{} // closed when the receive fails, before done
+	failed chan struct{} // closed when the receive fails, before done, or when the stream ends after a message
 	done   chan struct{}
 }
 
@@ -71,12 +73,18 @@ func (w *recvWait) Done() <-chan struct{} {
 	if w.ahead == nil {
 		r := &received{in: new(inbound), failed: make(chan struct{}), done: make(chan struct{})}
 		w.ahead = r
-		go func(recv messageReceiver) {
-			defer close(r.done)
+		go func(recv messageReceiver, stream context.Context) {
 			if r.err = recv.RecvMsg(r.in); r.err != nil {
 				close(r.failed)
+				close(r.done)
+				return
 			}
-		}(w.recv)
+			close(r.done)
+			// The stream's end is the goroutine's: a reset no receive
+			// is waiting for shows only there.
+			<-stream.Done()
+			close(r.failed)
+		}(w.recv, w.stream.Context())
 	}
 	return w.ahead.failed
 }
