@@ -248,6 +248,27 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"picker.kvEvents.tokenizeTimeout=soon"},
 			want: []string{"kvEvents", "tokenizeTimeout"},
 		},
+		// The picker refuses each of these at start (must be positive).
+		"a metrics refresh of zero": {
+			sets: []string{"picker.refreshMetricsInterval=0s"},
+			want: []string{"refreshMetricsInterval"},
+		},
+		"a keepalive time of zero": {
+			sets: []string{"picker.keepalive.time=0m"},
+			want: []string{"keepalive", "time"},
+		},
+		"a keepalive timeout of zero": {
+			sets: []string{"picker.keepalive.timeout=0ms"},
+			want: []string{"keepalive", "timeout"},
+		},
+		"a replay timeout of zero": {
+			sets: []string{"picker.kvEvents.port=5557", "picker.kvEvents.replayPort=5558", "picker.kvEvents.replayTimeout=0s"},
+			want: []string{"kvEvents", "replayTimeout"},
+		},
+		"a tokenize timeout of zero": {
+			sets: []string{"picker.kvEvents.port=5557", "picker.kvEvents.tokenizeTimeout=0.0s"},
+			want: []string{"kvEvents", "tokenizeTimeout"},
+		},
 		"bad keepalive": {
 			sets: []string{"picker.keepalive.time=often"},
 			want: []string{"keepalive", "time"},
