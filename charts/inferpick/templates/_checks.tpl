@@ -163,3 +163,22 @@ install would fail on the Service after creating the rest.
 {{- fail (printf "the picker's Service would be named %s, and Kubernetes before 1.36 (this cluster is %s) refuses a Service name that does not start with a letter. Set fullnameOverride to a name that does (e.g. inferpick-%s), or install under a release name that does." $name .Capabilities.KubeVersion.Version (.Release.Name | replace "." "-")) }}
 {{- end }}
 {{- end }}
+
+{{/*
+Fails the render on request-body bounds the picker refuses at start: the
+buffer for all streams (--max-buffered-body-bytes) must hold one largest
+body (--max-request-body-bytes). 0 keeps the picker's default of each,
+16 MiB and 256 MiB.
+*/}}
+{{- define "inferpick.checkBodyBudgets" -}}
+{{- $p := .Values.picker }}
+{{- $body := int64 $p.maxRequestBodyBytes }}
+{{- $buffered := int64 $p.maxBufferedBodyBytes }}
+{{- $effBody := ternary $body 16777216 (gt $body 0) }}
+{{- $effBuffered := ternary $buffered 268435456 (gt $buffered 0) }}
+{{- if lt (int64 $effBuffered) (int64 $effBody) }}
+{{- $bufferedText := ternary (printf "%d" $buffered) (printf "0 (the picker's %d)" $effBuffered) (gt $buffered 0) }}
+{{- $bodyText := ternary (printf "%d" $body) (printf "0 (the picker's %d)" $effBody) (gt $body 0) }}
+{{- fail (printf "picker.maxBufferedBodyBytes %s is under picker.maxRequestBodyBytes %s: the buffer for all streams must hold one largest body, and the picker refuses to start. Raise picker.maxBufferedBodyBytes to at least %d, or lower picker.maxRequestBodyBytes." $bufferedText $bodyText $effBody) }}
+{{- end }}
+{{- end }}
