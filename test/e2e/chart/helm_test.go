@@ -269,6 +269,19 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"picker.kvEvents.port=5557", "picker.kvEvents.tokenizeTimeout=0.0s"},
 			want: []string{"kvEvents", "tokenizeTimeout"},
 		},
+		// The API server refuses these in a PodDisruptionBudget.
+		"a negative disruption budget": {
+			sets: []string{"podDisruptionBudget.enabled=true", "replicas=3", "podDisruptionBudget.minAvailable=-1"},
+			want: []string{"podDisruptionBudget", "minAvailable"},
+		},
+		"a disruption budget that is no percentage": {
+			sets: []string{"podDisruptionBudget.enabled=true", "replicas=3", "podDisruptionBudget.maxUnavailable=half"},
+			want: []string{"podDisruptionBudget", "maxUnavailable"},
+		},
+		"a disruption budget over 100%": {
+			sets: []string{"podDisruptionBudget.enabled=true", "replicas=3", "podDisruptionBudget.minAvailable=150%"},
+			want: []string{"podDisruptionBudget", "minAvailable"},
+		},
 		"bad keepalive": {
 			sets: []string{"picker.keepalive.time=often"},
 			want: []string{"keepalive", "time"},
