@@ -282,6 +282,12 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"podDisruptionBudget.enabled=true", "replicas=3", "podDisruptionBudget.minAvailable=150%"},
 			want: []string{"podDisruptionBudget", "minAvailable"},
 		},
+		// The picker refuses --kv-events-replay-port without
+		// --kv-events-port; the chart would leave the replay out unsaid.
+		"a replay port without the events port": {
+			sets: []string{"picker.kvEvents.replayPort=5558"},
+			want: []string{"kvEvents", "port"},
+		},
 		"bad keepalive": {
 			sets: []string{"picker.keepalive.time=often"},
 			want: []string{"keepalive", "time"},
