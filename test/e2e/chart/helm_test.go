@@ -322,6 +322,14 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"tls.secretName=picker_tls"},
 			want: []string{"tls", "secretName", "pattern"},
 		},
+		"route hostname with a port": {
+			sets: []string{"httpRoute.enabled=true", "httpRoute.gateway.name=gw", "httpRoute.hostnames={llm.example.com:443}"},
+			want: []string{"hostnames", "pattern"},
+		},
+		"route hostname with capitals": {
+			sets: []string{"httpRoute.enabled=true", "httpRoute.gateway.name=gw", "httpRoute.hostnames={LLM.example.com}"},
+			want: []string{"hostnames", "pattern"},
+		},
 		"gateway namespace with a dot": {
 			sets: []string{"httpRoute.enabled=true", "httpRoute.gateway.name=gw", "httpRoute.gateway.namespace=infra.gw"},
 			want: []string{"gateway", "namespace", "pattern"},
