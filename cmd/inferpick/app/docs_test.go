@@ -1,14 +1,17 @@
 package app
 
 import (
+	"bytes"
 	"flag"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
 // flagNames matches the flags named in a table cell: `--pool-name`, `-v`.
@@ -82,4 +85,56 @@ func read(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestZapHelpStatesTheLoggersDefaults: each --zap-* flag's help names, as
+// its default, what the logger does when the flag is not given.
+func TestZapHelpStatesTheLoggersDefaults(t *testing.T) {
+	lines := func(t *testing.T, args ...string) (*flag.FlagSet, []string) {
+		t.Helper()
+		fs := flag.NewFlagSet("inferpick", flag.ContinueOnError)
+		o, err := Parse(fs, append([]string{"--static-endpoints", "127.0.0.1:8000"}, args...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		o.logging.zap.DestWriter = &buf
+		log := zap.New(zap.UseFlagOptions(&o.logging.zap))
+		log.V(1).Info("debug")
+		log.Info("info")
+		log.Error(nil, "error")
+		return fs, strings.Split(strings.TrimSpace(buf.String()), "\n")
+	}
+	fs, def := lines(t)
+	_, devel := lines(t, "--zap-devel")
+	encoder := "console"
+	if strings.HasPrefix(def[0], "{") {
+		encoder = "json"
+	}
+	timeEncoding := "not rfc3339"
+	if stamp, _, _ := strings.Cut(def[0], "\t"); stamp != "" {
+		if _, err := time.Parse(time.RFC3339, stamp); err == nil {
+			timeEncoding = "rfc3339"
+		}
+	}
+	stacktraceLevel := "not error"
+	if len(def) > 2 && strings.Contains(def[len(def)-1], ".go:") && !strings.Contains(def[0], ".go:") {
+		stacktraceLevel = "error"
+	}
+	develDebug := "the level still follows -v"
+	if strings.Contains(strings.Join(devel, "\n"), "debug") {
+		develDebug = "writes debug lines at -v 0"
+	}
+	for _, tc := range []struct{ name, want string }{
+		{"zap-encoder", encoder + " (the default)"},
+		{"zap-time-encoding", timeEncoding + " (the default)"},
+		{"zap-stacktrace-level", stacktraceLevel + " (the default"},
+		{"zap-devel", develDebug},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if usage := fs.Lookup(tc.name).Usage; !strings.Contains(usage, tc.want) {
+				t.Errorf("--%s help %q does not say %q", tc.name, usage, tc.want)
+			}
+		})
+	}
 }

@@ -28,6 +28,17 @@ func (l *logging) addFlags(fs *flag.FlagSet) {
 	// otherwise.
 	l.zap.NewEncoder = consoleEncoder
 	l.zap.BindFlags(fs)
+	// controller-runtime's usage texts describe its own defaults (JSON
+	// lines, epoch times, debug level in development mode), not these.
+	for name, usage := range map[string]string{
+		"zap-encoder":          "Log encoding: console (the default) or json.",
+		"zap-time-encoding":    "Time encoding of log lines: rfc3339 (the default), rfc3339nano, iso8601, epoch, millis or nano.",
+		"zap-stacktrace-level": "Level at and above which log lines carry a stack trace: info, error (the default; warn under --zap-devel) or panic.",
+		"zap-devel":            "Development mode: stack traces from warn lines up, unless --zap-stacktrace-level says otherwise, and a DPanic line panics; the level still follows -v or --zap-log-level.",
+		"zap-log-level":        "Log level, overriding -v: debug, info, error, panic, or a number n (V(n) lines and below).",
+	} {
+		fs.Lookup(name).Usage = usage
+	}
 	fs.IntVar(&l.verbose, "v", l.verbose, "Log verbosity: V(n) lines are written for n up to this; --zap-log-level, when given, decides instead.")
 	// klog's flags but -v, which complete passes on to klog, stay
 	// accepted (--vmodule for client-go's lines).
