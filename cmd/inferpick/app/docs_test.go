@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +138,97 @@ func TestZapHelpStatesTheLoggersDefaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReadmeStatesEveryDefault: the default column of the README's flag
+// table gives each flag's default as the binary has it: its value, spelled
+// as in the table (16 MiB for 16777216), or, for a flag whose empty value
+// stands for something else, words (in-cluster, the preset's) or the value
+// its help names as the default.
+func TestReadmeStatesEveryDefault(t *testing.T) {
+	fs := flag.NewFlagSet("inferpick", flag.ContinueOnError)
+	if _, err := Parse(fs, []string{"--static-endpoints", "127.0.0.1:8000"}); err != nil {
+		t.Fatal(err)
+	}
+	for row, cell := range flagDefaults(t, "../../../README.md") {
+		names := strings.Fields(row)
+		defaults := []string{cell}
+		if len(names) > 1 && strings.Contains(cell, ", ") {
+			defaults = strings.Split(cell, ", ")
+		}
+		for i, name := range names {
+			f := fs.Lookup(name)
+			if f == nil {
+				continue // TestReadmeListsEveryFlag reports it
+			}
+			doc := defaults[min(i, len(defaults)-1)]
+			if len(defaults) != 1 && len(defaults) != len(names) {
+				t.Errorf("the README's row of %s gives %d defaults for %d flags", strings.Join(names, ", "), len(defaults), len(names))
+				break
+			}
+			if !sameDefault(doc, f) {
+				t.Errorf("the README gives --%s the default %q; the binary's is %q (help: %s)", name, doc, f.DefValue, f.Usage)
+			}
+		}
+	}
+}
+
+// flagDefaults returns the default cell of each row of the README's flag
+// table, keyed by the row's flags joined by spaces, with its parenthesized
+// remarks left out.
+func flagDefaults(t *testing.T, path string) map[string]string {
+	t.Helper()
+	_, section, _ := strings.Cut(read(t, path), "\n## Flags\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	remark := regexp.MustCompile(` \([^()]*(\([^()]*\)[^()]*)*\)`)
+	rows := map[string]string{}
+	for line := range strings.Lines(section) {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue
+		}
+		var names []string
+		for _, m := range flagNames.FindAllStringSubmatch(cells[1], -1) {
+			names = append(names, strings.TrimLeft(m[1], "-"))
+		}
+		rows[strings.Join(names, " ")] = strings.TrimSpace(remark.ReplaceAllString(cells[2], ""))
+	}
+	return rows
+}
+
+var (
+	docSize         = regexp.MustCompile(`^(\d+) (KiB|MiB|GiB)$`)
+	startsWithDigit = regexp.MustCompile(`^\d`)
+)
+
+// sameDefault reports whether doc, a default as the README's table gives
+// it, is f's default.
+func sameDefault(doc string, f *flag.Flag) bool {
+	literal := strings.Trim(doc, "`")
+	if strings.Contains(literal, "`") {
+		literal = "" // words around code: not one value
+	}
+	switch {
+	case literal == f.DefValue:
+		return true
+	case doc == "":
+		return f.DefValue == "false"
+	}
+	if d, err := time.ParseDuration(literal); err == nil {
+		got, err := time.ParseDuration(f.DefValue)
+		return err == nil && d == got
+	}
+	if m := docSize.FindStringSubmatch(literal); m != nil {
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		return strconv.FormatInt(n<<map[string]int{"KiB": 10, "MiB": 20, "GiB": 30}[m[2]], 10) == f.DefValue
+	}
+	if f.DefValue != "" && f.DefValue != "0" {
+		return false
+	}
+	// The empty value stands for a default: words say which (in-cluster,
+	// the preset's); a value must be the one the help names.
+	if strings.Count(doc, "`") == 2 && strings.HasPrefix(doc, "`") || startsWithDigit.MatchString(doc) {
+		return strings.Contains(f.Usage, literal+" (")
+	}
+	return true
 }
