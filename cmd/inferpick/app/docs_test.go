@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
@@ -231,4 +232,42 @@ func sameDefault(doc string, f *flag.Flag) bool {
 		return strings.Contains(f.Usage, literal+" (")
 	}
 	return true
+}
+
+// TestKlogHelpSaysWhatTakesEffect: klog's flags write nothing of their own
+// (no files, no headers, no stderr of their own), as every line goes to the
+// process logger; their help says so, and --vmodule's that the logger's
+// level still filters its lines.
+func TestKlogHelpSaysWhatTakesEffect(t *testing.T) {
+	fs := flag.NewFlagSet("inferpick", flag.ContinueOnError)
+	dir := t.TempDir()
+	o, err := Parse(fs, []string{"--static-endpoints", "127.0.0.1:8000", "--vmodule=docs_test=3", "--logtostderr=false", "--log_dir=" + dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	o.logging.zap.DestWriter = &buf
+	klog.SetLogger(zap.New(zap.UseFlagOptions(&o.logging.zap)))
+	t.Cleanup(klog.ClearLogger)
+	klog.V(3).Info("a V(3) line --vmodule enables")
+	klog.Info("a V(0) line")
+	klog.Flush()
+	if diff := cmp.Diff(1, strings.Count(buf.String(), "\n")); diff != "" {
+		t.Errorf("lines written to the logger (-want +got):\n%s\n%s", diff, buf.String())
+	}
+	if files, _ := os.ReadDir(dir); len(files) != 0 {
+		t.Errorf("--log_dir got %d files", len(files))
+	}
+	o.logging.klog.VisitAll(func(k *flag.Flag) {
+		if k.Name == "v" || k.Name == "log_backtrace_at" {
+			return
+		}
+		want := "No effect"
+		if k.Name == "vmodule" {
+			want = "only up to --zap-log-level's level"
+		}
+		if usage := fs.Lookup(k.Name).Usage; !strings.Contains(usage, want) {
+			t.Errorf("--%s help %q does not say %q", k.Name, usage, want)
+		}
+	})
 }

@@ -44,10 +44,21 @@ func (l *logging) addFlags(fs *flag.FlagSet) {
 	// accepted (--vmodule for client-go's lines).
 	l.klog = flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(l.klog)
+	// klog hands every line to the process logger, so its file, stderr and
+	// header flags do nothing, and a line --vmodule lets through is still
+	// filtered by the logger's level.
 	l.klog.VisitAll(func(f *flag.Flag) {
-		if f.Name != "v" && fs.Lookup(f.Name) == nil {
-			fs.Var(f.Value, f.Name, f.Usage)
+		if f.Name == "v" || fs.Lookup(f.Name) != nil {
+			return
 		}
+		usage := "No effect (klog's, accepted): every line, client-go's too, goes to the one logger the --zap-* flags and -v set up."
+		switch f.Name {
+		case "vmodule":
+			usage = "Comma-separated pattern=N: client-go's V(n) lines, n up to N, of the source files matching pattern; they are written only up to --zap-log-level's level, so give that too."
+		case "log_backtrace_at":
+			usage = f.Usage
+		}
+		fs.Var(f.Value, f.Name, usage)
 	})
 }
 
