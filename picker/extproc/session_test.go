@@ -22,8 +22,15 @@ func tokenOf(name string) string { return base64.StdEncoding.EncodeToString([]by
 // pod-2 none: without a session, requests go to pod-2.
 func sessionEnv(t *testing.T) (*env, []*registry.Worker) {
 	t.Helper()
-	e := newEnv(t, []string{"127.0.0.1:8000", "127.0.0.2:8000", "127.0.0.3:8000"}, func(o *Options) { o.SessionHeader = sessionHeader })
-	pol, err := policy.Build(policy.Config{Name: policy.LeastLoad, SessionAffinity: &policy.SessionAffinityConfig{}}, e.reg)
+	return affinityEnv(t, policy.SessionAffinityConfig{}, func(o *Options) { o.SessionHeader = sessionHeader })
+}
+
+// affinityEnv is sessionEnv with the session affinity sa, the server's
+// options set by opt to match it.
+func affinityEnv(t *testing.T, sa policy.SessionAffinityConfig, opt func(*Options)) (*env, []*registry.Worker) {
+	t.Helper()
+	e := newEnv(t, []string{"127.0.0.1:8000", "127.0.0.2:8000", "127.0.0.3:8000"}, opt)
+	pol, err := policy.Build(policy.Config{Name: policy.LeastLoad, SessionAffinity: &sa}, e.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,23 +145,8 @@ const idHeader = "x-session-id"
 // idEnv is sessionEnv with session affinity on session ids in x-session-id.
 func idEnv(t *testing.T) (*env, []*registry.Worker) {
 	t.Helper()
-	e := newEnv(t, []string{"127.0.0.1:8000", "127.0.0.2:8000", "127.0.0.3:8000"}, func(o *Options) { o.SessionHeader, o.SessionIDs = idHeader, true })
-	pol, err := policy.Build(policy.Config{Name: policy.LeastLoad, SessionAffinity: &policy.SessionAffinityConfig{Key: policy.SessionID, Header: idHeader}}, e.reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.server.picker = pol
-	ws := make([]*registry.Worker, 3)
-	for i := range ws {
-		ws[i] = e.worker("127.0.0." + string(rune('1'+i)) + ":8000")
-	}
-	for i, n := range []int{1, 2, 0} {
-		for range n {
-			g := ws[i].Admit()
-			t.Cleanup(func() { g.Release() })
-		}
-	}
-	return e, ws
+	return affinityEnv(t, policy.SessionAffinityConfig{Key: policy.SessionID, Header: idHeader},
+		func(o *Options) { o.SessionHeader, o.SessionIDs = idHeader, true })
 }
 
 // idRequest sends one request with the session id (none when empty) over a

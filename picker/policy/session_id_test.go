@@ -189,16 +189,7 @@ func TestSessionIDFallsBackToTheUsualPick(t *testing.T) {
 // An id is hashed to a pod, not a port: of a pod with several target
 // ports, the policy picks the port.
 func TestSessionIDChoosesAmongThePodsPorts(t *testing.T) {
-	reg := registry.New()
-	var ws []*registry.Worker
-	for pod := range 4 {
-		for port := range 2 {
-			ws = append(ws, registrytest.Upsert(reg, registry.Endpoint{
-				Key: registry.Key{UID: fmt.Sprint("uid-", pod), Port: int32(8000 + port)}, Namespace: "ns", Name: fmt.Sprint("pod-", pod),
-				Address: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(pod + 1)}), uint16(8000+port)), Rank: port,
-			}))
-		}
-	}
+	reg, ws := twoPortPods(4)
 	p := build(t, Config{Name: LeastLoad, SessionAffinity: idAffinity()}, reg, nil)
 	for i := range 50 {
 		id := session.Of(fmt.Sprint("s", i))

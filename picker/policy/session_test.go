@@ -109,16 +109,7 @@ func TestSessionPinFallsBackToTheUsualPick(t *testing.T) {
 // The token names a pod; of a pod with several target ports, the policy
 // picks the port.
 func TestSessionPinChoosesAmongThePodsPorts(t *testing.T) {
-	reg := registry.New()
-	var ws []*registry.Worker
-	for pod := range 2 {
-		for port := range 2 {
-			ws = append(ws, registrytest.Upsert(reg, registry.Endpoint{
-				Key: registry.Key{UID: fmt.Sprint("uid-", pod), Port: int32(8000 + port)}, Namespace: "ns", Name: fmt.Sprint("pod-", pod),
-				Address: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(pod + 1)}), uint16(8000+port)), Rank: port,
-			}))
-		}
-	}
+	reg, ws := twoPortPods(2)
 	// ws: pod-0:8000, pod-0:8001, pod-1:8000, pod-1:8001
 	admit(t, ws[0], 1)
 	admit(t, ws[1], 1)
@@ -238,4 +229,21 @@ func TestSessionPinAllocations(t *testing.T) {
 	if allocs := testing.AllocsPerRun(100, run); allocs > 1 {
 		t.Errorf("a pinned pick allocates %v times, want at most 1 (the result)", allocs)
 	}
+}
+
+// twoPortPods is a pool of n pods in namespace ns, pod-i at 127.0.0.(i+1),
+// each serving ports 8000 and 8001 (ranks 0 and 1): in ws, each pod's two
+// workers in turn.
+func twoPortPods(n int) (*registry.Registry, []*registry.Worker) {
+	reg := registry.New()
+	var ws []*registry.Worker
+	for pod := range n {
+		for port := range 2 {
+			ws = append(ws, registrytest.Upsert(reg, registry.Endpoint{
+				Key: registry.Key{UID: fmt.Sprint("uid-", pod), Port: int32(8000 + port)}, Namespace: "ns", Name: fmt.Sprint("pod-", pod),
+				Address: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(pod + 1)}), uint16(8000+port)), Rank: port,
+			}))
+		}
+	}
+	return reg, ws
 }

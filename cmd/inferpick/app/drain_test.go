@@ -68,65 +68,89 @@ func TestRoutingStopsItsDependenciesAfterTheServer(t *testing.T) {
 func TestQueuedRequestIsRoutedDuringTheDrain(t *testing.T) {
 	o := staticOptions(t, "--static-endpoints", "127.0.0.1:1", "--flow-control",
 		"--config-text", "policy:\n  name: least-load\n  maxInFlight: 1\n", "--drain-timeout", "20s")
+	q := queueBehindOne(t, o)
+
+	q.stop()
+	until(t, "not ready", func() bool {
+		r, err := q.health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
+		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING
+	})
+	// The request in flight ends, well within the drain.
+	finishRequest(t, q.inFlight)
+	q.expectRouted(t, " during the drain")
+	if err := q.queued.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-q.done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after the drain")
+	}
+}
+
+// queuedPicker is a picker with one place (maxInFlight 1), a request
+// routed there and a second waiting in its queue.
+type queuedPicker struct {
+	health           healthpb.HealthClient
+	inFlight, queued extprocv3.ExternalProcessor_ProcessClient
+	replies          chan *extprocv3.ProcessingResponse // the queued request's first reply
+	done             chan error                         // Run's return
+	stop             context.CancelFunc                 // ends the run
+}
+
+// queueBehindOne runs the picker of o until q.stop or the test's end,
+// waits for it to be ready, routes one request and queues a second behind
+// it.
+func queueBehindOne(t *testing.T, o *Options) *queuedPicker {
+	t.Helper()
 	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, o) }()
-	health := healthpb.NewHealthClient(dial(t, o.GRPCHealthPort))
+	t.Cleanup(stop)
+	q := &queuedPicker{replies: make(chan *extprocv3.ProcessingResponse, 1), done: make(chan error, 1), stop: stop}
+	go func() { q.done <- Run(ctx, o) }()
+	q.health = healthpb.NewHealthClient(dial(t, o.GRPCHealthPort))
 	until(t, "readiness", func() bool {
-		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
+		r, err := q.health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
 		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
 	})
 	client := extprocv3.NewExternalProcessorClient(dial(t, o.GRPCPort))
-
-	inFlight := openRequest(t, client)
-	if r, err := inFlight.Recv(); err != nil || r.GetRequestHeaders() == nil {
+	q.inFlight = openRequest(t, client)
+	if r, err := q.inFlight.Recv(); err != nil || r.GetRequestHeaders() == nil {
 		t.Fatalf("first request not routed: %v %v", r, err)
 	}
-	if _, err := inFlight.Recv(); err != nil { // the body
+	if _, err := q.inFlight.Recv(); err != nil { // the body
 		t.Fatal(err)
 	}
-	queued := openRequest(t, client)
-	replies := make(chan *extprocv3.ProcessingResponse, 1)
+	q.queued = openRequest(t, client)
 	go func() {
-		r, err := queued.Recv()
+		r, err := q.queued.Recv()
 		if err != nil {
 			t.Errorf("queued request: %v", err)
 		}
-		replies <- r
+		q.replies <- r
 	}()
 	until(t, "a queued request", func() bool {
 		return strings.Contains(scrapeMetrics(t, o.MetricsPort), `inferpick_flowcontrol_queue_length{priority="0"} 1`)
 	})
+	return q
+}
 
-	stop()
-	until(t, "not ready", func() bool {
-		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
-		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING
-	})
-	// The request in flight ends, well within the drain.
-	finishRequest(t, inFlight)
-
+// expectRouted fails the test unless the queued request is routed; when
+// says when, for the message.
+func (q *queuedPicker) expectRouted(t *testing.T, when string) {
+	t.Helper()
 	select {
-	case r := <-replies:
+	case r := <-q.replies:
 		if ir := r.GetImmediateResponse(); ir != nil {
-			t.Fatalf("queued request answered %v (%s) during the drain, want it routed", ir.GetStatus().GetCode(), ir.GetBody())
+			t.Fatalf("queued request answered %v (%s)%s, want it routed", ir.GetStatus().GetCode(), ir.GetBody(), when)
 		}
 		if r.GetRequestHeaders() == nil {
 			t.Fatalf("queued request: unexpected reply %v", r)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("queued request never answered")
-	}
-	if err := queued.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after the drain")
 	}
 }
 
@@ -181,45 +205,8 @@ func openRequest(t *testing.T, client extprocv3.ExternalProcessorClient, headers
 func TestUpstreamFlowControlSwitchQueues(t *testing.T) {
 	t.Setenv("ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER", "true")
 	o := staticOptions(t, "--static-endpoints", "127.0.0.1:1", "--config-text", "policy:\n  name: least-load\n  maxInFlight: 1\n")
-	ctx, stop := context.WithCancel(t.Context())
-	defer stop()
-	go func() { _ = Run(ctx, o) }()
-	health := healthpb.NewHealthClient(dial(t, o.GRPCHealthPort))
-	until(t, "readiness", func() bool {
-		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
-		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
-	})
-	client := extprocv3.NewExternalProcessorClient(dial(t, o.GRPCPort))
-	inFlight := openRequest(t, client)
-	if r, err := inFlight.Recv(); err != nil || r.GetRequestHeaders() == nil {
-		t.Fatalf("first request not routed: %v %v", r, err)
-	}
-	if _, err := inFlight.Recv(); err != nil { // the body
-		t.Fatal(err)
-	}
-	queued := openRequest(t, client)
-	replies := make(chan *extprocv3.ProcessingResponse, 1)
-	go func() {
-		r, err := queued.Recv()
-		if err != nil {
-			t.Errorf("queued request: %v", err)
-		}
-		replies <- r
-	}()
-	until(t, "a queued request", func() bool {
-		return strings.Contains(scrapeMetrics(t, o.MetricsPort), `inferpick_flowcontrol_queue_length{priority="0"} 1`)
-	})
-	finishRequest(t, inFlight)
-	select {
-	case r := <-replies:
-		if ir := r.GetImmediateResponse(); ir != nil {
-			t.Fatalf("queued request answered %v (%s), want it routed", ir.GetStatus().GetCode(), ir.GetBody())
-		}
-		if r.GetRequestHeaders() == nil {
-			t.Fatalf("queued request: unexpected reply %v", r)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("queued request never answered")
-	}
-	_ = queued.CloseSend()
+	q := queueBehindOne(t, o)
+	finishRequest(t, q.inFlight)
+	q.expectRouted(t, "")
+	_ = q.queued.CloseSend()
 }
