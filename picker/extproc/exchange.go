@@ -233,7 +233,7 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 				x.declared = n
 			}
 		case "content-type":
-			x.boundary = formBoundary(headerValue(hv))
+			x.boundary = formBoundary(hv)
 		case RequestIDHeader:
 			x.requestID = textValue(hv)
 		case ObjectiveHeader:

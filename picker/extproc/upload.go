@@ -1,8 +1,12 @@
 package extproc
 
 import (
+	"bytes"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"github.com/inferpick/inferpick/picker/openai"
 )
@@ -22,9 +26,19 @@ import (
 const maxUploadFront = initialBodyBytes
 
 // formBoundary is the boundary of a multipart/form-data content type, ""
-// for any other. Reading another content type allocates nothing.
-func formBoundary(contentType string) string {
-	b, _ := openai.FormBoundary(contentType)
+// for any other. Another content type is judged on its bytes, without
+// making a string of them, so reading it allocates nothing whatever its
+// length.
+func formBoundary(h *corev3.HeaderValue) string {
+	const media = "multipart/form-data"
+	raw := h.GetRawValue()
+	if len(raw) == 0 {
+		raw = unsafe.Slice(unsafe.StringData(h.GetValue()), len(h.GetValue()))
+	}
+	if v := bytes.TrimLeft(raw, " \t"); len(v) < len(media) || !bytes.EqualFold(v[:len(media)], []byte(media)) {
+		return ""
+	}
+	b, _ := openai.FormBoundary(headerValue(h))
 	return b
 }
 
