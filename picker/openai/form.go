@@ -89,7 +89,10 @@ func (f *form) model() (start, end int, found bool) {
 		rest := f.b[pos:]
 		n := bytes.IndexByte(rest[:min(len(rest), maxFormLine)], '\n')
 		if n < 0 {
-			if !f.prefix && len(rest) < maxFormLine && f.isClose(rest) {
+			// As Go's reader: a body that ends in a line without its
+			// line break ends the form there, whether that line is the
+			// closing boundary or a boundary cut short.
+			if !f.prefix && len(rest) < maxFormLine {
 				return start, end, found
 			}
 			return 0, 0, false

@@ -257,7 +257,11 @@ func FuzzFormModel(f *testing.F) {
 		if start, end, ok := FormModel(body, boundary); ok {
 			got, gotFound = string(body[start:end]), true
 		}
-		if got != want || gotFound != wantFound {
+		// An empty model field names no model: the picker routes such an
+		// upload by load, found or not, so forms that end cut short after
+		// an empty field (where Go's reader ends the form at the first
+		// error that wraps io.EOF) need not agree on it.
+		if got != want || (gotFound && got != "") != (wantFound && want != "") {
 			t.Fatalf("FormModel(%q, %q) = %q, %v; mime/multipart reads %q, %v", body, boundary, got, gotFound, want, wantFound)
 		}
 		// A front that shows the first model field shows the one Go's
