@@ -42,8 +42,9 @@ const maxFormLine = 4096
 // a part's value ends at the line break before the next boundary. found
 // is false when no part is named "model", when that part has a
 // content-transfer-encoding that changes its bytes (quoted-printable,
-// base64), or when the body is not a well-formed form through its closing
-// boundary. A part whose headers or content-disposition go beyond the
+// base64), when that part is cut short by the body's end, or when the body
+// is not a well-formed form. As with Go's reader, a body that ends, cut
+// short, in a later part or line ends the form there. A part whose headers or content-disposition go beyond the
 // plain forms clients write is read with the standard library, which
 // allocates.
 func FormModel(body []byte, boundary string) (start, end int, found bool) {
@@ -111,6 +112,12 @@ func (f *form) model() (start, end int, found bool) {
 				return 0, 0, false
 			}
 			valueEnd, ok := f.value(valueAt)
+			if !ok && !f.prefix && !name {
+				// As Go's reader: a part the body ends in, with no
+				// boundary after it, ends the form; a model field cut
+				// short has no value.
+				return start, end, found
+			}
 			if !ok {
 				return 0, 0, false
 			}

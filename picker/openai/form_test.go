@@ -108,9 +108,14 @@ func TestFormModel(t *testing.T) {
 			contentType: "multipart/form-data; boundary=b",
 			body:        crlf("--b", `Content-Disposition: form-data; name="model"; NAME="x"`, "", "m", "--b--"),
 		},
-		"no closing boundary": {
+		"cut short in the file after the model, the form ends there as Go's reader ends it": {
 			contentType: "multipart/form-data; boundary=b",
 			body:        crlf("--b", `Content-Disposition: form-data; name="model"`, "", "m", "--b", `Content-Disposition: form-data; name="file"`, "", "truncat"),
+			want:        "m", found: true,
+		},
+		"cut short in the model field": {
+			contentType: "multipart/form-data; boundary=b",
+			body:        crlf("--b", `Content-Disposition: form-data; name="file"`, "", "x", "--b", `Content-Disposition: form-data; name="model"`, "", "whisp"),
 		},
 		"a malformed header": {
 			contentType: "multipart/form-data; boundary=b",
