@@ -61,6 +61,35 @@ type Config struct {
 	// SessionAffinity, when set, keeps a client's session on one pod; nil
 	// turns it off.
 	SessionAffinity *SessionAffinityConfig `json:"sessionAffinity,omitempty" yaml:"sessionAffinity,omitempty"`
+
+	// Disaggregation, when set, prefills a request whose prompt is long
+	// enough on a pod of its own and decodes it on another (llm-d's
+	// prefill/decode disaggregation); nil turns it off.
+	Disaggregation *DisaggregationConfig `json:"disaggregation,omitempty" yaml:"disaggregation,omitempty"`
+}
+
+// RoleLabel is the pod label that says which stages of a request a pod
+// serves, as llm-d labels them: decode, prefill, prefill-decode (or both),
+// encode, encode-prefill, encode-prefill-decode. A pod without it serves
+// every stage.
+const RoleLabel = "llm-d.ai/role"
+
+// PrefillerHeader is the request header that names the pod (ip:port) the
+// decode pod's sidecar sends the prefill to, as llm-d's routing sidecar
+// reads it. The picker removes a client's.
+const PrefillerHeader = "x-prefiller-host-port"
+
+// DisaggregationConfig splits prefill and decode across pods. A request is
+// decoded on a pod that decodes (role label decode, prefill-decode, both,
+// encode-prefill-decode, or none); when the part of its prompt that pod
+// does not hold is at least MinUncachedTokens tokens (4 bytes of prompt
+// counted as a token), a pod that prefills (role prefill, encode-prefill,
+// prefill-decode, both, encode-prefill-decode) is picked too, and named to
+// the decode pod's sidecar in PrefillerHeader.
+type DisaggregationConfig struct {
+	// MinUncachedTokens is the shortest uncached prompt, in tokens, that
+	// is prefilled apart; 0 prefills every request apart.
+	MinUncachedTokens int `json:"minUncachedTokens,omitempty" yaml:"minUncachedTokens,omitempty"`
 }
 
 // Modes of session affinity.
@@ -288,6 +317,9 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validateSession()...)
+	if d := c.Disaggregation; d != nil && d.MinUncachedTokens < 0 {
+		bad("disaggregation.minUncachedTokens", d.MinUncachedTokens, "≥ 0")
+	}
 	if c.Index.DefaultCapacityBlocks < 0 {
 		bad("index.defaultCapacityBlocks", c.Index.DefaultCapacityBlocks, "≥ 0")
 	}
