@@ -11,7 +11,9 @@
 // it. Prompt tokens found in the prefix cache are never computed; with an
 // offloading tier, those the tier holds after the cached ones are loaded at
 // OffloadLoadPerToken instead, and a sequence's computed blocks are copied
-// to the tier once its prefill is done. Simulated time advances by the
+// to the tier once its prefill is done. A sequence whose prompt a prefill
+// pod computed pulls every prompt block the pool does not hold at
+// TransferPerBlock and computes only its last prompt token. Simulated time advances by the
 // step's cost; a Pacer turns it into wall time.
 package engine
 
@@ -56,6 +58,10 @@ type Config struct {
 	// back from the offloading tier, spent in the step that admits the
 	// sequence.
 	OffloadLoadPerToken time.Duration
+	// TransferPerBlock is the cost of pulling one KV block of a prompt a
+	// prefill pod computed (Request.RemotePrefill), spent in the step that
+	// admits the sequence.
+	TransferPerBlock time.Duration
 	// SlidingWindow, when not 0, makes the KV-cache events those of a
 	// hybrid model whose second group of layers attends to the last
 	// SlidingWindow tokens (group_idx 1, "sliding_window"; the first is
@@ -105,7 +111,7 @@ func (c Config) Validate() error {
 	if c.OffloadBlocks < 0 {
 		errs = append(errs, fmt.Errorf("offload blocks must not be negative, got %d", c.OffloadBlocks))
 	}
-	if c.PrefillPerToken < 0 || c.DecodePerToken < 0 || c.StepOverhead < 0 || c.LoRALoadCost < 0 || c.OffloadLoadPerToken < 0 {
+	if c.PrefillPerToken < 0 || c.DecodePerToken < 0 || c.StepOverhead < 0 || c.LoRALoadCost < 0 || c.OffloadLoadPerToken < 0 || c.TransferPerBlock < 0 {
 		errs = append(errs, errors.New("step costs must not be negative"))
 	}
 	return errors.Join(errs...)

@@ -32,6 +32,7 @@ type Engine struct {
 	cache   *kvcache.Cache
 	tier    *kvcache.Tier // nil without an offloading tier
 	loading int           // prompt tokens the step being planned loads from tier
+	pulling int           // KV blocks the step being planned pulls from prefill pods
 	waiting []*Sequence
 	running []*Sequence
 	simNow  time.Duration
@@ -110,6 +111,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Sequence, error) {
 		maxTokens:    req.MaxTokens,
 		lora:         req.LoRA,
 		salt:         req.CacheSalt,
+		remote:       req.RemotePrefill,
 	}
 	if s.notify == nil {
 		s.notify = make(chan struct{}, 1)
@@ -226,8 +228,9 @@ func (e *Engine) plan() (step, bool) {
 	}
 	st.cost = e.cfg.StepOverhead + time.Duration(prefill)*e.cfg.PrefillPerToken +
 		time.Duration(loads)*e.cfg.LoRALoadCost + e.lora.debt +
-		time.Duration(e.loading)*e.cfg.OffloadLoadPerToken
-	e.lora.debt, e.loading = 0, 0
+		time.Duration(e.loading)*e.cfg.OffloadLoadPerToken +
+		time.Duration(e.pulling)*e.cfg.TransferPerBlock
+	e.lora.debt, e.loading, e.pulling = 0, 0, 0
 	if decoding {
 		st.cost += e.cfg.DecodePerToken
 	}
@@ -242,7 +245,7 @@ func (e *Engine) admit(s *Sequence) bool {
 	most := (s.promptTokens - 1) / e.cfg.BlockSize
 	hit := min(e.cache.Match(s.hashes), most)
 	loaded := 0
-	if e.tier != nil {
+	if e.tier != nil && !s.remote {
 		loaded = min(e.tier.Match(s.hashes[hit:]), most-hit)
 	}
 	e.admitting = s
@@ -255,17 +258,31 @@ func (e *Engine) admit(s *Sequence) bool {
 	s.phase = running
 	bs := e.cfg.BlockSize
 	s.cached = (hit + loaded) * bs
-	s.computed = s.cached
 	s.admitted = e.simNow
 	e.loading += loaded * bs
 	e.running = append(e.running, s)
 	e.totals.promptTokens += int64(s.promptTokens)
 	e.totals.cachedTokens += int64(hit * bs)
-	if e.tier != nil {
+	switch {
+	case s.remote:
+		e.pull(s, hit*bs)
+	case e.tier != nil:
 		e.totals.offloadQueries += int64(s.promptTokens - hit*bs)
 		e.totals.offloadHits += int64(loaded * bs)
 	}
+	s.computed = s.cached
 	return true
+}
+
+// pull admits the KV of a prompt a prefill pod computed: every prompt token
+// after the local hit comes over the connector and is an external hit, as
+// vLLM's NIXL connector counts it; only the last token is computed here, as
+// vLLM recomputes it for its logits. Called with e.mu held.
+func (e *Engine) pull(s *Sequence, local int) {
+	remote := s.promptTokens - local
+	e.pulling += (remote + e.cfg.BlockSize - 1) / e.cfg.BlockSize
+	e.totals.transferred += int64(remote)
+	s.cached = s.promptTokens - 1
 }
 
 // apply ends a step: simulated time moves on and each sequence that is still

@@ -29,6 +29,11 @@ type Request struct {
 	// sequences with another salt or none, as vLLM keys a prompt's first
 	// block (and through it the rest) by its cache_salt.
 	CacheSalt string
+	// RemotePrefill says a prefill pod computed the prompt and its KV is
+	// pulled over the KV connector (vLLM's kv_transfer_params with
+	// do_remote_prefill): the prompt tokens the pool does not hold are
+	// transferred, not computed, and counted as external prefix-cache hits.
+	RemotePrefill bool
 	// Notify, if set, receives a value (without blocking; give it a buffer)
 	// whenever the sequence makes progress. Several sequences may share it.
 	Notify chan struct{}
@@ -63,6 +68,7 @@ type Sequence struct {
 	maxTokens    int
 	lora         string
 	salt         string
+	remote       bool // Request.RemotePrefill
 
 	// Guarded by e.mu.
 	phase      phase

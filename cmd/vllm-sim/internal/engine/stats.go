@@ -9,6 +9,7 @@ type totals struct {
 	requests, finished, aborted                  int64
 	promptTokens, cachedTokens, generationTokens int64
 	offloadQueries, offloadHits                  int64
+	transferred                                  int64
 	firstTokens                                  int64
 	ttftSum                                      time.Duration
 }
@@ -25,6 +26,10 @@ type Stats struct {
 	// many of them were loaded from it (vLLM's external prefix cache
 	// counters); zero without a tier.
 	OffloadQueries, OffloadHits int64
+	// TransferredTokens are the prompt tokens of sequences a prefill pod
+	// computed that the GPU pool did not hold, all pulled from the prefill
+	// pod: vLLM counts them as external prefix cache queries and hits.
+	TransferredTokens int64
 	// OffloadedBlocks is the number of blocks in the offloading tier.
 	OffloadedBlocks int
 	// GenerationTokens produced.
@@ -63,26 +68,27 @@ func (e *Engine) Stats() Stats {
 	defer e.mu.Unlock()
 	t := e.totals
 	return Stats{
-		Requests:         t.requests,
-		Finished:         t.finished,
-		Aborted:          t.aborted,
-		PromptTokens:     t.promptTokens,
-		CachedTokens:     t.cachedTokens,
-		OffloadQueries:   t.offloadQueries,
-		OffloadHits:      t.offloadHits,
-		OffloadedBlocks:  e.offloaded(),
-		GenerationTokens: t.generationTokens,
-		Running:          len(e.running),
-		Waiting:          len(e.waiting),
-		KVCacheUsage:     e.cache.Usage(),
-		CachedBlocks:     e.cache.Cached(),
-		SimulatedTime:    e.simNow,
-		FirstTokens:      t.firstTokens,
-		SimulatedTTFTSum: t.ttftSum,
-		LoRALoads:        e.lora.loads,
-		RunningLoRAs:     distinctAdapters(e.running),
-		WaitingLoRAs:     distinctAdapters(e.waiting),
-		LoadedLoRAs:      slices.Clone(e.lora.loaded),
+		Requests:          t.requests,
+		Finished:          t.finished,
+		Aborted:           t.aborted,
+		PromptTokens:      t.promptTokens,
+		CachedTokens:      t.cachedTokens,
+		OffloadQueries:    t.offloadQueries,
+		OffloadHits:       t.offloadHits,
+		TransferredTokens: t.transferred,
+		OffloadedBlocks:   e.offloaded(),
+		GenerationTokens:  t.generationTokens,
+		Running:           len(e.running),
+		Waiting:           len(e.waiting),
+		KVCacheUsage:      e.cache.Usage(),
+		CachedBlocks:      e.cache.Cached(),
+		SimulatedTime:     e.simNow,
+		FirstTokens:       t.firstTokens,
+		SimulatedTTFTSum:  t.ttftSum,
+		LoRALoads:         e.lora.loads,
+		RunningLoRAs:      distinctAdapters(e.running),
+		WaitingLoRAs:      distinctAdapters(e.waiting),
+		LoadedLoRAs:       slices.Clone(e.lora.loaded),
 	}
 }
 
