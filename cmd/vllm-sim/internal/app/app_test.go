@@ -81,6 +81,9 @@ func TestValidate(t *testing.T) {
 		"negative tier":          {args: []string{"--kv-offloading-blocks", "-1"}, wantErr: true},
 		"negative load cost":     {args: []string{"--kv-offloading-load-us-per-token", "-1"}, wantErr: true},
 		"a hybrid model":         {args: []string{"--hybrid-sliding-window", "128"}},
+		"prefill pods":           {args: []string{"--kv-transfer-us-per-block", "40", "--prefill-timeout", "5s"}},
+		"negative transfer cost": {args: []string{"--kv-transfer-us-per-block", "-1"}, wantErr: true},
+		"no prefill time":        {args: []string{"--prefill-timeout", "0s"}, wantErr: true},
 		"negative window":        {args: []string{"--hybrid-sliding-window", "-128"}, wantErr: true},
 	}
 	for name, tc := range cases {

@@ -38,6 +38,12 @@ type Options struct {
 	// pool and what loading a token back from it costs.
 	OffloadBlocks       int
 	OffloadLoadUsPerTok float64
+	// TransferUsPerBlock is --kv-transfer-us-per-block: what pulling one
+	// KV block from a prefill pod costs. PrefillTimeout is
+	// --prefill-timeout: how long the prefill pod a request names in
+	// x-prefiller-host-port may take.
+	TransferUsPerBlock float64
+	PrefillTimeout     time.Duration
 	// SlidingWindow is --hybrid-sliding-window: events of a hybrid model
 	// whose second group of layers attends to that many tokens.
 	SlidingWindow    int
@@ -110,6 +116,8 @@ func NewOptions() *Options {
 		KVEventsWhen:     EventsAtStepEnd,
 
 		OffloadLoadUsPerTok: float64(DefaultOffloadLoad) / float64(time.Microsecond),
+		TransferUsPerBlock:  float64(DefaultTransfer) / float64(time.Microsecond),
+		PrefillTimeout:      server.DefaultPrefillTimeout,
 	}
 }
 
@@ -163,6 +171,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.DecodeMsPerTok, "decode-ms-per-token", o.DecodeMsPerTok, "simulated milliseconds of a decode step (one token per running sequence)")
 	fs.IntVar(&o.OffloadBlocks, "kv-offloading-blocks", o.OffloadBlocks, `KV blocks of an offloading tier behind the GPU pool, as vLLM's OffloadingConnector keeps in CPU memory (--kv-offloading-size): a prompt's blocks are copied to it once computed, least recently used evicted first, and loaded back instead of computed again; its events name medium "CPU" (0: no tier)`)
 	fs.Float64Var(&o.OffloadLoadUsPerTok, "kv-offloading-load-us-per-token", o.OffloadLoadUsPerTok, "simulated microseconds to load one prompt token's KV back from the offloading tier, spent in the step that admits the request")
+	fs.Float64Var(&o.TransferUsPerBlock, "kv-transfer-us-per-block", o.TransferUsPerBlock, "simulated microseconds to pull one KV block of a prompt the prefill pod named in x-prefiller-host-port computed, spent in the step that admits the request")
+	fs.DurationVar(&o.PrefillTimeout, "prefill-timeout", o.PrefillTimeout, "how long the prefill pod named in x-prefiller-host-port may take before the request is served here without it")
 	fs.IntVar(&o.SlidingWindow, "hybrid-sliding-window", o.SlidingWindow, `publish KV events as a hybrid model does whose second group of layers attends to the last N tokens (gpt-oss, Gemma 3): every block stored in group 0 ("full_attention") and group 1 ("sliding_window"), and a computed prompt's blocks before its last N tokens removed from group 1; prefix hits follow group 0 (0: one group, events without group_idx)`)
 	fs.Float64Var(&o.StepOverheadMs, "step-overhead-ms", o.StepOverheadMs, "simulated fixed milliseconds of every step")
 	fs.Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "wall time per simulated time (0.01 runs 100x faster, 0 does not wait)")
@@ -205,8 +215,11 @@ func (o *Options) Validate() error {
 	if o.loraEnabled() && o.MaxLoRAs < 1 {
 		errs = append(errs, fmt.Errorf("--max-loras %d must be at least 1 with LoRA enabled", o.MaxLoRAs))
 	}
-	if o.TimeScale < 0 || o.PrefillUsPerTok < 0 || o.DecodeMsPerTok < 0 || o.StepOverheadMs < 0 || o.LoRALoadMs < 0 || o.OffloadLoadUsPerTok < 0 {
+	if o.TimeScale < 0 || o.PrefillUsPerTok < 0 || o.DecodeMsPerTok < 0 || o.StepOverheadMs < 0 || o.LoRALoadMs < 0 || o.OffloadLoadUsPerTok < 0 || o.TransferUsPerBlock < 0 {
 		errs = append(errs, errors.New("times and --time-scale must not be negative"))
+	}
+	if o.PrefillTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--prefill-timeout %v must be positive", o.PrefillTimeout))
 	}
 	if o.KVEventsWhen != EventsAtStepEnd && o.KVEventsWhen != EventsWhenScheduled {
 		errs = append(errs, fmt.Errorf("--kv-events-when %q: want %q or %q", o.KVEventsWhen, EventsAtStepEnd, EventsWhenScheduled))
@@ -243,6 +256,11 @@ const DefaultLoRALoad = 250 * time.Millisecond
 // about 128 KiB of KV a token, and a PCIe 4.0 x16 link moves about 25 GB/s.
 const DefaultOffloadLoad = 5 * time.Microsecond
 
+// DefaultTransfer is the simulated time to pull one KV block of 16 tokens
+// from a prefill pod: about 2 MiB of a 7-8B model's KV over a 200 Gb/s
+// RDMA link, as NIXL moves it.
+const DefaultTransfer = 80 * time.Microsecond
+
 func (o *Options) loraEnabled() bool { return o.EnableLoRA || len(o.LoRAModules) > 0 }
 
 func (o *Options) engineConfig() engine.Config {
@@ -265,5 +283,6 @@ func (o *Options) engineConfig() engine.Config {
 		OffloadBlocks:       o.OffloadBlocks,
 		SlidingWindow:       o.SlidingWindow,
 		OffloadLoadPerToken: time.Duration(o.OffloadLoadUsPerTok * float64(time.Microsecond)),
+		TransferPerBlock:    time.Duration(o.TransferUsPerBlock * float64(time.Microsecond)),
 	}
 }

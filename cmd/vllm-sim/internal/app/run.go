@@ -79,6 +79,7 @@ func serve(ctx context.Context, o *Options, out io.Writer, events []*eventPublis
 		Faults:           faults.NewState(o.Faults, o.Seed),
 		DefaultMaxTokens: o.DefaultMaxTokens,
 		MaxTokensCap:     o.MaxTokensCap,
+		PrefillTimeout:   o.PrefillTimeout,
 	})
 	if err != nil {
 		return err

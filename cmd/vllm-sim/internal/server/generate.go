@@ -22,6 +22,7 @@ type job struct {
 	maxTokens    int
 	stream       bool
 	includeUsage bool
+	remote       bool // a prefill pod computed the prompt
 }
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
@@ -35,7 +36,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", err.Error())
 		return
 	}
-	s.serve(w, r, s.newJob(false, &req.Common, req.Prompt))
+	s.serve(w, r, body, s.newJob(false, &req.Common, req.Prompt))
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
@@ -49,7 +50,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", err.Error())
 		return
 	}
-	s.serve(w, r, s.newJob(true, &req.Common, []string{req.PromptText()}))
+	s.serve(w, r, body, s.newJob(true, &req.Common, []string{req.PromptText()}))
 }
 
 func (s *Server) newJob(chat bool, c *openai.Common, prompts []string) job {
@@ -89,7 +90,14 @@ type run struct {
 	sent    []int       // tokens sent (streaming) per sequence
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, j job) {
+// serve runs j, whose request body is body: first its prefill on the
+// prefill pod it names, if any, then the rest here.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, body []byte, j job) {
+	remote, goOn := s.sidecar(w, r, body)
+	if !goOn {
+		return
+	}
+	j.remote = remote
 	echo, lora, ok := s.resolve(j.model)
 	if !ok {
 		writeError(w, http.StatusNotFound, "model", "The model `"+j.model+"` does not exist.")
@@ -153,7 +161,7 @@ func (s *Server) start(ctx context.Context, j job) (*run, error) {
 	}
 	for _, p := range j.prompts {
 		e := s.pickEngine() // after the prompts before it were queued
-		seq, err := s.cfg.Engines[e].Submit(ctx, engine.Request{Prompt: p, MaxTokens: j.maxTokens, LoRA: j.lora, CacheSalt: j.salt, Notify: rn.notify})
+		seq, err := s.cfg.Engines[e].Submit(ctx, engine.Request{Prompt: p, MaxTokens: j.maxTokens, LoRA: j.lora, CacheSalt: j.salt, RemotePrefill: j.remote, Notify: rn.notify})
 		if err != nil {
 			rn.abort()
 			return nil, fmt.Errorf("submit: %w", err)

@@ -30,6 +30,8 @@ type simOptions struct {
 	// served and lora replace the single served name testModel.
 	served []string
 	lora   []LoRAModule
+	// prefillTimeout bounds the call to a prefill pod (0: the default).
+	prefillTimeout time.Duration
 }
 
 func defaultSim() simOptions {
@@ -47,7 +49,8 @@ func startSim(t *testing.T, o simOptions) string {
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
 	}
-	srv, err := New(Config{Model: testModel, ServedModelNames: o.served, LoRAModules: o.lora, Engine: eng, Faults: faults.NewState(o.faults, 1)})
+	srv, err := New(Config{Model: testModel, ServedModelNames: o.served, LoRAModules: o.lora, Engine: eng,
+		Faults: faults.NewState(o.faults, 1), PrefillTimeout: o.prefillTimeout})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

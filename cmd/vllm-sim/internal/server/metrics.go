@@ -107,10 +107,10 @@ func newMetrics(model string, firstRank int, srcs []statsSource) *metrics {
 			func(s engine.Stats) int64 { return s.PromptTokens })
 		counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", nil,
 			func(s engine.Stats) int64 { return s.CachedTokens })
-		counter("vllm:external_prefix_cache_queries_total", "Prompt tokens looked up in the offloading tier (those the GPU prefix cache did not hold).", nil,
-			func(s engine.Stats) int64 { return s.OffloadQueries })
-		counter("vllm:external_prefix_cache_hits_total", "Prompt tokens loaded from the offloading tier instead of computed.", nil,
-			func(s engine.Stats) int64 { return s.OffloadHits })
+		counter("vllm:external_prefix_cache_queries_total", "Prompt tokens the GPU prefix cache did not hold, looked up in the offloading tier or pulled from a prefill pod.", nil,
+			func(s engine.Stats) int64 { return s.OffloadQueries + s.TransferredTokens })
+		counter("vllm:external_prefix_cache_hits_total", "Prompt tokens loaded from the offloading tier or pulled from a prefill pod instead of computed.", nil,
+			func(s engine.Stats) int64 { return s.OffloadHits + s.TransferredTokens })
 		counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", nil,
 			func(s engine.Stats) int64 { return s.PromptTokens })
 		counter("vllm:generation_tokens_total", "Number of generation tokens processed.", nil,

@@ -58,7 +58,13 @@ type Config struct {
 	DefaultMaxTokens int
 	// MaxTokensCap clamps every request's limit (default 4096).
 	MaxTokensCap int
+	// PrefillTimeout bounds the call to the prefill pod a request names in
+	// PrefillerHeader (default DefaultPrefillTimeout).
+	PrefillTimeout time.Duration
 }
+
+// DefaultPrefillTimeout is the default Config.PrefillTimeout.
+const DefaultPrefillTimeout = 60 * time.Second
 
 // Server answers HTTP requests. Create it with New.
 type Server struct {
@@ -68,6 +74,12 @@ type Server struct {
 	ids      atomic.Uint64
 	injected atomic.Int64
 	started  int64 // Unix time, the created time of the base models
+
+	// The prefill pods' client, and the requests whose prompt one
+	// computed, or that were served here after their prefill pod failed.
+	prefillClient    *http.Client
+	prefilled        atomic.Int64
+	prefillFallbacks atomic.Int64
 
 	mu       sync.Mutex
 	adapters []adapter // registered, in registration order
@@ -101,7 +113,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxTokensCap <= 0 {
 		cfg.MaxTokensCap = 4096
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), started: time.Now().Unix()}
+	if cfg.PrefillTimeout <= 0 {
+		cfg.PrefillTimeout = DefaultPrefillTimeout
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), started: time.Now().Unix(), prefillClient: &http.Client{}}
 	for _, m := range cfg.LoRAModules {
 		if err := s.register(m); err != nil {
 			return nil, fmt.Errorf("server: %w", err)

@@ -30,6 +30,14 @@ type Stats struct {
 	// offloading tier, which holds OffloadedBlocks now.
 	OffloadedTokens int64 `json:"offloaded_tokens"`
 	OffloadedBlocks int   `json:"offloaded_blocks"`
+	// TransferredTokens of the prompt tokens were pulled from prefill pods
+	// (requests that named one in x-prefiller-host-port).
+	TransferredTokens int64 `json:"transferred_tokens"`
+	// Prefilled counts the requests whose prompt the prefill pod they
+	// named computed; PrefillFallbacks those served here after that pod
+	// failed or could not be reached.
+	Prefilled        int64 `json:"prefilled_remotely"`
+	PrefillFallbacks int64 `json:"prefill_fallbacks"`
 	// SimulatedSeconds is the engine's busy time in simulated seconds;
 	// MeanSimulatedTTFTSeconds averages the simulated time to first token.
 	SimulatedSeconds         float64 `json:"simulated_seconds"`
@@ -44,23 +52,26 @@ type Stats struct {
 func (s *Server) stats() Stats {
 	es := s.engineStats()
 	st := Stats{
-		Model:            s.cfg.Model,
-		Requests:         es.Requests,
-		Finished:         es.Finished,
-		Aborted:          es.Aborted,
-		InjectedErrors:   s.injected.Load(),
-		Running:          es.Running,
-		Waiting:          es.Waiting,
-		PromptTokens:     es.PromptTokens,
-		CachedTokens:     es.CachedTokens,
-		GenerationTokens: es.GenerationTokens,
-		KVCacheUsage:     es.KVCacheUsage,
-		CachedBlocks:     es.CachedBlocks,
-		OffloadedTokens:  es.OffloadHits,
-		OffloadedBlocks:  es.OffloadedBlocks,
-		SimulatedSeconds: es.SimulatedTime.Seconds(),
-		LoRALoads:        es.LoRALoads,
-		LoadedLoRAs:      es.LoadedLoRAs,
+		Model:             s.cfg.Model,
+		Requests:          es.Requests,
+		Finished:          es.Finished,
+		Aborted:           es.Aborted,
+		InjectedErrors:    s.injected.Load(),
+		Running:           es.Running,
+		Waiting:           es.Waiting,
+		PromptTokens:      es.PromptTokens,
+		CachedTokens:      es.CachedTokens,
+		GenerationTokens:  es.GenerationTokens,
+		KVCacheUsage:      es.KVCacheUsage,
+		CachedBlocks:      es.CachedBlocks,
+		OffloadedTokens:   es.OffloadHits,
+		OffloadedBlocks:   es.OffloadedBlocks,
+		TransferredTokens: es.TransferredTokens,
+		Prefilled:         s.prefilled.Load(),
+		PrefillFallbacks:  s.prefillFallbacks.Load(),
+		SimulatedSeconds:  es.SimulatedTime.Seconds(),
+		LoRALoads:         es.LoRALoads,
+		LoadedLoRAs:       es.LoadedLoRAs,
 	}
 	if es.PromptTokens > 0 {
 		st.HitRate = float64(es.CachedTokens) / float64(es.PromptTokens)
@@ -85,6 +96,7 @@ func (s *Server) engineStats() engine.Stats {
 		es.CachedBlocks += o.CachedBlocks
 		es.OffloadQueries, es.OffloadHits = es.OffloadQueries+o.OffloadQueries, es.OffloadHits+o.OffloadHits
 		es.OffloadedBlocks += o.OffloadedBlocks
+		es.TransferredTokens += o.TransferredTokens
 		es.SimulatedTime = max(es.SimulatedTime, o.SimulatedTime)
 		es.FirstTokens, es.SimulatedTTFTSum = es.FirstTokens+o.FirstTokens, es.SimulatedTTFTSum+o.SimulatedTTFTSum
 		es.LoRALoads += o.LoRALoads
