@@ -201,19 +201,20 @@ func TestPrefillPodFailures(t *testing.T) {
 
 	for name, tc := range map[string]struct {
 		prefill string
+		timeout time.Duration // the decode pod's prefill timeout (0: the default)
 		// The client's answer; a served one is computed here.
 		status  int
 		message string
 	}{
 		"unreachable":           {prefill: gone.URL, status: http.StatusOK},
 		"answers 503":           {prefill: startSim(t, failing), status: http.StatusOK},
-		"times out":             {prefill: startSim(t, slowPrefill()), status: http.StatusOK},
+		"times out":             {prefill: startSim(t, slowPrefill()), timeout: 50 * time.Millisecond, status: http.StatusOK},
 		"answers 404":           {prefill: startSim(t, otherModel), status: http.StatusNotFound, message: "The model `sim-model` does not exist."},
 		"answers 200, not JSON": {prefill: notJSON.URL, status: http.StatusBadRequest, message: "the prefill pod's answer"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			decode := defaultSim()
-			decode.prefillTimeout = 100 * time.Millisecond
+			decode.prefillTimeout = tc.timeout
 			a := startSim(t, decode)
 			resp, err := postVia(t.Context(), t, a+"/v1/completions", hostPort(tc.prefill), `{"model":"sim-model","prompt":"`+longPrefix+`","max_tokens":2}`)
 			if err != nil {
@@ -245,6 +246,9 @@ func TestPrefillPodFailures(t *testing.T) {
 				m["vllm:external_prefix_cache_hits_total"] != 0 || m["vllm:prefix_cache_queries_total"] != 145 {
 				t.Errorf("decode pod stats %+v, external hits %g, queries %g; want one fallback served with its 145 prompt tokens computed",
 					st, m["vllm:external_prefix_cache_hits_total"], m["vllm:prefix_cache_queries_total"])
+			}
+			if tc.timeout != 0 {
+				eventually(t, "the timed-out prefill to be aborted", func() bool { return simStats(t, tc.prefill).Aborted == 1 })
 			}
 		})
 	}
