@@ -29,6 +29,46 @@ func readChartConfig(t *testing.T, name string) string {
 
 const header = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
 
+// readSample reads one of llm-d's sample configurations kept in testdata.
+func readSample(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// pdDoc is a prefill/decode configuration in the shape of llm-d's samples:
+// two scorers, the stage filters and the picker, then the plugins given
+// (from line 9: a handler, its decider); a prefill and a decode profile,
+// each of its filter, the picker, prefix-cache-scorer weighted 2 and
+// queue-scorer.
+func pdDoc(plugins string) string {
+	return header + "plugins:\n- type: prefix-cache-scorer\n- type: queue-scorer\n- type: prefill-filter\n- type: decode-filter\n- type: max-score-picker\n" +
+		plugins + pdProfiles
+}
+
+const pdProfiles = "schedulingProfiles:\n" +
+	"- name: prefill\n  plugins:\n  - pluginRef: prefill-filter\n  - pluginRef: max-score-picker\n  - pluginRef: prefix-cache-scorer\n    weight: 2\n  - pluginRef: queue-scorer\n" +
+	"- name: decode\n  plugins:\n  - pluginRef: decode-filter\n  - pluginRef: max-score-picker\n  - pluginRef: prefix-cache-scorer\n    weight: 2\n  - pluginRef: queue-scorer\n"
+
+// pdPolicy is what pdDoc's decode profile becomes, prefilling apart from
+// minUncached tokens on.
+func pdPolicy(minUncached int) policy.Config {
+	return policy.Config{
+		Name:           policy.WeightedScorer,
+		WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, PrefixWeight: 2},
+		Disaggregation: &policy.DisaggregationConfig{MinUncachedTokens: minUncached},
+	}
+}
+
+// Warnings of llm-d's P/D samples that are not about P/D.
+const (
+	prepareDataWarning  = "featureGate prepareDataPlugins has no effect: it turned on upstream's data-preparing plugins (v1.3 and v1.4), such as the prefix match llm-d's prefill deciders read; the picker keeps its prefix index itself"
+	prefixParamsWarning = "parameters of prefix-cache-scorer have no effect: the prefix index uses 64-byte blocks and sizes itself from vllm:cache_config_info"
+)
+
 func TestParse(t *testing.T) {
 	chartDefault := File{
 		Policy:      policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3}},
@@ -363,6 +403,97 @@ flowControl:
 				},
 			},
 		},
+		"llm-d v0.8.0's P/D sample: the prefix-based decider's nonCachedTokens is minUncachedTokens": {
+			in:   readSample(t, "llm-d-v0.8.0-pd-epp-config.yaml"),
+			want: File{Policy: pdPolicy(16), Warnings: []string{prepareDataWarning, prefixParamsWarning}},
+		},
+		"llm-d v0.8.0's simulator P/D sample": {
+			in:   readSample(t, "llm-d-v0.8.0-sim-pd-epp-config.yaml"),
+			want: File{Policy: pdPolicy(16), Warnings: []string{prepareDataWarning, prefixParamsWarning}},
+		},
+		"llm-d v0.6.0's P/D sample without data parallelism: pd-profile-handler's deciderPluginName": {
+			in:   readSample(t, "llm-d-v0.6.0-pd-epp-config.yaml"),
+			want: File{Policy: pdPolicy(16), Warnings: []string{prepareDataWarning, prefixParamsWarning}},
+		},
+		"llm-d v0.3.0's P/D sample: pd-profile-handler's threshold 0 prefills every request apart": {
+			in: readSample(t, "llm-d-v0.3.0-pd-epp-config.yaml"),
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{PrefixWeight: 2},
+				Disaggregation: &policy.DisaggregationConfig{}}},
+		},
+		"llm-d v0.3.0's simulator P/D sample: threshold in bytes, rounded up to tokens of 4 bytes": {
+			in: readSample(t, "llm-d-v0.3.0-sim-pd-epp-config.yaml"),
+			want: File{
+				Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{PrefixWeight: 2},
+					Disaggregation: &policy.DisaggregationConfig{MinUncachedTokens: 3}},
+				Warnings: []string{
+					prefixParamsWarning,
+					"pd-profile-handler parameters hashBlockSize have no effect: the picker measures what the decode pod holds of a prompt on its own prefix index (64-byte blocks)",
+					"pd-profile-handler threshold 10 (bytes of uncached prompt) is taken as minUncachedTokens 3 (4 bytes a token, rounded up): a request is prefilled apart from 12 uncached bytes on",
+				},
+			},
+		},
+		"pd-profile-handler's threshold of whole tokens, its prefix plugin reported": {
+			in: pdDoc("- type: pd-profile-handler\n  parameters: {threshold: 256, decodeProfile: decode, prefillProfile: prefill, prefixPluginName: prefix-cache-scorer, primaryPort: 0}\n"),
+			want: File{Policy: pdPolicy(64), Warnings: []string{
+				"pd-profile-handler parameters prefixPluginName have no effect: the picker measures what the decode pod holds of a prompt on its own prefix index (64-byte blocks)",
+			}},
+		},
+		"pd-profile-handler without parameters takes llm-d v0.7's default decider, which plugins has": {
+			in:   pdDoc("- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 32}}\n- type: pd-profile-handler\n"),
+			want: File{Policy: pdPolicy(32)},
+		},
+		"always-disagg-pd-decider: every request prefilled apart": {
+			in:   pdDoc("- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {deciders: {prefill: always-disagg-pd-decider}}\n"),
+			want: File{Policy: pdPolicy(0)},
+		},
+		"prefix-based decider with nonCachedTokens 0: never prefilled apart": {
+			in: pdDoc("- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 0}}\n- type: disagg-profile-handler\n  parameters: {deciders: {prefill: prefix-based-pd-decider}}\n"),
+			want: File{
+				Policy:   policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, PrefixWeight: 2}},
+				Warnings: []string{`prefix-based-pd-decider "prefix-based-pd-decider" with nonCachedTokens 0 never prefills apart (llm-d v0.7 on; v0.6 took 0 as every request, which is always-disagg-pd-decider): the prefill profile has no effect`},
+			},
+		},
+		"disagg-profile-handler without deciders: decode alone, the prefill profile reported": {
+			in: pdDoc("- type: disagg-profile-handler\n"),
+			want: File{
+				Policy:   policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, PrefixWeight: 2}},
+				Warnings: []string{`the scheduling profile "prefill" has no effect: disagg-profile-handler names no prefill decider, so llm-d prefills every request on its decode pod`},
+			},
+		},
+		"disagg-profile-handler without deciders and with one profile: the single-profile config": {
+			in:   header + "plugins:\n- type: queue-scorer\n- type: decode-filter\n- type: disagg-profile-handler\nschedulingProfiles:\n- name: decode\n  plugins:\n  - pluginRef: decode-filter\n  - pluginRef: queue-scorer\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
+		},
+		"a decider without a prefill profile: decode alone, the decider reported": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: decode-filter\n- type: always-disagg-pd-decider\n- {type: disagg-profile-handler, parameters: {deciders: {prefill: always-disagg-pd-decider}}}\n" +
+				"schedulingProfiles:\n- name: decode\n  plugins:\n  - pluginRef: decode-filter\n  - pluginRef: queue-scorer\n",
+			want: File{
+				Policy:   policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}},
+				Warnings: []string{`disagg-profile-handler's decider "always-disagg-pd-decider" has no effect: there is no scheduling profile "prefill", so every request is prefilled and decoded on one pod`},
+			},
+		},
+		"disagg-profile-handler's flat parameters, profiles of other names; prefillDeciderPluginName outranks deciderPluginName": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: prefill-filter\n- type: decode-filter\n- {name: d, type: always-disagg-pd-decider}\n" +
+				"- type: disagg-profile-handler\n  parameters: {decodeProfile: dec, prefillProfile: pre, prefillDeciderPluginName: d, deciderPluginName: x}\n" +
+				"schedulingProfiles:\n- name: pre\n  plugins: [{pluginRef: prefill-filter}, {pluginRef: queue-scorer}]\n- name: dec\n  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}]\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1},
+				Disaggregation: &policy.DisaggregationConfig{}}},
+		},
+		"a prefill profile weighing otherwise: one policy picks both pods, with a warning": {
+			in: header + "plugins:\n- type: prefix-cache-scorer\n- type: queue-scorer\n- type: prefill-filter\n- type: decode-filter\n- type: always-disagg-pd-decider\n" +
+				"- {type: disagg-profile-handler, parameters: {deciders: {prefill: always-disagg-pd-decider}}}\n" +
+				"schedulingProfiles:\n- name: prefill\n  plugins:\n  - pluginRef: prefill-filter\n  - pluginRef: queue-scorer\n    weight: 3\n" +
+				"- name: decode\n  plugins:\n  - pluginRef: decode-filter\n  - pluginRef: prefix-cache-scorer\n    weight: 2\n  - pluginRef: queue-scorer\n",
+			want: File{Policy: pdPolicy(0), Warnings: []string{
+				`the prefill profile "prefill" weighs queue-scorer 3, the decode profile "decode" prefix-cache-scorer 2, queue-scorer 1: the prefill pod is picked by the same policy as the decode pod, the one the decode profile gives`,
+			}},
+		},
+		"header handlers naming the prefill profile, a session plugin the decode profile": {
+			in: pdDoc("- {type: prefill-header-handler, parameters: {prefillProfile: prefill}}\n- {type: disagg-headers-handler, parameters: {prefillProfile: prefill, encodeProfile: encode}}\n" +
+				"- {type: session-affinity-filter, parameters: {profileName: decode}}\n" +
+				"- type: always-disagg-pd-decider\n- {type: disagg-profile-handler, parameters: {deciders: {prefill: always-disagg-pd-decider}}}\n"),
+			want: File{Policy: pdPolicy(0)},
+		},
 		"openai parser": {
 			in:   header + "plugins:\n- type: openai-parser\n- type: queue-scorer\nparser:\n  pluginRef: openai-parser\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
 			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
@@ -462,6 +593,117 @@ func TestParseRejects(t *testing.T) {
 		"disaggregation profiles": {
 			in:   header + "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: prefill\n  plugins: [{pluginRef: queue-scorer}]\n- name: decode\n  plugins: [{pluginRef: queue-scorer}]\n",
 			want: []string{"line 8", "one profile"},
+		},
+		"llm-d v0.6.0's simulator P/D sample with data parallelism: primaryPort": {
+			in:   readSample(t, "llm-d-v0.6.0-sim-pd-epp-config-dp.yaml"),
+			want: []string{"line 23", "primaryPort 8000", "targetPorts"},
+		},
+		"llm-d v0.8.0's E/P/D sample: the encode stage": {
+			in:   readSample(t, "llm-d-v0.8.0-sim-epd-epp-config.yaml"),
+			want: []string{"line 9", `"encode-filter"`, "encode disaggregation"},
+		},
+		"the multimodal decider": {
+			in:   header + "plugins:\n- type: queue-scorer\n- type: always-disagg-multimodal-decider\n",
+			want: []string{"line 5", `"always-disagg-multimodal-decider"`, "encode disaggregation"},
+		},
+		"an encode decider": {
+			in:   pdDoc("- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters:\n    deciders: {prefill: always-disagg-pd-decider, encode: mm}\n"),
+			want: []string{"line 12", "deciders.encode", `"mm"`, "encode disaggregation"},
+		},
+		"an encode decider in the flat form": {
+			in:   pdDoc("- type: disagg-profile-handler\n  parameters:\n    encodeDeciderPluginName: mm\n"),
+			want: []string{"line 11", "encodeDeciderPluginName", "encode disaggregation"},
+		},
+		"an encode profile": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: decode-filter\n- {type: disagg-profile-handler, parameters: {profiles: {encode: enc}}}\n" +
+				"schedulingProfiles:\n- name: enc\n  plugins: [{pluginRef: queue-scorer}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}]\n",
+			want: []string{"line 8", `"enc"`, "encode stage", "encode disaggregation"},
+		},
+		"a profile neither decode nor prefill": {
+			in:   header + "plugins:\n- type: queue-scorer\n- type: disagg-profile-handler\nschedulingProfiles:\n- name: decode\n  plugins: [{pluginRef: queue-scorer}]\n- name: other\n  plugins: [{pluginRef: queue-scorer}]\n",
+			want: []string{"line 9", `"other"`, "neither"},
+		},
+		"a profile named as neither stage": {
+			in:   header + "plugins:\n- type: queue-scorer\n- type: pd-profile-handler\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}]\n",
+			want: []string{"line 7", `"default"`, `"decode"`},
+		},
+		"no decode profile": {
+			in:   header + "plugins:\n- type: queue-scorer\n- type: pd-profile-handler\nschedulingProfiles:\n- name: prefill\n  plugins: [{pluginRef: queue-scorer}]\n",
+			want: []string{"line 5", "no decode profile", `"decode"`},
+		},
+		"a P/D handler without schedulingProfiles": {
+			in:   header + "plugins:\n- type: queue-scorer\n- type: decode-filter\n- type: disagg-profile-handler\n",
+			want: []string{"line 6", "needs schedulingProfiles"},
+		},
+		"two P/D handlers": {
+			in:   pdDoc("- type: disagg-profile-handler\n- type: pd-profile-handler\n"),
+			want: []string{"line 10", "second", "keep one"},
+		},
+		"unknown disagg-profile-handler parameter": {
+			in:   pdDoc("- type: disagg-profile-handler\n  parameters: {threshold: 5}\n"),
+			want: []string{"line 10", `"threshold"`},
+		},
+		"unknown disagg-profile-handler profiles field": {
+			in:   pdDoc("- type: disagg-profile-handler\n  parameters: {profiles: {prefil: p}}\n"),
+			want: []string{"line 10", `"prefil"`},
+		},
+		"disagg-profile-handler's flat and nested parameters mixed": {
+			in:   pdDoc("- type: disagg-profile-handler\n  parameters:\n    deciders: {prefill: a}\n    decodeProfile: d\n"),
+			want: []string{"line 12", "mixes", "one form"},
+		},
+		"unknown pd-profile-handler parameter": {
+			in:   pdDoc("- type: pd-profile-handler\n  parameters: {nonCachedTokens: 5}\n"),
+			want: []string{"line 10", `"nonCachedTokens"`},
+		},
+		"pd-profile-handler's threshold beside deciderPluginName": {
+			in:   pdDoc("- type: always-disagg-pd-decider\n- type: pd-profile-handler\n  parameters: {threshold: 5, deciderPluginName: always-disagg-pd-decider}\n"),
+			want: []string{"line 10", "threshold", "deciderPluginName", "keep one"},
+		},
+		"negative threshold": {
+			in:   pdDoc("- type: pd-profile-handler\n  parameters: {threshold: -1}\n"),
+			want: []string{"line 10", "threshold", `"-1"`},
+		},
+		"primaryPort that is no number": {
+			in:   pdDoc("- type: pd-profile-handler\n  parameters:\n    primaryPort: ${PRIMARY_PORT}\n"),
+			want: []string{"line 11", "primaryPort", `"${PRIMARY_PORT}"`},
+		},
+		"a prefill decider naming no plugin": {
+			in:   pdDoc("- type: disagg-profile-handler\n  parameters:\n    deciders: {prefill: nope}\n"),
+			want: []string{"line 11", `"nope"`, "names no plugin"},
+		},
+		"a prefill decider that is no decider": {
+			in:   pdDoc("- type: pd-profile-handler\n  parameters:\n    deciderPluginName: queue-scorer\n"),
+			want: []string{"line 11", `"queue-scorer"`, "prefix-based-pd-decider", "always-disagg-pd-decider"},
+		},
+		"negative nonCachedTokens": {
+			in:   pdDoc("- type: prefix-based-pd-decider\n  parameters: {nonCachedTokens: -16}\n"),
+			want: []string{"line 10", "nonCachedTokens", `"-16"`},
+		},
+		"unknown prefix-based-pd-decider parameter": {
+			in:   pdDoc("- type: prefix-based-pd-decider\n  parameters: {threshold: 16}\n"),
+			want: []string{"line 10", `"threshold"`},
+		},
+		"prefill-filter in the decode profile": {
+			in: header + "plugins:\n- type: prefill-filter\n- type: always-disagg-pd-decider\n- type: pd-profile-handler\n" +
+				"schedulingProfiles:\n- name: decode\n  plugins:\n  - pluginRef: prefill-filter\n",
+			want: []string{"line 10", `"prefill-filter"`, "outside a prefill profile"},
+		},
+		"decode-filter in the prefill profile": {
+			in: header + "plugins:\n- type: decode-filter\n- type: always-disagg-pd-decider\n- type: pd-profile-handler\n" +
+				"schedulingProfiles:\n- name: prefill\n  plugins:\n  - pluginRef: decode-filter\n- name: decode\n  plugins:\n  - pluginRef: decode-filter\n",
+			want: []string{"line 10", `"decode-filter"`, "prefill profile"},
+		},
+		"a header handler naming another prefill profile": {
+			in:   pdDoc("- type: always-disagg-pd-decider\n- type: pd-profile-handler\n- type: prefill-header-handler\n  parameters: {prefillProfile: pre}\n"),
+			want: []string{"line 12", `"pre"`, `"prefill"`},
+		},
+		"unknown header handler parameter": {
+			in:   pdDoc("- type: disagg-headers-handler\n  parameters: {header: x-p}\n"),
+			want: []string{"line 10", `"header"`},
+		},
+		"a session plugin naming the prefill profile": {
+			in:   pdDoc("- type: always-disagg-pd-decider\n- type: pd-profile-handler\n- type: session-affinity-filter\n  parameters: {profileName: prefill}\n"),
+			want: []string{"line 12", "profileName", `"prefill"`, "decode"},
 		},
 		"dangling pluginRef": {
 			in:   header + "plugins:\n- type: max-score-picker\n" + profile,
@@ -693,6 +935,9 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(header + "plugins:\n- type: metrics-data-source\n- type: core-metrics-extractor\ndataLayer:\n  sources:\n  - pluginRef: metrics-data-source\n    extractors: [{pluginRef: core-metrics-extractor}]\n"))
 	f.Add([]byte(header + "plugins:\n- type: queue-scorer\n- {type: session-affinity-scorer, parameters: {headerName: x-s}}\n- type: session-affinity-filter\n  parameters: {encodedEndpointHeaderConfig: {header: x-s}}\n"))
 	f.Add([]byte(header + "featureGates: [flowControl, dataLayer]\nflowControl:\n  maxRequests: 1k\n  maxBytes: 1Gi\n  defaultRequestTTL: 1m\n  defaultPriorityBand: {maxRequests: 5, maxBytes: 1M}\n  priorityBands:\n  - {priority: 1, maxRequests: 5, fairnessPolicyRef: round-robin-fairness-policy}\n"))
+	f.Add([]byte(pdDoc("- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}\n- type: disagg-profile-handler\n  parameters: {profiles: {decode: decode, prefill: prefill}, deciders: {prefill: prefix-based-pd-decider}}\n")))
+	f.Add([]byte(pdDoc("- type: pd-profile-handler\n  parameters: {threshold: 10, hashBlockSize: 5, primaryPort: 0}\n- {type: prefill-header-handler, parameters: {prefillProfile: prefill}}\n")))
+	f.Add([]byte(pdDoc("- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {decodeProfile: decode, prefillDeciderPluginName: always-disagg-pd-decider}\n")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Parse(data)
 		if err != nil {
@@ -700,6 +945,9 @@ func FuzzParse(f *testing.F) {
 		}
 		if fc := got.FlowControl; fc.MaxRequests < 0 || fc.MaxBandRequests < 0 || fc.MaxBytes < 0 || fc.MaxWait < 0 {
 			t.Fatalf("negative flow-control bound %+v accepted from:\n%s", fc, data)
+		}
+		if d := got.Policy.Disaggregation; d != nil && d.MinUncachedTokens < 0 {
+			t.Fatalf("minUncachedTokens %d accepted from:\n%s", d.MinUncachedTokens, data)
 		}
 		if got.MaxEndpoints < 0 {
 			t.Fatalf("maxNumOfEndpoints %d accepted from:\n%s", got.MaxEndpoints, data)

@@ -85,6 +85,8 @@ func (u *upstream) readFeatureGates(v *yaml.Node) error {
 			u.out.FlowControl.Gate = true
 		case "dataLayer":
 			u.warn("featureGate dataLayer has no effect: upstream turns its data layer on without it, and inferpick scrapes the model servers' metrics itself")
+		case "prepareDataPlugins":
+			u.warn("featureGate prepareDataPlugins has no effect: it turned on upstream's data-preparing plugins (v1.3 and v1.4), such as the prefix match llm-d's prefill deciders read; the picker keeps its prefix index itself")
 		case "enableLegacyMetrics":
 			return fmt.Errorf("line %d: featureGate enableLegacyMetrics is not supported: inferpick scrapes the model servers' metrics itself, with the names of --model-server-type; remove it", g.Line)
 		default:

@@ -41,11 +41,22 @@ var known = map[string]role{
 	"core-metrics-extractor":      {},
 	"utilization-detector":        {},
 	"openai-parser":               {},
-	// llm-d's filter of the pods that decode: those labelled
-	// llm-d.ai/role decode (or a role that includes it) and those with no
-	// role label. With one profile there is no prefill stage, and the
-	// pool's pods all prefill and decode.
-	"decode-filter": {inProfile: true},
+	// llm-d's filters of the pods that decode (labelled llm-d.ai/role
+	// decode, or a role that includes it, or not labelled) and of those
+	// that prefill: the picker's own split of the pool's pods when
+	// prefill is disaggregated (disagg.go). With one profile there is no
+	// prefill stage, and decode-filter keeps the pods that decode.
+	decodeFilter:  {inProfile: true},
+	prefillFilter: {inProfile: true},
+	// llm-d's prefill/decode profile handlers, their deciders, and the
+	// handlers that name the prefill pod to the decode pod's sidecar,
+	// which the picker does itself (disagg.go).
+	pdHandler:      {},
+	disaggHandler:  {},
+	prefixDecider:  {},
+	alwaysDecider:  {},
+	prefillHeaders: {},
+	disaggHeaders:  {},
 	// llm-d's tokenizer (for precise-prefix-cache-scorer) and the source
 	// of the pool's endpoints it is fed from: the picker tokenizes on the
 	// model servers and follows the pool's pods itself.
@@ -59,10 +70,6 @@ var known = map[string]role{
 	staticUsageLimit: {},
 }
 
-// disaggregation says why the plugins of prefill/decode (or encode)
-// disaggregation are refused.
-const disaggregation = "one profile with decode-filter at most: prefill/decode disaggregation is not supported, each request is prefilled and decoded on the one pod the picker chooses"
-
 // instead says what to use for plugin types that are not translated.
 var instead = map[string]string{
 	"random-picker":                "policy: {name: random}",
@@ -71,17 +78,19 @@ var instead = map[string]string{
 	"running-requests-size-scorer": "policy: {name: least-load}",
 	"token-load-scorer":            "policy: {name: least-load}",
 	"prefix-cache-affinity-filter": "policy: {name: cache-aware} with cacheAware.mode threshold and matchThreshold",
-	"pd-profile-handler":           disaggregation,
-	"prefill-header-handler":       disaggregation,
-	"prefill-filter":               disaggregation,
-	"encode-filter":                disaggregation,
 	"load-aware-scorer":            "queue-scorer, which scores the same waiting queues (against the pool's longest rather than a fixed threshold)",
 	"passthrough-parser":           "openai-parser",
 	"vllmgrpc-parser":              "openai-parser over HTTP",
 }
 
+// encodeStage are the plugin types of llm-d's encode stage, refused.
+var encodeStage = map[string]bool{"encode-filter": true, "always-disagg-multimodal-decider": true}
+
 // checkPlugin validates a plugin entry and records what its parameters ask.
 func (u *upstream) checkPlugin(p plugin) error {
+	if encodeStage[p.typ] {
+		return fmt.Errorf("line %d: plugin type %q: %s", p.line, p.typ, noEncode)
+	}
 	if _, ok := known[p.typ]; !ok {
 		if alt, ok := instead[p.typ]; ok {
 			return fmt.Errorf("line %d: plugin type %q is not supported: use %s", p.line, p.typ, alt)
@@ -110,6 +119,14 @@ func (u *upstream) checkPlugin(p plugin) error {
 		return u.readSessionScorer(p)
 	case sessionFilter:
 		return u.readSessionFilter(p)
+	case pdHandler:
+		return u.readPDHandler(p)
+	case disaggHandler:
+		return u.readDisaggHandler(p)
+	case prefixDecider:
+		return u.readPrefixDecider(p)
+	case prefillHeaders, disaggHeaders:
+		return u.readHeaderHandler(p)
 	case "tokenizer":
 		if hasParams(p) {
 			u.warn(fmt.Sprintf("parameters of tokenizer (%s) have no effect: with precise-prefix-cache-scorer, prompts are tokenized by the model servers (/tokenize) for the model each request names", strings.Join(paramNames(p), ", ")))

@@ -18,10 +18,10 @@ type profileRef struct {
 	line   int
 }
 
-// profile returns the plugins of the one scheduling profile. Without
-// schedulingProfiles it is upstream's default profile: every plugin that
-// may be in one, each scorer weighted 1.
-func (u *upstream) profile(list *yaml.Node) ([]profileRef, error) {
+// profiles returns the scheduling profiles. Without schedulingProfiles
+// there is upstream's default profile: every plugin that may be in one,
+// each scorer weighted 1.
+func (u *upstream) profiles(list *yaml.Node) ([]schedProfile, error) {
 	if list == nil || len(list.Content) == 0 {
 		var refs []profileRef
 		for _, name := range u.order {
@@ -30,39 +30,83 @@ func (u *upstream) profile(list *yaml.Node) ([]profileRef, error) {
 				refs = append(refs, profileRef{name: name, weight: 1, line: p.line})
 			}
 		}
-		return refs, nil
+		return []schedProfile{{refs: refs}}, nil
 	}
 	if list.Kind != yaml.SequenceNode {
 		return nil, fmt.Errorf("line %d: schedulingProfiles must be a list", list.Line)
 	}
-	if len(list.Content) > 1 {
-		return nil, fmt.Errorf("line %d: %d scheduling profiles: inferpick runs one profile (single-profile-handler); prefill/decode disaggregation is not supported", list.Content[1].Line, len(list.Content))
-	}
-	prof := list.Content[0]
-	nodes := lookup(prof, "plugins")
-	if prof.Kind != yaml.MappingNode || nodes == nil || nodes.Kind != yaml.SequenceNode {
-		return nil, fmt.Errorf("line %d: a scheduling profile needs a list of plugins", prof.Line)
-	}
-	refs := make([]profileRef, 0, len(nodes.Content))
-	for _, ref := range nodes.Content {
-		name, weight, err := readRef(ref)
-		if err != nil {
-			return nil, err
+	profs := make([]schedProfile, 0, len(list.Content))
+	for _, prof := range list.Content {
+		nodes := lookup(prof, "plugins")
+		if prof.Kind != yaml.MappingNode || nodes == nil || nodes.Kind != yaml.SequenceNode {
+			return nil, fmt.Errorf("line %d: a scheduling profile needs a list of plugins", prof.Line)
 		}
-		if _, ok := u.plugins[name]; !ok {
-			return nil, fmt.Errorf("line %d: pluginRef %q names no plugin in plugins", ref.Line, name)
+		sp := schedProfile{line: prof.Line, refs: make([]profileRef, 0, len(nodes.Content))}
+		if name := lookup(prof, "name"); name != nil {
+			sp.name = name.Value
 		}
-		refs = append(refs, profileRef{name: name, weight: weight, line: ref.Line})
+		for _, other := range profs {
+			if other.name == sp.name {
+				return nil, fmt.Errorf("line %d: scheduling profile name %q is used twice", prof.Line, sp.name)
+			}
+		}
+		for _, ref := range nodes.Content {
+			name, weight, err := readRef(ref)
+			if err != nil {
+				return nil, err
+			}
+			if _, ok := u.plugins[name]; !ok {
+				return nil, fmt.Errorf("line %d: pluginRef %q names no plugin in plugins", ref.Line, name)
+			}
+			sp.refs = append(sp.refs, profileRef{name: name, weight: weight, line: ref.Line})
+		}
+		profs = append(profs, sp)
 	}
-	return refs, nil
+	return profs, nil
 }
 
-// readProfiles maps the single scheduling profile onto the weighted scorer.
+// readProfiles maps the scheduling profile onto the policy: the one
+// profile, or the decode profile of a prefill/decode handler, whose
+// prefill profile turns disaggregation on (disagg.go).
 func (u *upstream) readProfiles(list *yaml.Node) error {
-	refs, err := u.profile(list)
+	profs, err := u.profiles(list)
 	if err != nil {
 		return err
 	}
+	decode, prefill := &profs[0], (*schedProfile)(nil)
+	switch s := u.stages; {
+	case s != nil && (list == nil || len(list.Content) == 0):
+		return fmt.Errorf("line %d: %s needs schedulingProfiles: a decode profile (%q) and, to prefill apart, a prefill profile (%q)", s.line, s.typ, s.decode, s.prefill)
+	case s != nil:
+		if decode, prefill, err = s.split(profs); err != nil {
+			return err
+		}
+	case len(profs) > 1:
+		return fmt.Errorf("line %d: %d scheduling profiles: without a prefill/decode profile handler (%s, %s) inferpick runs one profile", profs[1].line, len(profs), disaggHandler, pdHandler)
+	}
+	if err := u.checkStageFilters(decode, false); err != nil {
+		return err
+	}
+	if prefill != nil {
+		if err := u.checkStageFilters(prefill, true); err != nil {
+			return err
+		}
+	}
+	if err := u.checkSessionProfiles(); err != nil {
+		return err
+	}
+	if err := u.translate(decode.refs); err != nil {
+		return err
+	}
+	if u.stages != nil {
+		return u.disaggregate(u.stages, decode, prefill)
+	}
+	return nil
+}
+
+// translate maps a scheduling profile's plugins onto the weighted scorer,
+// or onto cache-aware with the precise prefix-cache scorer.
+func (u *upstream) translate(refs []profileRef) error {
 	var ws policy.WeightedScorerConfig
 	scorers, precise, picker := 0, false, false
 	var sessionScorers, sessionFilters []string

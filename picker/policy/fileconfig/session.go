@@ -74,8 +74,8 @@ func (u *upstream) readSessionPlugin(p plugin) error {
 				tokenConfig = v
 			}
 		case "profileName":
-			if err := sessionProfile(p.typ, v); err != nil {
-				return err
+			if v.Value != "" {
+				u.sessionProfiles = append(u.sessionProfiles, sessionProfileRef{typ: p.typ, profile: v.Value, line: v.Line})
 			}
 		case "evictionTtlSeconds", "evictionSweepSeconds", "missThreshold":
 			inert = append(inert, k.Value)
@@ -207,12 +207,23 @@ func (u *upstream) setSession(p plugin, header, def, key string) error {
 	return nil
 }
 
-// sessionProfile refuses a profileName other than the one profile's.
-func sessionProfile(typ string, v *yaml.Node) error {
-	if v.Value == "" {
-		return nil
+// sessionProfileRef is the profileName a session plugin gives.
+type sessionProfileRef struct {
+	typ, profile string
+	line         int
+}
+
+// checkSessionProfiles refuses a profileName other than the decode profile
+// of a prefill/decode handler: a session keeps to the pod its requests are
+// decoded on, the prefill pod is picked anew.
+func (u *upstream) checkSessionProfiles() error {
+	for _, r := range u.sessionProfiles {
+		if u.stages != nil && r.profile == u.stages.decode {
+			continue
+		}
+		return fmt.Errorf("line %d: %s profileName %q is not supported: a session keeps to the pod its requests are decoded on (with prefill/decode disaggregation, the decode profile's); leave profileName out", r.line, r.typ, r.profile)
 	}
-	return fmt.Errorf("line %d: %s profileName %q is not supported: it names the pod of another profile (prefill/decode disaggregation); %s", v.Line, typ, v.Value, disaggregation)
+	return nil
 }
 
 // sessionAffinity sets the policy's session affinity from the session

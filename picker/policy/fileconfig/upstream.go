@@ -38,6 +38,15 @@ type upstream struct {
 	// sessions holds the header of each session plugin, and what it
 	// carries, by name.
 	sessions map[string]sessionSource
+	// sessionProfiles holds the profileName each session plugin gives,
+	// checked once the profiles are known.
+	sessionProfiles []sessionProfileRef
+	// stages is the prefill/decode profile handler, nil when there is
+	// none; deciders holds what each prefix-based-pd-decider asks, by name;
+	// headerProfiles the prefillProfile each header handler names.
+	stages         *stages
+	deciders       map[string]decider
+	headerProfiles []profileRef
 }
 
 // fromUpstream translates an EndpointPickerConfig: one scheduling profile of
@@ -45,7 +54,7 @@ type upstream struct {
 // becomes the weighted-scorer policy with the profile's weights. The fields
 // that name plugins are read once plugins is, wherever they stand.
 func fromUpstream(doc *yaml.Node) (File, error) {
-	u := &upstream{plugins: map[string]plugin{}, maxEndpoints: map[string]int{}, sessions: map[string]sessionSource{}}
+	u := &upstream{plugins: map[string]plugin{}, maxEndpoints: map[string]int{}, sessions: map[string]sessionSource{}, deciders: map[string]decider{}}
 	refs := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
