@@ -184,6 +184,14 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"picker.flowControl.enabled=true", "picker.flowControl.maxWait=0m0s"},
 			want: []string{"maxWait"},
 		},
+		"a negative minUncachedTokens": {
+			sets: []string{"picker.config.disaggregation.minUncachedTokens=-1"},
+			want: []string{"disaggregation", "minUncachedTokens", "minimum"},
+		},
+		"a fractional minUncachedTokens": {
+			sets: []string{"picker.config.disaggregation.minUncachedTokens=1.5"},
+			want: []string{"disaggregation", "minUncachedTokens", "integer"},
+		},
 		"zero replicas": {
 			sets: []string{"replicas=0"},
 			want: []string{"replicas", "minimum"},

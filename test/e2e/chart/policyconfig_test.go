@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/policy/fileconfig"
 )
 
 // Every key of the picker's policy config can be set through the chart's
@@ -80,4 +81,41 @@ func fill(t *testing.T, v reflect.Value) {
 		}
 	}
 	walk(v)
+}
+
+// Disaggregation of every request (minUncachedTokens 0, or an empty
+// block) is a value the YAML of the ConfigMap could lose on the way: the
+// picker must still read the block as present.
+func TestDisaggregationOfEveryRequestPassesTheValues(t *testing.T) {
+	for name, tc := range map[string]struct {
+		block string
+		want  int // the minUncachedTokens the picker reads
+	}{
+		"minUncachedTokens 0": {"disaggregation: {minUncachedTokens: 0}", 0},
+		"an empty block":      {"disaggregation: {}", 0},
+		"minUncachedTokens 8": {"disaggregation: {minUncachedTokens: 8}", 8},
+	} {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(file, []byte("picker:\n  config:\n    "+tc.block+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, err := template(t, "--values", filepath.Join("testdata", "values", "pool.yaml"), "--values", file)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, errOut)
+			}
+			var cm corev1.ConfigMap
+			if !parseManifest(t, out).decode(t, "ConfigMap", &cm) {
+				t.Fatal("no ConfigMap")
+			}
+			f, err := fileconfig.Parse([]byte(cm.Data["config.yaml"]))
+			if err != nil {
+				t.Fatalf("config.yaml: %v", err)
+			}
+			want := &policy.DisaggregationConfig{MinUncachedTokens: tc.want}
+			if diff := cmp.Diff(want, f.Policy.Disaggregation); diff != "" {
+				t.Errorf("disaggregation the picker reads (-want +got):\n%s\nconfig.yaml:\n%s", diff, cm.Data["config.yaml"])
+			}
+		})
+	}
 }
