@@ -373,6 +373,11 @@ func (c *converter) pluginsConfig() {
 	if err := yaml.Unmarshal(b, &policy); err == nil && !prune(policy) {
 		c.set("picker.config", policy)
 	}
+	if d := f.Policy.Disaggregation; d != nil {
+		// A block that is there, even all zero (every request prefilled
+		// apart), turns disaggregation on: set it whatever prune left.
+		c.set("picker.config.disaggregation", map[string]any{"minUncachedTokens": d.MinUncachedTokens})
+	}
 	if f.MetricsPath != "" {
 		c.set("picker.modelServerMetrics.path", f.MetricsPath)
 	}

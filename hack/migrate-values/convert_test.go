@@ -487,6 +487,60 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 			notes: []string{"pluginsCustomConfig[precise.yaml]: parameters of tokenizer (modelName) have no effect"},
 		},
+		"llm-d's prefill/decode sample: the decider's threshold becomes the policy's disaggregation": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: pd.yaml
+  pluginsCustomConfig:
+    pd.yaml: |
+` + indent(readSample(t, "llm-d-v0.8.0-pd-epp-config.yaml"), "      ") + `
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker:
+  config:
+    name: weighted-scorer
+    weightedScorer: {queueWeight: 1, prefixWeight: 2}
+    disaggregation: {minUncachedTokens: 16}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes:   []string{"pluginsCustomConfig[pd.yaml]: featureGate prepareDataPlugins has no effect"},
+			noNotes: []string{"dropped"},
+		},
+		"llm-d v0.3.0's prefill/decode sample: every request prefilled apart, kept though its block is all zero": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: pd.yaml
+  pluginsCustomConfig:
+    pd.yaml: |
+` + indent(readSample(t, "llm-d-v0.3.0-pd-epp-config.yaml"), "      ") + `
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker:
+  config:
+    name: weighted-scorer
+    weightedScorer: {prefixWeight: 2}
+    disaggregation: {minUncachedTokens: 0}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			noNotes: []string{"dropped"},
+		},
+		"llm-d's prefill/decode sample with data parallelism: primaryPort refused, the default policy kept": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: pd.yaml
+  pluginsCustomConfig:
+    pd.yaml: |
+` + indent(readSample(t, "llm-d-v0.6.0-sim-pd-epp-config-dp.yaml"), "      ") + `
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want:  `pool: {selector: {matchLabels: {app: m}}}`,
+			notes: []string{"pluginsCustomConfig[pd.yaml] dropped", "primaryPort 8000", "targetPorts"},
+		},
 		"an objective without a priority has priority 0, as upstream gives it": {
 			upstream: `
 inferenceObjectives:
@@ -679,6 +733,17 @@ func withJSONLogs(want map[string]any) {
 		}
 	}
 	picker["extraArgs"] = append([]any{"--zap-encoder=json"}, args...)
+}
+
+// readSample reads one of llm-d's sample configurations the policy's
+// tests keep.
+func readSample(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "picker", "policy", "fileconfig", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // readConfig reads an EndpointPickerConfig the picker's tests keep.
