@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
+	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
 )
 
@@ -110,6 +111,7 @@ func podEndpoints(ports []int32, pod *corev1.Pod) []registry.Endpoint {
 		return nil
 	}
 	unready := !podReady(pod)
+	role := podRole(pod)
 	active, listed := activePorts(pod)
 	eps := make([]registry.Endpoint, 0, len(ports))
 	for rank, n := range ports {
@@ -124,10 +126,18 @@ func podEndpoints(ports []int32, pod *corev1.Pod) []registry.Endpoint {
 			Rank:       rank,
 			Restarts:   podRestarts(pod, n),
 			OwnMetrics: len(ports) > 1,
+			Role:       role,
 			Unready:    unready,
 		})
 	}
 	return eps
+}
+
+// podRole is the stages of a request the pod serves, as its llm-d.ai/role
+// label says (registry.ParseRole).
+func podRole(pod *corev1.Pod) registry.Role {
+	v, ok := pod.Labels[policy.RoleLabel]
+	return registry.ParseRole(v, ok)
 }
 
 // podRuns reports whether a pod's server may be running, ready or not: it

@@ -194,7 +194,7 @@ func (e *engine) admit(p *pick, ws []*registry.Worker, filter *modelFilter, now 
 // candidate too under Request.Overflow while no candidate has room; the
 // first with room then takes the place of those.
 func (e *engine) admitOne(p *pick, w *registry.Worker, filter *modelFilter, now time.Time) (saturated bool) {
-	if w == nil || !w.Live() || !filter.admits(w) {
+	if w == nil || w == p.req.Exclude || !w.Live() || !filter.admits(w) {
 		return false
 	}
 	m := w.Metrics()

@@ -161,8 +161,18 @@ func (x indexed) knows(p *pick) bool {
 // most, wherever it goes.
 const unknownBlocks = 16
 
-// chose records that the primary now holds the prompt.
+// chose records that the primary now holds the prompt, and, in the
+// request's Hashes, what it held before (Held).
 func (x indexed) chose(_ *engine, p *pick, primary *registry.Worker) {
+	if h := p.req.Hashes; h != nil && p.hashed && h.ix == x.ix {
+		h.primary, h.primaryHad, h.picked = primary.ID(), 0, true
+		for i := range p.cands {
+			if p.cands[i].w == primary {
+				h.primaryHad = p.cands[i].matched
+				break
+			}
+		}
+	}
 	x.ix.Insert(primary.ID(), capacityBlocks(primary), p.hashes)
 	n := 0
 	for _, seg := range p.req.Prompt {
@@ -203,6 +213,50 @@ func (e *engine) Knows(req *Request) bool {
 	}()
 	p.req = req
 	return k.knows(p)
+}
+
+// held returns the prompt's leading blocks w holds: what the request's
+// last pick found there when w was its primary, else what the index and
+// the servers' account say now.
+func (x indexed) held(p *pick, w *registry.Worker) int {
+	if h := p.req.Hashes; h != nil && h.picked && h.ix == x.ix && h.primary == w.ID() {
+		return h.primaryHad
+	}
+	x.hashes(p)
+	blocks := 0
+	for _, m := range x.ix.Match(p.hashes, &p.scratch) {
+		if m.Worker == w.ID() {
+			blocks = m.Blocks
+			break
+		}
+	}
+	if sh := p.req.Shared; sh != nil {
+		for _, h := range sh.Holds {
+			if h.Worker == w.ID() {
+				blocks = max(blocks, min(int(h.Share*float64(len(p.hashes))), len(p.hashes)))
+			}
+		}
+	}
+	return blocks
+}
+
+// Held implements Policy: the bytes of the request's prompt, from its
+// start, that w holds (indexed.held), in whole blocks; 0 for a policy
+// that keeps no index.
+func (e *engine) Held(req *Request, w *registry.Worker) int {
+	k, ok := e.ranker.(interface {
+		held(*pick, *registry.Worker) int
+	})
+	if !ok || req == nil || w == nil {
+		return 0
+	}
+	p := e.pool.Get().(*pick)
+	defer func() {
+		p.req, p.hashes = nil, nil
+		e.pool.Put(p)
+	}()
+	p.req = req
+	return k.held(p, w) * prefix.BlockSize
 }
 
 // indexStats is implemented by rankers that keep a prefix index.

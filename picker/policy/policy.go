@@ -70,6 +70,10 @@ type Request struct {
 	// the pick then keeps the request there, or prefers it, as for a
 	// token's pod.
 	SessionID session.ID
+	// Exclude, when set, is a worker the pick never returns: the pod a
+	// request is decoded on, when the pick looks for another pod to
+	// prefill its prompt (Config.Disaggregation).
+	Exclude *registry.Worker
 }
 
 // Hashes is a prompt's block hashes, computed by the policy for one
@@ -77,13 +81,19 @@ type Request struct {
 type Hashes struct {
 	ix   *prefix.Index // the index whose hashes sums are; nil: none yet
 	sums []uint64
+	// The primary of the last pick that placed the prompt, by ID, and the
+	// prompt's leading blocks it held before the pick placed them there
+	// (Held).
+	primary    uint32
+	primaryHad int
+	picked     bool
 }
 
 // Reset empties h for the next request, keeping its memory up to the
 // hashes of a prompt of maxKeptPrompt bytes: a larger one's (1/8 of its
 // size) is let go, so that a pooled request does not pin it.
 func (h *Hashes) Reset() {
-	h.ix, h.sums = nil, h.sums[:0]
+	h.ix, h.sums, h.picked = nil, h.sums[:0], false
 	if cap(h.sums) > maxKeptPrompt/prefix.BlockSize {
 		h.sums = nil
 	}
@@ -121,6 +131,13 @@ type Policy interface {
 	// IndexStats returns the prefix index's statistics, and false for a
 	// policy that keeps no index.
 	IndexStats() (prefix.Stats, bool)
+	// Held returns the bytes of the request's prompt, from its start,
+	// that the policy's index places on w, as whole blocks (with
+	// Request.Shared, the servers' account where it says more); 0 for a
+	// policy that keeps no index. For the primary of the request's last
+	// pick it is what the primary held before that pick placed the prompt
+	// there. With Request.Hashes, the prompt is not hashed again.
+	Held(req *Request, w *registry.Worker) int
 }
 
 // Observer learns from where a request was actually served, when the

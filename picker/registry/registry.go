@@ -59,6 +59,7 @@ type Registry struct {
 // resumes or drops a parked worker.
 type members struct {
 	live, parked []*Worker
+	byRole       atomic.Pointer[roleLists] // made on first read (role.go)
 }
 
 // Option configures a Registry.
@@ -156,7 +157,9 @@ func (r *Registry) Synced() bool { return r.synced.Load() }
 // and a new one starts at zero. One whose rank alone changed (its port
 // moved in the pool's target ports) is the same server: its worker stays,
 // and takes the new rank; so does one whose OwnMetrics alone changed (the
-// pool gained or lost target ports). An Unready endpoint parks its worker, which the
+// pool gained or lost target ports), and one whose Role alone changed (its
+// pod's role label was edited), which also publishes a snapshot whose role
+// lists follow. An Unready endpoint parks its worker, which the
 // same endpoint Ready again brings back. Its cost follows the change, not
 // the size of the registry: workers not named are untouched, the same
 // objects in the same places.
@@ -203,6 +206,7 @@ func (r *Registry) Replace(eps []Endpoint) {
 type change struct {
 	added, removed  []*Worker
 	parked, resumed []*Worker
+	roles           bool // a kept worker's role changed
 }
 
 func (r *Registry) upsertLocked(ep Endpoint, c *change) {
@@ -211,6 +215,9 @@ func (r *Registry) upsertLocked(ep Endpoint, c *change) {
 		if old.sameServer(ep) {
 			old.rank.Store(int64(ep.Rank))
 			old.ownMetrics.Store(ep.OwnMetrics)
+			if Role(old.role.Swap(uint32(ep.Role))) != ep.Role {
+				c.roles = true
+			}
 			switch {
 			case ep.Unready && !old.Parked():
 				now := r.clock.Now()
@@ -272,9 +279,12 @@ func (r *Registry) publishLocked(c *change) {
 	live, liveMoved := respliced(old.live, (*Worker).Live, c.removed, c.parked, added, back)
 	parked, parkedMoved := respliced(old.parked, parkedHeld, c.removed, c.parked, c.resumed)
 	if !liveMoved && !parkedMoved && len(added) == 0 && len(c.removed) == 0 {
+		if c.roles { // the same workers: only the role lists change
+			r.snapshot.Store(&members{live: live, parked: parked})
+		}
 		return
 	}
-	if liveMoved || parkedMoved {
+	if liveMoved || parkedMoved || c.roles {
 		r.snapshot.Store(&members{live: live, parked: parked})
 	}
 	for _, l := range r.listeners {

@@ -54,6 +54,10 @@ type Endpoint struct {
 	// port, a static endpoint). A worker whose endpoint changes in this
 	// alone is kept and takes the new value.
 	OwnMetrics bool
+	// Role is the stages of a request the pod serves (its llm-d.ai/role
+	// label). A worker whose endpoint changes in this alone is kept and
+	// takes the new value.
+	Role Role
 	// Unready is set for a pod that is not ready but not gone: its worker,
 	// if it has one, is parked (out of the picks, kept) until the pod is
 	// Ready again or gone. It makes no worker for a pod that has none.
@@ -164,10 +168,11 @@ type Worker struct {
 	rank atomic.Int64
 	// ownMetrics is the endpoint's OwnMetrics as it is now.
 	ownMetrics atomic.Bool
-	addr       string // ep.Address formatted once
-	id         uint32 // unique for the life of the process; never reused
-	stable     uint64 // ep.Key hashed once
-	podKey     uint64 // the pod's namespace/name hashed once
+	role       atomic.Uint32 // the endpoint's Role as it is now
+	addr       string        // ep.Address formatted once
+	id         uint32        // unique for the life of the process; never reused
+	stable     uint64        // ep.Key hashed once
+	podKey     uint64        // the pod's namespace/name hashed once
 
 	prefill  atomic.Int64
 	decode   atomic.Int64
@@ -193,17 +198,20 @@ func newWorker(ep Endpoint) *Worker {
 		podKey: prefix.StableString(ep.Namespace + "/" + ep.Name)}
 	w.rank.Store(int64(ep.Rank))
 	w.ownMetrics.Store(ep.OwnMetrics)
+	w.role.Store(uint32(ep.Role))
 	return w
 }
 
 // Endpoint returns what the worker was created from, with the rank its
 // port has now (a port that moves in the pool's target ports keeps its
 // worker and takes the rank of its new place), its OwnMetrics as it is now
-// (the pool gained or lost target ports) and Unready while it is parked.
+// (the pool gained or lost target ports), its Role as it is now and
+// Unready while it is parked.
 func (w *Worker) Endpoint() Endpoint {
 	ep := w.ep
 	ep.Rank = int(w.rank.Load())
 	ep.OwnMetrics = w.ownMetrics.Load()
+	ep.Role = w.Role()
 	ep.Unready = w.Parked()
 	return ep
 }
@@ -212,11 +220,15 @@ func (w *Worker) Endpoint() Endpoint {
 // copying its Endpoint.
 func (w *Worker) OwnMetrics() bool { return w.ownMetrics.Load() }
 
+// Role returns the stages of a request the worker's pod serves, as its
+// role label says now.
+func (w *Worker) Role() Role { return Role(w.role.Load()) }
+
 // sameServer reports whether ep is the endpoint w was created from, but
-// for its rank, where its metrics are read and its readiness: the same
-// server process, at the same address.
+// for its rank, where its metrics are read, its role and its readiness:
+// the same server process, at the same address.
 func (w *Worker) sameServer(ep Endpoint) bool {
-	ep.Rank, ep.OwnMetrics, ep.Unready = w.ep.Rank, w.ep.OwnMetrics, w.ep.Unready
+	ep.Rank, ep.OwnMetrics, ep.Role, ep.Unready = w.ep.Rank, w.ep.OwnMetrics, w.ep.Role, w.ep.Unready
 	return w.ep == ep
 }
 
