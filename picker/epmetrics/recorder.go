@@ -60,6 +60,9 @@ type Recorder struct {
 	schedule  prometheus.Histogram
 	attempts  *prometheus.CounterVec
 	info      *prometheus.GaugeVec
+	// The prefill/decode split's decisions, under llm-d's name and its
+	// deprecated one, which dashboards still read.
+	disagg, pdDecisions *prometheus.CounterVec
 
 	mu     sync.RWMutex
 	models map[modelKey]*Series
@@ -124,11 +127,17 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 			Help: "Picks attempted, by outcome and by the endpoint picked."}, []string{"status", "target_model_name", "pod_name", "namespace", "port"}),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "inference_extension", Name: "info",
 			Help: "The running build: always 1."}, []string{"commit", "build_ref"}),
+		disagg: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_d_inference_scheduler_disagg_decision_total",
+			Help: "Requests routed while prefill and decode are split, by target model and decision: decode-only or prefill-decode."},
+			[]string{"model_name", "decision_type"}),
+		pdDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_d_inference_scheduler_pd_decision_total",
+			Help: "Deprecated: llm_d_inference_scheduler_disagg_decision_total under its former name."},
+			[]string{"model_name", "decision_type"}),
 		models: map[modelKey]*Series{},
 	}
 	if reg != nil {
 		reg.MustRegister(r.requests, r.errors, r.duration, r.ttft, r.ntpot, r.reqSizes, r.respSizes,
-			r.inTokens, r.outTokens, r.cached, r.running, r.schedule, r.attempts, r.info)
+			r.inTokens, r.outTokens, r.cached, r.running, r.schedule, r.attempts, r.info, r.disagg, r.pdDecisions)
 	}
 	return r
 }
@@ -232,6 +241,29 @@ func (r *Recorder) newSeries(k modelKey) *Series {
 func (r *Recorder) Scheduled(took time.Duration, s *Series, pod, namespace string, port int32) {
 	r.schedule.Observe(took.Seconds())
 	r.attempts.WithLabelValues("success", s.targetName(), pod, namespace, r.portValue(port)).Inc()
+}
+
+// Decision types of the prefill/decode split, llm-d's label values.
+const (
+	DecodeOnly    = "decode-only"
+	PrefillDecode = "prefill-decode"
+)
+
+// Disaggregation counts a routed request's split decision: prefilled on a
+// pod of its own or not. The model is the target model of the request's
+// series, bounded as the series are, or "unknown" for a request without
+// one, as llm-d labels it.
+func (r *Recorder) Disaggregation(s *Series, prefilled bool) {
+	model := s.targetName()
+	if model == "" {
+		model = "unknown"
+	}
+	decision := DecodeOnly
+	if prefilled {
+		decision = PrefillDecode
+	}
+	r.disagg.WithLabelValues(model, decision).Inc()
+	r.pdDecisions.WithLabelValues(model, decision).Inc()
 }
 
 // ScheduleFailed records a pick that found no endpoint.

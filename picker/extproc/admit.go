@@ -129,7 +129,7 @@ func (x *exchange) tryPick() (bool, error) {
 	start := x.s.opts.Clock.Now()
 	// The registry's snapshot is immutable and the policy copies what it
 	// keeps, so candidates are only copied when the subset hint narrows them.
-	candidates := x.s.reg.Workers()
+	candidates := x.s.decoders()
 	if x.subset.present {
 		x.allowed = x.subset.appendAllowed(x.allowed[:0], candidates)
 		candidates = x.allowed
@@ -179,6 +179,7 @@ func (x *exchange) tryPick() (bool, error) {
 	}
 	x.picked = picked
 	x.guard = guard
+	x.disaggregate()
 	x.pickTook = x.s.opts.Clock.Now().Sub(start)
 	return true, nil
 }

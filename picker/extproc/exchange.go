@@ -81,7 +81,15 @@ type exchange struct {
 	pickBuf        []*registry.Worker // what an appending picker picks into; kept across streams
 	dest           string
 	guard          *registry.Guard
-	pickTook       time.Duration // the successful pick's duration
+	// prefill is the load the request holds on the pod that prefills its
+	// prompt for the decode pod (Options.Disaggregation), until its first
+	// token or its end; nil when it is decoded alone (disagg.go).
+	prefill *registry.Guard
+	// prePick is the prefill pick's request; preBuf what it picks into,
+	// kept across streams.
+	prePick  policy.Request
+	preBuf   []*registry.Worker
+	pickTook time.Duration // the successful pick's duration
 	// session is the pod the request's session token names; sessionErr
 	// says why a token was not read (Options.SessionHeader).
 	session    sessiontoken.Ref
@@ -126,12 +134,13 @@ func (x *exchange) finish() {
 	x.release(reasonCancelled)
 	x.s.budget.give(x.reserved)
 	x.dropPrompt()
-	body, allowed, pickBuf := x.body[:0], x.allowed[:0], x.pickBuf[:0]
+	body, allowed, pickBuf, preBuf := x.body[:0], x.allowed[:0], x.pickBuf[:0], x.preBuf[:0]
 	if cap(body) > maxPooledBody {
 		body = nil // don't pin a huge buffer in the pool
 	}
 	clear(x.allowed[:cap(x.allowed)])
 	clear(x.pickBuf[:cap(x.pickBuf)])
+	clear(x.preBuf[:cap(x.preBuf)])
 	x.scanner.Reset(false)
 	if x.out != nil {
 		x.out.clear()
@@ -141,18 +150,17 @@ func (x *exchange) finish() {
 	}
 	holds := x.shared.Holds[:0]
 	x.hashes.Reset()
-	*x = exchange{body: body, allowed: allowed, pickBuf: pickBuf, parsed: x.parsed, scanner: x.scanner, out: x.out, in: x.in,
+	*x = exchange{body: body, allowed: allowed, pickBuf: pickBuf, preBuf: preBuf, parsed: x.parsed, scanner: x.scanner, out: x.out, in: x.in,
 		shared: policy.Shared{Holds: holds}, hashes: x.hashes}
 }
 
 // release ends the request's load, once, and counts why. A release to
-// move to a fallback keeps the request running.
+// move to a fallback keeps the request running, and its prefill pod's
+// load: the fallback reads the same prefill.
 func (x *exchange) release(reason string) {
-	if _, ok := x.guard.Release(); ok {
-		x.s.metrics.releases.WithLabelValues(reason).Inc()
-		if q := x.s.opts.Queue; q != nil {
-			q.Notify() // capacity may have freed for a waiting request
-		}
+	releaseGuard(x, x.guard, reason)
+	if reason != reasonFallback {
+		releaseGuard(x, x.prefill, reason)
 	}
 	if x.running && reason != reasonFallback {
 		x.running = false
@@ -160,6 +168,16 @@ func (x *exchange) release(reason string) {
 	}
 	if reason != reasonFallback {
 		x.endSpan(reason)
+	}
+}
+
+// releaseGuard releases g, once, and counts why.
+func releaseGuard(x *exchange, g *registry.Guard, reason string) {
+	if _, ok := g.Release(); ok {
+		x.s.metrics.releases.WithLabelValues(reason).Inc()
+		if q := x.s.opts.Queue; q != nil {
+			q.Notify() // capacity may have freed for a waiting request
+		}
 	}
 }
 
@@ -400,6 +418,13 @@ func (x *exchange) route() (bool, error) {
 		x.series.Routed(x.priority, x.requestSize())
 		x.running = true
 	}
+	prefiller := ""
+	if x.s.opts.Disaggregation != nil {
+		if x.prefill != nil {
+			prefiller = x.prefill.Worker().Address()
+		}
+		x.s.upstream.Disaggregation(x.series, x.prefill != nil)
+	}
 
 	x.dest = joinAddresses(x.picked)
 	var id []byte // only an id made here is added to the request
@@ -415,7 +440,7 @@ func (x *exchange) route() (bool, error) {
 		// trailers then.
 		x.trailersDue = true
 	}
-	if err := x.send(x.out.routeHeaders(x.dest, x.bodyLen(), hasBody, id, extra)); err != nil {
+	if err := x.send(x.out.routeHeaders(x.dest, x.bodyLen(), hasBody, id, prefiller, extra)); err != nil {
 		return false, err
 	}
 	if hasBody {
@@ -624,8 +649,10 @@ func (x *exchange) upstreamFailed() {
 
 // firstToken moves the request's load from prefill to decode and records
 // its time to first token. A tunnel's 101 moves its load alone: the
-// handshake is not a token.
+// handshake is not a token. The prefill pod's part is over then: the
+// decode pod sends nothing before it has the prefill's cache.
 func (x *exchange) firstToken() {
+	releaseGuard(x, x.prefill, reasonPrefilled)
 	if x.guard.FirstToken() && !x.tunnel {
 		now := x.s.opts.Clock.Now()
 		x.s.metrics.ttft.Observe(now.Sub(x.routedAt).Seconds())

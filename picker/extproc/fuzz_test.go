@@ -121,7 +121,10 @@ func (p *peer) abort() {
 }
 
 // fuzzWorld is a server with three workers and the real cache-aware policy,
-// its session affinity on tokens, or on session ids when ids is set.
+// its session affinity on tokens, or on session ids when ids is set. With
+// split, prefill and decode are split: the first pod serves both, the
+// second decodes (no label), the third prefills, and a prompt of 8 tokens
+// not cached is prefilled apart.
 type fuzzWorld struct {
 	reg     *registry.Registry
 	srv     *Server
@@ -130,11 +133,17 @@ type fuzzWorld struct {
 	prom    *prometheus.Registry
 }
 
-func newFuzzWorld(t testing.TB, ids bool) *fuzzWorld {
+func newFuzzWorld(t testing.TB, ids, split bool) *fuzzWorld {
 	w := &fuzzWorld{reg: registry.New()}
+	var disagg *policy.DisaggregationConfig
+	roles := []string{"", "", ""}
+	if split {
+		disagg, roles = &policy.DisaggregationConfig{MinUncachedTokens: 8}, []string{"both", "", "prefill"}
+	}
 	for i := range 3 {
 		ap := netip.MustParseAddrPort(fmt.Sprintf("10.0.0.%d:8000", i+1))
-		w.eps = append(w.eps, registry.Endpoint{Key: registry.Key{UID: fmt.Sprintf("uid-%d", i), Port: 8000}, Name: fmt.Sprintf("pod-%d", i), Address: ap})
+		w.eps = append(w.eps, registry.Endpoint{Key: registry.Key{UID: fmt.Sprintf("uid-%d", i), Port: 8000}, Name: fmt.Sprintf("pod-%d", i), Address: ap,
+			Role: registry.ParseRole(roles[i], roles[i] != "")})
 	}
 	w.reg.Replace(w.eps)
 	w.reg.MarkSynced()
@@ -142,7 +151,7 @@ func newFuzzWorld(t testing.TB, ids bool) *fuzzWorld {
 	if ids {
 		sa, header = &policy.SessionAffinityConfig{Key: policy.SessionID, Header: idHeader}, idHeader
 	}
-	pol, err := policy.Build(policy.Config{MaxInFlight: 4, SessionAffinity: sa}, w.reg, policy.WithRand(rand.New(rand.NewPCG(1, 2))))
+	pol, err := policy.Build(policy.Config{MaxInFlight: 4, SessionAffinity: sa, Disaggregation: disagg}, w.reg, policy.WithRand(rand.New(rand.NewPCG(1, 2))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +160,7 @@ func newFuzzWorld(t testing.TB, ids bool) *fuzzWorld {
 	rw := rewrite.NewTable()
 	rw.Set("canary", rewrite.Object{Rules: []rewrite.Rule{{Models: []string{"m"}, Targets: []rewrite.Target{{Model: "m-v1", Weight: 3}, {Model: "m-v2", Weight: 1}}}}})
 	w.srv = New(w.reg, pol, Options{Fallbacks: 2, MaxBodyBytes: 4 << 10, MaxBufferedBodyBytes: 6 << 10, Registerer: w.prom, Rewrites: rw,
-		SessionHeader: header, SessionIDs: ids})
+		SessionHeader: header, SessionIDs: ids, Disaggregation: disagg})
 	return w
 }
 
@@ -336,7 +345,8 @@ func (w *fuzzWorld) churn(arg byte) {
 // FuzzExchange plays arbitrary message sequences, cancellations and worker
 // churn over concurrent streams, then checks the guard invariant: every
 // worker object ever seen is back at zero load, every routed request was
-// released exactly once, and nothing panicked.
+// released exactly once (and its prefill pod's guard too, when it had
+// one), and nothing panicked.
 func FuzzExchange(f *testing.F) {
 	f.Add([]byte{0x00, 0x00, 0x01, 0x00, 0x01, 0x03, 0x03, 0x00, 0x04, 0x00, 0x04, 0x03})
 	f.Add([]byte{0x00, 0x01, 0x00, 0x01, 0x00, 0x01, 0x00, 0x01})
@@ -347,11 +357,14 @@ func FuzzExchange(f *testing.F) {
 	f.Add([]byte{0x00, 0x0c, 0x01, 0x0a, 0x01, 0x0d, 0x03, 0x00, 0x04, 0x03})
 	// a session id's requests, on the ids' world (an odd number of bytes)
 	f.Add([]byte{0x00, 0x2c, 0x01, 0x05, 0x03, 0x00, 0x04, 0x03, 0x00, 0x2c, 0x01, 0x05, 0x03})
+	f.Add(splitSeed)
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) > 512 {
 			return
 		}
-		w := newFuzzWorld(t, len(ops)%2 == 1) // an odd number of bytes: session ids
+		// An odd number of bytes: session ids; two more than a multiple
+		// of four: prefill and decode split.
+		w := newFuzzWorld(t, len(ops)%2 == 1, len(ops)%4 >= 2)
 		seen := map[*registry.Worker]bool{}
 		w.everyWorker(seen)
 		w.run(t, ops, seen)
@@ -368,11 +381,12 @@ func (w *fuzzWorld) check(t testing.TB, seen map[*registry.Worker]bool) {
 	m := w.srv.metrics
 	routed := testutil.ToFloat64(m.requests.WithLabelValues("200"))
 	released := 0.0
-	for _, r := range []string{reasonCompleted, reasonCancelled, reasonError, reasonViolation} {
+	for _, r := range []string{reasonCompleted, reasonCancelled, reasonError, reasonViolation, reasonPrefilled} {
 		released += testutil.ToFloat64(m.releases.WithLabelValues(r))
 	}
-	if routed != released {
-		t.Fatalf("%v requests routed, %v released (fallback moves aside)", routed, released)
+	prefilled := w.prefillDecisions(t)
+	if routed+prefilled != released {
+		t.Fatalf("%v requests routed, %v of them prefilled apart, %v guards released (fallback moves aside)", routed, prefilled, released)
 	}
 	if n := testutil.ToFloat64(m.releases.WithLabelValues(reasonPanic)); n != 0 {
 		t.Fatalf("%v releases after a panic", n)
@@ -394,4 +408,48 @@ func (w *fuzzWorld) check(t testing.TB, seen map[*registry.Worker]bool) {
 	if used := w.srv.budget.Used(); used != 0 {
 		t.Fatalf("%d bytes of the body budget still reserved after every stream ended", used)
 	}
+}
+
+// splitSeed is a request prefilled apart, streamed to its end, on the
+// world that splits prefill and decode (14 bytes), then a cancel of an
+// idle stream.
+var splitSeed = []byte{0x00, 0x00, 0x01, 0x00, 0x01, 0x03, 0x03, 0x00, 0x04, 0x00, 0x04, 0x03, 0x17, 0x00}
+
+// The fuzz target's split world prefills apart: the prefill pod's guard
+// is in what it checks.
+func TestFuzzWorldPrefillsApart(t *testing.T) {
+	w := newFuzzWorld(t, false, len(splitSeed)%4 >= 2)
+	seen := map[*registry.Worker]bool{}
+	w.everyWorker(seen)
+	w.run(t, splitSeed, seen)
+	w.check(t, seen)
+	if n := w.prefillDecisions(t); n != 1 {
+		t.Errorf("the split seed's request was prefilled apart %v times, want 1", n)
+	}
+	if n := testutil.ToFloat64(w.srv.metrics.releases.WithLabelValues(reasonPrefilled)); n != 1 {
+		t.Errorf("%v prefill guards released at the first token, want 1", n)
+	}
+}
+
+// prefillDecisions is how many routed requests were prefilled on a pod of
+// their own.
+func (w *fuzzWorld) prefillDecisions(t testing.TB) float64 {
+	families, err := w.prom.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0.0
+	for _, f := range families {
+		if f.GetName() != "llm_d_inference_scheduler_disagg_decision_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "decision_type" && l.GetValue() == "prefill-decode" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
 }

@@ -8,6 +8,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/inferpick/inferpick/picker/policy"
 )
 
 // Header and metadata names of the endpoint-picker protocol.
@@ -31,7 +33,14 @@ const (
 // ownedHeaders are request headers removed before the request goes
 // upstream: those only the picker may set (the destination is overwritten),
 // and the objective, fairness and model-rewrite headers the picker consumes.
-var ownedHeaders = []string{ServedHeader, SubsetKey, ObjectiveHeader, FairnessHeader, ModelRewriteHeader}
+// The prefill pod's header is one the picker alone sets: a client's would
+// make the decode pod's sidecar send the prompt to any host it names.
+var ownedHeaders = []string{ServedHeader, SubsetKey, ObjectiveHeader, FairnessHeader, ModelRewriteHeader, policy.PrefillerHeader}
+
+// ownedHeadersPrefilled are ownedHeaders but the prefill pod's, for a
+// request whose prefill pod the picker names: its value overwrites the
+// client's.
+var ownedHeadersPrefilled = ownedHeaders[:len(ownedHeaders)-1]
 
 // headerValue returns a header's value, preferring raw_value as Envoy sends
 // it. It stays small enough to inline, so that a value only compared or

@@ -6,6 +6,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/inferpick/inferpick/picker/policy"
 )
 
 // replies holds the messages an exchange sends on the request path, built
@@ -87,12 +89,19 @@ func (r *replies) setHeader(key string) *corev3.HeaderValue {
 // known: the destination header, the corrected content length (none when
 // bodyLen is -1: not known), the removal of
 // picker-owned headers, the request id when the picker made it (nil when
-// not), extra headers (trace context), and the same destination in envoy.lb
+// not), the prefill pod's address when the picker chose one ("" when not),
+// extra headers (trace context), and the same destination in envoy.lb
 // metadata.
-func (r *replies) routeHeaders(dest string, bodyLen int, hasBody bool, madeID []byte, extra [][2]string) *extprocv3.ProcessingResponse {
+func (r *replies) routeHeaders(dest string, bodyLen int, hasBody bool, madeID []byte, prefiller string, extra [][2]string) *extprocv3.ProcessingResponse {
 	r.mutation.SetHeaders = r.mutation.SetHeaders[:0]
+	r.mutation.RemoveHeaders = ownedHeaders
 	h := r.setHeader(DestinationHeader)
 	h.RawValue = append(h.RawValue, dest...)
+	if prefiller != "" {
+		r.mutation.RemoveHeaders = ownedHeadersPrefilled
+		h = r.setHeader(policy.PrefillerHeader)
+		h.RawValue = append(h.RawValue, prefiller...)
+	}
 	if hasBody && bodyLen >= 0 {
 		h = r.setHeader("content-length")
 		h.RawValue = strconv.AppendInt(h.RawValue, int64(bodyLen), 10)

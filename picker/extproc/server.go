@@ -94,6 +94,14 @@ type Options struct {
 	// response of a served request names the pod that served it when the
 	// request's token named another or none.
 	SessionHeader string
+	// Disaggregation, when set, decodes each request on a pod that decodes
+	// and, when the part of its prompt that pod does not hold is long
+	// enough, names a pod that prefills to that pod's sidecar
+	// (policy.PrefillerHeader), holding load on it until the first token
+	// (disagg.go). The registry's role lists (Decoders, Prefillers) are
+	// the candidates; without them every worker decodes and none
+	// prefills for another.
+	Disaggregation *policy.DisaggregationConfig
 	// SessionIDs says SessionHeader carries the client's own session id
 	// instead (the policy's sessionAffinity key id): it is hashed as it is
 	// read, the policy places the request by it, and nothing is written on
@@ -134,6 +142,9 @@ type Server struct {
 	// the registry parks none): a request whose model only they serve
 	// waits for them.
 	parked func() []*registry.Worker
+	// roles are the registry's workers by role, when it keeps them and
+	// Options.Disaggregation is set; nil otherwise.
+	roles  Roles
 	states sync.Pool
 }
 
@@ -145,7 +156,17 @@ type Workers interface {
 	Workers() []*registry.Worker
 }
 
-var _ Workers = (*registry.Registry)(nil)
+// Roles is the part of the worker registry that lists the workers by the
+// stages their pods serve (registry.Role).
+type Roles interface {
+	Decoders() []*registry.Worker
+	Prefillers() []*registry.Worker
+}
+
+var (
+	_ Workers = (*registry.Registry)(nil)
+	_ Roles   = (*registry.Registry)(nil)
+)
 
 // New returns a server routing over reg's workers with picker.
 func New(reg Workers, picker Picker, opts Options) *Server {
@@ -167,6 +188,9 @@ func New(reg Workers, picker Picker, opts Options) *Server {
 		rewrites: epmetrics.NewRewriteDecisions(opts.Registerer)}
 	s.upstream.OnlyServed(func(model string) bool { return policy.Served(model, reg.Workers()) })
 	s.states.New = func() any { return &exchange{} }
+	if r, ok := reg.(Roles); ok && opts.Disaggregation != nil {
+		s.roles = r
+	}
 	if p, ok := reg.(interface{ Parked() []*registry.Worker }); ok {
 		s.parked = p.Parked
 	}

@@ -12,7 +12,11 @@ import (
 //	once, when it is routed, and the guard is released exactly once before
 //	Process returns — whatever the peer sends, in whatever order, and however
 //	the stream ends. Moving to a fallback releases the guard and takes the
-//	fallback's in its place, so a stream never holds two at a time.
+//	fallback's in its place, so a stream never holds two at a time on
+//	the pods it is decoded on. A request whose prompt another pod
+//	prefills (Options.Disaggregation) also holds a guard on that pod,
+//	taken with the first, and released exactly once too: at its first
+//	token, or with the request's end; a fallback keeps it.
 //
 // The exchange enforces it with a state machine over the ext_proc messages.
 // Routing happens only on the transition out of the request phase, and no

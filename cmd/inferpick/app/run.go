@@ -234,6 +234,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 		Locator:              locator,
 		SessionHeader:        sessionHeader(cfg),
 		SessionIDs:           sessionIDs(cfg),
+		Disaggregation:       cfg.Disaggregation,
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
 	var indexSize func() (int, bool)

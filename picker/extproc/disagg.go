@@ -1,0 +1,89 @@
+package extproc
+
+import (
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
+	sessiontoken "github.com/inferpick/inferpick/picker/session"
+)
+
+// decoders are the candidates of a request's pick: the workers whose pods
+// decode when prefill and decode are split (Options.Disaggregation),
+// every worker otherwise.
+func (s *Server) decoders() []*registry.Worker {
+	if s.roles != nil {
+		return s.roles.Decoders()
+	}
+	return s.reg.Workers()
+}
+
+// holder is a picker that can tell how much of a request's prompt a worker
+// holds (policy.Policy's Held).
+type holder interface {
+	Held(req *policy.Request, w *registry.Worker) int
+}
+
+// bytesPerToken is how many prompt bytes the split counts as a token, as
+// llm-d estimates a prompt's tokens.
+const bytesPerToken = 4
+
+// disaggregate decides, once the decode pod is picked and guarded, whether
+// another pod prefills the request's prompt: when the prompt's tokens the
+// decode pod does not hold are at least MinUncachedTokens, it picks a pod
+// that prefills (never the decode pod) with the same policy and takes a
+// load guard on it, in prefill, which the route names to the decode pod's
+// sidecar. A request with no prompt parsed (a tunnel, an upload, another
+// path) is decoded alone. So is one no prefill pod has room for: the
+// decode pod prefills it itself, and it is never refused for the split.
+func (x *exchange) disaggregate() {
+	d := x.s.opts.Disaggregation
+	if d == nil || x.s.roles == nil || x.pick.Hashes == nil || len(x.picked) == 0 {
+		return
+	}
+	decode := x.picked[0]
+	n := 0
+	for _, seg := range x.pick.Prompt {
+		n += len(seg)
+	}
+	held := 0
+	if h, ok := x.s.picker.(holder); ok {
+		held = h.Held(&x.pick, decode)
+	}
+	if n/bytesPerToken-held/bytesPerToken < d.MinUncachedTokens {
+		return
+	}
+	prefillers := x.s.roles.Prefillers()
+	if len(prefillers) == 0 || len(prefillers) == 1 && prefillers[0] == decode {
+		return
+	}
+	// The session keeps the decode pod; the prefill pod is the policy's
+	// choice among those with room (no overflow past the thresholds). The
+	// gateway's subset hint names where it may send the request, and the
+	// prefill pod is reached by the sidecar.
+	x.prePick = x.pick
+	x.prePick.Session, x.prePick.SessionID = nil, sessiontoken.ID{}
+	x.prePick.Subset, x.prePick.Overflow, x.prePick.Exclude = false, false, decode
+	var picked []*registry.Worker
+	var err error
+	if p, ok := x.s.picker.(appendPicker); ok {
+		picked, err = p.AppendPick(x.preBuf[:0], &x.prePick, prefillers, 1)
+		x.preBuf = picked
+	} else {
+		picked, err = x.s.picker.Pick(&x.prePick, prefillers, 1)
+	}
+	x.prePick = policy.Request{} // it aliases the body
+	if err != nil || len(picked) == 0 || picked[0] == decode {
+		return
+	}
+	if limit := int64(x.s.opts.MaxInFlight); limit > 0 {
+		if x.pick.Reserve > 0 {
+			limit = max(limit-int64(x.pick.Reserve), 1)
+		}
+		g, ok := picked[0].AdmitBelow(limit)
+		if !ok {
+			return
+		}
+		x.prefill = g
+		return
+	}
+	x.prefill = picked[0].Admit()
+}

@@ -1,0 +1,284 @@
+package extproc
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// The pods of a split pool: two that decode and one that prefills.
+const (
+	decodeA = "10.0.0.1:8000"
+	decodeB = "10.0.0.2:8000"
+	prefill = "10.0.0.3:8000"
+)
+
+// disaggEnv serves a pool whose pods carry the given roles (by address;
+// "" for no label), split at minUncached tokens, with the cache-aware
+// policy and cfg's other settings.
+func disaggEnv(t *testing.T, minUncached int, cfg policy.Config, roles map[string]string, opts ...envOption) *env {
+	t.Helper()
+	addrs := make([]string, 0, len(roles))
+	for _, a := range []string{decodeA, decodeB, prefill, "10.0.0.4:8000"} {
+		if _, ok := roles[a]; ok {
+			addrs = append(addrs, a)
+		}
+	}
+	d := &policy.DisaggregationConfig{MinUncachedTokens: minUncached}
+	opts = append(opts, func(o *Options) { o.Disaggregation, o.MaxInFlight = d, cfg.MaxInFlight })
+	e := newEnv(t, addrs, opts...)
+	eps := make([]registry.Endpoint, 0, len(addrs))
+	for _, w := range e.reg.Workers() {
+		ep := w.Endpoint()
+		role := roles[w.Address()]
+		ep.Role = registry.ParseRole(role, role != "")
+		eps = append(eps, ep)
+	}
+	e.reg.Replace(eps)
+	cfg.Disaggregation = d
+	pol, err := policy.Build(cfg, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.picker = pol
+	return e
+}
+
+// splitPool is two decode pods and a prefill pod.
+var splitPool = map[string]string{decodeA: "decode", decodeB: "decode", prefill: "prefill"}
+
+// long is a prompt of some 500 tokens (4 bytes each).
+var long = strings.Repeat("a long document to read. ", 80)
+
+// send routes a chat request with the given prompt and extra headers, and
+// returns the stream and the route's reply.
+func (e *env) sendChat(prompt string, extra ...string) (*session, routedReply) {
+	e.t.Helper()
+	s := e.open()
+	body := chatBody("m", prompt)
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil, extra...)
+	s.requestBody(body, true)
+	r := s.routed(true)
+	return s, r
+}
+
+// primary is the first endpoint a route names.
+func primary(r routedReply) string { return strings.Split(r.dest, ",")[0] }
+
+// load is a worker's prefill and decode counts.
+func (e *env) load(addr string) [2]int64 {
+	p, d := e.worker(addr).Load()
+	return [2]int64{p, d}
+}
+
+func TestALongPromptIsPrefilledOnAPrefillPodUntilItsFirstToken(t *testing.T) {
+	e := disaggEnv(t, 100, policy.Config{}, splitPool)
+	s, r := e.sendChat(long)
+	if r.set[policy.PrefillerHeader] != prefill {
+		t.Fatalf("the routed request's %s = %q, want the prefill pod %s", policy.PrefillerHeader, r.set[policy.PrefillerHeader], prefill)
+	}
+	if strings.Contains(r.dest, prefill) || slices.Contains(r.removed, policy.PrefillerHeader) {
+		t.Errorf("routed to %s, removing %v: want a decode pod, and the prefill header set rather than removed", r.dest, r.removed)
+	}
+	if got := e.load(prefill); got != [2]int64{1, 0} {
+		t.Errorf("while the prefill runs the prefill pod's load is %v, want [1 0] (in prefill)", got)
+	}
+	s.responseHeaders(200, "text/event-stream", false, "")
+	s.recv()
+	if got := e.load(prefill); got != [2]int64{1, 0} {
+		t.Errorf("after the response headers, before a token, the prefill pod's load is %v, want [1 0]", got)
+	}
+	s.responseBody(sse("hi"), false)
+	s.recv()
+	if got := e.load(prefill); got != [2]int64{0, 0} {
+		t.Errorf("after the first token the prefill pod's load is %v, want [0 0]", got)
+	}
+	if got := e.load(primary(r)); got != [2]int64{0, 1} {
+		t.Errorf("after the first token the decode pod's load is %v, want [0 1]", got)
+	}
+	s.responseBody(sseDone, true)
+	s.recv()
+	if got := e.released(reasonPrefilled, reasonCompleted); got[reasonPrefilled] != 1 || got[reasonCompleted] != 1 {
+		t.Errorf("releases %v, want one prefilled and one completed", got)
+	}
+}
+
+func TestAShortOrCachedPromptIsDecodedAlone(t *testing.T) {
+	e := disaggEnv(t, 100, policy.Config{}, splitPool)
+	s, r := e.sendChat("hello")
+	if v, ok := r.set[policy.PrefillerHeader]; ok {
+		t.Errorf("a short prompt's request names a prefill pod, %q", v)
+	}
+	if got := e.load(prefill); got != [2]int64{0, 0} {
+		t.Errorf("a short prompt holds load %v on the prefill pod, want none", got)
+	}
+	s.responseHeaders(200, "application/json", true, "")
+	s.recv()
+
+	// The long prompt goes to a decode pod, prefilled apart; the next
+	// turn of the same conversation goes back there and its uncached part
+	// is short.
+	first, r1 := e.sendChat(long)
+	if r1.set[policy.PrefillerHeader] != prefill {
+		t.Fatalf("the first long request names prefill pod %q, want %s", r1.set[policy.PrefillerHeader], prefill)
+	}
+	first.responseHeaders(200, "application/json", true, "")
+	first.recv()
+	next, r2 := e.sendChat(long + " and a short question?")
+	if primary(r2) != primary(r1) {
+		t.Fatalf("the second turn went to %s, want the decode pod that holds the prompt, %s", primary(r2), primary(r1))
+	}
+	if v, ok := r2.set[policy.PrefillerHeader]; ok {
+		t.Errorf("the second turn, whose decode pod holds most of it, names a prefill pod, %q", v)
+	}
+	next.responseHeaders(200, "application/json", true, "")
+	next.recv()
+
+	want := `
+# HELP llm_d_inference_scheduler_disagg_decision_total Requests routed while prefill and decode are split, by target model and decision: decode-only or prefill-decode.
+# TYPE llm_d_inference_scheduler_disagg_decision_total counter
+llm_d_inference_scheduler_disagg_decision_total{decision_type="decode-only",model_name="m"} 2
+llm_d_inference_scheduler_disagg_decision_total{decision_type="prefill-decode",model_name="m"} 1
+# HELP llm_d_inference_scheduler_pd_decision_total Deprecated: llm_d_inference_scheduler_disagg_decision_total under its former name.
+# TYPE llm_d_inference_scheduler_pd_decision_total counter
+llm_d_inference_scheduler_pd_decision_total{decision_type="decode-only",model_name="m"} 2
+llm_d_inference_scheduler_pd_decision_total{decision_type="prefill-decode",model_name="m"} 1
+`
+	if err := testutil.GatherAndCompare(e.metrics, strings.NewReader(want),
+		"llm_d_inference_scheduler_disagg_decision_total", "llm_d_inference_scheduler_pd_decision_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// The prefill pod's load ends with the request, whichever way it ends
+// before its first token; a fallback that serves it keeps it.
+func TestThePrefillPodsLoadEndsWithTheRequest(t *testing.T) {
+	tests := map[string]struct {
+		end    func(s *session, r routedReply)
+		reason string
+	}{
+		"the client resets": {
+			end:    func(s *session, _ routedReply) { s.cancel() },
+			reason: reasonCancelled,
+		},
+		"the decode pod answers 503": {
+			end: func(s *session, _ routedReply) {
+				s.responseHeaders(503, "application/json", false, "")
+				s.recv()
+			},
+			reason: reasonError,
+		},
+		"an error event before the first token": {
+			end: func(s *session, _ routedReply) {
+				s.responseHeaders(200, "text/event-stream", false, "")
+				s.recv()
+				s.responseBody("data: {\"error\":{\"message\":\"boom\"}}\n\n", true)
+				s.recv()
+			},
+			reason: reasonError,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			e := disaggEnv(t, 100, policy.Config{}, splitPool)
+			s, r := e.sendChat(long)
+			if r.set[policy.PrefillerHeader] != prefill {
+				t.Fatalf("no prefill pod named: %v", r.set)
+			}
+			tc.end(s, r)
+			eventually(t, "every load to end", func() bool {
+				return e.load(prefill) == [2]int64{} && e.load(primary(r)) == [2]int64{}
+			})
+			if got := e.releases(tc.reason); got != 2 {
+				t.Errorf("%s releases: %v, want 2 (the decode and the prefill pods')", tc.reason, got)
+			}
+			if got := e.releases(reasonPrefilled); got != 0 {
+				t.Errorf("prefilled releases: %v, want none", got)
+			}
+		})
+	}
+
+	t.Run("a fallback serves the request", func(t *testing.T) {
+		e := disaggEnv(t, 100, policy.Config{}, splitPool)
+		s, r := e.sendChat(long)
+		fallback := strings.Split(r.dest, ",")[1]
+		s.responseHeaders(200, "text/event-stream", false, fallback)
+		s.recv()
+		if got := e.load(prefill); got != [2]int64{1, 0} {
+			t.Errorf("after the fallback served, the prefill pod's load is %v, want [1 0]", got)
+		}
+		if got := e.load(fallback); got != [2]int64{1, 0} {
+			t.Errorf("the fallback's load is %v, want [1 0]", got)
+		}
+		s.responseBody(sse("hi"), false)
+		s.recv()
+		if got := e.load(prefill); got != [2]int64{0, 0} {
+			t.Errorf("after the first token the prefill pod's load is %v, want none", got)
+		}
+	})
+}
+
+// A request no prefill pod has room for, or whose only prefill pod is its
+// decode pod, is decoded where it was picked: never refused for the split.
+func TestWithoutARoomyPrefillPodTheDecodePodPrefills(t *testing.T) {
+	t.Run("the prefill pod is full", func(t *testing.T) {
+		e := disaggEnv(t, 100, policy.Config{MaxInFlight: 1}, splitPool)
+		g := e.worker(prefill).Admit()
+		defer g.Release()
+		s, r := e.sendChat(long)
+		if v, ok := r.set[policy.PrefillerHeader]; ok || r.dest == "" {
+			t.Errorf("routed to %q naming prefill pod %q, want a decode pod and none", r.dest, v)
+		}
+		s.responseHeaders(200, "application/json", true, "")
+		s.recv()
+	})
+	t.Run("the only prefill pod is the decode pod", func(t *testing.T) {
+		e := disaggEnv(t, 0, policy.Config{}, map[string]string{decodeA: "both"})
+		_, r := e.sendChat(long)
+		if v, ok := r.set[policy.PrefillerHeader]; ok || primary(r) != decodeA {
+			t.Errorf("routed to %q naming prefill pod %q, want %s and none", r.dest, v, decodeA)
+		}
+	})
+	t.Run("prefill pods only decode nothing", func(t *testing.T) {
+		e := disaggEnv(t, 0, policy.Config{}, map[string]string{decodeA: "", prefill: "prefill"})
+		for range 5 {
+			_, r := e.sendChat(long)
+			if primary(r) != decodeA || r.set[policy.PrefillerHeader] != prefill {
+				t.Fatalf("routed to %q naming prefill pod %q, want the unlabelled pod %s and the prefill pod %s", r.dest, r.set[policy.PrefillerHeader], decodeA, prefill)
+			}
+		}
+	})
+}
+
+// A client's prefill header never reaches a pod: every route removes it,
+// split or not, and one the picker sets replaces it.
+func TestAClientsPrefillHeaderIsRemoved(t *testing.T) {
+	forged := []string{policy.PrefillerHeader, "203.0.113.9:80"}
+	check := func(t *testing.T, what string, r routedReply, want string) {
+		t.Helper()
+		got, set := r.set[policy.PrefillerHeader]
+		switch {
+		case want == "" && (set || !slices.Contains(r.removed, policy.PrefillerHeader)):
+			t.Errorf("%s: the header is set to %q, removed %v; want it removed", what, got, r.removed)
+		case want != "" && got != want:
+			t.Errorf("%s: the header is %q, want %q", what, got, want)
+		}
+	}
+	plain := newEnv(t, twoWorkers)
+	_, r := plain.sendChat(long, forged...)
+	check(t, "without the split", r, "")
+	s := plain.open()
+	s.requestHeaders("/v1/models", -1, true, nil, forged...)
+	check(t, "a request of headers alone", s.routed(false), "")
+
+	e := disaggEnv(t, 100, policy.Config{}, splitPool)
+	_, r = e.sendChat("hello", forged...)
+	check(t, "a short prompt with the split", r, "")
+	_, r = e.sendChat(long, forged...)
+	check(t, "a long prompt with the split", r, prefill)
+}
