@@ -21,6 +21,11 @@ type WorkerView struct {
 	// Rank is the data-parallel rank of the port (its place in the pool's
 	// target ports); absent for 0.
 	Rank int `json:"rank,omitempty"`
+	// Role is what the pod's llm-d.ai/role label says it serves: decode,
+	// prefill, prefill-decode, or none (a label of neither, such as
+	// encode); absent without a label, when the pod decodes and prefills
+	// only its own requests.
+	Role string `json:"role,omitempty"`
 	// Engines are the data-parallel engines the server fronts behind the
 	// port, by the index its metrics label each with; absent for engine 0
 	// alone.
@@ -120,7 +125,7 @@ func Snapshot(reg SyncedWorkers, now time.Time, held HeldBlocks) WorkersView {
 		ep := w.Endpoint()
 		p, d := w.Load()
 		wv := WorkerView{
-			Name: ep.Name, Namespace: ep.Namespace, UID: ep.Key.UID, Address: w.Address(), Rank: ep.Rank,
+			Name: ep.Name, Namespace: ep.Namespace, UID: ep.Key.UID, Address: w.Address(), Rank: ep.Rank, Role: ep.Role.String(),
 			Load: p + d, Prefill: p, Decode: d,
 		}
 		if since, ok := w.ParkedSince(); ok {
