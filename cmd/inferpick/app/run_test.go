@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -199,4 +200,47 @@ func TestTheExtProcPortAnswersHealthChecks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDisaggregationIsWiredToTheRoutes: the policy's disaggregation
+// reaches the ext_proc server, which counts each routed request's split
+// decision in llm-d's series: static endpoints carry no role, so none
+// prefills for another and the request is decoded alone.
+func TestDisaggregationIsWiredToTheRoutes(t *testing.T) {
+	o := staticOptions(t, "--static-endpoints", "127.0.0.1:1", "--config-text", "policy: {disaggregation: {minUncachedTokens: 0}}")
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	health := healthpb.NewHealthClient(dial(t, o.GRPCHealthPort))
+	until(t, "readiness", func() bool {
+		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
+		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	})
+	stream := openRequest(t, extprocv3.NewExternalProcessorClient(dial(t, o.GRPCPort)), "x-prefiller-host-port", "203.0.113.9:80")
+	reply, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range reply.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if h.GetHeader().GetKey() == "x-prefiller-host-port" {
+			t.Errorf("the route names a prefill pod, %q, with no pod labelled to prefill", h.GetHeader().GetRawValue())
+		}
+	}
+	if rm := reply.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders(); !slices.Contains(rm, "x-prefiller-host-port") {
+		t.Errorf("the route removes %v, not the client's x-prefiller-host-port", rm)
+	}
+	if _, err := stream.Recv(); err != nil { // the body
+		t.Fatal(err)
+	}
+	want := `llm_d_inference_scheduler_disagg_decision_total{decision_type="decode-only",model_name="m"} 1`
+	if got := scrapeMetrics(t, o.MetricsPort); !strings.Contains(got, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+	finishRequest(t, stream)
 }
