@@ -49,10 +49,11 @@ var (
 	errSaturated    = errors.New("every endpoint of the pool is saturated")
 	errNoPick       = errors.New("no endpoint could be picked")
 	errNoEndpoints  = errors.New("the pool has no ready endpoint")
+	errNoDecoders   = errors.New("no ready endpoint of the pool decodes (llm-d.ai/role)")
 	errEmptySubset  = errors.New("no endpoint of the pool is in the gateway's subset")
 	errParked       = errors.New("the endpoints that serve the model are not ready")
 	errNotAdmitted  = []error{flowcontrol.ErrQueueFull, flowcontrol.ErrTimeout, flowcontrol.ErrEvicted, flowcontrol.ErrShed, flowcontrol.ErrStopped}
-	errStatusByKind = map[error]int{errSaturated: 429, errNoPick: 503, errNoEndpoints: 503, errEmptySubset: 503, errParked: 503}
+	errStatusByKind = map[error]int{errSaturated: 429, errNoPick: 503, errNoEndpoints: 503, errNoDecoders: 503, errEmptySubset: 503, errParked: 503}
 )
 
 // modelNotServedError reports that no ready endpoint of the pool serves the
@@ -141,6 +142,9 @@ func (x *exchange) tryPick() (bool, error) {
 		}
 		if x.subset.present {
 			return false, errEmptySubset
+		}
+		if x.s.roles != nil && len(x.s.reg.Workers()) > 0 {
+			return false, errNoDecoders
 		}
 		return false, errNoEndpoints
 	}

@@ -255,6 +255,19 @@ func TestWithoutARoomyPrefillPodTheDecodePodPrefills(t *testing.T) {
 	})
 }
 
+// A pool whose ready pods all only prefill has nowhere to decode: 503,
+// saying so.
+func TestAPoolOfPrefillPodsAloneAnswers503(t *testing.T) {
+	e := disaggEnv(t, 0, policy.Config{}, map[string]string{prefill: "prefill"})
+	s := e.open()
+	body := chatBody("m", long)
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+	s.requestBody(body, true)
+	if code, msg := s.immediateReply(); code != 503 || !strings.Contains(msg, "decodes") {
+		t.Errorf("a request to a pool of prefill pods: %d %q, want 503 saying no pod decodes", code, msg)
+	}
+}
+
 // A client's prefill header never reaches a pod: every route removes it,
 // split or not, and one the picker sets replaces it.
 func TestAClientsPrefillHeaderIsRemoved(t *testing.T) {
