@@ -74,6 +74,11 @@ type SimStats struct {
 	// OffloadedTokens is the prompt tokens loaded back from an offloading
 	// tier (vllm-sim --kv-offloading-blocks).
 	OffloadedTokens int64 `json:"offloaded_tokens"`
+	// PrefilledRemotely is the requests the simulator, as a decode pod's
+	// sidecar, had prefilled on the pod x-prefiller-host-port named;
+	// TransferredTokens the prompt tokens it pulled from there.
+	PrefilledRemotely int64 `json:"prefilled_remotely"`
+	TransferredTokens int64 `json:"transferred_tokens"`
 }
 
 // Complete sends a completion request straight to the simulator and reads
