@@ -2,10 +2,12 @@ package policy
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 // BenchmarkPick is one whole pick of a 32 KB chat prompt (a 16 KB system
@@ -141,5 +143,55 @@ func BenchmarkKnowsThenPick(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkPickRoles is a split request's two picks of a 32 KB prompt on a
+// warm index, one over the decode pods and one over the prefill pods, of
+// 1000 pods that list their model (800 decode, 200 prefill): the picks
+// alternate between two candidate lists, both sampled.
+func BenchmarkPickRoles(b *testing.B) {
+	reg := registry.New()
+	served := &registry.Served{Bases: []string{"m"}, Complete: true}
+	for i := range 1000 {
+		role := "decode"
+		if i%5 == 0 {
+			role = "prefill"
+		}
+		w := registrytest.Upsert(reg, registry.Endpoint{
+			Key:     registry.Key{UID: fmt.Sprintf("pod-%d", i), Port: 8000},
+			Address: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, byte(i >> 8), byte(i + 1)}), 8000),
+			Role:    registry.ParseRole(role, true),
+		})
+		w.SetMetrics(&registry.Metrics{Served: served, Scraped: time.Now()})
+	}
+	p, err := Build(Config{MetricsStaleness: Duration{time.Hour}}, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const tenants = 50
+	reqs := make([]*Request, 64)
+	for i := range reqs {
+		reqs[i] = &Request{Model: "m", Prompt: [][]byte{text(fmt.Sprint("tenant", i%tenants), 16<<10), text(fmt.Sprint("conv", i), 16<<10)}}
+	}
+	split := func(req *Request) {
+		got, err := p.Pick(req, reg.Decoders(), 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pre := *req
+		pre.Exclude = got[0]
+		if _, err := p.Pick(&pre, reg.Prefillers(), 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range 2000 {
+		split(reqs[i%len(reqs)])
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		split(reqs[i%len(reqs)])
+		i++
 	}
 }

@@ -21,9 +21,9 @@ type cacheAware struct {
 	indexed
 	cfg   CacheAwareConfig
 	lora  *loraAffinity
-	reuse recent     // home.go
-	peers recent     // others' requests per own, presumed 1 until measured
-	keys  stableKeys // sample.go
+	reuse recent         // home.go
+	peers recent         // others' requests per own, presumed 1 until measured
+	lists candidateLists // sample.go
 }
 
 func (c *cacheAware) rank(e *engine, p *pick) {

@@ -214,3 +214,88 @@ func TestModelFilterFollowsModelLists(t *testing.T) {
 		t.Fatalf("qwen after its only worker left, on the list from before: %v, want ErrModelNotServed", err)
 	}
 }
+
+// largeRolePool is a registry of n pods labelled role and others labelled
+// other, and the policy cfg built over it.
+func largeRolePool(t *testing.T, cfg Config, role string, n int, other string, others int) (*registry.Registry, Policy) {
+	t.Helper()
+	reg := registry.New()
+	for i := range n + others {
+		label := role
+		if i >= n {
+			label = other
+		}
+		name := fmt.Sprintf("%s-%d", label, i)
+		registrytest.Upsert(reg, registry.Endpoint{
+			Key:     registry.Key{UID: "uid-" + name, Port: 8000},
+			Name:    name,
+			Address: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 2, byte(i >> 8), byte(i)}), 8000),
+			Role:    registry.ParseRole(label, true),
+		})
+	}
+	pol, err := Build(cfg, reg, WithRand(rand.New(rand.NewPCG(3, 4))), WithClock(testingclock.NewFakePassiveClock(epoch)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, pol
+}
+
+// A decode pick over a large pool's decode pods never returns the prefill
+// pod, though it holds the prompt (an earlier prefill pick placed it
+// there) and the decode pod that holds it too is loaded: the pick samples
+// among its candidates alone.
+func TestLargePoolDecodePickStaysOnDecoders(t *testing.T) {
+	reg, pol := largeRolePool(t, Config{}, "decode", 150, "prefill", 1)
+	for i := range 20 {
+		req := chat(fmt.Sprintf("tenant %d", i), "q", 8000, 100)
+		got, err := pol.Pick(req, reg.Decoders(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decode := got[0]
+		pre := *req
+		pre.Exclude = decode
+		if _, err := pol.Pick(&pre, reg.Prefillers(), 1); err != nil {
+			t.Fatal(err)
+		}
+		admit(t, decode, 2)
+		got, err = pol.Pick(req, reg.Decoders(), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range got {
+			if !w.Role().Decodes() {
+				t.Fatalf("prompt %d: a decode pick returned %s, which only prefills", i, w.Endpoint().Name)
+			}
+		}
+	}
+}
+
+// A prefill pick over a large pool's prefill pods never returns a decode
+// pod that holds the prompt (decoded there before) when the request is
+// decoded elsewhere.
+func TestLargePoolPrefillPickStaysOnPrefillers(t *testing.T) {
+	reg, pol := largeRolePool(t, Config{}, "prefill", 150, "decode", 2)
+	decoders := reg.Decoders()
+	for i := range 20 {
+		req := chat(fmt.Sprintf("tenant %d", i), "q", 8000, 100)
+		got, err := pol.Pick(req, decoders, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pre := *req
+		pre.Exclude = decoders[0]
+		if got[0] == decoders[0] {
+			pre.Exclude = decoders[1]
+		}
+		got, err = pol.Pick(&pre, reg.Prefillers(), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range got {
+			if !w.Role().Prefills() {
+				t.Fatalf("prompt %d: a prefill pick returned %s, which only decodes", i, w.Endpoint().Name)
+			}
+		}
+	}
+}
