@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/inferpick/inferpick/picker/prefix"
 	"github.com/inferpick/inferpick/picker/registry"
@@ -111,5 +112,35 @@ func TestHeldIsThePromptAWorkerHeldBeforeThePick(t *testing.T) {
 	}
 	if n := build(t, Config{Name: LeastLoad}, reg, nil).Held(next, dec); n != 0 {
 		t.Errorf("a policy without an index says %d bytes are held, want 0", n)
+	}
+}
+
+// A model's decode and prefill picks, alternating over their two lists,
+// each find the model filter kept for their list: in steady state they
+// allocate nothing into a kept result slice.
+func TestAlternatingRoleListsKeepTheirModelFilters(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops pooled picks at random under the race detector")
+	}
+	reg, ws := rolePool("decode", "decode", "prefill", "prefill")
+	served := &registry.Served{Bases: []string{"m"}, Complete: true}
+	for _, w := range ws {
+		w.SetMetrics(&registry.Metrics{Served: served, Scraped: epoch})
+	}
+	p := build(t, Config{Name: LeastLoad, MetricsStaleness: Duration{time.Hour}}, reg, nil).(interface {
+		AppendPick(dst []*registry.Worker, req *Request, candidates []*registry.Worker, n int) ([]*registry.Worker, error)
+	})
+	req := &Request{Model: "m"}
+	buf := make([]*registry.Worker, 0, 4)
+	run := func() {
+		for _, list := range [][]*registry.Worker{reg.Decoders(), reg.Prefillers()} {
+			if _, err := p.AppendPick(buf[:0], req, list, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	run()
+	if allocs := testing.AllocsPerRun(100, run); allocs != 0 {
+		t.Errorf("a decode and a prefill pick allocate %v times, want 0: a model filter is rebuilt", allocs)
 	}
 }

@@ -143,12 +143,19 @@ func servedOf(w *registry.Worker) *registry.Served {
 // read every worker's model list (until one lists the model; all of them
 // while none has reported), and its outcome holds as long as the candidate
 // list and every model list do (registry.ServedEpoch). A slot per model
-// (its hash modulo the slots), replaced when another takes it.
+// (its hash modulo the slots) holds two filters, so that a model's decode
+// and prefill picks, over two lists, each find theirs; a new one takes the
+// place of a stale filter of its list and model, or of each in turn.
 type filterCache struct {
-	slots [filterSlots]atomic.Pointer[cachedFilter]
+	slots [filterSlots]filterSlot
 }
 
 const filterSlots = 8
+
+type filterSlot struct {
+	ways [2]atomic.Pointer[cachedFilter]
+	next atomic.Uint32
+}
 
 type cachedFilter struct {
 	ws     []*registry.Worker // the candidate list; held so its address names it
@@ -176,10 +183,20 @@ func (c *filterCache) get(model string, ws []*registry.Worker) (modelFilter, err
 		h = (h ^ uint32(model[i])) * 16777619
 	}
 	slot := &c.slots[h%filterSlots]
-	if e := slot.Load(); e != nil && e.epoch == epoch && e.filter.model == model && sameList(e.ws, ws) {
-		return e.filter, e.err
+	way := -1
+	for i := range slot.ways {
+		e := slot.ways[i].Load()
+		switch {
+		case e == nil || e.filter.model == model && sameList(e.ws, ws) && e.epoch != epoch:
+			way = i
+		case e.epoch == epoch && e.filter.model == model && sameList(e.ws, ws):
+			return e.filter, e.err
+		}
+	}
+	if way < 0 {
+		way = int(slot.next.Add(1) % uint32(len(slot.ways)))
 	}
 	f, err := newModelFilter(model, ws, nil)
-	slot.Store(&cachedFilter{ws: ws, epoch: epoch, filter: f, err: err})
+	slot.ways[way].Store(&cachedFilter{ws: ws, epoch: epoch, filter: f, err: err})
 	return f, err
 }
