@@ -7,8 +7,9 @@ import (
 )
 
 // decoders are the candidates of a request's pick: the workers whose pods
-// decode when prefill and decode are split (Options.Disaggregation),
-// every worker otherwise.
+// decode, split or not (a pod labelled only prefill or encode has no
+// sidecar to take a whole request), every worker of a registry that keeps
+// no roles. In a pool without role labels that is every worker.
 func (s *Server) decoders() []*registry.Worker {
 	if s.roles != nil {
 		return s.roles.Decoders()

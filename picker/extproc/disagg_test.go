@@ -1,9 +1,11 @@
 package extproc
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -23,13 +25,18 @@ const (
 // policy and cfg's other settings.
 func disaggEnv(t *testing.T, minUncached int, cfg policy.Config, roles map[string]string, opts ...envOption) *env {
 	t.Helper()
+	return roleEnv(t, &policy.DisaggregationConfig{MinUncachedTokens: minUncached}, cfg, roles, opts...)
+}
+
+// roleEnv is disaggEnv split as d says (nil: not split).
+func roleEnv(t *testing.T, d *policy.DisaggregationConfig, cfg policy.Config, roles map[string]string, opts ...envOption) *env {
+	t.Helper()
 	addrs := make([]string, 0, len(roles))
 	for _, a := range []string{decodeA, decodeB, prefill, "10.0.0.4:8000"} {
 		if _, ok := roles[a]; ok {
 			addrs = append(addrs, a)
 		}
 	}
-	d := &policy.DisaggregationConfig{MinUncachedTokens: minUncached}
 	opts = append(opts, func(o *Options) { o.Disaggregation, o.MaxInFlight = d, cfg.MaxInFlight })
 	e := newEnv(t, addrs, opts...)
 	eps := make([]registry.Endpoint, 0, len(addrs))
@@ -256,42 +263,60 @@ func TestWithoutARoomyPrefillPodTheDecodePodPrefills(t *testing.T) {
 }
 
 // A pool whose ready pods all only prefill has nowhere to decode: 503,
-// saying so.
+// saying so, split or not.
 func TestAPoolOfPrefillPodsAloneAnswers503(t *testing.T) {
-	e := disaggEnv(t, 0, policy.Config{}, map[string]string{prefill: "prefill"})
-	s := e.open()
-	body := chatBody("m", long)
-	s.requestHeaders("/v1/chat/completions", len(body), false, nil)
-	s.requestBody(body, true)
-	if code, msg := s.immediateReply(); code != 503 || !strings.Contains(msg, "decodes") {
-		t.Errorf("a request to a pool of prefill pods: %d %q, want 503 saying no pod decodes", code, msg)
+	for name, d := range map[string]*policy.DisaggregationConfig{"split": {}, "not split": nil} {
+		t.Run(name, func(t *testing.T) {
+			e := roleEnv(t, d, policy.Config{}, map[string]string{prefill: "prefill", decodeA: "encode"})
+			s := e.open()
+			body := chatBody("m", long)
+			s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+			s.requestBody(body, true)
+			if code, msg := s.immediateReply(); code != 503 || !strings.Contains(msg, "decodes") {
+				t.Errorf("a request to a pool of prefill and encode pods: %d %q, want 503 saying no pod decodes", code, msg)
+			}
+		})
 	}
 }
 
-// A client's prefill header never reaches a pod: every route removes it,
-// split or not, and one the picker sets replaces it.
-func TestAClientsPrefillHeaderIsRemoved(t *testing.T) {
-	forged := []string{policy.PrefillerHeader, "203.0.113.9:80"}
-	check := func(t *testing.T, what string, r routedReply, want string) {
-		t.Helper()
-		got, set := r.set[policy.PrefillerHeader]
-		switch {
-		case want == "" && (set || !slices.Contains(r.removed, policy.PrefillerHeader)):
-			t.Errorf("%s: the header is set to %q, removed %v; want it removed", what, got, r.removed)
-		case want != "" && got != want:
-			t.Errorf("%s: the header is %q, want %q", what, got, want)
+// Without the split, a pod labelled only prefill (or encode), which has no
+// sidecar to decode, takes no request, nor is it a fallback: every request
+// goes to the pod without a label, and none names a prefill pod.
+func TestWithoutTheSplitPrefillPodsTakeNoRequest(t *testing.T) {
+	e := roleEnv(t, nil, policy.Config{}, map[string]string{decodeA: "", decodeB: "encode", prefill: "prefill"})
+	for i := range 20 {
+		s, r := e.sendChat(fmt.Sprint(i, long))
+		if r.dest != decodeA {
+			t.Fatalf("request %d routed to %q, want the unlabelled pod %s alone", i, r.dest, decodeA)
 		}
+		if v, ok := r.set[policy.PrefillerHeader]; ok {
+			t.Fatalf("request %d names prefill pod %q without the split", i, v)
+		}
+		s.responseHeaders(200, "application/json", true, "")
+		s.recv()
 	}
-	plain := newEnv(t, twoWorkers)
-	_, r := plain.sendChat(long, forged...)
-	check(t, "without the split", r, "")
-	s := plain.open()
-	s.requestHeaders("/v1/models", -1, true, nil, forged...)
-	check(t, "a request of headers alone", s.routed(false), "")
+}
 
-	e := disaggEnv(t, 100, policy.Config{}, splitPool)
-	_, r = e.sendChat("hello", forged...)
-	check(t, "a short prompt with the split", r, "")
-	_, r = e.sendChat(long, forged...)
-	check(t, "a long prompt with the split", r, prefill)
+// A parked pod that only prefills is not one a request may wait for: a
+// model only it lists does not exist for the pool's decode pods (404),
+// where a parked decode pod's model is unavailable for now (503).
+func TestAParkedPrefillPodServesNoModel(t *testing.T) {
+	e := roleEnv(t, nil, policy.Config{MetricsStaleness: policy.Duration{Duration: time.Hour}},
+		map[string]string{decodeA: "decode", decodeB: "decode", prefill: "prefill"})
+	serve := func(w *registry.Worker, model string) {
+		w.SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{model}, Complete: true}, Scraped: time.Now()})
+	}
+	pre, dec := e.worker(prefill), e.worker(decodeB)
+	serve(e.worker(decodeA), "live-model")
+	serve(dec, "live-model")
+	serve(pre, "prefilled-model")
+	park(e.reg, pre, true)
+	if code, msg := e.chat("prefilled-model", "").immediateReply(); code != 404 {
+		t.Errorf("a request for a model only a parked prefill pod lists: %d %q, want 404", code, msg)
+	}
+	serve(dec, "prefilled-model")
+	park(e.reg, dec, true)
+	if code, msg := e.chat("prefilled-model", "").immediateReply(); code != 503 {
+		t.Errorf("a request for a model a parked decode pod lists: %d %q, want 503", code, msg)
+	}
 }

@@ -94,13 +94,14 @@ type Options struct {
 	// response of a served request names the pod that served it when the
 	// request's token named another or none.
 	SessionHeader string
-	// Disaggregation, when set, decodes each request on a pod that decodes
-	// and, when the part of its prompt that pod does not hold is long
-	// enough, names a pod that prefills to that pod's sidecar
-	// (policy.PrefillerHeader), holding load on it until the first token
-	// (disagg.go). The registry's role lists (Decoders, Prefillers) are
-	// the candidates; without them every worker decodes and none
-	// prefills for another.
+	// Disaggregation, when set, names a pod that prefills to the decode
+	// pod's sidecar (policy.PrefillerHeader) when the part of a request's
+	// prompt the decode pod does not hold is long enough, holding load on
+	// it until the decode pod answers (disagg.go). The registry's role
+	// lists (Decoders, Prefillers) are the candidates; a request is
+	// decoded on a pod that decodes with or without the split, and
+	// without the lists every worker decodes and none prefills for
+	// another.
 	Disaggregation *policy.DisaggregationConfig
 	// SessionIDs says SessionHeader carries the client's own session id
 	// instead (the policy's sessionAffinity key id): it is hashed as it is
@@ -142,8 +143,8 @@ type Server struct {
 	// the registry parks none): a request whose model only they serve
 	// waits for them.
 	parked func() []*registry.Worker
-	// roles are the registry's workers by role, when it keeps them and
-	// Options.Disaggregation is set; nil otherwise.
+	// roles are the registry's workers by role, when it keeps them; nil
+	// otherwise.
 	roles  Roles
 	states sync.Pool
 }
@@ -188,7 +189,7 @@ func New(reg Workers, picker Picker, opts Options) *Server {
 		rewrites: epmetrics.NewRewriteDecisions(opts.Registerer)}
 	s.upstream.OnlyServed(func(model string) bool { return policy.Served(model, reg.Workers()) })
 	s.states.New = func() any { return &exchange{} }
-	if r, ok := reg.(Roles); ok && opts.Disaggregation != nil {
+	if r, ok := reg.(Roles); ok {
 		s.roles = r
 	}
 	if p, ok := reg.(interface{ Parked() []*registry.Worker }); ok {

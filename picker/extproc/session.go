@@ -52,6 +52,9 @@ func (x *exchange) sessionMiss() string {
 		if x.subset.present && !x.subset.allows(w.Endpoint().Address) {
 			return "the pod is outside the gateway's subset"
 		}
+		if !w.Role().Decodes() {
+			return "the pod does not decode (llm-d.ai/role)"
+		}
 		return "the pod is saturated for the request or does not serve its model"
 	}
 	return "the pod is not a ready endpoint of the pool (gone, unready or never in it)"

@@ -43,9 +43,9 @@ var known = map[string]role{
 	"openai-parser":               {},
 	// llm-d's filters of the pods that decode (labelled llm-d.ai/role
 	// decode, or a role that includes it, or not labelled) and of those
-	// that prefill: the picker's own split of the pool's pods when
-	// prefill is disaggregated (disagg.go). With one profile there is no
-	// prefill stage, and decode-filter keeps the pods that decode.
+	// that prefill: the picker's own split of the pool's pods by their
+	// label, read in every config (disagg.go). With one profile there is
+	// no prefill stage, and decode-filter keeps the pods that decode.
 	decodeFilter:  {inProfile: true},
 	prefillFilter: {inProfile: true},
 	// llm-d's prefill/decode profile handlers, their deciders, and the
