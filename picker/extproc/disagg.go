@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
 	sessiontoken "github.com/inferpick/inferpick/picker/session"
@@ -15,6 +16,12 @@ func (s *Server) decoders() []*registry.Worker {
 		return s.roles.Decoders()
 	}
 	return s.reg.Workers()
+}
+
+// generates reports whether requests of kind generate output, which the
+// split prefills apart.
+func generates(kind openai.Kind) bool {
+	return kind == openai.Completions || kind == openai.ChatCompletions || kind == openai.Responses
 }
 
 // holder is a picker that can tell how much of a request's prompt a worker
@@ -32,12 +39,14 @@ const bytesPerToken = 4
 // decode pod does not hold are at least MinUncachedTokens, it picks a pod
 // that prefills (never the decode pod) with the same policy and takes a
 // load guard on it, in prefill, which the route names to the decode pod's
-// sidecar. A request with no prompt parsed (a tunnel, an upload, another
-// path) is decoded alone. So is one no prefill pod has room for: the
-// decode pod prefills it itself, and it is never refused for the split.
+// sidecar. Only a request that generates (completions, chat completions,
+// responses: what llm-d's sidecar splits) is: an embeddings request, a
+// tunnel, an upload or another path is decoded alone. So is one no prefill
+// pod has room for: the decode pod prefills it itself, and it is never
+// refused for the split.
 func (x *exchange) disaggregate() {
 	d := x.s.opts.Disaggregation
-	if d == nil || x.s.roles == nil || x.pick.Hashes == nil || len(x.picked) == 0 {
+	if d == nil || x.s.roles == nil || !generates(x.kind) || x.pick.Hashes == nil || len(x.picked) == 0 {
 		return
 	}
 	decode := x.picked[0]

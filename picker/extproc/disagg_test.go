@@ -162,6 +162,34 @@ llm_d_inference_scheduler_pd_decision_total{decision_type="prefill-decode",model
 	}
 }
 
+// An embeddings request, whose long input is hashed as a prompt, is not
+// split: llm-d's sidecar prefills apart only requests that generate. It
+// names no prefill pod, holds no load there, and counts as decode-only.
+func TestAnEmbeddingsRequestIsNotSplit(t *testing.T) {
+	e := disaggEnv(t, 0, policy.Config{}, splitPool)
+	s := e.open()
+	body := `{"model":"m","input":"` + long + `"}`
+	s.requestHeaders("/v1/embeddings", len(body), false, nil)
+	s.requestBody(body, true)
+	r := s.routed(true)
+	if v, ok := r.set[policy.PrefillerHeader]; ok {
+		t.Errorf("an embeddings request names prefill pod %q", v)
+	}
+	if got := e.load(prefill); got != [2]int64{0, 0} {
+		t.Errorf("an embeddings request holds load %v on the prefill pod, want none", got)
+	}
+	s.responseHeaders(200, "application/json", true, "")
+	s.recv()
+	want := `
+# HELP llm_d_inference_scheduler_disagg_decision_total Requests routed while prefill and decode are split, by target model and decision: decode-only or prefill-decode.
+# TYPE llm_d_inference_scheduler_disagg_decision_total counter
+llm_d_inference_scheduler_disagg_decision_total{decision_type="decode-only",model_name="m"} 1
+`
+	if err := testutil.GatherAndCompare(e.metrics, strings.NewReader(want), "llm_d_inference_scheduler_disagg_decision_total"); err != nil {
+		t.Error(err)
+	}
+}
+
 // The prefill pod's load ends with the request, whichever way it ends
 // before its first token; a fallback that serves it keeps it.
 func TestThePrefillPodsLoadEndsWithTheRequest(t *testing.T) {
