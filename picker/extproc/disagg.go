@@ -39,7 +39,8 @@ const bytesPerToken = 4
 // decode pod does not hold are at least MinUncachedTokens, it picks a pod
 // that prefills (never the decode pod) with the same policy and takes a
 // load guard on it, in prefill, which the route names to the decode pod's
-// sidecar. Only a request that generates (completions, chat completions,
+// sidecar; the guard is held until the decode pod answers (its sidecar
+// answers once the prefill is done) or the request ends. Only a request that generates (completions, chat completions,
 // responses: what llm-d's sidecar splits) is: an embeddings request, a
 // tunnel, an upload or another path is decoded alone. So is one no prefill
 // pod has room for: the decode pod prefills it itself, and it is never

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/inferpick/inferpick/picker/policy"
@@ -83,35 +84,51 @@ func (e *env) load(addr string) [2]int64 {
 	return [2]int64{p, d}
 }
 
-func TestALongPromptIsPrefilledOnAPrefillPodUntilItsFirstToken(t *testing.T) {
-	e := disaggEnv(t, 100, policy.Config{}, splitPool)
-	s, r := e.sendChat(long)
-	if r.set[policy.PrefillerHeader] != prefill {
-		t.Fatalf("the routed request's %s = %q, want the prefill pod %s", policy.PrefillerHeader, r.set[policy.PrefillerHeader], prefill)
-	}
-	if strings.Contains(r.dest, prefill) || slices.Contains(r.removed, policy.PrefillerHeader) {
-		t.Errorf("routed to %s, removing %v: want a decode pod, and the prefill header set rather than removed", r.dest, r.removed)
-	}
-	if got := e.load(prefill); got != [2]int64{1, 0} {
-		t.Errorf("while the prefill runs the prefill pod's load is %v, want [1 0] (in prefill)", got)
-	}
-	s.responseHeaders(200, "text/event-stream", false, "")
-	s.recv()
-	if got := e.load(prefill); got != [2]int64{1, 0} {
-		t.Errorf("after the response headers, before a token, the prefill pod's load is %v, want [1 0]", got)
-	}
-	s.responseBody(sse("hi"), false)
-	s.recv()
-	if got := e.load(prefill); got != [2]int64{0, 0} {
-		t.Errorf("after the first token the prefill pod's load is %v, want [0 0]", got)
-	}
-	if got := e.load(primary(r)); got != [2]int64{0, 1} {
-		t.Errorf("after the first token the decode pod's load is %v, want [0 1]", got)
-	}
-	s.responseBody(sseDone, true)
-	s.recv()
-	if got := e.released(reasonPrefilled, reasonCompleted); got[reasonPrefilled] != 1 || got[reasonCompleted] != 1 {
-		t.Errorf("releases %v, want one prefilled and one completed", got)
+// A long prompt is prefilled on the prefill pod, which holds its load until
+// the decode pod answers: its sidecar sends the response headers once the
+// prefill is done. That holds with the response body streamed to the
+// picker and without it (response_body_mode NONE, where no token is seen).
+func TestALongPromptIsPrefilledOnAPrefillPodUntilTheDecodePodAnswers(t *testing.T) {
+	for _, mode := range []extprocfilterv3.ProcessingMode_BodySendMode{extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED, extprocfilterv3.ProcessingMode_NONE} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := disaggEnv(t, 100, policy.Config{}, splitPool)
+			s := e.open()
+			s.requestHeadersInModes(extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED, mode)
+			s.requestBody(chatBody("m", long), true)
+			r := s.routed(true)
+			if r.set[policy.PrefillerHeader] != prefill {
+				t.Fatalf("the routed request's %s = %q, want the prefill pod %s", policy.PrefillerHeader, r.set[policy.PrefillerHeader], prefill)
+			}
+			if strings.Contains(r.dest, prefill) || slices.Contains(r.removed, policy.PrefillerHeader) {
+				t.Errorf("routed to %s, removing %v: want a decode pod, and the prefill header set rather than removed", r.dest, r.removed)
+			}
+			if got := e.load(prefill); got != [2]int64{1, 0} {
+				t.Errorf("while the prefill runs the prefill pod's load is %v, want [1 0] (in prefill)", got)
+			}
+			s.responseHeaders(200, "text/event-stream", false, "")
+			s.recv()
+			if got := e.load(prefill); got != [2]int64{0, 0} {
+				t.Errorf("after the decode pod's response headers the prefill pod's load is %v, want [0 0]", got)
+			}
+			if got := e.released(reasonPrefilled); got[reasonPrefilled] != 1 {
+				t.Errorf("releases after the response headers %v, want one prefilled", got)
+			}
+			if mode == extprocfilterv3.ProcessingMode_NONE {
+				closeSend(s)
+			} else {
+				s.responseBody(sse("hi"), false)
+				s.recv()
+				if got := e.load(primary(r)); got != [2]int64{0, 1} {
+					t.Errorf("after the first token the decode pod's load is %v, want [0 1]", got)
+				}
+				s.responseBody(sseDone, true)
+				s.recv()
+			}
+			eventually(t, "the decode pod's load to end", func() bool { return e.load(primary(r)) == [2]int64{} })
+			if got := e.released(reasonPrefilled, reasonCompleted); got[reasonPrefilled] != 1 || got[reasonCompleted] != 1 {
+				t.Errorf("releases %v, want one prefilled and one completed", got)
+			}
+		})
 	}
 }
 
@@ -191,22 +208,28 @@ llm_d_inference_scheduler_disagg_decision_total{decision_type="decode-only",mode
 }
 
 // The prefill pod's load ends with the request, whichever way it ends
-// before its first token; a fallback that serves it keeps it.
+// before the decode pod answers, and with a 2xx answer however the request
+// ends after it; the move to a fallback keeps it until the fallback
+// answers.
 func TestThePrefillPodsLoadEndsWithTheRequest(t *testing.T) {
 	tests := map[string]struct {
-		end    func(s *session, r routedReply)
-		reason string
+		end       func(s *session, r routedReply)
+		reason    string
+		released  float64 // the guards released for reason: the decode and the prefill pods', or the decode pod's
+		prefilled float64
 	}{
 		"the client resets": {
-			end:    func(s *session, _ routedReply) { s.cancel() },
-			reason: reasonCancelled,
+			end:      func(s *session, _ routedReply) { s.cancel() },
+			reason:   reasonCancelled,
+			released: 2,
 		},
 		"the decode pod answers 503": {
 			end: func(s *session, _ routedReply) {
 				s.responseHeaders(503, "application/json", false, "")
 				s.recv()
 			},
-			reason: reasonError,
+			reason:   reasonError,
+			released: 2,
 		},
 		"an error event before the first token": {
 			end: func(s *session, _ routedReply) {
@@ -215,7 +238,9 @@ func TestThePrefillPodsLoadEndsWithTheRequest(t *testing.T) {
 				s.responseBody("data: {\"error\":{\"message\":\"boom\"}}\n\n", true)
 				s.recv()
 			},
-			reason: reasonError,
+			reason:    reasonError,
+			released:  1,
+			prefilled: 1,
 		},
 	}
 	for name, tc := range tests {
@@ -229,11 +254,11 @@ func TestThePrefillPodsLoadEndsWithTheRequest(t *testing.T) {
 			eventually(t, "every load to end", func() bool {
 				return e.load(prefill) == [2]int64{} && e.load(primary(r)) == [2]int64{}
 			})
-			if got := e.releases(tc.reason); got != 2 {
-				t.Errorf("%s releases: %v, want 2 (the decode and the prefill pods')", tc.reason, got)
+			if got := e.releases(tc.reason); got != tc.released {
+				t.Errorf("%s releases: %v, want %v", tc.reason, got, tc.released)
 			}
-			if got := e.releases(reasonPrefilled); got != 0 {
-				t.Errorf("prefilled releases: %v, want none", got)
+			if got := e.releases(reasonPrefilled); got != tc.prefilled {
+				t.Errorf("prefilled releases: %v, want %v", got, tc.prefilled)
 			}
 		})
 	}
@@ -244,16 +269,14 @@ func TestThePrefillPodsLoadEndsWithTheRequest(t *testing.T) {
 		fallback := strings.Split(r.dest, ",")[1]
 		s.responseHeaders(200, "text/event-stream", false, fallback)
 		s.recv()
-		if got := e.load(prefill); got != [2]int64{1, 0} {
-			t.Errorf("after the fallback served, the prefill pod's load is %v, want [1 0]", got)
+		if got := e.released(reasonPrefilled, reasonFallback); got[reasonPrefilled] != 1 || got[reasonFallback] != 1 {
+			t.Errorf("after the fallback answered, releases %v, want the primary's for the fallback and the prefill pod's prefilled", got)
+		}
+		if got := e.load(prefill); got != [2]int64{0, 0} {
+			t.Errorf("after the fallback answered, the prefill pod's load is %v, want none", got)
 		}
 		if got := e.load(fallback); got != [2]int64{1, 0} {
 			t.Errorf("the fallback's load is %v, want [1 0]", got)
-		}
-		s.responseBody(sse("hi"), false)
-		s.recv()
-		if got := e.load(prefill); got != [2]int64{0, 0} {
-			t.Errorf("after the first token the prefill pod's load is %v, want none", got)
 		}
 	})
 }

@@ -82,8 +82,9 @@ type exchange struct {
 	dest           string
 	guard          *registry.Guard
 	// prefill is the load the request holds on the pod that prefills its
-	// prompt for the decode pod (Options.Disaggregation), until its first
-	// token or its end; nil when it is decoded alone (disagg.go).
+	// prompt for the decode pod (Options.Disaggregation), until the served
+	// response's headers or the request's end; nil when it is decoded
+	// alone (disagg.go).
 	prefill *registry.Guard
 	// prePick is the prefill pick's request; preBuf what it picks into,
 	// kept across streams.
@@ -565,6 +566,13 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	if h.GetEndOfStream() {
 		x.state = finished
 	}
+	if x.served() {
+		// The decode pod's sidecar answers once the prefill pod has
+		// returned: that pod's part is over, whether or not a token
+		// comes through the stream (with response_body_mode NONE none
+		// does).
+		releaseGuard(x, x.prefill, reasonPrefilled)
+	}
 	switch {
 	case !x.served():
 		x.upstreamFailed()
@@ -649,8 +657,9 @@ func (x *exchange) upstreamFailed() {
 
 // firstToken moves the request's load from prefill to decode and records
 // its time to first token. A tunnel's 101 moves its load alone: the
-// handshake is not a token. The prefill pod's part is over then: the
-// decode pod sends nothing before it has the prefill's cache.
+// handshake is not a token. The prefill pod's part is over by then (its
+// guard is released with the response headers; releasing it again does
+// nothing).
 func (x *exchange) firstToken() {
 	releaseGuard(x, x.prefill, reasonPrefilled)
 	if x.guard.FirstToken() && !x.tunnel {

@@ -14,7 +14,7 @@ const (
 	reasonPanic     = "panic"              // the handler panicked
 	reasonFallback  = "fallback"           // the gateway served another endpoint of the list
 	reasonViolation = "protocol_violation" // the peer broke the ext_proc protocol
-	reasonPrefilled = "prefilled"          // the prefill pod's part ended: the decode pod sent the first token
+	reasonPrefilled = "prefilled"          // the prefill pod's part ended: the decode pod answered
 )
 
 type serverMetrics struct {

@@ -15,8 +15,9 @@ import (
 //	fallback's in its place, so a stream never holds two at a time on
 //	the pods it is decoded on. A request whose prompt another pod
 //	prefills (Options.Disaggregation) also holds a guard on that pod,
-//	taken with the first, and released exactly once too: at its first
-//	token, or with the request's end; a fallback keeps it.
+//	taken with the first, and released exactly once too: when a served
+//	response's headers arrive, or with the request's end; a fallback keeps
+//	it.
 //
 // The exchange enforces it with a state machine over the ext_proc messages.
 // Routing happens only on the transition out of the request phase, and no
