@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/inferpick/inferpick/picker/extproc/extproctest"
 	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
@@ -53,6 +55,54 @@ func benchExchange(b *testing.B, size, workers int) {
 		gw.exchange(b)
 	}
 	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkExchangeDisaggregated is BenchmarkExchange with prefill/decode
+// disaggregation on, over a pool whose first half is labelled decode and
+// second half prefill: every request is decoded on one and, its prompt
+// being past minUncachedTokens on its decode pod, prefilled on another, so
+// each exchange makes two picks and takes two guards.
+func BenchmarkExchangeDisaggregated(b *testing.B) {
+	for _, size := range []int{1 << 10, 32 << 10} {
+		for _, workers := range []int{8, 100} {
+			b.Run(fmt.Sprintf("body=%dKB/workers=%d", size>>10, workers), func(b *testing.B) {
+				reg := registry.New()
+				eps := make([]registry.Endpoint, workers)
+				for i := range eps {
+					addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 8000)
+					role := registry.ParseRole("decode", true)
+					if i >= workers/2 {
+						role = registry.ParseRole("prefill", true)
+					}
+					eps[i] = registry.Endpoint{Key: registry.Key{UID: "uid-" + strconv.Itoa(i), Port: 8000}, Name: addr.String(), Address: addr, Role: role}
+				}
+				reg.Replace(eps)
+				reg.MarkSynced()
+				pol := benchPolicy(b, reg, 1)
+				srv := New(reg, pol, Options{Fallbacks: 2, Disaggregation: &policy.DisaggregationConfig{}})
+				gw := startGateway(b, benchServe(b, srv), size)
+				for range 256 {
+					gw.exchange(b)
+				}
+				// Each request held two guards, its decode pod's and its
+				// prefill pod's, which the end of its stream released.
+				released := 0.0
+				for _, r := range []string{reasonPrefilled, reasonCompleted, reasonCancelled} {
+					released += testutil.ToFloat64(srv.metrics.releases.WithLabelValues(r))
+				}
+				if released != 2*256 {
+					b.Fatalf("256 requests released %v guards, want 512: a decode and a prefill guard each", released)
+				}
+				b.ReportAllocs()
+				b.SetBytes(int64(len(benchChatBody(0, 0, size))))
+				cpu := cpuTime()
+				for b.Loop() {
+					gw.exchange(b)
+				}
+				b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+			})
+		}
+	}
 }
 
 // benchPolicy is the cache-aware policy over reg of a picker deployed as
