@@ -188,7 +188,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 	// deps run until the ext_proc server has drained (see routing).
 	deps := []manager.Runnable{scraper}
 	sat := cfg.Default()
-	saturation := func() float64 { return sat.Saturation(reg.Workers(), time.Now()) }
+	saturation := poolSaturation(sat, reg)
 	// With or without the queue: without it a saturated pool refuses only
 	// negative priorities, so refusals alone would not show it.
 	promReg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -440,6 +440,14 @@ func (o *Options) policyConfig() policy.Config {
 		cfg.CacheAware.Replicas = 1
 	}
 	return cfg
+}
+
+// poolSaturation is how near the pool's pods that decode are to
+// saturation, for the gauge and the flow-control queue: a pod labelled only
+// to prefill (or encode) is never a request's own pod, and counting it would
+// show a pool whose every decode pod is full as partly free.
+func poolSaturation(cfg policy.Config, reg *registry.Registry) func() float64 {
+	return func() float64 { return cfg.Saturation(reg.Decoders(), time.Now()) }
 }
 
 // sessionHeader is the header of the policy's session affinity, "" when off.
