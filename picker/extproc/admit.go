@@ -223,39 +223,51 @@ const admitAttempts = 3
 // a primary filled since the pick is picked again, and after admitAttempts
 // the request counts as saturated.
 func (x *exchange) pickAndAdmit(candidates []*registry.Worker) ([]*registry.Worker, *registry.Guard, error) {
-	n := 1 + x.s.opts.Fallbacks
-	limit := int64(x.s.opts.MaxInFlight)
-	if limit <= 0 {
-		picked, err := x.runPicker(candidates, n)
+	attempts := admitAttempts
+	if x.admitLimit() <= 0 {
+		attempts = 1 // the guard is always taken
+	}
+	for range attempts {
+		picked, err := x.runPicker(&x.pickBuf, &x.pick, candidates, 1+x.s.opts.Fallbacks)
 		if err != nil || len(picked) == 0 {
 			return picked, nil, err
 		}
-		return picked, picked[0].Admit(), nil
-	}
-	if x.pick.Reserve > 0 {
-		limit = max(limit-int64(x.pick.Reserve), 1)
-	}
-	for range admitAttempts {
-		picked, err := x.runPicker(candidates, n)
-		if err != nil || len(picked) == 0 {
-			return picked, nil, err
-		}
-		if g, ok := picked[0].AdmitBelow(limit); ok {
+		if g, ok := x.admitOn(picked[0]); ok {
 			return picked, g, nil
 		}
 	}
 	return nil, nil, policy.ErrSaturated
 }
 
-// runPicker runs the picker once, into the exchange's own slice when the
-// picker can append.
-func (x *exchange) runPicker(candidates []*registry.Worker, n int) ([]*registry.Worker, error) {
+// admitLimit is the in-flight bound the request's guards are taken under:
+// maxInFlight less the request's Reserve (one place always usable), 0 for
+// none.
+func (x *exchange) admitLimit() int64 {
+	limit := int64(x.s.opts.MaxInFlight)
+	if limit > 0 && x.pick.Reserve > 0 {
+		limit = max(limit-int64(x.pick.Reserve), 1)
+	}
+	return limit
+}
+
+// admitOn takes a guard on w, only while w has room under admitLimit when
+// there is one.
+func (x *exchange) admitOn(w *registry.Worker) (*registry.Guard, bool) {
+	if limit := x.admitLimit(); limit > 0 {
+		return w.AdmitBelow(limit)
+	}
+	return w.Admit(), true
+}
+
+// runPicker runs the picker once for req, into *buf (kept across streams)
+// when the picker can append.
+func (x *exchange) runPicker(buf *[]*registry.Worker, req *policy.Request, candidates []*registry.Worker, n int) ([]*registry.Worker, error) {
 	p, ok := x.s.picker.(appendPicker)
 	if !ok {
-		return x.s.picker.Pick(&x.pick, candidates, n)
+		return x.s.picker.Pick(req, candidates, n)
 	}
-	picked, err := p.AppendPick(x.pickBuf[:0], &x.pick, candidates, n)
-	x.pickBuf = picked
+	picked, err := p.AppendPick((*buf)[:0], req, candidates, n)
+	*buf = picked
 	return picked, err
 }
 

@@ -40,11 +40,11 @@ const bytesPerToken = 4
 // that prefills (never the decode pod) with the same policy and takes a
 // load guard on it, in prefill, which the route names to the decode pod's
 // sidecar; the guard is held until the decode pod answers (its sidecar
-// answers once the prefill is done) or the request ends. Only a request that generates (completions, chat completions,
-// responses: what llm-d's sidecar splits) is: an embeddings request, a
-// tunnel, an upload or another path is decoded alone. So is one no prefill
-// pod has room for: the decode pod prefills it itself, and it is never
-// refused for the split.
+// answers once the prefill is done) or the request ends. Only a request
+// that generates (completions, chat completions, responses: what llm-d's
+// sidecar splits) is: an embeddings request, a tunnel, an upload or
+// another path is decoded alone. So is one no prefill pod has room for: the
+// decode pod prefills it itself, and it is never refused for the split.
 func (x *exchange) disaggregate() {
 	d := x.s.opts.Disaggregation
 	if d == nil || x.s.roles == nil || !generates(x.kind) || x.pick.Hashes == nil || len(x.picked) == 0 {
@@ -73,28 +73,12 @@ func (x *exchange) disaggregate() {
 	x.prePick = x.pick
 	x.prePick.Session, x.prePick.SessionID = nil, sessiontoken.ID{}
 	x.prePick.Subset, x.prePick.Overflow, x.prePick.Exclude = false, false, decode
-	var picked []*registry.Worker
-	var err error
-	if p, ok := x.s.picker.(appendPicker); ok {
-		picked, err = p.AppendPick(x.preBuf[:0], &x.prePick, prefillers, 1)
-		x.preBuf = picked
-	} else {
-		picked, err = x.s.picker.Pick(&x.prePick, prefillers, 1)
-	}
+	picked, err := x.runPicker(&x.preBuf, &x.prePick, prefillers, 1)
 	x.prePick = policy.Request{} // it aliases the body
 	if err != nil || len(picked) == 0 || picked[0] == decode {
 		return
 	}
-	if limit := int64(x.s.opts.MaxInFlight); limit > 0 {
-		if x.pick.Reserve > 0 {
-			limit = max(limit-int64(x.pick.Reserve), 1)
-		}
-		g, ok := picked[0].AdmitBelow(limit)
-		if !ok {
-			return
-		}
+	if g, ok := x.admitOn(picked[0]); ok {
 		x.prefill = g
-		return
 	}
-	x.prefill = picked[0].Admit()
 }

@@ -65,8 +65,7 @@ type roleLists struct {
 	decoders, prefillers []*Worker
 }
 
-// roles returns m's role lists, made on first use: only a picker that
-// splits prefill from decode reads them.
+// roles returns m's role lists, made on the snapshot's first pick.
 func (m *members) roles() *roleLists {
 	if l := m.byRole.Load(); l != nil {
 		return l
