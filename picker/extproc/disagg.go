@@ -75,7 +75,7 @@ func (x *exchange) disaggregate() {
 	x.prePick.Subset, x.prePick.Overflow, x.prePick.Exclude = false, false, decode
 	picked, err := x.runPicker(&x.preBuf, &x.prePick, prefillers, 1)
 	x.prePick = policy.Request{} // it aliases the body
-	if err != nil || len(picked) == 0 || picked[0] == decode {
+	if err != nil || len(picked) == 0 { // the pick never returns Exclude
 		return
 	}
 	if g, ok := x.admitOn(picked[0]); ok {

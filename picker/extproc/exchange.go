@@ -657,11 +657,9 @@ func (x *exchange) upstreamFailed() {
 
 // firstToken moves the request's load from prefill to decode and records
 // its time to first token. A tunnel's 101 moves its load alone: the
-// handshake is not a token. The prefill pod's part is over by then (its
-// guard is released with the response headers; releasing it again does
-// nothing).
+// handshake is not a token. A split request's prefill guard is gone by
+// then: released with the response headers that come first.
 func (x *exchange) firstToken() {
-	releaseGuard(x, x.prefill, reasonPrefilled)
 	if x.guard.FirstToken() && !x.tunnel {
 		now := x.s.opts.Clock.Now()
 		x.s.metrics.ttft.Observe(now.Sub(x.routedAt).Seconds())

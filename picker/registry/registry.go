@@ -278,14 +278,11 @@ func (r *Registry) publishLocked(c *change) {
 	}
 	live, liveMoved := respliced(old.live, (*Worker).Live, c.removed, c.parked, added, back)
 	parked, parkedMoved := respliced(old.parked, parkedHeld, c.removed, c.parked, c.resumed)
-	if !liveMoved && !parkedMoved && len(added) == 0 && len(c.removed) == 0 {
-		if c.roles { // the same workers: only the role lists change
-			r.snapshot.Store(&members{live: live, parked: parked})
-		}
-		return
-	}
-	if liveMoved || parkedMoved || c.roles {
+	if liveMoved || parkedMoved || c.roles { // c.roles alone: the same workers, new role lists
 		r.snapshot.Store(&members{live: live, parked: parked})
+	}
+	if !liveMoved && !parkedMoved && len(added) == 0 && len(c.removed) == 0 {
+		return
 	}
 	for _, l := range r.listeners {
 		for _, w := range c.removed {

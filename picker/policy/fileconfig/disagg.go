@@ -93,9 +93,9 @@ func (u *upstream) readPDHandler(p plugin) error {
 		case "prefillProfile":
 			setName(&s.prefill, v)
 		case "primaryPort":
-			n, err := strconv.Atoi(v.Value)
-			if v.Kind != yaml.ScalarNode || err != nil {
-				return fmt.Errorf("line %d: %s primaryPort %q is not a whole number", v.Line, p.typ, v.Value)
+			n, err := wholeNumber(p.typ, k.Value, v)
+			if err != nil {
+				return err
 			}
 			if n != 0 {
 				return fmt.Errorf("line %d: %s primaryPort %d is not supported: inferpick does not send a data-parallel decode pod's requests to one port with the rank's in x-data-parallel-host-port; list each rank's port in the pool's targetPorts and the picker routes to each rank itself (docs/operations.md, Active ports)", v.Line, p.typ, n)
