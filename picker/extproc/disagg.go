@@ -74,7 +74,7 @@ func (x *exchange) disaggregate() {
 	x.prePick.Session, x.prePick.SessionID = nil, sessiontoken.ID{}
 	x.prePick.Subset, x.prePick.Overflow, x.prePick.Exclude = false, false, decode
 	picked, err := x.runPicker(&x.preBuf, &x.prePick, prefillers, 1)
-	x.prePick = policy.Request{} // it aliases the body
+	x.prePick = policy.Request{}        // it aliases the body
 	if err != nil || len(picked) == 0 { // the pick never returns Exclude
 		return
 	}

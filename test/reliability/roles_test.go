@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/inferpick/inferpick/picker/policy"
@@ -16,8 +15,8 @@ import (
 
 // TestARoleLabelEditedOnARunningPodIsFollowed labels pods with llm-d's
 // roles and edits one pod's label while it runs: /debug/workers shows the
-// role each pod's label says, and the edited pod's new role, with the pod
-// still routed to.
+// role each pod's label says, then the edited pod's new role, and the pool
+// still has both workers.
 func TestARoleLabelEditedOnARunningPodIsFollowed(t *testing.T) {
 	c := sharedCluster(t)
 	ns := c.Namespace(t)
@@ -26,15 +25,8 @@ func TestARoleLabelEditedOnARunningPodIsFollowed(t *testing.T) {
 	if err := c.Client.Create(t.Context(), framework.MakePool(ns, "pool").Ports(int32(port)).Obj()); err != nil {
 		t.Fatal(err)
 	}
-	labelled := func(name, role string) *corev1.Pod {
-		pod := framework.MakePod(ns, name).Obj()
-		if role != "" {
-			pod.Labels[policy.RoleLabel] = role
-		}
-		return pod
-	}
-	decode := c.ReadyPod(t, labelled("vllm-0", "decode"), hosts[0])
-	c.ReadyPod(t, labelled("vllm-1", ""), hosts[1])
+	decode := c.ReadyPod(t, framework.MakePod(ns, "vllm-0").Label(policy.RoleLabel, "decode").Obj(), hosts[0])
+	c.ReadyPod(t, framework.MakePod(ns, "vllm-1").Obj(), hosts[1])
 	p := startClusterPicker(t, c, ns, "pool")
 	p.WaitWorkers(t, 2)
 
