@@ -145,6 +145,8 @@ func (e *eventReader) readUsage(l *lexer) error {
 			return readCount(l, &e.usage.PromptTokens)
 		case "completion_tokens", "output_tokens":
 			return readCount(l, &e.usage.CompletionTokens)
+		case "total_tokens":
+			return readCount(l, &e.usage.TotalTokens)
 		case "prompt_tokens_details", "input_tokens_details":
 			return readDetails(l, &e.usage.CachedTokens)
 		default:

@@ -53,6 +53,8 @@ type Usage struct {
 	PromptTokens int
 	// CompletionTokens is completion_tokens (Responses: output_tokens).
 	CompletionTokens int
+	// TotalTokens is total_tokens, as the model server reports it.
+	TotalTokens int
 	// CachedTokens is prompt_tokens_details.cached_tokens (Responses:
 	// input_tokens_details.cached_tokens): prompt tokens served from cache.
 	CachedTokens int

@@ -48,14 +48,14 @@ func TestStreamScanner(t *testing.T) {
 			chunks: []string{chatRole, chatTok, chatTok2, chatUsage, done},
 			want: scanned{
 				Events: []string{"first-token", "usage", "done"},
-				Usage:  Usage{PromptTokens: 12, CompletionTokens: 2, CachedTokens: 8},
+				Usage:  Usage{PromptTokens: 12, CompletionTokens: 2, TotalTokens: 14, CachedTokens: 8},
 			},
 		},
 		"chat stream in one chunk": {
 			chunks: []string{chatRole + chatTok + chatTok2 + chatUsage + done},
 			want: scanned{
 				Events: []string{"first-token|usage|done"},
-				Usage:  Usage{PromptTokens: 12, CompletionTokens: 2, CachedTokens: 8},
+				Usage:  Usage{PromptTokens: 12, CompletionTokens: 2, TotalTokens: 14, CachedTokens: 8},
 			},
 		},
 		"split inside data and inside a string": {
@@ -106,7 +106,7 @@ func TestStreamScanner(t *testing.T) {
 			},
 			want: scanned{
 				Events: []string{"first-token", "usage"},
-				Usage:  Usage{PromptTokens: 9, CompletionTokens: 3, CachedTokens: 5},
+				Usage:  Usage{PromptTokens: 9, CompletionTokens: 3, TotalTokens: 12, CachedTokens: 5},
 			},
 		},
 		"responses empty delta is not a token": {
@@ -185,7 +185,7 @@ func TestStreamScanner(t *testing.T) {
 			limit: 64,
 			chunks: []string{`{"object":"list","data":[{"embedding":[` + strings.Repeat("0.125,", 20), strings.Repeat("0.125,", 20) + `0]}],`,
 				`"model":"m","usage":{"prompt_tokens":7,"total_tokens":7}}`},
-			want: scanned{Events: []string{"first-token", "usage|done"}, Usage: Usage{PromptTokens: 7}},
+			want: scanned{Events: []string{"first-token", "usage|done"}, Usage: Usage{PromptTokens: 7, TotalTokens: 7}},
 		},
 		"json body over the limit: an error member": {
 			json:   true,
