@@ -229,7 +229,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 	default: // response trailers
 		x.state = finished
 		x.completed()
-		return false, x.send(continueResponseTrailers)
+		return false, x.send(x.out.endTrailers(x.reportUsage()))
 	}
 }
 
@@ -637,7 +637,15 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 	if ev.Has(openai.Done) || b.GetEndOfStream() {
 		x.completed()
 	}
-	return x.send(x.out.streamedBody(x.restoreModel(b.GetBody()), b.GetEndOfStream(), false))
+	reply := x.out.streamedBody(x.restoreModel(b.GetBody()), b.GetEndOfStream(), false)
+	if !b.GetEndOfStream() {
+		return x.send(reply)
+	}
+	// The reply that ends the response carries what it reports.
+	reply.DynamicMetadata = x.reportUsage()
+	err := x.send(reply)
+	reply.DynamicMetadata = nil
+	return err
 }
 
 // upstreamFailed ends a response the model server failed: a status outside

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/inferpick/inferpick/picker/attrexpr"
 	"github.com/inferpick/inferpick/picker/extproc/extproctest"
 	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
@@ -226,7 +227,33 @@ func (nowhere) Locate(context.Context, string, *openai.Request, *policy.Shared) 
 	return false, nil
 }
 
-func benchHandle(b *testing.B, size, workers, replicas int, opts Options) {
+// BenchmarkHandleResponse is BenchmarkHandle for a 1 KB chat on 8 workers
+// followed by its streamed response, whose last event carries its usage,
+// with no attribute to report and with upstream's sample attribute and
+// two more over the usage (Options.Attributes).
+func BenchmarkHandleResponse(b *testing.B) {
+	for _, n := range []int{0, 3} {
+		b.Run(fmt.Sprintf("attributes=%d", n), func(b *testing.B) {
+			var opts Options
+			for _, a := range [][4]string{
+				{"envoy.lb", "x-gateway-inference-request-cost", "usage.completion_tokens", "has(usage.completion_tokens)"},
+				{"", "prompt", "usage.prompt_tokens", ""},
+				{"billing", "weighted", "usage.prompt_tokens + 4.0 * usage.completion_tokens", "usage.total_tokens > 0"},
+			}[:n] {
+				attr, err := attrexpr.NewAttribute(a[0], a[1], a[2], a[3])
+				if err != nil {
+					b.Fatal(err)
+				}
+				opts.Attributes = append(opts.Attributes, attr)
+			}
+			benchHandle(b, 1<<10, 8, 1, opts, func(st *extproctest.MemStream) {
+				st.Respond("text/event-stream", sse("Hello"), sse(" there"), usageEvent, sseDone, "")
+			})
+		})
+	}
+}
+
+func benchHandle(b *testing.B, size, workers, replicas int, opts Options, respond ...func(*extproctest.MemStream)) {
 	reg := benchRegistry(workers)
 	pol := benchPolicy(b, reg, replicas)
 	opts.Fallbacks = 2
@@ -234,6 +261,9 @@ func benchHandle(b *testing.B, size, workers, replicas int, opts Options) {
 	streams := make([]*extproctest.MemStream, 64)
 	for i := range streams {
 		streams[i] = extproctest.NewMemStream(b.Context(), newCodec(), benchChatBody(i%benchTenants, i, size))
+		for _, f := range respond {
+			f(streams[i])
+		}
 	}
 	run := func(st *extproctest.MemStream) {
 		st.Rewind()

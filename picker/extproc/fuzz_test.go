@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/inferpick/inferpick/picker/attrexpr"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
 	"github.com/inferpick/inferpick/picker/rewrite"
@@ -159,8 +161,21 @@ func newFuzzWorld(t testing.TB, ids, split bool) *fuzzWorld {
 	// Requests for "m" are rewritten to one of two targets.
 	rw := rewrite.NewTable()
 	rw.Set("canary", rewrite.Object{Rules: []rewrite.Rule{{Models: []string{"m"}, Targets: []rewrite.Target{{Model: "m-v1", Weight: 3}, {Model: "m-v2", Weight: 1}}}}})
+	// Each response reports its completion tokens, and a ratio that
+	// fails on a response with no prompt tokens.
+	var attrs []attrexpr.Attribute
+	for _, a := range [][2]string{
+		{"usage.completion_tokens", "has(usage.completion_tokens)"},
+		{"usage.total_tokens > 0.0 ? usage.prompt_tokens / usage.completion_tokens : 1 / 0", ""},
+	} {
+		attr, err := attrexpr.NewAttribute("", "a"+strconv.Itoa(len(attrs)), a[0], a[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		attrs = append(attrs, attr)
+	}
 	w.srv = New(w.reg, pol, Options{Fallbacks: 2, MaxBodyBytes: 4 << 10, MaxBufferedBodyBytes: 6 << 10, Registerer: w.prom, Rewrites: rw,
-		SessionHeader: header, SessionIDs: ids, Disaggregation: disagg})
+		SessionHeader: header, SessionIDs: ids, Disaggregation: disagg, Attributes: attrs})
 	return w
 }
 

@@ -29,6 +29,12 @@ type replies struct {
 	// (session.go), made on first use.
 	session      *extprocv3.ProcessingResponse
 	sessionValue *corev3.HeaderValue
+
+	// The metadata of the attributes a response reports and the reply to
+	// the response trailers that carries it (attributes.go), made on
+	// first use.
+	usage    *usageMeta
+	trailers *extprocv3.ProcessingResponse
 }
 
 func newReplies() *replies {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/utils/clock"
 
+	"github.com/inferpick/inferpick/picker/attrexpr"
 	"github.com/inferpick/inferpick/picker/epmetrics"
 	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
@@ -108,6 +109,12 @@ type Options struct {
 	// read, the policy places the request by it, and nothing is written on
 	// the response.
 	SessionIDs bool
+	// Attributes, when set, are reported to the gateway at the end of each
+	// response whose body it sends: the reply that ends the response
+	// carries dynamic metadata namespace → name → value for each attribute
+	// whose condition holds and whose value is not 0, evaluated over the
+	// response's token usage (upstream's request-attribute-reporter).
+	Attributes []attrexpr.Attribute
 }
 
 // Locator fills dst with the model servers' account of where the parsed

@@ -21,7 +21,7 @@ const Chunk = 16 << 10
 
 // MemStream is an ext_proc stream held in memory: Recv hands out the
 // request headers of a chat completion and its body in Chunk-sized pieces,
-// then io.EOF; RecvMsg decodes the same messages from their wire form with
+// then the response Respond added, if any, then io.EOF; RecvMsg decodes the same messages from their wire form with
 // the stream's codec, as a gRPC stream does; Send counts the replies.
 // Rewind replays it.
 type MemStream struct {
@@ -52,14 +52,35 @@ func NewMemStream(ctx context.Context, codec encoding.CodecV2, body []byte) *Mem
 		st.msgs = append(st.msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 			RequestBody: &extprocv3.HttpBody{Body: body[off:end], EndOfStream: end == len(body)}}})
 	}
-	for _, m := range st.msgs {
+	st.encode()
+	return st
+}
+
+// Respond adds a 200 response to the stream after the request: its headers
+// with contentType, then its body in the given chunks, the last one ending
+// the stream.
+func (st *MemStream) Respond(contentType string, chunks ...string) {
+	st.msgs = append(st.msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			{Key: ":status", RawValue: []byte("200")},
+			{Key: "content-type", RawValue: []byte(contentType)},
+		}}}}})
+	for i, c := range chunks {
+		st.msgs = append(st.msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: []byte(c), EndOfStream: i == len(chunks)-1}}})
+	}
+	st.encode()
+}
+
+// encode makes the wire form of the messages that have none yet.
+func (st *MemStream) encode() {
+	for _, m := range st.msgs[len(st.wire):] {
 		b, err := proto.Marshal(m)
 		if err != nil {
 			panic(err) // the messages above always marshal
 		}
 		st.wire = append(st.wire, mem.BufferSlice{mem.SliceBuffer(b)})
 	}
-	return st
 }
 
 // Rewind makes the stream hand out its messages again from the first.
