@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/leaderelection"
 
+	"github.com/inferpick/inferpick/picker/attrexpr"
 	"github.com/inferpick/inferpick/picker/extproc"
 	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/kvindex"
@@ -137,6 +138,9 @@ type Options struct {
 	// flow-control queue; see completeFlowControl.
 	fileFlowControl fileconfig.FlowControl
 	configSource    string
+	// attributes are what the config file's request-attribute-reporter
+	// plugins report at the end of each response.
+	attributes []attrexpr.Attribute
 
 	// DisableSubsetFilter ignores the gateway's subset hint.
 	DisableSubsetFilter bool
@@ -441,6 +445,7 @@ func (o *Options) readConfig() error {
 		o.Warnings = append(o.Warnings, Warning{Flag: src, Reason: w})
 	}
 	o.fileFlowControl, o.configSource = f.FlowControl, src
+	o.attributes = f.Attributes
 	return nil
 }
 

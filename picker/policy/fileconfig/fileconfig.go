@@ -12,6 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/inferpick/inferpick/picker/attrexpr"
 	"github.com/inferpick/inferpick/picker/policy"
 )
 
@@ -34,6 +35,9 @@ type File struct {
 	// ModelServerType, when not empty, is the kind of model server whose
 	// metric names are read (core-metrics-extractor's defaultEngine).
 	ModelServerType string
+	// Attributes are what request-attribute-reporter plugins report at the
+	// end of each response, in the order of the document.
+	Attributes []attrexpr.Attribute
 	// FlowControl is what featureGates and the flowControl section ask of
 	// the flow-control queue.
 	FlowControl FlowControl

@@ -40,7 +40,11 @@ var known = map[string]role{
 	"metrics-data-source":         {},
 	"core-metrics-extractor":      {},
 	"utilization-detector":        {},
-	"openai-parser":               {},
+	// In a profile as upstream's sample of the reporter lists it.
+	"openai-parser": {inProfile: true},
+	// Upstream's reporter of each response's usage (reporter.go); its
+	// sample lists it in the profile too.
+	attributeReporter: {inProfile: true},
 	// llm-d's filters of the pods that decode (labelled llm-d.ai/role
 	// decode, or a role that includes it, or not labelled) and of those
 	// that prefill: the picker's own split of the pool's pods by their
@@ -127,6 +131,8 @@ func (u *upstream) checkPlugin(p plugin) error {
 		return u.readPrefixDecider(p)
 	case prefillHeaders, disaggHeaders:
 		return u.readHeaderHandler(p)
+	case attributeReporter:
+		return u.readReporter(p)
 	case "tokenizer":
 		if hasParams(p) {
 			u.warn(fmt.Sprintf("parameters of tokenizer (%s) have no effect: with precise-prefix-cache-scorer, prompts are tokenized by the model servers (/tokenize) for the model each request names", strings.Join(paramNames(p), ", ")))

@@ -1,0 +1,87 @@
+package app
+
+import (
+	"context"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// reporterConfig is upstream's sample configuration of the
+// request-attribute-reporter, without its feature gates.
+const reporterConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+  - type: openai-parser
+  - name: total-tokens-cost-reporter
+    type: request-attribute-reporter
+    parameters:
+      attributes:
+        - key:
+            namespace: envoy.lb
+            name: x-gateway-inference-request-cost
+          expression: |
+            usage.completion_tokens
+          condition: "has(usage.completion_tokens)"
+schedulingProfiles:
+  - name: default
+    plugins:
+      - pluginRef: openai-parser
+      - pluginRef: total-tokens-cost-reporter
+parser:
+  pluginRef: openai-parser
+`
+
+// TestReporterIsWiredToTheResponses: the config file's
+// request-attribute-reporter reaches the ext_proc server, whose reply to the
+// response's last body chunk carries the completion tokens as envoy.lb
+// metadata.
+func TestReporterIsWiredToTheResponses(t *testing.T) {
+	o := staticOptions(t, "--static-endpoints", "127.0.0.1:1", "--config-text", reporterConfig)
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	health := healthpb.NewHealthClient(dial(t, o.GRPCHealthPort))
+	until(t, "readiness", func() bool {
+		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
+		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	})
+	stream := openRequest(t, extprocv3.NewExternalProcessorClient(dial(t, o.GRPCPort)))
+	for range 2 { // the route and the body
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			{Key: ":status", RawValue: []byte("200")}, {Key: "content-type", RawValue: []byte("application/json")}}}}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+			Body: []byte(`{"object":"text_completion","choices":[{"text":"hi"}],"usage":{"prompt_tokens":32,"completion_tokens":10,"total_tokens":42}}`), EndOfStream: true}}},
+	} {
+		if err := stream.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := stream.Recv(); err != nil { // the response headers
+		t.Fatal(err)
+	}
+	last, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := last.GetDynamicMetadata().GetFields()["envoy.lb"].GetStructValue().GetFields()["x-gateway-inference-request-cost"]
+	if got.GetNumberValue() != 10 {
+		t.Errorf("the last body chunk's reply carries metadata %v, want envoy.lb x-gateway-inference-request-cost 10", last.GetDynamicMetadata())
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+}
