@@ -49,6 +49,60 @@ func BenchmarkPick(b *testing.B) {
 	}
 }
 
+// BenchmarkPickLoadScores is a weighted-scorer pick over workers with fresh
+// metrics, with its default weights alone (scores=default) and with the
+// load scores of llm-d's and upstream's other scorers weighted too
+// (scores=all), too lightly to move a pick, so that both place the prompts
+// alike and differ by the scores' own cost: of a 32 KB prompt on a warm
+// index, and of a prompt shorter than a block, which no worker holds
+// (cold: the no-hit score ranks the workers by their last cold pick).
+func BenchmarkPickLoadScores(b *testing.B) {
+	const w = 1e-9
+	all := LoadScores{ActiveRequestWeight: w, ActiveRequest: ActiveRequestScore{MaxBusyScore: 1}, RunningWeight: w, LoadAwareWeight: w, NoHitLRUWeight: w}
+	for _, workers := range []int{8, 100, 1000} {
+		for _, scores := range []string{"default", "all"} {
+			for _, cold := range []bool{false, true} {
+				b.Run(fmt.Sprintf("workers=%d/scores=%s/cold=%v", workers, scores, cold), func(b *testing.B) {
+					reg, ws := bigPool(workers)
+					for i, w := range ws {
+						w.SetMetrics(&registry.Metrics{Waiting: i % 5, Running: i % 7, KVUsage: float64(i%10) / 10, Scraped: time.Now()})
+					}
+					cfg := Config{Name: WeightedScorer, MetricsStaleness: Duration{time.Hour}, QueueThreshold: 1000,
+						WeightedScorer: WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3}}
+					if scores == "all" {
+						cfg.WeightedScorer.LoadScores = all
+					}
+					p, err := Build(cfg, reg)
+					if err != nil {
+						b.Fatal(err)
+					}
+					reqs := make([]*Request, 64)
+					for i := range reqs {
+						if cold {
+							reqs[i] = &Request{Model: "m", Prompt: [][]byte{text(fmt.Sprint("q", i), 40)}}
+						} else {
+							reqs[i] = &Request{Model: "m", Prompt: [][]byte{text(fmt.Sprint("sys", i%8), 16<<10), text(fmt.Sprint("conv", i), 16<<10)}}
+						}
+					}
+					for i := range 2000 {
+						if _, err := p.Pick(reqs[i%len(reqs)], ws, 3); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportAllocs()
+					i := 0
+					for b.Loop() {
+						if _, err := p.Pick(reqs[i%len(reqs)], ws, 3); err != nil {
+							b.Fatal(err)
+						}
+						i++
+					}
+				})
+			}
+		}
+	}
+}
+
 // BenchmarkPickLoRA is a pick of an adapter request over workers that list
 // their models (a base model and 32 adapters) and report their LoRA state.
 func BenchmarkPickLoRA(b *testing.B) {

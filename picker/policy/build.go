@@ -66,7 +66,11 @@ func Build(cfg Config, reg *registry.Registry, opts ...Option) (Policy, error) {
 			}
 			r = ca
 		} else {
-			r = &weightedScorer{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.WeightedScorer, lora: &loraAffinity{}}
+			ws := &weightedScorer{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.WeightedScorer, lora: &loraAffinity{}}
+			if cfg.WeightedScorer.NoHitLRUWeight > 0 {
+				ws.noHit = &noHitStamps{}
+			}
+			r = ws
 		}
 	case LeastLoad:
 		r = leastLoad{}

@@ -179,6 +179,54 @@ type WeightedScorerConfig struct {
 	// prefer: 1 for the pod the request's session token names (or its id
 	// hashes to), 0 for the others (upstream's session-affinity-scorer).
 	SessionWeight float64 `json:"sessionWeight,omitempty" yaml:"sessionWeight,omitempty"`
+
+	// The load scores of llm-d's and upstream's other scorers (loadscores.go).
+	LoadScores `yaml:",inline"`
+}
+
+// LoadScores are the weights, and what they need, of the weighted scorer's
+// scores of load beside the queue and KV-cache scores, each 0 by default.
+type LoadScores struct {
+	// ActiveRequestWeight weighs the active-request score (llm-d's
+	// active-request-scorer) of the requests this picker has in flight on
+	// the pod, counted by their guards: 1 for a pod holding at most
+	// ActiveRequest.IdleThreshold, else ActiveRequest.MaxBusyScore × (the
+	// most any candidate holds − its own) / that most.
+	ActiveRequestWeight float64            `json:"activeRequestWeight,omitempty" yaml:"activeRequestWeight,omitempty"`
+	ActiveRequest       ActiveRequestScore `json:"activeRequest,omitempty" yaml:"activeRequest,omitempty"`
+	// RunningWeight weighs the running score (upstream's
+	// running-requests-size-scorer) of the pod's scraped running requests:
+	// (most − its own) / (most − fewest) over the candidates, 1 for all
+	// when they run alike.
+	RunningWeight float64 `json:"runningRequestsWeight,omitempty" yaml:"runningRequestsWeight,omitempty"`
+	// LoadAwareWeight weighs the load-aware score (llm-d's
+	// load-aware-scorer) of the pod's waiting queue: 0.5 when empty, else
+	// 0.5 × (1 − waiting/LoadAwareThreshold), 0 from the threshold on.
+	LoadAwareWeight    float64 `json:"loadAwareWeight,omitempty" yaml:"loadAwareWeight,omitempty"`
+	LoadAwareThreshold int     `json:"loadAwareThreshold,omitempty" yaml:"loadAwareThreshold,omitempty"`
+	// NoHitLRUWeight weighs the no-hit score (llm-d's no-hit-lru-scorer):
+	// for a prompt no candidate holds a block of, 1 − r/(n−1) for a pod
+	// whose last such prompt came before those of r of the n candidates
+	// (1 for every pod never sent one); 0.5 for all when some candidate
+	// holds part of it.
+	NoHitLRUWeight float64 `json:"noHitLRUWeight,omitempty" yaml:"noHitLRUWeight,omitempty"`
+}
+
+// ActiveRequestScore tunes the active-request score, as llm-d's parameters
+// of the same names.
+type ActiveRequestScore struct {
+	// IdleThreshold is the most requests in flight of a pod that scores 1.
+	IdleThreshold int `json:"idleThreshold,omitempty" yaml:"idleThreshold,omitempty"`
+	// MaxBusyScore, in [0,1], scales the score of a busy pod, one holding
+	// more than IdleThreshold: 0, the default as llm-d's configurations
+	// get it, scores every busy pod 0; 1 scores them from nearly 1 for
+	// the least busy down to 0 for the busiest.
+	MaxBusyScore float64 `json:"maxBusyScore,omitempty" yaml:"maxBusyScore,omitempty"`
+}
+
+// weighted reports whether any weight of the load scores is set.
+func (l LoadScores) weighted() bool {
+	return l.ActiveRequestWeight != 0 || l.RunningWeight != 0 || l.LoadAwareWeight != 0 || l.NoHitLRUWeight != 0
 }
 
 // IndexConfig tunes the prefix index of the policies that keep one.
@@ -207,6 +255,8 @@ const (
 	DefaultAdapterLoadCost  = 4
 	DefaultHomeBlocks       = 4
 	DefaultHomeEpsilon      = 0.25
+	// DefaultLoadAwareThreshold is llm-d's load-aware-scorer's.
+	DefaultLoadAwareThreshold = 128
 )
 
 // Default returns c with every zero field set to its default.
@@ -226,8 +276,11 @@ func (c Config) Default() Config {
 	setDefault(&ca.HomeBlocks, DefaultHomeBlocks)
 	setDefault(&ca.HomeEpsilon, DefaultHomeEpsilon)
 	ws := &c.WeightedScorer
-	if (WeightedScorerConfig{SessionWeight: ws.SessionWeight}) == *ws {
-		*ws = WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3, SessionWeight: ws.SessionWeight}
+	if (WeightedScorerConfig{SessionWeight: ws.SessionWeight, LoadScores: ws.LoadScores}) == *ws && !ws.weighted() {
+		ws.QueueWeight, ws.KVWeight, ws.PrefixWeight = 2, 2, 3
+	}
+	if ws.LoadAwareWeight > 0 {
+		setDefault(&ws.LoadAwareThreshold, DefaultLoadAwareThreshold)
 	}
 	if c.SessionAffinity != nil {
 		sa := *c.SessionAffinity
@@ -316,6 +369,7 @@ func (c Config) Validate() error {
 			bad(field, w, "a finite number ≥ 0")
 		}
 	}
+	errs = append(errs, ws.validate()...)
 	errs = append(errs, c.validateSession()...)
 	if d := c.Disaggregation; d != nil && d.MinUncachedTokens < 0 {
 		bad("disaggregation.minUncachedTokens", d.MinUncachedTokens, "≥ 0")

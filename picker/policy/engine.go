@@ -22,6 +22,9 @@ type candidate struct {
 	cost    float64           // set by the ranker: lower is better
 	tie     uint64            // random tie-break
 	session bool              // on the pod the request's session token names (session.go)
+	// inFlight is this picker's requests in flight on the worker, read
+	// once by the weighted scorer's active-request score (loadscores.go).
+	inFlight int64
 }
 
 // pick is the per-call state, pooled so a pick allocates only its result.
@@ -48,6 +51,11 @@ type pick struct {
 	// The requested model's key in the LoRA decision table, once needed.
 	adapterHash uint64
 	adapterSet  bool
+	// cold: no candidate holds a block of the prompt, and stamps the
+	// candidates' last cold picks (the weighted scorer's no-hit score,
+	// loadscores.go).
+	cold   bool
+	stamps []uint64
 }
 
 // rand returns the next number of the pick's private generator.
@@ -120,7 +128,7 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 		p.pool = p.pool[:0]
 		e.pool.Put(p)
 	}()
-	p.req, p.blocks, p.hashed, p.ordered, p.keyed, p.adapterSet, p.over = req, 0, false, false, false, false, false
+	p.req, p.blocks, p.hashed, p.ordered, p.keyed, p.adapterSet, p.over, p.cold = req, 0, false, false, false, false, false, false
 	e.mu.Lock()
 	p.rng = e.rnd.Uint64()
 	e.mu.Unlock()

@@ -223,9 +223,12 @@ func (c *cacheAware) chose(e *engine, p *pick, primary *registry.Worker) {
 	c.lora.record(p, primary)
 }
 
-// chose records the primary in the prefix index and, for an adapter, in
-// the LoRA decision table.
+// chose records the primary in the prefix index, for an adapter in the
+// LoRA decision table, and for a cold prompt in the no-hit stamps.
 func (s *weightedScorer) chose(e *engine, p *pick, primary *registry.Worker) {
 	s.indexed.chose(e, p, primary)
 	s.lora.record(p, primary)
+	if s.noHit != nil {
+		s.noHit.chose(p, primary)
+	}
 }

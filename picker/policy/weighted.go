@@ -13,11 +13,14 @@ type weightedScorer struct {
 	indexed
 	cfg  WeightedScorerConfig
 	lora *loraAffinity
+	// noHit is nil unless the no-hit score is weighted (loadscores.go).
+	noHit *noHitStamps
 }
 
 func (s *weightedScorer) rank(e *engine, p *pick) {
 	s.match(p)
 	v := surveyFresh(p.cands)
+	lv := s.surveyLoad(p)
 	for i := range p.cands {
 		cd := &p.cands[i]
 		queue, kv := v.scores(cd)
@@ -25,7 +28,7 @@ func (s *weightedScorer) rank(e *engine, p *pick) {
 		if p.blocks > 0 {
 			pfx = float64(cd.matched) / float64(p.blocks)
 		}
-		cd.cost = -(s.cfg.QueueWeight*clamp01(queue) + s.cfg.KVWeight*clamp01(kv) + s.cfg.PrefixWeight*clamp01(pfx))
+		cd.cost = -(s.cfg.QueueWeight*clamp01(queue) + s.cfg.KVWeight*clamp01(kv) + s.cfg.PrefixWeight*clamp01(pfx)) - s.loadScores(&lv, p, i)
 		if s.cfg.LoRAWeight > 0 {
 			cd.cost -= s.cfg.LoRAWeight * clamp01(s.lora.score(p, cd))
 		}
