@@ -385,16 +385,52 @@ inferenceExtension:
       apiVersion: inference.networking.x-k8s.io/v1alpha1
       kind: EndpointPickerConfig
       plugins:
-      - type: active-request-scorer
+      - type: token-load-scorer
       schedulingProfiles:
       - name: default
         plugins:
-        - pluginRef: active-request-scorer
+        - pluginRef: token-load-scorer
 inferencePool:
   modelServers: {matchLabels: {app: m}}
 `,
 			want:  `pool: {selector: {matchLabels: {app: m}}}`,
-			notes: []string{"pluginsCustomConfig[p.yaml] dropped", "least-load"},
+			notes: []string{"pluginsCustomConfig[p.yaml] dropped", "use active-request-scorer"},
+		},
+		"llm-d's load-aware and active-request scorers: the weighted scorer's load scores": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: load.yaml
+  pluginsCustomConfig:
+    load.yaml: |
+      apiVersion: inference.networking.x-k8s.io/v1alpha1
+      kind: EndpointPickerConfig
+      plugins:
+      - type: prefix-cache-scorer
+      - type: load-aware-scorer
+        parameters: {threshold: 64}
+      - type: active-request-scorer
+        parameters: {maxBusyScore: 1}
+      schedulingProfiles:
+      - name: default
+        plugins:
+        - pluginRef: prefix-cache-scorer
+        - pluginRef: load-aware-scorer
+        - pluginRef: active-request-scorer
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker:
+  config:
+    name: weighted-scorer
+    weightedScorer:
+      prefixWeight: 1
+      loadAwareWeight: 1
+      loadAwareThreshold: 64
+      activeRequestWeight: 1
+      activeRequest: {maxBusyScore: 1}
+pool: {selector: {matchLabels: {app: m}}}
+`,
 		},
 		"llm-d's precise prefix-cache routing: cache-aware on the pods' KV-cache events": {
 			upstream: `

@@ -90,6 +90,12 @@ func TestParse(t *testing.T) {
 			in:   "policy:\n  name: cache-aware\n  metricsStaleness: 150ms\n  cacheAware:\n    mode: threshold\n",
 			want: File{Policy: policy.Config{Name: policy.CacheAware, MetricsStaleness: policy.Duration{Duration: 150 * time.Millisecond}, CacheAware: policy.CacheAwareConfig{Mode: policy.ModeThreshold}}},
 		},
+		"inferpick's own document: the load scores": {
+			in: "policy:\n  name: weighted-scorer\n  weightedScorer:\n    queueWeight: 1\n    activeRequestWeight: 2\n    activeRequest: {idleThreshold: 1, maxBusyScore: 1}\n    runningRequestsWeight: 1\n    loadAwareWeight: 1\n    loadAwareThreshold: 64\n    noHitLRUWeight: 1\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, LoadScores: policy.LoadScores{
+				ActiveRequestWeight: 2, ActiveRequest: policy.ActiveRequestScore{IdleThreshold: 1, MaxBusyScore: 1},
+				RunningWeight: 1, LoadAwareWeight: 1, LoadAwareThreshold: 64, NoHitLRUWeight: 1}}}},
+		},
 		"empty document": {in: "", want: File{}},
 		"named plugins, weights default to 1, picker and handler": {
 			in: header + `plugins:
@@ -403,6 +409,58 @@ flowControl:
 				},
 			},
 		},
+		"llm-d v0.8.0's estimate prefix-cache sample: load-aware-scorer with llm-d's threshold": {
+			in: readSample(t, "llm-d-v0.8.0-epp-estimate-prefix-cache-config.yaml"),
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{PrefixWeight: 1,
+				LoadScores: policy.LoadScores{LoadAwareWeight: 1, LoadAwareThreshold: 128}}}},
+		},
+		"llm-d v0.8.0's no-hit LRU sample: beside precise-prefix-cache-scorer, cache-aware places cold prompts": {
+			in: readSample(t, "llm-d-v0.8.0-sim-epp-no-hit-lru.yaml"),
+			want: File{
+				Policy:       policy.Config{Name: policy.CacheAware},
+				KVEventsPort: 5557, KVEventsTopic: "kv@",
+				Warnings: []string{
+					"tokenProcessorConfig and indexerConfig of precise-prefix-cache-scorer have no effect: the KV-event index keys a block by its token ids (no hash seed to match), takes the block size from the events and tokenizes prompts on the model servers (/tokenize)",
+					"no-hit-lru-scorer lruSize has no effect: each pod's last cold pick is one stamp of the pod's own, with no list of pods to bound",
+					"the weights of the scorers beside precise-prefix-cache-scorer have no effect: the cache-aware policy weighs each pod's load against what its cache holds",
+					"no-hit-lru-scorer has no effect beside precise-prefix-cache-scorer: the cache-aware policy sends a prompt no pod holds to the least loaded pod, and among pods alike a lone picker takes the one holding the fewest cached blocks, picker replicas the prompt's home (rendezvous hashing of its first blocks, bounded by load), which spreads new prefixes over the pods as the LRU order does",
+				},
+			},
+		},
+		"no-hit-lru-scorer beside prefix-cache-scorer: the weighted scorer's no-hit score": {
+			in: header + "plugins:\n- type: prefix-cache-scorer\n- type: no-hit-lru-scorer\n  parameters: {prefixPluginName: prefix-cache-scorer, lruSize: 64}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: prefix-cache-scorer\n    weight: 2\n  - pluginRef: no-hit-lru-scorer\n",
+			want: File{
+				Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{PrefixWeight: 2, LoadScores: policy.LoadScores{NoHitLRUWeight: 1}}},
+				Warnings: []string{
+					"no-hit-lru-scorer lruSize has no effect: each pod's last cold pick is one stamp of the pod's own, with no list of pods to bound",
+					"no-hit-lru-scorer prefixPluginName has no effect: a prompt is cold when no pod holds a block of it in the prefix index the weighted scorer keeps",
+				},
+			},
+		},
+		"active-request-scorer with llm-d's parameters": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: active-request-scorer\n  parameters: {requestTimeout: 30s, idleThreshold: 1, maxBusyScore: 0.5}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: active-request-scorer\n    weight: 2\n",
+			want: File{
+				Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, LoadScores: policy.LoadScores{
+					ActiveRequestWeight: 2, ActiveRequest: policy.ActiveRequestScore{IdleThreshold: 1, MaxBusyScore: 0.5}}}},
+				Warnings: []string{"active-request-scorer requestTimeout 30s has no effect: llm-d stops counting a request in flight that long, where the picker counts each until it ends, released on every exit path (end of stream, error, client gone), so a long request stays counted and none outlives its end"},
+			},
+		},
+		"active-request-scorer parameters out of range, taken as llm-d takes them": {
+			in: header + "plugins:\n- type: active-request-scorer\n  parameters: {idleThreshold: -3, maxBusyScore: 1.5}\n",
+			want: File{
+				Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{LoadScores: policy.LoadScores{
+					ActiveRequestWeight: 1, ActiveRequest: policy.ActiveRequestScore{MaxBusyScore: 1}}}},
+				Warnings: []string{
+					"active-request-scorer idleThreshold -3 is taken as 0, as llm-d does: only a pod with nothing in flight is idle",
+					"active-request-scorer maxBusyScore 1.5 is taken as 1, as llm-d does",
+				},
+			},
+		},
+		"running-requests-size-scorer in upstream's default profile": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: running-requests-size-scorer\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1,
+				LoadScores: policy.LoadScores{RunningWeight: 1}}}},
+		},
 		"llm-d v0.8.0's P/D sample: the prefix-based decider's nonCachedTokens is minUncachedTokens": {
 			in:   readSample(t, "llm-d-v0.8.0-pd-epp-config.yaml"),
 			want: File{Policy: pdPolicy(16), Warnings: []string{prepareDataWarning, prefixParamsWarning}},
@@ -587,8 +645,16 @@ func TestParseRejects(t *testing.T) {
 			want: []string{"x-session-token", "x-other", "one session header"},
 		},
 		"upstream plugin with an alternative": {
-			in:   header + "plugins:\n- type: active-request-scorer\n",
-			want: []string{"line 4", `"active-request-scorer"`, "least-load"},
+			in:   header + "plugins:\n- type: token-load-scorer\n",
+			want: []string{"line 4", `"token-load-scorer"`, "use active-request-scorer", "tokens in flight"},
+		},
+		"two load-aware scorers with different thresholds": {
+			in:   header + "plugins:\n- {name: a, type: load-aware-scorer}\n- {name: b, type: load-aware-scorer, parameters: {threshold: 16}}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: a\n  - pluginRef: b\n",
+			want: []string{"line 10", `"a" and "b"`, "(128, 16)", "one load-aware score"},
+		},
+		"active-request-scorer idleThreshold that is no number": {
+			in:   header + "plugins:\n- type: active-request-scorer\n  parameters: {idleThreshold: some}\n",
+			want: []string{"line 5", "idleThreshold", `"some"`},
 		},
 		"disaggregation profiles": {
 			in:   header + "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: prefill\n  plugins: [{pluginRef: queue-scorer}]\n- name: decode\n  plugins: [{pluginRef: queue-scorer}]\n",
@@ -789,10 +855,6 @@ func TestParseRejects(t *testing.T) {
 			in:   header + "plugins:\n- type: decode-filter\n- type: prefill-filter\n",
 			want: []string{"line 5", `"prefill-filter"`, "disaggregation", "decode-filter"},
 		},
-		"llm-d's estimate sample: its load-aware scorer": {
-			in:   header + "plugins:\n- type: single-profile-handler\n- type: decode-filter\n- type: prefix-cache-scorer\n- type: load-aware-scorer\n",
-			want: []string{"line 7", `"load-aware-scorer"`, "queue-scorer"},
-		},
 		"engine the scraper has no names for": {
 			in:   header + "plugins:\n- type: core-metrics-extractor\n  parameters: {defaultEngine: tgi}\n",
 			want: []string{"line 5", `"tgi"`, "trtllm-serve"},
@@ -938,6 +1000,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(pdDoc("- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}\n- type: disagg-profile-handler\n  parameters: {profiles: {decode: decode, prefill: prefill}, deciders: {prefill: prefix-based-pd-decider}}\n")))
 	f.Add([]byte(pdDoc("- type: pd-profile-handler\n  parameters: {threshold: 10, hashBlockSize: 5, primaryPort: 0}\n- {type: prefill-header-handler, parameters: {prefillProfile: prefill}}\n")))
 	f.Add([]byte(pdDoc("- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {decodeProfile: decode, prefillDeciderPluginName: always-disagg-pd-decider}\n")))
+	f.Add([]byte(header + "plugins:\n- {type: active-request-scorer, parameters: {requestTimeout: 1m, idleThreshold: 2, maxBusyScore: 0.5}}\n- {type: load-aware-scorer, parameters: {threshold: 0}}\n- type: running-requests-size-scorer\n- {type: no-hit-lru-scorer, parameters: {lruSize: 8}}\n- {type: core-metrics-extractor, parameters: {defaultEngine: vllm}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Parse(data)
 		if err != nil {
@@ -956,10 +1019,14 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("session affinity the policy refuses (%v) accepted from:\n%s", err, data)
 		}
 		ws := got.Policy.WeightedScorer
-		for _, w := range []float64{ws.QueueWeight, ws.KVWeight, ws.PrefixWeight, ws.SessionWeight} {
+		for _, w := range []float64{ws.QueueWeight, ws.KVWeight, ws.PrefixWeight, ws.SessionWeight,
+			ws.ActiveRequestWeight, ws.RunningWeight, ws.LoadAwareWeight, ws.NoHitLRUWeight} {
 			if !(w >= 0) || math.IsInf(w, 0) {
 				t.Fatalf("weight %v accepted from:\n%s", w, data)
 			}
+		}
+		if err := got.Policy.Default().Validate(); err != nil && strings.Contains(err.Error(), "weightedScorer.") {
+			t.Fatalf("weighted scorer the policy refuses (%v) accepted from:\n%s", err, data)
 		}
 	})
 }

@@ -29,6 +29,11 @@ var known = map[string]role{
 	}},
 	"prefix-cache-scorer":  {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.PrefixWeight }},
 	"lora-affinity-scorer": {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.LoRAWeight }},
+	// Scorers of load: the weighted scorer's load scores (loadscores.go).
+	activeRequestScorer: {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.ActiveRequestWeight }},
+	runningScorer:       {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.RunningWeight }},
+	loadAwareScorer:     {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.LoadAwareWeight }},
+	noHitScorer:         {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.NoHitLRUWeight }},
 	// llm-d's session affinity (session.go): the scorer weighs the
 	// session's pod, the filter pins the session there.
 	sessionScorer: {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.SessionWeight }},
@@ -78,11 +83,8 @@ var known = map[string]role{
 var instead = map[string]string{
 	"random-picker":                "policy: {name: random}",
 	"weighted-random-picker":       "policy: {name: power-of-two} or random",
-	"active-request-scorer":        "policy: {name: least-load}",
-	"running-requests-size-scorer": "policy: {name: least-load}",
-	"token-load-scorer":            "policy: {name: least-load}",
+	"token-load-scorer":            "active-request-scorer, which scores the requests this picker has in flight on each pod by their number (inferpick does not estimate the tokens in flight)",
 	"prefix-cache-affinity-filter": "policy: {name: cache-aware} with cacheAware.mode threshold and matchThreshold",
-	"load-aware-scorer":            "queue-scorer, which scores the same waiting queues (against the pool's longest rather than a fixed threshold)",
 	"passthrough-parser":           "openai-parser",
 	"vllmgrpc-parser":              "openai-parser over HTTP",
 }
@@ -119,6 +121,12 @@ func (u *upstream) checkPlugin(p plugin) error {
 		return u.readExtractor(p)
 	case "max-score-picker":
 		return u.readPicker(p)
+	case activeRequestScorer:
+		return u.readActiveRequest(p)
+	case loadAwareScorer:
+		return u.readLoadAware(p)
+	case noHitScorer:
+		return u.readNoHit(p)
 	case sessionScorer:
 		return u.readSessionScorer(p)
 	case sessionFilter:

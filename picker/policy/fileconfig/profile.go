@@ -125,6 +125,9 @@ func (u *upstream) translate(refs []profileRef) error {
 		}
 		if role.weight != nil {
 			*role.weight(&ws) += ref.weight
+			if err := u.tune(p, ref, &ws); err != nil {
+				return err
+			}
 			if p.typ != sessionScorer {
 				scorers++
 			}
@@ -152,6 +155,9 @@ func (u *upstream) translate(refs []profileRef) error {
 		u.out.Policy.Name = policy.CacheAware
 		if scorers > 0 {
 			u.warn("the weights of the scorers beside precise-prefix-cache-scorer have no effect: the cache-aware policy weighs each pod's load against what its cache holds")
+		}
+		if ws.NoHitLRUWeight > 0 {
+			u.warn(noHitBesidePrecise)
 		}
 		return nil
 	}

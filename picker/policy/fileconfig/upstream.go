@@ -47,6 +47,11 @@ type upstream struct {
 	stages         *stages
 	deciders       map[string]decider
 	headerProfiles []profileRef
+	// loadTunings holds what each load scorer's parameters tune, by name;
+	// tunedBy the load scorer whose tuning the policy took, by type
+	// (loadscores.go).
+	loadTunings map[string]loadTuning
+	tunedBy     map[string]string
 }
 
 // fromUpstream translates an EndpointPickerConfig: one scheduling profile of

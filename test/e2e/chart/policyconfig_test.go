@@ -26,6 +26,7 @@ func TestEveryPolicyKeyPassesTheValues(t *testing.T) {
 	full.MetricsStaleness = policy.Duration{Duration: 3 * time.Second}
 	full.CacheAware.MatchThreshold, full.CacheAware.BalanceRel, full.KVCacheThreshold = 0.5, 2, 0.75
 	full.SessionAffinity.Header, full.SessionAffinity.Key, full.SessionAffinity.Mode = "x-session-id", policy.SessionID, policy.SessionPrefer
+	full.WeightedScorer.ActiveRequest.MaxBusyScore = 0.5
 	doc, err := yaml.Marshal(map[string]any{"picker": map[string]any{"config": full}})
 	if err != nil {
 		t.Fatal(err)
