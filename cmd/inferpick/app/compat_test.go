@@ -131,6 +131,13 @@ func TestUpstreamFlags(t *testing.T) {
 			got:  func(o *Options) any { return o.ModelServer.names },
 			want: mustPreset(t, scrape.VLLM),
 		},
+		"featureGate enableLegacyMetrics: the names of the flags, core-metrics-extractor's ignored as upstream ignores it": {
+			args: []string{"--config-text", header + "featureGates: [enableLegacyMetrics]\nplugins:\n- type: queue-scorer\n- type: core-metrics-extractor\n  parameters: {defaultEngine: trtllm-serve}\n" +
+				"schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n"},
+			got:    func(o *Options) any { return o.ModelServer.names },
+			want:   mustPreset(t, scrape.Auto),
+			warned: []string{"--config-text"},
+		},
 		"config file and text":   {args: []string{"--config-file", cfgFile, "--config-text", "policy: {}"}, wantErr: "exclude"},
 		"config text error line": {args: []string{"--config-text", "policy:\n  name: random\n  nmae: x\n"}, wantErr: "line 3"},
 		"endpoint selector": {

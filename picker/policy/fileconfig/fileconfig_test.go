@@ -461,6 +461,20 @@ flowControl:
 			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1,
 				LoadScores: policy.LoadScores{RunningWeight: 1}}}},
 		},
+		"upstream v1.5.0's integration config: enableLegacyMetrics reads the metric names of the flags": {
+			in:   readSample(t, "gie-v1.5.0-integration-default-config.yaml"),
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, KVWeight: 1, PrefixWeight: 1, LoRAWeight: 1}}},
+		},
+		"enableLegacyMetrics beside the data layer's engine and path: both ignored, as upstream": {
+			in: header + "featureGates: [enableLegacyMetrics]\nplugins:\n- type: queue-scorer\n- type: metrics-data-source\n  parameters: {path: /stats}\n- type: core-metrics-extractor\n  parameters: {defaultEngine: trtllm-serve}\n",
+			want: File{
+				Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}},
+				Warnings: []string{
+					"core-metrics-extractor defaultEngine trtllm-serve has no effect with featureGate enableLegacyMetrics: upstream then reads the metric names of its flags and ignores the data layer, and so does inferpick (--model-server-type and the per-metric flags such as --total-queued-requests-metric)",
+					"metrics-data-source path /stats has no effect with featureGate enableLegacyMetrics: upstream then scrapes the path of its flag and ignores the data layer, and so does inferpick (--model-server-metrics-path)",
+				},
+			},
+		},
 		"llm-d v0.8.0's P/D sample: the prefix-based decider's nonCachedTokens is minUncachedTokens": {
 			in:   readSample(t, "llm-d-v0.8.0-pd-epp-config.yaml"),
 			want: File{Policy: pdPolicy(16), Warnings: []string{prepareDataWarning, prefixParamsWarning}},
@@ -827,10 +841,6 @@ func TestParseRejects(t *testing.T) {
 			in:   header + "flowControl: {defaultRequestTTL: 30}\n",
 			want: []string{"line 3", "defaultRequestTTL", `"30"`},
 		},
-		"legacy metrics gate": {
-			in:   header + "featureGates: [enableLegacyMetrics]\n",
-			want: []string{"line 3", "enableLegacyMetrics", "remove it"},
-		},
 		"unknown feature gate": {
 			in:   header + "featureGates: [prepareData]\n",
 			want: []string{"line 3", `"prepareData"`, "flowControl"},
@@ -1000,7 +1010,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(pdDoc("- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}\n- type: disagg-profile-handler\n  parameters: {profiles: {decode: decode, prefill: prefill}, deciders: {prefill: prefix-based-pd-decider}}\n")))
 	f.Add([]byte(pdDoc("- type: pd-profile-handler\n  parameters: {threshold: 10, hashBlockSize: 5, primaryPort: 0}\n- {type: prefill-header-handler, parameters: {prefillProfile: prefill}}\n")))
 	f.Add([]byte(pdDoc("- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {decodeProfile: decode, prefillDeciderPluginName: always-disagg-pd-decider}\n")))
-	f.Add([]byte(header + "plugins:\n- {type: active-request-scorer, parameters: {requestTimeout: 1m, idleThreshold: 2, maxBusyScore: 0.5}}\n- {type: load-aware-scorer, parameters: {threshold: 0}}\n- type: running-requests-size-scorer\n- {type: no-hit-lru-scorer, parameters: {lruSize: 8}}\n- {type: core-metrics-extractor, parameters: {defaultEngine: vllm}}\n"))
+	f.Add([]byte(header + "featureGates: [enableLegacyMetrics]\nplugins:\n- {type: active-request-scorer, parameters: {requestTimeout: 1m, idleThreshold: 2, maxBusyScore: 0.5}}\n- {type: load-aware-scorer, parameters: {threshold: 0}}\n- type: running-requests-size-scorer\n- {type: no-hit-lru-scorer, parameters: {lruSize: 8}}\n- {type: core-metrics-extractor, parameters: {defaultEngine: vllm}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Parse(data)
 		if err != nil {

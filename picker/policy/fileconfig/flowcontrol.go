@@ -71,7 +71,9 @@ const (
 )
 
 // readFeatureGates reads featureGates: flowControl turns the queue on,
-// dataLayer (a no-op upstream) warns, any other is refused.
+// enableLegacyMetrics is applied once the plugins are read
+// (applyLegacyMetrics), dataLayer and prepareDataPlugins (no-ops
+// upstream) warn, any other is refused.
 func (u *upstream) readFeatureGates(v *yaml.Node) error {
 	if v.Kind != yaml.SequenceNode {
 		if isNull(v) {
@@ -88,12 +90,33 @@ func (u *upstream) readFeatureGates(v *yaml.Node) error {
 		case "prepareDataPlugins":
 			u.warn("featureGate prepareDataPlugins has no effect: it turned on upstream's data-preparing plugins (v1.3 and v1.4), such as the prefix match llm-d's prefill deciders read; the picker keeps its prefix index itself")
 		case "enableLegacyMetrics":
-			return fmt.Errorf("line %d: featureGate enableLegacyMetrics is not supported: inferpick scrapes the model servers' metrics itself, with the names of --model-server-type; remove it", g.Line)
+			u.legacyMetrics = true
 		default:
 			return fmt.Errorf("line %d: featureGate %q is not supported: upstream knows flowControl, dataLayer and enableLegacyMetrics", g.Line, g.Value)
 		}
 	}
 	return nil
+}
+
+// applyLegacyMetrics applies featureGate enableLegacyMetrics. Upstream
+// then polls the model servers with the metric names and path of its
+// flags and builds no data layer: a core-metrics-extractor's defaultEngine
+// and a metrics-data-source's path change nothing there, and here the
+// flags' names and path are read too (--model-server-type, the per-metric
+// flags such as --total-queued-requests-metric, and
+// --model-server-metrics-path).
+func (u *upstream) applyLegacyMetrics() {
+	if !u.legacyMetrics {
+		return
+	}
+	if u.engine != "" {
+		u.warn(fmt.Sprintf("core-metrics-extractor defaultEngine %s has no effect with featureGate enableLegacyMetrics: upstream then reads the metric names of its flags and ignores the data layer, and so does inferpick (--model-server-type and the per-metric flags such as --total-queued-requests-metric)", u.engine))
+		u.out.ModelServerType = ""
+	}
+	if u.out.MetricsPath != "" {
+		u.warn(fmt.Sprintf("metrics-data-source path %s has no effect with featureGate enableLegacyMetrics: upstream then scrapes the path of its flag and ignores the data layer, and so does inferpick (--model-server-metrics-path)", u.out.MetricsPath))
+		u.out.MetricsPath = ""
+	}
 }
 
 // readFlowControl reads the flowControl section onto the queue's bounds.

@@ -294,6 +294,7 @@ func (u *upstream) readExtractor(p plugin) error {
 		if k.Value != "defaultEngine" {
 			return fmt.Errorf("line %d: core-metrics-extractor parameter %q is not supported: every pod's metrics are read with one engine's names (defaultEngine, or --model-server-type and the per-metric flags such as --total-queued-requests-metric)", k.Line, k.Value)
 		}
+		u.engine = v.Value
 		switch v.Value {
 		case "vllm", "sglang", "default":
 		case "trtllm-serve", "triton-tensorrt-llm":

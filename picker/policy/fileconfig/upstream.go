@@ -52,6 +52,10 @@ type upstream struct {
 	// (loadscores.go).
 	loadTunings map[string]loadTuning
 	tunedBy     map[string]string
+	// legacyMetrics: featureGates lists enableLegacyMetrics; engine is a
+	// core-metrics-extractor's defaultEngine (flowcontrol.go).
+	legacyMetrics bool
+	engine        string
 }
 
 // fromUpstream translates an EndpointPickerConfig: one scheduling profile of
@@ -102,6 +106,7 @@ func fromUpstream(doc *yaml.Node) (File, error) {
 	if err := u.readProfiles(refs["schedulingProfiles"]); err != nil {
 		return File{}, err
 	}
+	u.applyLegacyMetrics()
 	return u.out, nil
 }
 
