@@ -3,6 +3,7 @@ package kvevents
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"net"
 	"sync"
@@ -19,11 +20,13 @@ const subscriberQueue = 10_000
 // publisher's memory grow without end.
 const maxSubscriptions = 1024
 
-// Pub is a ZeroMQ PUB socket listening on TCP: every message sent goes to
-// each connected subscriber whose subscriptions match its first frame.
+// Pub is a ZeroMQ PUB socket, listening on TCP (ListenPub) or connected
+// to a SUB socket that listens (DialPub): every message sent goes to each
+// connected subscriber whose subscriptions match its first frame.
 type Pub struct {
-	ln net.Listener
-	wg sync.WaitGroup
+	ln   net.Listener       // nil for a connecting Pub
+	stop context.CancelFunc // ends a connecting Pub's dialling
+	wg   sync.WaitGroup
 
 	mu     sync.Mutex
 	subs   map[*peer]struct{}
@@ -51,8 +54,30 @@ func ListenPub(addr string) (*Pub, error) {
 	return p, nil
 }
 
-// Addr returns the address listened on.
-func (p *Pub) Addr() net.Addr { return p.ln.Addr() }
+// DialPub returns a PUB socket that connects to the SUB socket listening
+// at addr ("host:port"), as ZeroMQ's connect does: it dials until a
+// connection is made, and again each time it ends, every redialEvery.
+// Messages sent while no subscriber is connected are dropped, as a ZeroMQ
+// PUB drops those no subscription matches.
+func DialPub(addr string) *Pub {
+	ctx, stop := context.WithCancel(context.Background())
+	p := &Pub{stop: stop, subs: map[*peer]struct{}{}}
+	p.wg.Add(1)
+	go p.dial(ctx, addr)
+	return p
+}
+
+// redialEvery is how long a connecting Pub waits before dialling again
+// (ZeroMQ's reconnect interval).
+const redialEvery = 100 * time.Millisecond
+
+// Addr returns the address listened on; nil for a connecting Pub.
+func (p *Pub) Addr() net.Addr {
+	if p.ln == nil {
+		return nil
+	}
+	return p.ln.Addr()
+}
 
 // Subscribers returns how many connected peers have subscribed to
 // something.
@@ -77,19 +102,51 @@ func (p *Pub) accept() {
 		if err != nil {
 			return
 		}
-		s := &peer{conn: conn, queue: make(chan []byte, subscriberQueue), done: make(chan struct{})}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			_ = conn.Close()
+		if p.add(conn) == nil {
 			return
 		}
-		p.subs[s] = struct{}{}
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.read(s)
-		go p.write(s)
 	}
+}
+
+// dial connects to addr until ctx ends, one connection at a time.
+func (p *Pub) dial(ctx context.Context, addr string) {
+	defer p.wg.Done()
+	var d net.Dialer
+	for {
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			if s := p.add(conn); s != nil {
+				select {
+				case <-s.done:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+		t := time.NewTimer(redialEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// add starts serving a subscriber's connection; nil once closed.
+func (p *Pub) add(conn net.Conn) *peer {
+	s := &peer{conn: conn, queue: make(chan []byte, subscriberQueue), done: make(chan struct{})}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = conn.Close()
+		return nil
+	}
+	p.subs[s] = struct{}{}
+	p.wg.Add(2)
+	go p.read(s)
+	go p.write(s)
+	return s
 }
 
 // read does the handshake, then takes the peer's subscriptions until it
@@ -243,8 +300,8 @@ func (p *Pub) Send(parts ...[]byte) {
 // ErrClosed reports a Pub used after Close.
 var ErrClosed = errors.New("kvevents: publisher closed")
 
-// Close stops listening, closes every subscriber and waits for their
-// goroutines.
+// Close stops listening (or dialling), closes every subscriber and waits
+// for their goroutines.
 func (p *Pub) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -257,7 +314,12 @@ func (p *Pub) Close() error {
 		subs = append(subs, s)
 	}
 	p.mu.Unlock()
-	err := p.ln.Close()
+	var err error
+	if p.ln != nil {
+		err = p.ln.Close()
+	} else {
+		p.stop()
+	}
 	for _, s := range subs {
 		p.drop(s)
 	}
