@@ -9,7 +9,7 @@ type Collector struct {
 	sub *Subscriber
 	loc *Locator
 
-	subs, blocks, offloaded, dropped, lookups, failed, skipped, gaps, replays *prometheus.Desc
+	subs, blocks, offloaded, dropped, lookups, failed, skipped, gaps, replays, strays *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -20,7 +20,7 @@ func NewCollector(ix *Index, sub *Subscriber, loc *Locator) *Collector {
 	return &Collector{
 		ix: ix, sub: sub, loc: loc,
 		subs: prometheus.NewDesc("inferpick_kv_events_subscriptions",
-			"Model-server engines whose KV-cache events the picker is subscribed to now (one per server, or one per data-parallel engine behind a server's port).", nil, nil),
+			"Model-server engines whose KV-cache events the picker is subscribed to now (one per server, or one per data-parallel engine behind a server's port), and publishers connected to --kv-events-listen.", nil, nil),
 		blocks: prometheus.NewDesc("inferpick_kv_events_blocks",
 			"KV blocks the model servers' events say their caches hold, over all servers.", nil, nil),
 		offloaded: prometheus.NewDesc("inferpick_kv_events_offloaded_blocks",
@@ -34,7 +34,9 @@ func NewCollector(ix *Index, sub *Subscriber, loc *Locator) *Collector {
 		skipped: prometheus.NewDesc("inferpick_kv_events_lookups_skipped_total",
 			"Prompts not looked up because every model server's /tokenize calls kept failing (each is left out for 1 s after 3 failures in a row, doubling up to 30 s); they were routed on the picker's own index.", nil, nil),
 		gaps: prometheus.NewDesc("inferpick_kv_events_gaps_total",
-			"Gaps in an engine's event sequence numbers: batches the picker missed (read again from the server with --kv-events-replay-port, else the engine's blocks are forgotten).", nil, nil),
+			"Gaps in an engine's or a connected publisher's event sequence numbers: batches the picker missed (read again from the server with --kv-events-replay-port, else the engine's blocks are forgotten).", nil, nil),
+		strays: prometheus.NewDesc("inferpick_kv_events_unmatched_batches_total",
+			"Event batches from publishers connected to --kv-events-listen that were dropped because their topic (kv@<pod IP>@<model>) and data-parallel rank name no worker of the pool.", nil, nil),
 		replays: prometheus.NewDesc("inferpick_kv_events_replays_total",
 			"Replays of an engine's kept event batches (on each subscription and after a gap, with --kv-events-replay-port), by result: whole, truncated (the server no longer kept the first batch asked for; the engine's blocks were forgotten), failed (likewise).", []string{"result"}, nil),
 	}
@@ -42,7 +44,7 @@ func NewCollector(ix *Index, sub *Subscriber, loc *Locator) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.subs, c.blocks, c.offloaded, c.dropped, c.lookups, c.failed, c.skipped, c.gaps, c.replays} {
+	for _, d := range []*prometheus.Desc{c.subs, c.blocks, c.offloaded, c.dropped, c.lookups, c.failed, c.skipped, c.gaps, c.replays, c.strays} {
 		ch <- d
 	}
 }
@@ -64,6 +66,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(failed))
 	ch <- prometheus.MustNewConstMetric(c.skipped, prometheus.CounterValue, float64(skipped))
 	ch <- prometheus.MustNewConstMetric(c.gaps, prometheus.CounterValue, float64(c.sub.gaps.Load()))
+	ch <- prometheus.MustNewConstMetric(c.strays, prometheus.CounterValue, float64(c.sub.strayBatches.Load()))
 	for i, name := range replayResultNames {
 		ch <- prometheus.MustNewConstMetric(c.replays, prometheus.CounterValue, float64(c.sub.replays[i].Load()), name)
 	}

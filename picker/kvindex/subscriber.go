@@ -31,12 +31,23 @@ import (
 // undecodable batch, and when the worker leaves the registry; with a
 // replay port, those its server still keeps are read again on each
 // (re)connection and after a gap.
+//
+// With Listen, the Subscriber also takes the events of servers that
+// connect to it (their endpoint names the picker), each under the topic
+// kv@<pod IP>[:port]@<model>: a batch goes to the worker on that IP (and
+// port) that follows the batch's data-parallel rank. An engine's blocks
+// are forgotten when a connection starts feeding it, after a gap in that
+// connection's sequence numbers or an undecodable batch (there is no
+// replay), and when the connection ends.
 type Subscriber struct {
 	Index *Index
 	// Port is where engine 0 of a deployment publishes its events (vLLM's
 	// --kv-events-config endpoint, tcp://*:5557 by default); engine r
-	// publishes on Port plus r.
+	// publishes on Port plus r. Zero dials no server.
 	Port int
+	// Listen, when not empty, is the address ("host:port") where servers
+	// that connect to the picker publish their events.
+	Listen string
 	// Topic is the prefix of the topics to subscribe to; empty for all.
 	Topic string
 	// ReplayPort, when not 0, is where engine 0 serves its kept batches
@@ -63,8 +74,10 @@ type Subscriber struct {
 	EngineCheck time.Duration
 	Log         logr.Logger
 
-	connected atomic.Int64
-	gaps      atomic.Int64
+	connected    atomic.Int64
+	gaps         atomic.Int64
+	strayBatches atomic.Int64 // connected publishers' batches no worker took
+	listened
 	replays   [replayResults]atomic.Int64
 	slotsOnce sync.Once
 	slots     chan struct{} // a replay holds one
@@ -78,9 +91,24 @@ type Subscriber struct {
 
 var _ registry.Listener = (*Subscriber)(nil)
 
-// Start follows the workers until ctx ends, then stops every subscription
-// and returns once they have ended.
+// Start follows the workers (and listens, with Listen) until ctx ends, then
+// stops every subscription and returns once they have ended. It fails when
+// Listen cannot be listened on.
 func (s *Subscriber) Start(ctx context.Context) error {
+	if s.Listen != "" {
+		timeout := s.DialTimeout
+		if timeout <= 0 {
+			timeout = DefaultDialTimeout
+		}
+		l, err := kvevents.ListenSub(s.Listen, []byte(s.Topic), s.serve,
+			kvevents.WithHandshakeTimeout(timeout), kvevents.WithLog(s.Log))
+		if err != nil {
+			return fmt.Errorf("KV events: listen on %s: %w", s.Listen, err)
+		}
+		s.Log.Info("Taking KV events from the servers that connect", "address", l.Addr().String())
+		s.ln.Store(l)
+		defer func() { s.ln.Store(nil); _ = l.Close() }()
+	}
 	s.mu.Lock()
 	s.ctx = ctx
 	if s.follows == nil {
@@ -119,7 +147,8 @@ const DefaultDialTimeout = 5 * time.Second
 // well under a second (docs/policy.md).
 const DefaultReplayTimeout = 2 * time.Second
 
-// Connected returns how many workers' events are subscribed to now.
+// Connected returns how many engines' events are subscribed to now, and
+// publishers connected to Listen.
 func (s *Subscriber) Connected() int { return int(s.connected.Load()) }
 
 // How a replay ended.
@@ -135,6 +164,9 @@ var replayResultNames = [replayResults]string{"whole", "truncated", "failed"}
 
 // WorkerAdded starts following the worker.
 func (s *Subscriber) WorkerAdded(w *registry.Worker) {
+	if s.Listen != "" {
+		s.addListened(w)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ctx == nil {
@@ -159,12 +191,16 @@ func (s *Subscriber) WorkerRemoved(w *registry.Worker) {
 		cancel()
 		delete(s.follows, w.ID())
 	}
+	if s.Listen != "" {
+		s.removeListened(w) // removes it from the index with no apply running
+		return
+	}
 	s.Index.Remove(w.ID())
 }
 
 // followLocked starts following w under ctx, the context of Start.
 func (s *Subscriber) followLocked(ctx context.Context, w *registry.Worker) {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || s.Port <= 0 {
 		return
 	}
 	if _, ok := s.follows[w.ID()]; ok {
