@@ -104,6 +104,18 @@ func TestUpstreamFlags(t *testing.T) {
 			want:   []any{5600, "kv"},
 			warned: []string{"--config-text"},
 		},
+		"llm-d's zmqEndpoint: the pods connect to the picker, which listens": {
+			args: []string{"--config-text", header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {zmqEndpoint: \"tcp://*:5557\", discoverPods: false}\n" +
+				"schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: precise-prefix-cache-scorer\n"},
+			got:  func(o *Options) any { return []any{o.Policy.Name, o.KVEventsPort, o.KVEventsListen, o.KVEventsTopic} },
+			want: []any{policy.CacheAware, 0, ":5557", "kv@"},
+		},
+		"the KV-events listen flag wins over zmqEndpoint": {
+			args: []string{"--config-text", header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {zmqEndpoint: \"tcp://*:5557\"}\n" +
+				"schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: precise-prefix-cache-scorer\n", "--kv-events-listen", "127.0.0.1:6000"},
+			got:  func(o *Options) any { return []any{o.KVEventsPort, o.KVEventsListen} },
+			want: []any{5557, "127.0.0.1:6000"},
+		},
 		"the max-score picker's maxNumOfEndpoints sets the fallbacks": {
 			args: []string{"--config-text", header + "plugins:\n- type: queue-scorer\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 1}\n" + profile},
 			got:  func(o *Options) any { return o.Fallbacks }, want: 0,

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -75,8 +76,12 @@ type Options struct {
 	// KVEventsReplayPort, when not 0, is where every model server replays
 	// the batches it keeps (vLLM's replay_endpoint): a subscription starts
 	// from them, and a gap is filled from them; KVEventsReplayTimeout
-	// bounds one replay.
+	// bounds one replay. KVEventsListen, when not empty, is the address
+	// ("host:port") where the picker takes the events of model servers that
+	// connect to it (an endpoint naming the picker), each under the topic
+	// kv@<pod IP>@<model>; with it alone, no server is dialled.
 	KVEventsPort          int
+	KVEventsListen        string
 	KVEventsTopic         string
 	KVEventsReplayPort    int
 	KVEventsReplayTimeout time.Duration
@@ -227,11 +232,12 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Var(&o.GRPCMaxSendMsgSize, "grpc-max-send-msg-size", "Largest gRPC message the ext_proc service sends (e.g. 8Mi); unbounded when empty.")
 	fs.UintVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", o.GRPCMaxConcurrentStreams, "Most ext_proc streams (requests in flight) on one gateway connection, announced in HTTP/2 settings; a stream beyond it is refused, and the gateway opens another connection or waits. 0: no cap.")
 	fs.IntVar(&o.KVEventsPort, "kv-events-port", o.KVEventsPort, "Port on each model server pod where it publishes KV-cache events over ZeroMQ (vLLM's --kv-events-config endpoint, tcp://*:5557): the picker subscribes to every pod, learns which prompts each cache holds whichever replica routed them, and tokenizes a prompt it does not know with the servers' /tokenize. 0: off.")
+	fs.StringVar(&o.KVEventsListen, "kv-events-listen", o.KVEventsListen, "Address (e.g. :5557) where the picker listens for model servers that connect to it to publish their KV-cache events (vLLM's --kv-events-config endpoint naming the picker's Service, tcp://<service>:5557), each under the topic kv@<pod IP>@<model>; KV-event routing as with --kv-events-port, which may be given too. A server's connection reaches one picker replica only. Empty: off.")
 	fs.IntVar(&o.KVEventsReplayPort, "kv-events-replay-port", o.KVEventsReplayPort, "Port on each model server pod where it replays the KV-cache event batches it keeps (vLLM's --kv-events-config replay_endpoint, e.g. tcp://*:5558): a picker that (re)connects learns what the caches already hold, and one that missed batches reads them again instead of forgetting the pod's blocks. 0: off. Needs --kv-events-port.")
 	fs.DurationVar(&o.KVEventsReplayTimeout, "kv-events-replay-timeout", o.KVEventsReplayTimeout, "Longest a replay from one engine under --kv-events-replay-port may take; past it the replay counts as failed and the engine's blocks are forgotten until its events tell them again.")
-	fs.StringVar(&o.KVEventsTopic, "kv-events-topic", o.KVEventsTopic, "Topic prefix subscribed to on --kv-events-port (vLLM's kv-events-config topic); every topic when empty.")
-	fs.Float64Var(&o.KVEventsOffloadWeight, "kv-events-offload-weight", o.KVEventsOffloadWeight, "What a prompt block a server keeps only in its KV offloading tier (vLLM's OffloadingConnector, medium CPU) counts for under --kv-events-port, against one in its GPU cache (1), from 0 to 1: the server reads it back instead of prefilling it.")
-	fs.DurationVar(&o.TokenizeTimeout, "tokenize-timeout", o.TokenizeTimeout, "Longest wait for a model server's /tokenize under --kv-events-port; past it the prompt is routed on the picker's own index.")
+	fs.StringVar(&o.KVEventsTopic, "kv-events-topic", o.KVEventsTopic, "Topic prefix subscribed to on --kv-events-port and --kv-events-listen (vLLM's kv-events-config topic); every topic when empty.")
+	fs.Float64Var(&o.KVEventsOffloadWeight, "kv-events-offload-weight", o.KVEventsOffloadWeight, "What a prompt block a server keeps only in its KV offloading tier (vLLM's OffloadingConnector, medium CPU) counts for under --kv-events-port or --kv-events-listen, against one in its GPU cache (1), from 0 to 1: the server reads it back instead of prefilling it.")
+	fs.DurationVar(&o.TokenizeTimeout, "tokenize-timeout", o.TokenizeTimeout, "Longest wait for a model server's /tokenize under --kv-events-port or --kv-events-listen; past it the prompt is routed on the picker's own index.")
 	fs.StringVar(&o.ExtProcTransport, "extproc-transport", o.ExtProcTransport, "HTTP/2 transport of the ext_proc service: direct (the picker's own: each connection's messages are handled on its reader, replies gathered into one write) or grpc (grpc-go's).")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof, "Serve Go's pprof handlers under /debug/pprof/ on the metrics port (behind --metrics-endpoint-auth in a cluster).")
 	fs.BoolVar(&o.MetricsEndpointAuth, "metrics-endpoint-auth", o.MetricsEndpointAuth, "In a cluster, require an authenticated and authorized caller (TokenReview, SubjectAccessReview) on the metrics port.")
@@ -423,6 +429,9 @@ func (o *Options) readConfig() error {
 	if f.KVEventsPort != 0 && !o.flagSet("kv-events-port") {
 		o.KVEventsPort = f.KVEventsPort
 	}
+	if f.KVEventsListen != "" && !o.flagSet("kv-events-listen") {
+		o.KVEventsListen = f.KVEventsListen
+	}
 	if f.KVEventsTopic != "" && !o.flagSet("kv-events-topic") {
 		o.KVEventsTopic = f.KVEventsTopic
 	}
@@ -533,6 +542,9 @@ func (o *Options) Validate() error {
 	if o.KVEventsPort < 0 || o.KVEventsPort > math.MaxUint16 {
 		errs = append(errs, fmt.Errorf("--kv-events-port %d is not a port (0 turns KV events off)", o.KVEventsPort))
 	}
+	if err := listenAddress(o.KVEventsListen); err != nil {
+		errs = append(errs, fmt.Errorf("--kv-events-listen %q: %w", o.KVEventsListen, err))
+	}
 	switch {
 	case o.KVEventsReplayPort < 0 || o.KVEventsReplayPort > math.MaxUint16:
 		errs = append(errs, fmt.Errorf("--kv-events-replay-port %d is not a port (0 turns replay off)", o.KVEventsReplayPort))
@@ -629,4 +641,20 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--refresh-metrics-interval %s must be positive", o.RefreshMetricsInterval))
 	}
 	return errors.Join(errs...)
+}
+
+// listenAddress checks a --kv-events-listen address: empty, or host:port
+// with a port from 1 to 65535 (the host empty for every address).
+func listenAddress(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port, e.g. :5557: %w", err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("port %q is not from 1 to 65535", port)
+	}
+	return nil
 }

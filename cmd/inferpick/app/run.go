@@ -207,10 +207,10 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 	}
 	var locator extproc.Locator
 	var held observe.HeldBlocks
-	if o.KVEventsPort > 0 {
+	if o.KVEventsPort > 0 || o.KVEventsListen != "" {
 		kvIndex := kvindex.New(0)
 		held = kvIndex.Held
-		sub := &kvindex.Subscriber{Index: kvIndex, Port: o.KVEventsPort, Topic: o.KVEventsTopic, ReplayPort: o.KVEventsReplayPort, ReplayTimeout: o.KVEventsReplayTimeout, Log: log.WithName("kvevents")}
+		sub := &kvindex.Subscriber{Index: kvIndex, Port: o.KVEventsPort, Listen: o.KVEventsListen, Topic: o.KVEventsTopic, ReplayPort: o.KVEventsReplayPort, ReplayTimeout: o.KVEventsReplayTimeout, Log: log.WithName("kvevents")}
 		reg.AddListener(sub)
 		deps = append(deps, replicaRunnable{sub})
 		loc := kvindex.NewLocator(kvIndex, reg, o.TokenizeTimeout)

@@ -25,9 +25,12 @@ type File struct {
 	MetricsPath string
 	// KVEventsPort, when not 0, is the port of the model servers' KV-cache
 	// events the document subscribes to, and KVEventsTopic the prefix of
-	// their topics (llm-d's precise-prefix-cache-scorer).
-	KVEventsPort  int
-	KVEventsTopic string
+	// their topics (llm-d's precise-prefix-cache-scorer). KVEventsListen,
+	// when not empty, is the address (":PORT") where the picker takes the
+	// events of servers that connect to it (kvEventsConfig.zmqEndpoint).
+	KVEventsPort   int
+	KVEventsTopic  string
+	KVEventsListen string
 	// MaxEndpoints, when not 0, is how many endpoints the destination
 	// header lists, the primary and its fallbacks (the max-score picker's
 	// maxNumOfEndpoints).

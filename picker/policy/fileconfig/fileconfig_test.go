@@ -316,6 +316,28 @@ schedulingProfiles:
 			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: precise-prefix-cache-scorer\n",
 			want: File{Policy: policy.Config{Name: policy.CacheAware}, KVEventsPort: 5557, KVEventsTopic: "kv@"},
 		},
+		"llm-d v0.8.0's KV-cache sample: the pods connect to zmqEndpoint, and are dialled too (discoverPods defaults to true)": {
+			in: readSample(t, "llm-d-v0.8.0-sim-epp-kvcache-config.yaml"),
+			want: File{
+				Policy:       policy.Config{Name: policy.CacheAware},
+				KVEventsPort: 5557, KVEventsTopic: "kv@", KVEventsListen: ":5557",
+				Warnings: []string{
+					"tokenProcessorConfig and indexerConfig of precise-prefix-cache-scorer have no effect: the KV-event index keys a block by its token ids (no hash seed to match), takes the block size from the events and tokenizes prompts on the model servers (/tokenize)",
+				},
+			},
+		},
+		"zmqEndpoint with discoverPods false: listen only": {
+			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {discoverPods: false, zmqEndpoint: \"tcp://*:5600\", topicFilter: \"kv@\"}\n",
+			want: File{Policy: policy.Config{Name: policy.CacheAware}, KVEventsTopic: "kv@", KVEventsListen: ":5600"},
+		},
+		"zmqEndpoint hosts: every address is listened on": {
+			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {zmqEndpoint: \"tcp://[::]:5601\", podDiscoveryConfig: {socketPort: 5556}}\n",
+			want: File{Policy: policy.Config{Name: policy.CacheAware}, KVEventsPort: 5556, KVEventsTopic: "kv@", KVEventsListen: ":5601"},
+		},
+		"zmqEndpoint naming the picker's Service": {
+			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {zmqEndpoint: \"tcp://epp.llm-d.svc:5557\"}\n",
+			want: File{Policy: policy.Config{Name: policy.CacheAware}, KVEventsPort: 5557, KVEventsTopic: "kv@", KVEventsListen: ":5557"},
+		},
 		"the max-score picker's maxNumOfEndpoints: how many endpoints the gateway is given": {
 			in:   header + "plugins:\n- type: queue-scorer\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 3}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: max-score-picker\n",
 			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}, MaxEndpoints: 3},
@@ -845,9 +867,17 @@ func TestParseRejects(t *testing.T) {
 			in:   header + "featureGates: [prepareData]\n",
 			want: []string{"line 3", `"prepareData"`, "flowControl"},
 		},
-		"KV events the pods would connect to": {
-			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {zmqEndpoint: \"tcp://*:5557\", discoverPods: false}\n",
-			want: []string{"line 6", "zmqEndpoint", "socketPort"},
+		"KV events over a socket other than TCP": {
+			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig:\n      zmqEndpoint: ipc:///tmp/kv\n",
+			want: []string{"line 7", "zmqEndpoint", "ipc:///tmp/kv", "tcp://HOST:PORT"},
+		},
+		"KV events on a zmqEndpoint with no port": {
+			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig:\n      zmqEndpoint: tcp://*:0\n",
+			want: []string{"line 7", "zmqEndpoint", `"0" is not a port`},
+		},
+		"discoverPods that is no boolean": {
+			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {discoverPods: sometimes}\n",
+			want: []string{"line 6", "discoverPods", `"sometimes"`},
 		},
 		"KV events on no port": {
 			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig:\n      podDiscoveryConfig: {socketPort: 70000}\n",

@@ -1,7 +1,9 @@
 package fileconfig
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 
@@ -196,8 +198,8 @@ func paramNames(p plugin) []string {
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
 
 // readPrecise reads llm-d's precise-prefix-cache-scorer: the pods' KV-cache
-// events become --kv-events-port and --kv-events-topic (llm-d's defaults:
-// 5557 and "kv@"). Its tokenizer and block-hash settings have nothing to
+// events become --kv-events-port, --kv-events-listen and --kv-events-topic
+// (llm-d's defaults: 5557, none and "kv@"). Its tokenizer and block-hash settings have nothing to
 // match here: the index keys a block by its token ids, takes the block
 // size from the events and tokenizes on the model servers.
 func (u *upstream) readPrecise(p plugin) error {
@@ -226,19 +228,26 @@ func (u *upstream) readPrecise(p plugin) error {
 }
 
 // readKVEvents reads kvEventsConfig: the picker subscribes to every pod of
-// the pool, as llm-d's pod discovery does; a zmqEndpoint the pods would
-// connect to instead is not served.
+// the pool, as llm-d's pod discovery does, and listens where zmqEndpoint
+// says for the pods that connect to it instead; with discoverPods false
+// it only listens.
 func (u *upstream) readKVEvents(cfg *yaml.Node) error {
 	if cfg.Kind != yaml.MappingNode {
 		return fmt.Errorf("line %d: kvEventsConfig must be a mapping", cfg.Line)
 	}
+	discover := true
 	for i := 0; i+1 < len(cfg.Content); i += 2 {
 		k, v := cfg.Content[i], cfg.Content[i+1]
 		switch k.Value {
 		case "zmqEndpoint":
-			if v.Value != "" {
-				return fmt.Errorf("line %d: kvEventsConfig.zmqEndpoint %q is not supported: the picker subscribes to each pod; give the pods' --kv-events-config an endpoint they bind (\"endpoint\":\"tcp://*:5557\") and use podDiscoveryConfig.socketPort", v.Line, v.Value)
+			if v.Value == "" {
+				continue
 			}
+			addr, err := zmqListen(v.Value)
+			if err != nil {
+				return fmt.Errorf("line %d: kvEventsConfig.zmqEndpoint %q: %w", v.Line, v.Value, err)
+			}
+			u.out.KVEventsListen = addr
 		case "topicFilter":
 			u.out.KVEventsTopic = v.Value
 		case "podDiscoveryConfig":
@@ -249,14 +258,41 @@ func (u *upstream) readKVEvents(cfg *yaml.Node) error {
 				}
 				u.out.KVEventsPort = n
 			}
-		case "discoverPods", "concurrency":
+		case "discoverPods":
+			b, err := strconv.ParseBool(v.Value)
+			if err != nil {
+				return fmt.Errorf("line %d: kvEventsConfig.discoverPods %q is not true or false", v.Line, v.Value)
+			}
+			discover = b
+		case "concurrency":
 			// The picker follows every pod of the pool, each on its own
 			// goroutine.
 		default:
 			return fmt.Errorf("line %d: unknown kvEventsConfig field %q", k.Line, k.Value)
 		}
 	}
+	if !discover && u.out.KVEventsListen != "" {
+		u.out.KVEventsPort = 0 // the pods connect; none is dialled
+	}
 	return nil
+}
+
+// zmqListen returns the address to listen on for a zmqEndpoint,
+// tcp://HOST:PORT: every address of the pod at PORT, whatever HOST names
+// ("*", "0.0.0.0", "::", empty, or the picker's own name or IP).
+func zmqListen(endpoint string) (string, error) {
+	rest, ok := strings.CutPrefix(endpoint, "tcp://")
+	if !ok {
+		return "", errors.New("only tcp://HOST:PORT is served")
+	}
+	_, port, err := net.SplitHostPort(rest)
+	if err != nil {
+		return "", err
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return "", fmt.Errorf("port %q is not a port", port)
+	}
+	return ":" + port, nil
 }
 
 func (u *upstream) readDataSource(p plugin) error {
