@@ -44,8 +44,16 @@ func parseKVEventsConfig(s string) (KVEventsConfig, error) {
 // and the publisher is not vLLM's "null" one.
 func (c KVEventsConfig) publishes() bool { return c.Enabled && c.Publisher != "null" }
 
+// binds reports whether the events endpoint is bound, as vLLM decides it:
+// when it holds "*" or "::" (a wildcard address). Otherwise the simulator
+// connects to it, as to a picker listening for its pods (llm-d's
+// kvEventsConfig.zmqEndpoint).
+func (c KVEventsConfig) binds() bool {
+	return strings.Contains(c.Endpoint, "*") || strings.Contains(c.Endpoint, "::")
+}
+
 // validate checks an enabled configuration: the publisher is zmq (or
-// null) and the endpoint one the simulator can bind.
+// null) and the endpoint one the simulator can bind, or connect to.
 func (c KVEventsConfig) validate() error {
 	if !c.Enabled {
 		return nil
@@ -55,7 +63,11 @@ func (c KVEventsConfig) validate() error {
 	default:
 		return fmt.Errorf("--kv-events-config: publisher %q: the simulator publishes over zmq only", c.Publisher)
 	}
-	if _, _, err := hostPort("endpoint", c.Endpoint); err != nil {
+	if c.binds() {
+		if _, _, err := hostPort("endpoint", c.Endpoint); err != nil {
+			return err
+		}
+	} else if _, err := dialAddr(c.Endpoint); err != nil {
 		return err
 	}
 	if c.ReplayEndpoint == "" {
@@ -88,6 +100,26 @@ func hostPort(key, endpoint string) (host, port string, err error) {
 	return host, port, nil
 }
 
+// dialAddr is the TCP address to connect to for the events endpoint,
+// tcp://HOST:PORT with HOST a name or an IP address and PORT not 0.
+func dialAddr(endpoint string) (string, error) {
+	rest, ok := strings.CutPrefix(endpoint, "tcp://")
+	if !ok {
+		return "", fmt.Errorf("--kv-events-config: endpoint %q: only tcp://HOST:PORT is served", endpoint)
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil {
+		return "", fmt.Errorf("--kv-events-config: endpoint %q: %w", endpoint, err)
+	}
+	if host == "" {
+		return "", fmt.Errorf("--kv-events-config: endpoint %q: no host to connect to (bind with tcp://*:PORT)", endpoint)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return "", fmt.Errorf("--kv-events-config: endpoint %q: port %q is not a port number to connect to", endpoint, port)
+	}
+	return rest, nil
+}
+
 // listenAddr is the TCP address to bind for the endpoint named key: its
 // own, with the host "*" (or an empty one) meaning host, the simulator's
 // --host.
@@ -108,6 +140,7 @@ func listenAddr(key, endpoint, host string) (string, error) {
 // engine's loop only; Pub.Send never blocks it.
 type eventPublisher struct {
 	pub    *kvevents.Pub
+	to     string             // the address pub connects to; empty when it listens
 	replay *kvevents.Replayer // nil without a replay endpoint
 	topic  []byte
 
@@ -116,20 +149,32 @@ type eventPublisher struct {
 	buf   []byte
 }
 
-// listenEvents binds the PUB sockets of c for the n engines of ranks
-// first, first+1, ..., and their replay sockets when c has a replay
-// endpoint: rank r's at the endpoint's port plus r, as vLLM offsets each
-// data-parallel rank's endpoints, the host "*" meaning host. With port 0
-// the first engine's port is a free one and the others follow it. On
-// failure the sockets already bound are closed.
+// listenEvents binds (or connects, unless c.binds) the PUB sockets of c
+// for the n engines of ranks first, first+1, ..., and binds their replay
+// sockets when c has a replay endpoint: rank r's at the endpoint's port
+// plus r, as vLLM offsets each data-parallel rank's endpoints, the host "*"
+// meaning host. With port 0 the first engine's port is a free one and the
+// others follow it. On failure the sockets already made are closed.
 func listenEvents(c KVEventsConfig, host string, first, n int) ([]*eventPublisher, error) {
-	pubs, err := listenRanks("endpoint", c.Endpoint, host, first, n, kvevents.ListenPub)
+	var (
+		pubs []*kvevents.Pub
+		to   []string
+		err  error
+	)
+	if c.binds() {
+		pubs, err = listenRanks("endpoint", c.Endpoint, host, first, n, kvevents.ListenPub)
+	} else {
+		pubs, to, err = dialRanks(c.Endpoint, first, n)
+	}
 	if err != nil {
 		return nil, err
 	}
 	out := make([]*eventPublisher, n)
 	for e, p := range pubs {
 		out[e] = &eventPublisher{pub: p, topic: []byte(c.Topic), batch: kvevents.Batch{DPRank: first + e}}
+		if to != nil {
+			out[e].to = to[e]
+		}
 	}
 	if c.ReplayEndpoint == "" {
 		return out, nil
@@ -186,6 +231,28 @@ func listenRanks[S socket](key, endpoint, host string, first, n int, bind func(a
 		out = append(out, b)
 	}
 	return out, nil
+}
+
+// dialRanks connects the PUB sockets of the n engines of ranks first,
+// first+1, ... to the endpoint's host, rank r's at its port plus r, and
+// returns them with their addresses; each keeps reconnecting whenever its
+// connection ends.
+func dialRanks(endpoint string, first, n int) ([]*kvevents.Pub, []string, error) {
+	addr, err := dialAddr(endpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, p, _ := net.SplitHostPort(addr) // dialAddr checked both
+	port, _ := strconv.Atoi(p)
+	if port+first+n-1 > 65535 {
+		return nil, nil, fmt.Errorf("KV events: the last engine's endpoint port %d is past 65535", port+first+n-1)
+	}
+	pubs, to := make([]*kvevents.Pub, n), make([]string, n)
+	for e := range n {
+		to[e] = net.JoinHostPort(h, strconv.Itoa(port+first+e))
+		pubs[e] = kvevents.DialPub(to[e])
+	}
+	return pubs, to, nil
 }
 
 // publish sends one batch of events, stamped with the wall time, on the

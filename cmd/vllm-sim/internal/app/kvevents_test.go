@@ -56,9 +56,17 @@ func TestKVEventsConfig(t *testing.T) {
 			in:   `{"enable_kv_cache_events":true,"endpoint":"tcp://*:65536"}`,
 			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://*:65536", BufferSteps: defaultBufferSteps}, publishes: true, validateErr: true,
 		},
-		"host name": {
-			in:   `{"enable_kv_cache_events":true,"endpoint":"tcp://example.com:5557"}`,
-			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://example.com:5557", BufferSteps: defaultBufferSteps}, publishes: true, validateErr: true,
+		"a host name, connected to": {
+			in:   `{"enable_kv_cache_events":true,"endpoint":"tcp://epp.llm-d.svc:5557","topic":"kv@10.0.0.1@m"}`,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://epp.llm-d.svc:5557", Topic: "kv@10.0.0.1@m", BufferSteps: defaultBufferSteps}, publishes: true,
+		},
+		"no host to connect to": {
+			in:   `{"enable_kv_cache_events":true,"endpoint":"tcp://:5557"}`,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://:5557", BufferSteps: defaultBufferSteps}, publishes: true, validateErr: true,
+		},
+		"port 0 to connect to": {
+			in:   `{"enable_kv_cache_events":true,"endpoint":"tcp://10.0.0.9:0"}`,
+			want: KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: "tcp://10.0.0.9:0", BufferSteps: defaultBufferSteps}, publishes: true, validateErr: true,
 		},
 		"replay, no buffer": {
 			in:   `{"enable_kv_cache_events":true,"replay_endpoint":"tcp://*:5558","buffer_steps":0}`,
@@ -544,6 +552,75 @@ func TestEnginesListenOnTheirRanksPorts(t *testing.T) {
 	if _, err := listenEvents(c, host, 1, 2); err == nil {
 		t.Error("ranks 1 and 2 on 65534: no error, want one (the last port is past 65535)")
 	}
+}
+
+// TestEnginesConnectToTheirRanksPorts: an endpoint with neither "*" nor
+// "::" is connected to, as vLLM does, rank r's at the endpoint's port plus
+// r, and connected to again once the listening side comes back.
+func TestEnginesConnectToTheirRanksPorts(t *testing.T) {
+	const host = "127.0.0.9"
+	port := framework.ConsecutivePortsT(t, host, 2)
+	got := make(chan [2]string, 10) // the address listened on, the topic
+	listen := func(r int) *kvevents.SubListener {
+		addr := net.JoinHostPort(host, strconv.Itoa(port+r))
+		l, err := kvevents.ListenSub(addr, nil, func(s *kvevents.Sub) {
+			for {
+				parts, err := s.Recv(nil)
+				if err != nil {
+					return
+				}
+				var b kvevents.Batch
+				if len(parts) == 3 && kvevents.DecodeBatch(parts[2], &b) == nil && b.DPRank == r {
+					got <- [2]string{addr, string(parts[0])}
+				}
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	listeners := []*kvevents.SubListener{listen(0), listen(1)}
+	c := KVEventsConfig{Enabled: true, Publisher: "zmq", Endpoint: fmt.Sprintf("tcp://%s:%d", host, port), Topic: "kv@10.0.0.1@m"}
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	pubs, err := listenEvents(c, "127.0.0.1", 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, p := range pubs {
+			_ = p.close()
+		}
+	}()
+	// publishOnce publishes on each engine until its listener has the batch.
+	publishOnce := func(what string) {
+		t.Helper()
+		for r, p := range pubs {
+			want := [2]string{net.JoinHostPort(host, strconv.Itoa(port+r)), "kv@10.0.0.1@m"}
+			framework.Eventually(t, framework.Timeout, fmt.Sprintf("%s: rank %d's batch reaches its port", what, r), func() error {
+				p.publish(nil)
+				select {
+				case g := <-got:
+					if g != want {
+						return fmt.Errorf("got %v, want %v", g, want)
+					}
+					return nil
+				case <-time.After(50 * time.Millisecond):
+					return errors.New("nothing yet")
+				}
+			})
+		}
+	}
+	publishOnce("at first")
+	for _, l := range listeners {
+		_ = l.Close()
+	}
+	listen(0)
+	listen(1)
+	publishOnce("after the listeners came back")
 }
 
 // TestReplayServesTheBatchesPublished runs the simulator with two engines

@@ -154,7 +154,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 			}
 			return nil
 		})
-	fs.Func("kv-events-config", `vLLM's KV-cache events configuration, JSON: {"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "", "replay_endpoint": "tcp://*:5558", "buffer_steps": 10000}; the endpoints are bound, their host * is --host and port 0 picks a free one; each engine keeps its last buffer_steps batches and replays them on the replay endpoint (off when it is empty); vLLM's other keys are ignored`,
+	fs.Func("kv-events-config", `vLLM's KV-cache events configuration, JSON: {"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "", "replay_endpoint": "tcp://*:5558", "buffer_steps": 10000}; the endpoint is bound when it holds * or :: and connected to otherwise (as vLLM does; reconnecting whenever the connection ends), the replay endpoint is bound, a bound endpoint's host * is --host and port 0 picks a free one; each engine keeps its last buffer_steps batches and replays them on the replay endpoint (off when it is empty); vLLM's other keys are ignored`,
 		func(v string) (err error) {
 			o.KVEvents, err = parseKVEventsConfig(v)
 			return err

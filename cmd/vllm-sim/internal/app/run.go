@@ -22,7 +22,8 @@ const shutdownGrace = 5 * time.Second
 // Run serves until ctx ends. Once listening it prints
 // "vllm-sim listening on http://HOST:PORT" (the real port) to out, after
 // "vllm-sim KV events on tcp://HOST:PORT" for each engine when KV-cache
-// events are on, each followed by "vllm-sim KV event replay on
+// events are on ("vllm-sim KV events to tcp://HOST:PORT" when the engines
+// connect to the endpoint), each followed by "vllm-sim KV event replay on
 // tcp://HOST:PORT" with a replay endpoint.
 func Run(ctx context.Context, o *Options, out io.Writer) error {
 	if !o.KVEvents.publishes() {
@@ -38,7 +39,11 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 		}
 	}()
 	for _, p := range events {
-		if _, err := fmt.Fprintf(out, "vllm-sim KV events on tcp://%s\n", p.pub.Addr()); err != nil {
+		at := "to tcp://" + p.to
+		if a := p.pub.Addr(); a != nil {
+			at = "on tcp://" + a.String()
+		}
+		if _, err := fmt.Fprintf(out, "vllm-sim KV events %s\n", at); err != nil {
 			return fmt.Errorf("announce: %w", err)
 		}
 		if p.replay == nil {
