@@ -47,7 +47,7 @@ func listenSub(t *testing.T, addr, topic string, opts ...ListenOption) (*SubList
 
 func dialPub(t *testing.T, addr string) *Pub {
 	t.Helper()
-	p := DialPub(addr)
+	p := DialPub(t.Context(), addr)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
 }

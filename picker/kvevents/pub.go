@@ -56,11 +56,11 @@ func ListenPub(addr string) (*Pub, error) {
 
 // DialPub returns a PUB socket that connects to the SUB socket listening
 // at addr ("host:port"), as ZeroMQ's connect does: it dials until a
-// connection is made, and again each time it ends, every redialEvery.
-// Messages sent while no subscriber is connected are dropped, as a ZeroMQ
-// PUB drops those no subscription matches.
-func DialPub(addr string) *Pub {
-	ctx, stop := context.WithCancel(context.Background())
+// connection is made, and again each time it ends, every redialEvery,
+// until ctx ends or Close. Messages sent while no subscriber is connected
+// are dropped, as a ZeroMQ PUB drops those no subscription matches.
+func DialPub(ctx context.Context, addr string) *Pub {
+	ctx, stop := context.WithCancel(ctx)
 	p := &Pub{stop: stop, subs: map[*peer]struct{}{}}
 	p.wg.Add(1)
 	go p.dial(ctx, addr)

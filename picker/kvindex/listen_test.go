@@ -49,7 +49,7 @@ func listening(t *testing.T, sub *Subscriber, eps ...registry.Endpoint) (*regist
 // has it.
 func connectPub(t *testing.T, sub *Subscriber, addr string, connected int) *kvevents.Pub {
 	t.Helper()
-	p := kvevents.DialPub(addr)
+	p := kvevents.DialPub(t.Context(), addr)
 	t.Cleanup(func() { _ = p.Close() })
 	framework.Eventually(t, framework.Timeout, "the publisher is connected and subscribed to", func() error {
 		if n := p.Subscribers(); n != 1 {

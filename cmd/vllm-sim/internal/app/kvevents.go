@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -155,7 +156,7 @@ type eventPublisher struct {
 // plus r, as vLLM offsets each data-parallel rank's endpoints, the host "*"
 // meaning host. With port 0 the first engine's port is a free one and the
 // others follow it. On failure the sockets already made are closed.
-func listenEvents(c KVEventsConfig, host string, first, n int) ([]*eventPublisher, error) {
+func listenEvents(ctx context.Context, c KVEventsConfig, host string, first, n int) ([]*eventPublisher, error) {
 	var (
 		pubs []*kvevents.Pub
 		to   []string
@@ -164,7 +165,7 @@ func listenEvents(c KVEventsConfig, host string, first, n int) ([]*eventPublishe
 	if c.binds() {
 		pubs, err = listenRanks("endpoint", c.Endpoint, host, first, n, kvevents.ListenPub)
 	} else {
-		pubs, to, err = dialRanks(c.Endpoint, first, n)
+		pubs, to, err = dialRanks(ctx, c.Endpoint, first, n)
 	}
 	if err != nil {
 		return nil, err
@@ -236,8 +237,8 @@ func listenRanks[S socket](key, endpoint, host string, first, n int, bind func(a
 // dialRanks connects the PUB sockets of the n engines of ranks first,
 // first+1, ... to the endpoint's host, rank r's at its port plus r, and
 // returns them with their addresses; each keeps reconnecting whenever its
-// connection ends.
-func dialRanks(endpoint string, first, n int) ([]*kvevents.Pub, []string, error) {
+// connection ends, until ctx ends.
+func dialRanks(ctx context.Context, endpoint string, first, n int) ([]*kvevents.Pub, []string, error) {
 	addr, err := dialAddr(endpoint)
 	if err != nil {
 		return nil, nil, err
@@ -250,7 +251,7 @@ func dialRanks(endpoint string, first, n int) ([]*kvevents.Pub, []string, error)
 	pubs, to := make([]*kvevents.Pub, n), make([]string, n)
 	for e := range n {
 		to[e] = net.JoinHostPort(h, strconv.Itoa(port+first+e))
-		pubs[e] = kvevents.DialPub(to[e])
+		pubs[e] = kvevents.DialPub(ctx, to[e])
 	}
 	return pubs, to, nil
 }

@@ -178,7 +178,7 @@ func simWithEngineEvents(t *testing.T, args ...string) (base string, batches []<
 	t.Helper()
 	o := parse(t, append([]string{"--host", "127.0.0.8", "--port", "0", "--model", "m", "--time-scale", "0",
 		"--kv-events-config", `{"enable_kv_cache_events":true,"endpoint":"tcp://*:0","topic":"kv@m"}`}, args...)...)
-	events, err := listenEvents(o.KVEvents, o.Host, o.DataParallelStartRank, o.engines())
+	events, err := listenEvents(t.Context(), o.KVEvents, o.Host, o.DataParallelStartRank, o.engines())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +538,7 @@ func TestEnginesListenOnTheirRanksPorts(t *testing.T) {
 	const host = "127.0.0.8"
 	port := framework.ConsecutivePortsT(t, host, 4)
 	c := KVEventsConfig{Enabled: true, Endpoint: fmt.Sprintf("tcp://*:%d", port)}
-	pubs, err := listenEvents(c, host, 2, 2)
+	pubs, err := listenEvents(t.Context(), c, host, 2, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,7 +549,7 @@ func TestEnginesListenOnTheirRanksPorts(t *testing.T) {
 		_ = p.close()
 	}
 	c.Endpoint = "tcp://*:65534"
-	if _, err := listenEvents(c, host, 1, 2); err == nil {
+	if _, err := listenEvents(t.Context(), c, host, 1, 2); err == nil {
 		t.Error("ranks 1 and 2 on 65534: no error, want one (the last port is past 65535)")
 	}
 }
@@ -586,7 +586,7 @@ func TestEnginesConnectToTheirRanksPorts(t *testing.T) {
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}
-	pubs, err := listenEvents(c, "127.0.0.1", 0, 2)
+	pubs, err := listenEvents(t.Context(), c, "127.0.0.1", 0, 2)
 	if err != nil {
 		t.Fatal(err)
 	}

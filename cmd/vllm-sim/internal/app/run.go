@@ -29,7 +29,7 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 	if !o.KVEvents.publishes() {
 		return serve(ctx, o, out, nil)
 	}
-	events, err := listenEvents(o.KVEvents, o.Host, o.DataParallelStartRank, o.engines())
+	events, err := listenEvents(ctx, o.KVEvents, o.Host, o.DataParallelStartRank, o.engines())
 	if err != nil {
 		return err
 	}
