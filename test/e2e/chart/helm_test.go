@@ -130,6 +130,7 @@ var cases = map[string][]string{
 	"hardened":      {"hardened.yaml"},
 	"gke":           {"gke.yaml"},
 	"istio":         {"istio.yaml"},
+	"kv-listen":     {"kv-listen.yaml"},
 }
 
 func TestLint(t *testing.T) {
@@ -239,6 +240,10 @@ func TestBadValues(t *testing.T) {
 		"kv events port out of range": {
 			sets: []string{"picker.kvEvents.port=70000"},
 			want: []string{"kvEvents", "port", "maximum"},
+		},
+		"kv events listen port out of range": {
+			sets: []string{"picker.kvEvents.listenPort=70000"},
+			want: []string{"kvEvents", "listenPort", "maximum"},
 		},
 		"kv events replay port out of range": {
 			sets: []string{"picker.kvEvents.replayPort=-1"},
