@@ -387,6 +387,12 @@ func (c *converter) pluginsConfig() {
 	if f.KVEventsTopic != "" {
 		c.set("picker.kvEvents.topic", f.KVEventsTopic)
 	}
+	if port, ok := strings.CutPrefix(f.KVEventsListen, ":"); ok {
+		if n, err := strconv.Atoi(port); err == nil {
+			c.set("picker.kvEvents.listenPort", n)
+			c.note("pluginsCustomConfig[%s]: kvEventsConfig.zmqEndpoint becomes picker.kvEvents.listenPort, opened on the Service as kv-events: point the pods' --kv-events-config endpoint at tcp://<the release's Service>:%d; each pod's connection reaches one picker replica only", name, n)
+		}
+	}
 	if f.ModelServerType != "" {
 		c.set("picker.modelServerType", f.ModelServerType)
 	}

@@ -450,6 +450,27 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 			notes: []string{"pluginsCustomConfig[precise.yaml]: tokenProcessorConfig and indexerConfig of precise-prefix-cache-scorer have no effect"},
 		},
+		"llm-d's KV-cache sample: the pods connect to zmqEndpoint, which becomes the listen port": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: kv.yaml
+  pluginsCustomConfig:
+    kv.yaml: |
+` + indent(readSample(t, "llm-d-v0.8.0-sim-epp-kvcache-config.yaml"), "      ") + `
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker:
+  config: {name: cache-aware}
+  kvEvents: {port: 5557, listenPort: 5557, topic: "kv@"}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{
+				"pluginsCustomConfig[kv.yaml]: tokenProcessorConfig and indexerConfig of precise-prefix-cache-scorer have no effect",
+				"pluginsCustomConfig[kv.yaml]: kvEventsConfig.zmqEndpoint becomes picker.kvEvents.listenPort",
+			},
+		},
 		"the max-score picker's maxNumOfEndpoints: the endpoints the gateway is given": {
 			upstream: `
 inferenceExtension:
