@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -1041,10 +1042,16 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(pdDoc("- type: pd-profile-handler\n  parameters: {threshold: 10, hashBlockSize: 5, primaryPort: 0}\n- {type: prefill-header-handler, parameters: {prefillProfile: prefill}}\n")))
 	f.Add([]byte(pdDoc("- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {decodeProfile: decode, prefillDeciderPluginName: always-disagg-pd-decider}\n")))
 	f.Add([]byte(header + "featureGates: [enableLegacyMetrics]\nplugins:\n- {type: active-request-scorer, parameters: {requestTimeout: 1m, idleThreshold: 2, maxBusyScore: 0.5}}\n- {type: load-aware-scorer, parameters: {threshold: 0}}\n- type: running-requests-size-scorer\n- {type: no-hit-lru-scorer, parameters: {lruSize: 8}}\n- {type: core-metrics-extractor, parameters: {defaultEngine: vllm}}\n"))
+	f.Add([]byte(header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {zmqEndpoint: \"tcp://*:5557\", discoverPods: false}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Parse(data)
 		if err != nil {
 			return
+		}
+		if l := got.KVEventsListen; l != "" {
+			if n, err := strconv.ParseUint(strings.TrimPrefix(l, ":"), 10, 16); !strings.HasPrefix(l, ":") || err != nil || n == 0 {
+				t.Fatalf("KV events listen address %q accepted from:\n%s", l, data)
+			}
 		}
 		if fc := got.FlowControl; fc.MaxRequests < 0 || fc.MaxBandRequests < 0 || fc.MaxBytes < 0 || fc.MaxWait < 0 {
 			t.Fatalf("negative flow-control bound %+v accepted from:\n%s", fc, data)
