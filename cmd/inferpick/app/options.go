@@ -381,6 +381,12 @@ func (o *Options) Complete() error {
 			}
 		})
 	}
+	if o.KVEventsListen != "" && o.LeaderElection && o.HAMode == HAActiveActive {
+		o.Warnings = append(o.Warnings, Warning{Flag: "--kv-events-listen", Value: o.KVEventsListen,
+			Message: kvListenMessage,
+			Reason: "every replica routes (--ha-mode active-active), but a server's connection reaches one of them, and the others route its pod without its events; " +
+				"have the servers bind (tcp://*:PORT) and use --kv-events-port, which every replica subscribes to"})
+	}
 	if len(o.static) > 0 && o.PoolName != "" {
 		o.Warnings = append(o.Warnings, Warning{Flag: "--pool-name", Value: o.PoolName,
 			Reason: "--static-endpoints is given: requests are routed over that list, not the pool's pods"})

@@ -185,6 +185,13 @@ func TestLeaderElectionSettingsWithoutEffectAreWarned(t *testing.T) {
 		"active-passive by selector": {
 			args: []string{"--endpoint-selector", "app=vllm", "--endpoint-target-ports", "8000", "--ha-enable-leader-election", "--ha-mode", "active-passive"},
 		},
+		"servers connecting with their KV events to active-active replicas": {
+			args:   []string{"--pool-name", "p", "--ha-enable-leader-election", "--kv-events-listen", ":5557"},
+			warned: []string{"--kv-events-listen"},
+		},
+		"servers connecting with their KV events to one picker": {
+			args: []string{"--pool-name", "p", "--kv-events-listen", ":5557"},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

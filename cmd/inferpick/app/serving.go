@@ -63,6 +63,10 @@ const deprecatedMessage = "Warning: setting deprecated upstream"
 // scrapes.
 const staleMessage = "Warning: scraped metrics go stale before the next scrape"
 
+// kvListenMessage is logged when servers that connect with their KV-cache
+// events reach one replica of several.
+const kvListenMessage = "Warning: each server's KV-cache events reach one replica only"
+
 // logWarnings logs, once each, the flags and configuration that were
 // accepted but have no effect.
 func logWarnings(log logr.Logger, ws []Warning) {
