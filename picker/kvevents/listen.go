@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -77,11 +78,21 @@ func (l *SubListener) Addr() net.Addr { return l.ln.Addr() }
 
 func (l *SubListener) accept() {
 	defer l.wg.Done()
+	var wait time.Duration
 	for {
 		conn, err := l.ln.Accept()
-		if err != nil {
+		if errors.Is(err, net.ErrClosed) {
 			return
 		}
+		if err != nil {
+			// Out of file descriptors, say: wait, longer each time in
+			// a row, rather than stop taking publishers for good.
+			wait = min(max(2*wait, 5*time.Millisecond), time.Second)
+			l.log.Error(err, "Accepting a KV-event publisher failed", "retryIn", wait)
+			time.Sleep(wait)
+			continue
+		}
+		wait = 0
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
