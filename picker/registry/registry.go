@@ -159,7 +159,8 @@ func (r *Registry) Synced() bool { return r.synced.Load() }
 // and takes the new rank; so does one whose OwnMetrics alone changed (the
 // pool gained or lost target ports), and one whose Role alone changed (its
 // pod's role label was edited), which also publishes a snapshot whose role
-// lists follow. An Unready endpoint parks its worker, which the
+// lists follow, or whose Context alone changed (its context-length label
+// was edited), read afresh by the next pick. An Unready endpoint parks its worker, which the
 // same endpoint Ready again brings back. Its cost follows the change, not
 // the size of the registry: workers not named are untouched, the same
 // objects in the same places.
@@ -215,6 +216,7 @@ func (r *Registry) upsertLocked(ep Endpoint, c *change) {
 		if old.sameServer(ep) {
 			old.rank.Store(int64(ep.Rank))
 			old.ownMetrics.Store(ep.OwnMetrics)
+			old.context.Store(ep.Context.pack())
 			if Role(old.role.Swap(uint32(ep.Role))) != ep.Role {
 				c.roles = true
 			}

@@ -58,6 +58,10 @@ type Endpoint struct {
 	// label). A worker whose endpoint changes in this alone is kept and
 	// takes the new value.
 	Role Role
+	// Context is the prompt lengths the pod is meant for (its
+	// context-length label, when the policy reads one). A worker whose
+	// endpoint changes in this alone is kept and takes the new value.
+	Context ContextRange
 	// Unready is set for a pod that is not ready but not gone: its worker,
 	// if it has one, is parked (out of the picks, kept) until the pod is
 	// Ready again or gone. It makes no worker for a pod that has none.
@@ -169,6 +173,7 @@ type Worker struct {
 	// ownMetrics is the endpoint's OwnMetrics as it is now.
 	ownMetrics atomic.Bool
 	role       atomic.Uint32 // the endpoint's Role as it is now
+	context    atomic.Uint64 // the endpoint's Context as it is now, packed
 	addr       string        // ep.Address formatted once
 	id         uint32        // unique for the life of the process; never reused
 	stable     uint64        // ep.Key hashed once
@@ -199,19 +204,21 @@ func newWorker(ep Endpoint) *Worker {
 	w.rank.Store(int64(ep.Rank))
 	w.ownMetrics.Store(ep.OwnMetrics)
 	w.role.Store(uint32(ep.Role))
+	w.context.Store(ep.Context.pack())
 	return w
 }
 
 // Endpoint returns what the worker was created from, with the rank its
 // port has now (a port that moves in the pool's target ports keeps its
 // worker and takes the rank of its new place), its OwnMetrics as it is now
-// (the pool gained or lost target ports), its Role as it is now and
-// Unready while it is parked.
+// (the pool gained or lost target ports), its Role and Context as they are
+// now and Unready while it is parked.
 func (w *Worker) Endpoint() Endpoint {
 	ep := w.ep
 	ep.Rank = int(w.rank.Load())
 	ep.OwnMetrics = w.ownMetrics.Load()
 	ep.Role = w.Role()
+	ep.Context = w.ContextRange()
 	ep.Unready = w.Parked()
 	return ep
 }
@@ -224,11 +231,15 @@ func (w *Worker) OwnMetrics() bool { return w.ownMetrics.Load() }
 // role label says now.
 func (w *Worker) Role() Role { return Role(w.role.Load()) }
 
+// ContextRange returns the prompt lengths the worker's pod is meant for,
+// as its context-length label says now.
+func (w *Worker) ContextRange() ContextRange { return unpackContextRange(w.context.Load()) }
+
 // sameServer reports whether ep is the endpoint w was created from, but
-// for its rank, where its metrics are read, its role and its readiness:
-// the same server process, at the same address.
+// for its rank, where its metrics are read, its role, its context range
+// and its readiness: the same server process, at the same address.
 func (w *Worker) sameServer(ep Endpoint) bool {
-	ep.Rank, ep.OwnMetrics, ep.Role, ep.Unready = w.ep.Rank, w.ep.OwnMetrics, w.ep.Role, w.ep.Unready
+	ep.Rank, ep.OwnMetrics, ep.Role, ep.Context, ep.Unready = w.ep.Rank, w.ep.OwnMetrics, w.ep.Role, w.ep.Context, w.ep.Unready
 	return w.ep == ep
 }
 
