@@ -249,3 +249,55 @@ func BenchmarkPickRoles(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkPickContextLength is BenchmarkPick's pick over a pool whose pods
+// are labelled with context-length ranges, half for prompts up to 4096
+// tokens and half for longer ones, filtered and (weighted scorer) scored.
+func BenchmarkPickContextLength(b *testing.B) {
+	for _, workers := range []int{8, 100, 1000} {
+		for _, name := range []string{CacheAware, WeightedScorer} {
+			b.Run(fmt.Sprintf("%s/workers=%d", name, workers), func(b *testing.B) {
+				reg, ws := bigPool(workers)
+				eps := make([]registry.Endpoint, len(ws))
+				for i, w := range ws {
+					eps[i] = w.Endpoint()
+					eps[i].Context = registry.ContextRange{Min: 4096, Max: 131072, Labelled: true}
+					if i%2 == 0 {
+						eps[i].Context = registry.ContextRange{Max: 4096, Labelled: true}
+					}
+				}
+				reg.Update(eps, nil)
+				cfg := Config{Name: name, ContextLength: &ContextLengthConfig{Filter: true}}
+				if name == WeightedScorer {
+					cfg.WeightedScorer = WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3, ContextLengthWeight: 3}
+				}
+				p, err := Build(cfg, reg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				const tenants = 50
+				systems := make([][]byte, tenants)
+				for i := range systems {
+					systems[i] = text(fmt.Sprint("tenant", i), 16<<10)
+				}
+				reqs := make([]*Request, 64)
+				for i := range reqs {
+					reqs[i] = &Request{Model: "m", Prompt: [][]byte{systems[i%tenants], text(fmt.Sprint("conv", i), 16<<10)}}
+				}
+				for i := range 2000 {
+					if _, err := p.Pick(reqs[i%len(reqs)], ws, 1); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if _, err := p.Pick(reqs[i%len(reqs)], ws, 3); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+			})
+		}
+	}
+}

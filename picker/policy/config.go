@@ -66,6 +66,11 @@ type Config struct {
 	// enough on a pod of its own and decodes it on another (llm-d's
 	// prefill/decode disaggregation); nil turns it off.
 	Disaggregation *DisaggregationConfig `json:"disaggregation,omitempty" yaml:"disaggregation,omitempty"`
+
+	// ContextLength, when set, routes a request by its prompt's length
+	// against the range each pod's label gives (contextlength.go); nil
+	// turns it off.
+	ContextLength *ContextLengthConfig `json:"contextLength,omitempty" yaml:"contextLength,omitempty"`
 }
 
 // RoleLabel is the pod label that says which stages of a request a pod
@@ -179,6 +184,9 @@ type WeightedScorerConfig struct {
 	// prefer: 1 for the pod the request's session token names (or its id
 	// hashes to), 0 for the others (upstream's session-affinity-scorer).
 	SessionWeight float64 `json:"sessionWeight,omitempty" yaml:"sessionWeight,omitempty"`
+	// ContextLengthWeight weighs the context-length score of the
+	// contextLength block (contextlength.go); 0 by default.
+	ContextLengthWeight float64 `json:"contextLengthWeight,omitempty" yaml:"contextLengthWeight,omitempty"`
 
 	// The load scores of llm-d's and upstream's other scorers (loadscores.go).
 	LoadScores `yaml:",inline"`
@@ -276,12 +284,13 @@ func (c Config) Default() Config {
 	setDefault(&ca.HomeBlocks, DefaultHomeBlocks)
 	setDefault(&ca.HomeEpsilon, DefaultHomeEpsilon)
 	ws := &c.WeightedScorer
-	if (WeightedScorerConfig{SessionWeight: ws.SessionWeight, LoadScores: ws.LoadScores}) == *ws && !ws.weighted() {
+	if (WeightedScorerConfig{SessionWeight: ws.SessionWeight, ContextLengthWeight: ws.ContextLengthWeight, LoadScores: ws.LoadScores}) == *ws && !ws.weighted() {
 		ws.QueueWeight, ws.KVWeight, ws.PrefixWeight = 2, 2, 3
 	}
 	if ws.LoadAwareWeight > 0 {
 		setDefault(&ws.LoadAwareThreshold, DefaultLoadAwareThreshold)
 	}
+	c.ContextLength = defaultContextLength(c.ContextLength)
 	if c.SessionAffinity != nil {
 		sa := *c.SessionAffinity
 		sa.Header = strings.ToLower(strings.TrimSpace(sa.Header))
@@ -371,6 +380,7 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, ws.validate()...)
 	errs = append(errs, c.validateSession()...)
+	errs = append(errs, c.validateContextLength()...)
 	if d := c.Disaggregation; d != nil && d.MinUncachedTokens < 0 {
 		bad("disaggregation.minUncachedTokens", d.MinUncachedTokens, "≥ 0")
 	}

@@ -56,6 +56,12 @@ type pick struct {
 	// loadscores.go).
 	cold   bool
 	stamps []uint64
+	// The prompt's length in tokens (PromptTokens), with a contextLength
+	// block; the candidates whose range the filter found it out of, and
+	// whether it was shorter than one of those ranges (contextlength.go).
+	tokens       int
+	outOfRange   int
+	shortOfRange bool
 }
 
 // rand returns the next number of the pick's private generator.
@@ -94,6 +100,10 @@ type engine struct {
 
 	pool    sync.Pool
 	filters filterCache // models.go
+
+	// ranges: the prompt's length is measured (contextLength); ranged: the
+	// candidates are filtered by it.
+	ranges, ranged bool
 }
 
 var _ Policy = (*engine)(nil)
@@ -102,6 +112,9 @@ func newEngine(cfg Config, o options, r ranker) *engine {
 	e := &engine{cfg: cfg, now: o.clock.Now, rnd: o.rand, ranker: r, workers: o.workers}
 	if sa := cfg.SessionAffinity; sa != nil {
 		e.pin, e.prefer, e.ids = sa.Mode == SessionPin, sa.Mode == SessionPrefer, sa.Key == SessionID
+	}
+	if cl := cfg.ContextLength; cl != nil {
+		e.ranges, e.ranged = true, cl.Filter
 	}
 	e.pool.New = func() any { return &pick{matched: map[uint32]int{}} }
 	return e
@@ -129,6 +142,10 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 		e.pool.Put(p)
 	}()
 	p.req, p.blocks, p.hashed, p.ordered, p.keyed, p.adapterSet, p.over, p.cold = req, 0, false, false, false, false, false, false
+	p.tokens, p.outOfRange, p.shortOfRange = 0, 0, false
+	if e.ranges {
+		p.tokens = PromptTokens(req.Prompt)
+	}
 	e.mu.Lock()
 	p.rng = e.rnd.Uint64()
 	e.mu.Unlock()
@@ -165,8 +182,11 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 		p.cands[i].load = e.load(p.cands[i].w, p.cands[i].metrics, p.others)
 	}
 	if len(p.cands) == 0 {
-		if saturated > 0 {
+		switch {
+		case saturated > 0:
 			return dst, ErrSaturated
+		case p.outOfRange > 0:
+			return dst, p.rangeError()
 		}
 		return dst, ErrNoCandidates
 	}
@@ -184,7 +204,8 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 }
 
 // admit makes candidates of the workers of ws that are live, serve the
-// model and have room for the request, and returns how many had none. With
+// model, take its prompt's length (with contextLength.filter) and have
+// room for the request, and returns how many had none. With
 // Request.Overflow and none with room, the candidates are those past the
 // queue and KV-cache thresholds alone, and p.over is set.
 func (e *engine) admit(p *pick, ws []*registry.Worker, filter *modelFilter, now time.Time) (saturated int) {
@@ -196,13 +217,14 @@ func (e *engine) admit(p *pick, ws []*registry.Worker, filter *modelFilter, now 
 	return saturated
 }
 
-// admitOne makes a candidate of w when it is live, serves the model and has
-// room for the request, and reports whether it had none. A worker past the
+// admitOne makes a candidate of w when it is live, serves the model, takes
+// the prompt's length (with contextLength.filter) and has room for the
+// request, and reports whether it had none. A worker past the
 // queue and KV-cache thresholds alone (not at the in-flight cap) is made a
 // candidate too under Request.Overflow while no candidate has room; the
 // first with room then takes the place of those.
 func (e *engine) admitOne(p *pick, w *registry.Worker, filter *modelFilter, now time.Time) (saturated bool) {
-	if w == nil || w == p.req.Exclude || !w.Live() || !filter.admits(w) {
+	if w == nil || w == p.req.Exclude || !w.Live() || !filter.admits(w) || e.ranged && !p.inRange(w) {
 		return false
 	}
 	m := w.Metrics()

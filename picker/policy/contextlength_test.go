@@ -1,0 +1,234 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
+)
+
+// rangePool builds a registry of workers labelled with context-length
+// ranges ("" for none).
+func rangePool(t *testing.T, ranges ...string) (*registry.Registry, []*registry.Worker) {
+	t.Helper()
+	reg := registry.New()
+	ws := make([]*registry.Worker, len(ranges))
+	for i, v := range ranges {
+		var r registry.ContextRange
+		if v != "" {
+			var err error
+			if r, err = registry.ParseContextRange(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ws[i] = registrytest.Upsert(reg, registry.Endpoint{
+			Key:     registry.Key{UID: fmt.Sprintf("pod-%d", i), Port: 8000},
+			Name:    fmt.Sprintf("pod-%d", i),
+			Address: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(i + 1)}), 8000),
+			Context: r,
+		})
+	}
+	return reg, ws
+}
+
+// tokens is a request whose prompt is n tokens long (4 bytes each).
+func tokens(tag string, n int) *Request {
+	return &Request{Model: "m", Prompt: [][]byte{text(tag, 4*n)}, Hashes: &Hashes{}}
+}
+
+// With contextLength.filter every policy returns, primary and fallbacks,
+// only the pods whose range holds the prompt and those without a range.
+func TestContextLengthFilterKeepsThePodsThatTakeThePrompt(t *testing.T) {
+	for _, name := range allPolicies {
+		t.Run(name, func(t *testing.T) {
+			reg, ws := rangePool(t, "0-2048", "2048-32768", "", "0-2048", "2048-32768")
+			p := build(t, Config{Name: name, ContextLength: &ContextLengthConfig{Filter: true}}, reg, nil)
+			short := map[*registry.Worker]bool{ws[0]: true, ws[2]: true, ws[3]: true}
+			long := map[*registry.Worker]bool{ws[1]: true, ws[2]: true, ws[4]: true}
+			for i := range 40 {
+				for _, c := range []struct {
+					req  *Request
+					kept map[*registry.Worker]bool
+				}{{tokens(fmt.Sprint("short", i), 100), short}, {tokens(fmt.Sprint("long", i), 10000), long}} {
+					got, err := p.Pick(c.req, reg.Workers(), 5)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(got) != len(c.kept) {
+						t.Errorf("a prompt of %d tokens: %d workers picked, want the %d that take it", PromptTokens(c.req.Prompt), len(got), len(c.kept))
+					}
+					for _, w := range got {
+						if !c.kept[w] {
+							t.Fatalf("a prompt of %d tokens was given %s, whose range is %q", PromptTokens(c.req.Prompt), w.Address(), w.ContextRange())
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// A pick the filter leaves no pod for is refused, saying whether the
+// prompt is longer than every range; one whose pods in range are all full
+// is saturated, not refused for its length.
+func TestContextLengthFilterRefusesAPromptNoPodTakes(t *testing.T) {
+	reg, ws := rangePool(t, "0-2048", "4096-8192")
+	p := build(t, Config{Name: LeastLoad, MaxInFlight: 1, ContextLength: &ContextLengthConfig{Filter: true}}, reg, nil)
+	if _, err := p.Pick(tokens("longer", 9000), reg.Workers(), 1); !errors.Is(err, ErrPromptTooLong) || !errors.Is(err, ErrContextLength) {
+		t.Errorf("a prompt longer than every range: %v, want ErrPromptTooLong (an ErrContextLength)", err)
+	}
+	if _, err := p.Pick(tokens("between", 3000), reg.Workers(), 1); !errors.Is(err, ErrContextLength) || errors.Is(err, ErrPromptTooLong) {
+		t.Errorf("a prompt between the ranges: %v, want ErrContextLength alone", err)
+	}
+	admit(t, ws[1], 1)
+	if _, err := p.Pick(tokens("long", 5000), reg.Workers(), 1); !errors.Is(err, ErrSaturated) {
+		t.Errorf("a prompt whose one pod is full: %v, want ErrSaturated", err)
+	}
+	got, err := p.Pick(tokens("short", 10), reg.Workers(), 2)
+	if err != nil || len(got) != 1 || got[0] != ws[0] {
+		t.Errorf("a short prompt: %v, %v; want %s alone", addrs(got), err, ws[0].Address())
+	}
+}
+
+// Over a large pool, whose picks sample, a filtered pick still finds the
+// one pod that takes a long prompt.
+func TestContextLengthFilterOverASampledPool(t *testing.T) {
+	ranges := make([]string, sampleAbove+72)
+	for i := range ranges {
+		ranges[i] = "0-4096"
+	}
+	ranges[137] = "4096-131072"
+	reg, ws := bigRangePool(t, ranges)
+	p := build(t, Config{ContextLength: &ContextLengthConfig{Filter: true}}, reg, nil)
+	for i := range 20 {
+		got, err := p.Pick(tokens(fmt.Sprint("long", i), 50000), reg.Workers(), 3)
+		if err != nil || len(got) != 1 || got[0] != ws[137] {
+			t.Fatalf("pick %d: %v, %v; want %s alone", i, addrs(got), err, ws[137].Address())
+		}
+	}
+}
+
+func bigRangePool(t *testing.T, ranges []string) (*registry.Registry, []*registry.Worker) {
+	t.Helper()
+	reg, ws := bigPool(len(ranges))
+	var eps []registry.Endpoint
+	for i, w := range ws {
+		ep := w.Endpoint()
+		r, err := registry.ParseContextRange(ranges[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep.Context = r
+		eps = append(eps, ep)
+	}
+	reg.Update(eps, nil)
+	return reg, ws
+}
+
+// The weighted scorer's context-length score orders idle pods by how well
+// their range suits the prompt: the range that holds it, then a pod with
+// no range, then the others by how near the prompt is to their range.
+func TestContextLengthScoreOrdersThePods(t *testing.T) {
+	reg, ws := rangePool(t, "0-2048", "2048-8192", "", "8192-32768")
+	p := build(t, Config{Name: WeightedScorer, ContextLength: &ContextLengthConfig{},
+		WeightedScorer: WeightedScorerConfig{ContextLengthWeight: 3}}, reg, nil)
+	for _, tc := range []struct {
+		tokens int
+		want   []*registry.Worker
+	}{
+		{tokens: 9000, want: []*registry.Worker{ws[3], ws[2], ws[1], ws[0]}},
+		{tokens: 100, want: []*registry.Worker{ws[0], ws[2], ws[1], ws[3]}},
+		{tokens: 3000, want: []*registry.Worker{ws[1], ws[2], ws[0], ws[3]}},
+	} {
+		got, err := p.Pick(tokens(fmt.Sprint(tc.tokens), tc.tokens), reg.Workers(), 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(addrs(tc.want), addrs(got)); diff != "" {
+			t.Errorf("a prompt of %d tokens: order (-want +got):\n%s", tc.tokens, diff)
+		}
+	}
+}
+
+// Without the filter a prompt no range holds still goes to the nearest.
+func TestContextLengthScoreWithoutFilterPlacesEveryPrompt(t *testing.T) {
+	reg, ws := rangePool(t, "0-2048", "2048-8192")
+	p := build(t, Config{Name: WeightedScorer, ContextLength: &ContextLengthConfig{},
+		WeightedScorer: WeightedScorerConfig{ContextLengthWeight: 10}}, reg, nil)
+	got, err := p.Pick(tokens("huge", 20000), reg.Workers(), 1)
+	if err != nil || got[0] != ws[1] {
+		t.Errorf("a prompt longer than every range: %v, %v; want %s, the nearest", addrs(got), err, ws[1].Address())
+	}
+}
+
+func TestContextScoreTiers(t *testing.T) {
+	r := func(v string) registry.ContextRange {
+		c, err := registry.ParseContextRange(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for name, tc := range map[string]struct {
+		tokens        int
+		better, worse registry.ContextRange
+	}{
+		"in range beats out of range":  {tokens: 9000, better: r("0-1000000"), worse: r("8193-8999")},
+		"in range beats no range":      {tokens: 100, better: r("0-2048"), worse: registry.ContextRange{}},
+		"no range beats out of range":  {tokens: 100, better: registry.ContextRange{}, worse: r("101-200")},
+		"narrower beats wider":         {tokens: 1000, better: r("0-2048"), worse: r("0-32768")},
+		"more room beats less":         {tokens: 1000, better: r("500-3000"), worse: r("0-2500")},
+		"nearer beats farther (above)": {tokens: 9000, better: r("0-8192"), worse: r("0-2048")},
+		"nearer beats farther (below)": {tokens: 100, better: r("200-400"), worse: r("2000-2200")},
+	} {
+		b, w := contextScore(tc.tokens, tc.better), contextScore(tc.tokens, tc.worse)
+		if !(b > w) || b > 1 || w < 0 {
+			t.Errorf("%s: %q scores %v, %q %v for %d tokens", name, tc.better, b, tc.worse, w, tc.tokens)
+		}
+	}
+	if got := contextScore(512, r("512-512")); got != 1 {
+		t.Errorf("a one-length range that holds the prompt scores %v, want 1", got)
+	}
+	if got := contextScore(100, registry.ContextRange{}); got != neutralRange {
+		t.Errorf("no range scores %v, want %v", got, neutralRange)
+	}
+}
+
+func TestContextLengthConfig(t *testing.T) {
+	for name, tc := range map[string]struct {
+		cfg  Config
+		want string // in the error; "" for none
+	}{
+		"weight without a block": {cfg: Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{ContextLengthWeight: 1}},
+			want: "weightedScorer.contextLengthWeight"},
+		"negative weight": {cfg: Config{Name: WeightedScorer, ContextLength: &ContextLengthConfig{}, WeightedScorer: WeightedScorerConfig{ContextLengthWeight: -1}},
+			want: "weightedScorer.contextLengthWeight"},
+		"bad label":   {cfg: Config{ContextLength: &ContextLengthConfig{Label: "a label"}}, want: "contextLength.label"},
+		"filter only": {cfg: Config{ContextLength: &ContextLengthConfig{Filter: true}}},
+	} {
+		err := tc.cfg.Default().Validate()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want an error naming %q", name, err, tc.want)
+		}
+	}
+	d := Config{Name: WeightedScorer, ContextLength: &ContextLengthConfig{}, WeightedScorer: WeightedScorerConfig{ContextLengthWeight: 3}}.Default()
+	if d.ContextLength.Label != DefaultContextLengthLabel {
+		t.Errorf("default label %q, want %q", d.ContextLength.Label, DefaultContextLengthLabel)
+	}
+	if want := (WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3, ContextLengthWeight: 3}); d.WeightedScorer != want {
+		t.Errorf("a context-length weight alone: weights %+v, want the defaults beside it %+v", d.WeightedScorer, want)
+	}
+	ca := Config{ContextLength: &ContextLengthConfig{Filter: true}, WeightedScorer: WeightedScorerConfig{ContextLengthWeight: 3}}.Default()
+	if w := ca.Warnings(); len(w) != 1 || !strings.Contains(w[0], "no effect with policy cache-aware") {
+		t.Errorf("cache-aware with a context-length weight warns %q, want that it has no effect", w)
+	}
+	if w := d.Warnings(); len(w) != 0 {
+		t.Errorf("weighted-scorer with a context-length weight warns %q", w)
+	}
+}
