@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
@@ -47,8 +49,9 @@ func portsOf(pool *inferencev1.InferencePool) []int32 {
 
 // readPodEndpoints reads the pod key from the cache, without copying it, and
 // returns its endpoints: none when it is gone, does not match sel (nil
-// matches every pod) or does not run (podEndpoints).
-func readPodEndpoints(ctx context.Context, reader client.Reader, key types.NamespacedName, sel labels.Selector, ports []int32) ([]registry.Endpoint, error) {
+// matches every pod) or does not run (podEndpoints). Each carries the range
+// of the pod's label named contextLabel, when not empty (podContext).
+func readPodEndpoints(ctx context.Context, reader client.Reader, key types.NamespacedName, sel labels.Selector, ports []int32, contextLabel string) ([]registry.Endpoint, error) {
 	pod := &corev1.Pod{}
 	if err := reader.Get(ctx, key, pod, client.UnsafeDisableDeepCopy); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -59,7 +62,32 @@ func readPodEndpoints(ctx context.Context, reader client.Reader, key types.Names
 	if sel != nil && !sel.Matches(labels.Set(pod.Labels)) {
 		return nil, nil
 	}
-	return podEndpoints(ports, pod), nil
+	return withContext(ctx, podEndpoints(ports, pod), pod, contextLabel), nil
+}
+
+// withContext sets on eps, the endpoints of pod, the prompt lengths the
+// pod is meant for, as its label named label gives them ("min-max" tokens,
+// registry.ParseContextRange); none when label is empty or the pod has no
+// such label. A value that does not parse is logged, naming the pod, and
+// the pod counts as unlabelled: it takes prompts of any length.
+func withContext(ctx context.Context, eps []registry.Endpoint, pod *corev1.Pod, label string) []registry.Endpoint {
+	if label == "" || len(eps) == 0 {
+		return eps
+	}
+	v, ok := pod.Labels[label]
+	if !ok {
+		return eps
+	}
+	r, err := registry.ParseContextRange(v)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Info("Context-length label does not parse: the pod takes prompts of any length until it is fixed",
+			"pod", klog.KObj(pod), "label", label, "error", err.Error())
+		return eps
+	}
+	for i := range eps {
+		eps[i].Context = r
+	}
+	return eps
 }
 
 // The pod annotations that list the target ports a pod serves, as

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +35,9 @@ type podSet struct {
 	pods map[types.NamespacedName][]registry.Endpoint
 	// count is the number of Ready endpoints held.
 	count int
+	// contextLabel is the pods' context-length label read into their
+	// endpoints; "" reads none.
+	contextLabel string
 }
 
 // ready counts the endpoints of eps that are not Unready.
@@ -77,12 +81,12 @@ func (s *podSet) sync(key types.NamespacedName, eps []registry.Endpoint) bool {
 
 // reset makes the sink hold exactly the endpoints of pods on ports (all
 // assumed to match the selector).
-func (s *podSet) reset(ports []int32, pods []corev1.Pod) {
+func (s *podSet) reset(ctx context.Context, ports []int32, pods []corev1.Pod) {
 	clear(s.pods)
 	s.count = 0
 	all := make([]registry.Endpoint, 0, len(pods)*len(ports))
 	for i := range pods {
-		eps := podEndpoints(ports, &pods[i])
+		eps := withContext(ctx, podEndpoints(ports, &pods[i]), &pods[i], s.contextLabel)
 		if len(eps) == 0 {
 			continue
 		}

@@ -154,7 +154,7 @@ func (r *PoolReconciler) reconcilePod(ctx context.Context, key types.NamespacedN
 	if r.served == nil || key.Namespace != r.pool.Namespace {
 		return ctrl.Result{}, nil
 	}
-	eps, err := readPodEndpoints(ctx, r.reader, key, r.served.selector, r.served.ports)
+	eps, err := readPodEndpoints(ctx, r.reader, key, r.served.selector, r.served.ports, r.pods.contextLabel)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -229,7 +229,7 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context) (ctrl.Result, error)
 			client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
 			return ctrl.Result{}, fmt.Errorf("list pods of pool %s: %w", r.pool, err)
 		}
-		r.pods.reset(view.ports, pods.Items)
+		r.pods.reset(ctx, view.ports, pods.Items)
 		r.served = view
 		log.V(logSyncs).Info("Synced pool endpoints", "pool", klog.KObj(pool), "endpoints", r.pods.count)
 	}

@@ -26,6 +26,9 @@ type SelectorOptions struct {
 	Namespace string
 	Selector  labels.Selector
 	Ports     []int32
+	// ContextLengthLabel is the pod label read as the prompt lengths a pod
+	// is meant for (policy.ContextLengthConfig); "" reads none.
+	ContextLengthLabel string
 }
 
 // Validate reports what is missing in o.
@@ -74,7 +77,7 @@ func (r *SelectorReconciler) Reconcile(ctx context.Context, req request) (ctrl.R
 		if !r.listed {
 			return ctrl.Result{}, nil
 		}
-		eps, err := readPodEndpoints(ctx, r.reader, req.NamespacedName, r.opts.Selector, r.opts.Ports)
+		eps, err := readPodEndpoints(ctx, r.reader, req.NamespacedName, r.opts.Selector, r.opts.Ports, r.pods.contextLabel)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -86,7 +89,7 @@ func (r *SelectorReconciler) Reconcile(ctx context.Context, req request) (ctrl.R
 		client.MatchingLabelsSelector{Selector: r.opts.Selector}, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list pods matching %s: %w", r.opts.Selector, err)
 	}
-	r.pods.reset(r.opts.Ports, pods.Items)
+	r.pods.reset(ctx, r.opts.Ports, pods.Items)
 	r.listed = true
 	r.sink.MarkSynced()
 	ctrl.LoggerFrom(ctx).V(logSyncs).Info("Synced selected endpoints", "selector", r.opts.Selector.String(), "endpoints", r.pods.count)
@@ -103,6 +106,7 @@ func SetupSelectorWithManager(mgr ctrl.Manager, opts SelectorOptions, sink Endpo
 		return errors.New("selector reconciler: nil endpoint sink")
 	}
 	r := &SelectorReconciler{reader: mgr.GetClient(), sink: sink, opts: opts, pods: newPodSet(sink)}
+	r.pods.contextLabel = opts.ContextLengthLabel
 	all := request{NamespacedName: types.NamespacedName{Namespace: opts.Namespace, Name: "selected-pods"}}
 	// One list at start marks the sink synced, even when no pod matches.
 	initial := source.TypedFunc[request](func(_ context.Context, q workqueue.TypedRateLimitingInterface[request]) error {

@@ -47,6 +47,9 @@ type PoolReconcilerOptions struct {
 	// Leader, when set, decides who records Events instead of the
 	// manager's own leader election (leader.go).
 	Leader Leader
+	// ContextLengthLabel is the pod label read as the prompt lengths a pod
+	// is meant for (policy.ContextLengthConfig); "" reads none.
+	ContextLengthLabel string
 }
 
 // Validate reports what is missing or unsupported in o.
@@ -127,6 +130,7 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 		reported: -1,
 		pods:     newPodSet(sink),
 	}
+	r.pods.contextLabel = opts.ContextLengthLabel
 	poolReq := request{NamespacedName: opts.Pool}
 	toPool := func(context.Context, client.Object) []request { return []request{poolReq} }
 	isPool := predicate.NewPredicateFuncs(func(o client.Object) bool {

@@ -26,6 +26,11 @@ type WorkerView struct {
 	// encode); absent without a label, when the pod decodes and prefills
 	// only its own requests.
 	Role string `json:"role,omitempty"`
+	// ContextLength is the prompt lengths, in tokens, the pod's
+	// context-length label says it is meant for ("0-2048"), as the policy's
+	// contextLength reads it; absent without a label, or with one that does
+	// not parse.
+	ContextLength string `json:"contextLength,omitempty"`
 	// Engines are the data-parallel engines the server fronts behind the
 	// port, by the index its metrics label each with; absent for engine 0
 	// alone.
@@ -125,7 +130,7 @@ func Snapshot(reg SyncedWorkers, now time.Time, held HeldBlocks) WorkersView {
 		ep := w.Endpoint()
 		p, d := w.Load()
 		wv := WorkerView{
-			Name: ep.Name, Namespace: ep.Namespace, UID: ep.Key.UID, Address: w.Address(), Rank: ep.Rank, Role: ep.Role.String(),
+			Name: ep.Name, Namespace: ep.Namespace, UID: ep.Key.UID, Address: w.Address(), Rank: ep.Rank, Role: ep.Role.String(), ContextLength: ep.Context.String(),
 			Load: p + d, Prefill: p, Decode: d,
 		}
 		if since, ok := w.ParkedSince(); ok {
