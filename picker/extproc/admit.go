@@ -64,6 +64,23 @@ func (e modelNotServedError) Error() string {
 	return "The model `" + e.model + "` does not exist: no ready endpoint of the pool serves it."
 }
 
+// contextLengthError reports that no ready endpoint's context-length range
+// holds the request's prompt (the policy's contextLength.filter), of about
+// tokens tokens: a 400 when it is longer than every range, as a model
+// server answers a prompt past its context, else a 503 (the pool's ranges
+// leave a gap).
+type contextLengthError struct {
+	tokens  int
+	tooLong bool
+}
+
+func (e contextLengthError) Error() string {
+	if e.tooLong {
+		return fmt.Sprintf("The prompt, about %d tokens, is longer than every endpoint of the pool takes: no context-length range label holds it.", e.tokens)
+	}
+	return fmt.Sprintf("No ready endpoint of the pool takes a prompt of about %d tokens: no context-length range label holds it.", e.tokens)
+}
+
 // admit picks the request's endpoints and takes the load guard on the
 // primary, through the flow-control queue when there is one: a request
 // that finds the pool saturated then waits, holding no guard, until
@@ -178,6 +195,8 @@ func (x *exchange) tryPick() (bool, error) {
 			return false, errParked
 		}
 		return false, modelNotServedError{model: x.pick.Model}
+	case errors.Is(err, policy.ErrContextLength):
+		return false, contextLengthError{tokens: policy.PromptTokens(x.pick.Prompt), tooLong: errors.Is(err, policy.ErrPromptTooLong)}
 	case err != nil || len(picked) == 0:
 		return false, errNoPick
 	}
@@ -284,6 +303,12 @@ func refusal(err error) (status int, reason string, ok bool) {
 	}
 	if nf := (modelNotServedError{}); errors.As(err, &nf) {
 		return 404, err.Error(), true
+	}
+	if cl := (contextLengthError{}); errors.As(err, &cl) {
+		if cl.tooLong {
+			return 400, err.Error(), true
+		}
+		return 503, err.Error(), true
 	}
 	if s, found := errStatusByKind[err]; found {
 		return s, err.Error(), true

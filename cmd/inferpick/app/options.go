@@ -350,6 +350,9 @@ func (o *Options) Complete() error {
 	if o.PolicyName != "" {
 		o.Policy.Name = o.PolicyName
 	}
+	for _, w := range o.Policy.Default().Warnings() {
+		o.Warnings = append(o.Warnings, Warning{Flag: o.configSource, Reason: w})
+	}
 	if o.ObjectivePriorities != "" {
 		o.objectives = map[string]int{}
 		for e := range strings.SplitSeq(o.ObjectivePriorities, ",") {

@@ -333,3 +333,42 @@ func TestConfigFileFlowControl(t *testing.T) {
 		})
 	}
 }
+
+// A context-length weight under a policy that weighs no scores (the
+// config's, or --policy's) is accepted with a warning that only the filter
+// applies; the pods' label is the one the config names.
+func TestContextLengthWeightWithoutScoresWarns(t *testing.T) {
+	const config = "policy:\n  contextLength: {label: example.com/tokens, filter: true}\n  weightedScorer: {contextLengthWeight: 3}\n"
+	for name, tc := range map[string]struct {
+		args   []string
+		warned bool
+	}{
+		"weighted-scorer":      {args: []string{"--policy", "weighted-scorer"}},
+		"cache-aware":          {args: []string{"--policy", "cache-aware"}, warned: true},
+		"cache-aware, default": {warned: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o, err := parse(t, append([]string{"--static-endpoints", "127.0.0.1:1", "--config-text", config}, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			warned := false
+			for _, w := range o.Warnings {
+				warned = warned || strings.Contains(w.Reason, "weightedScorer.contextLengthWeight 3 has no effect") && w.Flag == "--config-text"
+			}
+			if warned != tc.warned {
+				t.Errorf("warnings %+v; a warning that the weight has no effect: %v, want %v", o.Warnings, warned, tc.warned)
+			}
+			if got := contextLengthLabel(o.Policy); got != "example.com/tokens" {
+				t.Errorf("the pods' label read is %q, want example.com/tokens", got)
+			}
+		})
+	}
+	o, err := parse(t, "--static-endpoints", "127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := contextLengthLabel(o.Policy); got != "" {
+		t.Errorf("without a contextLength block the label %q is read", got)
+	}
+}

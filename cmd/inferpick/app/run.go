@@ -451,6 +451,15 @@ func poolSaturation(cfg policy.Config, reg *registry.Registry) func() float64 {
 	return func() float64 { return cfg.Saturation(reg.Decoders(), time.Now()) }
 }
 
+// contextLengthLabel is the pod label the policy's contextLength reads as
+// the prompt lengths a pod is meant for, "" when it has none.
+func contextLengthLabel(cfg policy.Config) string {
+	if cl := cfg.Default().ContextLength; cl != nil {
+		return cl.Label
+	}
+	return ""
+}
+
 // sessionHeader is the header of the policy's session affinity, "" when off.
 func sessionHeader(cfg policy.Config) string {
 	if sa := cfg.Default().SessionAffinity; sa != nil {

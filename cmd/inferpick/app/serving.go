@@ -26,7 +26,8 @@ func (o *Options) selectorOptions() controllers.SelectorOptions {
 	for _, p := range o.EndpointTargetPorts {
 		ports = append(ports, int32(p)) //nolint:gosec // validated to be a port
 	}
-	return controllers.SelectorOptions{Namespace: o.PoolNamespace, Selector: o.selector, Ports: ports}
+	return controllers.SelectorOptions{Namespace: o.PoolNamespace, Selector: o.selector, Ports: ports,
+		ContextLengthLabel: contextLengthLabel(o.Policy)}
 }
 
 // leaderElectionID names the lease: after the pool, or after a hash of the
