@@ -40,6 +40,9 @@ var known = map[string]role{
 	// session's pod, the filter pins the session there.
 	sessionScorer: {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.SessionWeight }},
 	sessionFilter: {inProfile: true},
+	// llm-d's scorer and filter of the pods by their context-length
+	// label (contextlength.go).
+	contextLengthAware: {weight: func(w *policy.WeightedScorerConfig) *float64 { return &w.ContextLengthWeight }},
 	// llm-d's scorer of the prefixes the pods' KV-cache events show.
 	"precise-prefix-cache-scorer": {cacheAware: true},
 	"max-score-picker":            {inProfile: true},
@@ -133,6 +136,8 @@ func (u *upstream) checkPlugin(p plugin) error {
 		return u.readSessionScorer(p)
 	case sessionFilter:
 		return u.readSessionFilter(p)
+	case contextLengthAware:
+		return u.readContextLength(p)
 	case pdHandler:
 		return u.readPDHandler(p)
 	case disaggHandler:

@@ -109,7 +109,8 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 func (u *upstream) translate(refs []profileRef) error {
 	var ws policy.WeightedScorerConfig
 	scorers, precise, picker := 0, false, false
-	var sessionScorers, sessionFilters []string
+	var sessionScorers, sessionFilters, lengths []string
+	tokenizer := false
 	for _, ref := range refs {
 		p := u.plugins[ref.name]
 		role := known[p.typ]
@@ -122,6 +123,10 @@ func (u *upstream) translate(refs []profileRef) error {
 			sessionScorers = append(sessionScorers, ref.name)
 		case sessionFilter:
 			sessionFilters = append(sessionFilters, ref.name)
+		case contextLengthAware:
+			lengths = append(lengths, ref.name)
+		case "tokenizer":
+			tokenizer = true
 		}
 		if role.weight != nil {
 			*role.weight(&ws) += ref.weight
@@ -147,6 +152,9 @@ func (u *upstream) translate(refs []profileRef) error {
 		u.addPicker()
 	}
 	if err := u.sessionAffinity(sessionScorers, sessionFilters, &ws, precise); err != nil {
+		return err
+	}
+	if err := u.contextLength(lengths, precise, tokenizer); err != nil {
 		return err
 	}
 	if precise {
