@@ -185,6 +185,14 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"picker.flowControl.enabled=true", "picker.flowControl.maxWait=0m0s"},
 			want: []string{"maxWait"},
 		},
+		"a context-length label Kubernetes refuses": {
+			sets: []string{"picker.config.contextLength.label=a label"},
+			want: []string{"contextLength", "label", "pattern"},
+		},
+		"a negative contextLengthWeight": {
+			sets: []string{"picker.config.weightedScorer.contextLengthWeight=-1"},
+			want: []string{"contextLengthWeight", "minimum"},
+		},
 		"a negative minUncachedTokens": {
 			sets: []string{"picker.config.disaggregation.minUncachedTokens=-1"},
 			want: []string{"disaggregation", "minUncachedTokens", "minimum"},

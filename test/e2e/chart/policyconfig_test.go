@@ -27,6 +27,7 @@ func TestEveryPolicyKeyPassesTheValues(t *testing.T) {
 	full.CacheAware.MatchThreshold, full.CacheAware.BalanceRel, full.KVCacheThreshold = 0.5, 2, 0.75
 	full.SessionAffinity.Header, full.SessionAffinity.Key, full.SessionAffinity.Mode = "x-session-id", policy.SessionID, policy.SessionPrefer
 	full.WeightedScorer.ActiveRequest.MaxBusyScore = 0.5
+	full.ContextLength.Label = "example.com/prompt-tokens"
 	doc, err := yaml.Marshal(map[string]any{"picker": map[string]any{"config": full}})
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +77,8 @@ func fill(t *testing.T, v reflect.Value) {
 		case reflect.Pointer:
 			v.Set(reflect.New(v.Type().Elem()))
 			walk(v.Elem())
+		case reflect.Bool:
+			v.SetBool(true)
 		case reflect.String:
 		default:
 			t.Fatalf("policy config field of kind %s: teach fill to set it", v.Kind())
@@ -116,6 +119,42 @@ func TestDisaggregationOfEveryRequestPassesTheValues(t *testing.T) {
 			want := &policy.DisaggregationConfig{MinUncachedTokens: tc.want}
 			if diff := cmp.Diff(want, f.Policy.Disaggregation); diff != "" {
 				t.Errorf("disaggregation the picker reads (-want +got):\n%s\nconfig.yaml:\n%s", diff, cm.Data["config.yaml"])
+			}
+		})
+	}
+}
+
+// A context-length block the values leave empty (the default label, no
+// filter) still reaches the picker as a block, which turns the label's
+// reading on.
+func TestAnEmptyContextLengthBlockPassesTheValues(t *testing.T) {
+	for name, tc := range map[string]struct {
+		block string
+		want  policy.ContextLengthConfig
+	}{
+		"an empty block":         {"contextLength: {}", policy.ContextLengthConfig{}},
+		"filter false":           {"contextLength: {filter: false}", policy.ContextLengthConfig{}},
+		"a label and the filter": {"contextLength: {label: example.com/tokens, filter: true}", policy.ContextLengthConfig{Label: "example.com/tokens", Filter: true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(file, []byte("picker:\n  config:\n    "+tc.block+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, err := template(t, "--values", filepath.Join("testdata", "values", "pool.yaml"), "--values", file)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, errOut)
+			}
+			var cm corev1.ConfigMap
+			if !parseManifest(t, out).decode(t, "ConfigMap", &cm) {
+				t.Fatal("no ConfigMap")
+			}
+			f, err := fileconfig.Parse([]byte(cm.Data["config.yaml"]))
+			if err != nil {
+				t.Fatalf("config.yaml: %v", err)
+			}
+			if diff := cmp.Diff(&tc.want, f.Policy.ContextLength); diff != "" {
+				t.Errorf("contextLength the picker reads (-want +got):\n%s\nconfig.yaml:\n%s", diff, cm.Data["config.yaml"])
 			}
 		})
 	}
