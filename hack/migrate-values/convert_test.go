@@ -565,6 +565,26 @@ pool: {selector: {matchLabels: {app: m}}}
 			notes:   []string{"pluginsCustomConfig[pd.yaml]: featureGate prepareDataPlugins has no effect"},
 			noNotes: []string{"dropped"},
 		},
+		"llm-d's context-length filtering sample: the policy's contextLength, filtering, and its weight": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: ctx.yaml
+  pluginsCustomConfig:
+    ctx.yaml: |
+` + indent(readSample(t, "llm-d-v0.8.0-context-length-filter.yaml"), "      ") + `
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker:
+  config:
+    name: weighted-scorer
+    weightedScorer: {contextLengthWeight: 1}
+    contextLength: {label: llm-d.ai/context-length-range, filter: true}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			noNotes: []string{"dropped"},
+		},
 		"llm-d v0.3.0's prefill/decode sample: every request prefilled apart, kept though its block is all zero": {
 			upstream: `
 inferenceExtension:
