@@ -11,6 +11,7 @@ import (
 
 	"github.com/inferpick/inferpick/picker/registry"
 	"github.com/inferpick/inferpick/picker/registry/registrytest"
+	"github.com/inferpick/inferpick/picker/session"
 )
 
 // rangePool builds a registry of workers labelled with context-length
@@ -230,5 +231,44 @@ func TestContextLengthConfig(t *testing.T) {
 	}
 	if w := d.Warnings(); len(w) != 0 {
 		t.Errorf("weighted-scorer with a context-length weight warns %q", w)
+	}
+}
+
+// A session id is placed among the pods that take its prompt: a long
+// conversation keeps to one long-context pod, the same whatever replica
+// (policy) places it, and the ids spread over those pods.
+func TestContextLengthFilterKeepsASessionIDOnAPodInRange(t *testing.T) {
+	reg, ws := rangePool(t, "0-2048", "0-2048", "2048-65536", "2048-65536", "0-2048")
+	long := map[*registry.Worker]bool{ws[2]: true, ws[3]: true}
+	cfg := Config{ContextLength: &ContextLengthConfig{Filter: true}, SessionAffinity: idAffinity()}
+	a, b := build(t, cfg, reg, nil), build(t, cfg, reg, nil)
+	used := map[*registry.Worker]bool{}
+	for i := range 40 {
+		id := session.Of(fmt.Sprint("conversation-", i))
+		var home *registry.Worker
+		for turn := range 4 {
+			req := tokens(fmt.Sprint("turn", i, turn), 3000+1000*turn)
+			req.SessionID = id
+			p := a
+			if turn%2 == 1 {
+				p = b
+			}
+			got, err := p.Pick(req, reg.Workers(), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !long[got[0]] {
+				t.Fatalf("session %d turn %d went to %s, range %q", i, turn, got[0].Address(), got[0].ContextRange())
+			}
+			if home == nil {
+				home = got[0]
+			} else if got[0] != home {
+				t.Fatalf("session %d moved from %s to %s on turn %d", i, home.Address(), got[0].Address(), turn)
+			}
+		}
+		used[home] = true
+	}
+	if len(used) != 2 {
+		t.Errorf("40 sessions were placed on %d long-context pods, want both", len(used))
 	}
 }
