@@ -20,7 +20,6 @@ var tokenizerWarnings = []string{
 // scorer's contextLengthWeight.
 func TestContextLengthAwareIsTranslated(t *testing.T) {
 	scorer := readSample(t, "llm-d-v0.8.0-context-length-scorer.yaml")
-	withQueue := strings.ReplaceAll(scorer, "load-aware-scorer", "queue-scorer")
 	precise := header + "plugins:\n- type: precise-prefix-cache-scorer\n- type: context-length-aware\n  parameters: {enableFiltering: %s}\n- type: queue-scorer\n"
 	cases := map[string]struct {
 		in   string
@@ -34,12 +33,12 @@ func TestContextLengthAwareIsTranslated(t *testing.T) {
 				ContextLength:  &policy.ContextLengthConfig{Label: policy.DefaultContextLengthLabel, Filter: true},
 			}},
 		},
-		"llm-d's scorer sample, its load-aware-scorer taken as queue-scorer": {
-			in: withQueue,
+		"llm-d's scorer sample, beside its load-aware-scorer": {
+			in: scorer,
 			want: File{
 				Policy: policy.Config{
 					Name:           policy.WeightedScorer,
-					WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, ContextLengthWeight: 3},
+					WeightedScorer: policy.WeightedScorerConfig{ContextLengthWeight: 3, LoadScores: policy.LoadScores{LoadAwareWeight: 1, LoadAwareThreshold: 128}},
 					ContextLength:  &policy.ContextLengthConfig{Label: policy.DefaultContextLengthLabel},
 				},
 				Warnings: tokenizerWarnings,
@@ -119,10 +118,6 @@ func TestContextLengthAwareRejects(t *testing.T) {
 		in   string
 		want []string
 	}{
-		"llm-d's scorer sample as it is: its load-aware-scorer": {
-			in:   readSample(t, "llm-d-v0.8.0-context-length-scorer.yaml"),
-			want: []string{"line 14", `"load-aware-scorer"`, "queue-scorer"},
-		},
 		"an empty label": {
 			in:   header + "plugins:\n- type: context-length-aware\n  parameters: {label: \"\"}\n",
 			want: []string{"line 5", "label must name a pod label"},
