@@ -24,6 +24,9 @@ func (u *upstream) readReporter(p plugin) error {
 			if k.Value != "attributes" {
 				return fmt.Errorf("line %d: unknown %s parameter %q: it takes attributes", k.Line, attributeReporter, k.Value)
 			}
+			if list != nil {
+				return fmt.Errorf("line %d: %s attributes is given twice", k.Line, attributeReporter)
+			}
 			list = v
 		}
 	}
@@ -48,19 +51,30 @@ func (u *upstream) readReporter(p plugin) error {
 				return fmt.Errorf("line %d: %s key must be a mapping of namespace and name", v.Line, attributeReporter)
 			}
 			for j := 0; j+1 < len(v.Content); j += 2 {
-				switch kk, vv := v.Content[j], v.Content[j+1]; kk.Value {
+				kk, vv := v.Content[j], v.Content[j+1]
+				var s *string
+				switch kk.Value {
 				case "namespace":
-					ns = vv.Value
+					s = &ns
 				case "name":
-					name = vv.Value
+					s = &name
 				default:
 					return fmt.Errorf("line %d: unknown %s key field %q: it takes namespace and name", kk.Line, attributeReporter, kk.Value)
 				}
+				if err := reporterString(s, "key."+kk.Value, vv); err != nil {
+					return err
+				}
 			}
-		case "expression":
-			expr, exprLine = v.Value, v.Line
-		case "condition":
-			cond, condLine = v.Value, v.Line
+		case "expression", "condition":
+			s := &expr
+			if k.Value == "condition" {
+				s, condLine = &cond, v.Line
+			} else {
+				exprLine = v.Line
+			}
+			if err := reporterString(s, k.Value, v); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("line %d: unknown %s attribute field %q: it takes key, expression and condition", k.Line, attributeReporter, k.Value)
 		}
@@ -79,5 +93,20 @@ func (u *upstream) readReporter(p plugin) error {
 		a = c
 	}
 	u.out.Attributes = append(u.out.Attributes, a)
+	return nil
+}
+
+// reporterString reads a string field of a request-attribute-reporter
+// attribute into s: a YAML null is "", as upstream reads it (so a null
+// namespace is envoy.lb and a null condition none).
+func reporterString(s *string, field string, v *yaml.Node) error {
+	switch {
+	case isNull(v):
+		*s = ""
+	case v.Kind != yaml.ScalarNode:
+		return fmt.Errorf("line %d: %s %s must be a string", v.Line, attributeReporter, field)
+	default:
+		*s = v.Value
+	}
 	return nil
 }

@@ -10,16 +10,10 @@ import (
 )
 
 // reporterSample is upstream's sample configuration of the
-// request-attribute-reporter (its integration tests' at v1.5.0), without
-// its featureGates, whose enableLegacyMetrics is a matter of its own.
+// request-attribute-reporter (its integration tests' at v1.5.0).
 func reporterSample(t *testing.T) string {
 	t.Helper()
-	doc := readSample(t, "gie-v1.5.0-request-attribute-reporter-config.yaml")
-	const gates = "featureGates:\n  - enableLegacyMetrics\n"
-	if !strings.Contains(doc, gates) {
-		t.Fatalf("the sample no longer ends with %q", gates)
-	}
-	return strings.Replace(doc, gates, "", 1)
+	return readSample(t, "gie-v1.5.0-request-attribute-reporter-config.yaml")
 }
 
 // attr is an attribute as the file gives it.
@@ -48,6 +42,14 @@ func TestParseReporter(t *testing.T) {
 		},
 		"the namespace defaults to envoy.lb, the condition to none": {
 			in:   header + "plugins:\n- type: request-attribute-reporter\n  parameters:\n    attributes:\n    - key: {name: cost}\n      expression: usage.total_tokens\n",
+			want: []attr{{"envoy.lb", "cost", "usage.total_tokens", ""}},
+		},
+		"a null namespace is envoy.lb": {
+			in:   header + "plugins:\n- type: request-attribute-reporter\n  parameters:\n    attributes:\n    - key: {namespace: null, name: cost}\n      expression: usage.total_tokens\n",
+			want: []attr{{"envoy.lb", "cost", "usage.total_tokens", ""}},
+		},
+		"a null condition is none": {
+			in:   header + "plugins:\n- type: request-attribute-reporter\n  parameters:\n    attributes:\n    - key: {name: cost}\n      expression: usage.total_tokens\n      condition: ~\n",
 			want: []attr{{"envoy.lb", "cost", "usage.total_tokens", ""}},
 		},
 		"two reporters, in the order of the document": {
@@ -119,6 +121,26 @@ func TestParseReporterRejects(t *testing.T) {
 		"no name": {
 			in:   plugin("    attributes:\n    - {key: {namespace: x}, expression: usage.prompt_tokens}\n"),
 			want: []string{"key.name is empty"},
+		},
+		"a null name": {
+			in:   plugin("    attributes:\n    - {key: {name: null}, expression: usage.prompt_tokens}\n"),
+			want: []string{"key.name is empty"},
+		},
+		"a null expression": {
+			in:   plugin("    attributes:\n    - {key: {name: a}, expression: ~}\n"),
+			want: []string{"expression is empty"},
+		},
+		"a mapping for the namespace": {
+			in:   plugin("    attributes:\n    - key: {namespace: {x: 1}, name: a}\n      expression: usage.prompt_tokens\n"),
+			want: []string{"line 7", "key.namespace must be a string"},
+		},
+		"a list for the condition": {
+			in:   plugin("    attributes:\n    - key: {name: a}\n      expression: usage.prompt_tokens\n      condition: [a]\n"),
+			want: []string{"line 9", "condition must be a string"},
+		},
+		"attributes twice": {
+			in:   plugin("    attributes: [{key: {name: a}, expression: usage.prompt_tokens}]\n    attributes: [{key: {name: b}, expression: usage.total_tokens}]\n"),
+			want: []string{"line 7", "attributes is given twice"},
 		},
 		"no expression": {
 			in:   plugin("    attributes:\n    - {key: {name: a}}\n"),
