@@ -16,6 +16,7 @@ var seeds = []string{
 	".5 <= usage.total_tokens ? -usage.prompt_tokens : 3 - 4",
 	"size(usage)",
 	"usage['x']",
+	"!!-usage.prompt_tokens --true 0x 0X1",
 }
 
 // FuzzParse checks that Parse never panics and that what it accepts keeps

@@ -15,10 +15,13 @@
 // The fields are what upstream's CEL environment sees: a
 // google.protobuf.Struct of JSON numbers, so each is a double, present on
 // every response (0 when the model server reported none), and has() of one
-// is always true. As in CEL, arithmetic does not mix int and double
-// (usage.prompt_tokens * 2 fails on every response; write 2.0), integer
-// arithmetic fails on overflow and division by zero, double arithmetic
-// follows IEEE 754, and numbers of either kind compare with each other.
+// is always true. As in CEL, arithmetic does not mix int and double,
+// integer arithmetic fails on overflow and division by zero, double
+// arithmetic follows IEEE 754, and numbers of either kind compare with
+// each other. Where CEL's checker, seeing the fields' type as dyn, would
+// accept what fails on every response, the check here refuses it at load:
+// a field in arithmetic with an int (usage.prompt_tokens * 2; write 2.0),
+// in %, or under !, && or || or as the condition of c ? a : b.
 package attrexpr
 
 import (
@@ -53,7 +56,7 @@ func lex(src string) ([]token, error) {
 	for i := 0; i < len(src); {
 		c := src[i]
 		switch {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
 			i++
 		case c == '/' && i+1 < len(src) && src[i+1] == '/':
 			for i < len(src) && src[i] != '\n' {
@@ -106,10 +109,13 @@ func lex(src string) ([]token, error) {
 // double (digits with a fraction, an exponent or both).
 func lexNumber(src string, i int) (token, error) {
 	j := i
-	if src[j] == '0' && j+1 < len(src) && (src[j+1] == 'x' || src[j+1] == 'X') {
+	if src[j] == '0' && j+1 < len(src) && src[j+1] == 'x' {
 		j += 2
 		for j < len(src) && isHex(src[j]) {
 			j++
+		}
+		if j == i+2 {
+			return token{}, errorAt(src, i, "malformed number: 0x needs hex digits")
 		}
 		t := token{kind: tInt, text: src[i:j], pos: i}
 		return t, checkSuffix(src, j)
@@ -175,7 +181,7 @@ func errorAt(src string, pos int, msg string) error {
 // parseInt reads an int literal's text (decimal or hex), negated when neg.
 func parseInt(text string, neg bool) (int64, error) {
 	base := 10
-	if len(text) > 1 && (text[1] == 'x' || text[1] == 'X') {
+	if len(text) > 1 && text[1] == 'x' {
 		text, base = text[2:], 16
 	}
 	if neg {

@@ -49,8 +49,12 @@ var binaryOps = map[string]op{
 	"<": opLt, "<=": opLe, ">": opGt, ">=": opGe, "==": opEq, "!=": opNe,
 }
 
-// typ is what the checker knows of a value's kind: dyn is a field's
-// (known only when evaluated, as in upstream's environment).
+// typ is what the checker knows of a value's kind. dyn is known only when
+// evaluated. field is a field's, or arithmetic's over fields alone: dyn
+// to CEL's checker, as in upstream's environment, but a double whenever
+// evaluated, so that it is a double to arithmetic, !, && and || and the
+// condition of c ? a : b (which would fail on every response), and dyn to
+// comparisons and to the branches of c ? a : b.
 type typ uint8
 
 const (
@@ -58,9 +62,13 @@ const (
 	tyInt
 	tyDouble
 	tyBool
+	tyField
 )
 
-var typNames = [...]string{"dyn", "int", "double", "bool"}
+var typNames = [...]string{"dyn", "int", "double", "bool", "double"}
+
+// mixedHint follows an error about an int and a double in arithmetic.
+const mixedHint = ": int and double do not mix (the usage fields are doubles: write 2.0, not 2)"
 
 type node struct {
 	op      op
@@ -183,7 +191,8 @@ func (p *parser) expr() (int32, error) {
 		return 0, err
 	}
 	ct, at, bt := p.types[c], p.types[a], p.types[b]
-	if ct != tyBool && ct != tyDyn || at != bt && at != tyDyn && bt != tyDyn {
+	dyn := func(t typ) bool { return t == tyDyn || t == tyField }
+	if ct != tyBool && ct != tyDyn || at != bt && !dyn(at) && !dyn(bt) {
 		return 0, errorAt(p.src, q.pos, fmt.Sprintf("no matching overload for c ? a : b applied to (%s, %s, %s)", typNames[ct], typNames[at], typNames[bt]))
 	}
 	t := at
@@ -238,7 +247,6 @@ func (p *parser) combine(t token, l, r int32) (int32, error) {
 	bad := func() (int32, error) {
 		return 0, errorAt(p.src, t.pos, fmt.Sprintf("no matching overload for %s applied to (%s, %s)", t.text, typNames[lt], typNames[rt]))
 	}
-	known := lt != tyDyn && rt != tyDyn
 	switch t.text {
 	case "&&", "||":
 		if lt != tyBool && lt != tyDyn || rt != tyBool && rt != tyDyn {
@@ -252,44 +260,61 @@ func (p *parser) combine(t token, l, r int32) (int32, error) {
 	case "==", "!=", "<", "<=", ">", ">=":
 		// Numbers of either kind compare at run time; literals of two
 		// kinds do not pass CEL's checker.
-		if known && lt != rt {
+		if lt != tyDyn && lt != tyField && rt != tyDyn && rt != tyField && lt != rt {
 			return bad()
 		}
 		return p.add(node{op: binaryOps[t.text], a: l, b: r}, tyBool, t.pos)
 	}
-	if lt == tyBool || rt == tyBool || known && lt != rt || t.text == "%" && (lt == tyDouble || rt == tyDouble) {
+	// A field is a double to arithmetic.
+	ld, rd := lt, rt
+	if ld == tyField {
+		ld = tyDouble
+	}
+	if rd == tyField {
+		rd = tyDouble
+	}
+	switch {
+	case ld == tyBool || rd == tyBool || t.text == "%" && (ld == tyDouble || rd == tyDouble):
 		return bad()
+	case ld != tyDyn && rd != tyDyn && ld != rd:
+		return 0, errorAt(p.src, t.pos, fmt.Sprintf("no matching overload for %s applied to (%s, %s)%s", t.text, typNames[lt], typNames[rt], mixedHint))
 	}
 	res := lt
-	if lt == tyDyn {
+	if lt == tyDyn || lt == tyField && rt != tyDyn {
 		res = rt
 	}
 	return p.add(node{op: binaryOps[t.text], a: l, b: r}, res, t.pos)
 }
 
-// unary is ['-' | '!'] unary, or a primary.
+// unary is a member after a run of '!' or of '-', as CEL's grammar has it:
+// an even run is dropped and an odd one is one operator; a '!' run may be
+// followed by a negative number, but no run by the other operator; a
+// single '-' before a number is its sign.
 func (p *parser) unary() (int32, error) {
 	t := p.peek()
 	if t.kind != tOp || t.text != "-" && t.text != "!" {
 		return p.primary()
 	}
-	p.next()
-	if t.text == "-" && p.peek().kind == tInt {
-		// A negative literal, so that the smallest int is one.
-		lit := p.next()
-		v, err := parseInt(lit.text, true)
-		if err != nil {
-			return 0, errorAt(p.src, t.pos, "integer literal out of range")
-		}
-		return p.add(node{op: opInt, i: v}, tyInt, t.pos)
+	if t.text == "-" && isNumber(p.toks[p.pos+1]) {
+		return p.signed()
 	}
-	if err := p.enter(t.pos); err != nil {
-		return 0, err
+	n := 0
+	for p.isOp(t.text) {
+		p.next()
+		n++
 	}
-	defer func() { p.depth-- }()
-	x, err := p.unary()
-	if err != nil {
-		return 0, err
+	var x int32
+	var err error
+	switch {
+	case p.isOp("!") || p.isOp("-") && !isNumber(p.toks[p.pos+1]):
+		return 0, p.unexpected(p.peek())
+	case p.isOp("-"):
+		x, err = p.signed()
+	default:
+		x, err = p.primary()
+	}
+	if err != nil || n%2 == 0 {
+		return x, err
 	}
 	xt := p.types[x]
 	if t.text == "!" {
@@ -302,6 +327,26 @@ func (p *parser) unary() (int32, error) {
 		return 0, errorAt(p.src, t.pos, "no matching overload for - applied to (bool)")
 	}
 	return p.add(node{op: opNeg, a: x}, xt, t.pos)
+}
+
+func isNumber(t token) bool { return t.kind == tInt || t.kind == tDouble }
+
+// signed is a number literal with its '-' sign, so that the smallest int
+// is one.
+func (p *parser) signed() (int32, error) {
+	minus, lit := p.next(), p.next()
+	if lit.kind == tDouble {
+		v, err := strconv.ParseFloat("-"+lit.text, 64)
+		if err != nil {
+			return 0, errorAt(p.src, minus.pos, "double literal out of range")
+		}
+		return p.add(node{op: opDouble, f: v}, tyDouble, minus.pos)
+	}
+	v, err := parseInt(lit.text, true)
+	if err != nil {
+		return 0, errorAt(p.src, minus.pos, "integer literal out of range")
+	}
+	return p.add(node{op: opInt, i: v}, tyInt, minus.pos)
 }
 
 // primary is a literal, a field, has(field) or a parenthesized expression.
@@ -367,7 +412,7 @@ func (p *parser) ident(t token) (int32, error) {
 		if err != nil {
 			return 0, err
 		}
-		return p.add(node{op: opField, field: f}, tyDyn, t.pos)
+		return p.add(node{op: opField, field: f}, tyField, t.pos)
 	case "null":
 		return 0, errorAt(p.src, t.pos, "null is not supported: "+supported)
 	}
