@@ -39,7 +39,8 @@ func newUsageMeta(attrs []attrexpr.Attribute) *usageMeta {
 // reportUsage evaluates the attributes over the response's usage and
 // returns the metadata of those reported, nil when none is (or none is
 // configured). An attribute whose evaluation fails (a division by zero, an
-// int mixed with a double) is left out with a log line, as upstream does.
+// int mixed with a double) is left out with a log line, as upstream does,
+// at verbosity 1 after its first.
 func (x *exchange) reportUsage() *structpb.Struct {
 	attrs := x.s.opts.Attributes
 	if len(attrs) == 0 || x.bodyNotSent || x.tunnel {
@@ -67,7 +68,14 @@ func (x *exchange) reportUsage() *structpb.Struct {
 			if a.Condition != nil {
 				cond = a.Condition.String()
 			}
-			x.s.opts.Log.Info("Attribute not reported", "namespace", a.Namespace, "name", a.Name,
+			log := x.s.opts.Log
+			if x.s.attrFailed[i].Swap(true) {
+				// A value that fails on most responses would flood
+				// the log: only its first failure is at the default
+				// verbosity.
+				log = log.V(1)
+			}
+			log.Info("Attribute not reported", "namespace", a.Namespace, "name", a.Name,
 				"expression", a.Expression.String(), "condition", cond, "err", err.Error(), "requestID", x.id())
 		}
 		if !ok {

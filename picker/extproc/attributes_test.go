@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -189,5 +190,64 @@ func TestResponseReportsAttributes(t *testing.T) {
 				t.Errorf("log:\n%s\nwant no attribute left out", logged)
 			}
 		})
+	}
+}
+
+// TestPooledExchangeReportsOnlyItsOwnResponse sends responses one after
+// another through one server, the exchange of each going back to the pool
+// before the next: those whose condition holds report, the others carry no
+// metadata, whatever the exchange reported before. An attribute that fails
+// on every response is logged once at the default verbosity.
+func TestPooledExchangeReportsOnlyItsOwnResponse(t *testing.T) {
+	var mu sync.Mutex
+	var logs []string
+	e := newEnv(t, twoWorkers, func(o *Options) {
+		for _, a := range [][4]string{
+			{"", "cost", "usage.completion_tokens", "usage.completion_tokens > 5"},
+			{"", "broken", "(true ? usage.prompt_tokens : 1) * 2", ""},
+		} {
+			attr, err := attrexpr.NewAttribute(a[0], a[1], a[2], a[3])
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Attributes = append(o.Attributes, attr)
+		}
+		o.Log = funcr.New(func(_, args string) {
+			mu.Lock()
+			logs = append(logs, args)
+			mu.Unlock()
+		}, funcr.Options{})
+	})
+	for i := range 8 {
+		completion, want := 10, map[string]any{"envoy.lb": map[string]any{"cost": 10.0}}
+		if i%2 == 1 {
+			completion, want = 1, nil
+		}
+		s := e.open()
+		body := chatBody("m", "hello")
+		s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+		s.requestBody(body, true)
+		s.routed(true)
+		s.responseHeaders(200, "application/json", false, "")
+		s.recv()
+		s.responseBody(fmt.Sprintf(`{"object":"chat.completion","usage":{"prompt_tokens":3,"completion_tokens":%d}}`, completion), true)
+		got := s.recv().GetDynamicMetadata().AsMap()
+		if len(got) == 0 {
+			got = nil
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("response %d (%d completion tokens): dynamic metadata (-want +got):\n%s", i, completion, diff)
+		}
+		if err := s.stream.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.stream.Recv(); err == nil {
+			t.Fatal("the stream went on after the gateway closed it")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(strings.Join(logs, "\n"), "Attribute not reported"); n != 1 {
+		t.Errorf("%d lines of an attribute not reported at the default verbosity, want 1:\n%s", n, strings.Join(logs, "\n"))
 	}
 }

@@ -191,8 +191,9 @@ var (
 	fuzzBodies = []string{`{"model":"m","stream":true,"messages":[{"role":"user","content":"`, `hello world, a prompt long enough to fill a block or two of the index"}]}`, `{"model":"m","prompt":"p"}`, `{not json`, strings.Repeat("x", 3000),
 		// an upload's front, with its model field, and its end
 		"--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nRIFF", "\r\n--b--\r\n"}
-	fuzzResponse = []string{sse("tok"), sseDone, `{"choices":[],"usage":{"prompt_tokens":3}}`, "data: {", ""}
-	fuzzServed   = []string{"", "10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.9.9.9:1"}
+	fuzzResponse = []string{sse("tok"), sseDone, `{"choices":[],"usage":{"prompt_tokens":3}}`, "data: {", "",
+		`data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7,"total_tokens":10}}` + "\n\n"}
+	fuzzServed = []string{"", "10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.9.9.9:1"}
 )
 
 func subsetVariant(v byte) *corev3.Metadata {

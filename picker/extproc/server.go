@@ -10,6 +10,7 @@ import (
 	"io"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr"
@@ -154,6 +155,9 @@ type Server struct {
 	// otherwise.
 	roles  Roles
 	states sync.Pool
+	// attrFailed is, per attribute of opts.Attributes, whether a failure
+	// of its evaluation was logged at the default verbosity.
+	attrFailed []atomic.Bool
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
@@ -196,6 +200,7 @@ func New(reg Workers, picker Picker, opts Options) *Server {
 		rewrites: epmetrics.NewRewriteDecisions(opts.Registerer)}
 	s.upstream.OnlyServed(func(model string) bool { return policy.Served(model, reg.Workers()) })
 	s.states.New = func() any { return &exchange{} }
+	s.attrFailed = make([]atomic.Bool, len(opts.Attributes))
 	if r, ok := reg.(Roles); ok {
 		s.roles = r
 	}
