@@ -110,10 +110,17 @@ func TestResponseReportsAttributes(t *testing.T) {
 			want:    []map[string]any{nil, cost(10)},
 			wantLog: `"msg"="Attribute not reported" "namespace"="envoy.lb" "name"="ratio" "expression"="usage.prompt_tokens > 0.0 ? 64 / 0 : 1" "condition"="" "err"="division by zero"`,
 		},
-		"an error status": {
+		"an error status without a usage": {
 			attrs: [][4]string{upstreamCost}, status: 500, contentType: "application/json",
 			chunks: []string{`{"object":"error","message":"engine dead","code":500}`}, end: "eos",
 			want: []map[string]any{nil, nil},
+		},
+		// Upstream reads the body of any status and runs its reporter on
+		// it, so an error that tells its usage reports it.
+		"an error status with a usage": {
+			attrs: [][4]string{upstreamCost}, status: 500, contentType: "application/json",
+			chunks: []string{`{"object":"error","message":"cut short","code":500,"usage":{"prompt_tokens":32,"completion_tokens":10,"total_tokens":42}}`}, end: "eos",
+			want: []map[string]any{nil, cost(10)},
 		},
 		"the client goes away": {
 			attrs: [][4]string{upstreamCost}, status: 200, contentType: "text/event-stream",
