@@ -1,16 +1,14 @@
 package app
 
 import (
-	"context"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // reporterConfig is upstream's sample configuration of the
-// request-attribute-reporter, without its feature gates.
+// request-attribute-reporter, as upstream v1.5.0's integration test has it.
 const reporterConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins:
@@ -32,6 +30,8 @@ schedulingProfiles:
       - pluginRef: total-tokens-cost-reporter
 parser:
   pluginRef: openai-parser
+featureGates:
+  - enableLegacyMetrics
 `
 
 // TestReporterIsWiredToTheResponses: the config file's
@@ -40,20 +40,7 @@ parser:
 // metadata.
 func TestReporterIsWiredToTheResponses(t *testing.T) {
 	o := staticOptions(t, "--static-endpoints", "127.0.0.1:1", "--config-text", reporterConfig)
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, o) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	health := healthpb.NewHealthClient(dial(t, o.GRPCHealthPort))
-	until(t, "readiness", func() bool {
-		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
-		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
-	})
+	runReady(t, o)
 	stream := openRequest(t, extprocv3.NewExternalProcessorClient(dial(t, o.GRPCPort)))
 	for range 2 { // the route and the body
 		if _, err := stream.Recv(); err != nil {

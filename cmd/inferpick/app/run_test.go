@@ -202,26 +202,33 @@ func TestTheExtProcPortAnswersHealthChecks(t *testing.T) {
 	}
 }
 
+// runReady runs the picker with o until the test ends (Run's error fails
+// it), and returns once the picker reports ready.
+func runReady(t *testing.T, o *Options) {
+	t.Helper()
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	health := healthpb.NewHealthClient(dial(t, o.GRPCHealthPort))
+	until(t, "readiness", func() bool {
+		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
+		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	})
+}
+
 // TestDisaggregationIsWiredToTheRoutes: the policy's disaggregation
 // reaches the ext_proc server, which counts each routed request's split
 // decision in llm-d's series: static endpoints carry no role, so none
 // prefills for another and the request is decoded alone.
 func TestDisaggregationIsWiredToTheRoutes(t *testing.T) {
 	o := staticOptions(t, "--static-endpoints", "127.0.0.1:1", "--config-text", "policy: {disaggregation: {minUncachedTokens: 0}}")
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, o) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	health := healthpb.NewHealthClient(dial(t, o.GRPCHealthPort))
-	until(t, "readiness", func() bool {
-		r, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "readiness"})
-		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
-	})
+	runReady(t, o)
 	stream := openRequest(t, extprocv3.NewExternalProcessorClient(dial(t, o.GRPCPort)), "x-prefiller-host-port", "203.0.113.9:80")
 	reply, err := stream.Recv()
 	if err != nil {
