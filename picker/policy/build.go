@@ -68,7 +68,7 @@ func Build(cfg Config, reg *registry.Registry, opts ...Option) (Policy, error) {
 		} else {
 			ws := &weightedScorer{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.WeightedScorer, lora: &loraAffinity{}}
 			if cfg.WeightedScorer.NoHitLRUWeight > 0 {
-				ws.noHit = &noHitStamps{}
+				ws.noHit = newNoHitStamps(reg)
 			}
 			r = ws
 		}

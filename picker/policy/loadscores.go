@@ -2,7 +2,9 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/inferpick/inferpick/picker/registry"
@@ -151,38 +153,68 @@ func loadAware(waiting, threshold int) float64 {
 
 // noHitStamps remember, per worker, when it was last the primary of a
 // prompt no candidate held (a cold pick), as the number of cold picks
-// made by then: a fixed table of rows by worker ID, as the LoRA table
-// (lora.go), written and read without a lock. Two live workers sharing a
-// row overwrite each other, which only loses hints.
+// made by then. Each worker has a stamp of its own, made when it joins the
+// registry and dropped when it leaves; picks find the stamps through a map
+// published whole at each change of the pool, and read and write them
+// without a lock.
 type noHitStamps struct {
 	picks atomic.Uint64
-	rows  [noHitRows]noHitRow
+	// byID are the workers' stamps by ID (unique for the life of the
+	// process), as published.
+	byID atomic.Pointer[map[uint32]*atomic.Uint64]
+
+	mu    sync.Mutex // serializes the registry's calls and newNoHitStamps
+	next  map[uint32]*atomic.Uint64
+	dirty bool // next differs from byID
 }
 
-const noHitRows = 1024
+var _ registry.Settler = (*noHitStamps)(nil)
 
-type noHitRow struct {
-	worker atomic.Uint32
-	stamp  atomic.Uint64
+// newNoHitStamps returns stamps that follow reg's workers.
+func newNoHitStamps(reg *registry.Registry) *noHitStamps {
+	t := &noHitStamps{next: map[uint32]*atomic.Uint64{}}
+	t.byID.Store(&map[uint32]*atomic.Uint64{})
+	reg.AddListener(t)
+	t.Settled()
+	return t
 }
 
-// stamp is w's last cold pick, 0 when none is known.
-func (t *noHitStamps) stamp(w *registry.Worker) uint64 {
-	r := &t.rows[w.ID()%noHitRows]
-	if r.worker.Load() != w.ID() {
-		return 0
+// WorkerAdded gives w a stamp: never sent a cold prompt.
+func (t *noHitStamps) WorkerAdded(w *registry.Worker) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.next[w.ID()] = new(atomic.Uint64)
+	t.dirty = true
+}
+
+// WorkerRemoved drops w's stamp.
+func (t *noHitStamps) WorkerRemoved(w *registry.Worker) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.next, w.ID())
+	t.dirty = true
+}
+
+// Settled publishes the stamps of the workers as they are now.
+func (t *noHitStamps) Settled() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.dirty {
+		t.dirty = false
+		m := maps.Clone(t.next)
+		t.byID.Store(&m)
 	}
-	return r.stamp.Load()
 }
 
-// chose stamps the primary of a cold pick.
+// chose stamps the primary of a cold pick. A worker whose joining has not
+// settled yet has no stamp, and stays never sent one.
 func (t *noHitStamps) chose(p *pick, primary *registry.Worker) {
 	if !p.cold {
 		return
 	}
-	r := &t.rows[primary.ID()%noHitRows]
-	r.stamp.Store(t.picks.Add(1))
-	r.worker.Store(primary.ID())
+	if s := (*t.byID.Load())[primary.ID()]; s != nil {
+		s.Store(t.picks.Add(1))
+	}
 }
 
 // rank reads each candidate's stamp into p.stamps[:n] and the same sorted
@@ -190,8 +222,12 @@ func (t *noHitStamps) chose(p *pick, primary *registry.Worker) {
 func (t *noHitStamps) rank(p *pick) {
 	n := len(p.cands)
 	p.stamps = slices.Grow(p.stamps[:0], 2*n)[:2*n]
+	byID := *t.byID.Load()
 	for i := range p.cands {
-		p.stamps[i] = t.stamp(p.cands[i].w)
+		p.stamps[i] = 0 // never sent one, or its joining not settled yet
+		if s := byID[p.cands[i].w.ID()]; s != nil {
+			p.stamps[i] = s.Load()
+		}
 	}
 	sorted := p.stamps[n:]
 	copy(sorted, p.stamps[:n])

@@ -2,12 +2,14 @@ package policy
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 // The active-request score of llm-d's examples: the busiest pod 0, the
@@ -211,8 +213,8 @@ func TestWeightedNoHitLRU(t *testing.T) {
 // score 1, the others 1 − r/(n−1) by how many candidates were sent theirs
 // earlier.
 func TestNoHitScore(t *testing.T) {
-	_, ws := pool(4)
-	stamps := &noHitStamps{}
+	reg, ws := pool(4)
+	stamps := newNoHitStamps(reg)
 	// ws[2], then ws[0], were last sent cold prompts; ws[1], ws[3] never.
 	for _, w := range []*registry.Worker{ws[2], ws[0]} {
 		stamps.chose(&pick{cold: true}, w)
@@ -250,3 +252,38 @@ func TestLoadScoresDefaults(t *testing.T) {
 
 // rankShare is r/(n−1), computed as noHitScore does.
 func rankShare(r, n int) float64 { return float64(r) / float64(n-1) }
+
+// Each pod's last cold pick is its own, whatever its ID: pods whose IDs
+// are 1,024 apart (a picker that has seen that many pods come and go)
+// take their turns with the others, not every other cold prompt each.
+func TestWeightedNoHitLRUDistantIDs(t *testing.T) {
+	reg := registry.New()
+	add := func(i int) *registry.Worker {
+		return registrytest.Upsert(reg, registry.Endpoint{
+			Key:     registry.Key{UID: fmt.Sprintf("pod-%d", i), Port: 8000},
+			Address: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 8000),
+		})
+	}
+	first := add(0)
+	ws := []*registry.Worker{first}
+	for i := 1; len(ws) == 1; i++ { // pods come and go until one's ID is 1,024 past the first's
+		w := add(i)
+		if w.ID()%1024 == first.ID()%1024 {
+			ws = append(ws, w, add(i+1), add(i+2))
+			break
+		}
+		registrytest.Remove(reg, w.Endpoint().Key)
+	}
+	for _, w := range ws {
+		w.SetMetrics(&registry.Metrics{Scraped: epoch})
+	}
+	p := build(t, Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{LoadScores: LoadScores{NoHitLRUWeight: 1}}}, reg, nil)
+	got := counts(t, p, ws, 400, func(i int) *Request { return chat(fmt.Sprint("sys", i), fmt.Sprint("user", i), 512, 256) })
+	want := map[string]int{}
+	for _, w := range ws {
+		want[w.Address()] = 100
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("cold prompts by pod, IDs %d, %d, %d, %d (-want +got):\n%s", ws[0].ID(), ws[1].ID(), ws[2].ID(), ws[3].ID(), diff)
+	}
+}

@@ -107,7 +107,7 @@ func (u *upstream) readLoadAware(p plugin) error {
 // readNoHit reads llm-d's no-hit-lru-scorer, whose parameters tune
 // nothing here: a prompt is cold when no candidate holds a block of it in
 // the weighted scorer's prefix index, and each pod's last cold pick is
-// one stamp in a fixed table, with no list of pods to bound.
+// one stamp of its own, with no list of pods to bound.
 func (u *upstream) readNoHit(p plugin) error {
 	if !hasParams(p) {
 		return nil
