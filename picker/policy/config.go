@@ -216,7 +216,9 @@ type LoadScores struct {
 	// for a prompt no candidate holds a block of, 1 − r/(n−1) for a pod
 	// whose last such prompt came before those of r of the n candidates
 	// (1 for every pod never sent one); 0.5 for all when some candidate
-	// holds part of it.
+	// holds part of it. With PrefixWeight 0 every prompt counts as held
+	// by none, as upstream's scorer finds no match without a prefix
+	// scorer.
 	NoHitLRUWeight float64 `json:"noHitLRUWeight,omitempty" yaml:"noHitLRUWeight,omitempty"`
 }
 

@@ -26,7 +26,8 @@ type loadSurvey struct {
 	// by: neither idle nor the busiest.
 	minRun, maxRun int
 	meanRun        float64
-	// cold: no candidate holds a block of the prompt.
+	// cold: no candidate holds a block of the prompt, or no prefix score
+	// is weighted.
 	cold bool
 	// weighted: some load score is weighted.
 	weighted bool
@@ -63,9 +64,11 @@ func (s *weightedScorer) surveyLoad(p *pick) (v loadSurvey) {
 		}
 	}
 	if l.NoHitLRUWeight > 0 {
+		// Without a prefix score the no-hit score sees no match, as
+		// upstream's sees none without a prefix-cache-scorer.
 		v.cold = true
 		for i := range p.cands {
-			if p.cands[i].matched > 0 {
+			if s.cfg.PrefixWeight > 0 && p.cands[i].matched > 0 {
 				v.cold = false
 				break
 			}

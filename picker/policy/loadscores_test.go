@@ -167,15 +167,16 @@ func TestWeightedLoadAwareOrder(t *testing.T) {
 	}
 }
 
-// With the no-hit score alone, prompts no worker holds go to the worker
-// least recently sent one, so new prefixes go round the pool; a prompt a
-// worker holds scores 0.5 everywhere and moves no worker up the order.
+// With the no-hit and prefix scores, prompts no worker holds go to the
+// worker least recently sent one, so new prefixes go round the pool; a
+// prompt a worker holds scores 0.5 everywhere and moves no worker up the
+// order.
 func TestWeightedNoHitLRU(t *testing.T) {
 	reg, ws := pool(3)
 	for _, w := range ws {
 		w.SetMetrics(&registry.Metrics{Scraped: epoch})
 	}
-	p := build(t, Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{LoadScores: LoadScores{NoHitLRUWeight: 1}}}, reg, nil)
+	p := build(t, Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{PrefixWeight: 1, LoadScores: LoadScores{NoHitLRUWeight: 1}}}, reg, nil)
 	cold := func(i int) *registry.Worker {
 		t.Helper()
 		got, err := p.Pick(chat(fmt.Sprint("cold-sys", i), fmt.Sprint("cold-user", i), 512, 256), ws, 1)
@@ -285,5 +286,24 @@ func TestWeightedNoHitLRUDistantIDs(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("cold prompts by pod, IDs %d, %d, %d, %d (-want +got):\n%s", ws[0].ID(), ws[1].ID(), ws[2].ID(), ws[3].ID(), diff)
+	}
+}
+
+// Without a prefix score every prompt is cold to the no-hit score, as
+// upstream's no-hit-lru-scorer finds no prefix match without a
+// prefix-cache-scorer: one prompt repeated goes round the pool.
+func TestWeightedNoHitLRUWithoutPrefixScore(t *testing.T) {
+	reg, ws := pool(3)
+	for _, w := range ws {
+		w.SetMetrics(&registry.Metrics{Scraped: epoch})
+	}
+	p := build(t, Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{LoadScores: LoadScores{NoHitLRUWeight: 1}}}, reg, nil)
+	got := counts(t, p, ws, 30, func(int) *Request { return chat("sys", "user", 512, 256) })
+	want := map[string]int{}
+	for _, w := range ws {
+		want[w.Address()] = 10
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("one prompt 30 times, by pod (-want +got):\n%s", diff)
 	}
 }

@@ -460,6 +460,17 @@ flowControl:
 				},
 			},
 		},
+		"no-hit-lru-scorer without prefix-cache-scorer: every prompt cold, as upstream": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: no-hit-lru-scorer\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, LoadScores: policy.LoadScores{NoHitLRUWeight: 1}}}},
+		},
+		"no-hit-lru-scorer in a profile without the declared prefix-cache-scorer": {
+			in: header + "plugins:\n- type: prefix-cache-scorer\n- type: no-hit-lru-scorer\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: no-hit-lru-scorer\n",
+			want: File{
+				Policy:   policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{LoadScores: policy.LoadScores{NoHitLRUWeight: 1}}},
+				Warnings: []string{noHitWithoutPrefix},
+			},
+		},
 		"active-request-scorer with llm-d's parameters": {
 			in: header + "plugins:\n- type: queue-scorer\n- type: active-request-scorer\n  parameters: {requestTimeout: 30s, idleThreshold: 1, maxBusyScore: 0.5}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: active-request-scorer\n    weight: 2\n",
 			want: File{

@@ -106,8 +106,10 @@ func (u *upstream) readLoadAware(p plugin) error {
 
 // readNoHit reads llm-d's no-hit-lru-scorer, whose parameters tune
 // nothing here: a prompt is cold when no candidate holds a block of it in
-// the weighted scorer's prefix index, and each pod's last cold pick is
-// one stamp of its own, with no list of pods to bound.
+// the weighted scorer's prefix index (every prompt, when the profile
+// weighs no prefix-cache-scorer, as upstream has no prefix match without
+// one), and each pod's last cold pick is one stamp of its own, with no
+// list of pods to bound.
 func (u *upstream) readNoHit(p plugin) error {
 	if !hasParams(p) {
 		return nil
@@ -160,6 +162,12 @@ func (u *upstream) tune(p plugin, ref profileRef, ws *policy.WeightedScorerConfi
 	}
 	return nil
 }
+
+// noHitWithoutPrefix is the warning for a no-hit-lru-scorer weighed in a
+// profile that weighs no prefix-cache-scorer while one is declared: the
+// weighted scorer then takes every prompt as cold, where upstream finds
+// the matches of any prefix-cache-scorer declared.
+const noHitWithoutPrefix = "no-hit-lru-scorer takes every prompt as cold here: the profile weighs no prefix-cache-scorer, and the weighted scorer finds a prompt's prefix only when it weighs one, where upstream finds it when a prefix-cache-scorer is among the plugins; weigh it in the profile for a prompt some pod holds to score 0.5 everywhere"
 
 // noHitBesidePrecise is the warning for a no-hit-lru-scorer weighed
 // beside precise-prefix-cache-scorer, whose cache-aware policy places

@@ -176,8 +176,21 @@ func (u *upstream) translate(refs []profileRef) error {
 		u.out.Policy.Name = policy.Random
 		return nil
 	}
+	if ws.NoHitLRUWeight > 0 && ws.PrefixWeight == 0 && u.declares("prefix-cache-scorer") {
+		u.warn(noHitWithoutPrefix)
+	}
 	u.out.Policy.WeightedScorer = ws
 	return nil
+}
+
+// declares reports whether a plugin of type typ is among the plugins.
+func (u *upstream) declares(typ string) bool {
+	for _, p := range u.plugins {
+		if p.typ == typ {
+			return true
+		}
+	}
+	return false
 }
 
 // maxScorePicker is the one picker type read.
