@@ -170,7 +170,10 @@ type CacheAwareConfig struct {
 	Replicas int `json:"replicas,omitempty" yaml:"replicas,omitempty"`
 }
 
-// WeightedScorerConfig holds the weights of the weighted scorer.
+// WeightedScorerConfig holds the weights of the weighted scorer. With no
+// weight set but SessionWeight and ContextLengthWeight, the queue, KV-cache
+// and prefix weights are upstream's 2, 2 and 3; with any other weight set
+// (LoRAWeight or a load score's too), every weight not set is 0.
 type WeightedScorerConfig struct {
 	QueueWeight  float64 `json:"queueWeight,omitempty" yaml:"queueWeight,omitempty"`
 	KVWeight     float64 `json:"kvCacheWeight,omitempty" yaml:"kvCacheWeight,omitempty"`
