@@ -307,3 +307,54 @@ func TestWeightedNoHitLRUWithoutPrefixScore(t *testing.T) {
 		t.Errorf("one prompt 30 times, by pod (-want +got):\n%s", diff)
 	}
 }
+
+// The active-request score of a busy pod is its share below the busiest
+// candidate's count: holding 2 where the busiest candidate holds 4 (and a
+// pod not among the candidates 8) it scores 0.5, so it wins over the
+// busiest when that one's queue scores less than 0.5 and loses when more.
+func TestWeightedActiveRequestByTheBusiestCandidate(t *testing.T) {
+	for name, tc := range map[string]struct {
+		waiting int // the busiest candidate's, against 10 for the other: queue score 1 − waiting/10
+		want    int
+	}{
+		"its queue scores 0.4: the pod holding 2 first": {6, 0},
+		"its queue scores 0.6: the busiest first":       {4, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			reg, ws := pool(3)
+			for i, n := range []int{2, 4, 8} {
+				admit(t, ws[i], n)
+			}
+			ws[0].SetMetrics(&registry.Metrics{Waiting: 10, Scraped: epoch})
+			ws[1].SetMetrics(&registry.Metrics{Waiting: tc.waiting, Scraped: epoch})
+			p := build(t, Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{QueueWeight: 1,
+				LoadScores: LoadScores{ActiveRequestWeight: 1, ActiveRequest: ActiveRequestScore{MaxBusyScore: 1}}}}, reg, nil)
+			got, err := p.Pick(&Request{}, []*registry.Worker{ws[1], ws[0]}, 1) // the busiest neither last nor alone
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[0] != ws[tc.want] {
+				t.Errorf("picked %s, want %s", got[0].Address(), ws[tc.want].Address())
+			}
+		})
+	}
+}
+
+// A pod without fresh metrics has the load-aware score of its estimated
+// queue, not of an empty one: holding 3 more requests than the fresh pod
+// with 1 waiting, its queue is 4, at the threshold, and the fresh pod wins.
+func TestWeightedLoadAwareWithoutFreshMetrics(t *testing.T) {
+	reg, ws := pool(2)
+	ws[0].SetMetrics(&registry.Metrics{Waiting: 1, Scraped: epoch})
+	ws[1].SetMetrics(&registry.Metrics{Scraped: epoch.Add(-time.Minute)}) // stale
+	admit(t, ws[1], 3)
+	p := build(t, Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{
+		LoadScores: LoadScores{LoadAwareWeight: 1, LoadAwareThreshold: 4}}}, reg, nil)
+	got, err := p.Pick(&Request{}, ws, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != ws[0] {
+		t.Errorf("picked %s, want %s: the pod without fresh metrics scored as an empty queue", got[0].Address(), ws[0].Address())
+	}
+}
