@@ -358,3 +358,42 @@ func TestWeightedLoadAwareWithoutFreshMetrics(t *testing.T) {
 		t.Errorf("picked %s, want %s: the pod without fresh metrics scored as an empty queue", got[0].Address(), ws[0].Address())
 	}
 }
+
+// A weighted pick allocates nothing but its result in steady state, with
+// no load score weighted and with all of them (a cold prompt each time).
+func TestWeightedPickAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops pooled picks at random under the race detector")
+	}
+	for name, load := range map[string]LoadScores{
+		"no load score": {},
+		"every load score": {ActiveRequestWeight: 1, ActiveRequest: ActiveRequestScore{MaxBusyScore: 1},
+			RunningWeight: 1, LoadAwareWeight: 1, NoHitLRUWeight: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			reg, ws := pool(8)
+			for i, w := range ws[1:] {
+				w.SetMetrics(&registry.Metrics{Waiting: i, Running: i, KVUsage: 0.1, Scraped: epoch})
+				admit(t, w, i)
+			}
+			p := build(t, Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3, LoadScores: load}}, reg, nil)
+			reqs := make([]*Request, 120)
+			for i := range reqs {
+				reqs[i] = chat(fmt.Sprint("sys", i), "user", 256, 64)
+			}
+			next := 0
+			run := func() {
+				if _, err := p.Pick(reqs[next%len(reqs)], ws, 3); err != nil {
+					t.Fatal(err)
+				}
+				next++
+			}
+			for range 10 {
+				run()
+			}
+			if allocs := testing.AllocsPerRun(100, run); allocs > 1 {
+				t.Errorf("a steady-state pick allocates %v times, want at most 1 (the result)", allocs)
+			}
+		})
+	}
+}

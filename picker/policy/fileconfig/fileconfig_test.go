@@ -940,6 +940,18 @@ func TestParseRejects(t *testing.T) {
 			in:   "just text\n",
 			want: []string{"line 1", "mapping"},
 		},
+		"an idleThreshold not whole": {
+			in:   header + "plugins:\n- type: active-request-scorer\n  parameters:\n    idleThreshold: 1.5\n",
+			want: []string{"line 6: active-request-scorer idleThreshold \"1.5\" is not a whole number"},
+		},
+		"a load-aware threshold not a number": {
+			in:   header + "plugins:\n- type: load-aware-scorer\n  parameters:\n    threshold: [1]\n",
+			want: []string{"line 6: load-aware-scorer threshold \"\" is not a whole number"},
+		},
+		"a maxNumOfEndpoints not whole": {
+			in:   header + "plugins:\n- type: max-score-picker\n  parameters:\n    maxNumOfEndpoints: two\n",
+			want: []string{"line 6: max-score-picker maxNumOfEndpoints \"two\" is not a whole number"},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -49,9 +49,9 @@ func (u *upstream) readActiveRequest(p plugin) error {
 			case "requestTimeout":
 				u.warn(fmt.Sprintf("active-request-scorer requestTimeout %s has no effect: llm-d stops counting a request in flight that long, where the picker counts each until it ends, released on every exit path (end of stream, error, client gone), so a long request stays counted and none outlives its end", v.Value))
 			case "idleThreshold":
-				n, err := strconv.Atoi(v.Value)
-				if v.Kind != yaml.ScalarNode || err != nil {
-					return fmt.Errorf("line %d: active-request-scorer idleThreshold %q is not a whole number", v.Line, v.Value)
+				n, err := integer(p.typ, k.Value, v)
+				if err != nil {
+					return err
 				}
 				if n < 0 {
 					u.warn(fmt.Sprintf("active-request-scorer idleThreshold %d is taken as 0, as llm-d does: only a pod with nothing in flight is idle", n))
@@ -89,9 +89,9 @@ func (u *upstream) readLoadAware(p plugin) error {
 				u.warn(fmt.Sprintf("load-aware-scorer parameter %s has no effect: it takes threshold only", k.Value))
 				continue
 			}
-			n, err := strconv.Atoi(v.Value)
-			if v.Kind != yaml.ScalarNode || err != nil {
-				return fmt.Errorf("line %d: load-aware-scorer threshold %q is not a whole number", v.Line, v.Value)
+			n, err := integer(p.typ, k.Value, v)
+			if err != nil {
+				return err
 			}
 			if n <= 0 {
 				u.warn(fmt.Sprintf("load-aware-scorer threshold %d is taken as %d, as llm-d does", n, policy.DefaultLoadAwareThreshold))

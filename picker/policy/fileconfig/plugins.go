@@ -175,9 +175,9 @@ func (u *upstream) readPicker(p plugin) error {
 			u.warn(fmt.Sprintf("max-score-picker parameter %s has no effect: the picker takes maxNumOfEndpoints only", k.Value))
 			continue
 		}
-		n, err := strconv.Atoi(v.Value)
-		if v.Kind != yaml.ScalarNode || err != nil {
-			return fmt.Errorf("line %d: max-score-picker maxNumOfEndpoints %q is not a whole number", v.Line, v.Value)
+		n, err := integer(p.typ, k.Value, v)
+		if err != nil {
+			return err
 		}
 		if n < 1 {
 			u.warn(fmt.Sprintf("max-score-picker maxNumOfEndpoints %d is taken as 1, as upstream does: the primary endpoint alone, no fallback", n))
@@ -186,6 +186,15 @@ func (u *upstream) readPicker(p plugin) error {
 		u.maxEndpoints[p.name] = n
 	}
 	return nil
+}
+
+// integer reads a parameter that must be a whole number, of any sign.
+func integer(typ, key string, v *yaml.Node) (int, error) {
+	n, err := strconv.Atoi(v.Value)
+	if v.Kind != yaml.ScalarNode || err != nil {
+		return 0, fmt.Errorf("line %d: %s %s %q is not a whole number", v.Line, typ, key, v.Value)
+	}
+	return n, nil
 }
 
 // hasParams reports whether the plugin is given any parameter.
