@@ -461,7 +461,7 @@ flowControl:
 			},
 		},
 		"no-hit-lru-scorer without prefix-cache-scorer: every prompt cold, as upstream": {
-			in: header + "plugins:\n- type: queue-scorer\n- type: no-hit-lru-scorer\n",
+			in:   header + "plugins:\n- type: queue-scorer\n- type: no-hit-lru-scorer\n",
 			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, LoadScores: policy.LoadScores{NoHitLRUWeight: 1}}}},
 		},
 		"no-hit-lru-scorer in a profile without the declared prefix-cache-scorer": {
