@@ -696,6 +696,10 @@ func TestParseRejects(t *testing.T) {
 			in:   header + "plugins:\n- type: token-load-scorer\n",
 			want: []string{"line 4", `"token-load-scorer"`, "use active-request-scorer", "tokens in flight"},
 		},
+		"llm-d's data-parallel handler": {
+			in:   readSample(t, "llm-d-v0.8.0-dp-epp-config.yaml"),
+			want: []string{"line 9", `"data-parallel-profile-handler"`, "targetPorts", "each rank's port"},
+		},
 		"two load-aware scorers with different thresholds": {
 			in:   header + "plugins:\n- {name: a, type: load-aware-scorer}\n- {name: b, type: load-aware-scorer, parameters: {threshold: 16}}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: a\n  - pluginRef: b\n",
 			want: []string{"line 10", `"a" and "b"`, "(128, 16)", "one load-aware score"},

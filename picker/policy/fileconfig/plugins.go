@@ -92,6 +92,9 @@ var instead = map[string]string{
 	"prefix-cache-affinity-filter": "policy: {name: cache-aware} with cacheAware.mode threshold and matchThreshold",
 	"passthrough-parser":           "openai-parser",
 	"vllmgrpc-parser":              "openai-parser over HTTP",
+	// llm-d's data-parallel handler sends a rank's requests to the pod's
+	// primaryPort, naming the rank in x-data-parallel-host-port.
+	"data-parallel-profile-handler": "one profile without it, each rank's port listed in the InferencePool's targetPorts: the picker routes to each rank's port itself (docs/operations.md, Active ports)",
 }
 
 // encodeStage are the plugin types of llm-d's encode stage, refused.
