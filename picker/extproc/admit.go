@@ -81,6 +81,14 @@ func (e contextLengthError) Error() string {
 	return fmt.Sprintf("No ready endpoint of the pool takes a prompt of about %d tokens: no context-length range label holds it.", e.tokens)
 }
 
+// ranger is a picker that routes by the prompt's context length
+// (policy.ContextLengthConfig.Filter): it tells what sets apart the
+// endpoints a request may go to, for the flow-control queue to key its
+// waiters by.
+type ranger interface {
+	AppendRangeKey(dst []byte, req *policy.Request, candidates []*registry.Worker) ([]byte, bool)
+}
+
 // admit picks the request's endpoints and takes the load guard on the
 // primary, through the flow-control queue when there is one: a request
 // that finds the pool saturated then waits, holding no guard, until
@@ -110,6 +118,20 @@ func (x *exchange) admit() error {
 		TargetModel: target, Endpoints: x.pick.Model}
 	if x.subset.present {
 		it.Endpoints += "\x00" + x.subset.String()
+	}
+	if r, ok := x.s.picker.(ranger); ok {
+		var held bool
+		if x.rangeKey, held = r.AppendRangeKey(x.rangeKey[:0], &x.pick, x.s.decoders()); !held {
+			// Refused whatever the load: the refusal comes at once, never
+			// after a wait in the queue.
+			ok, err := x.tryPick()
+			if ok || err != nil && !errors.Is(err, errParked) {
+				return err
+			}
+		}
+		if len(x.rangeKey) > 0 || !held {
+			it.Endpoints += "\x00\x00" + string(x.rangeKey)
+		}
 	}
 	return x.s.opts.Queue.Admit(x.waitContext(), it, x.tryPickQueued)
 }

@@ -3,8 +3,14 @@ package extproc
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // A request the policy's context-length filter leaves no pod for is
@@ -35,5 +41,86 @@ func TestAPromptNoContextRangeHoldsIsRefused(t *testing.T) {
 				t.Errorf("load %d after the refusal, want 0", p+d)
 			}
 		})
+	}
+}
+
+// rangedQueueEnv serves two pods that take one request at a time, labelled
+// for prompts of 0-100 tokens (the first) and 101-1000 (the second), with
+// the real policy's context-length filter and the flow-control queue.
+func rangedQueueEnv(t *testing.T) (*env, *flowcontrol.Queue, *prometheus.Registry) {
+	t.Helper()
+	qreg := prometheus.NewRegistry()
+	q, err := flowcontrol.New(flowcontrol.Options{Enabled: true, MaxWait: 2 * time.Second}, flowcontrol.WithRegisterer(qreg, "pool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = q.Start(t.Context()) }()
+	e := newEnv(t, twoWorkers, func(o *Options) { o.Queue, o.MaxInFlight = q, 1 })
+	eps := make([]registry.Endpoint, 0, 2)
+	for i, w := range e.reg.Workers() {
+		ep := w.Endpoint()
+		ep.Context = []registry.ContextRange{{Min: 0, Max: 100, Labelled: true}, {Min: 101, Max: 1000, Labelled: true}}[i]
+		eps = append(eps, ep)
+	}
+	e.reg.Replace(eps)
+	pol, err := policy.Build(policy.Config{MaxInFlight: 1, ContextLength: &policy.ContextLengthConfig{Filter: true}}, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.picker = pol
+	return e, q, qreg
+}
+
+// chatOf opens a stream and sends a chat request of model m with prompt.
+func (e *env) chatOf(prompt string) *session {
+	s := e.open()
+	body := chatBody("m", prompt)
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+	s.requestBody(body, true)
+	return s
+}
+
+// longQueued routes a long prompt on the ranged env's long-prompt pod,
+// then sends another that waits in the queue behind it.
+func longQueued(t *testing.T, e *env, q *flowcontrol.Queue) (busy, waiting *session) {
+	t.Helper()
+	long := strings.Repeat("long context ", 200) // some 650 tokens
+	busy = e.chatOf(long)
+	if r := busy.routed(true); r.dest != e.reg.Workers()[1].Address() {
+		t.Fatalf("the long prompt went to %q, want the long-prompt pod %s", r.dest, e.reg.Workers()[1].Address())
+	}
+	waiting = e.chatOf(long)
+	eventually(t, "the second long prompt queued", func() bool { return q.Len() == 1 })
+	return busy, waiting
+}
+
+// With the context-length filter, requests waiting for the long-prompt pod
+// do not hold back a short prompt, whose pod is idle: it is routed at
+// once, and the long one is when its pod frees.
+func TestQueuedLongPromptsDoNotHoldBackAShortOne(t *testing.T) {
+	e, q, _ := rangedQueueEnv(t)
+	busy, waiting := longQueued(t, e, q)
+	if r := e.chatOf("hi").routed(true); r.dest != e.reg.Workers()[0].Address() {
+		t.Errorf("the short prompt went to %q, want the idle short-prompt pod %s", r.dest, e.reg.Workers()[0].Address())
+	}
+	busy.responseHeaders(200, "application/json", true, "")
+	busy.recv()
+	if r := waiting.routed(true); r.dest != e.reg.Workers()[1].Address() {
+		t.Errorf("the waiting long prompt went to %q, want the long-prompt pod", r.dest)
+	}
+}
+
+// A prompt longer than every range is refused at once with 400, as without
+// the queue, never waiting in it behind others to time out with 429.
+func TestAPromptLongerThanEveryRangeNeverQueues(t *testing.T) {
+	e, q, qreg := rangedQueueEnv(t)
+	longQueued(t, e, q)
+	outcomes := testutil.CollectAndCount(qreg, "inferpick_flowcontrol_requests_total")
+	code, msg := e.chatOf(strings.Repeat("far too long ", 400)).immediateReply()
+	if code != 400 || !strings.Contains(msg, "longer than every endpoint") {
+		t.Errorf("a prompt longer than every range: %d %q, want 400 at once", code, msg)
+	}
+	if n := testutil.CollectAndCount(qreg, "inferpick_flowcontrol_requests_total"); n != outcomes || q.Len() != 1 {
+		t.Errorf("%d outcome series of the queue after the refusal and %d waiting, want %d and 1: the refused prompt never went through it", n, q.Len(), outcomes)
 	}
 }

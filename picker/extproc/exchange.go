@@ -79,6 +79,7 @@ type exchange struct {
 	allowed        []*registry.Worker // the subset hint's candidates, when there is one
 	picked         []*registry.Worker // primary, then fallbacks; owned by this exchange
 	pickBuf        []*registry.Worker // what an appending picker picks into; kept across streams
+	rangeKey       []byte             // the prompt's context-length ranges, for the queue (admit.go); kept across streams
 	dest           string
 	guard          *registry.Guard
 	// prefill is the load the request holds on the pod that prefills its
@@ -135,7 +136,7 @@ func (x *exchange) finish() {
 	x.release(reasonCancelled)
 	x.s.budget.give(x.reserved)
 	x.dropPrompt()
-	body, allowed, pickBuf, preBuf := x.body[:0], x.allowed[:0], x.pickBuf[:0], x.preBuf[:0]
+	body, allowed, pickBuf, preBuf, rangeKey := x.body[:0], x.allowed[:0], x.pickBuf[:0], x.preBuf[:0], x.rangeKey[:0]
 	if cap(body) > maxPooledBody {
 		body = nil // don't pin a huge buffer in the pool
 	}
@@ -151,7 +152,7 @@ func (x *exchange) finish() {
 	}
 	holds := x.shared.Holds[:0]
 	x.hashes.Reset()
-	*x = exchange{body: body, allowed: allowed, pickBuf: pickBuf, preBuf: preBuf, parsed: x.parsed, scanner: x.scanner, out: x.out, in: x.in,
+	*x = exchange{body: body, allowed: allowed, pickBuf: pickBuf, preBuf: preBuf, rangeKey: rangeKey, parsed: x.parsed, scanner: x.scanner, out: x.out, in: x.in,
 		shared: policy.Shared{Holds: holds}, hashes: x.hashes}
 }
 

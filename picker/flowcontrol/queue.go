@@ -24,7 +24,8 @@ type Item struct {
 	// any rewrite) label the upstream-compatible series; may be empty.
 	Model, TargetModel string
 	// Endpoints names where the request may go: its target model, then,
-	// after a NUL byte, any subset hint. Requests with the same Endpoints
+	// after a NUL byte, any subset hint, then, after two NUL bytes, any
+	// context-length ranges that hold its prompt. Requests with the same Endpoints
 	// are picked among the same endpoints. Once one of them finds no
 	// capacity, a dispatch goes on to requests whose endpoints differ
 	// instead of stopping, so that a model whose endpoints are full does

@@ -1,8 +1,10 @@
 package policy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -163,4 +165,40 @@ func contextScore(tokens int, r registry.ContextRange) float64 {
 	default:
 		return maxOutOfRange / (1 + float64(lo-tokens)/rangeDistanceScale)
 	}
+}
+
+// AppendRangeKey appends to dst what sets apart, under contextLength.filter,
+// the candidates a request may be picked among: the distinct context-length
+// ranges of candidates that hold its prompt, lowest first, as "min-max,"
+// each. Two requests of one model with the same key go to the same
+// endpoints; a flow-control queue keys its waiters by it. It reports false
+// when no candidate's range holds the prompt and every one has a range: a
+// pick is then refused (ErrContextLength) whatever the load. Without the
+// filter it appends nothing and reports true.
+func (e *engine) AppendRangeKey(dst []byte, req *Request, candidates []*registry.Worker) ([]byte, bool) {
+	if !e.ranged || req == nil {
+		return dst, true
+	}
+	tokens := PromptTokens(req.Prompt)
+	var held [8]registry.ContextRange // a pool has few distinct ranges
+	rs, unranged := held[:0], false
+	for _, w := range candidates {
+		r := w.ContextRange()
+		switch {
+		case !r.Labelled:
+			unranged = true
+		case r.Holds(tokens) && !slices.Contains(rs, r):
+			rs = append(rs, r)
+		}
+	}
+	slices.SortFunc(rs, func(a, b registry.ContextRange) int {
+		return cmp.Or(cmp.Compare(a.Min, b.Min), cmp.Compare(a.Max, b.Max))
+	})
+	for _, r := range rs {
+		dst = strconv.AppendUint(dst, uint64(r.Min), 10)
+		dst = append(dst, '-')
+		dst = strconv.AppendUint(dst, uint64(r.Max), 10)
+		dst = append(dst, ',')
+	}
+	return dst, unranged || len(rs) > 0
 }
