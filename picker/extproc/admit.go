@@ -218,7 +218,7 @@ func (x *exchange) tryPick() (bool, error) {
 		}
 		return false, modelNotServedError{model: x.pick.Model}
 	case errors.Is(err, policy.ErrContextLength):
-		return false, contextLengthError{tokens: policy.PromptTokens(x.pick.Prompt), tooLong: errors.Is(err, policy.ErrPromptTooLong)}
+		return false, contextLengthError{tokens: x.pick.Tokens, tooLong: errors.Is(err, policy.ErrPromptTooLong)}
 	case err != nil || len(picked) == 0:
 		return false, errNoPick
 	}

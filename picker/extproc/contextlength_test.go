@@ -124,3 +124,31 @@ func TestAPromptLongerThanEveryRangeNeverQueues(t *testing.T) {
 		t.Errorf("%d outcome series of the queue after the refusal and %d waiting, want %d and 1: the refused prompt never went through it", n, q.Len(), outcomes)
 	}
 }
+
+// A chat's image counts no tokens towards its length, as llm-d counts only
+// the text: a question about a 400 KB image goes to the short-prompt pod,
+// where before its base64 made it 100,000 tokens, longer than every range,
+// and refused with 400.
+func TestAnImageCountsNoContextLength(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	eps := make([]registry.Endpoint, 0, 2)
+	for i, w := range e.reg.Workers() {
+		ep := w.Endpoint()
+		ep.Context = []registry.ContextRange{{Min: 0, Max: 2048, Labelled: true}, {Min: 2048, Max: 32768, Labelled: true}}[i]
+		eps = append(eps, ep)
+	}
+	e.reg.Replace(eps)
+	pol, err := policy.Build(policy.Config{ContextLength: &policy.ContextLengthConfig{Filter: true}}, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.picker = pol
+	s := e.open()
+	body := `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"What is in this picture?"},` +
+		`{"type":"image_url","image_url":{"url":"data:image/png;base64,` + strings.Repeat("iVBO", 100_000) + `"}}]}]}`
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil)
+	s.requestBody(body, true)
+	if r := s.routed(true); r.dest != e.reg.Workers()[0].Address() {
+		t.Errorf("the chat about an image went to %q, want the short-prompt pod %s", r.dest, e.reg.Workers()[0].Address())
+	}
+}

@@ -30,10 +30,6 @@ type holder interface {
 	Held(req *policy.Request, w *registry.Worker) int
 }
 
-// bytesPerToken is how many prompt bytes the split counts as a token, as
-// llm-d estimates a prompt's tokens.
-const bytesPerToken = 4
-
 // disaggregate decides, once the decode pod is picked and guarded, whether
 // another pod prefills the request's prompt: when the prompt's tokens the
 // decode pod does not hold are at least MinUncachedTokens, it picks a pod
@@ -59,7 +55,10 @@ func (x *exchange) disaggregate() {
 	if h, ok := x.s.picker.(holder); ok {
 		held = h.Held(&x.pick, decode)
 	}
-	if n/bytesPerToken-held/bytesPerToken < d.MinUncachedTokens {
+	// The whole prompt counts, media and tools included, as llm-d's P/D
+	// decider counts a chat's messages as their JSON; only its context-length
+	// estimate (openai.Request.Tokens) counts text alone.
+	if n/openai.BytesPerToken-held/openai.BytesPerToken < d.MinUncachedTokens {
 		return
 	}
 	prefillers := x.s.roles.Prefillers()

@@ -360,7 +360,7 @@ func (x *exchange) route() (bool, error) {
 			return x.reject(429, "the picker is buffering as many request bodies as its memory budget allows")
 		}
 		x.pick = policy.Request{Model: x.parsed.Model, CacheSalt: string(x.parsed.CacheSalt), Prompt: x.parsed.Prompt,
-			Hashes: &x.hashes}
+			Tokens: x.parsed.Tokens, Hashes: &x.hashes}
 		x.rewriteModel()
 		x.modelSeries(x.parsed.Model)
 		x.locate()

@@ -87,6 +87,13 @@ func FuzzParse(f *testing.F) {
 				t.Errorf("Prompt[%d] = %q lies outside the last %s member", i, seg, map[Kind]string{ChatCompletions: "messages", Completions: "prompt"}[k])
 			}
 		}
+		// A token is at least a byte of the prompt: text or an id.
+		if r.Tokens < 0 || r.Tokens > r.PromptLen() {
+			t.Errorf("Tokens = %d, want 0 to the prompt's %d bytes", r.Tokens, r.PromptLen())
+		}
+		if s, ok := doc["prompt"].(string); ok && Kind(kind%5) == Completions && !bytes.ContainsRune(body, '\\') && r.Tokens != len(s)/BytesPerToken {
+			t.Errorf("Tokens = %d of a %d-byte prompt, want %d", r.Tokens, len(s), len(s)/BytesPerToken)
+		}
 	})
 }
 

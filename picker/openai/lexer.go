@@ -18,6 +18,9 @@ type lexer struct {
 	b     []byte
 	i     int
 	depth int
+	// escaped is the bytes the escapes of the string str read last take
+	// beyond the one character each stands for.
+	escaped int
 }
 
 func (l *lexer) reset(b []byte) {
@@ -80,12 +83,13 @@ func (l *lexer) str() ([]byte, error) {
 		if m := special(x); m != 0 {
 			n := bits.TrailingZeros64(m) / 8
 			if b[start+n] == '"' && x&(1<<(8*n)-1)&highs == 0 {
-				l.i = start + n + 1
+				l.i, l.escaped = start+n+1, 0
 				return b[start : start+n], nil
 			}
 		}
 	}
 	end := -1 // the next quote at or after i, which may yet prove escaped
+	escaped := 0
 	for {
 		if end < i {
 			q := bytes.IndexByte(b[i:], '"')
@@ -113,8 +117,9 @@ func (l *lexer) str() ([]byte, error) {
 			return nil, syntaxError(l, "invalid escape")
 		}
 		i += n
+		escaped += n - 1
 	}
-	l.i = end + 1
+	l.i, l.escaped = end+1, escaped
 	return b[start:end], nil
 }
 

@@ -1,5 +1,7 @@
 package openai
 
+import "bytes"
+
 // Static prompt markers. They stand for the role tokens a chat template puts
 // around each turn, so that the same text in different roles, or in a message
 // and in the tools, never reads as the same prefix.
@@ -15,11 +17,21 @@ var (
 	markToolCalls = []byte("<|tool_calls|>\n")
 )
 
+// comma separates the ids of a token array.
+var comma = []byte(",")
+
 // add appends a non-empty segment to the prompt.
 func (p *parser) add(s []byte) {
 	if len(s) > 0 {
 		p.r.Prompt = append(p.r.Prompt, s)
 	}
+}
+
+// addText is add for a string's content s, whose escapes take escaped
+// bytes beyond a character each: it counts towards Request.Tokens.
+func (p *parser) addText(s []byte, escaped int) {
+	p.add(s)
+	p.text += len(s) - escaped
 }
 
 // roleMarker returns the static marker of a known role, or else the role's
@@ -63,7 +75,7 @@ func (p *parser) input() error {
 		s, err := l.str()
 		if len(s) > 0 {
 			p.add(markUser)
-			p.add(s)
+			p.addText(s, l.escaped)
 		}
 		return err
 	case '[':
@@ -144,7 +156,7 @@ func (p *parser) content(field string) error {
 	switch l.peek() {
 	case '"':
 		s, err := l.str()
-		p.add(s)
+		p.addText(s, l.escaped)
 		return err
 	case 'n':
 		return l.lit("null")
@@ -165,7 +177,7 @@ func (p *parser) part(field string) error {
 	switch l.peek() {
 	case '"':
 		s, err := l.str()
-		p.add(s)
+		p.addText(s, l.escaped)
 		return err
 	case '{':
 	default:
@@ -173,14 +185,14 @@ func (p *parser) part(field string) error {
 	}
 	start := l.i
 	var typ, text []byte
-	hasText := false
+	hasText, escaped := false, 0
 	err := l.members(func(key []byte) (err error) {
 		switch {
 		case string(key) == "type" && l.peek() == '"':
 			typ, err = l.str()
 		case string(key) == "text" && l.peek() == '"':
 			text, err = l.str()
-			hasText = true
+			hasText, escaped = true, l.escaped
 		default:
 			err = l.skip()
 		}
@@ -191,10 +203,10 @@ func (p *parser) part(field string) error {
 	}
 	switch string(typ) {
 	case "text", "input_text", "output_text":
-		p.add(text)
+		p.addText(text, escaped)
 	case "":
 		if hasText {
-			p.add(text)
+			p.addText(text, escaped)
 		} else {
 			p.add(l.b[start:l.i])
 			p.r.Media = true
@@ -214,7 +226,7 @@ func (p *parser) promptValue(field string) error {
 	switch l.peek() {
 	case '"':
 		s, err := l.str()
-		p.add(s)
+		p.addText(s, l.escaped)
 		return err
 	case '[':
 	default:
@@ -230,6 +242,7 @@ func (p *parser) promptValue(field string) error {
 			if err := l.skip(); err != nil {
 				return err
 			}
+			p.ids++
 			more, err = l.next(']')
 		}
 		if err != nil {
@@ -243,11 +256,15 @@ func (p *parser) promptValue(field string) error {
 		case '"':
 			var s []byte
 			s, err = l.str()
-			p.add(s)
+			p.addText(s, l.escaped)
 		case '[':
 			var s []byte
 			if s, err = l.span(); err == nil {
-				p.add(tokens(s))
+				ids := tokens(s)
+				p.add(ids)
+				if len(ids) > 0 {
+					p.ids += bytes.Count(ids, comma) + 1
+				}
 			}
 		default:
 			return fieldTypeError(field+"[]", l, "a string or a token array")

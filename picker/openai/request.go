@@ -42,6 +42,13 @@ type Request struct {
 	// Tools is the raw "tools" array of a chat, nil when absent. A model
 	// server's /tokenize endpoint takes both as they are.
 	Input, Tools []byte
+	// Tokens is the prompt's length in tokens as estimated without a
+	// tokenizer, as llm-d estimates it: the text of its strings (message
+	// contents, text parts, prompts, instructions; an escape is one
+	// character) at BytesPerToken bytes a token, plus one a token id of a
+	// token array. Media parts, tools, tool calls and role markers count
+	// none, as llm-d counts only string content.
+	Tokens int
 	// Media tells that a message has a content part other than text (an
 	// image, audio, a file): a model server keys the blocks of its
 	// placeholder tokens by the media's hash, which its token ids do not
@@ -103,7 +110,15 @@ type parser struct {
 	model, modelTok []byte
 	tools           []byte // raw JSON array
 	instructions    []byte // raw string content
+	// text is the bytes of the prompt's text counted so far, escapes one
+	// each; instructionsText that of instructions; ids the token ids.
+	text, instructionsText, ids int
 }
+
+// BytesPerToken is the bytes of text a token stands for when a prompt's
+// length is estimated without a tokenizer (llm-d's 0.25 tokens a
+// character).
+const BytesPerToken = 4
 
 // bom is the UTF-8 byte order mark, which some clients write ahead of a
 // body and which the model server's JSON decoder skips.
@@ -138,6 +153,7 @@ func (p *parser) parse() error {
 		return err
 	}
 	p.prependPreamble()
+	p.r.Tokens = (p.text+p.instructionsText)/BytesPerToken + p.ids
 	return nil
 }
 
@@ -223,6 +239,7 @@ func (p *parser) field(key []byte) error {
 func (p *parser) restartPrompt() {
 	clear(p.r.Prompt)
 	p.r.Prompt = p.r.Prompt[:0]
+	p.text, p.ids = 0, 0
 }
 
 // raw runs read on the value at hand and sets *dst to the value's raw JSON
@@ -271,7 +288,7 @@ func (p *parser) instructionsField() error {
 	switch l.peek() {
 	case '"':
 		s, err := l.str()
-		p.instructions = s
+		p.instructions, p.instructionsText = s, len(s)-l.escaped
 		return err
 	case 'n':
 		return l.lit("null")

@@ -282,7 +282,7 @@ func BenchmarkPickContextLength(b *testing.B) {
 				}
 				reqs := make([]*Request, 64)
 				for i := range reqs {
-					reqs[i] = &Request{Model: "m", Prompt: [][]byte{systems[i%tenants], text(fmt.Sprint("conv", i), 16<<10)}}
+					reqs[i] = &Request{Model: "m", Prompt: [][]byte{systems[i%tenants], text(fmt.Sprint("conv", i), 16<<10)}, Tokens: 32 << 10 / 4}
 				}
 				for i := range 2000 {
 					if _, err := p.Pick(reqs[i%len(reqs)], ws, 1); err != nil {

@@ -19,8 +19,8 @@ const DefaultContextLengthLabel = "llm-d.ai/context-length-range"
 
 // ContextLengthConfig routes a request by the length of its prompt against
 // the range each pod's label gives (llm-d's context-length-aware). A
-// prompt's length is its bytes over 4, the tokens llm-d estimates without
-// a tokenizer. A pod without the label, or with one that does not parse,
+// prompt's length is Request.Tokens, estimated from the text of its
+// strings as llm-d estimates it without a tokenizer. A pod without the label, or with one that does not parse,
 // takes any length. The weighted scorer adds weightedScorer.
 // contextLengthWeight times each pod's score: above 0.3 up to 1 for a pod
 // whose range holds the prompt (more for a narrower range and more room
@@ -47,20 +47,6 @@ var (
 	// one of those ranges.
 	ErrPromptTooLong = fmt.Errorf("%w: it is longer than every one", ErrContextLength)
 )
-
-// PromptTokens is the length of a prompt in tokens as the context-length
-// ranges are judged against: 4 bytes a token, as llm-d estimates it.
-func PromptTokens(prompt [][]byte) int {
-	n := 0
-	for _, seg := range prompt {
-		n += len(seg)
-	}
-	return n / promptBytesPerToken
-}
-
-// promptBytesPerToken is the bytes of prompt PromptTokens counts as a
-// token (llm-d's 0.25 tokens a character).
-const promptBytesPerToken = 4
 
 // defaultContextLength sets the label of a context-length block.
 func defaultContextLength(c *ContextLengthConfig) *ContextLengthConfig {
@@ -179,7 +165,7 @@ func (e *engine) AppendRangeKey(dst []byte, req *Request, candidates []*registry
 	if !e.ranged || req == nil {
 		return dst, true
 	}
-	tokens := PromptTokens(req.Prompt)
+	tokens := req.Tokens
 	var held [8]registry.ContextRange // a pool has few distinct ranges
 	rs, unranged := held[:0], false
 	for _, w := range candidates {

@@ -40,7 +40,7 @@ func rangePool(t *testing.T, ranges ...string) (*registry.Registry, []*registry.
 
 // tokens is a request whose prompt is n tokens long (4 bytes each).
 func tokens(tag string, n int) *Request {
-	return &Request{Model: "m", Prompt: [][]byte{text(tag, 4*n)}, Hashes: &Hashes{}}
+	return &Request{Model: "m", Prompt: [][]byte{text(tag, 4*n)}, Tokens: n, Hashes: &Hashes{}}
 }
 
 // With contextLength.filter every policy returns, primary and fallbacks,
@@ -62,11 +62,11 @@ func TestContextLengthFilterKeepsThePodsThatTakeThePrompt(t *testing.T) {
 						t.Fatal(err)
 					}
 					if len(got) != len(c.kept) {
-						t.Errorf("a prompt of %d tokens: %d workers picked, want the %d that take it", PromptTokens(c.req.Prompt), len(got), len(c.kept))
+						t.Errorf("a prompt of %d tokens: %d workers picked, want the %d that take it", c.req.Tokens, len(got), len(c.kept))
 					}
 					for _, w := range got {
 						if !c.kept[w] {
-							t.Fatalf("a prompt of %d tokens was given %s, whose range is %q", PromptTokens(c.req.Prompt), w.Address(), w.ContextRange())
+							t.Fatalf("a prompt of %d tokens was given %s, whose range is %q", c.req.Tokens, w.Address(), w.ContextRange())
 						}
 					}
 				}

@@ -144,7 +144,7 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 	p.req, p.blocks, p.hashed, p.ordered, p.keyed, p.adapterSet, p.over, p.cold = req, 0, false, false, false, false, false, false
 	p.tokens, p.outOfRange, p.shortOfRange = 0, 0, false
 	if e.ranges {
-		p.tokens = PromptTokens(req.Prompt)
+		p.tokens = req.Tokens
 	}
 	e.mu.Lock()
 	p.rng = e.rnd.Uint64()

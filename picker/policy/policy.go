@@ -22,6 +22,9 @@ type Request struct {
 	// read as one concatenated string. It may alias the request body: a
 	// policy never keeps it past the call.
 	Prompt [][]byte
+	// Tokens is the prompt's length in tokens as its parser estimates it
+	// (openai.Request.Tokens), which contextLength judges by.
+	Tokens int
 	// Reserve is capacity the request must leave free on a worker for
 	// requests of higher priority: in-flight places under Config.MaxInFlight
 	// and waiting places under Config.QueueThreshold. A worker with less
