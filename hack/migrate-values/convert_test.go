@@ -579,7 +579,7 @@ inferencePool:
 picker:
   config:
     name: weighted-scorer
-    weightedScorer: {contextLengthWeight: 1}
+    weightedScorer: {contextLengthWeight: 1, noDefaultWeights: true}
     contextLength: {label: llm-d.ai/context-length-range, filter: true}
 pool: {selector: {matchLabels: {app: m}}}
 `,

@@ -172,8 +172,9 @@ type CacheAwareConfig struct {
 
 // WeightedScorerConfig holds the weights of the weighted scorer. With no
 // weight set but SessionWeight and ContextLengthWeight, the queue, KV-cache
-// and prefix weights are upstream's 2, 2 and 3; with any other weight set
-// (LoRAWeight or a load score's too), every weight not set is 0.
+// and prefix weights are upstream's 2, 2 and 3 (unless NoDefaultWeights);
+// with any other weight set (LoRAWeight or a load score's too), every
+// weight not set is 0.
 type WeightedScorerConfig struct {
 	QueueWeight  float64 `json:"queueWeight,omitempty" yaml:"queueWeight,omitempty"`
 	KVWeight     float64 `json:"kvCacheWeight,omitempty" yaml:"kvCacheWeight,omitempty"`
@@ -190,6 +191,12 @@ type WeightedScorerConfig struct {
 	// ContextLengthWeight weighs the context-length score of the
 	// contextLength block (contextlength.go); 0 by default.
 	ContextLengthWeight float64 `json:"contextLengthWeight,omitempty" yaml:"contextLengthWeight,omitempty"`
+	// NoDefaultWeights keeps the 2/2/3 weights from being added when no
+	// weight is set but SessionWeight and ContextLengthWeight: the scorer
+	// weighs those alone. A profile translated from an upstream config
+	// file sets it there, as upstream weighs only the scorers a profile
+	// lists.
+	NoDefaultWeights bool `json:"noDefaultWeights,omitempty" yaml:"noDefaultWeights,omitempty"`
 
 	// The load scores of llm-d's and upstream's other scorers (loadscores.go).
 	LoadScores `yaml:",inline"`
@@ -235,6 +242,13 @@ type ActiveRequestScore struct {
 	// get it, scores every busy pod 0; 1 scores them from nearly 1 for
 	// the least busy down to 0 for the busiest.
 	MaxBusyScore float64 `json:"maxBusyScore,omitempty" yaml:"maxBusyScore,omitempty"`
+}
+
+// TakesDefaults reports whether Config.Default gives ws the queue, KV-cache
+// and prefix weights 2, 2 and 3: no weight is set but SessionWeight and
+// ContextLengthWeight, and NoDefaultWeights is not.
+func (ws WeightedScorerConfig) TakesDefaults() bool {
+	return (WeightedScorerConfig{SessionWeight: ws.SessionWeight, ContextLengthWeight: ws.ContextLengthWeight, LoadScores: ws.LoadScores}) == ws && !ws.weighted()
 }
 
 // weighted reports whether any weight of the load scores is set.
@@ -289,7 +303,7 @@ func (c Config) Default() Config {
 	setDefault(&ca.HomeBlocks, DefaultHomeBlocks)
 	setDefault(&ca.HomeEpsilon, DefaultHomeEpsilon)
 	ws := &c.WeightedScorer
-	if (WeightedScorerConfig{SessionWeight: ws.SessionWeight, ContextLengthWeight: ws.ContextLengthWeight, LoadScores: ws.LoadScores}) == *ws && !ws.weighted() {
+	if ws.TakesDefaults() {
 		ws.QueueWeight, ws.KVWeight, ws.PrefixWeight = 2, 2, 3
 	}
 	if ws.LoadAwareWeight > 0 {

@@ -78,7 +78,7 @@ func (u *upstream) contextLength(names []string, cacheAware, tokenizer bool) err
 		return nil
 	}
 	if tokenizer {
-		u.warn(fmt.Sprintf("%s judges a prompt's length as its bytes over 4, not by the tokenizer's count: a prompt near a range's bound may be taken for the pods on its other side", contextLengthAware))
+		u.warn(fmt.Sprintf("%s judges a prompt's length as its text's bytes over 4, not by the tokenizer's count: a prompt near a range's bound may be taken for the pods on its other side", contextLengthAware))
 	}
 	u.out.Policy.ContextLength = &out
 	return nil

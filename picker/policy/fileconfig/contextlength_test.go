@@ -12,7 +12,7 @@ import (
 // tokenizerWarnings are what the scorer sample's tokenizer is warned of.
 var tokenizerWarnings = []string{
 	"parameters of tokenizer (modelName, udsTokenizerConfig) have no effect: with precise-prefix-cache-scorer, prompts are tokenized by the model servers (/tokenize) for the model each request names",
-	"context-length-aware judges a prompt's length as its bytes over 4, not by the tokenizer's count: a prompt near a range's bound may be taken for the pods on its other side",
+	"context-length-aware judges a prompt's length as its text's bytes over 4, not by the tokenizer's count: a prompt near a range's bound may be taken for the pods on its other side",
 }
 
 // llm-d's context-length-aware becomes the policy's contextLength (its
@@ -29,7 +29,7 @@ func TestContextLengthAwareIsTranslated(t *testing.T) {
 			in: readSample(t, "llm-d-v0.8.0-context-length-filter.yaml"),
 			want: File{Policy: policy.Config{
 				Name:           policy.WeightedScorer,
-				WeightedScorer: policy.WeightedScorerConfig{ContextLengthWeight: 1},
+				WeightedScorer: policy.WeightedScorerConfig{ContextLengthWeight: 1, NoDefaultWeights: true},
 				ContextLength:  &policy.ContextLengthConfig{Label: policy.DefaultContextLengthLabel, Filter: true},
 			}},
 		},
@@ -90,7 +90,7 @@ func TestContextLengthAwareIsTranslated(t *testing.T) {
 			want: File{
 				Policy: policy.Config{
 					Name:           policy.WeightedScorer,
-					WeightedScorer: policy.WeightedScorerConfig{ContextLengthWeight: 1},
+					WeightedScorer: policy.WeightedScorerConfig{ContextLengthWeight: 1, NoDefaultWeights: true},
 					ContextLength:  &policy.ContextLengthConfig{Label: policy.DefaultContextLengthLabel},
 				},
 				Warnings: []string{"context-length-aware parameter ranges has no effect: it takes label and enableFiltering"},
@@ -110,6 +110,27 @@ func TestContextLengthAwareIsTranslated(t *testing.T) {
 				t.Errorf("the translated policy is invalid: %v", err)
 			}
 		})
+	}
+}
+
+// A profile whose only scorer is context-length-aware, as llm-d's filtering
+// sample, picks by the context-length score alone, as llm-d does: the
+// picker's 2/2/3 queue, KV-cache and prefix weights are not added to it, as
+// they are to a contextLengthWeight written by hand.
+func TestAContextLengthOnlyProfileWeighsNothingElse(t *testing.T) {
+	f, err := Parse([]byte(readSample(t, "llm-d-v0.8.0-context-length-filter.yaml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := f.Policy.Default().WeightedScorer
+	want := policy.WeightedScorerConfig{ContextLengthWeight: 1, NoDefaultWeights: true}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the sample's weights after defaulting (-want +got):\n%s", diff)
+	}
+	byHand := policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{ContextLengthWeight: 3}}
+	want = policy.WeightedScorerConfig{QueueWeight: 2, KVWeight: 2, PrefixWeight: 3, ContextLengthWeight: 3}
+	if diff := cmp.Diff(want, byHand.Default().WeightedScorer); diff != "" {
+		t.Errorf("a contextLengthWeight written by hand after defaulting (-want +got):\n%s", diff)
 	}
 }
 

@@ -179,6 +179,9 @@ func (u *upstream) translate(refs []profileRef) error {
 	if ws.NoHitLRUWeight > 0 && ws.PrefixWeight == 0 && u.declares("prefix-cache-scorer") {
 		u.warn(noHitWithoutPrefix)
 	}
+	// The profile's weights are all it weighs: the picker's 2/2/3 are not
+	// added to a session or context-length weight alone.
+	ws.NoDefaultWeights = ws.TakesDefaults()
 	u.out.Policy.WeightedScorer = ws
 	return nil
 }
