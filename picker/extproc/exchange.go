@@ -404,6 +404,11 @@ func (x *exchange) route() (bool, error) {
 		if !ok {
 			return false, err // the gateway cancelled the stream while the request waited
 		}
+		if cl := (contextLengthError{}); errors.As(err, &cl) {
+			// Each prompt past the pool's ranges is refused alike: only the
+			// first refusal is at the default verbosity.
+			return x.rejectQuiet(status, reason, x.s.lengthRefused.Swap(true))
+		}
 		return x.reject(status, reason)
 	}
 	x.routedAt = x.s.opts.Clock.Now()
@@ -519,6 +524,11 @@ func joinAddresses(ws []*registry.Worker) string {
 
 // reject answers with a local reply and ends the exchange.
 func (x *exchange) reject(code int, reason string) (bool, error) {
+	return x.rejectQuiet(code, reason, false)
+}
+
+// rejectQuiet is reject, logging at V(1) when quiet, as it does a 429.
+func (x *exchange) rejectQuiet(code int, reason string, quiet bool) (bool, error) {
 	x.s.metrics.request(code)
 	x.s.upstream.Failed(x.series, epmetrics.CodeOf(code))
 	if x.span != nil {
@@ -526,7 +536,7 @@ func (x *exchange) reject(code int, reason string) (bool, error) {
 		x.endSpan("rejected")
 	}
 	log := x.s.opts.Log
-	if code == 429 {
+	if code == 429 || quiet {
 		// Expected under load, and counted in inferpick_requests_total: at
 		// the default verbosity they would flood the log.
 		log = log.V(1)

@@ -158,6 +158,9 @@ type Server struct {
 	// attrFailed is, per attribute of opts.Attributes, whether a failure
 	// of its evaluation was logged at the default verbosity.
 	attrFailed []atomic.Bool
+	// lengthRefused is whether a request was refused at the default
+	// verbosity for a prompt no context-length range holds.
+	lengthRefused atomic.Bool
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
