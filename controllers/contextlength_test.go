@@ -21,7 +21,8 @@ import (
 // A pod's context-length label becomes its worker's range, and an edit
 // while the pod runs changes the range of the same worker, with the request
 // in flight on it. A value that does not parse is logged, naming the pod,
-// and the pod counts as unlabelled.
+// once while it stays (not on every sync), and the pod counts as
+// unlabelled.
 func TestAContextLengthLabelEditKeepsTheWorker(t *testing.T) {
 	scheme, err := NewScheme()
 	if err != nil {
@@ -61,7 +62,9 @@ func TestAContextLengthLabelEditKeepsTheWorker(t *testing.T) {
 	}{
 		{value: "2048-8192", want: "2048-8192"},
 		{value: "8k", want: "", log: true},
+		{value: "8k", want: ""},
 		{value: "", want: ""},
+		{value: "8k", want: "", log: true},
 		{value: "0-131072", want: "0-131072"},
 	} {
 		update(t, c, pod, func(p *corev1.Pod) {

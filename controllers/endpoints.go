@@ -50,8 +50,8 @@ func portsOf(pool *inferencev1.InferencePool) []int32 {
 // readPodEndpoints reads the pod key from the cache, without copying it, and
 // returns its endpoints: none when it is gone, does not match sel (nil
 // matches every pod) or does not run (podEndpoints). Each carries the range
-// of the pod's label named contextLabel, when not empty (podContext).
-func readPodEndpoints(ctx context.Context, reader client.Reader, key types.NamespacedName, sel labels.Selector, ports []int32, contextLabel string) ([]registry.Endpoint, error) {
+// of the pod's context-length label that pods reads (podSet.withContext).
+func readPodEndpoints(ctx context.Context, reader client.Reader, key types.NamespacedName, sel labels.Selector, ports []int32, pods *podSet) ([]registry.Endpoint, error) {
 	pod := &corev1.Pod{}
 	if err := reader.Get(ctx, key, pod, client.UnsafeDisableDeepCopy); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -62,28 +62,39 @@ func readPodEndpoints(ctx context.Context, reader client.Reader, key types.Names
 	if sel != nil && !sel.Matches(labels.Set(pod.Labels)) {
 		return nil, nil
 	}
-	return withContext(ctx, podEndpoints(ports, pod), pod, contextLabel), nil
+	return pods.withContext(ctx, podEndpoints(ports, pod), pod), nil
 }
 
 // withContext sets on eps, the endpoints of pod, the prompt lengths the
-// pod is meant for, as its label named label gives them ("min-max" tokens,
-// registry.ParseContextRange); none when label is empty or the pod has no
-// such label. A value that does not parse is logged, naming the pod, and
-// the pod counts as unlabelled: it takes prompts of any length.
-func withContext(ctx context.Context, eps []registry.Endpoint, pod *corev1.Pod, label string) []registry.Endpoint {
+// pod is meant for, as its label named s.contextLabel gives them ("min-max"
+// tokens, registry.ParseContextRange); none when the label is empty or the
+// pod has no such label. A value that does not parse is logged, naming the
+// pod, once at the default verbosity (then at V(1) on each sync until it
+// changes), and the pod counts as unlabelled: it takes prompts of any
+// length.
+func (s *podSet) withContext(ctx context.Context, eps []registry.Endpoint, pod *corev1.Pod) []registry.Endpoint {
+	label := s.contextLabel
 	if label == "" || len(eps) == 0 {
 		return eps
 	}
+	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
 	v, ok := pod.Labels[label]
 	if !ok {
+		delete(s.unparsed, key)
 		return eps
 	}
 	r, err := registry.ParseContextRange(v)
 	if err != nil {
-		ctrl.LoggerFrom(ctx).Info("Context-length label does not parse: the pod takes prompts of any length until it is fixed",
+		log := ctrl.LoggerFrom(ctx)
+		if s.unparsed[key] == v {
+			log = log.V(1)
+		}
+		s.unparsed[key] = v
+		log.Info("Context-length label does not parse: the pod takes prompts of any length until it is fixed",
 			"pod", klog.KObj(pod), "label", label, "error", err.Error())
 		return eps
 	}
+	delete(s.unparsed, key)
 	for i := range eps {
 		eps[i].Context = r
 	}

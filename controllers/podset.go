@@ -38,6 +38,9 @@ type podSet struct {
 	// contextLabel is the pods' context-length label read into their
 	// endpoints; "" reads none.
 	contextLabel string
+	// unparsed is, by pod, the value of its context-length label that did
+	// not parse and was logged at the default verbosity.
+	unparsed map[types.NamespacedName]string
 }
 
 // ready counts the endpoints of eps that are not Unready.
@@ -52,7 +55,7 @@ func ready(eps []registry.Endpoint) int {
 }
 
 func newPodSet(sink EndpointSink) podSet {
-	return podSet{sink: sink, pods: map[types.NamespacedName][]registry.Endpoint{}}
+	return podSet{sink: sink, pods: map[types.NamespacedName][]registry.Endpoint{}, unparsed: map[types.NamespacedName]string{}}
 }
 
 // sync makes the sink hold eps for the pod key: none when the pod is gone,
@@ -72,6 +75,7 @@ func (s *podSet) sync(key types.NamespacedName, eps []registry.Endpoint) bool {
 	s.sink.Update(eps, stale)
 	if len(eps) == 0 {
 		delete(s.pods, key)
+		delete(s.unparsed, key)
 	} else {
 		s.pods[key] = eps
 	}
@@ -86,7 +90,7 @@ func (s *podSet) reset(ctx context.Context, ports []int32, pods []corev1.Pod) {
 	s.count = 0
 	all := make([]registry.Endpoint, 0, len(pods)*len(ports))
 	for i := range pods {
-		eps := withContext(ctx, podEndpoints(ports, &pods[i]), &pods[i], s.contextLabel)
+		eps := s.withContext(ctx, podEndpoints(ports, &pods[i]), &pods[i])
 		if len(eps) == 0 {
 			continue
 		}
@@ -100,6 +104,7 @@ func (s *podSet) reset(ctx context.Context, ports []int32, pods []corev1.Pod) {
 // clear empties the sink.
 func (s *podSet) clear() {
 	clear(s.pods)
+	clear(s.unparsed)
 	s.count = 0
 	s.sink.Replace(nil)
 }

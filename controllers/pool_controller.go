@@ -154,7 +154,7 @@ func (r *PoolReconciler) reconcilePod(ctx context.Context, key types.NamespacedN
 	if r.served == nil || key.Namespace != r.pool.Namespace {
 		return ctrl.Result{}, nil
 	}
-	eps, err := readPodEndpoints(ctx, r.reader, key, r.served.selector, r.served.ports, r.pods.contextLabel)
+	eps, err := readPodEndpoints(ctx, r.reader, key, r.served.selector, r.served.ports, &r.pods)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

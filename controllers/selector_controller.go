@@ -77,7 +77,7 @@ func (r *SelectorReconciler) Reconcile(ctx context.Context, req request) (ctrl.R
 		if !r.listed {
 			return ctrl.Result{}, nil
 		}
-		eps, err := readPodEndpoints(ctx, r.reader, req.NamespacedName, r.opts.Selector, r.opts.Ports, r.pods.contextLabel)
+		eps, err := readPodEndpoints(ctx, r.reader, req.NamespacedName, r.opts.Selector, r.opts.Ports, &r.pods)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
