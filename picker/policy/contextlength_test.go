@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"strings"
 	"testing"
@@ -198,6 +199,22 @@ func TestContextScoreTiers(t *testing.T) {
 	}
 	if got := contextScore(100, registry.ContextRange{}); got != neutralRange {
 		t.Errorf("no range scores %v, want %v", got, neutralRange)
+	}
+	// llm-d's numbers, worked from its formula: a migrated config weighs
+	// them against the other scores alike.
+	for name, tc := range map[string]struct {
+		tokens int
+		r      string
+		want   float64
+	}{
+		"in a narrow range": {tokens: 1000, r: "0-2048", want: 0.8141674448041167},
+		"in a wide range":   {tokens: 5000, r: "2048-32768", want: 0.6101543007121807},
+		"808 tokens above":  {tokens: 9000, r: "0-8192", want: 0.165929203539823},
+		"1900 tokens below": {tokens: 100, r: "2000-2200", want: 0.10344827586206896},
+	} {
+		if got := contextScore(tc.tokens, r(tc.r)); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("%s: %d tokens against %s score %v, want llm-d's %v", name, tc.tokens, tc.r, got, tc.want)
+		}
 	}
 }
 
