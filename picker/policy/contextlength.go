@@ -81,8 +81,14 @@ func (c Config) validateContextLength() []error {
 // Warnings name what a defaulted, valid config asks for that has no
 // effect, one sentence each.
 func (c Config) Warnings() []string {
-	if w := c.WeightedScorer.ContextLengthWeight; w > 0 && c.Name != WeightedScorer {
+	if c.Name == WeightedScorer {
+		return nil
+	}
+	if w := c.WeightedScorer.ContextLengthWeight; w > 0 {
 		return []string{fmt.Sprintf("weightedScorer.contextLengthWeight %v has no effect with policy %s, which weighs no scores: only contextLength.filter applies", w, c.Name)}
+	}
+	if cl := c.ContextLength; cl != nil && !cl.Filter {
+		return []string{fmt.Sprintf("contextLength without filter has no effect with policy %s, which weighs no scores: set contextLength.filter, or use weighted-scorer with a contextLengthWeight", c.Name)}
 	}
 	return nil
 }

@@ -249,6 +249,16 @@ func TestContextLengthConfig(t *testing.T) {
 	if w := d.Warnings(); len(w) != 0 {
 		t.Errorf("weighted-scorer with a context-length weight warns %q", w)
 	}
+	for _, name := range []string{CacheAware, LeastLoad, RoundRobin, Random, PowerOfTwo} {
+		c := Config{Name: name, ContextLength: &ContextLengthConfig{}}.Default()
+		if w := c.Warnings(); len(w) != 1 || !strings.Contains(w[0], "contextLength without filter has no effect with policy "+name) {
+			t.Errorf("%s with a contextLength block that does not filter warns %q, want that it has no effect", name, w)
+		}
+		c.ContextLength.Filter = true
+		if w := c.Warnings(); len(w) != 0 {
+			t.Errorf("%s with a contextLength block that filters warns %q", name, w)
+		}
+	}
 }
 
 // A session id is placed among the pods that take its prompt: a long
