@@ -189,6 +189,14 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"picker.config.contextLength.label=a label"},
 			want: []string{"contextLength", "label", "pattern"},
 		},
+		"a context-length label with a prefix and no name": {
+			sets: []string{"picker.config.contextLength.label=example.com/"},
+			want: []string{"contextLength", "label", "pattern"},
+		},
+		"a context-length label whose prefix is over 253 characters": {
+			sets: []string{"picker.config.contextLength.label=" + strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + "." + strings.Repeat("c", 60) + "." + strings.Repeat("d", 60) + "." + strings.Repeat("e", 20) + "/tokens"},
+			want: []string{"contextLength", "label"},
+		},
 		"a negative contextLengthWeight": {
 			sets: []string{"picker.config.weightedScorer.contextLengthWeight=-1"},
 			want: []string{"contextLengthWeight", "minimum"},
