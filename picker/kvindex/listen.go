@@ -134,7 +134,7 @@ func (s *Subscriber) workerLocked(pod podID, e int) *registry.Worker {
 type publisher struct {
 	s     *Subscriber
 	log   logr.Logger
-	fed   map[engineKey]struct{}
+	fed   map[engineKey]bool // engines it started feeding; true once a batch was dropped for a later connection's
 	batch kvevents.Batch
 	begun bool
 	next  uint64
@@ -149,7 +149,7 @@ type publisher struct {
 func (s *Subscriber) serve(sub *kvevents.Sub) {
 	s.connected.Add(1)
 	defer s.connected.Add(-1)
-	p := &publisher{s: s, log: s.Log.WithValues("publisher", sub.RemoteAddr().String()), fed: map[engineKey]struct{}{}}
+	p := &publisher{s: s, log: s.Log.WithValues("publisher", sub.RemoteAddr().String()), fed: map[engineKey]bool{}}
 	defer p.forget()
 	p.log.V(2).Info("KV-event publisher connected")
 	var parts [][]byte
@@ -190,7 +190,9 @@ func (s *Subscriber) serve(sub *kvevents.Sub) {
 
 // apply applies the decoded batch to the worker its topic and rank name.
 // An engine this connection had not fed is cleared first, as at the start
-// of a subscription.
+// of a subscription, and taken from any connection that fed it before. A
+// batch for an engine a later connection took from this one is dropped:
+// the later one's blocks are the engine's until it ends.
 func (p *publisher) apply() {
 	s, e := p.s, p.batch.DPRank
 	if !p.podOK {
@@ -200,10 +202,19 @@ func (p *publisher) apply() {
 	s.lmu.RLock()
 	w := s.workerLocked(p.pod, e)
 	if w != nil {
-		if _, ok := p.fed[engineKey{w.ID(), e}]; ok {
-			s.Index.ApplyEngine(w.ID(), e, p.batch.Events)
-			s.lmu.RUnlock()
-			return
+		k := engineKey{w.ID(), e}
+		if _, fed := p.fed[k]; fed {
+			switch s.owners[k] {
+			case p:
+				s.Index.ApplyEngine(k.id, e, p.batch.Events)
+				s.lmu.RUnlock()
+				return
+			case nil: // its last feeder ended: feed it afresh
+			default:
+				s.lmu.RUnlock()
+				p.superseded(k)
+				return
+			}
 		}
 	}
 	s.lmu.RUnlock()
@@ -217,10 +228,30 @@ func (p *publisher) apply() {
 		return
 	}
 	k := engineKey{w.ID(), e}
-	p.fed[k] = struct{}{}
+	switch o := s.owners[k]; {
+	case o == p:
+		s.Index.ApplyEngine(k.id, e, p.batch.Events)
+		return
+	case o != nil:
+		if _, fed := p.fed[k]; fed { // taken over meanwhile
+			p.superseded(k)
+			return
+		}
+	}
+	p.fed[k] = false
 	s.owners[k] = p
 	s.Index.ClearEngine(k.id, e)
 	s.Index.ApplyEngine(k.id, e, p.batch.Events)
+}
+
+// superseded drops a batch for k, an engine a later connection took from
+// this one, and logs the first.
+func (p *publisher) superseded(k engineKey) {
+	if p.fed[k] {
+		return
+	}
+	p.fed[k] = true
+	p.log.V(2).Info("KV events dropped: a later connection feeds the engine", "topic", p.topic, "engine", k.e)
 }
 
 // forget clears the engines this connection fed that no other connection

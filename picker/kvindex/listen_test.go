@@ -157,6 +157,66 @@ func TestListenPicksTheWorkerOfTheBatchsRank(t *testing.T) {
 	holders(t, sub.Index, "engine 1's prompt behind one port", d, []Hold{{Worker: in.ID(), Blocks: 2, Prompt: 4}})
 }
 
+// A topic's port names that port's worker alone: a batch of a rank the
+// port's worker does not follow is dropped, not given to the worker that
+// follows that rank at another port of the pod.
+func TestListenKeepsATopicToItsPort(t *testing.T) {
+	sub := &Subscriber{}
+	reg, addr := listening(t, sub, pod("ext", "10.0.0.1", 8000, 0), pod("ext", "10.0.0.1", 8001, 1))
+	r0, r1 := workerAt(t, reg, "10.0.0.1:8000"), workerAt(t, reg, "10.0.0.1:8001")
+	p := connectPub(t, sub, addr, 1)
+	wrong, right := prompt(1, 4, -1), prompt(500, 4, -1)
+	send(p, "kv@10.0.0.1:8001@m", 0, 0, stored(1, wrong, 0, 4, ""))
+	send(p, "kv@10.0.0.1:8001@m", 1, 1, stored(2, right, 0, 4, ""))
+	holders(t, sub.Index, "rank 1's prompt at its port", right, []Hold{{Worker: r1.ID(), Blocks: 4, Prompt: 4}})
+	if got := sub.Index.Lookup(wrong, "", "", nil); len(got) != 0 {
+		t.Errorf("rank 0's batch under port 8001: holders %+v, want none (rank 0 is worker %d's, at port 8000)", got, r0.ID())
+	}
+	if n := sub.strayBatches.Load(); n != 1 {
+		t.Errorf("%d unmatched batches, want 1", n)
+	}
+}
+
+// Two live connections publish under one pod's topic, as when a server
+// reconnected while its old connection lingers: the later one's first batch
+// replaces what the earlier one fed, the earlier one's further batches are
+// dropped, and its end leaves the later one's blocks in place.
+func TestListenALaterConnectionTakesThePodOver(t *testing.T) {
+	sub := &Subscriber{}
+	reg, addr := listening(t, sub, pod("a", "10.0.0.1", 8000, 0), pod("b", "10.0.0.2", 8000, 0))
+	w, other := workerAt(t, reg, "10.0.0.1:8000"), workerAt(t, reg, "10.0.0.2:8000")
+	early := connectPub(t, sub, addr, 1)
+	first, second, stale, marker := prompt(1, 4, -1), prompt(500, 4, -1), prompt(900, 4, -1), prompt(1300, 2, -1)
+	send(early, "kv@10.0.0.1@m", 0, 0, stored(1, first, 0, 4, ""))
+	holders(t, sub.Index, "the earlier connection's prompt", first, []Hold{{Worker: w.ID(), Blocks: 4, Prompt: 4}})
+
+	later := connectPub(t, sub, addr, 2)
+	send(later, "kv@10.0.0.1@m", 0, 0, stored(2, second, 0, 4, ""))
+	holders(t, sub.Index, "the later connection's prompt", second, []Hold{{Worker: w.ID(), Blocks: 4, Prompt: 4}})
+	if got := sub.Index.Lookup(first, "", "", nil); len(got) != 0 {
+		t.Errorf("the earlier connection's prompt once the later one feeds the pod: holders %+v, want none", got)
+	}
+
+	send(early, "kv@10.0.0.1@m", 1, 0, stored(3, stale, 0, 4, ""))
+	// A batch for another pod after it: once applied, the one before was.
+	send(early, "kv@10.0.0.2@m", 2, 0, stored(4, marker, 0, 2, ""))
+	holders(t, sub.Index, "the marker", marker, []Hold{{Worker: other.ID(), Blocks: 2, Prompt: 2}})
+	if got := sub.Index.Lookup(stale, "", "", nil); len(got) != 0 {
+		t.Errorf("the earlier connection's batch after the later one's: holders %+v, want none", got)
+	}
+
+	_ = early.Close()
+	framework.Eventually(t, framework.Timeout, "the earlier connection ends", func() error {
+		if n := sub.Connected(); n != 1 {
+			return fmt.Errorf("%d connected", n)
+		}
+		return nil
+	})
+	if diff := cmp.Diff([]Hold{{Worker: w.ID(), Blocks: 4, Prompt: 4}}, sub.Index.Lookup(second, "", "", nil)); diff != "" {
+		t.Errorf("the later connection's prompt once the earlier one ended (-want +got):\n%s", diff)
+	}
+}
+
 // What a connection fed is forgotten after a gap in its sequence numbers
 // and when it ends; the connected count follows the connections.
 func TestListenForgetsAfterAGapAndWhenTheConnectionEnds(t *testing.T) {
@@ -284,8 +344,9 @@ func FuzzParseTopic(f *testing.F) {
 	})
 }
 
-// Applying a connected publisher's batch while its worker is removed
-// never leaves the worker in the index, whichever comes first.
+// Applying a connected publisher's first batch for a worker (which takes
+// the write lock to start feeding it) while the worker is removed never
+// leaves the worker in the index, whichever comes first.
 func TestListenApplyRacesRemoval(t *testing.T) {
 	sub := &Subscriber{Index: New(0), Listen: "unused"}
 	reg := registry.New()
@@ -295,9 +356,8 @@ func TestListenApplyRacesRemoval(t *testing.T) {
 		ep := pod(fmt.Sprint("pod-", i), "10.0.0.1", 8000, 0)
 		reg.Update([]registry.Endpoint{ep}, nil)
 		w := workerAt(t, reg, "10.0.0.1:8000")
-		p := &publisher{s: sub, fed: map[engineKey]struct{}{}, pod: podID{addr: netip.MustParseAddr("10.0.0.1")}, podOK: true,
+		p := &publisher{s: sub, fed: map[engineKey]bool{}, pod: podID{addr: netip.MustParseAddr("10.0.0.1")}, podOK: true,
 			batch: kvevents.Batch{Events: []kvevents.Event{stored(uint64(i), tokens, 0, 1, "")}}}
-		p.apply() // the connection's first batch for the worker
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		wg.Go(func() { <-start; p.apply() })

@@ -38,7 +38,9 @@ import (
 // port) that follows the batch's data-parallel rank. An engine's blocks
 // are forgotten when a connection starts feeding it, after a gap in that
 // connection's sequence numbers or an undecodable batch (there is no
-// replay), and when the connection ends.
+// replay), and when the connection ends; an engine is fed by the
+// connection that last started feeding it, the batches of an earlier one
+// dropped.
 type Subscriber struct {
 	Index *Index
 	// Port is where engine 0 of a deployment publishes its events (vLLM's
