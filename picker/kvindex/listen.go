@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -59,8 +60,10 @@ type listened struct {
 
 	ln atomic.Pointer[kvevents.SubListener] // while listening
 
-	strayMu sync.Mutex
-	strays  map[string]struct{} // topics logged as naming no worker
+	strayMu     sync.Mutex
+	strays      map[string]struct{} // topics logged as naming no worker since straysSince
+	straysSince time.Time
+	now         func() time.Time // the clock of straysSince; time.Now when nil
 }
 
 // ListenAddr returns the address listened on for connecting publishers;
@@ -72,8 +75,19 @@ func (s *Subscriber) ListenAddr() net.Addr {
 	return nil
 }
 
-// maxStrayTopics bounds the topics remembered as logged once.
+// maxStrayTopics bounds the topics remembered as logged; once that many
+// are, further ones are counted but not logged until the next forgetStrays.
 const maxStrayTopics = 1024
+
+// forgetStrays is how often the topics remembered as logged are forgotten,
+// so that each unmatched topic is logged again (and a new one logged once
+// maxStrayTopics were) an hour on.
+const forgetStrays = time.Hour
+
+// maxTopicLen bounds a topic read (llm-d's kv@<ip:port>@<model> is far
+// shorter): a longer one is taken for malformed, its batch counted as
+// unmatched and only the topic's start logged.
+const maxTopicLen = 512
 
 // addListened records w as a worker connected publishers may name.
 func (s *Subscriber) addListened(w *registry.Worker) {
@@ -172,7 +186,10 @@ func (s *Subscriber) serve(sub *kvevents.Sub) {
 			p.forget()
 		}
 		p.begun, p.next = true, seq+1
-		if string(parts[0]) != p.topic {
+		long := len(parts[0]) > maxTopicLen
+		if long {
+			p.topic, p.pod, p.podOK = "", podID{}, false // never kept: read afresh after
+		} else if string(parts[0]) != p.topic {
 			p.topic = string(parts[0])
 			p.pod, p.podOK = parseTopic(p.topic)
 		}
@@ -181,7 +198,11 @@ func (s *Subscriber) serve(sub *kvevents.Sub) {
 			p.forget()
 			continue
 		}
-		p.apply()
+		if long {
+			p.stray(string(parts[0][:64])+"…", "the topic is longer than 512 bytes")
+		} else {
+			p.apply()
+		}
 		if retained(&p.batch, maxKeptBatch) > maxKeptBatch {
 			p.batch = kvevents.Batch{}
 		}
@@ -196,7 +217,7 @@ func (s *Subscriber) serve(sub *kvevents.Sub) {
 func (p *publisher) apply() {
 	s, e := p.s, p.batch.DPRank
 	if !p.podOK {
-		p.stray("the topic is not kv@<pod IP>@<model>")
+		p.stray(p.topic, "the topic is not kv@<pod IP>@<model>")
 		return
 	}
 	s.lmu.RLock()
@@ -219,7 +240,7 @@ func (p *publisher) apply() {
 	}
 	s.lmu.RUnlock()
 	if w == nil {
-		p.stray("no worker of the pool has the topic's address and engine")
+		p.stray(p.topic, "no worker of the pool has the topic's address and engine")
 		return
 	}
 	s.lmu.Lock()
@@ -272,18 +293,23 @@ func (p *publisher) forget() {
 	clear(p.fed)
 }
 
-// stray counts a batch no worker takes, and logs its topic the first time.
-func (p *publisher) stray(reason string) {
+// stray counts a batch no worker takes, and logs its topic (as shown) the
+// first time since the remembered topics were last forgotten.
+func (p *publisher) stray(topic, reason string) {
 	s := p.s
 	s.strayBatches.Add(1)
 	s.strayMu.Lock()
 	defer s.strayMu.Unlock()
-	if _, ok := s.strays[p.topic]; ok || len(s.strays) >= maxStrayTopics {
+	now := time.Now
+	if s.now != nil {
+		now = s.now
+	}
+	if t := now(); s.strays == nil || t.Sub(s.straysSince) >= forgetStrays {
+		s.strays, s.straysSince = map[string]struct{}{}, t
+	}
+	if _, ok := s.strays[topic]; ok || len(s.strays) >= maxStrayTopics {
 		return
 	}
-	if s.strays == nil {
-		s.strays = map[string]struct{}{}
-	}
-	s.strays[p.topic] = struct{}{}
-	p.log.Info("KV events dropped: their topic names no worker of the pool", "reason", reason, "topic", p.topic, "engine", p.batch.DPRank)
+	s.strays[topic] = struct{}{}
+	p.log.Info("KV events dropped: their topic names no worker of the pool", "reason", reason, "topic", topic, "engine", p.batch.DPRank)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
@@ -91,6 +92,24 @@ func holders(t *testing.T, ix *Index, what string, tokens []uint32, want []Hold)
 	})
 }
 
+// logLines is a logger's output, line by line.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) add(prefix, args string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, prefix+" "+args)
+}
+
+func (l *logLines) all() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
 // Two pods connect, one naming its IP, the other IP:port: each one's
 // blocks are found on its own worker. A publisher naming an address no
 // worker has is dropped, counted per batch and logged once.
@@ -155,6 +174,82 @@ func TestListenPicksTheWorkerOfTheBatchsRank(t *testing.T) {
 	// One engine of two holding a prompt counts half.
 	holders(t, sub.Index, "engine 0's prompt behind one port", c, []Hold{{Worker: in.ID(), Blocks: 2, Prompt: 4}})
 	holders(t, sub.Index, "engine 1's prompt behind one port", d, []Hold{{Worker: in.ID(), Blocks: 2, Prompt: 4}})
+}
+
+// A topic longer than any pod's is counted as unmatched and logged by its
+// start: it is never kept whole, so publishers cannot make the picker hold
+// their topics' bytes.
+func TestListenKeepsNoLongTopic(t *testing.T) {
+	var logged logLines
+	sub := &Subscriber{Log: funcr.New(logged.add, funcr.Options{})}
+	_, addr := listening(t, sub, pod("a", "10.0.0.1", 8000, 0))
+	p := connectPub(t, sub, addr, 1)
+	for i := range 3 {
+		send(p, fmt.Sprintf("kv@10.9.9.9@%s%d", strings.Repeat("m", 100_000), i), uint64(i), 0, stored(1, prompt(1, 4, -1), 0, 4, ""))
+	}
+	framework.Eventually(t, framework.Timeout, "the batches are counted as unmatched", func() error {
+		if n := sub.strayBatches.Load(); n != 3 {
+			return fmt.Errorf("%d unmatched batches, want 3", n)
+		}
+		return nil
+	})
+	sub.strayMu.Lock()
+	for topic := range sub.strays {
+		if len(topic) > 512 {
+			t.Errorf("a topic of %d bytes is kept", len(topic))
+		}
+	}
+	sub.strayMu.Unlock()
+	if n := strings.Count(logged.all(), "longer than 512 bytes"); n != 1 {
+		t.Errorf("the long topics were logged %d times, want once (by their common start):\n%.2000s", n, logged.all())
+	}
+}
+
+// Unmatched topics are logged once each an hour: past the 1024 remembered,
+// a new one is logged when the hour is up, as is an old one again.
+func TestListenLogsUnmatchedTopicsAgainEachHour(t *testing.T) {
+	var logged logLines
+	now := time.Unix(1000, 0)
+	var clockMu sync.Mutex
+	sub := &Subscriber{Log: funcr.New(logged.add, funcr.Options{})}
+	sub.now = func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
+	_, addr := listening(t, sub, pod("a", "10.0.0.1", 8000, 0))
+	p := connectPub(t, sub, addr, 1)
+	seq := uint64(0)
+	strays := func(topics ...string) {
+		t.Helper()
+		want := sub.strayBatches.Load() + int64(len(topics))
+		for _, topic := range topics {
+			send(p, topic, seq, 0, stored(1, prompt(1, 4, -1), 0, 4, ""))
+			seq++
+		}
+		framework.Eventually(t, framework.Timeout, "the batches are counted as unmatched", func() error {
+			if n := sub.strayBatches.Load(); n != want {
+				return fmt.Errorf("%d unmatched batches, want %d", n, want)
+			}
+			return nil
+		})
+	}
+	var many []string
+	for i := range 1024 {
+		many = append(many, fmt.Sprintf("kv@10.9.%d.%d@m", i/256, i%256))
+	}
+	strays(many...)
+	strays("kv@10.8.0.1@m", "kv@10.9.0.0@m")
+	for _, topic := range []string{"10.8.0.1", "10.9.0.0"} {
+		if n := strings.Count(logged.all(), topic+"@"); n > 1 || (n == 1) != (topic == "10.9.0.0") {
+			t.Errorf("before the hour: %s logged %d times", topic, n)
+		}
+	}
+	clockMu.Lock()
+	now = now.Add(time.Hour)
+	clockMu.Unlock()
+	strays("kv@10.8.0.1@m", "kv@10.9.0.0@m")
+	for _, topic := range []string{"10.8.0.1", "10.9.0.0"} {
+		if n, want := strings.Count(logged.all(), topic+"@"), map[string]int{"10.8.0.1": 1, "10.9.0.0": 2}[topic]; n != want {
+			t.Errorf("an hour on: %s logged %d times, want %d", topic, n, want)
+		}
+	}
 }
 
 // A topic's port names that port's worker alone: a batch of a rank the

@@ -36,7 +36,7 @@ func NewCollector(ix *Index, sub *Subscriber, loc *Locator) *Collector {
 		gaps: prometheus.NewDesc("inferpick_kv_events_gaps_total",
 			"Gaps in an engine's or a connected publisher's event sequence numbers: batches the picker missed (read again from the server with --kv-events-replay-port, else the engine's blocks are forgotten).", nil, nil),
 		strays: prometheus.NewDesc("inferpick_kv_events_unmatched_batches_total",
-			"Event batches from publishers connected to --kv-events-listen that were dropped because their topic (kv@<pod IP>@<model>) and data-parallel rank name no worker of the pool.", nil, nil),
+			"Event batches from publishers connected to --kv-events-listen that were dropped because their topic (kv@<pod IP>@<model>, at most 512 bytes) and data-parallel rank name no worker of the pool.", nil, nil),
 		replays: prometheus.NewDesc("inferpick_kv_events_replays_total",
 			"Replays of an engine's kept event batches (on each subscription and after a gap, with --kv-events-replay-port), by result: whole, truncated (the server no longer kept the first batch asked for; the engine's blocks were forgotten), failed (likewise).", []string{"result"}, nil),
 	}
