@@ -2,10 +2,8 @@ package kvevents
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -15,18 +13,13 @@ import (
 // sockets connect to it, as a vLLM server does whose --kv-events-config
 // endpoint names a host rather than "*". Each connection is handshaken and
 // subscribed on its own goroutine, then given to the handler, so that a
-// peer that stalls or speaks wrongly holds up no other.
+// peer that stalls or speaks wrongly holds up no other. Connections past
+// its bounds (WithMaxConns) are closed as they come.
 type SubListener struct {
-	ln      net.Listener
+	srv     *server
 	sub     []byte // the subscription message
 	handle  func(*Sub)
 	timeout time.Duration
-	log     logr.Logger
-	wg      sync.WaitGroup
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
 }
 
 // ListenOption configures a SubListener.
@@ -38,14 +31,33 @@ func WithHandshakeTimeout(d time.Duration) ListenOption {
 	return func(l *SubListener) { l.timeout = d }
 }
 
-// WithLog sets where dropped connections are logged, with their reason.
+// WithLog sets where dropped and refused connections are logged, with
+// their reason.
 func WithLog(log logr.Logger) ListenOption {
-	return func(l *SubListener) { l.log = log }
+	return func(l *SubListener) { l.srv.log = log }
+}
+
+// WithMaxConns bounds the connections open at once, all told and from one
+// remote IP; a connection past either is closed as it comes (logged at
+// most every 10 s). The defaults are DefaultMaxConns and
+// DefaultMaxConnsPerIP.
+func WithMaxConns(total, perIP int) ListenOption {
+	return func(l *SubListener) { l.srv.maxConns, l.srv.maxPerIP = total, perIP }
 }
 
 // DefaultHandshakeTimeout bounds a connecting peer's handshake when no
 // WithHandshakeTimeout is given.
 const DefaultHandshakeTimeout = 5 * time.Second
+
+// DefaultMaxConns and DefaultMaxConnsPerIP bound a SubListener's
+// connections when no WithMaxConns is given: per IP, twice the 64 engines
+// of a data-parallel deployment whose events a picker follows, so that a
+// pod whose every engine reconnects while its old connections linger is
+// still taken.
+const (
+	DefaultMaxConns      = 4096
+	DefaultMaxConnsPerIP = 128
+)
 
 // ListenSub listens on addr ("host:port"; port 0 picks one) and calls
 // handle, on a goroutine of its own, with each connection of a PUB or XPUB
@@ -57,64 +69,30 @@ func ListenSub(addr string, topic []byte, handle func(*Sub), opts ...ListenOptio
 	if err != nil {
 		return nil, err
 	}
+	return serveSub(ln, topic, handle, opts...), nil
+}
+
+// serveSub is ListenSub on ln.
+func serveSub(ln net.Listener, topic []byte, handle func(*Sub), opts ...ListenOption) *SubListener {
 	l := &SubListener{
-		ln:      ln,
 		sub:     appendFrame(nil, 0, append([]byte{1}, topic...)),
 		handle:  handle,
 		timeout: DefaultHandshakeTimeout,
-		log:     logr.Discard(),
-		conns:   map[net.Conn]struct{}{},
 	}
+	l.srv = newServer(ln, l.serve, logr.Discard())
+	l.srv.maxConns, l.srv.maxPerIP = DefaultMaxConns, DefaultMaxConnsPerIP
 	for _, o := range opts {
 		o(l)
 	}
-	l.wg.Add(1)
-	go l.accept()
-	return l, nil
+	l.srv.start()
+	return l
 }
 
 // Addr returns the address listened on.
-func (l *SubListener) Addr() net.Addr { return l.ln.Addr() }
-
-func (l *SubListener) accept() {
-	defer l.wg.Done()
-	var wait time.Duration
-	for {
-		conn, err := l.ln.Accept()
-		if errors.Is(err, net.ErrClosed) {
-			return
-		}
-		if err != nil {
-			// Out of file descriptors, say: wait, longer each time in
-			// a row, rather than stop taking publishers for good.
-			wait = min(max(2*wait, 5*time.Millisecond), time.Second)
-			l.log.Error(err, "Accepting a KV-event publisher failed", "retryIn", wait)
-			time.Sleep(wait)
-			continue
-		}
-		wait = 0
-		l.mu.Lock()
-		if l.closed {
-			l.mu.Unlock()
-			_ = conn.Close()
-			return
-		}
-		l.conns[conn] = struct{}{}
-		l.wg.Add(1)
-		l.mu.Unlock()
-		go l.serve(conn)
-	}
-}
+func (l *SubListener) Addr() net.Addr { return l.srv.ln.Addr() }
 
 // serve handshakes conn, subscribes, and hands it to the handler.
 func (l *SubListener) serve(conn net.Conn) {
-	defer l.wg.Done()
-	defer func() {
-		l.mu.Lock()
-		delete(l.conns, conn)
-		l.mu.Unlock()
-		_ = conn.Close()
-	}()
 	s := &Sub{conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
 	_ = conn.SetDeadline(time.Now().Add(l.timeout))
 	err := handshake(conn, s.r, "SUB", "PUB", "XPUB")
@@ -122,7 +100,7 @@ func (l *SubListener) serve(conn net.Conn) {
 		_, err = conn.Write(l.sub)
 	}
 	if err != nil {
-		l.log.Info("KV-event publisher dropped: handshake failed", "peer", conn.RemoteAddr().String(), "err", fmt.Errorf("within %v: %w", l.timeout, err))
+		l.srv.log.Info("KV-event publisher dropped: handshake failed", "peer", conn.RemoteAddr().String(), "err", fmt.Errorf("within %v: %w", l.timeout, err))
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})
@@ -132,18 +110,7 @@ func (l *SubListener) serve(conn net.Conn) {
 // Close stops listening, closes every connection, and returns once the
 // handlers have returned. Closing again does nothing.
 func (l *SubListener) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil
-	}
-	l.closed = true
-	err := l.ln.Close()
-	for c := range l.conns {
-		_ = c.Close()
-	}
-	l.mu.Unlock()
-	l.wg.Wait()
+	_, err := l.srv.close()
 	return err
 }
 

@@ -2,6 +2,8 @@ package kvevents
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -184,5 +186,202 @@ func TestListenSubCloseEndsConnections(t *testing.T) {
 	if c, err := net.Dial("tcp", addr); err == nil {
 		_ = c.Close()
 		t.Error("a connection was accepted after Close")
+	}
+}
+
+// dialFrom opens a TCP connection to addr from the local IP src.
+func dialFrom(t *testing.T, addr, src string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// served reports whether the listener serves c: it reads the listener's
+// greeting and READY, rather than the end of the connection.
+func served(t *testing.T, c net.Conn) bool {
+	t.Helper()
+	want := append(greeting(), ready("SUB")...)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, len(want))
+	n, err := io.ReadFull(c, got)
+	switch {
+	case err == nil && bytes.Equal(got, want):
+		return true
+	case n == 0 && errors.Is(err, io.EOF):
+		return false
+	}
+	t.Fatalf("read %q, %v: want the greeting and READY, or the end of the connection", got[:n], err)
+	return false
+}
+
+// A SubListener serves 128 connections at once from one IP, past which it
+// closes those that come from it while still serving other IPs', and logs
+// the refusals once; a connection that ends makes room for another.
+func TestListenSubBoundsConnectionsPerIP(t *testing.T) {
+	var logged logLines
+	l, _ := listenSub(t, "127.0.0.1:0", "kv@",
+		WithHandshakeTimeout(time.Minute), WithLog(funcr.New(logged.add, funcr.Options{})))
+	addr := l.Addr().String()
+	var held []net.Conn
+	for i := range 128 {
+		c := dialFrom(t, addr, "127.0.0.1")
+		if !served(t, c) {
+			t.Fatalf("connection %d from 127.0.0.1 refused", i+1)
+		}
+		held = append(held, c)
+	}
+	for i := range 2 {
+		if served(t, dialFrom(t, addr, "127.0.0.1")) {
+			t.Fatalf("connection %d from 127.0.0.1 served past 128", 129+i)
+		}
+	}
+	if !served(t, dialFrom(t, addr, "127.0.0.2")) {
+		t.Error("a connection from another IP refused")
+	}
+	if n := strings.Count(logged.all(), "too many open"); n != 1 {
+		t.Errorf("two refusals logged %d times, want once:\n%s", n, logged.all())
+	}
+
+	_ = held[0].Close()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for !served(t, dialFrom(t, addr, "127.0.0.1")) {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("no connection from 127.0.0.1 served after one of the 128 ended")
+		}
+	}
+}
+
+// WithMaxConns bounds the connections from all IPs together.
+func TestListenSubBoundsConnections(t *testing.T) {
+	l, _ := listenSub(t, "127.0.0.1:0", "kv@", WithHandshakeTimeout(time.Minute), WithMaxConns(3, 2))
+	addr := l.Addr().String()
+	for i, src := range []string{"127.0.0.1", "127.0.0.1", "127.0.0.2"} {
+		if !served(t, dialFrom(t, addr, src)) {
+			t.Fatalf("connection %d (from %s) refused", i+1, src)
+		}
+	}
+	if served(t, dialFrom(t, addr, "127.0.0.1")) {
+		t.Error("a third connection from 127.0.0.1 served past 2 from one IP")
+	}
+	if served(t, dialFrom(t, addr, "127.0.0.3")) {
+		t.Error("a fourth connection served past 3")
+	}
+}
+
+// failing is a listener whose Accept fails, as when out of file
+// descriptors, fails times times and then takes its connections.
+type failing struct {
+	net.Listener
+	mu     sync.Mutex
+	times  int
+	failed chan int // takes a value at each failure, when there is room
+	closed bool
+}
+
+func (f *failing) Close() error {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	return f.Listener.Close()
+}
+
+func (f *failing) Accept() (net.Conn, error) {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil, net.ErrClosed
+	}
+	if f.times > 0 {
+		f.times--
+		f.mu.Unlock()
+		select {
+		case f.failed <- 1:
+		default:
+		}
+		return nil, errors.New("accept4: too many open files")
+	}
+	f.mu.Unlock()
+	return f.Listener.Accept()
+}
+
+func failingListener(t *testing.T, times int) *failing {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &failing{Listener: ln, times: times, failed: make(chan int, 100)}
+}
+
+// A failing Accept is tried again by each listening socket: a PUB, a SUB
+// listener and a replay endpoint all take connections once it works.
+func TestListenersTakeConnectionsAfterAcceptFails(t *testing.T) {
+	t.Run("PUB", func(t *testing.T) {
+		p := servePub(failingListener(t, 3))
+		t.Cleanup(func() { _ = p.Close() })
+		s := dial(t, p.Addr().String(), "")
+		waitSubscribers(t, p, 1)
+		p.Send([]byte("kv@a@m"), seq(1), []byte("after"))
+		if diff := cmp.Diff([]string{"kv@a@m", string(seq(1)), "after"}, recv(t, s)); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	})
+	t.Run("SUB", func(t *testing.T) {
+		got := received{msgs: make(chan []string, 1), ends: make(chan error, 1)}
+		l := serveSub(failingListener(t, 3), nil, func(s *Sub) {
+			parts, err := s.Recv(nil)
+			if err == nil {
+				got.msgs <- []string{string(parts[0])}
+			}
+		})
+		t.Cleanup(func() { _ = l.Close() })
+		p := dialPub(t, l.Addr().String())
+		waitSubscribers(t, p, 1)
+		p.Send([]byte("kv@a@m"), seq(1), []byte("after"))
+		if diff := cmp.Diff([]string{"kv@a@m"}, next(t, got.msgs)); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	})
+	t.Run("replay", func(t *testing.T) {
+		r := serveReplay(failingListener(t, 3), 4)
+		t.Cleanup(func() { _ = r.Close() })
+		r.Record(5, []byte("kept"))
+		var got []string
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		err := Replay(ctx, r.Addr().String(), 0, func(_ uint64, payload []byte) error {
+			got = append(got, string(payload))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"kept"}, got); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	})
+}
+
+// Close returns without waiting out the wait after a failed Accept, which
+// grows to 1 s.
+func TestListenSubCloseCutsTheAcceptRetryShort(t *testing.T) {
+	f := failingListener(t, 1<<30)
+	l := serveSub(f, nil, func(*Sub) {})
+	for range 9 { // the ninth failure waits 1 s
+		<-f.failed
+	}
+	start := time.Now()
+	_ = l.Close()
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("Close took %v", d)
 	}
 }

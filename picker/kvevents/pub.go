@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/go-logr/logr"
 )
 
 // subscriberQueue is how many messages wait for one subscriber before
@@ -25,6 +27,7 @@ const maxSubscriptions = 1024
 // connected subscriber whose subscriptions match its first frame.
 type Pub struct {
 	ln   net.Listener       // nil for a connecting Pub
+	done chan struct{}      // closed by Close
 	stop context.CancelFunc // ends a connecting Pub's dialling
 	wg   sync.WaitGroup
 
@@ -48,10 +51,18 @@ func ListenPub(addr string) (*Pub, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pub{ln: ln, subs: map[*peer]struct{}{}}
+	return servePub(ln), nil
+}
+
+// servePub is ListenPub on ln.
+func servePub(ln net.Listener) *Pub {
+	p := &Pub{ln: ln, done: make(chan struct{}), subs: map[*peer]struct{}{}}
 	p.wg.Add(1)
-	go p.accept()
-	return p, nil
+	go func() {
+		defer p.wg.Done()
+		acceptLoop(ln, p.done, logr.Discard(), func(conn net.Conn) bool { return p.add(conn) != nil })
+	}()
+	return p
 }
 
 // DialPub returns a PUB socket that connects to the SUB socket listening
@@ -93,19 +104,6 @@ func (p *Pub) Subscribers() int {
 		s.mu.Unlock()
 	}
 	return n
-}
-
-func (p *Pub) accept() {
-	defer p.wg.Done()
-	for {
-		conn, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if p.add(conn) == nil {
-			return
-		}
-	}
 }
 
 // dial connects to addr until ctx ends, one connection at a time.
@@ -316,6 +314,7 @@ func (p *Pub) Close() error {
 	p.mu.Unlock()
 	var err error
 	if p.ln != nil {
+		close(p.done)
 		err = p.ln.Close()
 	} else {
 		p.stop()

@@ -9,6 +9,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/go-logr/logr"
 )
 
 // vLLM's publisher keeps its last batches (buffer_steps of them) and
@@ -26,15 +28,12 @@ const endSeq = ^uint64(0)
 // Replayer is the ROUTER side of replay: it keeps the last batches
 // recorded and sends them to each client that asks.
 type Replayer struct {
-	ln   net.Listener
+	srv  *server
 	keep int
-	wg   sync.WaitGroup
 
-	mu      sync.Mutex
-	kept    []replayed // a ring of at most keep batches, oldest at head
-	head    int
-	conns   map[net.Conn]struct{}
-	closing bool
+	mu   sync.Mutex
+	kept []replayed // a ring of at most keep batches, oldest at head
+	head int
 }
 
 type replayed struct {
@@ -49,14 +48,19 @@ func ListenReplay(addr string, keep int) (*Replayer, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Replayer{ln: ln, keep: max(keep, 1), conns: map[net.Conn]struct{}{}}
-	r.wg.Add(1)
-	go r.accept()
-	return r, nil
+	return serveReplay(ln, keep), nil
+}
+
+// serveReplay is ListenReplay on ln.
+func serveReplay(ln net.Listener, keep int) *Replayer {
+	r := &Replayer{keep: max(keep, 1)}
+	r.srv = newServer(ln, r.serve, logr.Discard())
+	r.srv.start()
+	return r
 }
 
 // Addr returns the address listened on.
-func (r *Replayer) Addr() net.Addr { return r.ln.Addr() }
+func (r *Replayer) Addr() net.Addr { return r.srv.ln.Addr() }
 
 // Record keeps a copy of the batch published with sequence number seq,
 // forgetting the oldest kept one when keep are kept already.
@@ -86,36 +90,9 @@ func (r *Replayer) from(seq uint64) []replayed {
 	return out
 }
 
-func (r *Replayer) accept() {
-	defer r.wg.Done()
-	for {
-		conn, err := r.ln.Accept()
-		if err != nil {
-			return
-		}
-		r.mu.Lock()
-		if r.closing {
-			r.mu.Unlock()
-			_ = conn.Close()
-			return
-		}
-		r.conns[conn] = struct{}{}
-		r.mu.Unlock()
-		r.wg.Add(1)
-		go r.serve(conn)
-	}
-}
-
 // serve answers one client's requests until it goes away or sends what is
 // not a request.
 func (r *Replayer) serve(conn net.Conn) {
-	defer r.wg.Done()
-	defer func() {
-		r.mu.Lock()
-		delete(r.conns, conn)
-		r.mu.Unlock()
-		_ = conn.Close()
-	}()
 	br := bufio.NewReader(conn)
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if err := handshake(conn, br, "ROUTER", "DEALER", "REQ"); err != nil {
@@ -162,18 +139,10 @@ func writeReply(w *bufio.Writer, delimited bool, seq uint64, payload []byte) {
 // Close stops listening, ends every client's connection and waits for
 // them.
 func (r *Replayer) Close() error {
-	r.mu.Lock()
-	if r.closing {
-		r.mu.Unlock()
+	already, err := r.srv.close()
+	if already {
 		return ErrClosed
 	}
-	r.closing = true
-	for c := range r.conns {
-		_ = c.Close()
-	}
-	r.mu.Unlock()
-	err := r.ln.Close()
-	r.wg.Wait()
 	return err
 }
 

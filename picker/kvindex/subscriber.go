@@ -103,7 +103,7 @@ func (s *Subscriber) Start(ctx context.Context) error {
 			timeout = DefaultDialTimeout
 		}
 		l, err := kvevents.ListenSub(s.Listen, []byte(s.Topic), s.serve,
-			kvevents.WithHandshakeTimeout(timeout), kvevents.WithLog(s.Log))
+			kvevents.WithHandshakeTimeout(timeout), kvevents.WithLog(s.Log), kvevents.WithMaxConns(kvevents.DefaultMaxConns, 2*MaxEngines))
 		if err != nil {
 			return fmt.Errorf("KV events: listen on %s: %w", s.Listen, err)
 		}
