@@ -33,14 +33,20 @@ type podID struct {
 }
 
 // parseTopic reads the pod of a topic kv@<pod>@<model>, where <pod> is an
-// IP address or IP:port (IPv6 in brackets with a port); ok is false for
-// any other topic.
+// IP address or IP:port (IPv6 in brackets, which may also stand without a
+// port) and <model> may hold '@'; ok is false for any other topic.
 func parseTopic(topic string) (pod podID, ok bool) {
-	parts := strings.Split(topic, "@")
+	parts := strings.SplitN(topic, "@", 3)
 	if len(parts) != 3 {
 		return podID{}, false
 	}
 	id := parts[1]
+	if len(id) > 2 && id[0] == '[' && id[len(id)-1] == ']' {
+		if a, err := netip.ParseAddr(id[1 : len(id)-1]); err == nil && a.Is6() && a.Zone() == "" {
+			return podID{addr: a.Unmap()}, true
+		}
+		return podID{}, false
+	}
 	if a, err := netip.ParseAddr(id); err == nil && a.Zone() == "" {
 		return podID{addr: a.Unmap()}, true
 	}
