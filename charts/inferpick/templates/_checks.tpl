@@ -182,3 +182,17 @@ body (--max-request-body-bytes). 0 keeps the picker's default of each,
 {{- fail (printf "picker.maxBufferedBodyBytes %s is under picker.maxRequestBodyBytes %s: the buffer for all streams must hold one largest body, and the picker refuses to start. Raise picker.maxBufferedBodyBytes to at least %d, or lower picker.maxRequestBodyBytes." $bufferedText $bodyText $effBody) }}
 {{- end }}
 {{- end }}
+
+{{/*
+Fails the render on a KV-events listen port the picker's container already
+uses: the ext_proc (9002), health (9003) or metrics (9090) port, where the
+picker would fail to listen at start.
+*/}}
+{{- define "inferpick.checkKVEventsPort" -}}
+{{- $port := int64 .Values.picker.kvEvents.listenPort }}
+{{- range $name, $used := dict "ext_proc" 9002 "health" 9003 "metrics" 9090 }}
+{{- if eq $port (int64 $used) }}
+{{- fail (printf "picker.kvEvents.listenPort: %d is the picker's %s port. Choose another port (5557 is vLLM's default)." $port $name) }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -422,6 +422,18 @@ func TestExtraArgsTheChartSets(t *testing.T) {
 	})
 }
 
+// TestKVEventsPortTheContainerUses checks that picker.kvEvents.listenPort
+// may not be a port the picker's container already listens on, where the
+// picker would fail to start.
+func TestKVEventsPortTheContainerUses(t *testing.T) {
+	for port, name := range map[string]string{"9002": "ext_proc", "9003": "health", "9090": "metrics"} {
+		t.Run(name, func(t *testing.T) {
+			renderUnless(t, "picker.kvEvents.listenPort: "+port+" is the picker's "+name+" port", "picker.kvEvents.listenPort="+port)
+		})
+	}
+	renderUnless(t, "", "picker.kvEvents.listenPort=5557")
+}
+
 // TestPoolSelector checks the pool's selector without the tests' base values:
 // a release that creates a pool must name its pods' labels, the labels given
 // are the whole selector, and a release serving an existing pool needs none.
