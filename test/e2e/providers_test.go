@@ -47,7 +47,8 @@ var _ = Describe("The chart's provider objects", Ordered, func() {
 	It("are accepted by the Istio and prometheus-operator schemas", func(ctx SpecContext) {
 		values := filepath.Join(repoRoot, "test", "e2e", "chart", "testdata", "values")
 		out := run(ctx, suite.helm, "template", release, suite.chart, "--namespace", "default",
-			"--values", absPath(filepath.Join(values, "pool.yaml")), "--values", absPath(filepath.Join(values, "istio.yaml")))
+			"--values", absPath(filepath.Join(values, "pool.yaml")), "--values", absPath(filepath.Join(values, "istio.yaml")),
+			"--set", "picker.kvEvents.listenPort=5557") // the DestinationRule's port-level TLS setting of the kv-events port
 		checked := map[string]bool{}
 		for _, u := range decodeManifest(out) {
 			switch u.GetKind() {
