@@ -384,11 +384,14 @@ func (o *Options) Complete() error {
 			}
 		})
 	}
-	if o.KVEventsListen != "" && o.LeaderElection && o.HAMode == HAActiveActive {
+	if o.KVEventsListen != "" && o.LeaderElection {
+		why := "every replica routes (--ha-mode active-active), but a server's connection reaches one of them, and the others route its pod without its events"
+		if o.HAMode == HAActivePassive {
+			why = "a server's connection stays with the replica it reached while that replica lives, so after a failover the new leader routes without the events of the servers still connected to the old one"
+		}
 		o.Warnings = append(o.Warnings, Warning{Flag: "--kv-events-listen", Value: o.KVEventsListen,
 			Message: kvListenMessage,
-			Reason: "every replica routes (--ha-mode active-active), but a server's connection reaches one of them, and the others route its pod without its events; " +
-				"have the servers bind (tcp://*:PORT) and use --kv-events-port, which every replica subscribes to"})
+			Reason:  why + "; have the servers bind (tcp://*:PORT) and use --kv-events-port, which every replica subscribes to"})
 	}
 	if len(o.static) > 0 && o.PoolName != "" {
 		o.Warnings = append(o.Warnings, Warning{Flag: "--pool-name", Value: o.PoolName,

@@ -189,6 +189,10 @@ func TestLeaderElectionSettingsWithoutEffectAreWarned(t *testing.T) {
 			args:   []string{"--pool-name", "p", "--ha-enable-leader-election", "--kv-events-listen", ":5557"},
 			warned: []string{"--kv-events-listen"},
 		},
+		"servers connecting with their KV events to an active-passive pair": {
+			args:   []string{"--pool-name", "p", "--ha-enable-leader-election", "--ha-mode", "active-passive", "--kv-events-listen", ":5557"},
+			warned: []string{"--kv-events-listen"},
+		},
 		"servers connecting with their KV events to one picker": {
 			args: []string{"--pool-name", "p", "--kv-events-listen", ":5557"},
 		},
