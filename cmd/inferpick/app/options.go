@@ -411,6 +411,10 @@ func (o *Options) Complete() error {
 		o.Warnings = append(o.Warnings, Warning{Flag: "--endpoint-selector", Value: o.EndpointSelector,
 			Reason: "--static-endpoints is given: requests are routed over that list, not the selected pods"})
 	}
+	if len(o.static) > 0 && o.Policy.ContextLength != nil {
+		o.Warnings = append(o.Warnings, Warning{Flag: o.configSource, Value: "policy.contextLength",
+			Reason: "--static-endpoints is given: a static endpoint carries no pod label, so each takes a prompt of any length"})
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -211,6 +212,21 @@ func TestLeaderElectionSettingsWithoutEffectAreWarned(t *testing.T) {
 				t.Errorf("flags warned about (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestContextLengthWithStaticEndpointsIsWarned: static endpoints carry no
+// context-length label, so a contextLength block routes nothing by length,
+// and the picker says so at start.
+func TestContextLengthWithStaticEndpointsIsWarned(t *testing.T) {
+	o, err := parse(t, "--static-endpoints", "127.0.0.1:8000", "--config-text", "policy: {contextLength: {filter: true}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(o.Warnings, func(w Warning) bool {
+		return w.Value == "policy.contextLength" && strings.Contains(w.Reason, "no pod label")
+	}) {
+		t.Errorf("warnings %+v: none says the static endpoints carry no context-length label", o.Warnings)
 	}
 }
 
