@@ -400,12 +400,14 @@ func (u *upstream) comparePrefill(decode, prefill *schedProfile) {
 }
 
 // weighs describes what a profile weighs: its plugins other than the
-// stage filters and the picker, each with its weight, in name order.
+// stage filters, the picker, the parser and the reporter (which upstream's
+// samples list in a profile, though they pick nothing), each with its
+// weight, in name order.
 func (u *upstream) weighs(p *schedProfile) string {
 	w := map[string]float64{}
 	for _, ref := range p.refs {
 		switch u.plugins[ref.name].typ {
-		case prefillFilter, decodeFilter, maxScorePicker:
+		case prefillFilter, decodeFilter, maxScorePicker, "openai-parser", attributeReporter:
 			continue
 		}
 		w[ref.name] += ref.weight
