@@ -1,7 +1,7 @@
 // Package fileconfig reads the configuration given with --config-file or
-// --config-text: inferpick's own document (a `policy:` block) or the
-// upstream endpoint picker's EndpointPickerConfig, translated onto
-// inferpick's policies. Errors name the line they are about.
+// --config-text: inferpick's own document (a `policy:` block and an
+// `attributes:` list) or the upstream endpoint picker's
+// EndpointPickerConfig, translated onto inferpick's policies. Errors name the line they are about.
 package fileconfig
 
 import (
@@ -38,8 +38,9 @@ type File struct {
 	// ModelServerType, when not empty, is the kind of model server whose
 	// metric names are read (core-metrics-extractor's defaultEngine).
 	ModelServerType string
-	// Attributes are what request-attribute-reporter plugins report at the
-	// end of each response, in the order of the document.
+	// Attributes are what is reported to the gateway at the end of each
+	// response (the native document's attributes, or upstream's
+	// request-attribute-reporter plugins), in the order of the document.
 	Attributes []attrexpr.Attribute
 	// FlowControl is what featureGates and the flowControl section ask of
 	// the flow-control queue.
@@ -52,6 +53,9 @@ type File struct {
 // native is inferpick's own document.
 type native struct {
 	Policy policy.Config `yaml:"policy"`
+	// Attributes is read by readAttributes, which names the lines of its
+	// errors.
+	Attributes yaml.Node `yaml:"attributes"`
 }
 
 // Parse reads one YAML document. A document whose kind is
@@ -81,7 +85,11 @@ func Parse(data []byte) (File, error) {
 	if err := dec.Decode(&n); err != nil && !errors.Is(err, io.EOF) {
 		return File{}, fmt.Errorf("parse: %w", err)
 	}
-	return File{Policy: n.Policy}, nil
+	attrs, err := readAttributes(&n.Attributes)
+	if err != nil {
+		return File{}, err
+	}
+	return File{Policy: n.Policy, Attributes: attrs}, nil
 }
 
 // lookup returns the value of key in the mapping m, or nil.

@@ -1070,10 +1070,16 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(pdDoc("- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {decodeProfile: decode, prefillDeciderPluginName: always-disagg-pd-decider}\n")))
 	f.Add([]byte(header + "featureGates: [enableLegacyMetrics]\nplugins:\n- {type: active-request-scorer, parameters: {requestTimeout: 1m, idleThreshold: 2, maxBusyScore: 0.5}}\n- {type: load-aware-scorer, parameters: {threshold: 0}}\n- type: running-requests-size-scorer\n- {type: no-hit-lru-scorer, parameters: {lruSize: 8}}\n- {type: core-metrics-extractor, parameters: {defaultEngine: vllm}}\n"))
 	f.Add([]byte(header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {zmqEndpoint: \"tcp://*:5557\", discoverPods: false}\n"))
+	f.Add([]byte("policy: {name: least-load}\nattributes:\n- {namespace: billing, name: cost, expression: usage.completion_tokens * 2.0, condition: has(usage.completion_tokens)}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Parse(data)
 		if err != nil {
 			return
+		}
+		for _, a := range got.Attributes {
+			if a.Namespace == "" || a.Name == "" || a.Expression == nil {
+				t.Fatalf("attribute %+v without a namespace, name or expression accepted from:\n%s", a, data)
+			}
 		}
 		if l := got.KVEventsListen; l != "" {
 			if n, err := strconv.ParseUint(strings.TrimPrefix(l, ":"), 10, 16); !strings.HasPrefix(l, ":") || err != nil || n == 0 {

@@ -61,7 +61,7 @@ func (u *upstream) readReporter(p plugin) error {
 				default:
 					return fmt.Errorf("line %d: unknown %s key field %q: it takes namespace and name", kk.Line, attributeReporter, kk.Value)
 				}
-				if err := reporterString(s, "key."+kk.Value, vv); err != nil {
+				if err := reporterString(s, attributeReporter+" key."+kk.Value, vv); err != nil {
 					return err
 				}
 			}
@@ -72,39 +72,48 @@ func (u *upstream) readReporter(p plugin) error {
 			} else {
 				exprLine = v.Line
 			}
-			if err := reporterString(s, k.Value, v); err != nil {
+			if err := reporterString(s, attributeReporter+" "+k.Value, v); err != nil {
 				return err
 			}
 		default:
 			return fmt.Errorf("line %d: unknown %s attribute field %q: it takes key, expression and condition", k.Line, attributeReporter, k.Value)
 		}
 	}
-	// The expression is checked alone first, so that an error names the
-	// line of the part it is about.
-	a, err := attrexpr.NewAttribute(ns, name, expr, "")
+	a, err := checkedAttribute(attributeReporter, ns, name, expr, cond, exprLine, condLine)
 	if err != nil {
-		return fmt.Errorf("line %d: %s %w", exprLine, attributeReporter, err)
-	}
-	if cond != "" {
-		c, err := attrexpr.NewAttribute(ns, name, expr, cond)
-		if err != nil {
-			return fmt.Errorf("line %d: %s %w", condLine, attributeReporter, err)
-		}
-		a = c
+		return err
 	}
 	u.out.Attributes = append(u.out.Attributes, a)
 	return nil
 }
 
-// reporterString reads a string field of a request-attribute-reporter
-// attribute into s: a YAML null is "", as upstream reads it (so a null
+// checkedAttribute builds an attribute (package attrexpr), its errors
+// prefixed with what (the plugin or item it is read from) and the line of
+// the expression or the condition they are about.
+func checkedAttribute(what, ns, name, expr, cond string, exprLine, condLine int) (attrexpr.Attribute, error) {
+	// The expression is checked alone first, so that an error names the
+	// line of the part it is about.
+	a, err := attrexpr.NewAttribute(ns, name, expr, "")
+	if err != nil {
+		return a, fmt.Errorf("line %d: %s %w", exprLine, what, err)
+	}
+	if cond != "" {
+		if a, err = attrexpr.NewAttribute(ns, name, expr, cond); err != nil {
+			return a, fmt.Errorf("line %d: %s %w", condLine, what, err)
+		}
+	}
+	return a, nil
+}
+
+// reporterString reads a string field of an attribute, named by field in
+// errors, into s: a YAML null is "", as upstream reads it (so a null
 // namespace is envoy.lb and a null condition none).
 func reporterString(s *string, field string, v *yaml.Node) error {
 	switch {
 	case isNull(v):
 		*s = ""
 	case v.Kind != yaml.ScalarNode:
-		return fmt.Errorf("line %d: %s %s must be a string", v.Line, attributeReporter, field)
+		return fmt.Errorf("line %d: %s must be a string", v.Line, field)
 	default:
 		*s = v.Value
 	}
