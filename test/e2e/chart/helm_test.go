@@ -185,6 +185,14 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"picker.flowControl.enabled=true", "picker.flowControl.maxWait=0m0s"},
 			want: []string{"maxWait"},
 		},
+		"an attribute without an expression": {
+			sets: []string{"picker.attributes[0].name=cost"},
+			want: []string{"attributes", "expression"},
+		},
+		"an attribute in upstream's key form": {
+			sets: []string{"picker.attributes[0].key.name=cost", "picker.attributes[0].name=cost", "picker.attributes[0].expression=usage.total_tokens"},
+			want: []string{"attributes", "key"},
+		},
 		"a context-length label Kubernetes refuses": {
 			sets: []string{"picker.config.contextLength.label=a label"},
 			want: []string{"contextLength", "label", "pattern"},

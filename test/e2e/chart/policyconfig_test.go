@@ -159,3 +159,61 @@ func TestAnEmptyContextLengthBlockPassesTheValues(t *testing.T) {
 		})
 	}
 }
+
+// The attributes of the values reach the picker as the config file's
+// attributes, in their order and with what YAML could mangle on the way
+// (a multi-line expression, a quoted condition) intact.
+func TestAttributesPassTheValues(t *testing.T) {
+	type attr struct{ Namespace, Name, Expression, Condition string }
+	for name, tc := range map[string]struct {
+		values string
+		want   []attr
+	}{
+		"the attribute of upstream's sample alone": {
+			values: "picker:\n  attributes:\n  - name: x-gateway-inference-request-cost\n    expression: |\n      usage.completion_tokens\n    condition: has(usage.completion_tokens)\n",
+			want:   []attr{{"envoy.lb", "x-gateway-inference-request-cost", "usage.completion_tokens\n", "has(usage.completion_tokens)"}},
+		},
+		"two beside a policy": {
+			values: "picker:\n  config: {name: least-load}\n  attributes:\n" +
+				"  - {namespace: billing, name: prompt, expression: usage.prompt_tokens}\n" +
+				"  - {name: out, expression: 'usage.completion_tokens * 2.0', condition: 'usage.completion_tokens > 0 && !(usage.prompt_tokens == 0)'}\n",
+			want: []attr{
+				{"billing", "prompt", "usage.prompt_tokens", ""},
+				{"envoy.lb", "out", "usage.completion_tokens * 2.0", "usage.completion_tokens > 0 && !(usage.prompt_tokens == 0)"},
+			},
+		},
+		"none": {
+			values: "picker:\n  attributes: []\n",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(file, []byte(tc.values), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, err := template(t, "--values", filepath.Join("testdata", "values", "pool.yaml"), "--values", file)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, errOut)
+			}
+			var cm corev1.ConfigMap
+			if !parseManifest(t, out).decode(t, "ConfigMap", &cm) {
+				t.Fatal("no ConfigMap")
+			}
+			f, err := fileconfig.Parse([]byte(cm.Data["config.yaml"]))
+			if err != nil {
+				t.Fatalf("config.yaml: %v\n%s", err, cm.Data["config.yaml"])
+			}
+			var got []attr
+			for _, a := range f.Attributes {
+				x := attr{Namespace: a.Namespace, Name: a.Name, Expression: a.Expression.String()}
+				if a.Condition != nil {
+					x.Condition = a.Condition.String()
+				}
+				got = append(got, x)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("attributes the picker reads (-want +got):\n%s\nconfig.yaml:\n%s", diff, cm.Data["config.yaml"])
+			}
+		})
+	}
+}
