@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/inferpick/inferpick/cmd/inferpick/app"
+	"github.com/inferpick/inferpick/picker/attrexpr"
 	"github.com/inferpick/inferpick/picker/policy/fileconfig"
 )
 
@@ -396,6 +397,9 @@ func (c *converter) pluginsConfig() {
 	if f.ModelServerType != "" {
 		c.set("picker.modelServerType", f.ModelServerType)
 	}
+	if len(f.Attributes) > 0 {
+		c.attributes(name, f.Attributes)
+	}
 	switch on, _ := c.get("picker.flowControl.enabled").(bool); {
 	case f.FlowControl.Gate:
 		c.flowControl(f.FlowControl)
@@ -419,6 +423,24 @@ func (c *converter) pluginsConfig() {
 			c.note("inferenceExtension.pluginsCustomConfig[%s] dropped: only the file named by pluginsConfigFile is used", k)
 		}
 	}
+}
+
+// attributes carries the request-attribute-reporters' attributes of the
+// file named name to picker.attributes, in the file's order, so that the
+// gateway keeps getting them.
+func (c *converter) attributes(name string, attrs []attrexpr.Attribute) {
+	list := make([]any, 0, len(attrs))
+	keys := make([]string, 0, len(attrs))
+	for _, a := range attrs {
+		item := map[string]any{"namespace": a.Namespace, "name": a.Name, "expression": a.Expression.String()}
+		if a.Condition != nil {
+			item["condition"] = a.Condition.String()
+		}
+		list = append(list, item)
+		keys = append(keys, a.Namespace+"/"+a.Name)
+	}
+	c.set("picker.attributes", list)
+	c.note("pluginsCustomConfig[%s]: request-attribute-reporter attributes %s become picker.attributes, reported to the gateway as before", name, strings.Join(keys, ", "))
 }
 
 // flagValues returns the upstream flags by name. Charts up to v1.1 list them

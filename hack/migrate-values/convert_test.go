@@ -565,6 +565,52 @@ pool: {selector: {matchLabels: {app: m}}}
 			notes:   []string{"pluginsCustomConfig[pd.yaml]: featureGate prepareDataPlugins has no effect"},
 			noNotes: []string{"dropped"},
 		},
+		"upstream's request-attribute-reporter sample: its attribute is carried to picker.attributes": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: cost.yaml
+  pluginsCustomConfig:
+    cost.yaml: |
+` + indent(readSample(t, "gie-v1.5.0-request-attribute-reporter-config.yaml"), "      ") + `
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker:
+  config: {name: random}
+  attributes:
+  - namespace: envoy.lb
+    name: x-gateway-inference-request-cost
+    expression: "usage.completion_tokens\n"
+    condition: has(usage.completion_tokens)
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes:   []string{"pluginsCustomConfig[cost.yaml]: request-attribute-reporter attributes envoy.lb/x-gateway-inference-request-cost become picker.attributes"},
+			noNotes: []string{"dropped"},
+		},
+		"two request-attribute-reporters, in the file's order": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: cost.yaml
+  pluginsCustomConfig:
+    cost.yaml: |
+      kind: EndpointPickerConfig
+      plugins:
+      - {name: b, type: request-attribute-reporter, parameters: {attributes: [{key: {namespace: billing, name: out}, expression: usage.completion_tokens}]}}
+      - {name: a, type: request-attribute-reporter, parameters: {attributes: [{key: {name: in}, expression: usage.prompt_tokens * 2.0, condition: usage.prompt_tokens > 0}]}}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker:
+  config: {name: random}
+  attributes:
+  - {namespace: billing, name: out, expression: usage.completion_tokens}
+  - {namespace: envoy.lb, name: in, expression: usage.prompt_tokens * 2.0, condition: usage.prompt_tokens > 0}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"attributes billing/out, envoy.lb/in become picker.attributes"},
+		},
 		"llm-d's context-length filtering sample: the policy's contextLength, filtering, and its weight": {
 			upstream: `
 inferenceExtension:
@@ -855,6 +901,7 @@ func FuzzConvert(f *testing.F) {
 	f.Add([]byte("provider: {name: gke}\nexperimentalHttpRoute: {enabled: true}"))
 	f.Add([]byte("inferenceObjectives: [{name: a, priority: 1}]"))
 	f.Add([]byte("inferenceExtension:\n  pluginsCustomConfig:\n    default-plugins.yaml: |\n      kind: EndpointPickerConfig\n      featureGates: [flowControl]\n      flowControl: {maxRequests: 5}\n"))
+	f.Add([]byte("inferenceExtension:\n  pluginsCustomConfig:\n    default-plugins.yaml: |\n      kind: EndpointPickerConfig\n      plugins:\n      - {type: request-attribute-reporter, parameters: {attributes: [{key: {name: c}, expression: usage.total_tokens, condition: \"true\"}]}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		out, _, err := Convert(data)
 		if err != nil {

@@ -10,10 +10,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	inferencev1 "github.com/inferpick/inferpick/api/v1"
+	"github.com/inferpick/inferpick/picker/attrexpr"
+	"github.com/inferpick/inferpick/picker/policy/fileconfig"
 )
 
 // TestMigrateValues converts realistic upstream inferencepool values files
@@ -182,6 +185,42 @@ func TestMigratedValuesTheUpstreamChartQuotes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMigratedReporterReachesThePicker converts upstream values whose
+// pluginsCustomConfig is upstream's request-attribute-reporter sample and
+// installs the result: the picker reads from the chart's config.yaml the
+// attributes it read from the upstream file, so the gateway keeps getting
+// x-gateway-inference-request-cost.
+func TestMigratedReporterReachesThePicker(t *testing.T) {
+	tool := buildMigrateValues(t)
+	sample, err := os.ReadFile(filepath.Join(repoRoot, "picker", "policy", "fileconfig", "testdata", "gie-v1.5.0-request-attribute-reporter-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := "inferenceExtension:\n  pluginsConfigFile: cost.yaml\n  pluginsCustomConfig:\n    cost.yaml: |\n" +
+		"      " + strings.ReplaceAll(strings.TrimSuffix(string(sample), "\n"), "\n", "\n      ") + "\n" +
+		"inferencePool:\n  modelServers: {matchLabels: {app: vllm}}\n"
+	in := filepath.Join(t.TempDir(), "upstream.yaml")
+	if err := os.WriteFile(in, []byte(upstream), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	converted, _ := migrate(t, tool, in)
+	var cm corev1.ConfigMap
+	if !renderConverted(t, converted).decode(t, "ConfigMap", &cm) {
+		t.Fatal("no ConfigMap")
+	}
+	got, err := fileconfig.Parse([]byte(cm.Data["config.yaml"]))
+	if err != nil {
+		t.Fatalf("config.yaml: %v\n%s", err, cm.Data["config.yaml"])
+	}
+	want, err := fileconfig.Parse(sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want.Attributes, got.Attributes, cmp.Comparer(func(a, b *attrexpr.Expr) bool { return a.String() == b.String() })); diff != "" {
+		t.Errorf("attributes the picker reads after migration (-upstream file +chart):\n%s\nconfig.yaml:\n%s", diff, cm.Data["config.yaml"])
 	}
 }
 
