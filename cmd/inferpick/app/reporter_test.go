@@ -34,12 +34,38 @@ featureGates:
   - enableLegacyMetrics
 `
 
+// nativeReporterConfig is the same attribute in inferpick's own document,
+// as the chart's picker.attributes writes it.
+const nativeReporterConfig = `policy: {}
+attributes:
+- namespace: envoy.lb
+  name: x-gateway-inference-request-cost
+  expression: |
+    usage.completion_tokens
+  condition: has(usage.completion_tokens)
+`
+
 // TestReporterIsWiredToTheResponses: the config file's
-// request-attribute-reporter reaches the ext_proc server, whose reply to the
-// response's last body chunk carries the completion tokens as envoy.lb
-// metadata.
+// request-attribute-reporter, or its attributes list, reaches the ext_proc
+// server, whose reply to the response's last body chunk carries the
+// completion tokens as envoy.lb metadata.
 func TestReporterIsWiredToTheResponses(t *testing.T) {
-	o := staticOptions(t, "--static-endpoints", "127.0.0.1:1", "--config-text", reporterConfig)
+	for name, config := range map[string]string{
+		"upstream's EndpointPickerConfig": reporterConfig,
+		"inferpick's own document":        nativeReporterConfig,
+	} {
+		t.Run(name, func(t *testing.T) {
+			reportsTheCost(t, config)
+		})
+	}
+}
+
+// reportsTheCost checks that a picker with the given config reports a
+// response's 10 completion tokens as envoy.lb
+// x-gateway-inference-request-cost.
+func reportsTheCost(t *testing.T, config string) {
+	t.Helper()
+	o := staticOptions(t, "--static-endpoints", "127.0.0.1:1", "--config-text", config)
 	runReady(t, o)
 	stream := openRequest(t, extprocv3.NewExternalProcessorClient(dial(t, o.GRPCPort)))
 	for range 2 { // the route and the body
