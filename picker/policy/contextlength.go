@@ -98,11 +98,11 @@ func (c Config) Warnings() []string {
 // range.
 func (p *pick) inRange(w *registry.Worker) bool {
 	r := w.ContextRange()
-	if r.Holds(p.tokens) {
+	if r.Holds(p.req.Tokens) {
 		return true
 	}
 	p.outOfRange++
-	p.shortOfRange = p.shortOfRange || p.tokens < int(r.Min)
+	p.shortOfRange = p.shortOfRange || p.req.Tokens < int(r.Min)
 	return false
 }
 

@@ -56,10 +56,9 @@ type pick struct {
 	// loadscores.go).
 	cold   bool
 	stamps []uint64
-	// The prompt's length in tokens (PromptTokens), with a contextLength
-	// block; the candidates whose range the filter found it out of, and
-	// whether it was shorter than one of those ranges (contextlength.go).
-	tokens       int
+	// The candidates whose context-length range the filter found the
+	// prompt out of, and whether it was shorter than one of those ranges
+	// (contextlength.go).
 	outOfRange   int
 	shortOfRange bool
 }
@@ -101,9 +100,9 @@ type engine struct {
 	pool    sync.Pool
 	filters filterCache // models.go
 
-	// ranges: the prompt's length is measured (contextLength); ranged: the
-	// candidates are filtered by it.
-	ranges, ranged bool
+	// ranged: the candidates are filtered by the prompt's length
+	// (contextLength.filter).
+	ranged bool
 }
 
 var _ Policy = (*engine)(nil)
@@ -114,7 +113,7 @@ func newEngine(cfg Config, o options, r ranker) *engine {
 		e.pin, e.prefer, e.ids = sa.Mode == SessionPin, sa.Mode == SessionPrefer, sa.Key == SessionID
 	}
 	if cl := cfg.ContextLength; cl != nil {
-		e.ranges, e.ranged = true, cl.Filter
+		e.ranged = cl.Filter
 	}
 	e.pool.New = func() any { return &pick{matched: map[uint32]int{}} }
 	return e
@@ -142,10 +141,7 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 		e.pool.Put(p)
 	}()
 	p.req, p.blocks, p.hashed, p.ordered, p.keyed, p.adapterSet, p.over, p.cold = req, 0, false, false, false, false, false, false
-	p.tokens, p.outOfRange, p.shortOfRange = 0, 0, false
-	if e.ranges {
-		p.tokens = req.Tokens
-	}
+	p.outOfRange, p.shortOfRange = 0, false
 	e.mu.Lock()
 	p.rng = e.rnd.Uint64()
 	e.mu.Unlock()

@@ -19,7 +19,7 @@ func (e *engine) markSession(p *pick, all []*registry.Worker, sampled bool, filt
 	var pod sessionPod
 	switch {
 	case e.ids && p.req.SessionID.Valid():
-		if pod.w = idPod(p.req.SessionID, all, filter, e.ranged, p.tokens); pod.w == nil {
+		if pod.w = idPod(p.req.SessionID, all, filter, e.ranged, p.req.Tokens); pod.w == nil {
 			return false
 		}
 	case !e.ids && p.req.Session.Valid():

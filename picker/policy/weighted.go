@@ -33,7 +33,7 @@ func (s *weightedScorer) rank(e *engine, p *pick) {
 			cd.cost -= s.cfg.LoRAWeight * clamp01(s.lora.score(p, cd))
 		}
 		if s.cfg.ContextLengthWeight > 0 {
-			cd.cost -= s.cfg.ContextLengthWeight * clamp01(contextScore(p.tokens, cd.w.ContextRange()))
+			cd.cost -= s.cfg.ContextLengthWeight * clamp01(contextScore(p.req.Tokens, cd.w.ContextRange()))
 		}
 		if e.prefer && cd.session {
 			cd.cost -= s.cfg.SessionWeight
