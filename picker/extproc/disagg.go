@@ -47,10 +47,7 @@ func (x *exchange) disaggregate() {
 		return
 	}
 	decode := x.picked[0]
-	n := 0
-	for _, seg := range x.pick.Prompt {
-		n += len(seg)
-	}
+	n := x.parsed.PromptLen()
 	held := 0
 	if h, ok := x.s.picker.(holder); ok {
 		held = h.Held(&x.pick, decode)
