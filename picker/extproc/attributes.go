@@ -64,19 +64,7 @@ func (x *exchange) reportUsage() *structpb.Struct {
 		a := &attrs[i]
 		v, ok, err := a.Report(&u)
 		if err != nil {
-			cond := ""
-			if a.Condition != nil {
-				cond = a.Condition.String()
-			}
-			log := x.s.opts.Log
-			if x.s.attrFailed[i].Swap(true) {
-				// A value that fails on most responses would flood
-				// the log: only its first failure is at the default
-				// verbosity.
-				log = log.V(1)
-			}
-			log.Info("Attribute not reported", "namespace", a.Namespace, "name", a.Name,
-				"expression", a.Expression.String(), "condition", cond, "err", err.Error(), "requestID", x.id())
+			x.attributeFailed(i, err)
 		}
 		if !ok {
 			continue
@@ -89,6 +77,27 @@ func (x *exchange) reportUsage() *structpb.Struct {
 		return nil
 	}
 	return m.top
+}
+
+// attributeFailed logs that attribute i was not reported, for err: at
+// the default verbosity the first time, at V(1) after, when the failure's
+// text is built only if that verbosity logs.
+func (x *exchange) attributeFailed(i int, err error) {
+	a := &x.s.opts.Attributes[i]
+	log := x.s.opts.Log
+	if x.s.attrFailed[i].Swap(true) {
+		// A value that fails on most responses would flood the log:
+		// only its first failure is at the default verbosity.
+		if log = log.V(1); !log.Enabled() {
+			return
+		}
+	}
+	cond := ""
+	if a.Condition != nil {
+		cond = a.Condition.String()
+	}
+	log.Info("Attribute not reported", "namespace", a.Namespace, "name", a.Name,
+		"expression", a.Expression.String(), "condition", cond, "err", err.Error(), "requestID", x.id())
 }
 
 // endTrailers is the reply to the response trailers, carrying md when it is
