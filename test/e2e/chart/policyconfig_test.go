@@ -100,25 +100,10 @@ func TestDisaggregationOfEveryRequestPassesTheValues(t *testing.T) {
 		"minUncachedTokens 8": {"disaggregation: {minUncachedTokens: 8}", 8},
 	} {
 		t.Run(name, func(t *testing.T) {
-			file := filepath.Join(t.TempDir(), "values.yaml")
-			if err := os.WriteFile(file, []byte("picker:\n  config:\n    "+tc.block+"\n"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			out, errOut, err := template(t, "--values", filepath.Join("testdata", "values", "pool.yaml"), "--values", file)
-			if err != nil {
-				t.Fatalf("helm template: %v\n%s", err, errOut)
-			}
-			var cm corev1.ConfigMap
-			if !parseManifest(t, out).decode(t, "ConfigMap", &cm) {
-				t.Fatal("no ConfigMap")
-			}
-			f, err := fileconfig.Parse([]byte(cm.Data["config.yaml"]))
-			if err != nil {
-				t.Fatalf("config.yaml: %v", err)
-			}
+			f, doc := pickerConfig(t, "picker:\n  config:\n    "+tc.block+"\n")
 			want := &policy.DisaggregationConfig{MinUncachedTokens: tc.want}
 			if diff := cmp.Diff(want, f.Policy.Disaggregation); diff != "" {
-				t.Errorf("disaggregation the picker reads (-want +got):\n%s\nconfig.yaml:\n%s", diff, cm.Data["config.yaml"])
+				t.Errorf("disaggregation the picker reads (-want +got):\n%s\nconfig.yaml:\n%s", diff, doc)
 			}
 		})
 	}
@@ -137,24 +122,9 @@ func TestAnEmptyContextLengthBlockPassesTheValues(t *testing.T) {
 		"a label and the filter": {"contextLength: {label: example.com/tokens, filter: true}", policy.ContextLengthConfig{Label: "example.com/tokens", Filter: true}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			file := filepath.Join(t.TempDir(), "values.yaml")
-			if err := os.WriteFile(file, []byte("picker:\n  config:\n    "+tc.block+"\n"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			out, errOut, err := template(t, "--values", filepath.Join("testdata", "values", "pool.yaml"), "--values", file)
-			if err != nil {
-				t.Fatalf("helm template: %v\n%s", err, errOut)
-			}
-			var cm corev1.ConfigMap
-			if !parseManifest(t, out).decode(t, "ConfigMap", &cm) {
-				t.Fatal("no ConfigMap")
-			}
-			f, err := fileconfig.Parse([]byte(cm.Data["config.yaml"]))
-			if err != nil {
-				t.Fatalf("config.yaml: %v", err)
-			}
+			f, doc := pickerConfig(t, "picker:\n  config:\n    "+tc.block+"\n")
 			if diff := cmp.Diff(&tc.want, f.Policy.ContextLength); diff != "" {
-				t.Errorf("contextLength the picker reads (-want +got):\n%s\nconfig.yaml:\n%s", diff, cm.Data["config.yaml"])
+				t.Errorf("contextLength the picker reads (-want +got):\n%s\nconfig.yaml:\n%s", diff, doc)
 			}
 		})
 	}
@@ -187,22 +157,7 @@ func TestAttributesPassTheValues(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			file := filepath.Join(t.TempDir(), "values.yaml")
-			if err := os.WriteFile(file, []byte(tc.values), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			out, errOut, err := template(t, "--values", filepath.Join("testdata", "values", "pool.yaml"), "--values", file)
-			if err != nil {
-				t.Fatalf("helm template: %v\n%s", err, errOut)
-			}
-			var cm corev1.ConfigMap
-			if !parseManifest(t, out).decode(t, "ConfigMap", &cm) {
-				t.Fatal("no ConfigMap")
-			}
-			f, err := fileconfig.Parse([]byte(cm.Data["config.yaml"]))
-			if err != nil {
-				t.Fatalf("config.yaml: %v\n%s", err, cm.Data["config.yaml"])
-			}
+			f, doc := pickerConfig(t, tc.values)
 			var got []attr
 			for _, a := range f.Attributes {
 				x := attr{Namespace: a.Namespace, Name: a.Name, Expression: a.Expression.String()}
@@ -212,8 +167,33 @@ func TestAttributesPassTheValues(t *testing.T) {
 				got = append(got, x)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("attributes the picker reads (-want +got):\n%s\nconfig.yaml:\n%s", diff, cm.Data["config.yaml"])
+				t.Errorf("attributes the picker reads (-want +got):\n%s\nconfig.yaml:\n%s", diff, doc)
 			}
 		})
 	}
+}
+
+// pickerConfig renders the chart with testdata/values/pool.yaml and the
+// given values, and returns the config file the picker reads from the
+// ConfigMap, parsed, and its text.
+func pickerConfig(t *testing.T, values string) (fileconfig.File, string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(file, []byte(values), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := template(t, "--values", filepath.Join("testdata", "values", "pool.yaml"), "--values", file)
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, errOut)
+	}
+	var cm corev1.ConfigMap
+	if !parseManifest(t, out).decode(t, "ConfigMap", &cm) {
+		t.Fatal("no ConfigMap")
+	}
+	doc := cm.Data["config.yaml"]
+	f, err := fileconfig.Parse([]byte(doc))
+	if err != nil {
+		t.Fatalf("config.yaml: %v\n%s", err, doc)
+	}
+	return f, doc
 }
