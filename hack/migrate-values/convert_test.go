@@ -433,15 +433,7 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 		},
 		"llm-d's precise prefix-cache routing: cache-aware on the pods' KV-cache events": {
-			upstream: `
-inferenceExtension:
-  pluginsConfigFile: precise.yaml
-  pluginsCustomConfig:
-    precise.yaml: |
-` + indent(readConfig(t, "llm-d-precise-prefix-plugins.yaml"), "      ") + `
-inferencePool:
-  modelServers: {matchLabels: {app: m}}
-`,
+			upstream: customConfig("precise.yaml", readConfig(t, "llm-d-precise-prefix-plugins.yaml")),
 			want: `
 picker:
   config: {name: cache-aware}
@@ -451,15 +443,7 @@ pool: {selector: {matchLabels: {app: m}}}
 			notes: []string{"pluginsCustomConfig[precise.yaml]: tokenProcessorConfig and indexerConfig of precise-prefix-cache-scorer have no effect"},
 		},
 		"llm-d's KV-cache sample: the pods connect to zmqEndpoint, which becomes the listen port": {
-			upstream: `
-inferenceExtension:
-  pluginsConfigFile: kv.yaml
-  pluginsCustomConfig:
-    kv.yaml: |
-` + indent(readSample(t, "llm-d-v0.8.0-sim-epp-kvcache-config.yaml"), "      ") + `
-inferencePool:
-  modelServers: {matchLabels: {app: m}}
-`,
+			upstream: customConfig("kv.yaml", readSample(t, "llm-d-v0.8.0-sim-epp-kvcache-config.yaml")),
 			want: `
 picker:
   config: {name: cache-aware}
@@ -525,16 +509,8 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 		},
 		"llm-d's precise prefix-cache sample, on TensorRT-LLM": {
-			upstream: `
-inferenceExtension:
-  pluginsConfigFile: precise.yaml
-  pluginsCustomConfig:
-    precise.yaml: |
-` + indent(strings.Replace(readConfig(t, "llm-d-v0.8.0-precise-prefix-cache-config.yaml"),
-				"- type: core-metrics-extractor", "- type: core-metrics-extractor\n    parameters: {defaultEngine: trtllm-serve}", 1), "      ") + `
-inferencePool:
-  modelServers: {matchLabels: {app: m}}
-`,
+			upstream: customConfig("precise.yaml", strings.Replace(readConfig(t, "llm-d-v0.8.0-precise-prefix-cache-config.yaml"),
+				"- type: core-metrics-extractor", "- type: core-metrics-extractor\n    parameters: {defaultEngine: trtllm-serve}", 1)),
 			want: `
 picker:
   config: {name: cache-aware}
@@ -545,15 +521,7 @@ pool: {selector: {matchLabels: {app: m}}}
 			notes: []string{"pluginsCustomConfig[precise.yaml]: parameters of tokenizer (modelName) have no effect"},
 		},
 		"llm-d's prefill/decode sample: the decider's threshold becomes the policy's disaggregation": {
-			upstream: `
-inferenceExtension:
-  pluginsConfigFile: pd.yaml
-  pluginsCustomConfig:
-    pd.yaml: |
-` + indent(readSample(t, "llm-d-v0.8.0-pd-epp-config.yaml"), "      ") + `
-inferencePool:
-  modelServers: {matchLabels: {app: m}}
-`,
+			upstream: customConfig("pd.yaml", readSample(t, "llm-d-v0.8.0-pd-epp-config.yaml")),
 			want: `
 picker:
   config:
@@ -566,15 +534,7 @@ pool: {selector: {matchLabels: {app: m}}}
 			noNotes: []string{"dropped"},
 		},
 		"upstream's request-attribute-reporter sample: its attribute is carried to picker.attributes": {
-			upstream: `
-inferenceExtension:
-  pluginsConfigFile: cost.yaml
-  pluginsCustomConfig:
-    cost.yaml: |
-` + indent(readSample(t, "gie-v1.5.0-request-attribute-reporter-config.yaml"), "      ") + `
-inferencePool:
-  modelServers: {matchLabels: {app: m}}
-`,
+			upstream: customConfig("cost.yaml", readSample(t, "gie-v1.5.0-request-attribute-reporter-config.yaml")),
 			want: `
 picker:
   config: {name: random}
@@ -612,15 +572,7 @@ pool: {selector: {matchLabels: {app: m}}}
 			notes: []string{"attributes billing/out, envoy.lb/in become picker.attributes"},
 		},
 		"llm-d's context-length filtering sample: the policy's contextLength, filtering, and its weight": {
-			upstream: `
-inferenceExtension:
-  pluginsConfigFile: ctx.yaml
-  pluginsCustomConfig:
-    ctx.yaml: |
-` + indent(readSample(t, "llm-d-v0.8.0-context-length-filter.yaml"), "      ") + `
-inferencePool:
-  modelServers: {matchLabels: {app: m}}
-`,
+			upstream: customConfig("ctx.yaml", readSample(t, "llm-d-v0.8.0-context-length-filter.yaml")),
 			want: `
 picker:
   config:
@@ -632,15 +584,7 @@ pool: {selector: {matchLabels: {app: m}}}
 			noNotes: []string{"dropped"},
 		},
 		"llm-d v0.3.0's prefill/decode sample: every request prefilled apart, kept though its block is all zero": {
-			upstream: `
-inferenceExtension:
-  pluginsConfigFile: pd.yaml
-  pluginsCustomConfig:
-    pd.yaml: |
-` + indent(readSample(t, "llm-d-v0.3.0-pd-epp-config.yaml"), "      ") + `
-inferencePool:
-  modelServers: {matchLabels: {app: m}}
-`,
+			upstream: customConfig("pd.yaml", readSample(t, "llm-d-v0.3.0-pd-epp-config.yaml")),
 			want: `
 picker:
   config:
@@ -652,17 +596,9 @@ pool: {selector: {matchLabels: {app: m}}}
 			noNotes: []string{"dropped"},
 		},
 		"llm-d's prefill/decode sample with data parallelism: primaryPort refused, the default policy kept": {
-			upstream: `
-inferenceExtension:
-  pluginsConfigFile: pd.yaml
-  pluginsCustomConfig:
-    pd.yaml: |
-` + indent(readSample(t, "llm-d-v0.6.0-sim-pd-epp-config-dp.yaml"), "      ") + `
-inferencePool:
-  modelServers: {matchLabels: {app: m}}
-`,
-			want:  `pool: {selector: {matchLabels: {app: m}}}`,
-			notes: []string{"pluginsCustomConfig[pd.yaml] dropped", "primaryPort 8000", "targetPorts"},
+			upstream: customConfig("pd.yaml", readSample(t, "llm-d-v0.6.0-sim-pd-epp-config-dp.yaml")),
+			want:     `pool: {selector: {matchLabels: {app: m}}}`,
+			notes:    []string{"pluginsCustomConfig[pd.yaml] dropped", "primaryPort 8000", "targetPorts"},
 		},
 		"an objective without a priority has priority 0, as upstream gives it": {
 			upstream: `
@@ -877,6 +813,13 @@ func readConfig(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// customConfig is upstream values whose picker reads doc, a config file
+// given as pluginsCustomConfig[name], for the pods labelled app: m.
+func customConfig(name, doc string) string {
+	return "inferenceExtension:\n  pluginsConfigFile: " + name + "\n  pluginsCustomConfig:\n    " + name + ": |\n" +
+		indent(doc, "      ") + "\ninferencePool:\n  modelServers: {matchLabels: {app: m}}\n"
 }
 
 // indent puts prefix before each line of s.
