@@ -36,14 +36,7 @@ func BenchmarkPick(b *testing.B) {
 				for i := range reqs {
 					reqs[i] = &Request{Model: "m", Prompt: [][]byte{systems[i%tenants], text(fmt.Sprint("conv", i), 16<<10)}}
 				}
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					if _, err := p.Pick(reqs[i%len(reqs)], ws, 3); err != nil {
-						b.Fatal(err)
-					}
-					i++
-				}
+				timePicks(b, p, reqs, ws)
 			})
 		}
 	}
@@ -84,19 +77,8 @@ func BenchmarkPickLoadScores(b *testing.B) {
 							reqs[i] = &Request{Model: "m", Prompt: [][]byte{text(fmt.Sprint("sys", i%8), 16<<10), text(fmt.Sprint("conv", i), 16<<10)}}
 						}
 					}
-					for i := range 2000 {
-						if _, err := p.Pick(reqs[i%len(reqs)], ws, 3); err != nil {
-							b.Fatal(err)
-						}
-					}
-					b.ReportAllocs()
-					i := 0
-					for b.Loop() {
-						if _, err := p.Pick(reqs[i%len(reqs)], ws, 3); err != nil {
-							b.Fatal(err)
-						}
-						i++
-					}
+					warmPicks(b, p, reqs, ws, 3)
+					timePicks(b, p, reqs, ws)
 				})
 			}
 		}
@@ -126,19 +108,8 @@ func BenchmarkPickLoRA(b *testing.B) {
 			for i := range reqs {
 				reqs[i] = &Request{Model: names[i%32], Prompt: [][]byte{text(fmt.Sprint("sys", i%32), 2<<10), text(fmt.Sprint("q", i), 200)}}
 			}
-			for i := range 2000 {
-				if _, err := p.Pick(reqs[i%len(reqs)], ws, 3); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				if _, err := p.Pick(reqs[i%len(reqs)], ws, 3); err != nil {
-					b.Fatal(err)
-				}
-				i++
-			}
+			warmPicks(b, p, reqs, ws, 3)
+			timePicks(b, p, reqs, ws)
 		})
 	}
 }
@@ -284,20 +255,34 @@ func BenchmarkPickContextLength(b *testing.B) {
 				for i := range reqs {
 					reqs[i] = &Request{Model: "m", Prompt: [][]byte{systems[i%tenants], text(fmt.Sprint("conv", i), 16<<10)}, Tokens: 32 << 10 / 4}
 				}
-				for i := range 2000 {
-					if _, err := p.Pick(reqs[i%len(reqs)], ws, 1); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					if _, err := p.Pick(reqs[i%len(reqs)], ws, 3); err != nil {
-						b.Fatal(err)
-					}
-					i++
-				}
+				warmPicks(b, p, reqs, ws, 1)
+				timePicks(b, p, reqs, ws)
 			})
 		}
+	}
+}
+
+// warmPicks makes 2000 picks of reqs in turn over ws, each of n workers,
+// which fill the index and the scores' state before a benchmark times
+// picks.
+func warmPicks(b *testing.B, p Policy, reqs []*Request, ws []*registry.Worker, n int) {
+	b.Helper()
+	for i := range 2000 {
+		if _, err := p.Pick(reqs[i%len(reqs)], ws, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// timePicks times picks of reqs in turn over ws, each of 3 workers.
+func timePicks(b *testing.B, p Policy, reqs []*Request, ws []*registry.Worker) {
+	b.Helper()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := p.Pick(reqs[i%len(reqs)], ws, 3); err != nil {
+			b.Fatal(err)
+		}
+		i++
 	}
 }
