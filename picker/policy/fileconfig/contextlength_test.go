@@ -152,17 +152,5 @@ func TestContextLengthAwareRejects(t *testing.T) {
 			want: []string{`"a" and "b"`, "example.com/tokens", "one context-length label"},
 		},
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			_, err := Parse([]byte(tc.in))
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not say %q", err, w)
-				}
-			}
-		})
-	}
+	checkRejects(t, cases)
 }

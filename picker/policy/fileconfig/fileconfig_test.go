@@ -957,19 +957,7 @@ func TestParseRejects(t *testing.T) {
 			want: []string{"line 6: max-score-picker maxNumOfEndpoints \"two\" is not a whole number"},
 		},
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			_, err := Parse([]byte(tc.in))
-			if err == nil {
-				t.Fatalf("Parse accepted:\n%s", tc.in)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
-		})
-	}
+	checkRejects(t, cases)
 }
 
 // YAML's .nan and .inf decode into the policy's float fields; the policy
@@ -1109,4 +1097,26 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("weighted scorer the policy refuses (%v) accepted from:\n%s", err, data)
 		}
 	})
+}
+
+// checkRejects checks that Parse refuses each case's file, in, with an
+// error that says each of want.
+func checkRejects(t *testing.T, cases map[string]struct {
+	in   string
+	want []string
+}) {
+	t.Helper()
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.in))
+			if err == nil {
+				t.Fatalf("Parse accepted:\n%s", tc.in)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
 }
