@@ -2,7 +2,6 @@ package fileconfig
 
 import (
 	"fmt"
-	"strconv"
 
 	"go.yaml.in/yaml/v3"
 
@@ -42,9 +41,9 @@ func contextLengthParams(p plugin) (policy.ContextLengthConfig, []string, error)
 			}
 			c.Label = v.Value
 		case "enableFiltering":
-			on, err := strconv.ParseBool(v.Value)
-			if v.Kind != yaml.ScalarNode || err != nil {
-				return c, nil, fmt.Errorf("line %d: %s enableFiltering %q is not true or false", v.Line, contextLengthAware, v.Value)
+			on, err := boolean(contextLengthAware+" enableFiltering", v)
+			if err != nil {
+				return c, nil, err
 			}
 			c.Filter = on
 		default:

@@ -200,6 +200,16 @@ func integer(typ, key string, v *yaml.Node) (int, error) {
 	return n, nil
 }
 
+// boolean reads a parameter, named by what in errors, that must be true or
+// false.
+func boolean(what string, v *yaml.Node) (bool, error) {
+	b, err := strconv.ParseBool(v.Value)
+	if v.Kind != yaml.ScalarNode || err != nil {
+		return false, fmt.Errorf("line %d: %s %q is not true or false", v.Line, what, v.Value)
+	}
+	return b, nil
+}
+
 // hasParams reports whether the plugin is given any parameter.
 func hasParams(p plugin) bool { return p.params != nil && len(p.params.Content) > 0 }
 
@@ -276,9 +286,9 @@ func (u *upstream) readKVEvents(cfg *yaml.Node) error {
 				u.out.KVEventsPort = n
 			}
 		case "discoverPods":
-			b, err := strconv.ParseBool(v.Value)
+			b, err := boolean("kvEventsConfig.discoverPods", v)
 			if err != nil {
-				return fmt.Errorf("line %d: kvEventsConfig.discoverPods %q is not true or false", v.Line, v.Value)
+				return err
 			}
 			discover = b
 		case "concurrency":
