@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 )
 
 // subscriberQueue is how many messages wait for one subscriber before
@@ -60,7 +61,7 @@ func servePub(ln net.Listener) *Pub {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		acceptLoop(ln, p.done, logr.Discard(), func(conn net.Conn) bool { return p.add(conn) != nil })
+		acceptLoop(ln, p.done, clock.RealClock{}, logr.Discard(), func(conn net.Conn) bool { return p.add(conn) != nil })
 	}()
 	return p
 }

@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 )
 
 // acceptLoop gives take each connection ln accepts, until ln is closed or
 // take returns false. A failing Accept (out of file descriptors, say) is
-// tried again after a wait, 5 ms doubling up to 1 s, that done cuts short.
-func acceptLoop(ln net.Listener, done <-chan struct{}, log logr.Logger, take func(net.Conn) bool) {
+// tried again after a wait on clk, 5 ms doubling up to 1 s, that done cuts
+// short.
+func acceptLoop(ln net.Listener, done <-chan struct{}, clk clock.Clock, log logr.Logger, take func(net.Conn) bool) {
 	var wait time.Duration
 	for {
 		conn, err := ln.Accept()
@@ -23,12 +25,12 @@ func acceptLoop(ln net.Listener, done <-chan struct{}, log logr.Logger, take fun
 		if err != nil {
 			wait = min(max(2*wait, 5*time.Millisecond), time.Second)
 			log.Error(err, "Accepting a connection failed", "address", ln.Addr().String(), "retryIn", wait)
-			t := time.NewTimer(wait)
+			t := clk.NewTimer(wait)
 			select {
 			case <-done:
 				t.Stop()
 				return
-			case <-t.C:
+			case <-t.C():
 			}
 			continue
 		}
@@ -46,6 +48,7 @@ type server struct {
 	ln       net.Listener
 	serve    func(net.Conn)
 	log      logr.Logger
+	clock    clock.Clock // times the accept retry and refusal logging
 	maxConns int
 	maxPerIP int
 	done     chan struct{} // closed by close
@@ -65,7 +68,7 @@ const refusalLogEvery = 10 * time.Second
 
 // newServer returns a server of ln's connections; start starts it.
 func newServer(ln net.Listener, serve func(net.Conn), log logr.Logger) *server {
-	return &server{ln: ln, serve: serve, log: log, done: make(chan struct{}),
+	return &server{ln: ln, serve: serve, log: log, clock: clock.RealClock{}, done: make(chan struct{}),
 		conns: map[net.Conn]struct{}{}, perIP: map[netip.Addr]int{}}
 }
 
@@ -73,7 +76,7 @@ func (s *server) start() {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		acceptLoop(s.ln, s.done, s.log, s.take)
+		acceptLoop(s.ln, s.done, s.clock, s.log, s.take)
 	}()
 }
 
@@ -126,7 +129,7 @@ func (s *server) take(conn net.Conn) bool {
 // not logged within refusalLogEvery.
 func (s *server) refuseLocked(conn net.Conn, ip netip.Addr) {
 	s.refused++
-	now := time.Now()
+	now := s.clock.Now()
 	if !s.loggedR.IsZero() && now.Sub(s.loggedR) < refusalLogEvery {
 		return
 	}
