@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/inferpick/inferpick/test/framework"
 )
 
 // received is what a SubListener's handler read: each message's frames
@@ -103,28 +104,10 @@ func TestDialPubReconnects(t *testing.T) {
 	}
 }
 
-// logLines is a logger's output, line by line.
-type logLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logLines) add(prefix, args string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, prefix+" "+args)
-}
-
-func (l *logLines) all() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
-
 func TestListenSubDropsBadPeersAlone(t *testing.T) {
-	var logged logLines
+	var logged framework.LogLines
 	l, got := listenSub(t, "127.0.0.1:0", "kv@",
-		WithHandshakeTimeout(200*time.Millisecond), WithLog(funcr.New(logged.add, funcr.Options{})))
+		WithHandshakeTimeout(200*time.Millisecond), WithLog(logged.Logger()))
 	addr := l.Addr().String()
 
 	stalled, err := net.Dial("tcp", addr) // says nothing
@@ -162,8 +145,8 @@ func TestListenSubDropsBadPeersAlone(t *testing.T) {
 		}
 	}
 	for _, reason := range []string{"i/o timeout", "a SUB socket cannot talk to a SUB socket"} {
-		if !strings.Contains(logged.all(), reason) {
-			t.Errorf("log lacks %q:\n%s", reason, logged.all())
+		if !strings.Contains(logged.String(), reason) {
+			t.Errorf("log lacks %q:\n%s", reason, logged.String())
 		}
 	}
 }
@@ -224,9 +207,9 @@ func served(t *testing.T, c net.Conn) bool {
 // closes those that come from it while still serving other IPs', and logs
 // the refusals once; a connection that ends makes room for another.
 func TestListenSubBoundsConnectionsPerIP(t *testing.T) {
-	var logged logLines
+	var logged framework.LogLines
 	l, _ := listenSub(t, "127.0.0.1:0", "kv@",
-		WithHandshakeTimeout(time.Minute), WithLog(funcr.New(logged.add, funcr.Options{})))
+		WithHandshakeTimeout(time.Minute), WithLog(logged.Logger()))
 	addr := l.Addr().String()
 	var held []net.Conn
 	for i := range 128 {
@@ -244,8 +227,8 @@ func TestListenSubBoundsConnectionsPerIP(t *testing.T) {
 	if !served(t, dialFrom(t, addr, "127.0.0.2")) {
 		t.Error("a connection from another IP refused")
 	}
-	if n := strings.Count(logged.all(), "too many open"); n != 1 {
-		t.Errorf("two refusals logged %d times, want once:\n%s", n, logged.all())
+	if n := strings.Count(logged.String(), "too many open"); n != 1 {
+		t.Errorf("two refusals logged %d times, want once:\n%s", n, logged.String())
 	}
 
 	_ = held[0].Close()

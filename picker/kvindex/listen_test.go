@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/inferpick/inferpick/picker/kvevents"
@@ -92,35 +91,12 @@ func holders(t *testing.T, ix *Index, what string, tokens []uint32, want []Hold)
 	})
 }
 
-// logLines is a logger's output, line by line.
-type logLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logLines) add(prefix, args string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, prefix+" "+args)
-}
-
-func (l *logLines) all() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
-
 // Two pods connect, one naming its IP, the other IP:port: each one's
 // blocks are found on its own worker. A publisher naming an address no
 // worker has is dropped, counted per batch and logged once.
 func TestListenAppliesEachPodsEventsToItsWorker(t *testing.T) {
-	var mu sync.Mutex
-	var logged []string
-	sub := &Subscriber{Log: funcr.New(func(_, args string) {
-		mu.Lock()
-		defer mu.Unlock()
-		logged = append(logged, args)
-	}, funcr.Options{})}
+	var logged framework.LogLines
+	sub := &Subscriber{Log: logged.Logger()}
 	reg, addr := listening(t, sub, pod("a", "10.0.0.1", 8000, 0), pod("b", "10.0.0.2", 8000, 0), pod("b", "10.0.0.2", 8001, 1))
 	a, b1 := workerAt(t, reg, "10.0.0.1:8000"), workerAt(t, reg, "10.0.0.2:8001")
 
@@ -141,16 +117,8 @@ func TestListenAppliesEachPodsEventsToItsWorker(t *testing.T) {
 		}
 		return nil
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	n := 0
-	for _, l := range logged {
-		if strings.Contains(l, "10.9.9.9") {
-			n++
-		}
-	}
-	if n != 1 {
-		t.Errorf("the stray topic was logged %d times, want once:\n%s", n, strings.Join(logged, "\n"))
+	if n := strings.Count(logged.String(), "10.9.9.9"); n != 1 {
+		t.Errorf("the stray topic was logged %d times, want once:\n%s", n, logged.String())
 	}
 }
 
@@ -180,8 +148,8 @@ func TestListenPicksTheWorkerOfTheBatchsRank(t *testing.T) {
 // start: it is never kept whole, so publishers cannot make the picker hold
 // their topics' bytes.
 func TestListenKeepsNoLongTopic(t *testing.T) {
-	var logged logLines
-	sub := &Subscriber{Log: funcr.New(logged.add, funcr.Options{})}
+	var logged framework.LogLines
+	sub := &Subscriber{Log: logged.Logger()}
 	_, addr := listening(t, sub, pod("a", "10.0.0.1", 8000, 0))
 	p := connectPub(t, sub, addr, 1)
 	for i := range 3 {
@@ -200,18 +168,18 @@ func TestListenKeepsNoLongTopic(t *testing.T) {
 		}
 	}
 	sub.strayMu.Unlock()
-	if n := strings.Count(logged.all(), "longer than 512 bytes"); n != 1 {
-		t.Errorf("the long topics were logged %d times, want once (by their common start):\n%.2000s", n, logged.all())
+	if n := strings.Count(logged.String(), "longer than 512 bytes"); n != 1 {
+		t.Errorf("the long topics were logged %d times, want once (by their common start):\n%.2000s", n, logged.String())
 	}
 }
 
 // Unmatched topics are logged once each an hour: past the 1024 remembered,
 // a new one is logged when the hour is up, as is an old one again.
 func TestListenLogsUnmatchedTopicsAgainEachHour(t *testing.T) {
-	var logged logLines
+	var logged framework.LogLines
 	now := time.Unix(1000, 0)
 	var clockMu sync.Mutex
-	sub := &Subscriber{Log: funcr.New(logged.add, funcr.Options{})}
+	sub := &Subscriber{Log: logged.Logger()}
 	sub.now = func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
 	_, addr := listening(t, sub, pod("a", "10.0.0.1", 8000, 0))
 	p := connectPub(t, sub, addr, 1)
@@ -237,7 +205,7 @@ func TestListenLogsUnmatchedTopicsAgainEachHour(t *testing.T) {
 	strays(many...)
 	strays("kv@10.8.0.1@m", "kv@10.9.0.0@m")
 	for _, topic := range []string{"10.8.0.1", "10.9.0.0"} {
-		if n := strings.Count(logged.all(), topic+"@"); n > 1 || (n == 1) != (topic == "10.9.0.0") {
+		if n := strings.Count(logged.String(), topic+"@"); n > 1 || (n == 1) != (topic == "10.9.0.0") {
 			t.Errorf("before the hour: %s logged %d times", topic, n)
 		}
 	}
@@ -246,7 +214,7 @@ func TestListenLogsUnmatchedTopicsAgainEachHour(t *testing.T) {
 	clockMu.Unlock()
 	strays("kv@10.8.0.1@m", "kv@10.9.0.0@m")
 	for _, topic := range []string{"10.8.0.1", "10.9.0.0"} {
-		if n, want := strings.Count(logged.all(), topic+"@"), map[string]int{"10.8.0.1": 1, "10.9.0.0": 2}[topic]; n != want {
+		if n, want := strings.Count(logged.String(), topic+"@"), map[string]int{"10.8.0.1": 1, "10.9.0.0": 2}[topic]; n != want {
 			t.Errorf("an hour on: %s logged %d times, want %d", topic, n, want)
 		}
 	}
