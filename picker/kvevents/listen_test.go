@@ -232,16 +232,12 @@ func TestListenSubBoundsConnectionsPerIP(t *testing.T) {
 	}
 
 	_ = held[0].Close()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(10 * time.Second)
-	for !served(t, dialFrom(t, addr, "127.0.0.1")) {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatal("no connection from 127.0.0.1 served after one of the 128 ended")
+	framework.Eventually(t, framework.Timeout, "a connection from 127.0.0.1 served after one of the 128 ended", func() error {
+		if !served(t, dialFrom(t, addr, "127.0.0.1")) {
+			return errors.New("refused")
 		}
-	}
+		return nil
+	})
 }
 
 // WithMaxConns bounds the connections from all IPs together.
