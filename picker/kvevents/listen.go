@@ -2,7 +2,9 @@ package kvevents
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"time"
 
@@ -91,11 +93,16 @@ func serveSub(ln net.Listener, topic []byte, handle func(*Sub), opts ...ListenOp
 // Addr returns the address listened on.
 func (l *SubListener) Addr() net.Addr { return l.srv.ln.Addr() }
 
+// handshakeBuffer is the read buffer of a connection in its handshake, so
+// that a peer that connects and says nothing holds that much rather than
+// the 64 KiB its messages are read through once it is subscribed.
+const handshakeBuffer = 256
+
 // serve handshakes conn, subscribes, and hands it to the handler.
 func (l *SubListener) serve(conn net.Conn) {
-	s := &Sub{conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
+	r := bufio.NewReaderSize(conn, handshakeBuffer)
 	_ = conn.SetDeadline(time.Now().Add(l.timeout))
-	err := handshake(conn, s.r, "SUB", "PUB", "XPUB")
+	err := handshake(conn, r, "SUB", "PUB", "XPUB")
 	if err == nil {
 		_, err = conn.Write(l.sub)
 	}
@@ -104,7 +111,18 @@ func (l *SubListener) serve(conn net.Conn) {
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})
-	l.handle(s)
+	l.handle(&Sub{conn: conn, r: bufio.NewReaderSize(rest(r, conn), 64<<10)})
+}
+
+// rest is what is left to read of conn after r: the bytes r holds, then
+// conn's own.
+func rest(r *bufio.Reader, conn net.Conn) io.Reader {
+	n := r.Buffered()
+	if n == 0 {
+		return conn
+	}
+	held, _ := r.Peek(n)
+	return io.MultiReader(bytes.NewReader(bytes.Clone(held)), conn)
 }
 
 // Close stops listening, closes every connection, and returns once the

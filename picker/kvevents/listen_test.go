@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -238,6 +239,43 @@ func TestListenSubBoundsConnectionsPerIP(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Peers that connect and say nothing hold little of the listener's memory:
+// not each the buffer a subscribed publisher's messages are read through.
+func TestListenSubReservesLittleForSilentPeers(t *testing.T) {
+	const n = 200
+	l, _ := listenSub(t, "127.0.0.1:0", "", WithHandshakeTimeout(time.Minute), WithMaxConns(n, n))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		if !served(t, dialFrom(t, l.Addr().String(), "127.0.0.1")) {
+			t.Fatalf("connection %d refused", i+1)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > n*16<<10 {
+		t.Errorf("%d silent peers hold %d KiB of heap, want under 16 KiB each", n, grown>>10)
+	}
+}
+
+// A peer that sends its handshake and a message in one go has the message
+// read.
+func TestListenSubReadsWhatFollowsTheHandshake(t *testing.T) {
+	l, got := listenSub(t, "127.0.0.1:0", "")
+	c := dialFrom(t, l.Addr().String(), "127.0.0.1")
+	all := append(greeting(), ready("PUB")...)
+	all = appendFrame(all, flagMore, []byte("kv@a@m"))
+	all = appendFrame(all, flagMore, seq(3))
+	all = appendFrame(all, 0, []byte("at once"))
+	if _, err := c.Write(all); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"kv@a@m", string(seq(3)), "at once"}, next(t, got.msgs)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
 }
 
 // WithMaxConns bounds the connections from all IPs together.
