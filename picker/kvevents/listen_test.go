@@ -3,6 +3,7 @@ package kvevents
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -124,6 +125,14 @@ func TestListenSubDropsBadPeersAlone(t *testing.T) {
 	if _, err := wrong.Write(append(greeting(), ready("SUB")...)); err != nil {
 		t.Fatal(err)
 	}
+	huge, err := net.Dial("tcp", addr) // announces a 100 KiB READY
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer huge.Close()
+	if _, err := huge.Write(binary.BigEndian.AppendUint64(append(greeting(), flagCommand|flagLong), 100<<10)); err != nil {
+		t.Fatal(err)
+	}
 
 	// A good publisher is served while the stalled one waits.
 	p := dialPub(t, addr)
@@ -133,9 +142,9 @@ func TestListenSubDropsBadPeersAlone(t *testing.T) {
 		t.Errorf("beside the bad peers (-want +got):\n%s", diff)
 	}
 
-	// Both bad peers are closed: each reads the listener's greeting and
+	// The bad peers are closed: each reads the listener's greeting and
 	// READY, then the end of the connection.
-	for name, c := range map[string]net.Conn{"stalled": stalled, "wrong": wrong} {
+	for name, c := range map[string]net.Conn{"stalled": stalled, "wrong": wrong, "huge": huge} {
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		b, err := io.ReadAll(c)
 		if err != nil {
@@ -145,7 +154,7 @@ func TestListenSubDropsBadPeersAlone(t *testing.T) {
 			t.Errorf("%s peer read %q, want the greeting and READY alone", name, b)
 		}
 	}
-	for _, reason := range []string{"i/o timeout", "a SUB socket cannot talk to a SUB socket"} {
+	for _, reason := range []string{"i/o timeout", "a SUB socket cannot talk to a SUB socket", "a frame of 102400 bytes is over the 8192 allowed"} {
 		if !strings.Contains(logged.String(), reason) {
 			t.Errorf("log lacks %q:\n%s", reason, logged.String())
 		}

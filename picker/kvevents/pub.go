@@ -161,7 +161,7 @@ func (p *Pub) read(s *peer) {
 	_ = s.conn.SetDeadline(time.Time{})
 	var buf []byte
 	for {
-		f, b, err := readFrame(r, buf)
+		f, b, err := readFrame(r, buf, MaxFrame)
 		buf = b
 		if err != nil {
 			return

@@ -75,7 +75,7 @@ func (s *Sub) Recv(parts [][]byte) ([][]byte, error) {
 		if len(s.bufs) <= len(parts) {
 			s.bufs = append(s.bufs, nil)
 		}
-		f, buf, err := readFrame(s.r, s.bufs[len(parts)])
+		f, buf, err := readFrame(s.r, s.bufs[len(parts)], MaxFrame)
 		s.bufs[len(parts)] = buf
 		if err != nil {
 			if len(parts) > 0 {

@@ -24,6 +24,11 @@ const (
 // MaxFrame bounds a frame the package reads; a longer one is an error.
 var MaxFrame = 16 << 20
 
+// maxReady bounds the peer's READY command, its socket type and metadata
+// (a few dozen bytes from vLLM), so that a peer in its handshake makes a
+// listener hold no more.
+const maxReady = 8 << 10
+
 // readChunk is how much a frame's buffer grows by at a time.
 const readChunk = 64 << 10
 
@@ -96,9 +101,9 @@ type frame struct {
 	body  []byte
 }
 
-// readFrame reads one frame into buf (grown as needed) and returns it; the
-// body aliases buf.
-func readFrame(r *bufio.Reader, buf []byte) (frame, []byte, error) {
+// readFrame reads one frame of at most limit bytes into buf (grown as
+// needed) and returns it; the body aliases buf.
+func readFrame(r *bufio.Reader, buf []byte, limit int) (frame, []byte, error) {
 	flags, err := r.ReadByte()
 	if err != nil {
 		return frame{}, buf, err
@@ -120,8 +125,8 @@ func readFrame(r *bufio.Reader, buf []byte) (frame, []byte, error) {
 		}
 		n = uint64(c)
 	}
-	if n > uint64(MaxFrame) {
-		return frame{}, buf, fmt.Errorf("zmtp: a frame of %d bytes is over the %d allowed", n, MaxFrame)
+	if n > uint64(limit) {
+		return frame{}, buf, fmt.Errorf("zmtp: a frame of %d bytes is over the %d allowed", n, limit)
 	}
 	// The buffer grows only as the bytes arrive, so a length a peer claims
 	// but never sends reserves no memory.
@@ -188,7 +193,7 @@ func handshake(rw io.Writer, r *bufio.Reader, mine string, want ...string) error
 	if err := readGreeting(r); err != nil {
 		return err
 	}
-	f, _, err := readFrame(r, nil)
+	f, _, err := readFrame(r, nil, maxReady)
 	if err != nil {
 		return fmt.Errorf("zmtp handshake: %w", unexpected(err))
 	}

@@ -263,7 +263,7 @@ func TestPubDropsAPeerOverTheSubscriptionBound(t *testing.T) {
 		}
 		pong := false
 		for !pong {
-			f, _, err := readFrame(r, nil)
+			f, _, err := readFrame(r, nil, MaxFrame)
 			if err != nil {
 				break
 			}
