@@ -103,3 +103,28 @@ func bigPool(n int) (*registry.Registry, []*registry.Worker) {
 	}
 	return reg, ws
 }
+
+// distantPool builds a registry whose pods come and go until one's ID is
+// 1,024 past the first's (a picker that has seen that many pods come and
+// go): it returns the first, that one and extra more, all live.
+func distantPool(extra int) (*registry.Registry, []*registry.Worker) {
+	reg := registry.New()
+	add := func(i int) *registry.Worker {
+		return registrytest.Upsert(reg, registry.Endpoint{
+			Key:     registry.Key{UID: fmt.Sprintf("pod-%d", i), Port: 8000},
+			Address: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 8000),
+		})
+	}
+	first := add(0)
+	for i := 1; ; i++ {
+		w := add(i)
+		if w.ID()%1024 == first.ID()%1024 {
+			ws := []*registry.Worker{first, w}
+			for j := range extra {
+				ws = append(ws, add(i+1+j))
+			}
+			return reg, ws
+		}
+		registrytest.Remove(reg, w.Endpoint().Key)
+	}
+}

@@ -2,9 +2,7 @@ package policy
 
 import (
 	"fmt"
-	"maps"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/inferpick/inferpick/picker/registry"
@@ -157,56 +155,18 @@ func loadAware(waiting, threshold int) float64 {
 // noHitStamps remember, per worker, when it was last the primary of a
 // prompt no candidate held (a cold pick), as the number of cold picks
 // made by then. Each worker has a stamp of its own, made when it joins the
-// registry and dropped when it leaves; picks find the stamps through a map
-// published whole at each change of the pool, and read and write them
-// without a lock.
+// registry and dropped when it leaves (perWorker); picks read and write
+// the stamps without a lock.
 type noHitStamps struct {
-	picks atomic.Uint64
-	// byID are the workers' stamps by ID (unique for the life of the
-	// process), as published.
-	byID atomic.Pointer[map[uint32]*atomic.Uint64]
-
-	mu    sync.Mutex // serializes the registry's calls and newNoHitStamps
-	next  map[uint32]*atomic.Uint64
-	dirty bool // next differs from byID
+	picks  atomic.Uint64
+	stamps perWorker[atomic.Uint64]
 }
-
-var _ registry.Settler = (*noHitStamps)(nil)
 
 // newNoHitStamps returns stamps that follow reg's workers.
 func newNoHitStamps(reg *registry.Registry) *noHitStamps {
-	t := &noHitStamps{next: map[uint32]*atomic.Uint64{}}
-	t.byID.Store(&map[uint32]*atomic.Uint64{})
-	reg.AddListener(t)
-	t.Settled()
+	t := &noHitStamps{}
+	t.stamps.follow(reg)
 	return t
-}
-
-// WorkerAdded gives w a stamp: never sent a cold prompt.
-func (t *noHitStamps) WorkerAdded(w *registry.Worker) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.next[w.ID()] = new(atomic.Uint64)
-	t.dirty = true
-}
-
-// WorkerRemoved drops w's stamp.
-func (t *noHitStamps) WorkerRemoved(w *registry.Worker) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.next, w.ID())
-	t.dirty = true
-}
-
-// Settled publishes the stamps of the workers as they are now.
-func (t *noHitStamps) Settled() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.dirty {
-		t.dirty = false
-		m := maps.Clone(t.next)
-		t.byID.Store(&m)
-	}
 }
 
 // chose stamps the primary of a cold pick. A worker whose joining has not
@@ -215,7 +175,7 @@ func (t *noHitStamps) chose(p *pick, primary *registry.Worker) {
 	if !p.cold {
 		return
 	}
-	if s := (*t.byID.Load())[primary.ID()]; s != nil {
+	if s := t.stamps.of(primary); s != nil {
 		s.Store(t.picks.Add(1))
 	}
 }
@@ -225,7 +185,7 @@ func (t *noHitStamps) chose(p *pick, primary *registry.Worker) {
 func (t *noHitStamps) rank(p *pick) {
 	n := len(p.cands)
 	p.stamps = slices.Grow(p.stamps[:0], 2*n)[:2*n]
-	byID := *t.byID.Load()
+	byID := t.stamps.all()
 	for i := range p.cands {
 		p.stamps[i] = 0 // never sent one, or its joining not settled yet
 		if s := byID[p.cands[i].w.ID()]; s != nil {

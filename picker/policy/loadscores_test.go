@@ -2,14 +2,12 @@ package policy
 
 import (
 	"fmt"
-	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/inferpick/inferpick/picker/registry"
-	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 // The active-request score of llm-d's examples: the busiest pod 0, the
@@ -258,23 +256,7 @@ func rankShare(r, n int) float64 { return float64(r) / float64(n-1) }
 // are 1,024 apart (a picker that has seen that many pods come and go)
 // take their turns with the others, not every other cold prompt each.
 func TestWeightedNoHitLRUDistantIDs(t *testing.T) {
-	reg := registry.New()
-	add := func(i int) *registry.Worker {
-		return registrytest.Upsert(reg, registry.Endpoint{
-			Key:     registry.Key{UID: fmt.Sprintf("pod-%d", i), Port: 8000},
-			Address: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 8000),
-		})
-	}
-	first := add(0)
-	ws := []*registry.Worker{first}
-	for i := 1; len(ws) == 1; i++ { // pods come and go until one's ID is 1,024 past the first's
-		w := add(i)
-		if w.ID()%1024 == first.ID()%1024 {
-			ws = append(ws, w, add(i+1), add(i+2))
-			break
-		}
-		registrytest.Remove(reg, w.Endpoint().Key)
-	}
+	reg, ws := distantPool(2)
 	for _, w := range ws {
 		w.SetMetrics(&registry.Metrics{Scraped: epoch})
 	}
