@@ -59,14 +59,14 @@ func Build(cfg Config, reg *registry.Registry, opts ...Option) (Policy, error) {
 			return nil, fmt.Errorf("policy %s: %w", cfg.Name, errNoRegistry)
 		}
 		if cfg.Name == CacheAware {
-			ca := &cacheAware{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.CacheAware, lora: &loraAffinity{}}
+			ca := &cacheAware{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.CacheAware, lora: newLoRAAffinity(reg)}
 			ca.reuse.set(reusePrior)
 			if cfg.CacheAware.Replicas != 1 {
 				ca.peers.set(1)
 			}
 			r = ca
 		} else {
-			ws := &weightedScorer{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.WeightedScorer, lora: &loraAffinity{}}
+			ws := &weightedScorer{indexed: newIndexed(cfg.Index, reg, o.matched), cfg: cfg.WeightedScorer, lora: newLoRAAffinity(reg)}
 			if cfg.WeightedScorer.NoHitLRUWeight > 0 {
 				ws.noHit = newNoHitStamps(reg)
 			}

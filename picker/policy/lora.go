@@ -16,14 +16,14 @@ const (
 	adapterFull                         // not there, and every adapter slot is taken
 )
 
-// Sizes of the table of recent decisions, fixed so that it costs the same
-// whatever the number of adapters and workers: a row per worker (by ID
-// modulo the rows; two live workers sharing a row overwrite each other,
-// which only loses hints), each remembering the worker's most recently sent
-// adapters.
+// Sizes of the tables of recent decisions: each worker remembers its
+// loraRecent most recently sent adapters, and each of loraAdapterRows rows
+// (an adapter's by its hash modulo the rows) the loraWhere workers an
+// adapter was most recently sent to.
 const (
-	loraRows   = 1024
-	loraRecent = 8
+	loraRecent      = 8
+	loraAdapterRows = 1024
+	loraWhere       = 4
 )
 
 // loraAffinity tracks where adapters are loaded: the model servers' own
@@ -34,11 +34,23 @@ const (
 // loaded until a newer one evicts the least recently used, and its metric
 // lists only the adapters in use.
 type loraAffinity struct {
-	rows [loraRows]loraRow
+	// rows are the workers' recently sent adapters, a row of its own for
+	// each worker, made when it joins the registry and dropped when it
+	// leaves.
+	rows perWorker[loraRow]
 	// where is the other direction, for picks that sample a large pool
 	// (sample.go): by adapter (its hash modulo the rows), the workers it
-	// was most recently sent to.
-	where [loraRows]adapterRow
+	// was most recently sent to. Two adapters sharing a row overwrite each
+	// other, which only loses hints; a worker that left stays named until
+	// newer ones push it out, and is then no candidate.
+	where [loraAdapterRows]adapterRow
+}
+
+// newLoRAAffinity returns an affinity table that follows reg's workers.
+func newLoRAAffinity(reg *registry.Registry) *loraAffinity {
+	a := &loraAffinity{}
+	a.rows.follow(reg)
+	return a
 }
 
 // adapterRow is one adapter's most recent workers, most recent first.
@@ -49,15 +61,11 @@ type adapterRow struct {
 	workers [loraWhere]uint32
 }
 
-// loraWhere is how many workers an adapter's row remembers.
-const loraWhere = 4
-
 // loraRow is one worker's recently sent adapters, most recent first, to
 // the run of its model server counted restarts (registry.Metrics.Restarts):
 // a restarted server holds none of them.
 type loraRow struct {
 	mu       sync.Mutex
-	worker   uint32
 	restarts uint32
 	n        int
 	recent   [loraRecent]uint64 // hashes of the adapter names
@@ -79,12 +87,16 @@ func adapterOf(p *pick) uint64 {
 }
 
 // sentRecently reports whether the adapter is among the slots most
-// recently sent adapters of w, since its server's restarts-th restart.
+// recently sent adapters of w, since its server's restarts-th restart. A
+// worker whose joining has not settled yet has been sent none.
 func (a *loraAffinity) sentRecently(w *registry.Worker, restarts uint32, h uint64, slots int) bool {
-	r := &a.rows[w.ID()%loraRows]
+	r := a.rows.of(w)
+	if r == nil {
+		return false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.worker != w.ID() || r.restarts != restarts {
+	if r.restarts != restarts {
 		return false
 	}
 	for i := range min(r.n, slots, loraRecent) {
@@ -152,7 +164,8 @@ func (a *loraAffinity) score(p *pick, cd *candidate) float64 {
 }
 
 // record remembers that the pick's adapter was sent to w: it becomes
-// w's most recently sent adapter. It never allocates.
+// w's most recently sent adapter, unless w's joining has not settled yet
+// (it has no row). It never allocates.
 func (a *loraAffinity) record(p *pick, w *registry.Worker) {
 	model := p.req.Model
 	if model == "" {
@@ -163,14 +176,15 @@ func (a *loraAffinity) record(p *pick, w *registry.Worker) {
 		return
 	}
 	h := adapterOf(p)
-	r := &a.rows[w.ID()%loraRows]
-	r.mu.Lock()
-	if r.worker != w.ID() || r.restarts != m.Restarts {
-		r.worker, r.restarts, r.n = w.ID(), m.Restarts, 0
+	if r := a.rows.of(w); r != nil {
+		r.mu.Lock()
+		if r.restarts != m.Restarts {
+			r.restarts, r.n = m.Restarts, 0
+		}
+		r.n = toFront(r.recent[:], r.n, h)
+		r.mu.Unlock()
 	}
-	r.n = toFront(r.recent[:], r.n, h)
-	r.mu.Unlock()
-	a.where[h%loraRows].add(h, w.ID())
+	a.where[h%loraAdapterRows].add(h, w.ID())
 }
 
 func (r *adapterRow) add(adapter uint64, id uint32) {
@@ -207,7 +221,7 @@ func (a *loraAffinity) sentTo(p *pick) [loraWhere]uint32 {
 		return out
 	}
 	h := adapterOf(p)
-	r := &a.where[h%loraRows]
+	r := &a.where[h%loraAdapterRows]
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.adapter == h {

@@ -2,11 +2,13 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/inferpick/inferpick/picker/registry"
+	"github.com/inferpick/inferpick/picker/registry/registrytest"
 )
 
 // loraWorker reports a complete model list (base llama and the adapters)
@@ -136,11 +138,11 @@ func TestLoRAAffinityRemembersDecisions(t *testing.T) {
 // The adapters sent to a worker are taken as loaded while they are among
 // its max_lora most recently sent, as vLLM evicts the least recently used.
 func TestLoRARecentDecisionsFollowLRU(t *testing.T) {
-	_, ws := pool(2)
+	reg, ws := pool(2)
 	for _, w := range ws {
 		loraWorker(w, epoch, 2)
 	}
-	var a loraAffinity
+	a := newLoRAAffinity(reg)
 	send := func(w *registry.Worker, model string) {
 		a.record(&pick{req: &Request{Model: model}}, w)
 	}
@@ -188,9 +190,9 @@ func TestLoRAStateReadsTheMetricsThePickAdmitted(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			_, ws := pool(1)
+			reg, ws := pool(1)
 			ws[0].SetMetrics(tc.current)
-			var a loraAffinity
+			a := newLoRAAffinity(reg)
 			got := a.state(&pick{req: &Request{Model: "a"}}, &candidate{w: ws[0], metrics: tc.admitted})
 			if got != tc.want {
 				t.Errorf("state = %v, want %v", got, tc.want)
@@ -347,10 +349,10 @@ func TestLoRAPickAllocations(t *testing.T) {
 // sent to its earlier run: they must be loaded again, so the worker is no
 // longer where they are loaded.
 func TestLoRARecentDecisionsEndWithARestart(t *testing.T) {
-	_, ws := pool(1)
+	reg, ws := pool(1)
 	w := ws[0]
 	loraWorker(w, epoch, 2)
-	var a loraAffinity
+	a := newLoRAAffinity(reg)
 	pk := func() *pick { return &pick{req: &Request{Model: "a"}} }
 	a.record(pk(), w)
 	if st := a.state(pk(), &candidate{w: w, metrics: w.Metrics()}); st != adapterResident {
@@ -368,4 +370,66 @@ func TestLoRARecentDecisionsEndWithARestart(t *testing.T) {
 	if st := a.state(pk(), &candidate{w: w, metrics: w.Metrics()}); st != adapterResident {
 		t.Errorf("state after sending a to the new run = %v, want adapterResident", st)
 	}
+}
+
+// The adapters sent to a pod are that pod's alone, whatever its ID: beside
+// a pod whose ID is 1,024 past its own (a picker that has seen that many
+// pods come and go), a pod that was sent an adapter is where its requests
+// keep going, though a little busier than the rest. A pod re-created at
+// the same address is a new server that was sent nothing: the adapter is
+// loaded again on the least busy pod.
+func TestLoRAAffinityDistantIDs(t *testing.T) {
+	for _, name := range []string{CacheAware, WeightedScorer} {
+		t.Run(name, func(t *testing.T) {
+			reg, ws := distantPool(2)
+			for _, w := range ws {
+				loraWorker(w, epoch, 4)
+			}
+			p := build(t, Config{Name: name, WeightedScorer: WeightedScorerConfig{QueueWeight: 1, LoRAWeight: 4}}, reg, nil)
+			picks := 0
+			send := func(model string, cands ...*registry.Worker) *registry.Worker {
+				t.Helper()
+				picks++ // a prompt of its own each time: no prefix pulls it anywhere
+				got, err := p.Pick(&Request{Model: model, Prompt: [][]byte{fmt.Appendf(nil, "hello %d", picks)}}, cands, 1)
+				if err != nil {
+					t.Fatalf("Pick(%s): %v", model, err)
+				}
+				return got[0]
+			}
+			holder, distant := ws[0], ws[1]
+			send("a", holder)  // a is loaded on the holder
+			send("b", distant) // and b on the pod whose ID is 1,024 past it
+			queued(holder, 1)
+			for i := range 5 {
+				if got := send("a", ws...); got != holder {
+					t.Fatalf("pick %d of adapter a went to %s, want %s where it was loaded (ID %d; b was sent to ID %d)",
+						i, got.Address(), holder.Address(), holder.ID(), distant.ID())
+				}
+			}
+
+			registrytest.Remove(reg, holder.Endpoint().Key)
+			again := holder.Endpoint()
+			again.Key.UID += "-again"
+			back := registrytest.Upsert(reg, again)
+			loraWorker(back, epoch, 4)
+			queued(back, 1)
+			live := reg.Workers()
+			got := send("a", live...)
+			if got == back {
+				t.Fatalf("adapter a went to the re-created pod %s, busier than the rest and never sent a", back.Address())
+			}
+			for i := range 5 {
+				if next := send("a", live...); next != got {
+					t.Fatalf("pick %d of adapter a went to %s, want %s where it was loaded again", i, next.Address(), got.Address())
+				}
+			}
+		})
+	}
+}
+
+// queued makes w's scrape report n waiting requests.
+func queued(w *registry.Worker, n int) {
+	m := *w.Metrics()
+	m.Waiting = n
+	w.SetMetrics(&m)
 }
