@@ -352,6 +352,18 @@ func (x *exchange) route() (bool, error) {
 			return x.reject(400, reason)
 		}
 	case len(x.body) == 0:
+	case x.kind.GRPC():
+		// vLLM's gRPC engine API names no model: the request goes to any
+		// pod of the pool, as a body without a model does, and its prompt
+		// is read from the protobuf message for the policy.
+		if err := openai.ParseGRPC(x.kind, x.body, &x.parsed); err != nil {
+			return x.reject(400, err.Error())
+		}
+		if !x.reservePrompt() {
+			return x.reject(429, "the picker is buffering as many request bodies as its memory budget allows")
+		}
+		x.pick = policy.Request{Prompt: x.parsed.Prompt, Tokens: x.parsed.Tokens, Hashes: &x.hashes}
+		x.locate()
 	case x.kind != openai.Unknown:
 		if err := openai.Parse(x.kind, x.body, &x.parsed); err != nil {
 			return x.reject(400, err.Error())

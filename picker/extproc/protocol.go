@@ -9,6 +9,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
+	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
 )
 
@@ -68,7 +69,7 @@ func textValue(h *corev3.HeaderValue) string {
 // commonPaths are the :path values most requests carry; pathValue returns
 // them as these strings, so that reading the path of a typical request
 // costs no allocation.
-var commonPaths = [...]string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings"}
+var commonPaths = [...]string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", openai.GeneratePath, openai.EmbedPath}
 
 // pathValue is headerValue for the :path header.
 func pathValue(h *corev3.HeaderValue) string {

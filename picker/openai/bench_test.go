@@ -98,6 +98,27 @@ func BenchmarkParseCompletions(b *testing.B) {
 	benchParse(b, Completions, completionsBody(32<<10))
 }
 
+// BenchmarkParseGRPC reads vLLM gRPC Generate requests: 32 KB of text, and
+// the 8,000 token ids a router that tokenizes sends for about as much.
+func BenchmarkParseGRPC(b *testing.B) {
+	bench := func(b *testing.B, body []byte) {
+		var r Request
+		if err := ParseGRPC(GRPCGenerate, body, &r); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if err := ParseGRPC(GRPCGenerate, body, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("text-32KB", func(b *testing.B) { bench(b, generateText(text(words, 7, 32<<10), true)) })
+	body := frame(embedded(genTokenized, tokenizedMsg("", packedIDsN(8000)...)))
+	b.Run("ids-8000", func(b *testing.B) { bench(b, body) })
+}
+
 // BenchmarkJSONValid is the standard library's validation alone, on the same
 // 32 KB chat body, as a yardstick for BenchmarkParseChat/32KB.
 func BenchmarkJSONValid(b *testing.B) {

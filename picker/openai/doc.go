@@ -8,4 +8,10 @@
 // StreamScanner follows a response as it streams back, chunk by chunk, and
 // reports the first output token, the token usage and the end of the stream
 // while holding no more than one bounded event in memory.
+//
+// ParseGRPC and StreamScanner.ResetGRPC do the same for vLLM's gRPC engine
+// API (service vllm.grpc.engine.VllmEngine): a Generate or Embed request
+// fills the same Request, its prompt read from the protobuf message
+// without decoding it, and the response's messages give the first token,
+// the end and the usage as they stream back.
 package openai

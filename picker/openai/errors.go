@@ -18,6 +18,23 @@ var (
 	ErrMissingModel = errors.New("missing model")
 	// ErrFieldType: a field the picker reads has the wrong JSON type.
 	ErrFieldType = errors.New("field has the wrong type")
+
+	// Errors returned by ParseGRPC. Each one means the model server would
+	// not read the request either.
+
+	// ErrGRPCFrame: the body is not one gRPC message: shorter than its
+	// prefix, shorter or longer than the length the prefix gives, or with a
+	// flag byte other than 0 or 1.
+	ErrGRPCFrame = errors.New("invalid gRPC message framing")
+	// ErrGRPCCompressed: the message is compressed (flag byte 1), which
+	// the picker does not read.
+	ErrGRPCCompressed = errors.New("compressed gRPC message")
+	// ErrProto: the message is not valid protobuf wire format, or one of
+	// its strings is not UTF-8.
+	ErrProto = errors.New("invalid protobuf message")
+	// ErrMissingInput: a GenerateRequest with neither text nor tokenized
+	// input, or an EmbedRequest without tokenized input.
+	ErrMissingInput = errors.New("missing input")
 )
 
 // MaxDepth is how deeply objects and arrays may nest in a request body.

@@ -17,7 +17,28 @@ const (
 	Responses
 	// Embeddings is /v1/embeddings.
 	Embeddings
+	// GRPCGenerate is the Generate method of vLLM's gRPC engine API
+	// (GeneratePath): a GenerateRequest message, answered by a stream of
+	// GenerateResponse messages (ParseGRPC).
+	GRPCGenerate
+	// GRPCEmbed is the Embed method of vLLM's gRPC engine API (EmbedPath):
+	// an EmbedRequest message, answered by one EmbedResponse.
+	GRPCEmbed
 )
+
+// The gRPC service of vLLM's engine API and the paths of the methods that
+// carry a prompt. Its other methods (HealthCheck, Abort, GetModelInfo,
+// GetServerInfo) have the service's path too, and no prompt: they are of
+// kind Unknown.
+const (
+	GRPCService  = "vllm.grpc.engine.VllmEngine"
+	GeneratePath = "/" + GRPCService + "/Generate"
+	EmbedPath    = "/" + GRPCService + "/Embed"
+)
+
+// GRPC reports whether k is a method of vLLM's gRPC engine API, whose body
+// is read by ParseGRPC rather than Parse.
+func (k Kind) GRPC() bool { return k == GRPCGenerate || k == GRPCEmbed }
 
 func (k Kind) String() string {
 	switch k {
@@ -29,6 +50,10 @@ func (k Kind) String() string {
 		return "responses"
 	case Embeddings:
 		return "embeddings"
+	case GRPCGenerate:
+		return "grpc_generate"
+	case GRPCEmbed:
+		return "grpc_embed"
 	default:
 		return "unknown"
 	}
@@ -37,7 +62,15 @@ func (k Kind) String() string {
 // KindOf returns the kind of the request whose :path header is path. The query
 // string, a fragment and a trailing slash are ignored, and so is anything before
 // the endpoint's own name, so "/openai/v1/chat/completions?x=1" is a chat.
+// A gRPC method is its exact path, as gRPC names it: GeneratePath or
+// EmbedPath.
 func KindOf(path string) Kind {
+	switch path {
+	case GeneratePath:
+		return GRPCGenerate
+	case EmbedPath:
+		return GRPCEmbed
+	}
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
 	}

@@ -96,6 +96,10 @@ type StreamScanner struct {
 	// (members): data then holds "{" and the current member, and a member
 	// over Limit is skipped (skip) rather than held.
 	members, skip bool
+
+	// grpc: a gRPC response, read as g says (ResetGRPC).
+	grpc bool
+	g    grpcScan
 }
 
 // Reset prepares s for a new response. Streaming selects event-stream mode;
@@ -135,6 +139,8 @@ func (s *StreamScanner) Feed(chunk []byte) Events {
 	}
 	var ev Events
 	switch {
+	case s.grpc:
+		ev = s.feedGRPC(chunk)
 	case s.members:
 		ev = s.feedMembers(chunk)
 	case s.json:
@@ -147,9 +153,10 @@ func (s *StreamScanner) Feed(chunk []byte) Events {
 
 // End tells s that the body is over. An unterminated last line and event of a
 // stream are read as if they had been terminated, and a JSON body whose end
-// was not seen yet is read as it is.
+// was not seen yet is read as it is. A gRPC response's unfinished message
+// is dropped.
 func (s *StreamScanner) End() Events {
-	if s.stopped {
+	if s.stopped || s.grpc {
 		return 0
 	}
 	var ev Events
