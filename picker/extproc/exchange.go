@@ -45,6 +45,10 @@ type exchange struct {
 	// boundary is a multipart/form-data body's (an audio upload's), from
 	// its content-type; "" for any other body.
 	boundary string
+	// grpc: the request is gRPC (its content-type says so): refusals are
+	// gRPC statuses, and the response's grpc-status tells its failure
+	// (grpc.go).
+	grpc bool
 	// uploading: the upload was routed on the front of its body (its model
 	// field came first); the rest passes through as it comes, as a
 	// tunnel's bytes do. frontRead is the front's length when it was last
@@ -113,6 +117,7 @@ type exchange struct {
 	respLength   int  // the response's content-length, -1 when absent
 	bodyNotSent  bool // the gateway sends no response body (response_body_mode NONE)
 	status       int
+	grpcFailed   bool // a gRPC response's headers carry a grpc-status other than OK
 	scanner      openai.StreamScanner
 	responseDone bool // the response completed or failed: it ends once
 }
@@ -229,6 +234,10 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 		return false, x.responseBody(r.ResponseBody)
 	default: // response trailers
 		x.state = finished
+		if x.grpc && grpcStatusOf(req.GetResponseTrailers().GetTrailers().GetHeaders()) > 0 {
+			// A gRPC call fails in its trailers, after HTTP 200.
+			x.upstreamFailed()
+		}
 		x.completed()
 		return false, x.send(x.out.endTrailers(x.reportUsage()))
 	}
@@ -254,6 +263,7 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 			}
 		case "content-type":
 			x.boundary = formBoundary(hv)
+			x.grpc = isGRPC(hv)
 		case RequestIDHeader:
 			x.requestID = textValue(hv)
 		case ObjectiveHeader:
@@ -275,6 +285,7 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 	}
 	x.startSpan(h.GetHeaders().GetHeaders())
 	x.kind = openai.KindOf(x.path)
+	x.grpc = x.grpc || x.kind.GRPC() // the engine API's paths are gRPC's whatever the content-type
 	withBody := true
 	if pc := req.GetProtocolConfig(); pc != nil { // the stream's first message says how the gateway sends bodies
 		if reason := unsupportedModes(pc); reason != "" {
@@ -553,6 +564,10 @@ func (x *exchange) rejectQuiet(code int, reason string, quiet bool) (bool, error
 		// the default verbosity they would flood the log.
 		log = log.V(1)
 	}
+	if x.grpc {
+		log.Info("Rejected request", "status", code, "grpcStatus", grpcCode(code).String(), "reason", clip(reason), "path", pathOnly(x.path), "requestID", x.id())
+		return true, x.send(immediateGRPC(code, reason))
+	}
 	log.Info("Rejected request", "status", code, "reason", clip(reason), "path", pathOnly(x.path), "requestID", x.id())
 	return true, x.send(immediate(code, reason))
 }
@@ -564,12 +579,17 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	if testHookResponseHeaders != nil {
 		testHookResponseHeaders()
 	}
-	x.status, x.respLength = 0, -1
+	x.status, x.respLength, x.grpcFailed = 0, -1, false
 	streaming := false
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch hv.GetKey() {
 		case ":status":
 			x.status, _ = strconv.Atoi(headerValue(hv))
+		case "grpc-status":
+			// A trailers-only response: its status comes in its headers.
+			if n, err := strconv.Atoi(headerValue(hv)); x.grpc && err == nil && n != 0 {
+				x.grpcFailed = true
+			}
 		case "content-type":
 			streaming = strings.HasPrefix(headerValue(hv), "text/event-stream")
 		case "content-length":
@@ -584,7 +604,11 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	if x.s.opts.SessionHeader != "" && !x.s.opts.SessionIDs && x.guard != nil && x.served() {
 		reply = x.sessionReply(x.guard.Worker())
 	}
-	x.scanner.Reset(streaming)
+	if x.grpc {
+		x.scanner.ResetGRPC(x.kind)
+	} else {
+		x.scanner.Reset(streaming)
+	}
 	x.state = readingResponse
 	if h.GetEndOfStream() {
 		x.state = finished

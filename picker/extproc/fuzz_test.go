@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/inferpick/inferpick/picker/attrexpr"
+	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
 	"github.com/inferpick/inferpick/picker/rewrite"
@@ -187,12 +188,18 @@ func (w *fuzzWorld) everyWorker(seen map[*registry.Worker]bool) {
 }
 
 var (
-	fuzzPaths  = []string{"/v1/chat/completions", "/v1/completions", "/tokenize", "/v1/chat/completions?x=1", "/v1/realtime", "/v1/realtime?model=m", "/v1/audio/transcriptions"}
+	fuzzPaths = []string{"/v1/chat/completions", "/v1/completions", "/tokenize", "/v1/chat/completions?x=1", "/v1/realtime", "/v1/realtime?model=m", "/v1/audio/transcriptions",
+		// vLLM's gRPC engine API: a method with a prompt, and one without
+		openai.GeneratePath, "/vllm.grpc.engine.VllmEngine/HealthCheck"}
 	fuzzBodies = []string{`{"model":"m","stream":true,"messages":[{"role":"user","content":"`, `hello world, a prompt long enough to fill a block or two of the index"}]}`, `{"model":"m","prompt":"p"}`, `{not json`, strings.Repeat("x", 3000),
 		// an upload's front, with its model field, and its end
-		"--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nRIFF", "\r\n--b--\r\n"}
+		"--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nRIFF", "\r\n--b--\r\n",
+		// a gRPC Generate's message, and the front of one
+		string(generateText("hello world, a prompt long enough to fill a block or two of the index")), string(generateText("cut short")[:9])}
 	fuzzResponse = []string{sse("tok"), sseDone, `{"choices":[],"usage":{"prompt_tokens":3}}`, "data: {", "",
-		`data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7,"total_tokens":10}}` + "\n\n"}
+		`data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7,"total_tokens":10}}` + "\n\n",
+		// gRPC Generate responses: a chunk, the complete message, and one cut short
+		string(generateChunk(5, 3, 1)), string(generateComplete(3, 7, 0)), string(generateComplete(3, 7, 0)[:6])}
 	fuzzServed = []string{"", "10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.9.9.9:1"}
 )
 
@@ -224,6 +231,9 @@ func fuzzMessage(op, arg byte) *extprocv3.ProcessingRequest {
 		}
 		if strings.HasPrefix(kv[3], "/v1/audio/") { // an upload, routed on the front of its body
 			kv[5] = "multipart/form-data; boundary=b"
+		}
+		if strings.HasPrefix(kv[3], "/vllm.") { // a gRPC call
+			kv[5] = "application/grpc"
 		}
 		if v&4 != 0 {
 			kv = append(kv, "content-length", []string{"16777216", "120", "-3", "x"}[int(v>>3)%4])
@@ -262,16 +272,24 @@ func fuzzMessage(op, arg byte) *extprocv3.ProcessingRequest {
 				lbNamespace: {Fields: map[string]*structpb.Value{ServedHeader: structpb.NewStringValue(served)}},
 			}}
 		}
+		kv := []string{":status", fmt.Sprint(code), "content-type", ct}
+		if v >= 64 { // a gRPC call's failure, in a trailers-only response
+			kv = append(kv, "grpc-status", "13")
+		}
 		return &extprocv3.ProcessingRequest{
 			Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
-				Headers: headerMap(":status", fmt.Sprint(code), "content-type", ct), EndOfStream: eos,
+				Headers: headerMap(kv...), EndOfStream: eos,
 			}},
 			MetadataContext: md,
 		}
 	case 4:
 		return respBody(fuzzResponse[int(v)%len(fuzzResponse)], eos)
-	case 5:
-		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}}
+	case 5: // trailers, with a gRPC call's status: none, OK, or a failure
+		var kv []string
+		if st := []string{"", "0", "14"}[int(v)%3]; st != "" {
+			kv = []string{"grpc-status", st}
+		}
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{Trailers: headerMap(kv...)}}}
 	default:
 		return &extprocv3.ProcessingRequest{}
 	}
@@ -372,7 +390,11 @@ func FuzzExchange(f *testing.F) {
 	// an upload routed on the front of its body, then its end, then a reply
 	f.Add([]byte{0x00, 0x0c, 0x01, 0x0a, 0x01, 0x0d, 0x03, 0x00, 0x04, 0x03})
 	// a session id's requests, on the ids' world (an odd number of bytes)
-	f.Add([]byte{0x00, 0x2c, 0x01, 0x05, 0x03, 0x00, 0x04, 0x03, 0x00, 0x2c, 0x01, 0x05, 0x03})
+	f.Add([]byte{0x00, 0x26, 0x01, 0x05, 0x03, 0x00, 0x04, 0x03, 0x00, 0x26, 0x01, 0x05, 0x03})
+	// a gRPC Generate, its chunk and complete messages, its trailers; then a
+	// malformed one, and a HealthCheck that fails in its trailers
+	f.Add([]byte{0x00, 0x44, 0x01, 0x0f, 0x03, 0x00, 0x04, 0x0c, 0x04, 0x0e, 0x05, 0x02,
+		0x10, 0x44, 0x11, 0x11, 0x20, 0x10, 0x21, 0x01, 0x23, 0x00, 0x25, 0x04})
 	f.Add(splitSeed)
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) > 512 {

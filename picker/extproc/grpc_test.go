@@ -4,11 +4,19 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/go-logr/logr/funcr"
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/inferpick/inferpick/picker/attrexpr"
+	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
 )
@@ -93,6 +101,29 @@ func (s *session) grpcTrailers(grpcStatus string) {
 	}})
 }
 
+// grpcRefusal reads a local reply to a gRPC request and checks that it is
+// one a gRPC client reads: the gRPC status set, the reason in
+// grpc-message and in the body (which Envoy makes the grpc-message).
+func (s *session) grpcRefusal() (httpStatus int, code codes.Code, message string) {
+	s.t.Helper()
+	r := s.recv()
+	ir := r.GetImmediateResponse()
+	if ir == nil {
+		s.t.Fatalf("want an immediate response, got %v", r)
+	}
+	if ir.GetGrpcStatus() == nil {
+		s.t.Fatalf("immediate response without a grpc_status: %v", ir)
+	}
+	set := map[string]string{}
+	for _, h := range ir.GetHeaders().GetSetHeaders() {
+		set[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
+	}
+	if set["content-type"] != "application/grpc" || set["grpc-message"] == "" || set["grpc-message"] != percentEncode(string(ir.GetBody())) {
+		s.t.Fatalf("immediate response headers %v with body %q: want content-type application/grpc and the body as grpc-message", set, ir.GetBody())
+	}
+	return int(ir.GetStatus().GetCode()), codes.Code(ir.GetGrpcStatus().GetStatus()), string(ir.GetBody())
+}
+
 // TestAGRPCGenerateFollowsItsPrefixAsHTTPDoes sends requests that share a
 // 2,000-token prefix to the cache-aware policy over four pods, over HTTP
 // and over vLLM's gRPC engine API (its text, and its token ids alone):
@@ -137,6 +168,218 @@ func TestAGRPCGenerateFollowsItsPrefixAsHTTPDoes(t *testing.T) {
 			}
 			if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 0 {
 				t.Errorf("load (%d,%d) after every response ended, want none", p, d)
+			}
+		})
+	}
+}
+
+// TestAMalformedGRPCRequestIsAGRPCStatus: a request the engine would not
+// read gets INVALID_ARGUMENT with the reason, as a trailers-only gRPC
+// answer, a log line, and holds nothing after.
+func TestAMalformedGRPCRequestIsAGRPCStatus(t *testing.T) {
+	good := generateText("hello")
+	compressed := append([]byte{1}, good[1:]...)
+	for name, tc := range map[string]struct {
+		path   string
+		body   []byte
+		reason string
+	}{
+		"truncated":               {openai.GeneratePath, good[:len(good)-2], "the message is"},
+		"two messages":            {openai.GeneratePath, append(append([]byte(nil), good...), good...), "a unary request holds one message"},
+		"compressed":              {openai.GeneratePath, compressed, "compressed gRPC message"},
+		"a JSON body":             {openai.GeneratePath, []byte(`{"prompt":"hi"}`), "invalid gRPC message framing"},
+		"bad protobuf":            {openai.GeneratePath, grpcFrame([]byte{0x1a, 40, 'x'}), "invalid protobuf message"},
+		"an embed without tokens": {openai.EmbedPath, grpcFrame(pbField(nil, 1, []byte("r"))), "missing input"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var mu sync.Mutex
+			var logs []string
+			e := newEnv(t, twoWorkers, func(o *Options) {
+				o.Log = funcr.New(func(_, args string) {
+					mu.Lock()
+					logs = append(logs, args)
+					mu.Unlock()
+				}, funcr.Options{})
+			})
+			s := e.open()
+			s.grpcRequest(tc.path, tc.body)
+			status, code, msg := s.grpcRefusal()
+			if status != 400 || code != codes.InvalidArgument || !strings.Contains(msg, tc.reason) {
+				t.Errorf("refusal %d %v %q, want 400 InvalidArgument with %q", status, code, msg, tc.reason)
+			}
+			if _, err := s.stream.Recv(); err == nil {
+				t.Error("the stream went on after the refusal")
+			}
+			eventually(t, "the body's budget given back", func() bool { return e.server.budget.used.Load() == 0 })
+			if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 0 {
+				t.Errorf("load (%d,%d) after a refusal, want none", p, d)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			logged := strings.Join(logs, "\n")
+			if want := `"msg"="Rejected request" "status"=400 "grpcStatus"="InvalidArgument"`; !strings.Contains(logged, want) {
+				t.Errorf("log:\n%s\nwant a line with %s", logged, want)
+			}
+		})
+	}
+}
+
+// TestAGRPCRequestTheQueueShedsIsUnavailable: flow control's refusal of a
+// gRPC request is UNAVAILABLE, the status a gRPC client retries with
+// backoff, where an HTTP client gets 429.
+func TestAGRPCRequestTheQueueShedsIsUnavailable(t *testing.T) {
+	e, q, _ := queueEnv(t, flowcontrol.Options{})
+	first := e.open()
+	first.grpcRequest(openai.GeneratePath, generateText("first"), ObjectiveHeader, "interactive")
+	first.routed(true)
+
+	batch := e.open()
+	batch.grpcRequest(openai.GeneratePath, generateText("second"), ObjectiveHeader, "batch")
+	status, code, msg := batch.grpcRefusal()
+	if status != 429 || code != codes.Unavailable || !strings.Contains(msg, "shed") {
+		t.Errorf("batch request under saturation: %d %v %q, want 429 Unavailable shed", status, code, msg)
+	}
+	if q.Len() != 0 {
+		t.Errorf("%d queued, want the shed request not queued", q.Len())
+	}
+}
+
+// TestAnotherEngineMethodIsRoutedByLoad: HealthCheck, GetModelInfo and the
+// like carry no prompt: they go to any pod, and a refusal (here, a subset
+// hint that allows none) is a gRPC status.
+func TestAnotherEngineMethodIsRoutedByLoad(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	s := e.open()
+	s.grpcRequest("/vllm.grpc.engine.VllmEngine/HealthCheck", grpcFrame(nil))
+	if r := s.routed(true); r.dest == "" {
+		t.Fatal("HealthCheck not routed")
+	}
+	s.grpcResponseHeaders("")
+	s.recv()
+	s.responseBody(string(grpcFrame(pbUint(nil, 1, 1))), false)
+	s.recv()
+	s.grpcTrailers("0")
+	s.recv()
+	if got := e.released(reasonCompleted, reasonError); !cmp.Equal(got, map[string]float64{reasonCompleted: 1}) {
+		t.Errorf("releases %v, want one completed", got)
+	}
+
+	refused := e.open()
+	kv := []string{":method", "POST", ":path", "/vllm.grpc.engine.VllmEngine/GetModelInfo", "content-type", "application/grpc"}
+	refused.send(&extprocv3.ProcessingRequest{
+		Request:         &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(kv...)}},
+		MetadataContext: subsetHint(structpb.NewListValue(&structpb.ListValue{})),
+	})
+	refused.requestBody(string(grpcFrame(nil)), true)
+	if status, code, _ := refused.grpcRefusal(); status != 503 || code != codes.Unavailable {
+		t.Errorf("refusal %d %v, want 503 Unavailable", status, code)
+	}
+}
+
+// TestAGRPCFailureIsInItsStatus: a gRPC response is HTTP 200 whether or
+// not the call succeeded; its grpc-status, in the trailers or in the
+// headers of a trailers-only response, tells. A failed call counts as the
+// model server's failure, not as completed.
+func TestAGRPCFailureIsInItsStatus(t *testing.T) {
+	for name, tc := range map[string]struct {
+		respond func(s *session)
+		want    map[string]float64
+	}{
+		"trailers OK": {
+			respond: func(s *session) {
+				s.responseBody(string(generateChunk(7, 5, 1)), false)
+				s.recv()
+				s.grpcTrailers("0")
+			},
+			want: map[string]float64{reasonCompleted: 1},
+		},
+		"trailers UNAVAILABLE after a token": {
+			respond: func(s *session) {
+				s.responseBody(string(generateChunk(7, 5, 1)), false)
+				s.recv()
+				s.grpcTrailers("14")
+			},
+			want: map[string]float64{reasonError: 1},
+		},
+		"trailers-only INTERNAL": {
+			respond: func(s *session) {},
+			want:    map[string]float64{reasonError: 1},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, twoWorkers)
+			s := e.open()
+			s.grpcRequest(openai.GeneratePath, generateText("hello"))
+			s.routed(true)
+			if name == "trailers-only INTERNAL" {
+				s.grpcResponseHeaders("13")
+			} else {
+				s.grpcResponseHeaders("")
+			}
+			s.recv()
+			tc.respond(s)
+			if name != "trailers-only INTERNAL" {
+				s.recv()
+			}
+			if got := e.released(reasonCompleted, reasonError, reasonCancelled); !cmp.Equal(got, tc.want) {
+				t.Errorf("releases %v, want %v", got, tc.want)
+			}
+			if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 0 {
+				t.Errorf("load (%d,%d) after the response, want none", p, d)
+			}
+		})
+	}
+}
+
+// TestAGRPCResponseReportsItsUsage: the attribute reporter reads a gRPC
+// response's usage from its messages, split across body chunks anywhere,
+// and reports it with the trailers that end the call.
+func TestAGRPCResponseReportsItsUsage(t *testing.T) {
+	stream := string(generateChunk(11, 32, 1)) + string(generateChunk(12, 32, 2)) + string(generateComplete(32, 10, 16))
+	for name, tc := range map[string]struct {
+		path, request string
+		chunks        []string
+		want          map[string]any
+	}{
+		"generate, streamed in odd chunks": {
+			path: openai.GeneratePath, request: string(generateText("hello")),
+			chunks: []string{stream[:3], stream[3:17], stream[17:]},
+			want:   map[string]any{"envoy.lb": map[string]any{"x-gateway-inference-request-cost": 10.0, "prompt": 32.0}},
+		},
+		"embed": {
+			path: openai.EmbedPath, request: string(grpcFrame(pbField(nil, 2, pbField(nil, 1, []byte("embed me"))))),
+			chunks: []string{string(embedResp(9))},
+			want:   map[string]any{"envoy.lb": map[string]any{"prompt": 9.0}},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, twoWorkers, func(o *Options) {
+				for _, a := range [][4]string{upstreamCost, {"", "prompt", "usage.prompt_tokens", ""}} {
+					attr, err := attrexpr.NewAttribute(a[0], a[1], a[2], a[3])
+					if err != nil {
+						t.Fatal(err)
+					}
+					o.Attributes = append(o.Attributes, attr)
+				}
+			})
+			s := e.open()
+			s.grpcRequest(tc.path, []byte(tc.request))
+			s.routed(true)
+			s.grpcResponseHeaders("")
+			s.recv()
+			for _, c := range tc.chunks {
+				s.responseBody(c, false)
+				if md := s.recv().GetDynamicMetadata().AsMap(); len(md) != 0 {
+					t.Errorf("a body chunk reported %v, want the trailers to", md)
+				}
+			}
+			s.grpcTrailers("0")
+			got := s.recv().GetDynamicMetadata().AsMap()
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("the trailers' metadata (-want +got):\n%s", diff)
+			}
+			if n := testutil.ToFloat64(e.server.metrics.releases.WithLabelValues(reasonCompleted)); n != 1 {
+				t.Errorf("%v completed releases, want 1", n)
 			}
 		})
 	}

@@ -69,9 +69,10 @@ func upgradesToTunnel(v string) bool {
 }
 
 // served reports whether the upstream's status says it served the request:
-// 2xx, or, for a tunnel, 101 Switching Protocols.
+// 2xx (for gRPC, with no grpc-status other than OK in the headers of a
+// trailers-only response), or, for a tunnel, 101 Switching Protocols.
 func (x *exchange) served() bool {
-	return x.status >= 200 && x.status <= 299 || x.tunnel && x.status == 101
+	return x.status >= 200 && x.status <= 299 && !x.grpcFailed || x.tunnel && x.status == 101
 }
 
 // maxQueryModel is the longest model name a tunnel's query may give, once

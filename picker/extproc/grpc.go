@@ -1,0 +1,112 @@
+package extproc
+
+import (
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+)
+
+// A gRPC request (content-type application/grpc, such as a call to vLLM's
+// gRPC engine API) is answered as gRPC: a refusal is a trailers-only
+// response, HTTP 200 with grpc-status and grpc-message, and a response
+// fails when its grpc-status is not OK, whatever its HTTP status.
+
+// isGRPC reports whether a content-type is gRPC's, as Envoy tells a gRPC
+// request: application/grpc, or application/grpc+ a codec's name.
+func isGRPC(h *corev3.HeaderValue) bool {
+	const media = "application/grpc"
+	v := h.GetRawValue()
+	if len(v) == 0 {
+		v = []byte(h.GetValue())
+	}
+	return len(v) >= len(media) && string(v[:len(media)]) == media &&
+		(len(v) == len(media) || v[len(media)] == '+')
+}
+
+// grpcCode is the gRPC status of a refusal the picker would answer over
+// HTTP with status. The picker knows what each refusal means, so it uses
+// the code of that meaning rather than gRPC's mapping of an HTTP status
+// from an unknown origin (under which 400 is INTERNAL): a request the
+// model server would not read is INVALID_ARGUMENT; a body over the limit
+// RESOURCE_EXHAUSTED, as gRPC reports a message over its size limit; a
+// saturated pool (429) and no endpoint (503) UNAVAILABLE, the transient
+// condition a client retries with backoff, as gRPC's mapping has them.
+func grpcCode(status int) codes.Code {
+	switch status {
+	case 400:
+		return codes.InvalidArgument
+	case 404:
+		return codes.NotFound
+	case 413:
+		return codes.ResourceExhausted
+	case 429, 502, 503, 504:
+		return codes.Unavailable
+	case 500:
+		return codes.Internal
+	default:
+		return codes.Unknown
+	}
+}
+
+// immediateGRPC is a local reply to a gRPC request. Envoy answers it as a
+// trailers-only response: HTTP 200, content-type application/grpc, the
+// grpc-status given (a grpc-status header would win over it, so none is
+// set), and the body, percent-encoded, as grpc-message; the grpc-message
+// header says the same for a gateway that does not.
+func immediateGRPC(status int, message string) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status: &typev3.HttpStatus{Code: typev3.StatusCode(status)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+				setHeader("content-type", "application/grpc"),
+				setHeader("grpc-message", percentEncode(message)),
+			}},
+			Body:       []byte(message),
+			GrpcStatus: &extprocv3.GrpcStatus{Status: uint32(grpcCode(status))},
+			Details:    "inferpick_" + errorType(status),
+		},
+	}}
+}
+
+// percentEncode encodes a grpc-message as gRPC's HTTP/2 protocol says:
+// bytes outside printable ASCII, and '%', as %XX.
+func percentEncode(s string) string {
+	const hex = "0123456789ABCDEF"
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '%' {
+			n++
+		}
+	}
+	if n == 0 {
+		return s
+	}
+	b := make([]byte, 0, len(s)+2*n)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '%' {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+			continue
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
+
+// grpcStatusOf returns the grpc-status among headers (response trailers,
+// or the headers of a trailers-only response), -1 when there is none or
+// it is not a number.
+func grpcStatusOf(headers []*corev3.HeaderValue) int {
+	for _, hv := range headers {
+		if hv.GetKey() != "grpc-status" {
+			continue
+		}
+		if n, err := strconv.Atoi(headerValue(hv)); err == nil && n >= 0 {
+			return n
+		}
+		return -1
+	}
+	return -1
+}
