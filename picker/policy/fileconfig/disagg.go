@@ -407,7 +407,7 @@ func (u *upstream) weighs(p *schedProfile) string {
 	w := map[string]float64{}
 	for _, ref := range p.refs {
 		switch u.plugins[ref.name].typ {
-		case prefillFilter, decodeFilter, maxScorePicker, "openai-parser", attributeReporter:
+		case prefillFilter, decodeFilter, maxScorePicker, "openai-parser", "vllmgrpc-parser", attributeReporter:
 			continue
 		}
 		w[ref.name] += ref.weight

@@ -604,6 +604,19 @@ flowControl:
 			in:   header + "plugins:\n- type: openai-parser\n- type: queue-scorer\nparser:\n  pluginRef: openai-parser\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n",
 			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
 		},
+		// What upstream's chart renders for inferencePool.modelServerProtocol
+		// grpc: the picker reads vLLM's gRPC engine API whichever parser is
+		// named.
+		"vllmgrpc parser, as upstream's chart names it for a gRPC pool": {
+			in:   header + "plugins:\n- type: queue-scorer\n- type: vllmgrpc-parser\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\nparser:\n  pluginRef: vllmgrpc-parser\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
+		},
+		"both parsers listed, in llm-d's requestHandler and in the profile": {
+			in: header + "plugins:\n- type: openai-parser\n- {name: grpc, type: vllmgrpc-parser}\n- type: queue-scorer\n" +
+				"requestHandler:\n  parsers:\n  - pluginRef: openai-parser\n  - pluginRef: grpc\n" +
+				"schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: grpc\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}}},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -935,6 +948,10 @@ func TestParseRejects(t *testing.T) {
 		"a saturationDetector naming no plugin": {
 			in:   header + "plugins:\n- type: queue-scorer\nsaturationDetector:\n  pluginRef: sat\n" + profile,
 			want: []string{"line 6", `"sat"`},
+		},
+		"a parser of a kind inferpick does not read": {
+			in:   header + "plugins:\n- type: queue-scorer\n- {name: pt, type: passthrough-parser}\nparser:\n  pluginRef: pt\n" + profile,
+			want: []string{"line 5", "passthrough-parser", "openai-parser", "vllmgrpc-parser"},
 		},
 		"a parser naming no plugin": {
 			in:   header + "plugins:\n- type: queue-scorer\nparser:\n  pluginRef: my-parser\n" + profile,

@@ -50,8 +50,11 @@ var known = map[string]role{
 	"metrics-data-source":         {},
 	"core-metrics-extractor":      {},
 	"utilization-detector":        {},
-	// In a profile as upstream's sample of the reporter lists it.
-	"openai-parser": {inProfile: true},
+	// In a profile as upstream's sample of the reporter lists it. The
+	// picker reads both OpenAI HTTP requests and vLLM's gRPC engine API
+	// (Generate, Embed) whichever parser is named, by the request's path.
+	"openai-parser":   {inProfile: true},
+	"vllmgrpc-parser": {inProfile: true},
 	// Upstream's reporter of each response's usage (reporter.go); its
 	// sample lists it in the profile too.
 	attributeReporter: {inProfile: true},
@@ -90,8 +93,7 @@ var instead = map[string]string{
 	"weighted-random-picker":       "policy: {name: power-of-two} or random",
 	"token-load-scorer":            "active-request-scorer, which scores the requests this picker has in flight on each pod by their number (inferpick does not estimate the tokens in flight)",
 	"prefix-cache-affinity-filter": "policy: {name: cache-aware} with cacheAware.mode threshold and matchThreshold",
-	"passthrough-parser":           "openai-parser",
-	"vllmgrpc-parser":              "openai-parser over HTTP",
+	"passthrough-parser":           "openai-parser (vllmgrpc-parser for vLLM's gRPC engine API)",
 	// llm-d's data-parallel handler sends a rank's requests to the pod's
 	// primaryPort, naming the rank in x-data-parallel-host-port.
 	"data-parallel-profile-handler": "one profile without it, each rank's port listed in the InferencePool's targetPorts: the picker routes to each rank's port itself (docs/operations.md, Active ports)",

@@ -316,8 +316,8 @@ func (u *upstream) checkParser(ref *yaml.Node) error {
 	if !ok {
 		return fmt.Errorf("line %d: parser pluginRef %q names no plugin in plugins", ref.Line, ref.Value)
 	}
-	if p.typ != "openai-parser" {
-		return fmt.Errorf("line %d: parser %q (%s) is not supported: inferpick reads OpenAI-style bodies (openai-parser)", ref.Line, p.name, p.typ)
+	if p.typ != "openai-parser" && p.typ != "vllmgrpc-parser" {
+		return fmt.Errorf("line %d: parser %q (%s) is not supported: inferpick reads OpenAI-style bodies (openai-parser) and vLLM's gRPC engine API (vllmgrpc-parser)", ref.Line, p.name, p.typ)
 	}
 	return nil
 }
