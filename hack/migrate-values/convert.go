@@ -649,11 +649,12 @@ func (c *converter) pool() {
 		}
 	}
 	if proto, ok := c.take(p + "modelServerProtocol"); ok && proto == "grpc" {
+		// The picker routes vLLM's gRPC engine API (Generate, Embed) as
+		// upstream's vllmgrpc-parser does, and OpenAI HTTP requests beside.
 		c.set("pool.appProtocol", "kubernetes.io/h2c")
-		c.note("inferencePool.modelServerProtocol grpc: the pool's appProtocol is kubernetes.io/h2c, but the picker parses OpenAI HTTP requests only; gRPC model-server APIs are not routed")
 	}
-	if parser, ok := c.take(p + "parser"); ok && parser != "" && parser != "openai-parser" {
-		c.note("inferencePool.parser %v dropped: the picker parses OpenAI requests", parser)
+	if parser, ok := c.take(p + "parser"); ok && parser != "" && parser != "openai-parser" && parser != "vllmgrpc-parser" {
+		c.note("inferencePool.parser %v dropped: the picker parses OpenAI requests and vLLM's gRPC engine API", parser)
 	}
 	if v, ok := c.take(p + "apiVersion"); ok && v != "inference.networking.k8s.io/v1" {
 		c.note("inferencePool.apiVersion %v dropped: the chart makes an inference.networking.k8s.io/v1 pool", v)

@@ -42,6 +42,16 @@ inferencePool:
 			want:  `pool: {selector: {matchLabels: {app: m}}}`,
 			notes: []string{"/debug/pprof/ is no longer served: the upstream picker serves it by default, inferpick's only with --enable-pprof (add it to picker.extraArgs)"},
 		},
+		"a gRPC pool: h2c, its calls routed as upstream's vllmgrpc-parser routes them": {
+			upstream: `
+inferencePool:
+  modelServerProtocol: grpc
+  parser: vllmgrpc-parser
+  modelServers: {matchLabels: {app: m}}
+`,
+			want:    `pool: {appProtocol: kubernetes.io/h2c, selector: {matchLabels: {app: m}}}`,
+			noNotes: []string{"modelServerProtocol", "parser"},
+		},
 		"pprof asked for in the flags": {
 			upstream: `
 inferenceExtension:
