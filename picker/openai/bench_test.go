@@ -163,3 +163,30 @@ func BenchmarkStreamScanner(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkStreamScannerGRPC reads a streamed gRPC Generate response of
+// 200 chunk messages and the complete one, as they arrive.
+func BenchmarkStreamScannerGRPC(b *testing.B) {
+	var chunks [][]byte
+	total := 0
+	for i := range 200 {
+		chunks = append(chunks, genChunk([]uint64{uint64(1000 + i)}, 2000, uint64(i+1), 1500))
+	}
+	chunks = append(chunks, genComplete(nil, "stop", 2000, 200, 1500))
+	for _, c := range chunks {
+		total += len(c)
+	}
+	var s StreamScanner
+	b.ReportAllocs()
+	b.SetBytes(int64(total))
+	for b.Loop() {
+		s.ResetGRPC(GRPCGenerate)
+		var ev Events
+		for _, c := range chunks {
+			ev |= s.Feed(c)
+		}
+		if !ev.Has(FirstToken|UsageSeen|Done) || s.Usage().CompletionTokens != 200 {
+			b.Fatalf("events %v, usage %+v", ev, s.Usage())
+		}
+	}
+}
