@@ -22,9 +22,12 @@ type Options struct {
 	KVEvents KVEventsConfig
 	// KVEventsWhen is --kv-events-when: when a step's events go out,
 	// EventsAtStepEnd or EventsWhenScheduled.
-	KVEventsWhen     string
-	Host             string
-	Port             int
+	KVEventsWhen string
+	Host         string
+	Port         int
+	// GRPCPort is --grpc-port: where the VllmEngine gRPC API is served
+	// (0 picks a free port); NoGRPC, the default, serves none.
+	GRPCPort         int
 	Model            string
 	BlockSize        int
 	NumGPUBlocks     int
@@ -73,6 +76,9 @@ type Options struct {
 	DataParallelStartRank int
 }
 
+// NoGRPC is the --grpc-port that serves no gRPC API.
+const NoGRPC = -1
+
 // When a step's KV-cache events are published (--kv-events-when).
 const (
 	// EventsAtStepEnd publishes them once the step has run, as current
@@ -97,6 +103,7 @@ func NewOptions() *Options {
 	return &Options{
 		Host:             "127.0.0.1",
 		Port:             8000,
+		GRPCPort:         NoGRPC,
 		Model:            "sim-model",
 		BlockSize:        ec.BlockSize,
 		NumGPUBlocks:     ec.NumGPUBlocks,
@@ -125,6 +132,7 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Host, "host", o.Host, "address to listen on (a loopback address such as 127.0.0.7 is fine)")
 	fs.IntVar(&o.Port, "port", o.Port, "port to listen on; 0 picks a free one")
+	fs.IntVar(&o.GRPCPort, "grpc-port", o.GRPCPort, "port of vLLM's gRPC engine API (service vllm.grpc.engine.VllmEngine, what vLLM's gRPC entrypoint serves on its --port), HTTP/2 cleartext, beside the HTTP API and its /metrics on --port; 0 picks a free one, -1 serves none")
 	fs.StringVar(&o.Model, "model", o.Model, "the model; also its served name unless --served-model-name is given")
 	fs.Func("served-model-name", "names the base model answers to, comma-separated or repeated; the first is echoed in responses and labels the metrics",
 		func(v string) error {
@@ -199,6 +207,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Port < 0 || o.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--port %d out of range", o.Port))
+	}
+	if o.GRPCPort < NoGRPC || o.GRPCPort > 65535 {
+		errs = append(errs, fmt.Errorf("--grpc-port %d out of range", o.GRPCPort))
 	}
 	if o.Model == "" {
 		errs = append(errs, errors.New("--model must not be empty"))

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/engine"
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/faults"
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/server"
@@ -21,6 +23,7 @@ const shutdownGrace = 5 * time.Second
 
 // Run serves until ctx ends. Once listening it prints
 // "vllm-sim listening on http://HOST:PORT" (the real port) to out, after
+// "vllm-sim gRPC listening on HOST:PORT" with a gRPC port, and after
 // "vllm-sim KV events on tcp://HOST:PORT" for each engine when KV-cache
 // events are on ("vllm-sim KV events to tcp://HOST:PORT" when the engines
 // connect to the endpoint), each followed by "vllm-sim KV event replay on
@@ -94,6 +97,12 @@ func serve(ctx context.Context, o *Options, out io.Writer, events []*eventPublis
 		return fmt.Errorf("listen: %w", err)
 	}
 	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	rpc, err := listenGRPC(o, srv, out)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer rpc.stop()
 
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -121,6 +130,7 @@ func serve(ctx context.Context, o *Options, out io.Writer, events []*eventPublis
 	// Stopping the engine ends every stream in flight; stalled ones hold
 	// their connection until the grace period closes it.
 	stopEngine()
+	rpc.stop()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 	defer cancel()
 	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
@@ -130,4 +140,50 @@ func serve(ctx context.Context, o *Options, out io.Writer, events []*eventPublis
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// grpcServing is the gRPC API being served, if any.
+type grpcServing struct {
+	srv    *grpc.Server
+	served chan struct{}
+	once   sync.Once
+}
+
+// listenGRPC serves srv's gRPC API on --grpc-port, unless it is NoGRPC,
+// and announces it on out.
+func listenGRPC(o *Options, srv *server.Server, out io.Writer) (*grpcServing, error) {
+	g := &grpcServing{}
+	if o.GRPCPort == NoGRPC {
+		return g, nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.GRPCPort)))
+	if err != nil {
+		return nil, fmt.Errorf("listen gRPC: %w", err)
+	}
+	g.srv, g.served = srv.NewGRPC(), make(chan struct{})
+	go func() { defer close(g.served); _ = g.srv.Serve(ln) }()
+	if _, err := fmt.Fprintf(out, "vllm-sim gRPC listening on %s\n", ln.Addr()); err != nil {
+		g.stop()
+		return nil, fmt.Errorf("announce: %w", err)
+	}
+	return g, nil
+}
+
+// stop ends the calls in flight within the shutdown grace, then closes
+// the listener and every connection. It may be called more than once.
+func (g *grpcServing) stop() {
+	if g.srv == nil {
+		return
+	}
+	g.once.Do(func() {
+		graceful := make(chan struct{})
+		go func() { defer close(graceful); g.srv.GracefulStop() }()
+		select {
+		case <-graceful:
+		case <-time.After(shutdownGrace):
+			g.srv.Stop()
+			<-graceful
+		}
+		<-g.served
+	})
 }

@@ -45,6 +45,13 @@ func defaultSim() simOptions {
 // ends.
 func startSim(t *testing.T, o simOptions) string {
 	t.Helper()
+	_, url := startServer(t, o)
+	return url
+}
+
+// startServer is startSim that also returns the server.
+func startServer(t *testing.T, o simOptions) (*Server, string) {
+	t.Helper()
 	eng, err := engine.New(o.engine, engine.WithPacer(&engine.WallPacer{Scale: o.scale}))
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
@@ -63,7 +70,7 @@ func startSim(t *testing.T, o simOptions) string {
 		<-done
 		ts.Close()
 	})
-	return ts.URL
+	return srv, ts.URL
 }
 
 func post(ctx context.Context, t *testing.T, url, body string) *http.Response {

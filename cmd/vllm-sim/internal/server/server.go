@@ -83,6 +83,8 @@ type Server struct {
 
 	mu       sync.Mutex
 	adapters []adapter // registered, in registration order
+
+	rpc rpcState // the gRPC API's requests in flight (grpc.go)
 }
 
 // New returns a server for cfg.
