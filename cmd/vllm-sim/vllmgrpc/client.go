@@ -74,8 +74,7 @@ func (g *GenerateStream) Recv() (*GenerateResponse, error) {
 	if err := g.s.RecvMsg(&b); err != nil {
 		return nil, err
 	}
-	r := &GenerateResponse{}
-	return r, r.Unmarshal(b)
+	return decode[GenerateResponse](b)
 }
 
 func (c *Client) invoke(ctx context.Context, method string, req []byte, opts []grpc.CallOption) ([]byte, error) {
@@ -93,8 +92,7 @@ func (c *Client) Embed(ctx context.Context, req *EmbedRequest, opts ...grpc.Call
 	if err != nil {
 		return nil, err
 	}
-	r := &EmbedResponse{}
-	return r, r.Unmarshal(b)
+	return decode[EmbedResponse](b)
 }
 
 // HealthCheck calls HealthCheck.
@@ -103,8 +101,7 @@ func (c *Client) HealthCheck(ctx context.Context, opts ...grpc.CallOption) (*Hea
 	if err != nil {
 		return nil, err
 	}
-	r := &HealthCheckResponse{}
-	return r, r.Unmarshal(b)
+	return decode[HealthCheckResponse](b)
 }
 
 // Abort calls Abort for the requests ids.
@@ -119,8 +116,7 @@ func (c *Client) GetModelInfo(ctx context.Context, opts ...grpc.CallOption) (*Mo
 	if err != nil {
 		return nil, err
 	}
-	r := &ModelInfo{}
-	return r, r.Unmarshal(b)
+	return decode[ModelInfo](b)
 }
 
 // GetServerInfo calls GetServerInfo.
@@ -129,9 +125,20 @@ func (c *Client) GetServerInfo(ctx context.Context, opts ...grpc.CallOption) (*S
 	if err != nil {
 		return nil, err
 	}
-	r := &ServerInfo{}
-	return r, r.Unmarshal(b)
+	return decode[ServerInfo](b)
 }
 
 // Conn returns the connection the client calls on.
 func (c *Client) Conn() grpc.ClientConnInterface { return c.conn }
+
+// decode decodes b as a T.
+func decode[T any, PT interface {
+	*T
+	Unmarshal(b []byte) error
+}](b []byte) (*T, error) {
+	r := PT(new(T))
+	if err := r.Unmarshal(b); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
