@@ -50,6 +50,17 @@ func (p *PoolWrapper) Picker(name string, port int32) *PoolWrapper {
 	return p
 }
 
+// AppProtocol sets the protocol of the target ports, such as
+// inferencev1.AppProtocolH2C for gRPC model servers.
+func (p *PoolWrapper) AppProtocol(proto inferencev1.AppProtocol) *PoolWrapper {
+	p.Spec.AppProtocol = proto
+	return p
+}
+
+// H2C makes the pool's target ports speak HTTP/2 cleartext, as a pool of
+// gRPC model servers does (the upstream chart's modelServerProtocol grpc).
+func (p *PoolWrapper) H2C() *PoolWrapper { return p.AppProtocol(inferencev1.AppProtocolH2C) }
+
 // Obj returns a copy of the pool.
 func (p *PoolWrapper) Obj() *inferencev1.InferencePool { return p.DeepCopy() }
 

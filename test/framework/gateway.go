@@ -22,8 +22,11 @@ type Gateway struct {
 	// URL is the gateway's base URL; Client talks to it.
 	URL    string
 	Client *http.Client
-	mu     sync.Mutex
-	recs   []Record
+	// Addr is its ip:port, where gRPC clients (DialGRPC) reach it over
+	// HTTP/2 cleartext.
+	Addr string
+	mu   sync.Mutex
+	recs []Record
 }
 
 // Record is a gateway record with the wall time the request arrived.
@@ -67,7 +70,8 @@ func startGateway(t testing.TB, newGateway func(...gateway.Option) (*gateway.Gat
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.URL = "http://" + lis.Addr().String()
+	g.Addr = lis.Addr().String()
+	g.URL = "http://" + g.Addr
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan struct{})
 	go func() { defer close(served); _ = g.Serve(ctx, lis) }()

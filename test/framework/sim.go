@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -19,11 +20,31 @@ const SimPackage = "./cmd/vllm-sim"
 // listens.
 const simAnnounce = "vllm-sim listening on http://"
 
+// simGRPCAnnounce is what vllm-sim prints, followed by its gRPC address,
+// before simAnnounce when it serves its gRPC API.
+const simGRPCAnnounce = "vllm-sim gRPC listening on "
+
+// SimGRPCArgs are the simulator arguments that serve vLLM's gRPC engine
+// API on a free port beside HTTP; the started Sim's GRPCAddr is then set.
+var SimGRPCArgs = []string{"--grpc-port", "0"}
+
 // Sim is a vllm-sim process standing in for one model-server pod.
 type Sim struct {
 	*Process
-	// Addr is the ip:port it serves on.
+	// Addr is the ip:port it serves HTTP (and /metrics) on.
 	Addr string
+	// GRPCAddr is the ip:port of its VllmEngine gRPC API, "" unless it was
+	// started with --grpc-port (SimGRPCArgs).
+	GRPCAddr string
+}
+
+// grpcAddr reads the gRPC address p announced, when args asked for one;
+// p has announced its HTTP address already, which comes after it.
+func grpcAddr(ctx context.Context, p *Process, args []string) (string, error) {
+	if !slices.Contains(args, "--grpc-port") {
+		return "", nil
+	}
+	return p.WaitFor(ctx, Timeout, simGRPCAnnounce)
 }
 
 // StartSim runs the simulator bin on host:port (port 0: any) with args
@@ -39,10 +60,13 @@ func StartSim(ctx context.Context, bin, host string, port int, log string, args 
 		return nil, err
 	}
 	addr, err := p.WaitFor(ctx, Timeout, simAnnounce)
-	if err != nil {
-		return nil, fmt.Errorf("%w (and %w)", err, p.Stop(5*time.Second))
+	if err == nil {
+		var g string
+		if g, err = grpcAddr(ctx, p, args); err == nil {
+			return &Sim{Process: p, Addr: addr, GRPCAddr: g}, nil
+		}
 	}
-	return &Sim{Process: p, Addr: addr}, nil
+	return nil, fmt.Errorf("%w (and %w)", err, p.Stop(5*time.Second))
 }
 
 // StartSimT is StartSim for a test: the test's cleanup stops it.
@@ -57,7 +81,11 @@ func StartSimT(t testing.TB, bin, host string, port int, args ...string) *Sim {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Sim{Process: p, Addr: addr}
+	g, err := grpcAddr(t.Context(), p, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Sim{Process: p, Addr: addr, GRPCAddr: g}
 }
 
 // SimStats is the part of GET /sim/stats the suites read: totals since the
