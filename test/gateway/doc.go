@@ -30,7 +30,9 @@
 //     is ip:port[,ip:port...], the first valid address serves the first attempt and
 //     the following ones serve retries.
 //   - The upstream request is plain HTTP to that address with the same path and the
-//     original authority, its body streamed from the picker's body replies.
+//     original authority, its body streamed from the picker's body replies:
+//     HTTP/1.1, or HTTP/2 cleartext when the pool's appProtocol is
+//     kubernetes.io/h2c (WithAppProtocol) or the request is gRPC.
 //   - The response goes back through the same stream: response_headers (with :status
 //     and metadata_context envoy.lb/x-gateway-destination-endpoint-served), then the
 //     upstream body as response_body chunks; the picker's streamed replies are
@@ -75,6 +77,25 @@
 // stream is half-closed and the picker gets a grace period to finish, like Envoy's
 // graceful close.
 //
-// Not implemented: request and response trailers, BUFFERED body modes, mode
-// overrides, override_message_timeout, attributes.
+// # gRPC
+//
+// The listener takes HTTP/1.1 and HTTP/2 cleartext with prior knowledge, so
+// gRPC clients reach the gateway on its plain address. A request whose
+// content-type is application/grpc (or application/grpc+codec) is a gRPC
+// request, as Envoy tells one: it goes upstream over h2c with te: trailers,
+// and the upstream's trailers (grpc-status, grpc-message) reach the client
+// after the body; the processor sees the body end when the upstream's
+// stream ends, as Envoy sends an empty end_of_stream chunk when trailers
+// arrive and are not sent to the processor. A trailers-only upstream answer
+// stays trailers-only. Every local reply to a gRPC request, an
+// ImmediateResponse included, is what Envoy's sendLocalReply makes of it: a
+// trailers-only response, :status 200 and content-type application/grpc,
+// whose grpc-status is the ImmediateResponse's grpc_status when set and
+// otherwise the HTTP status mapped as Envoy's Grpc::Utility::httpToGrpcStatus
+// does (400 INTERNAL, 401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 404
+// UNIMPLEMENTED, 429, 502, 503 and 504 UNAVAILABLE, anything else UNKNOWN),
+// and whose grpc-message is the body, percent-encoded.
+//
+// Not implemented: request trailers, response trailers sent to the processor,
+// BUFFERED body modes, mode overrides, override_message_timeout, attributes.
 package gateway

@@ -34,6 +34,9 @@ type flow struct {
 	// unprocessed is set when FailOpen lets the request continue without the picker.
 	unprocessed bool
 	wroteHeader bool
+	// grpc is set for a gRPC request: its local replies are trailers-only
+	// gRPC responses and its upstream speaks HTTP/2.
+	grpc bool
 }
 
 type pumpResult struct {

@@ -21,6 +21,7 @@ type Gateway struct {
 	o         options
 	pickers   *pickers
 	transport *http.Transport
+	h2c       *http.Transport // upstream HTTP/2 cleartext (WithAppProtocol, gRPC)
 	c         counters
 
 	base       context.Context
@@ -100,6 +101,12 @@ func NewCluster(pickerAddrs []string, opts ...Option) (*Gateway, error) {
 			MaxIdleConnsPerHost: 256,
 			IdleConnTimeout:     90 * time.Second,
 		},
+		h2c: &http.Transport{
+			DialContext:        (&net.Dialer{Timeout: o.connectTimeout}).DialContext,
+			DisableCompression: true,
+			IdleConnTimeout:    90 * time.Second,
+			Protocols:          h2cOnly(),
+		},
 		base:       base,
 		cancelBase: cancel,
 	}
@@ -112,7 +119,7 @@ func (g *Gateway) Counters() Counters { return g.c.snapshot() }
 // ServeHTTP handles one downstream request.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.c.requests.Add(1)
-	f := &flow{g: g, w: w, r: r, start: g.o.clock.Now()}
+	f := &flow{g: g, w: w, r: r, start: g.o.clock.Now(), grpc: isGRPC(r)}
 	f.rec.Method, f.rec.Path = r.Method, r.URL.RequestURI()
 	defer f.finish()
 	f.serve(r.Context())
@@ -126,7 +133,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Serve serves HTTP on lis until ctx ends, then shuts the server down.
 func (g *Gateway) Serve(ctx context.Context, lis net.Listener) error {
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	// HTTP/1.1 and HTTP/2 cleartext with prior knowledge, which is how gRPC
+	// clients talk to a plaintext listener.
+	protocols := h2cOnly()
+	protocols.SetHTTP1(true)
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, Protocols: protocols}
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -151,6 +162,7 @@ func (g *Gateway) Close() error {
 	g.cancelBase()
 	g.closers.Wait()
 	g.transport.CloseIdleConnections()
+	g.h2c.CloseIdleConnections()
 	return g.pickers.close()
 }
 
@@ -169,4 +181,20 @@ func (g *Gateway) closeStream(x *exchange, cancel context.CancelFunc) {
 	case <-grace.C():
 	case <-g.base.Done():
 	}
+}
+
+// h2cOnly is the protocol set of HTTP/2 cleartext alone.
+func h2cOnly() *http.Protocols {
+	p := &http.Protocols{}
+	p.SetUnencryptedHTTP2(true)
+	return p
+}
+
+// upstream returns the transport of a request: HTTP/2 cleartext for an h2c
+// pool or a gRPC request, HTTP/1.1 otherwise.
+func (g *Gateway) upstream(grpcRequest bool) *http.Transport {
+	if grpcRequest || g.o.appProtocol == AppProtocolH2C {
+		return g.h2c
+	}
+	return g.transport
 }

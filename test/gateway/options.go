@@ -69,6 +69,7 @@ type options struct {
 	subsetHint      func(*http.Request) ([]string, bool)
 	cluster         PickerCluster
 	headerRouting   bool
+	appProtocol     string
 }
 
 func defaultOptions() options {

@@ -12,6 +12,9 @@ type Record struct {
 	// Status is the status written to the client; 0 when the client went away or
 	// the downstream stream was reset before any status.
 	Status int
+	// GRPCStatus is the grpc-status sent to a gRPC client, in the trailers or
+	// in a trailers-only response ("" when none was).
+	GRPCStatus string
 	// ExtProcStreams is the number of ext_proc streams opened: 1, or 0 when the
 	// stream could not be opened.
 	ExtProcStreams int

@@ -42,7 +42,7 @@ func (f *flow) respond(ctx context.Context, resp *http.Response, served string) 
 		f.processingError(err)
 		return
 	}
-	f.writeHeaders(h)
+	f.writeHeaders(h, hasBody)
 	if !hasBody {
 		return
 	}
@@ -66,6 +66,7 @@ func (f *flow) respond(ctx context.Context, resp *http.Response, served string) 
 		b, err := x.respBody.next(ctx, i)
 		if errors.Is(err, io.EOF) {
 			upstreamDone()
+			f.writeTrailers(resp)
 			return
 		}
 		if err != nil {
@@ -128,12 +129,15 @@ func (e *upstreamResetError) Unwrap() error { return e.err }
 func (f *flow) passthrough(resp *http.Response, served string) {
 	defer resp.Body.Close()
 	f.rec.Served = served
-	f.writeHeaders(responseHeaders(resp))
+	f.writeHeaders(responseHeaders(resp), bodyExpected(f.r.Method, resp))
 	buf := make([]byte, f.g.o.chunkSize)
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
 			f.writeBody(buf[:n])
+		}
+		if errors.Is(err, io.EOF) {
+			f.writeTrailers(resp)
 		}
 		if err != nil {
 			return
@@ -152,6 +156,14 @@ func (f *flow) writeImmediate(imm *extprocv3.ImmediateResponse) {
 	if status < 200 {
 		status = http.StatusOK
 	}
+	if f.grpc {
+		h := grpcLocalReply(status, imm.GetGrpcStatus(), string(imm.GetBody()))
+		if _, err := applyMutation(h, imm.GetHeaders(), false); err != nil {
+			h = grpcLocalReply(status, imm.GetGrpcStatus(), string(imm.GetBody()))
+		}
+		f.writeGRPCReply(h)
+		return
+	}
 	h := &headerList{}
 	h.add(":status", strconv.Itoa(status))
 	if _, err := applyMutation(h, imm.GetHeaders(), false); err != nil {
@@ -165,6 +177,10 @@ func (f *flow) writeImmediate(imm *extprocv3.ImmediateResponse) {
 func (f *flow) localReply(status int, body string) {
 	if f.wroteHeader {
 		f.resetAfterHeaders()
+		return
+	}
+	if f.grpc {
+		f.writeGRPCReply(grpcLocalReply(status, nil, body))
 		return
 	}
 	h := &headerList{}
@@ -190,8 +206,10 @@ func (f *flow) finalReply(h *headerList, body []byte) {
 }
 
 // writeHeaders writes processed response headers; content-length is dropped as
-// Envoy does in FULL_DUPLEX_STREAMED mode unless allowed.
-func (f *flow) writeHeaders(h *headerList) {
+// Envoy does in FULL_DUPLEX_STREAMED mode unless allowed. The headers of a
+// gRPC response without a body are not flushed, so that they end the stream
+// as the trailers-only response they are.
+func (f *flow) writeHeaders(h *headerList, hasBody bool) {
 	hdr := f.w.Header()
 	for k, v := range h.httpHeader() {
 		hdr[k] = v
@@ -202,6 +220,9 @@ func (f *flow) writeHeaders(h *headerList) {
 	f.status(h)
 	f.w.WriteHeader(f.rec.Status)
 	f.wroteHeader = true
+	if f.grpc && !hasBody {
+		return
+	}
 	_ = http.NewResponseController(f.w).Flush()
 }
 
@@ -209,6 +230,9 @@ func (f *flow) status(h *headerList) {
 	f.rec.Status = http.StatusBadGateway
 	if code, err := strconv.Atoi(h.get(":status")); err == nil {
 		f.rec.Status = code
+	}
+	if s := h.get("grpc-status"); s != "" {
+		f.rec.GRPCStatus = s
 	}
 }
 

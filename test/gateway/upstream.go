@@ -42,7 +42,7 @@ func (f *flow) forward(ctx context.Context, h *headerList, endpoints []string, b
 		if err != nil {
 			return nil, "", err
 		}
-		resp, err := f.g.transport.RoundTrip(req)
+		resp, err := f.g.upstream(f.grpc).RoundTrip(req)
 		if err != nil {
 			if ctx.Err() != nil || (!f.unprocessed && f.stoppedEarly()) {
 				return nil, "", err
@@ -96,6 +96,9 @@ func (f *flow) upstreamRequest(ctx context.Context, h *headerList, ep string, bo
 		}
 	}
 	req.Header.Del("Content-Length")
+	if f.grpc {
+		req.Header.Set("Te", "trailers") // the one te Envoy forwards, which gRPC servers expect
+	}
 	return req, nil
 }
 
@@ -107,6 +110,10 @@ func isConnectFailure(err error) bool {
 // routerReply is a local reply of Envoy's router; like an upstream response it
 // still goes through the ext_proc response path.
 func (f *flow) routerReply(status int, text string) *http.Response {
+	if f.grpc {
+		h := grpcLocalReply(status, nil, text)
+		return &http.Response{StatusCode: http.StatusOK, Header: h.httpHeader(), ContentLength: 0, Body: http.NoBody}
+	}
 	return &http.Response{
 		StatusCode:    status,
 		Header:        http.Header{"Content-Type": {"text/plain"}, "Content-Length": {strconv.Itoa(len(text))}},

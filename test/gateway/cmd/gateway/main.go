@@ -36,6 +36,7 @@ type options struct {
 	healthService   string
 	healthInterval  time.Duration
 	healthTimeout   time.Duration
+	appProtocol     string
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
@@ -51,6 +52,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxAttempts, "max-attempts", gateway.DefaultRetryPolicy.MaxAttempts, "upstream attempts per request, the first included")
 	fs.StringVar(&o.retryOn, "retry-on", "5xx,connect-failure", "comma list of 5xx, connect-failure (empty: no retries)")
 	fs.BoolVar(&o.allowCL, "allow-content-length", false, "keep content-length on forwarded messages")
+	fs.StringVar(&o.appProtocol, "app-protocol", "http", `the InferencePool's appProtocol: "kubernetes.io/h2c" sends every request upstream over HTTP/2 cleartext (gRPC requests go over it whatever this says)`)
 	fs.StringVar(&o.pickerHealth, "picker-health", "", "the pickers' gRPC health addresses, comma-separated in the order of --picker: each is checked every --health-check-interval and takes no stream while it does not answer SERVING (empty: no checks)")
 	fs.StringVar(&o.healthService, "health-check-service", "readiness", "service name the health checks ask about")
 	fs.DurationVar(&o.healthInterval, "health-check-interval", time.Second, "time between two health checks of a picker")
@@ -104,6 +106,7 @@ func (o *options) gatewayOptions() ([]gateway.Option, error) {
 		gateway.WithChunkSize(o.chunkSize),
 		gateway.WithRetryPolicy(policy),
 		gateway.WithAllowContentLength(o.allowCL),
+		gateway.WithAppProtocol(o.appProtocol),
 	}
 	if o.pickerHealth != "" {
 		cluster := gateway.DefaultPickerCluster
