@@ -8,6 +8,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/inferpick/inferpick/cmd/vllm-sim/vllmgrpc"
 )
 
 func TestRunAnnouncesServesAndStops(t *testing.T) {
@@ -53,6 +58,51 @@ func TestRunAnnouncesServesAndStops(t *testing.T) {
 	}
 }
 
+func TestRunServesTheGRPCAPIBesideHTTP(t *testing.T) {
+	o := NewOptions()
+	fs := flag.NewFlagSet("vllm-sim", flag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--host", "127.0.0.7", "--port", "0", "--grpc-port", "0", "--model", "m", "--time-scale", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := Run(ctx, o, pw)
+		pw.Close()
+		done <- err
+	}()
+	br := bufio.NewReader(pr)
+	var lines []string
+	for range 2 {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the announcements: %v", err)
+		}
+		lines = append(lines, strings.TrimSpace(line))
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	addr, ok := strings.CutPrefix(lines[0], "vllm-sim gRPC listening on ")
+	if !ok || !strings.HasPrefix(addr, "127.0.0.7:") || strings.HasSuffix(addr, ":0") || !strings.HasPrefix(lines[1], "vllm-sim listening on http://") {
+		t.Fatalf("announcements %q, want the gRPC address on 127.0.0.7, then the HTTP one", lines)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	info, err := vllmgrpc.NewClient(conn).GetModelInfo(ctx)
+	if err != nil || info.ModelPath != "m" {
+		t.Errorf("GetModelInfo: %+v, %v; want model_path m", info, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run after stop: %v", err)
+	}
+}
+
 func TestValidate(t *testing.T) {
 	cases := map[string]struct {
 		args    []string
@@ -85,6 +135,9 @@ func TestValidate(t *testing.T) {
 		"negative transfer cost": {args: []string{"--kv-transfer-us-per-block", "-1"}, wantErr: true},
 		"no prefill time":        {args: []string{"--prefill-timeout", "0s"}, wantErr: true},
 		"negative window":        {args: []string{"--hybrid-sliding-window", "-128"}, wantErr: true},
+		"a gRPC port":            {args: []string{"--grpc-port", "50051"}},
+		"gRPC port out of range": {args: []string{"--grpc-port", "65536"}, wantErr: true},
+		"gRPC port below -1":     {args: []string{"--grpc-port", "-2"}, wantErr: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
