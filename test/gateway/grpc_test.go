@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -218,5 +219,33 @@ func TestGRPCImmediateResponseIsTrailersOnly(t *testing.T) {
 				t.Errorf("record: immediate %v status %d grpc-status %q; want an immediate 200 with grpc-status %d", rec.Immediate, rec.Status, rec.GRPCStatus, tc.wantCode)
 			}
 		})
+	}
+}
+
+func TestGRPCClientCancelReachesTheModelServer(t *testing.T) {
+	sim := startSim(t, "--time-scale", "1") // 20 ms a token: 500 tokens take 10 s
+	gw := framework.StartGatewayT(t, startRouteTo(t, &routeTo{endpoint: sim.GRPCAddr}), gateway.WithAppProtocol(gateway.AppProtocolH2C))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	s, err := framework.DialGRPC(t, gw.Addr).Generate(ctx, framework.GenerateRequest("long", "a long answer", 500, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Recv(); err != nil || r.Chunk == nil {
+		t.Fatalf("first response %v, %v; want a chunk", r, err)
+	}
+	cancel()
+	framework.Eventually(t, framework.Timeout, "the model server aborting the request", func() error {
+		st, err := sim.Stats(t.Context())
+		if err != nil {
+			return err
+		}
+		if st.Aborted != 1 || st.Running != 0 {
+			return fmt.Errorf("aborted %d running %d, want 1 and 0", st.Aborted, st.Running)
+		}
+		return nil
+	})
+	if rec := gw.WaitRecords(t, 1)[0]; !rec.ClientGone {
+		t.Errorf("record %+v, want the client gone", rec)
 	}
 }
