@@ -49,8 +49,8 @@ func portsOf(pool *inferencev1.InferencePool) []int32 {
 
 // readPodEndpoints reads the pod key from the cache, without copying it, and
 // returns its endpoints: none when it is gone, does not match sel (nil
-// matches every pod) or does not run (podEndpoints). Each carries the range
-// of the pod's context-length label that pods reads (podSet.withContext).
+// matches every pod) or does not run (podEndpoints). Each carries the
+// labels pods reads (podSet.withLabels).
 func readPodEndpoints(ctx context.Context, reader client.Reader, key types.NamespacedName, sel labels.Selector, ports []int32, pods *podSet) ([]registry.Endpoint, error) {
 	pod := &corev1.Pod{}
 	if err := reader.Get(ctx, key, pod, client.UnsafeDisableDeepCopy); err != nil {
@@ -62,7 +62,20 @@ func readPodEndpoints(ctx context.Context, reader client.Reader, key types.Names
 	if sel != nil && !sel.Matches(labels.Set(pod.Labels)) {
 		return nil, nil
 	}
-	return pods.withContext(ctx, podEndpoints(ports, pod), pod), nil
+	return pods.withLabels(ctx, podEndpoints(ports, pod), pod), nil
+}
+
+// withLabels sets on eps, the endpoints of pod, the values of the labels
+// the policy's label filters read (s.labelKeys, registry.LabelsOf) and the
+// range of its context-length label (withContext).
+func (s *podSet) withLabels(ctx context.Context, eps []registry.Endpoint, pod *corev1.Pod) []registry.Endpoint {
+	if len(s.labelKeys) > 0 && len(eps) > 0 {
+		l := registry.LabelsOf(s.labelKeys, pod.Labels)
+		for i := range eps {
+			eps[i].Labels = l
+		}
+	}
+	return s.withContext(ctx, eps, pod)
 }
 
 // withContext sets on eps, the endpoints of pod, the prompt lengths the

@@ -38,6 +38,9 @@ type podSet struct {
 	// contextLabel is the pods' context-length label read into their
 	// endpoints; "" reads none.
 	contextLabel string
+	// labelKeys are the pod labels the policy's label filters read,
+	// sorted; their values reach the endpoints' Labels.
+	labelKeys []string
 	// unparsed is, by pod, the value of its context-length label that did
 	// not parse and was logged at the default verbosity.
 	unparsed map[types.NamespacedName]string
@@ -90,7 +93,7 @@ func (s *podSet) reset(ctx context.Context, ports []int32, pods []corev1.Pod) {
 	s.count = 0
 	all := make([]registry.Endpoint, 0, len(pods)*len(ports))
 	for i := range pods {
-		eps := s.withContext(ctx, podEndpoints(ports, &pods[i]), &pods[i])
+		eps := s.withLabels(ctx, podEndpoints(ports, &pods[i]), &pods[i])
 		if len(eps) == 0 {
 			continue
 		}

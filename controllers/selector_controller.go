@@ -29,6 +29,10 @@ type SelectorOptions struct {
 	// ContextLengthLabel is the pod label read as the prompt lengths a pod
 	// is meant for (policy.ContextLengthConfig); "" reads none.
 	ContextLengthLabel string
+	// FilterLabels are the pod labels the policy's label filters read
+	// (policy.Config.LabelKeys), sorted: their values reach each
+	// endpoint's Labels, in that order. Nil reads none.
+	FilterLabels []string
 }
 
 // Validate reports what is missing in o.
@@ -107,6 +111,7 @@ func SetupSelectorWithManager(mgr ctrl.Manager, opts SelectorOptions, sink Endpo
 	}
 	r := &SelectorReconciler{reader: mgr.GetClient(), sink: sink, opts: opts, pods: newPodSet(sink)}
 	r.pods.contextLabel = opts.ContextLengthLabel
+	r.pods.labelKeys = opts.FilterLabels
 	all := request{NamespacedName: types.NamespacedName{Namespace: opts.Namespace, Name: "selected-pods"}}
 	// One list at start marks the sink synced, even when no pod matches.
 	initial := source.TypedFunc[request](func(_ context.Context, q workqueue.TypedRateLimitingInterface[request]) error {

@@ -50,6 +50,10 @@ type PoolReconcilerOptions struct {
 	// ContextLengthLabel is the pod label read as the prompt lengths a pod
 	// is meant for (policy.ContextLengthConfig); "" reads none.
 	ContextLengthLabel string
+	// FilterLabels are the pod labels the policy's label filters read
+	// (policy.Config.LabelKeys), sorted: their values reach each
+	// endpoint's Labels, in that order. Nil reads none.
+	FilterLabels []string
 }
 
 // Validate reports what is missing or unsupported in o.
@@ -131,6 +135,7 @@ func SetupWithManager(mgr ctrl.Manager, opts PoolReconcilerOptions, sink Endpoin
 		pods:     newPodSet(sink),
 	}
 	r.pods.contextLabel = opts.ContextLengthLabel
+	r.pods.labelKeys = opts.FilterLabels
 	poolReq := request{NamespacedName: opts.Pool}
 	toPool := func(context.Context, client.Object) []request { return []request{poolReq} }
 	isPool := predicate.NewPredicateFuncs(func(o client.Object) bool {

@@ -52,8 +52,9 @@ var (
 	errNoDecoders   = errors.New("no ready endpoint of the pool decodes (llm-d.ai/role)")
 	errEmptySubset  = errors.New("no endpoint of the pool is in the gateway's subset")
 	errParked       = errors.New("the endpoints that serve the model are not ready")
+	errUnlabelled   = errors.New("no ready endpoint of the pool passes the policy's label filters")
 	errNotAdmitted  = []error{flowcontrol.ErrQueueFull, flowcontrol.ErrTimeout, flowcontrol.ErrEvicted, flowcontrol.ErrShed, flowcontrol.ErrStopped}
-	errStatusByKind = map[error]int{errSaturated: 429, errNoPick: 503, errNoEndpoints: 503, errNoDecoders: 503, errEmptySubset: 503, errParked: 503}
+	errStatusByKind = map[error]int{errSaturated: 429, errNoPick: 503, errNoEndpoints: 503, errNoDecoders: 503, errEmptySubset: 503, errParked: 503, errUnlabelled: 503}
 )
 
 // modelNotServedError reports that no ready endpoint of the pool serves the
@@ -219,6 +220,8 @@ func (x *exchange) tryPick() (bool, error) {
 		return false, modelNotServedError{model: x.pick.Model}
 	case errors.Is(err, policy.ErrContextLength):
 		return false, contextLengthError{tokens: x.pick.Tokens, tooLong: errors.Is(err, policy.ErrPromptTooLong)}
+	case errors.Is(err, policy.ErrLabelFilter):
+		return false, errUnlabelled
 	case err != nil || len(picked) == 0:
 		return false, errNoPick
 	}

@@ -63,12 +63,13 @@ func (x *exchange) disaggregate() {
 		return
 	}
 	// The session keeps the decode pod; the prefill pod is the policy's
-	// choice among those with room (no overflow past the thresholds). The
+	// choice among those with room (no overflow past the thresholds) that
+	// the prefill stage's label filters keep. The
 	// gateway's subset hint names where it may send the request, and the
 	// prefill pod is reached by the sidecar.
 	x.prePick = x.pick
 	x.prePick.Session, x.prePick.SessionID = nil, sessiontoken.ID{}
-	x.prePick.Subset, x.prePick.Overflow, x.prePick.Exclude = false, false, decode
+	x.prePick.Subset, x.prePick.Overflow, x.prePick.Exclude, x.prePick.Prefill = false, false, decode, true
 	picked, err := x.runPicker(&x.preBuf, &x.prePick, prefillers, 1)
 	x.prePick = policy.Request{}        // it aliases the body
 	if err != nil || len(picked) == 0 { // the pick never returns Exclude

@@ -31,6 +31,10 @@ type WorkerView struct {
 	// contextLength reads it; absent without a label, or with one that does
 	// not parse.
 	ContextLength string `json:"contextLength,omitempty"`
+	// Labels are the pod's labels that the policy's label filters read
+	// (labelFilters, disaggregation.prefillLabelFilters), as the pod
+	// carries them now; absent when it carries none of them.
+	Labels map[string]string `json:"labels,omitempty"`
 	// Engines are the data-parallel engines the server fronts behind the
 	// port, by the index its metrics label each with; absent for engine 0
 	// alone.
@@ -131,7 +135,8 @@ func Snapshot(reg SyncedWorkers, now time.Time, held HeldBlocks) WorkersView {
 		p, d := w.Load()
 		wv := WorkerView{
 			Name: ep.Name, Namespace: ep.Namespace, UID: ep.Key.UID, Address: w.Address(), Rank: ep.Rank, Role: ep.Role.String(), ContextLength: ep.Context.String(),
-			Load: p + d, Prefill: p, Decode: d,
+			Labels: ep.Labels.Map(),
+			Load:   p + d, Prefill: p, Decode: d,
 		}
 		if since, ok := w.ParkedSince(); ok {
 			wv.Parked, wv.ParkedSince = true, &since

@@ -71,6 +71,13 @@ type Config struct {
 	// against the range each pod's label gives (contextlength.go); nil
 	// turns it off.
 	ContextLength *ContextLengthConfig `json:"contextLength,omitempty" yaml:"contextLength,omitempty"`
+
+	// LabelFilters keep, of a request's candidates, the pods whose labels
+	// every one of them selects (labels.go): llm-d's by-label and
+	// by-label-selector filters. Under Disaggregation they apply to the
+	// pick of the pod that decodes; the prefill pod's pick takes
+	// Disaggregation.PrefillLabelFilters.
+	LabelFilters []LabelFilter `json:"labelFilters,omitempty" yaml:"labelFilters,omitempty"`
 }
 
 // RoleLabel is the pod label that says which stages of a request a pod
@@ -95,6 +102,10 @@ type DisaggregationConfig struct {
 	// MinUncachedTokens is the shortest uncached prompt, in tokens, that
 	// is prefilled apart; 0 prefills every request apart.
 	MinUncachedTokens int `json:"minUncachedTokens,omitempty" yaml:"minUncachedTokens,omitempty"`
+	// PrefillLabelFilters keep, of the pods that prefill, those whose
+	// labels every one of them selects, for the prefill pod's pick alone
+	// (Config.LabelFilters are the decode pod's).
+	PrefillLabelFilters []LabelFilter `json:"prefillLabelFilters,omitempty" yaml:"prefillLabelFilters,omitempty"`
 }
 
 // Modes of session affinity.
@@ -402,6 +413,10 @@ func (c Config) Validate() error {
 	errs = append(errs, c.validateContextLength()...)
 	if d := c.Disaggregation; d != nil && d.MinUncachedTokens < 0 {
 		bad("disaggregation.minUncachedTokens", d.MinUncachedTokens, "≥ 0")
+	}
+	errs = append(errs, validateLabelFilters("labelFilters", c.LabelFilters)...)
+	if d := c.Disaggregation; d != nil {
+		errs = append(errs, validateLabelFilters("disaggregation.prefillLabelFilters", d.PrefillLabelFilters)...)
 	}
 	if c.Index.DefaultCapacityBlocks < 0 {
 		bad("index.defaultCapacityBlocks", c.Index.DefaultCapacityBlocks, "≥ 0")

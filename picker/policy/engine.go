@@ -61,6 +61,9 @@ type pick struct {
 	// (contextlength.go).
 	outOfRange   int
 	shortOfRange bool
+	// unlabelled counts the candidates the stage's label filters left
+	// out (labels.go).
+	unlabelled int
 }
 
 // rand returns the next number of the pick's private generator.
@@ -103,6 +106,10 @@ type engine struct {
 	// ranged: the candidates are filtered by the prompt's length
 	// (contextLength.filter).
 	ranged bool
+	// labels are the label filters of a request's pick (Config.LabelFilters)
+	// and of a prefill pick (DisaggregationConfig.PrefillLabelFilters); nil
+	// keeps every worker.
+	labels, prefillLabels labelMatcher
 }
 
 var _ Policy = (*engine)(nil)
@@ -114,6 +121,11 @@ func newEngine(cfg Config, o options, r ranker) *engine {
 	}
 	if cl := cfg.ContextLength; cl != nil {
 		e.ranged = cl.Filter
+	}
+	keys := cfg.LabelKeys()
+	e.labels = newLabelMatcher(cfg.LabelFilters, keys)
+	if d := cfg.Disaggregation; d != nil {
+		e.prefillLabels = newLabelMatcher(d.PrefillLabelFilters, keys)
 	}
 	e.pool.New = func() any { return &pick{matched: map[uint32]int{}} }
 	return e
@@ -141,7 +153,7 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 		e.pool.Put(p)
 	}()
 	p.req, p.blocks, p.hashed, p.ordered, p.keyed, p.adapterSet, p.over, p.cold = req, 0, false, false, false, false, false, false
-	p.outOfRange, p.shortOfRange = 0, false
+	p.outOfRange, p.shortOfRange, p.unlabelled = 0, false, 0
 	e.mu.Lock()
 	p.rng = e.rnd.Uint64()
 	e.mu.Unlock()
@@ -183,6 +195,8 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 			return dst, ErrSaturated
 		case p.outOfRange > 0:
 			return dst, p.rangeError()
+		case p.unlabelled > 0:
+			return dst, ErrLabelFilter
 		}
 		return dst, ErrNoCandidates
 	}
@@ -200,8 +214,8 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 }
 
 // admit makes candidates of the workers of ws that are live, serve the
-// model, take its prompt's length (with contextLength.filter) and have
-// room for the request, and returns how many had none. With
+// model, take its prompt's length (with contextLength.filter), pass the
+// label filters of the pick's stage and have room for the request, and returns how many had none. With
 // Request.Overflow and none with room, the candidates are those past the
 // queue and KV-cache thresholds alone, and p.over is set.
 func (e *engine) admit(p *pick, ws []*registry.Worker, filter *modelFilter, now time.Time) (saturated int) {
@@ -223,6 +237,9 @@ func (e *engine) admitOne(p *pick, w *registry.Worker, filter *modelFilter, now 
 	if w == nil || w == p.req.Exclude || !w.Live() || !filter.admits(w) || e.ranged && !p.inRange(w) {
 		return false
 	}
+	if m := e.stageLabels(p.req); m != nil && !p.labelled(m, w) {
+		return false
+	}
 	m := w.Metrics()
 	if m != nil && !m.Fresh(now, e.cfg.MetricsStaleness.Duration) {
 		m = nil
@@ -240,6 +257,15 @@ func (e *engine) admitOne(p *pick, w *registry.Worker, filter *modelFilter, now 
 	}
 	p.cands = append(p.cands, candidate{w: w, metrics: m, tie: p.rand()})
 	return false
+}
+
+// stageLabels returns the label filters of req's pick: the prefill
+// stage's for a prefill pick, else the request's.
+func (e *engine) stageLabels(req *Request) labelMatcher {
+	if req.Prefill {
+		return e.prefillLabels
+	}
+	return e.labels
 }
 
 // dropCandidates empties the pick's candidates.

@@ -77,6 +77,10 @@ type Request struct {
 	// request is decoded on, when the pick looks for another pod to
 	// prefill its prompt (Config.Disaggregation).
 	Exclude *registry.Worker
+	// Prefill says the pick is of a pod to prefill another's request
+	// (Config.Disaggregation): DisaggregationConfig.PrefillLabelFilters
+	// apply to it, not Config.LabelFilters.
+	Prefill bool
 }
 
 // Hashes is a prompt's block hashes, computed by the policy for one

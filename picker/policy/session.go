@@ -19,7 +19,7 @@ func (e *engine) markSession(p *pick, all []*registry.Worker, sampled bool, filt
 	var pod sessionPod
 	switch {
 	case e.ids && p.req.SessionID.Valid():
-		if pod.w = idPod(p.req.SessionID, all, filter, e.ranged, p.req.Tokens); pod.w == nil {
+		if pod.w = idPod(p.req.SessionID, all, filter, e.ranged, p.req.Tokens, e.stageLabels(p.req)); pod.w == nil {
 			return false
 		}
 	case !e.ids && p.req.Session.Valid():
@@ -66,17 +66,17 @@ func (s *sessionPod) has(w *registry.Worker) bool {
 
 // idPod returns a worker of the pod a session id goes to, nil when there
 // is none: of the pods with a worker in all that is live, serves the
-// model and (ranged) takes a prompt of tokens tokens (contextLength.filter),
-// the heaviest in the id's rendezvous order (prefix.Rendezvous of
+// model, (ranged) takes a prompt of tokens tokens (contextLength.filter)
+// and passes the label filters labels, the heaviest in the id's rendezvous order (prefix.Rendezvous of
 // the id and the pod's namespace/name, every port of a pod alike). Load
 // plays no part, so every picker replica chooses the same pod without a
 // word to the others, and a pod that leaves moves only the ids that were
 // its own; a pod saturated for the request leaves the pick as usual.
-func idPod(id session.ID, all []*registry.Worker, filter *modelFilter, ranged bool, tokens int) *registry.Worker {
+func idPod(id session.ID, all []*registry.Worker, filter *modelFilter, ranged bool, tokens int, labels labelMatcher) *registry.Worker {
 	var best *registry.Worker
 	var weight uint64
 	for _, w := range all {
-		if w == nil || !w.Live() || !filter.admits(w) || ranged && !w.ContextRange().Holds(tokens) {
+		if w == nil || !w.Live() || !filter.admits(w) || ranged && !w.ContextRange().Holds(tokens) || !labels.admits(w.Labels()) {
 			continue
 		}
 		if r := prefix.Rendezvous(id.Key(), w.PodKey()); best == nil || r > weight {

@@ -217,6 +217,7 @@ func (r *Registry) upsertLocked(ep Endpoint, c *change) {
 			old.rank.Store(int64(ep.Rank))
 			old.ownMetrics.Store(ep.OwnMetrics)
 			old.context.Store(ep.Context.pack())
+			old.setLabels(ep.Labels)
 			if Role(old.role.Swap(uint32(ep.Role))) != ep.Role {
 				c.roles = true
 			}

@@ -62,6 +62,10 @@ type Endpoint struct {
 	// context-length label, when the policy reads one). A worker whose
 	// endpoint changes in this alone is kept and takes the new value.
 	Context ContextRange
+	// Labels are the values of the pod labels the policy's label filters
+	// read (policy.Config.LabelKeys). A worker whose endpoint changes in
+	// this alone is kept and takes the new values.
+	Labels Labels
 	// Unready is set for a pod that is not ready but not gone: its worker,
 	// if it has one, is parked (out of the picks, kept) until the pod is
 	// Ready again or gone. It makes no worker for a pod that has none.
@@ -172,12 +176,13 @@ type Worker struct {
 	rank atomic.Int64
 	// ownMetrics is the endpoint's OwnMetrics as it is now.
 	ownMetrics atomic.Bool
-	role       atomic.Uint32 // the endpoint's Role as it is now
-	context    atomic.Uint64 // the endpoint's Context as it is now, packed
-	addr       string        // ep.Address formatted once
-	id         uint32        // unique for the life of the process; never reused
-	stable     uint64        // ep.Key hashed once
-	podKey     uint64        // the pod's namespace/name hashed once
+	role       atomic.Uint32          // the endpoint's Role as it is now
+	context    atomic.Uint64          // the endpoint's Context as it is now, packed
+	labels     atomic.Pointer[Labels] // the endpoint's Labels as they are now; nil for none
+	addr       string                 // ep.Address formatted once
+	id         uint32                 // unique for the life of the process; never reused
+	stable     uint64                 // ep.Key hashed once
+	podKey     uint64                 // the pod's namespace/name hashed once
 
 	prefill  atomic.Int64
 	decode   atomic.Int64
@@ -205,20 +210,22 @@ func newWorker(ep Endpoint) *Worker {
 	w.ownMetrics.Store(ep.OwnMetrics)
 	w.role.Store(uint32(ep.Role))
 	w.context.Store(ep.Context.pack())
+	w.setLabels(ep.Labels)
 	return w
 }
 
 // Endpoint returns what the worker was created from, with the rank its
 // port has now (a port that moves in the pool's target ports keeps its
 // worker and takes the rank of its new place), its OwnMetrics as it is now
-// (the pool gained or lost target ports), its Role and Context as they are
-// now and Unready while it is parked.
+// (the pool gained or lost target ports), its Role, Context and Labels as
+// they are now and Unready while it is parked.
 func (w *Worker) Endpoint() Endpoint {
 	ep := w.ep
 	ep.Rank = int(w.rank.Load())
 	ep.OwnMetrics = w.ownMetrics.Load()
 	ep.Role = w.Role()
 	ep.Context = w.ContextRange()
+	ep.Labels = w.Labels()
 	ep.Unready = w.Parked()
 	return ep
 }
@@ -235,11 +242,29 @@ func (w *Worker) Role() Role { return Role(w.role.Load()) }
 // as its context-length label says now.
 func (w *Worker) ContextRange() ContextRange { return unpackContextRange(w.context.Load()) }
 
+// Labels returns the values of the pod labels the policy's label filters
+// read, as the pod carries them now. It allocates nothing.
+func (w *Worker) Labels() Labels {
+	if l := w.labels.Load(); l != nil {
+		return *l
+	}
+	return Labels{}
+}
+
+// setLabels makes l the worker's labels, storing anew only when they
+// changed.
+func (w *Worker) setLabels(l Labels) {
+	if w.Labels() == l {
+		return
+	}
+	w.labels.Store(&l)
+}
+
 // sameServer reports whether ep is the endpoint w was created from, but
-// for its rank, where its metrics are read, its role, its context range
-// and its readiness: the same server process, at the same address.
+// for its rank, where its metrics are read, its role, its context range,
+// its labels and its readiness: the same server process, at the same address.
 func (w *Worker) sameServer(ep Endpoint) bool {
-	ep.Rank, ep.OwnMetrics, ep.Role, ep.Context, ep.Unready = w.ep.Rank, w.ep.OwnMetrics, w.ep.Role, w.ep.Context, w.ep.Unready
+	ep.Rank, ep.OwnMetrics, ep.Role, ep.Context, ep.Labels, ep.Unready = w.ep.Rank, w.ep.OwnMetrics, w.ep.Role, w.ep.Context, w.ep.Labels, w.ep.Unready
 	return w.ep == ep
 }
 

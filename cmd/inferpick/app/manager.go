@@ -117,7 +117,7 @@ func SetupControllers(mgr manager.Manager, o *Options, sinks Sinks, self *corev1
 		return leader, nil
 	}
 	opts := controllers.PoolReconcilerOptions{Pool: o.pool(), Group: o.PoolGroup, Self: self, Leader: leader,
-		ContextLengthLabel: contextLengthLabel(o.Policy)}
+		ContextLengthLabel: contextLengthLabel(o.Policy), FilterLabels: o.Policy.LabelKeys()}
 	if err := controllers.SetupWithManager(mgr, opts, sinks.Endpoints); err != nil {
 		return nil, fmt.Errorf("set up the pool controller: %w", err)
 	}

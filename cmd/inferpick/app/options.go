@@ -415,6 +415,10 @@ func (o *Options) Complete() error {
 		o.Warnings = append(o.Warnings, Warning{Flag: o.configSource, Value: "policy.contextLength",
 			Reason: "--static-endpoints is given: a static endpoint carries no pod label, so each takes a prompt of any length"})
 	}
+	if len(o.static) > 0 && len(o.Policy.LabelKeys()) > 0 {
+		o.Warnings = append(o.Warnings, Warning{Flag: o.configSource, Value: "policy.labelFilters",
+			Reason: "--static-endpoints is given: a static endpoint carries no pod label, so each label filter sees every endpoint without its labels"})
+	}
 	return nil
 }
 

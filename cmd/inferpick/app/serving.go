@@ -27,7 +27,7 @@ func (o *Options) selectorOptions() controllers.SelectorOptions {
 		ports = append(ports, int32(p)) //nolint:gosec // validated to be a port
 	}
 	return controllers.SelectorOptions{Namespace: o.PoolNamespace, Selector: o.selector, Ports: ports,
-		ContextLengthLabel: contextLengthLabel(o.Policy)}
+		ContextLengthLabel: contextLengthLabel(o.Policy), FilterLabels: o.Policy.LabelKeys()}
 }
 
 // leaderElectionID names the lease: after the pool, or after a hash of the

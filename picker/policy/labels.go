@@ -1,0 +1,222 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// LabelFilter keeps, of a pick's candidates, the pods whose labels it
+// selects: llm-d's by-label filter (Label, Values, AllowsNoLabel) or its
+// by-label-selector (Selector), one of the two.
+type LabelFilter struct {
+	// Label is the pod label read. A pod is kept when its value is one of
+	// Values, or, with AllowsNoLabel, when it has no such label. As
+	// llm-d's filter reads it, a pod without the label has the value ""
+	// for Values.
+	Label         string   `json:"label,omitempty" yaml:"label,omitempty"`
+	Values        []string `json:"values,omitempty" yaml:"values,omitempty"`
+	AllowsNoLabel bool     `json:"allowsNoLabel,omitempty" yaml:"allowsNoLabel,omitempty"`
+	// Selector keeps the pods it matches, as a Kubernetes label selector
+	// does; one with neither matchLabels nor matchExpressions keeps every
+	// pod.
+	Selector *LabelSelector `json:"selector,omitempty" yaml:"selector,omitempty"`
+}
+
+// LabelSelector is a Kubernetes label selector (metav1.LabelSelector): every
+// one of MatchLabels and MatchExpressions must hold.
+type LabelSelector struct {
+	MatchLabels      map[string]string  `json:"matchLabels,omitempty" yaml:"matchLabels,omitempty"`
+	MatchExpressions []LabelRequirement `json:"matchExpressions,omitempty" yaml:"matchExpressions,omitempty"`
+}
+
+// LabelRequirement is one of a selector's matchExpressions: Operator In or
+// NotIn with Values, Exists or DoesNotExist without.
+type LabelRequirement struct {
+	Key      string   `json:"key" yaml:"key"`
+	Operator string   `json:"operator" yaml:"operator"`
+	Values   []string `json:"values,omitempty" yaml:"values,omitempty"`
+}
+
+// ErrLabelFilter reports that the policy's label filters (Config.LabelFilters,
+// or DisaggregationConfig.PrefillLabelFilters for a prefill pick) kept none
+// of the live candidates that serve the model.
+var ErrLabelFilter = errors.New("no candidate worker passes the policy's label filters")
+
+// keys appends to dst the label keys f reads.
+func (f LabelFilter) keys(dst []string) []string {
+	if f.Selector == nil {
+		return append(dst, f.Label)
+	}
+	for k := range f.Selector.MatchLabels {
+		dst = append(dst, k)
+	}
+	for _, r := range f.Selector.MatchExpressions {
+		dst = append(dst, r.Key)
+	}
+	return dst
+}
+
+// LabelKeys returns the pod labels the label filters of both stages read,
+// sorted, each once: what a worker's registry.Labels hold, in that order.
+// It is nil without filters.
+func (c Config) LabelKeys() []string {
+	var keys []string
+	for _, f := range c.LabelFilters {
+		keys = f.keys(keys)
+	}
+	if d := c.Disaggregation; d != nil {
+		for _, f := range d.PrefillLabelFilters {
+			keys = f.keys(keys)
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// validateLabelFilters checks the filters at field, each as llm-d's factory
+// does: a label named, and values or allowsNoLabel; a selector that
+// Kubernetes takes.
+func validateLabelFilters(field string, fs []LabelFilter) []error {
+	var errs []error
+	for i, f := range fs {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		if f.Selector != nil {
+			if f.Label != "" || len(f.Values) > 0 || f.AllowsNoLabel {
+				errs = append(errs, fmt.Errorf("%s: give either selector or label (with values or allowsNoLabel), not both", at))
+				continue
+			}
+			if _, err := metav1.LabelSelectorAsSelector(f.Selector.kube()); err != nil {
+				errs = append(errs, fmt.Errorf("%s.selector: %w", at, err))
+			}
+			continue
+		}
+		if f.Label == "" {
+			errs = append(errs, fmt.Errorf("%s.label: must name a pod label (or give a selector)", at))
+			continue
+		}
+		for _, msg := range validation.IsQualifiedName(f.Label) {
+			errs = append(errs, fmt.Errorf("%s.label: %s is invalid: %s", at, strconv.Quote(f.Label), msg))
+		}
+		if len(f.Values) == 0 && !f.AllowsNoLabel {
+			errs = append(errs, fmt.Errorf("%s: values must list at least one value, or allowsNoLabel be true, as llm-d's by-label requires: else it keeps no pod", at))
+		}
+	}
+	return errs
+}
+
+// kube is s as Kubernetes writes it.
+func (s *LabelSelector) kube() *metav1.LabelSelector {
+	out := &metav1.LabelSelector{MatchLabels: s.MatchLabels}
+	for _, r := range s.MatchExpressions {
+		out.MatchExpressions = append(out.MatchExpressions, metav1.LabelSelectorRequirement{
+			Key: r.Key, Operator: metav1.LabelSelectorOperator(r.Operator), Values: r.Values})
+	}
+	return out
+}
+
+// The tests of a labelTest on a label's value.
+const (
+	valueIn    uint8 = iota // the value is one of values
+	valueNotIn              // the value is none of values
+	valueAny                // any value (Exists)
+	valueNone               // no value holds (DoesNotExist)
+)
+
+// labelTest is one test of a pod's label, the key-th of the policy's
+// LabelKeys: absent is its outcome when the pod has no such label, op the
+// test of the value when it has.
+type labelTest struct {
+	key    int
+	op     uint8
+	absent bool
+	values []string
+}
+
+// labelMatcher keeps the workers whose labels pass every one of its
+// tests: the conjunction of one stage's label filters. Nil keeps every
+// worker. It is made once, at Build, and only read by the picks.
+type labelMatcher []labelTest
+
+// newLabelMatcher compiles validated filters against keys (Config.LabelKeys).
+func newLabelMatcher(fs []LabelFilter, keys []string) labelMatcher {
+	var m labelMatcher
+	at := func(k string) int { i, _ := slices.BinarySearch(keys, k); return i }
+	for _, f := range fs {
+		if f.Selector == nil {
+			m = append(m, labelTest{key: at(f.Label), op: valueIn, values: f.Values,
+				absent: f.AllowsNoLabel || slices.Contains(f.Values, "")})
+			continue
+		}
+		for _, k := range sortedKeys(f.Selector.MatchLabels) {
+			m = append(m, labelTest{key: at(k), op: valueIn, values: []string{f.Selector.MatchLabels[k]}})
+		}
+		for _, r := range f.Selector.MatchExpressions {
+			t := labelTest{key: at(r.Key), values: r.Values}
+			switch metav1.LabelSelectorOperator(r.Operator) {
+			case metav1.LabelSelectorOpIn:
+				t.op = valueIn
+			case metav1.LabelSelectorOpNotIn:
+				t.op, t.absent = valueNotIn, true
+			case metav1.LabelSelectorOpExists:
+				t.op = valueAny
+			case metav1.LabelSelectorOpDoesNotExist:
+				t.op, t.absent = valueNone, true
+			}
+			m = append(m, t)
+		}
+	}
+	return m
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// admits reports whether labels pass every test. It allocates nothing.
+func (m labelMatcher) admits(labels registry.Labels) bool {
+	for i := range m {
+		t := &m[i]
+		v, ok := labels.Value(t.key)
+		if !ok {
+			if !t.absent {
+				return false
+			}
+			continue
+		}
+		switch t.op {
+		case valueIn:
+			if !slices.Contains(t.values, v) {
+				return false
+			}
+		case valueNotIn:
+			if slices.Contains(t.values, v) {
+				return false
+			}
+		case valueNone:
+			return false
+		}
+	}
+	return true
+}
+
+// labelled reports whether w passes the label filters of the pick's
+// stage, and counts it when it does not.
+func (p *pick) labelled(m labelMatcher, w *registry.Worker) bool {
+	if m.admits(w.Labels()) {
+		return true
+	}
+	p.unlabelled++
+	return false
+}
