@@ -33,7 +33,7 @@ type holder interface {
 // disaggregate decides, once the decode pod is picked and guarded, whether
 // another pod prefills the request's prompt: when the prompt's tokens the
 // decode pod does not hold are at least MinUncachedTokens, it picks a pod
-// that prefills (never the decode pod) with the same policy and takes a
+// that prefills (any pod with PrefillPods all; never the decode pod) with the same policy and takes a
 // load guard on it, in prefill, which the route names to the decode pod's
 // sidecar; the guard is held until the decode pod answers (its sidecar
 // answers once the prefill is done) or the request ends. Only a request
@@ -59,6 +59,9 @@ func (x *exchange) disaggregate() {
 		return
 	}
 	prefillers := x.s.roles.Prefillers()
+	if d.PrefillPods == policy.PrefillPodsAll {
+		prefillers = x.s.reg.Workers()
+	}
 	if len(prefillers) == 0 || len(prefillers) == 1 && prefillers[0] == decode {
 		return
 	}

@@ -106,7 +106,19 @@ type DisaggregationConfig struct {
 	// labels every one of them selects, for the prefill pod's pick alone
 	// (Config.LabelFilters are the decode pod's).
 	PrefillLabelFilters []LabelFilter `json:"prefillLabelFilters,omitempty" yaml:"prefillLabelFilters,omitempty"`
+	// PrefillPods is which pods the prefill pod is picked among, before
+	// PrefillLabelFilters: role (default), those whose llm-d.ai/role label
+	// says they prefill; all, every pod of the pool but the decode pod, as
+	// llm-d's prefill profile without its prefill-filter, when pods are told
+	// apart by labels of their own.
+	PrefillPods string `json:"prefillPods,omitempty" yaml:"prefillPods,omitempty"`
 }
+
+// What DisaggregationConfig.PrefillPods names.
+const (
+	PrefillPodsRole = "role"
+	PrefillPodsAll  = "all"
+)
 
 // Modes of session affinity.
 const (
@@ -417,6 +429,9 @@ func (c Config) Validate() error {
 	errs = append(errs, validateLabelFilters("labelFilters", c.LabelFilters)...)
 	if d := c.Disaggregation; d != nil {
 		errs = append(errs, validateLabelFilters("disaggregation.prefillLabelFilters", d.PrefillLabelFilters)...)
+		if d.PrefillPods != "" && d.PrefillPods != PrefillPodsRole && d.PrefillPods != PrefillPodsAll {
+			bad("disaggregation.prefillPods", strconv.Quote(d.PrefillPods), "role or all")
+		}
 	}
 	if c.Index.DefaultCapacityBlocks < 0 {
 		bad("index.defaultCapacityBlocks", c.Index.DefaultCapacityBlocks, "≥ 0")

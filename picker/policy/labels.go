@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -80,35 +81,40 @@ func (c Config) LabelKeys() []string {
 	return slices.Compact(keys)
 }
 
-// validateLabelFilters checks the filters at field, each as llm-d's factory
-// does: a label named, and values or allowsNoLabel; a selector that
-// Kubernetes takes.
+// validateLabelFilters checks each of the filters at field (Validate).
 func validateLabelFilters(field string, fs []LabelFilter) []error {
 	var errs []error
 	for i, f := range fs {
-		at := fmt.Sprintf("%s[%d]", field, i)
-		if f.Selector != nil {
-			if f.Label != "" || len(f.Values) > 0 || f.AllowsNoLabel {
-				errs = append(errs, fmt.Errorf("%s: give either selector or label (with values or allowsNoLabel), not both", at))
-				continue
-			}
-			if _, err := metav1.LabelSelectorAsSelector(f.Selector.kube()); err != nil {
-				errs = append(errs, fmt.Errorf("%s.selector: %w", at, err))
-			}
-			continue
-		}
-		if f.Label == "" {
-			errs = append(errs, fmt.Errorf("%s.label: must name a pod label (or give a selector)", at))
-			continue
-		}
-		for _, msg := range validation.IsQualifiedName(f.Label) {
-			errs = append(errs, fmt.Errorf("%s.label: %s is invalid: %s", at, strconv.Quote(f.Label), msg))
-		}
-		if len(f.Values) == 0 && !f.AllowsNoLabel {
-			errs = append(errs, fmt.Errorf("%s: values must list at least one value, or allowsNoLabel be true, as llm-d's by-label requires: else it keeps no pod", at))
+		if err := f.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s[%d]%w", field, i, err))
 		}
 	}
 	return errs
+}
+
+// Validate checks f as llm-d's factories do: a label named, and values or
+// allowsNoLabel; or a selector that Kubernetes takes. The error starts
+// with the field it is about (".label: ...", ": ..." for the filter).
+func (f LabelFilter) Validate() error {
+	if f.Selector != nil {
+		if f.Label != "" || len(f.Values) > 0 || f.AllowsNoLabel {
+			return errors.New(": give either selector or label (with values or allowsNoLabel), not both")
+		}
+		if _, err := metav1.LabelSelectorAsSelector(f.Selector.kube()); err != nil {
+			return fmt.Errorf(".selector: %w", err)
+		}
+		return nil
+	}
+	if f.Label == "" {
+		return errors.New(".label: must name a pod label (or give a selector)")
+	}
+	if msgs := validation.IsQualifiedName(f.Label); len(msgs) > 0 {
+		return fmt.Errorf(".label: %s is invalid: %s", strconv.Quote(f.Label), strings.Join(msgs, "; "))
+	}
+	if len(f.Values) == 0 && !f.AllowsNoLabel {
+		return errors.New(": values must list at least one value, or allowsNoLabel be true, as llm-d's by-label requires: else it keeps no pod")
+	}
+	return nil
 }
 
 // kube is s as Kubernetes writes it.

@@ -315,7 +315,9 @@ func (u *upstream) disaggregate(s *stages, decode, prefill *schedProfile) error 
 		return nil
 	}
 	u.comparePrefill(decode, prefill)
-	u.out.Policy.Disaggregation = &policy.DisaggregationConfig{MinUncachedTokens: tokens}
+	cfg := &policy.DisaggregationConfig{MinUncachedTokens: tokens}
+	u.prefillLabels(prefill, cfg)
+	u.out.Policy.Disaggregation = cfg
 	return nil
 }
 
@@ -400,14 +402,14 @@ func (u *upstream) comparePrefill(decode, prefill *schedProfile) {
 }
 
 // weighs describes what a profile weighs: its plugins other than the
-// stage filters, the picker, the parser and the reporter (which upstream's
+// stage filters, the label filters, the picker, the parser and the reporter (which upstream's
 // samples list in a profile, though they pick nothing), each with its
 // weight, in name order.
 func (u *upstream) weighs(p *schedProfile) string {
 	w := map[string]float64{}
 	for _, ref := range p.refs {
 		switch u.plugins[ref.name].typ {
-		case prefillFilter, decodeFilter, maxScorePicker, "openai-parser", "vllmgrpc-parser", attributeReporter:
+		case prefillFilter, decodeFilter, byLabel, byLabelSelector, maxScorePicker, "openai-parser", "vllmgrpc-parser", attributeReporter:
 			continue
 		}
 		w[ref.name] += ref.weight

@@ -1076,6 +1076,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(header + "featureGates: [enableLegacyMetrics]\nplugins:\n- {type: active-request-scorer, parameters: {requestTimeout: 1m, idleThreshold: 2, maxBusyScore: 0.5}}\n- {type: load-aware-scorer, parameters: {threshold: 0}}\n- type: running-requests-size-scorer\n- {type: no-hit-lru-scorer, parameters: {lruSize: 8}}\n- {type: core-metrics-extractor, parameters: {defaultEngine: vllm}}\n"))
 	f.Add([]byte(header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {zmqEndpoint: \"tcp://*:5557\", discoverPods: false}\n"))
 	f.Add([]byte("policy: {name: least-load}\nattributes:\n- {namespace: billing, name: cost, expression: usage.completion_tokens * 2.0, condition: has(usage.completion_tokens)}\n"))
+	f.Add([]byte(header + "plugins:\n- {type: by-label, parameters: {label: gpu, validValues: [h100, \"\"], allowsNoLabel: true}}\n- type: by-label-selector\n  parameters:\n    matchLabels: {tier: gold}\n    matchExpressions:\n    - {key: zone, operator: NotIn, values: [c]}\n    - {key: drain, operator: DoesNotExist}\n"))
+	f.Add([]byte(pdDoc("- {type: by-label, name: fast, parameters: {label: role, validValues: [prefill]}}\n- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {deciders: {prefill: always-disagg-pd-decider}}\n")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Parse(data)
 		if err != nil {
@@ -1109,6 +1111,9 @@ func FuzzParse(f *testing.F) {
 			if !(w >= 0) || math.IsInf(w, 0) {
 				t.Fatalf("weight %v accepted from:\n%s", w, data)
 			}
+		}
+		if err := got.Policy.Default().Validate(); err != nil && strings.Contains(err.Error(), "abelFilters[") {
+			t.Fatalf("label filter the policy refuses (%v) accepted from:\n%s", err, data)
 		}
 		if err := got.Policy.Default().Validate(); err != nil && strings.Contains(err.Error(), "weightedScorer.") {
 			t.Fatalf("weighted scorer the policy refuses (%v) accepted from:\n%s", err, data)

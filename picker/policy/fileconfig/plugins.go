@@ -65,6 +65,10 @@ var known = map[string]role{
 	// no prefill stage, and decode-filter keeps the pods that decode.
 	decodeFilter:  {inProfile: true},
 	prefillFilter: {inProfile: true},
+	// llm-d's filters of the pods by their labels: the policy's label
+	// filters of the stage whose profile lists them (labels.go).
+	byLabel:         {inProfile: true},
+	byLabelSelector: {inProfile: true},
 	// llm-d's prefill/decode profile handlers, their deciders, and the
 	// handlers that name the prefill pod to the decode pod's sidecar,
 	// which the picker does itself (disagg.go).
@@ -143,6 +147,8 @@ func (u *upstream) checkPlugin(p plugin) error {
 		return u.readSessionFilter(p)
 	case contextLengthAware:
 		return u.readContextLength(p)
+	case byLabel, byLabelSelector:
+		return u.readLabelFilter(p)
 	case pdHandler:
 		return u.readPDHandler(p)
 	case disaggHandler:

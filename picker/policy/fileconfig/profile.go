@@ -98,6 +98,7 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 	if err := u.translate(decode.refs); err != nil {
 		return err
 	}
+	u.out.Policy.LabelFilters, _ = u.stageLabelFilters(decode)
 	if u.stages != nil {
 		return u.disaggregate(u.stages, decode, prefill)
 	}

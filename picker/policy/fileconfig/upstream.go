@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/inferpick/inferpick/picker/policy"
 )
 
 const endpointPickerKind = "EndpointPickerConfig"
@@ -56,6 +58,9 @@ type upstream struct {
 	// core-metrics-extractor's defaultEngine (flowcontrol.go).
 	legacyMetrics bool
 	engine        string
+	// labelFilters holds the filter each by-label and by-label-selector
+	// plugin is, by name (labels.go).
+	labelFilters map[string]policy.LabelFilter
 }
 
 // fromUpstream translates an EndpointPickerConfig: one scheduling profile of
@@ -63,7 +68,7 @@ type upstream struct {
 // becomes the weighted-scorer policy with the profile's weights. The fields
 // that name plugins are read once plugins is, wherever they stand.
 func fromUpstream(doc *yaml.Node) (File, error) {
-	u := &upstream{plugins: map[string]plugin{}, maxEndpoints: map[string]int{}, sessions: map[string]sessionSource{}, deciders: map[string]decider{}}
+	u := &upstream{plugins: map[string]plugin{}, maxEndpoints: map[string]int{}, sessions: map[string]sessionSource{}, deciders: map[string]decider{}, labelFilters: map[string]policy.LabelFilter{}}
 	refs := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]

@@ -1,0 +1,119 @@
+package extproc
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/flowcontrol"
+	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// labelEnv serves twoWorkers carrying the labels of[i] that cfg's label
+// filters read, picked by the real policy of cfg.
+func labelEnv(t *testing.T, cfg policy.Config, of []map[string]string, opts ...envOption) *env {
+	t.Helper()
+	e := newEnv(t, twoWorkers, opts...)
+	relabel(e, cfg, of)
+	pol, err := policy.Build(cfg, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.picker = pol
+	return e
+}
+
+// relabel gives the workers of e the labels of[i], as a label edited on a
+// running pod reaches the registry: the same workers, new labels.
+func relabel(e *env, cfg policy.Config, of []map[string]string) {
+	eps := make([]registry.Endpoint, 0, len(of))
+	for i, w := range e.reg.Workers() {
+		ep := w.Endpoint()
+		ep.Labels = registry.LabelsOf(cfg.LabelKeys(), of[i])
+		eps = append(eps, ep)
+	}
+	e.reg.Update(eps, nil)
+}
+
+var h100Only = policy.Config{Name: policy.LeastLoad, LabelFilters: []policy.LabelFilter{{Label: "example.com/gpu", Values: []string{"h100"}}}}
+
+// A request the label filters leave no pod for is answered 503 at once,
+// saying so, and holds no load.
+func TestALabelFilterThatKeepsNoPodIsAnswered503(t *testing.T) {
+	e := labelEnv(t, h100Only, []map[string]string{{"example.com/gpu": "l4"}, {}})
+	code, msg := e.chatOf("hi").immediateReply()
+	if code != 503 || !strings.Contains(msg, "no ready endpoint of the pool passes the policy's label filters") {
+		t.Errorf("reply %d %q, want 503 naming the label filters", code, msg)
+	}
+	if p, d := totalLoad(e.reg.Workers()...); p+d != 0 {
+		t.Errorf("load %d after the refusal, want 0", p+d)
+	}
+}
+
+// With the flow-control queue too, such a request is refused at once: it
+// never waits for a pod no filter will keep.
+func TestALabelFilterThatKeepsNoPodNeverQueues(t *testing.T) {
+	q, err := flowcontrol.New(flowcontrol.Options{Enabled: true, MaxWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = q.Start(t.Context()) }()
+	e := labelEnv(t, h100Only, []map[string]string{{"example.com/gpu": "l4"}, {}}, func(o *Options) { o.Queue = q })
+	code, msg := e.chatOf("hi").immediateReply()
+	if code != 503 || !strings.Contains(msg, "label filters") {
+		t.Errorf("reply %d %q, want 503 naming the label filters", code, msg)
+	}
+	if q.Len() != 0 {
+		t.Errorf("%d requests wait in the queue, want none", q.Len())
+	}
+}
+
+// A label edited on a running pod moves its traffic: the pod the filter
+// keeps gets every request, and after the edit the other does.
+func TestALabelEditMovesTraffic(t *testing.T) {
+	e := labelEnv(t, h100Only, []map[string]string{{"example.com/gpu": "h100"}, {"example.com/gpu": "l4"}})
+	ws := e.reg.Workers()
+	for range 5 {
+		if _, r := e.sendChat("hi"); primary(r) != ws[0].Address() || strings.Contains(r.dest, ws[1].Address()) {
+			t.Fatalf("routed to %q, want %s alone (the other pod is an l4)", r.dest, ws[0].Address())
+		}
+	}
+	relabel(e, h100Only, []map[string]string{{"example.com/gpu": "l4"}, {"example.com/gpu": "h100"}})
+	for range 5 {
+		if _, r := e.sendChat("hi"); primary(r) != ws[1].Address() || strings.Contains(r.dest, ws[0].Address()) {
+			t.Fatalf("after the label edit routed to %q, want %s alone", r.dest, ws[1].Address())
+		}
+	}
+}
+
+// Under disaggregation each pick takes its stage's filters: with pods told
+// apart by a label of their own (llm-d's P/D sample with by-label), the
+// request is decoded on the pod labelled decode and prefilled on the one
+// labelled prefill (prefillPods all: no pod carries llm-d.ai/role).
+func TestStageLabelFiltersSplitByCustomRoleLabels(t *testing.T) {
+	d := &policy.DisaggregationConfig{
+		PrefillLabelFilters: []policy.LabelFilter{{Label: "role", Values: []string{"prefill"}}},
+		PrefillPods:         policy.PrefillPodsAll,
+	}
+	cfg := policy.Config{LabelFilters: []policy.LabelFilter{{Label: "role", Values: []string{"decode"}}}, Disaggregation: d}
+	roles := map[string]string{decodeA: "", decodeB: "", prefill: ""}
+	e := roleEnv(t, d, cfg, roles)
+	of := map[string]map[string]string{decodeA: {"role": "prefill"}, decodeB: {"role": "decode"}, prefill: {"role": "other"}}
+	eps := make([]registry.Endpoint, 0, 3)
+	for _, w := range e.reg.Workers() {
+		ep := w.Endpoint()
+		ep.Labels = registry.LabelsOf(cfg.LabelKeys(), of[w.Address()])
+		eps = append(eps, ep)
+	}
+	e.reg.Update(eps, nil)
+	for i := range 4 {
+		_, r := e.sendChat(long + strings.Repeat("x", i))
+		if primary(r) != decodeB || strings.Contains(r.dest, decodeA) || strings.Contains(r.dest, prefill) {
+			t.Errorf("decoded on %q, want %s alone (labelled role=decode)", r.dest, decodeB)
+		}
+		if got := r.set[policy.PrefillerHeader]; got != decodeA {
+			t.Errorf("prefilled on %q, want %s (labelled role=prefill)", got, decodeA)
+		}
+	}
+}
