@@ -123,3 +123,33 @@ func TestTheContextLengthLabelIsReadOnlyWhenNamed(t *testing.T) {
 		}
 	}
 }
+
+// The selector controller reads the labels the policy's label filters name
+// into its workers, those alone, as the pool controller does.
+func TestTheSelectorControllerReadsTheFilteredLabels(t *testing.T) {
+	scheme, err := NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := podPtr(makePod("a").ready().ip("10.0.0.1").obj())
+	pod.Labels["app"] = "vllm"
+	pod.Labels["example.com/gpu"] = "h100"
+	sel, err := labels.Parse("app=vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pod).Build()
+	reg := registry.New()
+	r := &SelectorReconciler{reader: c, sink: reg, pods: newPodSet(reg), opts: SelectorOptions{Namespace: "ns", Selector: sel, Ports: []int32{8000}}}
+	r.pods.labelKeys = []string{"example.com/gpu", "example.com/zone"}
+	if _, err := r.Reconcile(t.Context(), request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "selected-pods"}}); err != nil {
+		t.Fatal(err)
+	}
+	ws := reg.Workers()
+	if len(ws) != 1 {
+		t.Fatalf("%d workers, want 1", len(ws))
+	}
+	if got := ws[0].Labels().Map(); len(got) != 1 || got["example.com/gpu"] != "h100" {
+		t.Errorf("the worker's labels %v, want example.com/gpu=h100 alone", got)
+	}
+}

@@ -230,6 +230,21 @@ func TestContextLengthWithStaticEndpointsIsWarned(t *testing.T) {
 	}
 }
 
+// TestLabelFiltersWithStaticEndpointsAreWarned: static endpoints carry no
+// labels, so a label filter sees each without its labels, and the picker
+// says so at start.
+func TestLabelFiltersWithStaticEndpointsAreWarned(t *testing.T) {
+	o, err := parse(t, "--static-endpoints", "127.0.0.1:8000", "--config-text", "policy: {labelFilters: [{label: gpu, values: [h100]}]}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(o.Warnings, func(w Warning) bool {
+		return w.Value == "policy.labelFilters" && strings.Contains(w.Reason, "no pod label")
+	}) {
+		t.Errorf("warnings %+v: none says the static endpoints carry no label for the label filters", o.Warnings)
+	}
+}
+
 // The upstream picker's environment switch for its flow-control layer,
 // which its chart sets through inferenceExtension.env, turns the queue on as
 // upstream's did, with upstream's bounds; it is logged as deprecated
