@@ -377,7 +377,13 @@ func (c *converter) pluginsConfig() {
 	if d := f.Policy.Disaggregation; d != nil {
 		// A block that is there, even all zero (every request prefilled
 		// apart), turns disaggregation on: set it whatever prune left.
-		c.set("picker.config.disaggregation", map[string]any{"minUncachedTokens": d.MinUncachedTokens})
+		// Its label filters and prefillPods go with it.
+		block := map[string]any{}
+		if b, err := yaml.Marshal(d); err == nil {
+			_ = yaml.Unmarshal(b, &block)
+		}
+		block["minUncachedTokens"] = d.MinUncachedTokens
+		c.set("picker.config.disaggregation", block)
 	}
 	if f.MetricsPath != "" {
 		c.set("picker.modelServerMetrics.path", f.MetricsPath)

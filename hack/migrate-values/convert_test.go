@@ -593,6 +593,38 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 			noNotes: []string{"dropped"},
 		},
+		"llm-d's prefill/decode sample with by-label filters: each stage's filter, the prefill pod among every pod": {
+			upstream: customConfig("pd.yaml", readSample(t, "llm-d-v0.8.0-pd-by-label.yaml")),
+			want: `
+picker:
+  config:
+    name: weighted-scorer
+    weightedScorer: {prefixWeight: 1}
+    labelFilters: [{label: role, values: [decode]}]
+    disaggregation:
+      minUncachedTokens: 8
+      prefillLabelFilters: [{label: role, values: [prefill]}]
+      prefillPods: all
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			noNotes: []string{"dropped"},
+		},
+		"llm-d's by-label-selector sample: the policy's label filters": {
+			upstream: customConfig("sel.yaml", readSample(t, "llm-d-v0.8.0-by-label-selector.yaml")),
+			want: `
+picker:
+  config:
+    name: weighted-scorer
+    weightedScorer: {queueWeight: 2, kvCacheWeight: 2, prefixWeight: 3}
+    labelFilters:
+    - selector:
+        matchLabels: {inference-role: decode, hardware-type: H100}
+        matchExpressions: [{key: topology.kubernetes.io/zone, operator: NotIn, values: [zone-c]}]
+    - {label: example.com/drain, values: ["false"], allowsNoLabel: true}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			noNotes: []string{"dropped"},
+		},
 		"llm-d v0.3.0's prefill/decode sample: every request prefilled apart, kept though its block is all zero": {
 			upstream: customConfig("pd.yaml", readSample(t, "llm-d-v0.3.0-pd-epp-config.yaml")),
 			want: `
