@@ -49,8 +49,8 @@ type podSet struct {
 // ready counts the endpoints of eps that are not Unready.
 func ready(eps []registry.Endpoint) int {
 	n := 0
-	for _, ep := range eps {
-		if !ep.Unready {
+	for i := range eps {
+		if !eps[i].Unready {
 			n++
 		}
 	}
@@ -70,9 +70,10 @@ func (s *podSet) sync(key types.NamespacedName, eps []registry.Endpoint) bool {
 		return false
 	}
 	var stale []registry.Key
-	for _, ep := range old {
-		if !slices.ContainsFunc(eps, func(e registry.Endpoint) bool { return e.Key == ep.Key }) {
-			stale = append(stale, ep.Key)
+	for i := range old {
+		k := old[i].Key
+		if !slices.ContainsFunc(eps, func(e registry.Endpoint) bool { return e.Key == k }) {
+			stale = append(stale, k)
 		}
 	}
 	s.sink.Update(eps, stale)

@@ -367,9 +367,9 @@ func (w *fuzzWorld) churn(arg byte) {
 		return
 	}
 	keep := make([]registry.Endpoint, 0, len(w.eps))
-	for i, ep := range w.eps {
+	for i := range w.eps {
 		if i != int(arg)%len(w.eps) {
-			keep = append(keep, ep)
+			keep = append(keep, w.eps[i])
 		}
 	}
 	w.reg.Replace(keep)

@@ -174,8 +174,8 @@ func (r *Registry) Update(upsert []Endpoint, remove []Key) {
 			c.removed = append(c.removed, w)
 		}
 	}
-	for _, ep := range upsert {
-		r.upsertLocked(ep, &c)
+	for i := range upsert {
+		r.upsertLocked(upsert[i], &c)
 	}
 	r.publishLocked(&c)
 }
@@ -188,9 +188,9 @@ func (r *Registry) Replace(eps []Endpoint) {
 	defer r.mu.Unlock()
 	var c change
 	keep := make(map[Key]bool, len(eps))
-	for _, ep := range eps {
-		keep[ep.Key] = true
-		r.upsertLocked(ep, &c)
+	for i := range eps {
+		keep[eps[i].Key] = true
+		r.upsertLocked(eps[i], &c)
 	}
 	for k, w := range r.byKey {
 		if !keep[k] {

@@ -30,7 +30,7 @@ func (u *upstream) readLabelFilter(p plugin) error {
 		return err
 	}
 	if err := f.Validate(); err != nil {
-		return fmt.Errorf("line %d: %s %q%s", p.line, p.typ, p.name, err)
+		return fmt.Errorf("line %d: %s %q%w", p.line, p.typ, p.name, err)
 	}
 	u.labelFilters[p.name] = f
 	return nil
