@@ -205,6 +205,18 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"picker.config.contextLength.label=" + strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + "." + strings.Repeat("c", 60) + "." + strings.Repeat("d", 60) + "." + strings.Repeat("e", 20) + "/tokens"},
 			want: []string{"contextLength", "label"},
 		},
+		"a label filter that is both a label and a selector": {
+			sets: []string{"picker.config.labelFilters[0].label=gpu", "picker.config.labelFilters[0].values[0]=h100", "picker.config.labelFilters[0].selector.matchLabels.tier=gold"},
+			want: []string{"labelFilters", "oneOf"},
+		},
+		"a prefill label filter with an operator Kubernetes has not": {
+			sets: []string{"picker.config.disaggregation.prefillLabelFilters[0].selector.matchExpressions[0].key=k", "picker.config.disaggregation.prefillLabelFilters[0].selector.matchExpressions[0].operator=Gt"},
+			want: []string{"prefillLabelFilters", "operator"},
+		},
+		"a prefillPods the picker does not know": {
+			sets: []string{"picker.config.disaggregation.prefillPods=any"},
+			want: []string{"prefillPods"},
+		},
 		"a negative contextLengthWeight": {
 			sets: []string{"picker.config.weightedScorer.contextLengthWeight=-1"},
 			want: []string{"contextLengthWeight", "minimum"},

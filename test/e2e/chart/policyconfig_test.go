@@ -28,6 +28,12 @@ func TestEveryPolicyKeyPassesTheValues(t *testing.T) {
 	full.SessionAffinity.Header, full.SessionAffinity.Key, full.SessionAffinity.Mode = "x-session-id", policy.SessionID, policy.SessionPrefer
 	full.WeightedScorer.ActiveRequest.MaxBusyScore = 0.5
 	full.ContextLength.Label = "example.com/prompt-tokens"
+	filters := []policy.LabelFilter{
+		{Label: "example.com/gpu", Values: []string{"h100", ""}, AllowsNoLabel: true},
+		{Selector: &policy.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}, MatchExpressions: []policy.LabelRequirement{
+			{Key: "zone", Operator: "NotIn", Values: []string{"c"}}, {Key: "drain", Operator: "DoesNotExist"}}}},
+	}
+	full.LabelFilters, full.Disaggregation.PrefillLabelFilters, full.Disaggregation.PrefillPods = filters, filters, policy.PrefillPodsAll
 	doc, err := yaml.Marshal(map[string]any{"picker": map[string]any{"config": full}})
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +85,9 @@ func fill(t *testing.T, v reflect.Value) {
 			walk(v.Elem())
 		case reflect.Bool:
 			v.SetBool(true)
-		case reflect.String:
+		case reflect.String, reflect.Slice:
+			// Set by the caller: a string or a list of one field may need
+			// a value of its own.
 		default:
 			t.Fatalf("policy config field of kind %s: teach fill to set it", v.Kind())
 		}
