@@ -217,6 +217,17 @@ func (m labelMatcher) admits(labels registry.Labels) bool {
 	return true
 }
 
+// LabelFilter returns what Config.LabelFilters keep: whether a worker's
+// pod passes them, as a request's pick judges it; nil without filters. It
+// compiles them once, for a caller that asks of many workers.
+func (c Config) LabelFilter() func(w *registry.Worker) bool {
+	if len(c.LabelFilters) == 0 {
+		return nil
+	}
+	m := newLabelMatcher(c.LabelFilters, c.LabelKeys())
+	return func(w *registry.Worker) bool { return m.admits(w.Labels()) }
+}
+
 // labelled reports whether w passes the label filters of the pick's
 // stage, and counts it when it does not.
 func (p *pick) labelled(m labelMatcher, w *registry.Worker) bool {

@@ -443,12 +443,26 @@ func (o *Options) policyConfig() policy.Config {
 	return cfg
 }
 
-// poolSaturation is how near the pool's pods that decode are to
-// saturation, for the gauge and the flow-control queue: a pod labelled only
-// to prefill (or encode) is never a request's own pod, and counting it would
-// show a pool whose every decode pod is full as partly free.
+// poolSaturation is how near the pool's pods that decode, and that the
+// policy's label filters keep, are to saturation, for the gauges read at
+// scrape time: a pod labelled only to prefill (or encode), or one the
+// filters leave out, is never a request's own pod, and counting it would
+// show a pool whose every pod that may take a request is full as partly
+// free.
 func poolSaturation(cfg policy.Config, reg *registry.Registry) func() float64 {
-	return func() float64 { return cfg.Saturation(reg.Decoders(), time.Now()) }
+	keep := cfg.LabelFilter()
+	if keep == nil {
+		return func() float64 { return cfg.Saturation(reg.Decoders(), time.Now()) }
+	}
+	return func() float64 {
+		var ws []*registry.Worker
+		for _, w := range reg.Decoders() {
+			if keep(w) {
+				ws = append(ws, w)
+			}
+		}
+		return cfg.Saturation(ws, time.Now())
+	}
 }
 
 // contextLengthLabel is the pod label the policy's contextLength reads as

@@ -28,3 +28,23 @@ func TestPoolSaturationCountsThePodsThatDecode(t *testing.T) {
 		t.Errorf("saturation %v with the one decode pod full, want 1", got)
 	}
 }
+
+// TestPoolSaturationCountsThePodsTheLabelFiltersKeep: with the one pod the
+// label filters keep at its in-flight cap, the pool is saturated, whatever
+// room the pods they leave out have.
+func TestPoolSaturationCountsThePodsTheLabelFiltersKeep(t *testing.T) {
+	cfg := policy.Config{MaxInFlight: 1, LabelFilters: []policy.LabelFilter{{Label: "gpu", Values: []string{"h100"}}}}.Default()
+	reg := registry.New()
+	ep := func(i byte, gpu string) registry.Endpoint {
+		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, i}), 8000)
+		return registry.Endpoint{Key: registry.Key{UID: addr.String(), Port: 8000}, Name: addr.String(), Address: addr,
+			Labels: registry.LabelsOf(cfg.LabelKeys(), map[string]string{"gpu": gpu})}
+	}
+	reg.Replace([]registry.Endpoint{ep(1, "h100"), ep(2, "l4"), ep(3, "l4")})
+	reg.MarkSynced()
+	g := reg.Workers()[0].Admit()
+	defer g.Release()
+	if got := poolSaturation(cfg, reg)(); got != 1 {
+		t.Errorf("saturation %v with the one h100 pod full, want 1", got)
+	}
+}
