@@ -82,6 +82,10 @@ func (l Labels) Value(i int) (string, bool) {
 	}
 }
 
+// Equal reports whether l and o hold the same keys and values; go-cmp
+// compares Labels by it.
+func (l Labels) Equal(o Labels) bool { return l == o }
+
 // Map returns the labels the pod carries of those read, by key; nil when
 // it carries none of them.
 func (l Labels) Map() map[string]string {
