@@ -44,7 +44,7 @@ func TestByLabelMatchesAsLLMD(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			if got := matches(t, tc.filter, tc.pod); got != tc.want {
-				t.Errorf("filter %+v on pod labels %v: kept %v, want %v", tc.filter, tc.pod, got, tc.want)
+				t.Errorf("filter %s in %q (allowsNoLabel %v) on pod labels %q: kept %v, want %v", tc.filter.Label, tc.filter.Values, tc.filter.AllowsNoLabel, tc.pod, got, tc.want)
 			}
 		})
 	}
