@@ -11,8 +11,8 @@ import (
 // readAttributes reads the native document's attributes: a list of
 // {namespace, name, expression, condition}, each checked as a
 // request-attribute-reporter's attribute is (namespace envoy.lb when
-// omitted or null, no condition when omitted or null). Errors name the
-// item, as attributes[i], and the line.
+// omitted or null, no condition when omitted or null), no two with one
+// key. Errors name the item, as attributes[i], and the line.
 func readAttributes(list *yaml.Node) ([]attrexpr.Attribute, error) {
 	if list.Kind == 0 || isNull(list) {
 		return nil, nil
@@ -21,6 +21,7 @@ func readAttributes(list *yaml.Node) ([]attrexpr.Attribute, error) {
 		return nil, fmt.Errorf("line %d: attributes must be a list of namespace, name, expression and condition", list.Line)
 	}
 	var out []attrexpr.Attribute
+	keys := attrKeys{}
 	for i, item := range list.Content {
 		what := fmt.Sprintf("attributes[%d]", i)
 		if item.Kind != yaml.MappingNode {
@@ -54,7 +55,27 @@ func readAttributes(list *yaml.Node) ([]attrexpr.Attribute, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := keys.add(what, a, item.Line); err != nil {
+			return nil, err
+		}
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// attrKeys holds the line of each attribute key read so far, so that a key
+// given twice is refused: the gateway receives one value per key, and
+// which of two upstream would report depends on the order it happens to
+// run its plugins in.
+type attrKeys map[[2]string]int
+
+// add records a's key at line, or says which line already gave it; what
+// names the attribute (attributes[1], or the plugin type).
+func (k attrKeys) add(what string, a attrexpr.Attribute, line int) error {
+	key := [2]string{a.Namespace, a.Name}
+	if prev, ok := k[key]; ok {
+		return fmt.Errorf("line %d: %s reports %s/%s, as line %d already does: the gateway receives one value per key; merge the two into one expression (condition ? value : other) or rename one", line, what, a.Namespace, a.Name, prev)
+	}
+	k[key] = line
+	return nil
 }

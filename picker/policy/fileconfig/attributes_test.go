@@ -109,6 +109,14 @@ func TestParseNativeAttributesRejects(t *testing.T) {
 			in:   "attributes:\n- usage.prompt_tokens\n",
 			want: []string{"line 2", "attributes[0] must be a mapping"},
 		},
+		"one key twice": {
+			in:   "attributes:\n- {namespace: billing, name: cost, expression: usage.prompt_tokens}\n- {name: other, expression: usage.total_tokens}\n- {namespace: billing, name: cost, expression: usage.total_tokens, condition: usage.completion_tokens > 0.0}\n",
+			want: []string{"line 4", "attributes[2] reports billing/cost, as line 2 already does", "one value per key"},
+		},
+		"envoy.lb given and omitted is one key": {
+			in:   "attributes:\n- {name: cost, expression: usage.prompt_tokens}\n- {namespace: envoy.lb, name: cost, expression: usage.total_tokens}\n",
+			want: []string{"line 3", "attributes[1] reports envoy.lb/cost, as line 2 already does"},
+		},
 		"an unknown top-level field beside them": {
 			in:   "attributes: []\nattribute: []\n",
 			want: []string{"line 2", "field attribute not found"},

@@ -15,7 +15,8 @@ const attributeReporter = "request-attribute-reporter"
 // readReporter reads a request-attribute-reporter's attributes: as
 // upstream, exactly one, whose key.namespace defaults to envoy.lb; its
 // expression and condition are checked here (package attrexpr), so that a
-// construct the picker does not evaluate is refused at load.
+// construct the picker does not evaluate is refused at load, and so is a
+// key another reporter already gives.
 func (u *upstream) readReporter(p plugin) error {
 	var list *yaml.Node
 	if p.params != nil {
@@ -81,6 +82,12 @@ func (u *upstream) readReporter(p plugin) error {
 	}
 	a, err := checkedAttribute(attributeReporter, ns, name, expr, cond, exprLine, condLine)
 	if err != nil {
+		return err
+	}
+	if u.attrKeys == nil {
+		u.attrKeys = attrKeys{}
+	}
+	if err := u.attrKeys.add(attributeReporter, a, item.Line); err != nil {
 		return err
 	}
 	u.out.Attributes = append(u.out.Attributes, a)

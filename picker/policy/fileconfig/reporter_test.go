@@ -137,6 +137,12 @@ func TestParseReporterRejects(t *testing.T) {
 			in:   plugin("    attributes:\n    - key: {name: a}\n      expression: usage.prompt_tokens\n      condition: [a]\n"),
 			want: []string{"line 9", "condition must be a string"},
 		},
+		"two reporters of one key": {
+			in: header + "plugins:\n" +
+				"- name: a\n  type: request-attribute-reporter\n  parameters:\n    attributes:\n    - key: {name: cost}\n      expression: usage.prompt_tokens\n" +
+				"- name: b\n  type: request-attribute-reporter\n  parameters:\n    attributes:\n    - key: {namespace: envoy.lb, name: cost}\n      expression: usage.total_tokens\n",
+			want: []string{"line 14", "reports envoy.lb/cost, as line 8 already does", "one value per key"},
+		},
 		"attributes twice": {
 			in:   plugin("    attributes: [{key: {name: a}, expression: usage.prompt_tokens}]\n    attributes: [{key: {name: b}, expression: usage.total_tokens}]\n"),
 			want: []string{"line 7", "attributes is given twice"},

@@ -61,6 +61,8 @@ type upstream struct {
 	// labelFilters holds the filter each by-label and by-label-selector
 	// plugin is, by name (labels.go).
 	labelFilters map[string]policy.LabelFilter
+	// attrKeys holds the line of each request-attribute-reporter's key.
+	attrKeys attrKeys
 }
 
 // fromUpstream translates an EndpointPickerConfig: one scheduling profile of
