@@ -331,6 +331,13 @@ schedulingProfiles:
 			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {discoverPods: false, zmqEndpoint: \"tcp://*:5600\", topicFilter: \"kv@\"}\n",
 			want: File{Policy: policy.Config{Name: policy.CacheAware}, KVEventsTopic: "kv@", KVEventsListen: ":5600"},
 		},
+		"discoverPods false without zmqEndpoint: no pod is dialled and nothing listens, as llm-d subscribes to nothing": {
+			in: header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {discoverPods: false, podDiscoveryConfig: {socketPort: 5556}}\n",
+			want: File{
+				Policy: policy.Config{Name: policy.CacheAware}, KVEventsTopic: "kv@",
+				Warnings: []string{"kvEventsConfig with discoverPods false and no zmqEndpoint reads no KV-cache events, as llm-d's scorer subscribes to nothing then: the cache-aware policy goes by the prefixes the picker routed itself (set zmqEndpoint, or discoverPods true, to read the pods' events)"},
+			},
+		},
 		"zmqEndpoint hosts: every address is listened on": {
 			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {zmqEndpoint: \"tcp://[::]:5601\", podDiscoveryConfig: {socketPort: 5556}}\n",
 			want: File{Policy: policy.Config{Name: policy.CacheAware}, KVEventsPort: 5556, KVEventsTopic: "kv@", KVEventsListen: ":5601"},

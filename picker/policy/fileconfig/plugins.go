@@ -264,8 +264,8 @@ func (u *upstream) readPrecise(p plugin) error {
 
 // readKVEvents reads kvEventsConfig: the picker subscribes to every pod of
 // the pool, as llm-d's pod discovery does, and listens where zmqEndpoint
-// says for the pods that connect to it instead; with discoverPods false
-// it only listens.
+// says for the pods that connect to it; with discoverPods false it dials
+// none, and without zmqEndpoint then reads no event (with a warning).
 func (u *upstream) readKVEvents(cfg *yaml.Node) error {
 	if cfg.Kind != yaml.MappingNode {
 		return fmt.Errorf("line %d: kvEventsConfig must be a mapping", cfg.Line)
@@ -306,8 +306,13 @@ func (u *upstream) readKVEvents(cfg *yaml.Node) error {
 			return fmt.Errorf("line %d: unknown kvEventsConfig field %q", k.Line, k.Value)
 		}
 	}
-	if !discover && u.out.KVEventsListen != "" {
-		u.out.KVEventsPort = 0 // the pods connect; none is dialled
+	if !discover {
+		// As llm-d, no pod is dialled: the picker reads what the pods
+		// send to zmqEndpoint, if it is given, and else no event at all.
+		u.out.KVEventsPort = 0
+		if u.out.KVEventsListen == "" {
+			u.warn("kvEventsConfig with discoverPods false and no zmqEndpoint reads no KV-cache events, as llm-d's scorer subscribes to nothing then: the cache-aware policy goes by the prefixes the picker routed itself (set zmqEndpoint, or discoverPods true, to read the pods' events)")
+		}
 	}
 	return nil
 }
