@@ -46,6 +46,8 @@ func TestBuildRejectsBadConfig(t *testing.T) {
 			"weightedScorer.sessionWeight"},
 		"session weight without affinity": {Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{SessionWeight: 1}},
 			"weightedScorer.sessionWeight"},
+		"no default weights and no weight": {Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{NoDefaultWeights: true,
+			LoadScores: LoadScores{ActiveRequest: ActiveRequestScore{IdleThreshold: 2}}}}, "weightedScorer.noDefaultWeights"},
 		"session weight with a pin": {Config{Name: WeightedScorer, WeightedScorer: WeightedScorerConfig{SessionWeight: 1},
 			SessionAffinity: &SessionAffinityConfig{}}, "weightedScorer.sessionWeight"},
 	}
