@@ -167,7 +167,7 @@ func TestUpstreamFlags(t *testing.T) {
 			got:  func(o *Options) any { return []int(o.EndpointTargetPorts) }, want: []int{8000, 8001},
 			warned: []string{"--endpoint-selector"},
 		},
-		"bad port":          {args: []string{"--endpoint-target-ports", "0"}, wantErr: "not a port"},
+		"bad port":          {args: []string{"--endpoint-target-ports", "0"}, wantErr: `port "0" is not from 1 to 65535`},
 		"bad selector":      {args: []string{"--endpoint-selector", "app==="}, wantErr: "--endpoint-selector"},
 		"selector and pool": {args: []string{"--endpoint-selector", "a=b", "--endpoint-target-ports", "1", "--pool-name", "p"}, wantErr: "exclude"},
 		"selector without static endpoints": {

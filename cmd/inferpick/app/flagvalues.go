@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/inferpick/inferpick/picker/portnum"
 )
 
 // byteSize is a size flag written as a Kubernetes quantity with an optional
@@ -65,9 +67,9 @@ func (p *portList) Set(s string) error {
 		if f == "" {
 			continue
 		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("%q is not a port", f)
+		n, err := portnum.Parse(f)
+		if err != nil {
+			return err
 		}
 		if !slices.Contains(out, n) {
 			out = append(out, n)

@@ -22,6 +22,7 @@ import (
 	"github.com/inferpick/inferpick/picker/kvindex"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/policy/fileconfig"
+	"github.com/inferpick/inferpick/picker/portnum"
 	"github.com/inferpick/inferpick/picker/prefix"
 	"github.com/inferpick/inferpick/picker/scrape"
 )
@@ -559,16 +560,15 @@ func (o *Options) Validate() error {
 	if o.GRPCMaxConcurrentStreams > math.MaxUint32 {
 		errs = append(errs, fmt.Errorf("--grpc-max-concurrent-streams %d is over HTTP/2's %d", o.GRPCMaxConcurrentStreams, uint32(math.MaxUint32)))
 	}
-	if o.KVEventsPort < 0 || o.KVEventsPort > math.MaxUint16 {
-		errs = append(errs, fmt.Errorf("--kv-events-port %d is not a port (0 turns KV events off)", o.KVEventsPort))
+	if err := portnum.CheckFlag("--kv-events-port", o.KVEventsPort, "KV events off"); err != nil {
+		errs = append(errs, err)
 	}
 	if err := listenAddress(o.KVEventsListen); err != nil {
 		errs = append(errs, fmt.Errorf("--kv-events-listen %q: %w", o.KVEventsListen, err))
 	}
-	switch {
-	case o.KVEventsReplayPort < 0 || o.KVEventsReplayPort > math.MaxUint16:
-		errs = append(errs, fmt.Errorf("--kv-events-replay-port %d is not a port (0 turns replay off)", o.KVEventsReplayPort))
-	case o.KVEventsReplayPort > 0 && o.KVEventsPort == 0:
+	if err := portnum.CheckFlag("--kv-events-replay-port", o.KVEventsReplayPort, "replay off"); err != nil {
+		errs = append(errs, err)
+	} else if o.KVEventsReplayPort > 0 && o.KVEventsPort == 0 {
 		errs = append(errs, fmt.Errorf("--kv-events-replay-port %d needs --kv-events-port", o.KVEventsReplayPort))
 	}
 	if !(o.KVEventsOffloadWeight >= 0 && o.KVEventsOffloadWeight <= 1) {
@@ -618,9 +618,18 @@ func (o *Options) Validate() error {
 	if len(o.static) > 0 && o.LeaderElection {
 		errs = append(errs, errors.New("--ha-enable-leader-election needs a cluster, not --static-endpoints"))
 	}
-	for name, p := range map[string]int{"--grpc-port": o.GRPCPort, "--grpc-health-port": o.GRPCHealthPort, "--metrics-port": o.MetricsPort} {
-		if p < 0 || p > 65535 {
-			errs = append(errs, fmt.Errorf("%s %d is not a port", name, p))
+	for _, f := range []struct {
+		name string
+		port int
+		zero string
+	}{
+		{"--grpc-port", o.GRPCPort, "one the system picks"},
+		{"--grpc-health-port", o.GRPCHealthPort, "one the system picks"},
+		{"--metrics-port", o.MetricsPort, "one the system picks"},
+		{"--model-server-metrics-port", o.ModelServerMetricsPort, "the serving port"},
+	} {
+		if err := portnum.CheckFlag(f.name, f.port, f.zero); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if o.LeaderElectionRenewDeadline >= o.LeaderElectionLeaseDuration || o.LeaderElectionRetryPeriod <= 0 {
@@ -664,7 +673,7 @@ func (o *Options) Validate() error {
 }
 
 // listenAddress checks a --kv-events-listen address: empty, or host:port
-// with a port from 1 to 65535 (the host empty for every address).
+// with a port (the host empty for every address).
 func listenAddress(addr string) error {
 	if addr == "" {
 		return nil
@@ -673,8 +682,6 @@ func listenAddress(addr string) error {
 	if err != nil {
 		return fmt.Errorf("want host:port, e.g. :5557: %w", err)
 	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-		return fmt.Errorf("port %q is not from 1 to 65535", port)
-	}
-	return nil
+	_, err = portnum.Parse(port)
+	return err
 }

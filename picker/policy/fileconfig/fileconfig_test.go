@@ -909,7 +909,7 @@ func TestParseRejects(t *testing.T) {
 		},
 		"KV events on a zmqEndpoint with no port": {
 			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig:\n      zmqEndpoint: tcp://*:0\n",
-			want: []string{"line 7", "zmqEndpoint", `"0" is not a port`},
+			want: []string{"line 7", "zmqEndpoint", `port "0" is not from 1 to 65535`},
 		},
 		"discoverPods that is no boolean": {
 			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {discoverPods: sometimes}\n",
@@ -917,7 +917,7 @@ func TestParseRejects(t *testing.T) {
 		},
 		"KV events on no port": {
 			in:   header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig:\n      podDiscoveryConfig: {socketPort: 70000}\n",
-			want: []string{"line 7", "socketPort"},
+			want: []string{"line 7", `podDiscoveryConfig.socketPort: port "70000" is not from 1 to 65535`},
 		},
 		"maxNumOfEndpoints that is no number": {
 			in:   header + "plugins:\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: two}\n",

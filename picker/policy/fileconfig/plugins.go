@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/portnum"
 )
 
 // role is what a known plugin type becomes here.
@@ -287,9 +288,9 @@ func (u *upstream) readKVEvents(cfg *yaml.Node) error {
 			u.out.KVEventsTopic = v.Value
 		case "podDiscoveryConfig":
 			if port := lookup(v, "socketPort"); port != nil {
-				n, err := strconv.Atoi(port.Value)
-				if err != nil || n < 1 || n > 65535 {
-					return fmt.Errorf("line %d: podDiscoveryConfig.socketPort %q is not a port", port.Line, port.Value)
+				n, err := portnum.Parse(port.Value)
+				if err != nil {
+					return fmt.Errorf("line %d: podDiscoveryConfig.socketPort: %w", port.Line, err)
 				}
 				u.out.KVEventsPort = n
 			}
@@ -329,8 +330,8 @@ func zmqListen(endpoint string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-		return "", fmt.Errorf("port %q is not a port", port)
+	if _, err := portnum.Parse(port); err != nil {
+		return "", err
 	}
 	return ":" + port, nil
 }
