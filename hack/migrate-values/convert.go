@@ -52,6 +52,9 @@ var flagValues = map[string]string{
 	"fallbacks":                   "picker.fallbacks",
 	"policy":                      "picker.policy",
 	"max-request-body-bytes":      "picker.maxRequestBodyBytes",
+	"max-buffered-body-bytes":     "picker.maxBufferedBodyBytes",
+	"grpc-keepalive-time":         "picker.keepalive.time",
+	"grpc-keepalive-timeout":      "picker.keepalive.timeout",
 	"secure-serving":              "tls.enabled",
 	"metrics-endpoint-auth":       "metrics.auth",
 	"metrics-secure-serving":      "metrics.secureServing",
@@ -65,6 +68,7 @@ var intValues = map[string]bool{
 	"picker.modelServerMetrics.port": true,
 	"picker.fallbacks":               true,
 	"picker.maxRequestBodyBytes":     true,
+	"picker.maxBufferedBodyBytes":    true,
 }
 
 // Model-server types: upstream's names to inferpick's.

@@ -118,7 +118,7 @@ inferencePool:
 `,
 			want: `
 env: [{name: A, value: "1"}, {name: B, value: "2"}]
-picker: {verbosity: 4, extraArgs: [--grpc-keepalive-time=20s]}
+picker: {verbosity: 4, keepalive: {time: 20s}}
 tls: {enabled: false}
 pool: {selector: {matchLabels: {app: m}}}
 `,
@@ -219,7 +219,7 @@ inferencePool:
   modelServers: {matchLabels: {app: m}}
 `,
 			want: `
-picker: {extraArgs: [--max-buffered-body-bytes=1073741824, --prefix-index-max-blocks=2000000]}
+picker: {maxBufferedBodyBytes: 1073741824, extraArgs: [--prefix-index-max-blocks=2000000]}
 pool: {selector: {matchLabels: {app: m}}}
 `,
 		},

@@ -123,7 +123,9 @@ eviction only while the budget lets every other replica be unavailable.
 {{/*
 Fails the render on picker.extraArgs that set a flag the chart sets from
 its own values: the probes, the Service, the RBAC and the grace period
-follow the chart's value, and the extra one, coming last, would win.
+follow the chart's value, and the extra one, coming last, would win. A
+flag rendered from a value of picker (the policy, the verbosity, the KV
+events when on) fails the same way, naming the value to set.
 */}}
 {{- define "inferpick.checkExtraArgs" -}}
 {{- $owned := dict
@@ -143,10 +145,48 @@ follow the chart's value, and the extra one, coming last, would win.
   "ha-mode" "from haMode"
   "drain-timeout" "from picker.drainTimeoutSeconds, with the grace period"
 }}
+{{- /* The flags the deployment renders from a value of picker, each under
+the conditions it renders it: the value to set instead. */}}
+{{- $p := .Values.picker }}
+{{- $valued := dict
+  "fallbacks" "picker.fallbacks"
+  "grpc-keepalive-time" "picker.keepalive.time"
+  "grpc-keepalive-timeout" "picker.keepalive.timeout"
+  "refresh-metrics-interval" "picker.refreshMetricsInterval"
+  "metrics-staleness-threshold" "picker.metricsStalenessThreshold"
+  "model-server-metrics-path" "picker.modelServerMetrics.path"
+  "model-server-type" "picker.modelServerType"
+  "v" "picker.verbosity"
+}}
+{{- if $p.policy }}{{ $_ := set $valued "policy" "picker.policy" }}{{ end }}
+{{- if gt (int64 $p.maxRequestBodyBytes) 0 }}{{ $_ := set $valued "max-request-body-bytes" "picker.maxRequestBodyBytes" }}{{ end }}
+{{- if gt (int64 $p.maxBufferedBodyBytes) 0 }}{{ $_ := set $valued "max-buffered-body-bytes" "picker.maxBufferedBodyBytes" }}{{ end }}
+{{- if $p.modelServerMetrics.port }}{{ $_ := set $valued "model-server-metrics-port" "picker.modelServerMetrics.port" }}{{ end }}
+{{- with $p.kvEvents }}
+{{- if or (gt (int64 .port) 0) (gt (int64 .listenPort) 0) }}
+{{- $_ := set $valued "kv-events-offload-weight" "picker.kvEvents.offloadWeight" }}
+{{- $_ := set $valued "tokenize-timeout" "picker.kvEvents.tokenizeTimeout" }}
+{{- if gt (int64 .port) 0 }}{{ $_ := set $valued "kv-events-port" "picker.kvEvents.port" }}{{ end }}
+{{- if gt (int64 .listenPort) 0 }}{{ $_ := set $valued "kv-events-listen" "picker.kvEvents.listenPort" }}{{ end }}
+{{- if .topic }}{{ $_ := set $valued "kv-events-topic" "picker.kvEvents.topic" }}{{ end }}
+{{- if gt (int64 .replayPort) 0 }}
+{{- $_ := set $valued "kv-events-replay-port" "picker.kvEvents.replayPort" }}
+{{- $_ := set $valued "kv-events-replay-timeout" "picker.kvEvents.replayTimeout" }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $p.flowControl.enabled }}
+{{- range $flag, $value := dict "flow-control" "enabled" "flow-control-max-requests" "maxRequests" "flow-control-max-band-requests" "maxBandRequests" "flow-control-max-bytes" "maxBytes" "flow-control-max-wait" "maxWait" "flow-control-reserved-slots" "reservedSlots" }}
+{{- $_ := set $valued $flag (printf "picker.flowControl.%s" $value) }}
+{{- end }}
+{{- end }}
 {{- range .Values.picker.extraArgs }}
 {{- $flag := regexReplaceAll "=.*$" (trimPrefix "-" (trimPrefix "-" .)) "" }}
 {{- with get $owned $flag }}
 {{- fail (printf "picker.extraArgs: the chart sets --%s %s; a second value would win over it, while the objects the chart wires to it keep the first." $flag .) }}
+{{- end }}
+{{- with get $valued $flag }}
+{{- fail (printf "picker.extraArgs: the chart sets --%s from %s, and a second --%s would silently win over it (the last of a flag is the one the picker takes). Set %s instead." $flag . $flag .) }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -405,22 +405,33 @@ func TestBadValues(t *testing.T) {
 // TestExtraArgsTheChartSets checks that picker.extraArgs may not set a flag
 // the chart sets from its own values: the probes, the Service, the RBAC and
 // the grace period follow the chart's value, and a second one after it would
-// win and leave them pointing elsewhere.
+// win and leave them pointing elsewhere; a flag rendered from a value of
+// picker would win as silently, and the error names that value.
 func TestExtraArgsTheChartSets(t *testing.T) {
 	tests := map[string]struct {
 		args string
+		sets []string
 		want []string
 	}{
-		"health port":   {args: "--grpc-health-port=9100", want: []string{"--grpc-health-port", "9003"}},
-		"drain":         {args: "--v=2,--drain-timeout=300s", want: []string{"--drain-timeout", "picker.drainTimeoutSeconds"}},
-		"pool":          {args: "-pool-name=other", want: []string{"--pool-name", "pool.name"}},
-		"ha mode":       {args: "--ha-mode=active-passive", want: []string{"--ha-mode", "haMode"}},
-		"bare flag":     {args: "--secure-serving", want: []string{"--secure-serving", "tls.enabled"}},
-		"ext_proc port": {args: "--grpc-port=9000", want: []string{"--grpc-port", "service.grpcPort"}},
+		"health port":       {args: "--grpc-health-port=9100", want: []string{"--grpc-health-port", "9003"}},
+		"drain":             {args: "--extproc-transport=grpc,--drain-timeout=300s", want: []string{"--drain-timeout", "picker.drainTimeoutSeconds"}},
+		"pool":              {args: "-pool-name=other", want: []string{"--pool-name", "pool.name"}},
+		"ha mode":           {args: "--ha-mode=active-passive", want: []string{"--ha-mode", "haMode"}},
+		"bare flag":         {args: "--secure-serving", want: []string{"--secure-serving", "tls.enabled"}},
+		"ext_proc port":     {args: "--grpc-port=9000", want: []string{"--grpc-port", "service.grpcPort"}},
+		"fallbacks":         {args: "--fallbacks=5", want: []string{"the chart sets --fallbacks from picker.fallbacks", "Set picker.fallbacks instead"}},
+		"verbosity":         {args: "-v=4", want: []string{"--v from picker.verbosity", "Set picker.verbosity instead"}},
+		"model server type": {args: "--model-server-type=sglang", want: []string{"Set picker.modelServerType instead"}},
+		"policy, when set": {args: "--policy=random", sets: []string{"picker.policy=least-load"},
+			want: []string{"Set picker.policy instead"}},
+		"KV events topic, when on": {args: "--kv-events-topic=kv@", sets: []string{"picker.kvEvents.port=5557", "picker.kvEvents.topic=kv"},
+			want: []string{"Set picker.kvEvents.topic instead"}},
+		"flow control bound, when on": {args: "--flow-control-max-wait=5s", sets: []string{"picker.flowControl.enabled=true"},
+			want: []string{"Set picker.flowControl.maxWait instead"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			_, errOut, err := render(t, nil, "picker.extraArgs={"+tc.args+"}")
+			_, errOut, err := render(t, nil, append(tc.sets, "picker.extraArgs={"+tc.args+"}")...)
 			if err == nil {
 				t.Fatalf("helm template accepted picker.extraArgs %s", tc.args)
 			}
@@ -431,13 +442,19 @@ func TestExtraArgsTheChartSets(t *testing.T) {
 			}
 		})
 	}
+	// A flag the chart renders only from a value that is not set is the
+	// extra args' to give.
 	t.Run("other flags", func(t *testing.T) {
-		out, errOut, err := render(t, nil, "picker.extraArgs={--v=2,--model-server-metrics-port=9400,--extproc-transport=grpc}")
+		extra := "--policy=random,--model-server-metrics-port=9400,--kv-events-topic=kv@,--flow-control-max-wait=5s,--extproc-transport=grpc"
+		out, errOut, err := render(t, nil, "picker.extraArgs={"+extra+"}")
 		if err != nil {
 			t.Fatalf("helm template: %v\n%s", err, errOut)
 		}
-		if args := pickerArgs(t, parseManifest(t, out)); !slices.Contains(args, "--extproc-transport=grpc") {
-			t.Errorf("picker args %q lack the extra args", args)
+		args := pickerArgs(t, parseManifest(t, out))
+		for _, a := range strings.Split(extra, ",") {
+			if !slices.Contains(args, a) {
+				t.Errorf("picker args %q lack the extra arg %s", args, a)
+			}
 		}
 	})
 }
