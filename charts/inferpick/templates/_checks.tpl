@@ -236,3 +236,14 @@ picker would fail to listen at start.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+Fails the render on tls.secretName with tls.enabled false: the picker then
+serves ext_proc in plaintext and the Secret would be left unmounted and
+unused, while whoever set it expects the gateway to see that certificate.
+*/}}
+{{- define "inferpick.checkTLS" -}}
+{{- if and .Values.tls.secretName (not .Values.tls.enabled) }}
+{{- fail (printf "tls.secretName %s is set with tls.enabled false: ext_proc is then served in plaintext and the Secret is not used. Set tls.enabled true to serve with it, or leave tls.secretName empty." .Values.tls.secretName) }}
+{{- end }}
+{{- end }}

@@ -471,6 +471,18 @@ func TestKVEventsPortTheContainerUses(t *testing.T) {
 	renderUnless(t, "", "picker.kvEvents.listenPort=5557")
 }
 
+// TestTLSSecretWithoutTLS checks that tls.secretName with tls.enabled false
+// fails the render: the picker would serve plaintext, the Secret unused.
+func TestTLSSecretWithoutTLS(t *testing.T) {
+	renderUnless(t, "tls.secretName picker-tls is set with tls.enabled false: ext_proc is then served in plaintext and the Secret is not used. Set tls.enabled true",
+		"tls.enabled=false", "tls.secretName=picker-tls")
+	out, _ := renderUnless(t, "", "tls.secretName=picker-tls")
+	if args := pickerArgs(t, parseManifest(t, out)); !slices.Contains(args, "--cert-path=/etc/inferpick/tls") {
+		t.Errorf("picker args %q lack --cert-path with tls.enabled and tls.secretName", args)
+	}
+	renderUnless(t, "", "tls.enabled=false")
+}
+
 // TestPoolSelector checks the pool's selector without the tests' base values:
 // a release that creates a pool must name its pods' labels, the labels given
 // are the whole selector, and a release serving an existing pool needs none.
