@@ -9,7 +9,8 @@
 //   - One ext_proc gRPC stream (envoy.service.ext_proc.v3.ExternalProcessor/Process)
 //     per downstream request. The processing mode is request headers SEND, request
 //     body FULL_DUPLEX_STREAMED, response headers SEND, response body
-//     FULL_DUPLEX_STREAMED; the first message carries the protocol_config that says so.
+//     FULL_DUPLEX_STREAMED, response trailers SEND (a full-duplex body requires
+//     it); the first message carries the protocol_config that says so.
 //   - request_headers carry the pseudo-headers (:authority, :path, :method, :scheme)
 //     and every header as raw_value bytes; end_of_stream is true when there is no
 //     body. The body follows at once as request_body chunks without waiting for the
@@ -36,7 +37,14 @@
 //   - The response goes back through the same stream: response_headers (with :status
 //     and metadata_context envoy.lb/x-gateway-destination-endpoint-served), then the
 //     upstream body as response_body chunks; the picker's streamed replies are
-//     written to the client as they come, flushed per chunk.
+//     written to the client as they come, flushed per chunk. When the upstream
+//     ends with trailers (grpc-status, say) the last body chunk does not carry
+//     end_of_stream: the trailers follow as response_trailers, and the reply to
+//     them ends the body, mutates the trailers (under the same rules as
+//     headers) and may carry dynamic_metadata; the client gets the trailers
+//     only once that reply has come. Record.DynamicMetadata is the envoy.lb
+//     metadata at the request's end. A body of declared length ends with its
+//     last byte, and trailers after it are passed to the client unprocessed.
 //
 // # Retries and fallback
 //
@@ -83,11 +91,11 @@
 // gRPC clients reach the gateway on its plain address. A request whose
 // content-type is application/grpc (or application/grpc+codec) is a gRPC
 // request, as Envoy tells one: it goes upstream over h2c with te: trailers,
-// and the upstream's trailers (grpc-status, grpc-message) reach the client
-// after the body; the processor sees the body end when the upstream's
-// stream ends, as Envoy sends an empty end_of_stream chunk when trailers
-// arrive and are not sent to the processor. A trailers-only upstream answer
-// stays trailers-only. Every local reply to a gRPC request, an
+// and the upstream's trailers (grpc-status, grpc-message) go through the
+// processor as response_trailers and reach the client after the body, once
+// the processor has answered them. A trailers-only upstream answer stays
+// trailers-only: the processor sees it as response headers that end the
+// stream. Every local reply to a gRPC request, an
 // ImmediateResponse included, is what Envoy's sendLocalReply makes of it: a
 // trailers-only response, :status 200 and content-type application/grpc,
 // whose grpc-status is the ImmediateResponse's grpc_status when set and
@@ -96,6 +104,6 @@
 // UNIMPLEMENTED, 429, 502, 503 and 504 UNAVAILABLE, anything else UNKNOWN),
 // and whose grpc-message is the body, percent-encoded.
 //
-// Not implemented: request trailers, response trailers sent to the processor,
-// BUFFERED body modes, mode overrides, override_message_timeout, attributes.
+// Not implemented: request trailers, BUFFERED body modes, mode overrides,
+// override_message_timeout, attributes.
 package gateway

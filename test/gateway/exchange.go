@@ -45,34 +45,39 @@ type exchange struct {
 	reqBodyOpen      bool
 	awaitRespHeaders bool
 	respBodyOpen     bool
-	reqBodySeen      bool
-	respBodySeen     bool
-	lb               *structpb.Struct
-	served           string
-	complete         bool
-	imm              *extprocv3.ImmediateResponse
-	err              error
+	// awaitRespTrailers: the response trailers went to the picker and its
+	// reply, which ends the response body, is due.
+	awaitRespTrailers bool
+	reqBodySeen       bool
+	respBodySeen      bool
+	lb                *structpb.Struct
+	served            string
+	complete          bool
+	imm               *extprocv3.ImmediateResponse
+	err               error
 
-	reqHeaders  chan *extprocv3.HeadersResponse
-	respHeaders chan *extprocv3.HeadersResponse
-	reqBody     *chunkQueue
-	respBody    *chunkQueue
-	stopped     chan struct{}
-	done        chan struct{}
+	reqHeaders   chan *extprocv3.HeadersResponse
+	respHeaders  chan *extprocv3.HeadersResponse
+	respTrailers chan *extprocv3.TrailersResponse
+	reqBody      *chunkQueue
+	respBody     *chunkQueue
+	stopped      chan struct{}
+	done         chan struct{}
 }
 
 func newExchange(stream extprocv3.ExternalProcessor_ProcessClient, g *Gateway, hint []string, hinted bool) *exchange {
 	return &exchange{
 		stream: stream, clock: g.o.clock, timeout: g.o.messageTimeout, c: &g.c,
 		hint: hint, hinted: hinted,
-		poke:        make(chan struct{}, 1),
-		lb:          &structpb.Struct{Fields: map[string]*structpb.Value{}},
-		reqHeaders:  make(chan *extprocv3.HeadersResponse, 1),
-		respHeaders: make(chan *extprocv3.HeadersResponse, 1),
-		reqBody:     newChunkQueue(),
-		respBody:    newChunkQueue(),
-		stopped:     make(chan struct{}),
-		done:        make(chan struct{}),
+		poke:         make(chan struct{}, 1),
+		lb:           &structpb.Struct{Fields: map[string]*structpb.Value{}},
+		reqHeaders:   make(chan *extprocv3.HeadersResponse, 1),
+		respHeaders:  make(chan *extprocv3.HeadersResponse, 1),
+		respTrailers: make(chan *extprocv3.TrailersResponse, 1),
+		reqBody:      newChunkQueue(),
+		respBody:     newChunkQueue(),
+		stopped:      make(chan struct{}),
+		done:         make(chan struct{}),
 	}
 }
 
@@ -108,7 +113,7 @@ func (x *exchange) outcome() (*extprocv3.ImmediateResponse, error) {
 func (x *exchange) awaiting() bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return !x.complete && (x.awaitReqHeaders || x.reqBodyOpen || x.awaitRespHeaders || x.respBodyOpen)
+	return !x.complete && (x.awaitReqHeaders || x.reqBodyOpen || x.awaitRespHeaders || x.respBodyOpen || x.awaitRespTrailers)
 }
 
 func (x *exchange) bodySeen(response bool) bool {
@@ -290,6 +295,8 @@ func (x *exchange) handle(m *extprocv3.ProcessingResponse) error {
 		return x.headersReply(r.ResponseHeaders, &x.awaitRespHeaders, x.respHeaders, "response_headers")
 	case *extprocv3.ProcessingResponse_ResponseBody:
 		return x.bodyReply(r.ResponseBody, x.awaitRespHeaders, &x.respBodyOpen, x.respBody, "response_body")
+	case *extprocv3.ProcessingResponse_ResponseTrailers:
+		return x.trailersReply(r.ResponseTrailers)
 	case *extprocv3.ProcessingResponse_ImmediateResponse:
 		x.c.immediate.Add(1)
 		x.stopLocked(r.ImmediateResponse, nil)
@@ -327,5 +334,19 @@ func (x *exchange) bodyReply(b *extprocv3.BodyResponse, headersDue bool, open *b
 	if sr.GetEndOfStream() {
 		*open = false
 	}
+	return nil
+}
+
+// trailersReply hands the reply to the response trailers over and ends the
+// response body: the picker answers the trailers after its last body chunk,
+// which, the body having ended with the trailers, carries no end_of_stream.
+func (x *exchange) trailersReply(t *extprocv3.TrailersResponse) error {
+	if !x.awaitRespTrailers {
+		x.c.spurious.Add(1)
+		return spurious("response_trailers")
+	}
+	x.awaitRespTrailers, x.respBodyOpen = false, false
+	_ = x.respBody.append(nil, true) // a body that already ended stays as it is
+	x.respTrailers <- t
 	return nil
 }

@@ -299,6 +299,9 @@ func (f *flow) finish() {
 	if f.r.Context().Err() != nil && f.rec.Status == 0 {
 		f.clientGone()
 	}
+	if f.x != nil {
+		f.rec.DynamicMetadata = f.x.lbSnapshot().AsMap()
+	}
 	f.rec.Duration = f.g.o.clock.Since(f.start)
 	if f.g.o.onRecord != nil {
 		f.g.o.onRecord(f.rec)

@@ -94,13 +94,21 @@ func (f *flow) writeGRPCReply(h *headerList) {
 // writeTrailers passes the upstream response's trailers (grpc-status and
 // grpc-message for gRPC) to the client once its body is done.
 func (f *flow) writeTrailers(resp *http.Response) {
+	h := &headerList{}
+	appendHeaders(h, resp.Trailer)
+	f.writeTrailerList(h)
+}
+
+// writeTrailerList writes h as the response's trailers.
+func (f *flow) writeTrailerList(h *headerList) {
 	hdr := f.w.Header()
-	for k, vs := range resp.Trailer {
-		for _, v := range vs {
-			hdr.Add(http.TrailerPrefix+k, v)
+	for _, e := range h.entries {
+		if strings.HasPrefix(e.GetKey(), ":") {
+			continue
 		}
-		if strings.EqualFold(k, "grpc-status") && len(vs) > 0 {
-			f.rec.GRPCStatus = vs[0]
-		}
+		hdr.Add(http.TrailerPrefix+e.GetKey(), string(e.GetRawValue()))
+	}
+	if s := h.get("grpc-status"); s != "" {
+		f.rec.GRPCStatus = s
 	}
 }

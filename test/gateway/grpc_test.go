@@ -35,6 +35,13 @@ type routeTo struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	endpoint  string
 	immediate *extprocv3.ImmediateResponse
+	// trailers, when set, is the reply to the response trailers; nil
+	// answers them unchanged. ignoreTrailers never answers them.
+	trailers       *extprocv3.ProcessingResponse
+	ignoreTrailers bool
+	// got receives the kind of each message, response body chunks with
+	// "|eos" on the one that ends the body.
+	got chan string
 }
 
 func startRouteTo(t *testing.T, p *routeTo) string {
@@ -60,8 +67,21 @@ func (p *routeTo) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 		if err != nil {
 			return err
 		}
+		if p.got != nil {
+			p.got <- messageKind(req)
+		}
 		var out []*extprocv3.ProcessingResponse
 		switch r := req.GetRequest().(type) {
+		case *extprocv3.ProcessingRequest_ResponseTrailers:
+			switch {
+			case p.ignoreTrailers:
+			case p.trailers != nil:
+				out = append(out, p.trailers)
+			default:
+				out = append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+					ResponseTrailers: &extprocv3.TrailersResponse{},
+				}})
+			}
 		case *extprocv3.ProcessingRequest_RequestBody:
 			body = append(body, r.RequestBody.GetBody()...)
 			if r.RequestBody.GetEndOfStream() {
@@ -80,6 +100,29 @@ func (p *routeTo) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 			}
 		}
 	}
+}
+
+func messageKind(req *extprocv3.ProcessingRequest) string {
+	switch r := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return "request_headers"
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return "request_body"
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return "response_headers"
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		if r.ResponseBody.GetEndOfStream() {
+			return "response_body|eos"
+		}
+		return "response_body"
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		var kv []string
+		for _, h := range r.ResponseTrailers.GetTrailers().GetHeaders() {
+			kv = append(kv, h.GetKey()+"="+string(h.GetRawValue()))
+		}
+		return "response_trailers " + strings.Join(kv, " ")
+	}
+	return fmt.Sprintf("%T", req.GetRequest())
 }
 
 func (p *routeTo) route(body []byte) []*extprocv3.ProcessingResponse {

@@ -33,6 +33,11 @@ type Record struct {
 	Attempts []Attempt
 	// Served is the endpoint whose response reached the client.
 	Served string
+	// DynamicMetadata is the envoy.lb namespace of the request's dynamic
+	// metadata at its end: what the picker's replies set there, the
+	// destination and any attribute reported with the end of the response
+	// (numbers are float64), as an access log would read it.
+	DynamicMetadata map[string]any
 	// ProcessingError is the ext_proc failure, if any.
 	ProcessingError error
 	// FailedOpen is true when FailOpen let the request continue unprocessed.

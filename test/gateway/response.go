@@ -51,9 +51,11 @@ func (f *flow) respond(ctx context.Context, resp *http.Response, served string) 
 	// stream is reset and the ext_proc stream ends, as Envoy does, rather
 	// than both waiting for chunks that will never come.
 	pumped := make(chan struct{})
+	var trailersSent bool
 	go func() {
 		defer close(pumped)
-		err := x.pumpResponse(resp.Body, resp.ContentLength, f.g.o.chunkSize)
+		var err error
+		trailersSent, err = x.pumpResponse(resp, f.g.o.chunkSize)
 		if err != nil && !errors.Is(err, errProcessingStopped) {
 			x.stop(nil, &upstreamResetError{err})
 		}
@@ -66,6 +68,10 @@ func (f *flow) respond(ctx context.Context, resp *http.Response, served string) 
 		b, err := x.respBody.next(ctx, i)
 		if errors.Is(err, io.EOF) {
 			upstreamDone()
+			if trailersSent {
+				f.processedTrailers(resp)
+				return
+			}
 			f.writeTrailers(resp)
 			return
 		}
@@ -76,6 +82,30 @@ func (f *flow) respond(ctx context.Context, resp *http.Response, served string) 
 		}
 		f.writeBody(b)
 	}
+}
+
+// processedTrailers waits for the picker's reply to the response trailers
+// and passes them on to the client as it mutated them, as Envoy does with
+// response_trailer_mode SEND: the trailers reach the client only once the
+// reply has come.
+func (f *flow) processedTrailers(resp *http.Response) {
+	var reply *extprocv3.TrailersResponse
+	select {
+	case reply = <-f.x.respTrailers:
+	case <-f.x.stopped:
+		f.resetAfterHeaders()
+		return
+	}
+	h := &headerList{}
+	appendHeaders(h, resp.Trailer)
+	rejected, err := applyMutation(h, reply.GetHeaderMutation(), false)
+	f.g.c.rejected.Add(int64(rejected))
+	if err != nil {
+		f.x.stop(nil, err)
+		f.resetAfterHeaders()
+		return
+	}
+	f.writeTrailerList(h)
 }
 
 // responseStopped handles processing that stopped before the response headers reply.
