@@ -1,0 +1,208 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/inferpick/inferpick/cmd/vllm-sim/vllmgrpc"
+	"github.com/inferpick/inferpick/test/framework"
+	"github.com/inferpick/inferpick/test/gateway"
+)
+
+// grpcPool is a pool of vllm-sim pods serving vLLM's gRPC engine API: the
+// pool's appProtocol is kubernetes.io/h2c and its target port the pods'
+// gRPC port, their metrics on the HTTP port (--model-server-metrics-port).
+type grpcPool struct {
+	p    *picker
+	g    *gw
+	c    *vllmgrpc.Client
+	sims map[string]*sim // by gRPC address, the pool's endpoint
+}
+
+// costKey is the envoy.lb attribute the pool's picker reports: a call's
+// completion tokens.
+const costKey = "x-gateway-inference-request-cost"
+
+func startGRPCPool(t *testing.T, hosts []string) *grpcPool {
+	t.Helper()
+	c := sharedCluster(t)
+	ns := c.Namespace(t)
+	httpPort, grpcPort := framework.FreePortT(t, hosts...), framework.FreePortT(t, hosts...)
+	gp := &grpcPool{sims: map[string]*sim{}}
+	for _, h := range hosts {
+		s := startSim(t, h, httpPort, "--grpc-port", strconv.Itoa(grpcPort))
+		gp.sims[s.GRPCAddr] = s
+	}
+	if err := c.Client.Create(t.Context(), framework.MakePool(ns, "pool").Ports(int32(grpcPort)).H2C().Obj()); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range hosts {
+		c.ReadyPod(t, framework.MakePod(ns, fmt.Sprintf("vllm-%d", i)).Obj(), h)
+	}
+	gp.p = startClusterPicker(t, c, ns, "pool", "--model-server-metrics-port", strconv.Itoa(httpPort),
+		"--config-text", "attributes:\n- name: "+costKey+"\n  expression: usage.completion_tokens\n")
+	gp.p.WaitWorkers(t, len(hosts))
+	gp.g = startGateway(t, gp.p.Addr(), gateway.WithAppProtocol(gateway.AppProtocolH2C))
+	gp.c = framework.DialGRPC(t, gp.g.Addr)
+	return gp
+}
+
+// TestGRPCPoolThroughTheGateway routes streamed Generate calls with shared
+// long prefixes through the gateway to an h2c pool: every call ends OK,
+// each prefix stays on one pod whose cache then holds it, a malformed
+// call is refused as INVALID_ARGUMENT, a pod killed mid-stream fails its
+// call, and every count the picker took is released.
+func TestGRPCPoolThroughTheGateway(t *testing.T) {
+	gp := startGRPCPool(t, framework.Loopback(150, 4))
+	sampler := sampleLoads(gp.p)
+
+	// Four prefixes, six calls each, the prefixes taking turns.
+	const prefixes, calls = 4, 6
+	served := make([]map[string]int, prefixes) // endpoint → calls, by prefix
+	var cached, prompt uint32
+	for j := range calls {
+		for i := range prefixes {
+			prefix := strings.Repeat(fmt.Sprintf("system prompt %d of the gRPC reliability test, long and shared. ", i), 30)
+			req := framework.GenerateRequest(fmt.Sprintf("p%d-c%d", i, j), prefix+fmt.Sprintf("question %d?", j), 16, true)
+			r := framework.Generate(t.Context(), gp.c, req)
+			if r.Code != codes.OK || r.Complete == nil || len(r.Tokens) != 16 || r.Chunks == 0 {
+				t.Errorf("prefix %d call %d: %v %q, %d tokens in %d chunks, completion %v; want OK with 16 streamed tokens and a completion",
+					i, j, r.Code, r.Message, len(r.Tokens), r.Chunks, r.Complete)
+				continue
+			}
+			if j > 0 {
+				cached += r.Complete.CachedTokens
+				prompt += r.Complete.PromptTokens
+			}
+			recs := gp.g.WaitRecords(t, j*prefixes+i+1)
+			rec := recs[len(recs)-1]
+			if rec.GRPCStatus != "0" {
+				t.Errorf("prefix %d call %d: the gateway saw grpc-status %q, want 0", i, j, rec.GRPCStatus)
+			}
+			// The usage comes with the call's last message and is reported
+			// on the reply to its trailers.
+			if got, want := rec.DynamicMetadata[costKey], float64(r.Complete.CompletionTokens); got != want {
+				t.Errorf("prefix %d call %d: envoy.lb %s = %v at the gateway, want the call's %v completion tokens", i, j, costKey, got, want)
+			}
+			if served[i] == nil {
+				served[i] = map[string]int{}
+			}
+			served[i][rec.Served]++
+		}
+	}
+	for i, eps := range served {
+		if len(eps) != 1 {
+			t.Errorf("prefix %d served by %v, want one pod", i, eps)
+		}
+	}
+	// Each call after a prefix's first finds that prefix cached on the pod
+	// it lands on: all of the prompt but the question.
+	hitRate := float64(cached) / float64(max(prompt, 1))
+	t.Logf("prefix cache hit rate of the repeated calls: %.3f (%d of %d prompt tokens); pods by prefix %v", hitRate, cached, prompt, served)
+	if hitRate < 0.9 {
+		t.Errorf("prefix cache hit rate %.3f, want at least 0.9: calls of one prefix did not find it cached", hitRate)
+	}
+
+	// A message that is not valid protobuf is refused before routing.
+	if code, msg := malformedGenerate(t.Context(), gp.c); code != codes.InvalidArgument {
+		t.Errorf("malformed Generate: %v %q, want INVALID_ARGUMENT", code, msg)
+	}
+
+	// A pod killed in the middle of a stream ends its call with an error,
+	// and the picker's count for it is released.
+	killMidStream(t, gp)
+
+	gp.p.WaitIdle(t, 30*time.Second)
+	sampler.Stop(t)
+	rel := checkReleases(t, gp.p)
+	if rel["completed"] != prefixes*calls {
+		t.Errorf("%v guards released as completed, want the %d calls that ended OK", rel["completed"], prefixes*calls)
+	}
+	pp, err := gp.p.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every call that streamed a token had its first token seen, once.
+	if n := pp.Sum("inferpick_time_to_first_token_seconds"); n != prefixes*calls+1 {
+		t.Errorf("%v first tokens observed, want %d (the calls that streamed tokens)", n, prefixes*calls+1)
+	}
+}
+
+// malformedGenerate sends a Generate whose message is cut short and
+// returns the call's status.
+func malformedGenerate(ctx context.Context, c *vllmgrpc.Client) (codes.Code, string) {
+	ctx, cancel := context.WithTimeout(ctx, framework.Timeout)
+	defer cancel()
+	s, err := c.Conn().NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, vllmgrpc.MethodGenerate, grpc.ForceCodec(vllmgrpc.Codec{}))
+	if err == nil {
+		// Field 1 (request_id) announces 16 bytes and has 2.
+		err = s.SendMsg([]byte{0x0a, 0x10, 'a', 'b'})
+	}
+	if err == nil {
+		err = s.CloseSend()
+	}
+	if err == nil {
+		var b []byte
+		for err == nil {
+			err = s.RecvMsg(&b)
+		}
+	}
+	st := status.Convert(err)
+	return st.Code(), st.Message()
+}
+
+// killMidStream starts a long streamed call, kills the pod serving it once
+// its first tokens came, and checks the call fails and the picker's count
+// of that pod is released.
+func killMidStream(t *testing.T, gp *grpcPool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), framework.LongTimeout)
+	defer cancel()
+	s, err := gp.c.Generate(ctx, framework.GenerateRequest("victim", "a long answer from a pod about to die", 4000, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Recv(); err != nil || r.Chunk == nil {
+		t.Fatalf("first response of the long call: %v, %v; want a chunk", r, err)
+	}
+	var victim *sim
+	v, err := gp.p.Workers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range v.Workers {
+		if v.Workers[i].Load > 0 {
+			victim = gp.sims[v.Workers[i].Address]
+		}
+	}
+	if victim == nil {
+		t.Fatalf("no worker holds the long call: %+v", v.Workers)
+	}
+	victim.Kill()
+	for err == nil {
+		_, err = s.Recv()
+	}
+	if st := status.Convert(err); st.Code() == codes.OK {
+		t.Errorf("the call on the killed pod ended OK, want an error")
+	} else {
+		t.Logf("the call on the killed pod ended %v %q", st.Code(), st.Message())
+	}
+	eventually(t, 30*time.Second, func() error {
+		w, err := gp.p.Worker(victim.GRPCAddr)
+		if err != nil {
+			return err
+		}
+		if w.Load != 0 || w.Prefill != 0 || w.Decode != 0 {
+			return fmt.Errorf("killed pod %s: load %d prefill %d decode %d, want 0", w.Address, w.Load, w.Prefill, w.Decode)
+		}
+		return nil
+	})
+}
