@@ -625,6 +625,10 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 		x.upstreamFailed()
 	case h.GetEndOfStream():
 		x.completed()
+	case x.grpc:
+		// A gRPC server sends its headers (initial metadata) as the call
+		// starts, before the engine has run: the first message with
+		// output moves the load (responseBody), or else the call's end.
 	case !streaming || x.tunnel:
 		// A non-streaming reply is sent whole: the output exists. An
 		// open tunnel holds the server until it closes.

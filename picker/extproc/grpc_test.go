@@ -384,3 +384,31 @@ func TestAGRPCResponseReportsItsUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestAGRPCCallIsInPrefillUntilItsFirstToken: vLLM's gRPC server sends
+// its response headers as the call starts, before the engine runs, so the
+// call's load stays in prefill, and no time to first token is recorded,
+// until a message carries output token ids.
+func TestAGRPCCallIsInPrefillUntilItsFirstToken(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	s := e.open()
+	s.grpcRequest(openai.GeneratePath, generateText("hello"))
+	s.routed(true)
+	s.grpcResponseHeaders("")
+	s.recv()
+	if p, d := totalLoad(e.reg.Workers()...); p != 1 || d != 0 {
+		t.Errorf("load (%d,%d) after the response headers alone, want (1,0)", p, d)
+	}
+	const ttft = "inferpick_time_to_first_token_seconds"
+	if got := histCount(t, e, ttft); got != 0 {
+		t.Errorf("%d times to first token recorded at the headers, want none", got)
+	}
+	s.responseBody(string(generateChunk(7, 5, 1)), false)
+	s.recv()
+	if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 1 {
+		t.Errorf("load (%d,%d) after the first chunk with a token, want (0,1)", p, d)
+	}
+	if got := histCount(t, e, ttft); got != 1 {
+		t.Errorf("%d times to first token recorded after the first token, want 1", got)
+	}
+}
