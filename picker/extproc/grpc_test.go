@@ -335,7 +335,13 @@ func TestAGRPCFailureIsInItsStatus(t *testing.T) {
 // response's usage from its messages, split across body chunks anywhere,
 // and reports it with the trailers that end the call.
 func TestAGRPCResponseReportsItsUsage(t *testing.T) {
-	stream := string(generateChunk(11, 32, 1)) + string(generateChunk(12, 32, 2)) + string(generateComplete(32, 10, 16))
+	// As vLLM streams: each chunk counts the token it carries, and the
+	// complete message repeats the last chunk's count.
+	var stream string
+	for i := range 10 {
+		stream += string(generateChunk(uint64(11+i), 32, 1))
+	}
+	stream += string(generateComplete(32, 1, 16))
 	for name, tc := range map[string]struct {
 		path, request string
 		chunks        []string
@@ -343,7 +349,7 @@ func TestAGRPCResponseReportsItsUsage(t *testing.T) {
 	}{
 		"generate, streamed in odd chunks": {
 			path: openai.GeneratePath, request: string(generateText("hello")),
-			chunks: []string{stream[:3], stream[3:17], stream[17:]},
+			chunks: []string{stream[:3], stream[3:17], stream[17:50], stream[50:]},
 			want:   map[string]any{"envoy.lb": map[string]any{"x-gateway-inference-request-cost": 10.0, "prompt": 32.0}},
 		},
 		"embed": {

@@ -170,9 +170,9 @@ func BenchmarkStreamScannerGRPC(b *testing.B) {
 	var chunks [][]byte
 	total := 0
 	for i := range 200 {
-		chunks = append(chunks, genChunk([]uint64{uint64(1000 + i)}, 2000, uint64(i+1), 1500))
+		chunks = append(chunks, genChunk([]uint64{uint64(1000 + i)}, 2000, 1, 1500)) // each counts its own token
 	}
-	chunks = append(chunks, genComplete(nil, "stop", 2000, 200, 1500))
+	chunks = append(chunks, genComplete([]uint64{1199}, "stop", 2000, 1, 1500)) // the last chunk's again
 	for _, c := range chunks {
 		total += len(c)
 	}

@@ -28,6 +28,16 @@ type grpcScan struct {
 	// What the current message says.
 	tokens                     bool // it carries output token ids
 	prompt, completion, cached uint32
+
+	// What the messages read so far add up to: a streamed Generate's
+	// chunks each count the tokens they carry (a delta), and so does its
+	// complete message (the last delta, or nothing new); a Generate not
+	// streamed sends a complete message per sequence, each with its
+	// sequence's count.
+	chunked                uint64 // the chunks' completion tokens, summed
+	completes              uint64 // the complete messages' completion tokens, summed
+	sawChunk               bool   // a chunk came: the call is streamed
+	lastPrompt, lastCached uint32 // the latest message's counts
 }
 
 type grpcPhase uint8
@@ -59,8 +69,11 @@ const (
 // response message as it arrives, holding none of it: a Generate
 // message with output token ids (a chunk's, or the complete message) is
 // FirstToken; the complete message is Done; an Embed response is both;
-// and the last message's prompt_tokens, completion_tokens and
-// cached_tokens are the usage (TotalTokens their sum). Another method's
+// and the usage is the latest message's prompt_tokens and cached_tokens
+// with the completion tokens of the whole call: the chunks'
+// completion_tokens summed (each counts the tokens it carries), or, when
+// no chunk came (the call was not streamed), the complete messages'
+// (TotalTokens the sum of prompt and completion). Another method's
 // first message is FirstToken. A compressed or malformed message stops
 // the scanner, which then reports nothing more; the response's status is
 // in its trailers, which the scanner does not see.
@@ -237,10 +250,24 @@ func (s *StreamScanner) grpcMessage() Events {
 	default:
 		return FirstToken
 	}
-	if g.prompt > 0 || g.completion > 0 {
-		s.usage = Usage{PromptTokens: int(g.prompt), CompletionTokens: int(g.completion),
-			TotalTokens: int(g.prompt) + int(g.completion), CachedTokens: int(g.cached)}
-		ev |= UsageSeen
+	switch g.sub {
+	case respChunk:
+		g.chunked += uint64(g.completion)
+		g.sawChunk = true
+	case respComplete:
+		g.completes += uint64(g.completion)
 	}
-	return ev
+	if g.prompt == 0 && g.completion == 0 {
+		return ev
+	}
+	if g.prompt > 0 {
+		g.lastPrompt, g.lastCached = g.prompt, g.cached
+	}
+	completion := g.completes
+	if g.sawChunk {
+		completion = g.chunked
+	}
+	s.usage = Usage{PromptTokens: int(g.lastPrompt), CompletionTokens: int(completion),
+		TotalTokens: int(g.lastPrompt) + int(completion), CachedTokens: int(g.lastCached)}
+	return ev | UsageSeen
 }

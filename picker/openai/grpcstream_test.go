@@ -54,15 +54,37 @@ func TestStreamScannerGRPC(t *testing.T) {
 		events Events
 		usage  Usage
 	}{
-		"generate stream: chunks then complete": {
+		// As vLLM's servicer streams: each chunk counts the tokens it
+		// carries, and the complete message repeats the last chunk's.
+		"generate stream: the chunks' counts add up": {
 			kind: GRPCGenerate,
 			body: bytes.Join([][]byte{
 				genChunk([]uint64{11}, 2000, 1, 1500),
-				genChunk([]uint64{12, 13}, 2000, 3, 1500),
-				genComplete(nil, "stop", 2000, 3, 1500),
+				genChunk([]uint64{12, 13}, 2000, 2, 1500),
+				genChunk([]uint64{14}, 2000, 1, 1500),
+				genComplete([]uint64{14}, "stop", 2000, 1, 1500),
 			}, nil),
 			events: FirstToken | UsageSeen | Done,
-			usage:  Usage{PromptTokens: 2000, CompletionTokens: 3, TotalTokens: 2003, CachedTokens: 1500},
+			usage:  Usage{PromptTokens: 2000, CompletionTokens: 4, TotalTokens: 2004, CachedTokens: 1500},
+		},
+		"generate stream: a complete with no tokens adds none": {
+			kind: GRPCGenerate,
+			body: bytes.Join([][]byte{
+				genChunk([]uint64{11, 12, 13}, 30, 3, 0),
+				genChunk([]uint64{14}, 30, 1, 0),
+				genComplete(nil, "stop", 30, 0, 0),
+			}, nil),
+			events: FirstToken | UsageSeen | Done,
+			usage:  Usage{PromptTokens: 30, CompletionTokens: 4, TotalTokens: 34},
+		},
+		"generate not streamed, n=2: a complete per sequence, each its full count": {
+			kind: GRPCGenerate,
+			body: bytes.Join([][]byte{
+				genComplete([]uint64{1, 2, 3}, "stop", 10, 3, 4),
+				genComplete([]uint64{5, 6}, "length", 10, 2, 4),
+			}, nil),
+			events: FirstToken | UsageSeen | Done,
+			usage:  Usage{PromptTokens: 10, CompletionTokens: 5, TotalTokens: 15, CachedTokens: 4},
 		},
 		"generate, not streamed: one complete": {
 			kind:   GRPCGenerate,
@@ -126,7 +148,7 @@ func TestStreamScannerGRPC(t *testing.T) {
 }
 
 func TestStreamScannerGRPCAllocatesNothing(t *testing.T) {
-	chunks := [][]byte{genChunk([]uint64{1}, 100, 1, 0), genChunk([]uint64{2}, 100, 2, 0), genComplete(nil, "stop", 100, 2, 0)}
+	chunks := [][]byte{genChunk([]uint64{1}, 100, 1, 0), genChunk([]uint64{2}, 100, 1, 0), genComplete([]uint64{2}, "stop", 100, 1, 0)}
 	var s StreamScanner
 	if n := testing.AllocsPerRun(100, func() {
 		s.ResetGRPC(GRPCGenerate)
@@ -141,7 +163,7 @@ func TestStreamScannerGRPCAllocatesNothing(t *testing.T) {
 // FuzzStreamScannerGRPC feeds any bytes, split anywhere: never a panic,
 // and the same events and usage as when fed whole.
 func FuzzStreamScannerGRPC(f *testing.F) {
-	f.Add(uint8(GRPCGenerate), 3, append(genChunk([]uint64{1}, 5, 1, 0), genComplete(nil, "stop", 5, 1, 0)...))
+	f.Add(uint8(GRPCGenerate), 3, append(genChunk([]uint64{1}, 5, 1, 0), genComplete([]uint64{1}, "stop", 5, 1, 0)...))
 	f.Add(uint8(GRPCEmbed), 7, embedResponse(4, 3))
 	f.Add(uint8(Unknown), 1, frame([]byte{8, 1}))
 	f.Fuzz(func(t *testing.T, kind uint8, split int, body []byte) {
