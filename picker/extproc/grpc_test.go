@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
@@ -75,11 +76,20 @@ func embedResp(prompt uint64) []byte {
 // client sends them: no content-length, the message's DATA ending the
 // request.
 func (s *session) grpcRequest(path string, msg []byte, extra ...string) {
+	s.grpcRequestIn(nil, path, msg, extra...)
+}
+
+// grpcRequestIn is grpcRequest on a stream whose first message carries
+// the gateway's body modes, pc.
+func (s *session) grpcRequestIn(pc *extprocv3.ProtocolConfiguration, path string, msg []byte, extra ...string) {
 	kv := append([]string{":method", "POST", ":scheme", "http", ":path", path, ":authority", "gw",
 		"content-type", "application/grpc", "te", "trailers"}, extra...)
-	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
-		RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(kv...)},
-	}})
+	s.send(&extprocv3.ProcessingRequest{
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(kv...)},
+		},
+		ProtocolConfig: pc,
+	})
 	s.requestBody(string(msg), true)
 }
 
@@ -416,5 +426,92 @@ func TestAGRPCCallIsInPrefillUntilItsFirstToken(t *testing.T) {
 	}
 	if got := histCount(t, e, ttft); got != 1 {
 		t.Errorf("%d times to first token recorded after the first token, want 1", got)
+	}
+}
+
+// TestAGRPCCallEndsWithItsTrailers: a Generate call is not over at its
+// complete message (with sampling_params.n above 1 the engine sends one
+// per sequence, and the call can still fail after one): its load is held
+// until its trailers, which tell completed from failed. Where the gateway
+// sends no trailers, the body's end, or the stream's when it sends no
+// body, ends it.
+func TestAGRPCCallEndsWithItsTrailers(t *testing.T) {
+	const duplex, none = extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED, extprocfilterv3.ProcessingMode_NONE
+	for name, tc := range map[string]struct {
+		bodyMode extprocfilterv3.ProcessingMode_BodySendMode
+		respond  func(t *testing.T, e *env, s *session)
+		want     map[string]float64
+	}{
+		"n=2: two complete messages, then OK": {
+			bodyMode: duplex,
+			respond: func(t *testing.T, e *env, s *session) {
+				for i := range 2 {
+					s.responseBody(string(generateComplete(5, 3, 0)), false)
+					s.recv()
+					if p, d := totalLoad(e.reg.Workers()...); p+d != 1 {
+						t.Errorf("load (%d,%d) after complete message %d, want the call's held", p, d, i+1)
+					}
+				}
+				s.grpcTrailers("0")
+				s.recv()
+			},
+			want: map[string]float64{reasonCompleted: 1},
+		},
+		"a complete message, then INTERNAL": {
+			bodyMode: duplex,
+			respond: func(t *testing.T, e *env, s *session) {
+				s.responseBody(string(generateComplete(5, 3, 0)), false)
+				s.recv()
+				s.grpcTrailers("13")
+				s.recv()
+			},
+			want: map[string]float64{reasonError: 1},
+		},
+		"no trailers sent: the body's end": {
+			bodyMode: duplex,
+			respond: func(t *testing.T, e *env, s *session) {
+				s.responseBody(string(generateComplete(5, 3, 0)), false)
+				s.recv()
+				if p, d := totalLoad(e.reg.Workers()...); p+d != 1 {
+					t.Errorf("load (%d,%d) after the complete message, want the call's held", p, d)
+				}
+				s.responseBody("", true)
+				s.recv()
+			},
+			want: map[string]float64{reasonCompleted: 1},
+		},
+		"no body sent: the stream's end": {
+			bodyMode: none,
+			respond: func(t *testing.T, e *env, s *session) {
+				if p, d := totalLoad(e.reg.Workers()...); p+d != 1 {
+					t.Errorf("load (%d,%d) while the call runs, want the call's held", p, d)
+				}
+				if err := s.stream.CloseSend(); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.stream.Recv(); err == nil {
+					t.Fatal("the stream went on after the gateway closed it")
+				}
+			},
+			want: map[string]float64{reasonCompleted: 1},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, twoWorkers)
+			s := e.open()
+			s.grpcRequestIn(&extprocv3.ProtocolConfiguration{RequestBodyMode: duplex, ResponseBodyMode: tc.bodyMode},
+				openai.GeneratePath, generateText("hello"))
+			s.routed(true)
+			s.grpcResponseHeaders("")
+			s.recv()
+			tc.respond(t, e, s)
+			eventually(t, "the call's load released", func() bool {
+				p, d := totalLoad(e.reg.Workers()...)
+				return p+d == 0
+			})
+			if got := e.released(reasonCompleted, reasonError, reasonCancelled); !cmp.Equal(got, tc.want) {
+				t.Errorf("releases %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

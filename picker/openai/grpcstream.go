@@ -68,7 +68,9 @@ const (
 // GRPCGenerate or GRPCEmbed (or Unknown, another method). It reads each
 // response message as it arrives, holding none of it: a Generate
 // message with output token ids (a chunk's, or the complete message) is
-// FirstToken; the complete message is Done; an Embed response is both;
+// FirstToken, and so is an Embed response. No message is Done: a call
+// sends a complete message per sequence (sampling_params.n of them) and
+// can still fail after one, so a gRPC call ends with its trailers;
 // and the usage is the latest message's prompt_tokens and cached_tokens
 // with the completion tokens of the whole call: the chunks'
 // completion_tokens summed (each counts the tokens it carries), or, when
@@ -242,11 +244,8 @@ func (s *StreamScanner) grpcMessage() Events {
 		if g.tokens || g.sub == respComplete {
 			ev |= FirstToken
 		}
-		if g.sub == respComplete {
-			ev |= Done
-		}
 	case GRPCEmbed:
-		ev |= FirstToken | Done
+		ev |= FirstToken
 	default:
 		return FirstToken
 	}

@@ -64,7 +64,7 @@ func TestStreamScannerGRPC(t *testing.T) {
 				genChunk([]uint64{14}, 2000, 1, 1500),
 				genComplete([]uint64{14}, "stop", 2000, 1, 1500),
 			}, nil),
-			events: FirstToken | UsageSeen | Done,
+			events: FirstToken | UsageSeen,
 			usage:  Usage{PromptTokens: 2000, CompletionTokens: 4, TotalTokens: 2004, CachedTokens: 1500},
 		},
 		"generate stream: a complete with no tokens adds none": {
@@ -74,7 +74,7 @@ func TestStreamScannerGRPC(t *testing.T) {
 				genChunk([]uint64{14}, 30, 1, 0),
 				genComplete(nil, "stop", 30, 0, 0),
 			}, nil),
-			events: FirstToken | UsageSeen | Done,
+			events: FirstToken | UsageSeen,
 			usage:  Usage{PromptTokens: 30, CompletionTokens: 4, TotalTokens: 34},
 		},
 		"generate not streamed, n=2: a complete per sequence, each its full count": {
@@ -83,13 +83,13 @@ func TestStreamScannerGRPC(t *testing.T) {
 				genComplete([]uint64{1, 2, 3}, "stop", 10, 3, 4),
 				genComplete([]uint64{5, 6}, "length", 10, 2, 4),
 			}, nil),
-			events: FirstToken | UsageSeen | Done,
+			events: FirstToken | UsageSeen,
 			usage:  Usage{PromptTokens: 10, CompletionTokens: 5, TotalTokens: 15, CachedTokens: 4},
 		},
 		"generate, not streamed: one complete": {
 			kind:   GRPCGenerate,
 			body:   genComplete([]uint64{1, 2, 3, 4}, "length", 10, 4, 0),
-			events: FirstToken | UsageSeen | Done,
+			events: FirstToken | UsageSeen,
 			usage:  Usage{PromptTokens: 10, CompletionTokens: 4, TotalTokens: 14},
 		},
 		"a chunk without tokens is not the first token": {
@@ -102,13 +102,13 @@ func TestStreamScannerGRPC(t *testing.T) {
 			kind: GRPCGenerate,
 			body: frame(append(protowire.AppendFixed64(protowire.AppendTag(appendString(nil, 9, "x"), 8, protowire.Fixed64Type), 1),
 				genComplete(nil, "stop", 5, 6, 0)[GRPCPrefixLen:]...)),
-			events: FirstToken | UsageSeen | Done,
+			events: FirstToken | UsageSeen,
 			usage:  Usage{PromptTokens: 5, CompletionTokens: 6, TotalTokens: 11},
 		},
 		"embed": {
 			kind:   GRPCEmbed,
 			body:   embedResponse(1024, 42),
-			events: FirstToken | UsageSeen | Done,
+			events: FirstToken | UsageSeen,
 			usage:  Usage{PromptTokens: 42, TotalTokens: 42},
 		},
 		"another method: its message is output": {
