@@ -234,8 +234,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 		return false, x.responseBody(r.ResponseBody)
 	default: // response trailers
 		x.state = finished
-		if x.grpc && grpcStatusOf(req.GetResponseTrailers().GetTrailers().GetHeaders()) > 0 {
-			// A gRPC call fails in its trailers, after HTTP 200.
+		if x.grpc && grpcStatusOf(req.GetResponseTrailers().GetTrailers().GetHeaders()) != 0 {
+			// A gRPC call fails in its trailers, after HTTP 200: by a
+			// status other than OK, or by none a client could read.
 			x.upstreamFailed()
 		}
 		x.completed()
@@ -587,9 +588,7 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 			x.status, _ = strconv.Atoi(headerValue(hv))
 		case "grpc-status":
 			// A trailers-only response: its status comes in its headers.
-			if n, err := strconv.Atoi(headerValue(hv)); x.grpc && err == nil && n != 0 {
-				x.grpcFailed = true
-			}
+			x.grpcFailed = x.grpc && grpcStatusValue(hv) != 0
 		case "content-type":
 			streaming = strings.HasPrefix(headerValue(hv), "text/event-stream")
 		case "content-length":

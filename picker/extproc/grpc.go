@@ -97,16 +97,22 @@ func percentEncode(s string) string {
 
 // grpcStatusOf returns the grpc-status among headers (response trailers,
 // or the headers of a trailers-only response), -1 when there is none or
-// it is not a number.
+// it is not a status (grpcStatusValue).
 func grpcStatusOf(headers []*corev3.HeaderValue) int {
 	for _, hv := range headers {
-		if hv.GetKey() != "grpc-status" {
-			continue
+		if hv.GetKey() == "grpc-status" {
+			return grpcStatusValue(hv)
 		}
-		if n, err := strconv.Atoi(headerValue(hv)); err == nil && n >= 0 {
-			return n
-		}
-		return -1
+	}
+	return -1
+}
+
+// grpcStatusValue reads a grpc-status header: a code, a number from 0,
+// or -1 for anything else. A gRPC client takes a status it cannot read
+// as a failure, and so does the picker: only 0 is OK.
+func grpcStatusValue(hv *corev3.HeaderValue) int {
+	if n, err := strconv.Atoi(headerValue(hv)); err == nil && n >= 0 {
+		return n
 	}
 	return -1
 }

@@ -515,3 +515,46 @@ func TestAGRPCCallEndsWithItsTrailers(t *testing.T) {
 		})
 	}
 }
+
+// TestAGRPCStatusNoClientCanReadIsAFailure: trailers without a
+// grpc-status, or with one that is not a code, end a call a gRPC client
+// counts as failed; so does a trailers-only response whose status is not
+// a code. Only 0 is OK.
+func TestAGRPCStatusNoClientCanReadIsAFailure(t *testing.T) {
+	for name, tc := range map[string]struct {
+		trailersOnly bool
+		status       []string // the grpc-status header, if any
+	}{
+		"trailers without grpc-status":      {},
+		"trailers with grpc-status OK":      {status: []string{"grpc-status", "OK"}},
+		"trailers with grpc-status -1":      {status: []string{"grpc-status", "-1"}},
+		"trailers-only with grpc-status x":  {trailersOnly: true, status: []string{"grpc-status", "x"}},
+		"trailers-only with grpc-status -2": {trailersOnly: true, status: []string{"grpc-status", "-2"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, twoWorkers)
+			s := e.open()
+			s.grpcRequest(openai.GeneratePath, generateText("hello"))
+			s.routed(true)
+			kv := []string{":status", "200", "content-type", "application/grpc"}
+			if tc.trailersOnly {
+				kv = append(kv, tc.status...)
+			}
+			s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+				ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMap(kv...), EndOfStream: tc.trailersOnly},
+			}})
+			s.recv()
+			if !tc.trailersOnly {
+				s.responseBody(string(generateChunk(7, 5, 1)), false)
+				s.recv()
+				s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
+					ResponseTrailers: &extprocv3.HttpTrailers{Trailers: headerMap(append([]string{"grpc-message", "?"}, tc.status...)...)},
+				}})
+				s.recv()
+			}
+			if got, want := e.released(reasonCompleted, reasonError), map[string]float64{reasonError: 1}; !cmp.Equal(got, want) {
+				t.Errorf("releases %v, want %v", got, want)
+			}
+		})
+	}
+}
