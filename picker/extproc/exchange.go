@@ -286,7 +286,11 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 	}
 	x.startSpan(h.GetHeaders().GetHeaders())
 	x.kind = openai.KindOf(x.path)
-	x.grpc = x.grpc || x.kind.GRPC() // the engine API's paths are gRPC's whatever the content-type
+	if x.kind.GRPC() && !x.grpc {
+		// What a gRPC server answers a request it cannot read as gRPC;
+		// refused here, it holds no load and says why.
+		return x.reject(415, "a gRPC method's path with a content-type that is not gRPC's: send application/grpc (a gRPC-Web call needs Envoy's grpc_web filter ahead of ext_proc)")
+	}
 	withBody := true
 	if pc := req.GetProtocolConfig(); pc != nil { // the stream's first message says how the gateway sends bodies
 		if reason := unsupportedModes(pc); reason != "" {

@@ -14,8 +14,11 @@ import (
 // response, HTTP 200 with grpc-status and grpc-message, and a response
 // fails when its grpc-status is not OK, whatever its HTTP status.
 
-// isGRPC reports whether a content-type is gRPC's, as Envoy tells a gRPC
-// request: application/grpc, or application/grpc+ a codec's name.
+// isGRPC reports whether a content-type is gRPC's, as Envoy's router tells
+// a gRPC request: application/grpc, or application/grpc+ a codec's name.
+// application/grpc-web is not: Envoy's grpc_web filter makes such a call
+// gRPC, and the picker sees it as gRPC when that filter runs before
+// ext_proc.
 func isGRPC(h *corev3.HeaderValue) bool {
 	const media = "application/grpc"
 	v := h.GetRawValue()

@@ -558,3 +558,63 @@ func TestAGRPCStatusNoClientCanReadIsAFailure(t *testing.T) {
 		})
 	}
 }
+
+// TestAGRPCMethodIsGRPCByItsContentType: whether a request is gRPC is its
+// content-type's to say, as Envoy's router tells: a call with
+// application/grpc or application/grpc+proto is routed, while a JSON POST
+// or a gRPC-Web call (Envoy's grpc_web filter not ahead of ext_proc) to
+// Generate's path is refused as HTTP, 415 as a gRPC server answers it,
+// holding no load.
+func TestAGRPCMethodIsGRPCByItsContentType(t *testing.T) {
+	for contentType, routed := range map[string]bool{
+		"application/grpc":       true,
+		"application/grpc+proto": true,
+		"application/json":       false,
+		"application/grpc-web":   false,
+		"":                       false,
+	} {
+		name := contentType
+		if name == "" {
+			name = "none"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, twoWorkers)
+			s := e.open()
+			kv := []string{":method", "POST", ":path", openai.GeneratePath, ":authority", "gw"}
+			if contentType != "" {
+				kv = append(kv, "content-type", contentType)
+			}
+			s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+				RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(kv...)},
+			}})
+			if routed {
+				s.requestBody(string(generateText("hello")), true)
+				if r := s.routed(true); r.dest == "" {
+					t.Fatal("not routed")
+				}
+				return
+			}
+			// The body follows at once, as a gateway streams it; the
+			// refusal may already have ended the stream.
+			_ = s.stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+				RequestBody: &extprocv3.HttpBody{Body: []byte(`{"prompt":"hello"}`), EndOfStream: true},
+			}})
+			r := s.recv()
+			ir := r.GetImmediateResponse()
+			if ir == nil {
+				t.Fatalf("want an immediate response, got %v", r)
+			}
+			for _, h := range ir.GetHeaders().GetSetHeaders() {
+				if k, v := h.GetHeader().GetKey(), string(h.GetHeader().GetRawValue()); k == "content-type" && v != "application/json" {
+					t.Errorf("refusal's content-type %q, want application/json", v)
+				}
+			}
+			if code := ir.GetStatus().GetCode(); code != 415 || ir.GetGrpcStatus() != nil || !strings.Contains(string(ir.GetBody()), "not gRPC's") {
+				t.Errorf("refusal %d, grpc_status %v, body %s; want 415 without a gRPC status, naming the content-type", code, ir.GetGrpcStatus(), ir.GetBody())
+			}
+			if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 0 {
+				t.Errorf("load (%d,%d) after a refusal, want none", p, d)
+			}
+		})
+	}
+}

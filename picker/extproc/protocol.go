@@ -144,7 +144,7 @@ func immediate(status int, message string) *extprocv3.ProcessingResponse {
 
 func errorType(status int) string {
 	switch status {
-	case 400:
+	case 400, 415:
 		return "invalid_request_error"
 	case 404:
 		return "not_found_error"
