@@ -372,6 +372,7 @@ func (x *exchange) route() (bool, error) {
 		// vLLM's gRPC engine API names no model: the request goes to any
 		// pod of the pool, as a body without a model does, and its prompt
 		// is read from the protobuf message for the policy.
+		x.s.checkGRPCModels()
 		if err := openai.ParseGRPC(x.kind, x.body, &x.parsed); err != nil {
 			return x.reject(400, err.Error())
 		}

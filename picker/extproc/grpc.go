@@ -7,6 +7,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
+
+	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // A gRPC request (content-type application/grpc, such as a call to vLLM's
@@ -118,4 +120,33 @@ func grpcStatusValue(hv *corev3.HeaderValue) int {
 		return n
 	}
 	return -1
+}
+
+// checkGRPCModels logs when gRPC requests come to a pool whose pods report
+// more than one base model. vLLM's gRPC engine API names no model, so
+// every pod must serve the one the clients mean; with two, a call gets
+// whichever its pod runs. The pods' lists are read again only when one
+// changes (registry.ServedEpoch), so a gRPC request costs one atomic load.
+func (s *Server) checkGRPCModels() {
+	epoch := registry.ServedEpoch() + 1
+	last := s.grpcModels.Load()
+	if last == epoch || !s.grpcModels.CompareAndSwap(last, epoch) {
+		return
+	}
+	first := ""
+	for _, w := range s.reg.Workers() {
+		m := w.Metrics()
+		if m == nil || m.Served == nil {
+			continue
+		}
+		for _, base := range m.Served.Bases {
+			if first == "" {
+				first = base
+			} else if base != first {
+				s.opts.Log.Info("gRPC requests reach pods serving more than one base model; the gRPC engine API names no model, so a pool that serves gRPC must serve one",
+					"models", []string{first, base}, "pod", w.Address())
+				return
+			}
+		}
+	}
 }

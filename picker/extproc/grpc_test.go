@@ -20,6 +20,7 @@ import (
 	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // grpcFrame puts a gRPC message's 5-byte prefix before msg.
@@ -614,6 +615,45 @@ func TestAGRPCMethodIsGRPCByItsContentType(t *testing.T) {
 			}
 			if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 0 {
 				t.Errorf("load (%d,%d) after a refusal, want none", p, d)
+			}
+		})
+	}
+}
+
+// TestAGRPCPoolServingTwoModelsIsLogged: the gRPC engine API names no
+// model, so a pool whose pods report two base models serves a gRPC call
+// whichever its pod runs: the first gRPC request says so in the log, once
+// while the pods' lists stay the same. A pool of one model logs nothing.
+func TestAGRPCPoolServingTwoModelsIsLogged(t *testing.T) {
+	for name, tc := range map[string]struct {
+		models [2]string
+		lines  int
+	}{
+		"two base models": {models: [2]string{"llama", "qwen"}, lines: 1},
+		"one base model":  {models: [2]string{"llama", "llama"}, lines: 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var mu sync.Mutex
+			var logs []string
+			e := newEnv(t, twoWorkers, func(o *Options) {
+				o.Log = funcr.New(func(_, args string) {
+					mu.Lock()
+					logs = append(logs, args)
+					mu.Unlock()
+				}, funcr.Options{})
+			})
+			for i, w := range e.reg.Workers() {
+				w.SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{tc.models[i]}, Complete: true}})
+			}
+			for range 3 {
+				s := e.open()
+				s.grpcRequest(openai.GeneratePath, generateText("hello"))
+				s.routed(true)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if n := strings.Count(strings.Join(logs, "\n"), "more than one base model"); n != tc.lines {
+				t.Errorf("%d lines naming more than one base model, want %d:\n%s", n, tc.lines, strings.Join(logs, "\n"))
 			}
 		})
 	}

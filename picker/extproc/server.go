@@ -161,6 +161,9 @@ type Server struct {
 	// lengthRefused is whether a request was refused at the default
 	// verbosity for a prompt no context-length range holds.
 	lengthRefused atomic.Bool
+	// grpcModels is 1 + the registry.ServedEpoch at which a gRPC request
+	// last had the pods' base models checked (checkGRPCModels); 0 before.
+	grpcModels atomic.Uint64
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
