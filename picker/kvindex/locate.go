@@ -100,13 +100,25 @@ func (l *Locator) Calls() (calls, failed, skipped int64) {
 }
 
 // Locate fills dst with the servers' account of the parsed request's prompt,
-// for the model the request names (after any rewrite). It reports false,
-// leaving dst alone, when it cannot tell: a request other than a chat or a
-// single-prompt completion, a salted prompt or one with media (an image,
+// for the model the request names (after any rewrite). A gRPC request that
+// sends its token ids (input_ids) is looked up by them, with no /tokenize
+// call. It reports false, leaving dst alone, when it cannot tell: a
+// request other than a chat, a single-prompt completion or a gRPC one with
+// token ids, a salted prompt or one with media (an image,
 // audio, a file) while the servers' events have not shown that they key
 // blocks by their extra keys (SaltKeyed), no blocks stored yet, or a
 // /tokenize call that failed.
 func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, dst *policy.Shared) (bool, error) {
+	if r.Kind.GRPC() {
+		if len(r.InputIDs) == 0 || !l.index.Sized() {
+			return false, nil
+		}
+		b := l.buffers()
+		defer l.bufs.Put(b)
+		b.tokens = r.TokenIDs(b.tokens[:0])
+		l.lookup(b, "", "", dst)
+		return true, nil
+	}
 	if len(r.Input) == 0 || !l.index.Sized() {
 		return false, nil
 	}
@@ -130,10 +142,7 @@ func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, d
 		}
 		return false, nil
 	}
-	b, _ := l.bufs.Get().(*buffers)
-	if b == nil {
-		b = &buffers{}
-	}
+	b := l.buffers()
 	defer l.bufs.Put(b)
 	b.body.Reset()
 	writeBody(&b.body, model, field, r)
@@ -153,15 +162,26 @@ func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, d
 	if l.adapter(model) {
 		adapter = model
 	}
-	holds := l.index.Lookup(tokens, adapter, salt, b.holds)
-	b.holds = holds
+	l.lookup(b, adapter, salt, dst)
+	return true, nil
+}
+
+func (l *Locator) buffers() *buffers {
+	if b, ok := l.bufs.Get().(*buffers); ok {
+		return b
+	}
+	return &buffers{}
+}
+
+// lookup fills dst with the holds of b.tokens in the index.
+func (l *Locator) lookup(b *buffers, adapter, salt string, dst *policy.Shared) {
+	b.holds = l.index.Lookup(b.tokens, adapter, salt, b.holds)
 	dst.Holds = dst.Holds[:0]
-	for _, h := range holds {
+	for _, h := range b.holds {
 		if h.Blocks > 0 {
 			dst.Holds = append(dst.Holds, policy.SharedHold{Worker: h.Worker, Share: h.share(l.OffloadWeight)})
 		}
 	}
-	return true, nil
 }
 
 // adapter reports whether model is a LoRA adapter: blocks are held under

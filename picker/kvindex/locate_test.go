@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/inferpick/inferpick/picker/kvevents"
 	"github.com/inferpick/inferpick/picker/openai"
@@ -325,5 +326,50 @@ func TestLocatorLooksUpAnAdapterUnderItsName(t *testing.T) {
 	ix.Apply(w.ID(), []kvevents.Event{stored(2, tokens, 0, 4, "sql-lora")})
 	if n := holds("sql-lora"); n != 1 {
 		t.Errorf("adapter with its blocks stored: %d pods hold the prompt, want 1", n)
+	}
+}
+
+// TestLocatorLooksUpAGRPCRequestByItsTokenIDs: a gRPC Generate that sends
+// its token ids is looked up by them, with no /tokenize call (the API
+// names no model to tokenize for), and found where the servers stored
+// them.
+func TestLocatorLooksUpAGRPCRequestByItsTokenIDs(t *testing.T) {
+	tokens := prompt(1, 4, -1)
+	tk := startTokenizer(t, prompt(500, 4, -1)) // what /tokenize would say is another prompt
+	reg := registry.New()
+	w1 := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "a", Port: 1}, Name: "a", Address: tk.addr})
+	w2 := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "b", Port: 1}, Name: "b", Address: tk.addr})
+	ix := New(0)
+	ix.Apply(w1.ID(), []kvevents.Event{stored(1, tokens, 0, 4, "")})
+	ix.Apply(w2.ID(), []kvevents.Event{stored(2, tokens, 0, 2, "")})
+	l := NewLocator(ix, reg, time.Second)
+
+	var packed []byte
+	for _, id := range tokens {
+		packed = protowire.AppendVarint(packed, uint64(id))
+	}
+	tokenized := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte("the text"))
+	tokenized = protowire.AppendBytes(protowire.AppendTag(tokenized, 2, protowire.BytesType), packed)
+	msg := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), tokenized)
+	body := append([]byte{0, 0, 0, 0, byte(len(msg))}, msg...)
+	if len(msg) > 255 {
+		t.Fatalf("the test's message is %d bytes, over its one-byte length", len(msg))
+	}
+	var r openai.Request
+	if err := openai.ParseGRPC(openai.GRPCGenerate, body, &r); err != nil {
+		t.Fatal(err)
+	}
+	var sh policy.Shared
+	found, err := l.Locate(context.Background(), "", &r, &sh)
+	if err != nil || !found {
+		t.Fatalf("found %v, %v; want the ids looked up", found, err)
+	}
+	got := sh.Holds
+	sort.Slice(got, func(i, j int) bool { return got[i].Worker < got[j].Worker })
+	if want := []policy.SharedHold{{Worker: w1.ID(), Share: 1}, {Worker: w2.ID(), Share: 0.5}}; !cmp.Equal(got, want) {
+		t.Errorf("holds %+v, want %+v", got, want)
+	}
+	if n := tk.calls.Load(); n != 0 {
+		t.Errorf("%d /tokenize calls, want none", n)
 	}
 }

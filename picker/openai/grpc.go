@@ -218,6 +218,7 @@ func (p *grpcParser) tokenized(b []byte) error {
 			p.ids += ids
 			if len(v) > 0 {
 				r.Prompt = append(r.Prompt, v)
+				r.InputIDs = append(r.InputIDs, v)
 			}
 			b = b[n:]
 			continue
@@ -227,6 +228,7 @@ func (p *grpcParser) tokenized(b []byte) error {
 				return protoError("input_ids", n)
 			}
 			r.Prompt = append(r.Prompt, b[:n])
+			r.InputIDs = append(r.InputIDs, b[:n])
 			p.ids++
 			b = b[n:]
 			continue
@@ -261,4 +263,21 @@ func countVarints(b []byte) (n int, ok bool) {
 
 func protoError(what string, n int) error {
 	return fmt.Errorf("%w: %s: %w", ErrProto, what, protowire.ParseError(n))
+}
+
+// TokenIDs appends the token ids of r.InputIDs to dst, as the model
+// server reads them (an id past 32 bits keeps its low 32, as protobuf
+// reads a uint32), and returns it.
+func (r *Request) TokenIDs(dst []uint32) []uint32 {
+	for _, seg := range r.InputIDs {
+		for len(seg) > 0 {
+			v, n := protowire.ConsumeVarint(seg)
+			if n < 0 { // ParseGRPC checked every segment: not reached
+				break
+			}
+			dst = append(dst, uint32(v))
+			seg = seg[n:]
+		}
+	}
+	return dst
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -340,6 +341,16 @@ func FuzzParseGRPC(f *testing.F) {
 		}
 		if !isEmbed && r.Stream != m.Get(fields.ByName("stream")).Bool() {
 			t.Fatalf("stream %v, protobuf's %v", r.Stream, !r.Stream)
+		}
+		var wantIDs []uint32
+		if hasTok {
+			list := tok.Get(tok.Descriptor().Fields().ByName("input_ids")).List()
+			for i := range list.Len() {
+				wantIDs = append(wantIDs, uint32(list.Get(i).Uint()))
+			}
+		}
+		if got := r.TokenIDs(nil); !slices.Equal(got, wantIDs) {
+			t.Fatalf("token ids %v, protobuf's %v", got, wantIDs)
 		}
 	})
 }

@@ -54,6 +54,10 @@ type Request struct {
 	// placeholder tokens by the media's hash, which its token ids do not
 	// show.
 	Media bool
+	// InputIDs are a gRPC request's tokenized.input_ids as segments of
+	// the body: packed varints, or one unpacked id's varint; nil for any
+	// other request. TokenIDs decodes them.
+	InputIDs [][]byte
 
 	lastModel string
 }
@@ -61,7 +65,8 @@ type Request struct {
 // Reset clears r for another Parse, keeping the Prompt capacity.
 func (r *Request) Reset() {
 	clear(r.Prompt)
-	*r = Request{Prompt: r.Prompt[:0], lastModel: r.lastModel}
+	clear(r.InputIDs)
+	*r = Request{Prompt: r.Prompt[:0], InputIDs: r.InputIDs[:0], lastModel: r.lastModel}
 }
 
 // PromptLen returns the total length of the prompt segments in bytes.
