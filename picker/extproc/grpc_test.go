@@ -313,7 +313,7 @@ func TestAGRPCFailureIsInItsStatus(t *testing.T) {
 			want: map[string]float64{reasonError: 1},
 		},
 		"trailers-only INTERNAL": {
-			respond: func(s *session) {},
+			respond: func(*session) {},
 			want:    map[string]float64{reasonError: 1},
 		},
 	} {
@@ -460,7 +460,7 @@ func TestAGRPCCallEndsWithItsTrailers(t *testing.T) {
 		},
 		"a complete message, then INTERNAL": {
 			bodyMode: duplex,
-			respond: func(t *testing.T, e *env, s *session) {
+			respond: func(_ *testing.T, _ *env, s *session) {
 				s.responseBody(string(generateComplete(5, 3, 0)), false)
 				s.recv()
 				s.grpcTrailers("13")

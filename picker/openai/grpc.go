@@ -254,7 +254,8 @@ func countVarints(b []byte) (n int, ok bool) {
 			n, run = n+1, 0
 			continue
 		}
-		if run++; run == 10 {
+		run++
+		if run == 10 {
 			return n, false
 		}
 	}

@@ -92,7 +92,8 @@ func (s *StreamScanner) feedGRPC(chunk []byte) Events {
 	g := &s.g
 	var ev Events
 	for len(chunk) > 0 {
-		if g.phase == phPrefix {
+		switch g.phase {
+		case phPrefix:
 			n := min(GRPCPrefixLen-g.prefix, len(chunk))
 			for _, c := range chunk[:n] {
 				if g.prefix == 0 {
@@ -111,7 +112,7 @@ func (s *StreamScanner) feedGRPC(chunk []byte) Events {
 			}
 			g.left, g.subLeft, g.phase = int(g.length), -1, phTag
 			g.tokens, g.prompt, g.completion, g.cached, g.sub = false, 0, 0, 0, 0
-		} else if g.phase == phSkip {
+		case phSkip:
 			n := min(g.skip, len(chunk))
 			chunk = chunk[n:]
 			g.skip -= n
@@ -119,7 +120,7 @@ func (s *StreamScanner) feedGRPC(chunk []byte) Events {
 			if g.skip == 0 {
 				g.phase = phTag
 			}
-		} else {
+		default:
 			c := chunk[0]
 			chunk = chunk[1:]
 			if g.left == 0 || g.subLeft == 0 || g.shift > 63 {
