@@ -221,6 +221,11 @@ func (x *exchange) tryPick() (bool, error) {
 	case errors.Is(err, policy.ErrContextLength):
 		return false, contextLengthError{tokens: x.pick.Tokens, tooLong: errors.Is(err, policy.ErrPromptTooLong)}
 	case errors.Is(err, policy.ErrLabelFilter):
+		// A pod the filters keep, parked in a readiness flap, is waited
+		// for as in a pool without filters.
+		if x.parkedMayServe() {
+			return false, errParked
+		}
 		return false, errUnlabelled
 	case err != nil || len(picked) == 0:
 		return false, errNoPick

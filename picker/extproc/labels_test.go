@@ -117,3 +117,36 @@ func TestStageLabelFiltersSplitByCustomRoleLabels(t *testing.T) {
 		}
 	}
 }
+
+// Without a queue, a request whose one kept pod is parked is answered 503
+// as one whose pods are not ready yet, which a client may retry, though a
+// pod the filter leaves out is ready.
+func TestAParkedPodTheFilterKeepsIsNotReadyWithoutAQueue(t *testing.T) {
+	e := labelEnv(t, h100Only, []map[string]string{{"example.com/gpu": "h100"}, {"example.com/gpu": "l4"}})
+	park(e.reg, e.reg.Workers()[0], true)
+	if code, msg := e.chatOf("hi").immediateReply(); code != 503 || !strings.Contains(msg, "not ready") {
+		t.Errorf("reply %d %q, want 503 saying the endpoints are not ready", code, msg)
+	}
+}
+
+// With the flow-control queue, a request whose one kept pod is parked in a
+// readiness flap waits for it, as in a pool without filters, though a pod
+// the filter leaves out is ready; it then goes to the kept pod.
+func TestAParkedPodTheFilterKeepsIsWaitedFor(t *testing.T) {
+	q, err := flowcontrol.New(flowcontrol.Options{Enabled: true, MaxWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = q.Start(t.Context()) }()
+	e := labelEnv(t, h100Only, []map[string]string{{"example.com/gpu": "h100"}, {"example.com/gpu": "l4"}}, func(o *Options) { o.Queue = q })
+	h100 := e.reg.Workers()[0]
+	park(e.reg, h100, true)
+
+	s := e.chatOf("hi")
+	eventually(t, "the request for the parked h100 pod queued", func() bool { return q.Len() == 1 })
+	park(e.reg, h100, false)
+	q.Notify() // as the picker's registry listener does when a parked worker returns
+	if r := s.routed(true); r.dest != h100.Address() {
+		t.Errorf("routed to %q once the h100 pod was back, want %s alone", r.dest, h100.Address())
+	}
+}
