@@ -238,16 +238,18 @@ func (x *exchange) tryPick() (bool, error) {
 }
 
 // parkedMayServe reports whether a worker parked while its pod is unready
-// (a readiness flap: its server runs on), whose pod decodes, within the
-// gateway's subset, may serve the request's model: it lists the model, or
-// has not listed all its models. The request then waits for it, or is
-// answered 503, rather than told that the model does not exist.
+// (a readiness flap: its server runs on), whose pod decodes, passes the
+// policy's label filters and is within the gateway's subset, may serve the
+// request's model: it lists the model, or has not listed all its models.
+// The request then waits for it, or is answered 503, rather than told that
+// the model does not exist.
 func (x *exchange) parkedMayServe() bool {
 	if x.s.parked == nil {
 		return false
 	}
+	keep := x.s.opts.LabelFilter
 	for _, w := range x.s.parked() {
-		if !w.Parked() || w.Removed() || !w.Role().Decodes() ||
+		if !w.Parked() || w.Removed() || !w.Role().Decodes() || keep != nil && !keep(w) ||
 			x.subset.present && !x.subset.allows(w.Endpoint().Address) {
 			continue
 		}

@@ -21,6 +21,7 @@ func labelEnv(t *testing.T, cfg policy.Config, of []map[string]string, opts ...e
 		t.Fatal(err)
 	}
 	e.server.picker = pol
+	e.server.opts.LabelFilter = cfg.LabelFilter()
 	return e
 }
 
@@ -148,5 +149,36 @@ func TestAParkedPodTheFilterKeepsIsWaitedFor(t *testing.T) {
 	q.Notify() // as the picker's registry listener does when a parked worker returns
 	if r := s.routed(true); r.dest != h100.Address() {
 		t.Errorf("routed to %q once the h100 pod was back, want %s alone", r.dest, h100.Address())
+	}
+}
+
+// A pod parked in a readiness flap that the filter leaves out is never
+// waited for: with the queue, a request no kept pod may serve is answered
+// 503 at once, whether the other pods are ready or parked too, and waits
+// in no queue; without it, the 503 names the label filters, not pods that
+// are not ready yet.
+func TestAParkedPodTheFilterLeavesOutIsNotWaitedFor(t *testing.T) {
+	l4s := []map[string]string{{"example.com/gpu": "l4"}, {"example.com/gpu": "l4"}}
+	for _, both := range []bool{false, true} {
+		q, err := flowcontrol.New(flowcontrol.Options{Enabled: true, MaxWait: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = q.Start(t.Context()) }()
+		e := labelEnv(t, h100Only, l4s, func(o *Options) { o.Queue = q })
+		ws := e.reg.Workers()
+		park(e.reg, ws[0], true)
+		if both {
+			park(e.reg, ws[1], true)
+		}
+		if code, msg := e.chatOf("hi").immediateReply(); code != 503 || strings.Contains(msg, "saturated") {
+			t.Errorf("both parked %v: reply %d %q, want 503 at once (no pod the filter keeps)", both, code, msg)
+		}
+	}
+
+	e := labelEnv(t, h100Only, l4s)
+	park(e.reg, e.reg.Workers()[0], true)
+	if code, msg := e.chatOf("hi").immediateReply(); code != 503 || !strings.Contains(msg, "label filters") {
+		t.Errorf("without a queue: reply %d %q, want 503 naming the label filters", code, msg)
 	}
 }

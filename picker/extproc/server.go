@@ -110,6 +110,10 @@ type Options struct {
 	// read, the policy places the request by it, and nothing is written on
 	// the response.
 	SessionIDs bool
+	// LabelFilter, when set, is the policy's label filters
+	// (policy.Config.LabelFilter): a worker parked in a readiness flap is
+	// waited for only when it passes them, as the pick takes it only then.
+	LabelFilter func(w *registry.Worker) bool
 	// Attributes, when set, are reported to the gateway at the end of each
 	// response whose body it sends: the reply that ends the response
 	// carries dynamic metadata namespace → name → value for each attribute

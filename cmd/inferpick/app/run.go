@@ -235,6 +235,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 		SessionHeader:        sessionHeader(cfg),
 		SessionIDs:           sessionIDs(cfg),
 		Disaggregation:       cfg.Disaggregation,
+		LabelFilter:          cfg.LabelFilter(),
 		Attributes:           o.attributes,
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
