@@ -316,7 +316,7 @@ func (u *upstream) disaggregate(s *stages, decode, prefill *schedProfile) error 
 	}
 	u.comparePrefill(decode, prefill)
 	cfg := &policy.DisaggregationConfig{MinUncachedTokens: tokens}
-	u.prefillLabels(prefill, cfg)
+	u.prefillStage(prefill, cfg)
 	u.out.Policy.Disaggregation = cfg
 	return nil
 }

@@ -198,15 +198,12 @@ func (u *upstream) stageLabelFilters(p *schedProfile) ([]policy.LabelFilter, boo
 	return fs, role
 }
 
-// prefillLabels sets the prefill stage's label filters from the prefill
-// profile. One without prefill-filter picks, in llm-d, among every pod its
-// label filters keep: the prefill pod is then picked among all pods
-// (disaggregation.prefillPods all).
-func (u *upstream) prefillLabels(prefill *schedProfile, d *policy.DisaggregationConfig) {
+// prefillStage sets the prefill stage's pods from the prefill profile: its
+// label filters, and, for one without prefill-filter, every pod of the pool
+// to pick among (disaggregation.prefillPods all), as llm-d's profile then
+// picks among every pod its label filters keep, every pod when it has none.
+func (u *upstream) prefillStage(prefill *schedProfile, d *policy.DisaggregationConfig) {
 	fs, role := u.stageLabelFilters(prefill)
-	if len(fs) == 0 {
-		return
-	}
 	d.PrefillLabelFilters = fs
 	if !role {
 		d.PrefillPods = policy.PrefillPodsAll

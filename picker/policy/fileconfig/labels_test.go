@@ -48,6 +48,19 @@ func TestLabelFiltersAreTranslated(t *testing.T) {
 				"parameters of prefix-cache-scorer have no effect: the prefix index uses 64-byte blocks and sizes itself from vllm:cache_config_info",
 			},
 		},
+		"P/D with custom role labels, neither profile filtering: the prefill pod among every pod": {
+			in: strings.NewReplacer("  - pluginRef: prefill-pods\n", "", "  - pluginRef: decode-pods\n", "").
+				Replace(readSample(t, "llm-d-v0.8.0-pd-by-label.yaml")),
+			want: policy.Config{
+				Name:           policy.WeightedScorer,
+				WeightedScorer: policy.WeightedScorerConfig{PrefixWeight: 1},
+				Disaggregation: &policy.DisaggregationConfig{MinUncachedTokens: 8, PrefillPods: policy.PrefillPodsAll},
+			},
+			warnings: []string{
+				"featureGate prepareDataPlugins has no effect: it turned on upstream's data-preparing plugins (v1.3 and v1.4), such as the prefix match llm-d's prefill deciders read; the picker keeps its prefix index itself",
+				"parameters of prefix-cache-scorer have no effect: the prefix index uses 64-byte blocks and sizes itself from vllm:cache_config_info",
+			},
+		},
 		"P/D with llm-d's role filters and a label filter in the prefill profile": {
 			in: header + "plugins:\n- type: prefill-filter\n- type: decode-filter\n- type: queue-scorer\n" +
 				"- type: by-label\n  name: fast\n  parameters: {label: gpu, validValues: [h100]}\n" +
