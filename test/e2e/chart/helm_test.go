@@ -213,6 +213,26 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"picker.config.disaggregation.prefillLabelFilters[0].selector.matchExpressions[0].key=k", "picker.config.disaggregation.prefillLabelFilters[0].selector.matchExpressions[0].operator=Gt"},
 			want: []string{"prefillLabelFilters", "operator"},
 		},
+		"a by-label filter with neither values nor allowsNoLabel, which keeps no pod": {
+			sets: []string{"picker.config.labelFilters[0].label=gpu"},
+			want: []string{"labelFilters", "values", "allowsNoLabel"},
+		},
+		"a by-label filter with allowsNoLabel false and no values": {
+			sets: []string{"picker.config.labelFilters[0].label=gpu", "picker.config.labelFilters[0].allowsNoLabel=false"},
+			want: []string{"labelFilters", "allowsNoLabel", "must be true"},
+		},
+		"a selector's In without values": {
+			sets: []string{"picker.config.labelFilters[0].selector.matchExpressions[0].key=k", "picker.config.labelFilters[0].selector.matchExpressions[0].operator=In"},
+			want: []string{"labelFilters", "matchExpressions", "values"},
+		},
+		"a prefill selector's NotIn without values": {
+			sets: []string{"picker.config.disaggregation.prefillLabelFilters[0].selector.matchExpressions[0].key=k", "picker.config.disaggregation.prefillLabelFilters[0].selector.matchExpressions[0].operator=NotIn"},
+			want: []string{"prefillLabelFilters", "matchExpressions", "values"},
+		},
+		"a selector's Exists with values": {
+			sets: []string{"picker.config.labelFilters[0].selector.matchExpressions[0].key=k", "picker.config.labelFilters[0].selector.matchExpressions[0].operator=Exists", "picker.config.labelFilters[0].selector.matchExpressions[0].values[0]=a"},
+			want: []string{"labelFilters", "matchExpressions", "values", "maxItems"},
+		},
 		"a prefillPods the picker does not know": {
 			sets: []string{"picker.config.disaggregation.prefillPods=any"},
 			want: []string{"prefillPods"},
