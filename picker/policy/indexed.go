@@ -138,16 +138,17 @@ func (x indexed) shared(p *pick) {
 // but fewer than unknownBlocks full blocks, or it is shorter than that.
 // A prefix every prompt shares (a system prompt) does not make a prompt
 // known: a conversation another replica routed is known here only once its
-// own turns are. Nor does a worker parked while its pod is unready: the
-// servers that may take the prompt meanwhile are worth asking.
-func (x indexed) knows(p *pick) bool {
+// own turns are. Nor does a worker parked while its pod is unready, or one
+// the pick's label filters leave out: the servers that may take the prompt
+// are worth asking.
+func (x indexed) knows(p *pick, labels labelMatcher) bool {
 	x.hashes(p)
 	if len(p.hashes) < unknownBlocks {
 		return true
 	}
 	for _, m := range x.ix.Match(p.hashes, &p.scratch) {
 		if len(p.hashes)-m.Blocks < unknownBlocks {
-			if w := x.workers.get(m.Worker); w != nil && w.Live() {
+			if w := x.workers.get(m.Worker); w != nil && w.Live() && labels.admits(w.Labels()) {
 				return true
 			}
 		}
@@ -202,7 +203,9 @@ func (x indexed) Observe(req *Request, served *registry.Worker) {
 // caller that can ask the model servers where a prompt is cached asks only
 // when it is not known.
 func (e *engine) Knows(req *Request) bool {
-	k, ok := e.ranker.(interface{ knows(*pick) bool })
+	k, ok := e.ranker.(interface {
+		knows(*pick, labelMatcher) bool
+	})
 	if !ok || req == nil {
 		return true
 	}
@@ -212,7 +215,7 @@ func (e *engine) Knows(req *Request) bool {
 		e.pool.Put(p)
 	}()
 	p.req = req
-	return k.knows(p)
+	return k.knows(p, e.stageLabels(req))
 }
 
 // held returns the prompt's leading blocks w holds: what the request's

@@ -250,3 +250,35 @@ func TestLabelFilteredPickAllocatesNothingMore(t *testing.T) {
 		t.Errorf("a label-filtered pick allocates %v times, want 0", n)
 	}
 }
+
+// TestAPromptOnlyAFilteredOutPodHoldsIsNotKnown: the index knows a prompt
+// while a pod the label filters keep holds it; once a label edit leaves
+// that pod out, the prompt will go elsewhere, and the model servers are
+// worth asking where it is cached. The check allocates nothing more for
+// the filters.
+func TestAPromptOnlyAFilteredOutPodHoldsIsNotKnown(t *testing.T) {
+	cfg := Config{Name: CacheAware, LabelFilters: []LabelFilter{{Label: "example.com/gpu", Values: []string{"h100"}}}}
+	keys := cfg.LabelKeys()
+	reg, ws := labelledPool(keys, []map[string]string{{"example.com/gpu": "h100"}, {"example.com/gpu": "l4"}})
+	p := build(t, cfg, reg, nil)
+	k := p.(interface{ Knows(*Request) bool })
+	req := func() *Request {
+		return &Request{Model: "m", Prompt: [][]byte{text("system", 30<<10), text("user", 2<<10)}}
+	}
+	if got, err := p.Pick(req(), reg.Workers(), 1); err != nil || len(got) != 1 || got[0] != ws[0] {
+		t.Fatalf("Pick = %v, %v; want pod 0 (the h100)", got, err)
+	}
+	if !k.Knows(req()) {
+		t.Fatal("the prompt pod 0 holds is not known while the filter keeps pod 0")
+	}
+	r := req()
+	if n := testing.AllocsPerRun(20, func() { k.Knows(r) }); n != 0 && !raceEnabled {
+		t.Errorf("Knows allocates %v times, want 0", n)
+	}
+
+	registrytest.Upsert(reg, labelledEndpoint(0, keys, map[string]string{"example.com/gpu": "l4"}))
+	registrytest.Upsert(reg, labelledEndpoint(1, keys, map[string]string{"example.com/gpu": "h100"}))
+	if k.Knows(req()) {
+		t.Error("the prompt is known though only pod 0 holds it, which the filter now leaves out")
+	}
+}
