@@ -33,14 +33,15 @@ type holder interface {
 // disaggregate decides, once the decode pod is picked and guarded, whether
 // another pod prefills the request's prompt: when the prompt's tokens the
 // decode pod does not hold are at least MinUncachedTokens, it picks a pod
-// that prefills (any pod with PrefillPods all; never the decode pod) with the same policy and takes a
-// load guard on it, in prefill, which the route names to the decode pod's
-// sidecar; the guard is held until the decode pod answers (its sidecar
-// answers once the prefill is done) or the request ends. Only a request
-// that generates (completions, chat completions, responses: what llm-d's
-// sidecar splits) is: an embeddings request, a tunnel, an upload or
-// another path is decoded alone. So is one no prefill pod has room for: the
-// decode pod prefills it itself, and it is never refused for the split.
+// that prefills (any pod with PrefillPods all; never the decode pod) with
+// the same policy and takes a load guard on it, in prefill, which the route
+// names to the decode pod's sidecar; the guard is held until the decode pod
+// answers (its sidecar answers once the prefill is done) or the request
+// ends. Only a request that generates (completions, chat completions,
+// responses: what llm-d's sidecar splits) is: an embeddings request, a
+// tunnel, an upload or another path is decoded alone. So is one no prefill
+// pod has room for: the decode pod prefills it itself, and it is never
+// refused for the split.
 func (x *exchange) disaggregate() {
 	d := x.s.opts.Disaggregation
 	if d == nil || x.s.roles == nil || !generates(x.kind) || x.pick.Hashes == nil || len(x.picked) == 0 {

@@ -215,9 +215,10 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 
 // admit makes candidates of the workers of ws that are live, serve the
 // model, take its prompt's length (with contextLength.filter), pass the
-// label filters of the pick's stage and have room for the request, and returns how many had none. With
-// Request.Overflow and none with room, the candidates are those past the
-// queue and KV-cache thresholds alone, and p.over is set.
+// label filters of the pick's stage and have room for the request, and
+// returns how many had none. With Request.Overflow and none with room, the
+// candidates are those past the queue and KV-cache thresholds alone, and
+// p.over is set.
 func (e *engine) admit(p *pick, ws []*registry.Worker, filter *modelFilter, now time.Time) (saturated int) {
 	for _, w := range ws {
 		if e.admitOne(p, w, filter, now) {

@@ -64,14 +64,15 @@ func (s *sessionPod) has(w *registry.Worker) bool {
 	return s.ref.Is(ns, name)
 }
 
-// idPod returns a worker of the pod a session id goes to, nil when there
-// is none: of the pods with a worker in all that is live, serves the
-// model, (ranged) takes a prompt of tokens tokens (contextLength.filter)
-// and passes the label filters labels, the heaviest in the id's rendezvous order (prefix.Rendezvous of
-// the id and the pod's namespace/name, every port of a pod alike). Load
-// plays no part, so every picker replica chooses the same pod without a
-// word to the others, and a pod that leaves moves only the ids that were
-// its own; a pod saturated for the request leaves the pick as usual.
+// idPod returns a worker of the pod a session id goes to, nil when there is
+// none: of the pods with a worker in all that is live, serves the model,
+// (ranged) takes a prompt of tokens tokens (contextLength.filter) and
+// passes the label filters labels, the heaviest in the id's rendezvous
+// order (prefix.Rendezvous of the id and the pod's namespace/name, every
+// port of a pod alike). Load plays no part, so every picker replica chooses
+// the same pod without a word to the others, and a pod that leaves moves
+// only the ids that were its own; a pod saturated for the request leaves
+// the pick as usual.
 func idPod(id session.ID, all []*registry.Worker, filter *modelFilter, ranged bool, tokens int, labels labelMatcher) *registry.Worker {
 	var best *registry.Worker
 	var weight uint64

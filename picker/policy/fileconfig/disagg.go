@@ -401,10 +401,10 @@ func (u *upstream) comparePrefill(decode, prefill *schedProfile) {
 	u.warn(fmt.Sprintf("the prefill profile %q weighs %s, the decode profile %q %s: the prefill pod is picked by the same policy as the decode pod, the one the decode profile gives", prefill.name, p, decode.name, d))
 }
 
-// weighs describes what a profile weighs: its plugins other than the
-// stage filters, the label filters, the picker, the parser and the reporter (which upstream's
-// samples list in a profile, though they pick nothing), each with its
-// weight, in name order.
+// weighs describes what a profile weighs: its plugins other than the stage
+// filters, the label filters, the picker, the parser and the reporter
+// (which upstream's samples list in a profile, though they pick nothing),
+// each with its weight, in name order.
 func (u *upstream) weighs(p *schedProfile) string {
 	w := map[string]float64{}
 	for _, ref := range p.refs {
