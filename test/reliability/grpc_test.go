@@ -58,8 +58,10 @@ func startGRPCPool(t *testing.T, hosts []string) *grpcPool {
 // TestGRPCPoolThroughTheGateway routes streamed Generate calls with shared
 // long prefixes through the gateway to an h2c pool: every call ends OK,
 // each prefix stays on one pod whose cache then holds it, a malformed
-// call is refused as INVALID_ARGUMENT, a pod killed mid-stream fails its
-// call, and every count the picker took is released.
+// call is refused as INVALID_ARGUMENT, a call that fails in its trailers
+// after its first tokens reaches the client with its status, a pod killed
+// mid-stream fails its call, and every count the picker took is released,
+// the one of the call failed in its trailers as an error.
 func TestGRPCPoolThroughTheGateway(t *testing.T) {
 	gp := startGRPCPool(t, framework.Loopback(150, 4))
 	sampler := sampleLoads(gp.p)
@@ -116,6 +118,10 @@ func TestGRPCPoolThroughTheGateway(t *testing.T) {
 		t.Errorf("malformed Generate: %v %q, want INVALID_ARGUMENT", code, msg)
 	}
 
+	// A call whose pod fails it in its trailers, after tokens and HTTP 200,
+	// ends with that status at the client.
+	failInTrailers(t, gp)
+
 	// A pod killed in the middle of a stream ends its call with an error,
 	// and the picker's count for it is released.
 	killMidStream(t, gp)
@@ -131,8 +137,8 @@ func TestGRPCPoolThroughTheGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every call that streamed a token had its first token seen, once.
-	if n := pp.Sum("inferpick_time_to_first_token_seconds"); n != prefixes*calls+1 {
-		t.Errorf("%v first tokens observed, want %d (the calls that streamed tokens)", n, prefixes*calls+1)
+	if n := pp.Sum("inferpick_time_to_first_token_seconds"); n != prefixes*calls+2 {
+		t.Errorf("%v first tokens observed, want %d (the calls that streamed tokens)", n, prefixes*calls+2)
 	}
 }
 
@@ -157,6 +163,44 @@ func malformedGenerate(ctx context.Context, c *vllmgrpc.Client) (codes.Code, str
 	}
 	st := status.Convert(err)
 	return st.Code(), st.Message()
+}
+
+// failInTrailers makes every pod fail a streamed Generate after its first
+// chunk, with INTERNAL in the trailers of an HTTP 200 response, and checks
+// that one call streams its chunk and ends with that status at the client
+// and at the gateway, and that the picker releases its count as an error.
+func failInTrailers(t *testing.T, gp *grpcPool) {
+	t.Helper()
+	errorsBefore := releasedAs(t, gp.p, "error")
+	for _, s := range gp.sims {
+		s.SetFaults(t, map[string]any{"grpc_error_after_chunks": 1})
+	}
+	before := len(gp.g.Records())
+	r := framework.Generate(t.Context(), gp.c, framework.GenerateRequest("fails-late", "an answer that breaks off", 16, true))
+	if r.Code != codes.Internal || r.Chunks != 1 || r.Complete != nil {
+		t.Errorf("call failed in its trailers: %v %q after %d chunks, completion %v; want INTERNAL after 1 chunk", r.Code, r.Message, r.Chunks, r.Complete)
+	}
+	recs := gp.g.WaitRecords(t, before+1)
+	if rec := recs[len(recs)-1]; rec.Status != 200 || rec.GRPCStatus != strconv.Itoa(int(codes.Internal)) {
+		t.Errorf("call failed in its trailers: the gateway saw HTTP %d grpc-status %q, want 200 and %d", rec.Status, rec.GRPCStatus, codes.Internal)
+	}
+	for _, s := range gp.sims {
+		s.SetFaults(t, map[string]any{"grpc_error_after_chunks": -1})
+	}
+	gp.p.WaitIdle(t, 30*time.Second)
+	if n := releasedAs(t, gp.p, "error") - errorsBefore; n != 1 {
+		t.Errorf("the call failed in its trailers released %v guards as errors, want 1", n)
+	}
+}
+
+// releasedAs is the number of guards p released for reason.
+func releasedAs(t *testing.T, p *picker, reason string) float64 {
+	t.Helper()
+	pp, err := p.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return releases(pp)[reason]
 }
 
 // killMidStream starts a long streamed call, kills the pod serving it once

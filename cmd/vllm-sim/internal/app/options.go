@@ -191,6 +191,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Faults.ErrorStatus, "fault-error-status", o.Faults.ErrorStatus, "HTTP status of injected errors")
 	fs.IntVar(&o.Faults.StallAfterChunks, "fault-stall-after-chunks", o.Faults.StallAfterChunks, "stop a stream after this many events and hold it open (-1 off)")
 	fs.IntVar(&o.Faults.DropAfterChunks, "fault-drop-after-chunks", o.Faults.DropAfterChunks, "close the connection after this many events (-1 off)")
+	fs.IntVar(&o.Faults.GRPCErrorAfterChunks, "fault-grpc-error-after-chunks", o.Faults.GRPCErrorAfterChunks, "end a streamed gRPC Generate call with status INTERNAL in its trailers after this many chunks (-1 off)")
 	fs.IntVar(&o.Faults.MetricsDelayMs, "fault-metrics-delay-ms", o.Faults.MetricsDelayMs, "delay every /metrics answer (milliseconds)")
 	fs.BoolVar(&o.Faults.MetricsGarbage, "fault-metrics-garbage", o.Faults.MetricsGarbage, "answer /metrics with text that does not parse")
 }

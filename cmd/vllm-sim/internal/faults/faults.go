@@ -32,6 +32,12 @@ type Config struct {
 	// without ending the response. Off disables it. A non-streamed request
 	// is dropped before its body whenever this is on.
 	DropAfterChunks int `json:"drop_after_chunks"`
+	// GRPCErrorAfterChunks: after this many chunks a streamed gRPC Generate
+	// call ends with status INTERNAL in its trailers, as vLLM's servicer
+	// ends a call whose generation failed (a call that is not streamed
+	// sends no chunks: only 0 fails it). Off disables it. HTTP requests
+	// ignore it.
+	GRPCErrorAfterChunks int `json:"grpc_error_after_chunks"`
 	// MetricsDelayMs delays every /metrics answer by this many milliseconds.
 	MetricsDelayMs int `json:"metrics_delay_ms"`
 	// MetricsGarbage makes /metrics answer 200 with text that is not the
@@ -41,7 +47,7 @@ type Config struct {
 
 // None is the configuration without faults.
 func None() Config {
-	return Config{ErrorStatus: 500, StallAfterChunks: Off, DropAfterChunks: Off}
+	return Config{ErrorStatus: 500, StallAfterChunks: Off, DropAfterChunks: Off, GRPCErrorAfterChunks: Off}
 }
 
 // Validate reports every invalid field.
@@ -53,7 +59,7 @@ func (c Config) Validate() error {
 	if c.ErrorStatus < 400 || c.ErrorStatus > 599 {
 		errs = append(errs, fmt.Errorf("error_status must be a 4xx or 5xx code, got %d", c.ErrorStatus))
 	}
-	if c.StallAfterChunks < Off || c.DropAfterChunks < Off {
+	if c.StallAfterChunks < Off || c.DropAfterChunks < Off || c.GRPCErrorAfterChunks < Off {
 		errs = append(errs, errors.New("chunk counts must be -1 (off) or more"))
 	}
 	if c.MetricsDelayMs < 0 {

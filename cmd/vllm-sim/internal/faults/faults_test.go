@@ -15,11 +15,11 @@ func TestPatch(t *testing.T) {
 		"empty object keeps everything": {patch: `{}`, want: None()},
 		"partial patch": {
 			patch: `{"error_rate":0.5,"error_status":503}`,
-			want:  Config{ErrorRate: 0.5, ErrorStatus: 503, StallAfterChunks: Off, DropAfterChunks: Off},
+			want:  Config{ErrorRate: 0.5, ErrorStatus: 503, StallAfterChunks: Off, DropAfterChunks: Off, GRPCErrorAfterChunks: Off},
 		},
 		"stall at once": {
 			patch: `{"stall_after_chunks":0,"metrics_garbage":true,"metrics_delay_ms":250}`,
-			want:  Config{ErrorStatus: 500, StallAfterChunks: 0, DropAfterChunks: Off, MetricsGarbage: true, MetricsDelayMs: 250},
+			want:  Config{ErrorStatus: 500, StallAfterChunks: 0, DropAfterChunks: Off, GRPCErrorAfterChunks: Off, MetricsGarbage: true, MetricsDelayMs: 250},
 		},
 		"rate above one":   {patch: `{"error_rate":1.5}`, wantErr: true},
 		"status not error": {patch: `{"error_status":200}`, wantErr: true},

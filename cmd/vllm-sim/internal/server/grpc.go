@@ -28,8 +28,9 @@ import (
 // text or token ids in, the token ids out, in a GenerateStreamChunk per
 // engine step that made tokens and a final GenerateComplete when stream is
 // set, or a single GenerateComplete when not. The error fault answers with
-// the gRPC code Envoy maps its HTTP status to, and the stall fault holds
-// the stream after as many chunks; the drop fault does not apply.
+// the gRPC code Envoy maps its HTTP status to, the stall fault holds the
+// stream after as many chunks, and the gRPC error fault ends it with
+// INTERNAL after as many; the drop fault does not apply.
 func (s *Server) NewGRPC(opts ...grpc.ServerOption) *grpc.Server {
 	return grpc.NewServer(append(opts, grpc.ForceServerCodec(vllmgrpc.Codec{}), grpc.UnknownServiceHandler(s.serveRPC))...)
 }
@@ -186,7 +187,7 @@ func (s *Server) generateStream(ctx context.Context, stream grpc.ServerStream, r
 		rn.record(s.metrics, sts)
 		st := sts[0]
 		if rn.stream && st.Generated > rn.sent[0] {
-			if err := stallFault(ctx, fc, chunks); err != nil {
+			if err := midStreamFault(ctx, fc, chunks); err != nil {
 				return err
 			}
 			msg := &vllmgrpc.GenerateResponse{Chunk: &vllmgrpc.Chunk{
@@ -208,7 +209,7 @@ func (s *Server) generateStream(ctx context.Context, stream grpc.ServerStream, r
 		case aborted:
 			return status.Error(codes.Unavailable, errStoppedMidway)
 		case done:
-			if err := stallFault(ctx, fc, chunks); err != nil {
+			if err := midStreamFault(ctx, fc, chunks); err != nil {
 				return err
 			}
 			return stream.SendMsg(complete(st, vllmgrpc.FinishLength).Marshal())
@@ -221,9 +222,13 @@ func (s *Server) generateStream(ctx context.Context, stream grpc.ServerStream, r
 	}
 }
 
-// stallFault holds the stream until the client leaves once sent chunks
-// have gone out, when the stall fault says so.
-func stallFault(ctx context.Context, fc faults.Config, sent int) error {
+// midStreamFault is the fault due once sent chunks have gone out: the
+// stall fault holds the stream until the client leaves, the gRPC error
+// fault ends it with INTERNAL.
+func midStreamFault(ctx context.Context, fc faults.Config, sent int) error {
+	if fc.GRPCErrorAfterChunks != faults.Off && sent >= fc.GRPCErrorAfterChunks {
+		return status.Errorf(codes.Internal, "simulated failure after %d chunks", sent)
+	}
 	if fc.StallAfterChunks == faults.Off || sent < fc.StallAfterChunks {
 		return nil
 	}

@@ -209,6 +209,30 @@ func TestGRPCErrorsAreStatuses(t *testing.T) {
 	}
 }
 
+func TestGRPCErrorAfterChunksEndsInTrailers(t *testing.T) {
+	o := defaultSim()
+	o.faults.GRPCErrorAfterChunks = 1
+	c, _ := startGRPC(t, o)
+	s, err := c.Generate(t.Context(), &vllmgrpc.GenerateRequest{Text: "a long answer", MaxTokens: maxTokens(50), Stream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks := 0
+	for {
+		var r *vllmgrpc.GenerateResponse
+		if r, err = s.Recv(); err != nil {
+			break
+		}
+		if r.Complete != nil {
+			t.Fatalf("a completion after %d chunks, want the call to fail after 1", chunks)
+		}
+		chunks++
+	}
+	if chunks != 1 || status.Code(err) != codes.Internal {
+		t.Errorf("%d chunks then %v, want 1 chunk then INTERNAL", chunks, err)
+	}
+}
+
 func TestGRPCInfoAndEmbed(t *testing.T) {
 	c, _ := startGRPC(t, defaultSim())
 	ctx := t.Context()
