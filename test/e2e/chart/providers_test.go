@@ -154,12 +154,19 @@ func TestProviderObjects(t *testing.T) {
 				t.Errorf("%s targetRef (-want +got):\n%s", kind, diff)
 			}
 		}
+		// An h2c pool's servers speak gRPC only: the load balancer asks
+		// the standard gRPC health service on the first target port.
 		hc := m.only(t, "HealthCheckPolicy")
-		if got := field(t, hc, "spec", "default", "config", "type"); got != "HTTP2" {
-			t.Errorf("health check type %v for an h2c pool, want HTTP2", got)
+		want := map[string]any{
+			"type": "GRPC",
+			"grpcHealthCheck": map[string]any{
+				"portSpecification": "USE_FIXED_PORT",
+				"port":              float64(8000),
+				"grpcServiceName":   "vllm.grpc.engine.VllmEngine",
+			},
 		}
-		if got := fmt.Sprint(field(t, hc, "spec", "default", "config", "http2HealthCheck", "port")); got != "8000" {
-			t.Errorf("health check port %v, want the first target port 8000", got)
+		if diff := cmp.Diff(want, field(t, hc, "spec", "default", "config")); diff != "" {
+			t.Errorf("health check of an h2c pool (-want +got):\n%s", diff)
 		}
 	})
 	t.Run("istio", func(t *testing.T) {

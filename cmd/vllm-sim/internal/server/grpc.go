@@ -12,7 +12,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/engine"
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/faults"
@@ -30,7 +32,9 @@ import (
 // set, or a single GenerateComplete when not. The error fault answers with
 // the gRPC code Envoy maps its HTTP status to, the stall fault holds the
 // stream after as many chunks, and the gRPC error fault ends it with
-// INTERNAL after as many; the drop fault does not apply.
+// INTERNAL after as many; the drop fault does not apply. The standard gRPC
+// health service answers Check as vLLM's does: SERVING for the server ("")
+// and for vllm.grpc.engine.VllmEngine, NOT_FOUND for any other service.
 func (s *Server) NewGRPC(opts ...grpc.ServerOption) *grpc.Server {
 	return grpc.NewServer(append(opts, grpc.ForceServerCodec(vllmgrpc.Codec{}), grpc.UnknownServiceHandler(s.serveRPC))...)
 }
@@ -83,6 +87,11 @@ func (s *Server) serveRPC(_ any, stream grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(stream)
 	var in []byte
 	switch method {
+	case healthCheckMethod:
+		if err := stream.RecvMsg(&in); err != nil {
+			return err
+		}
+		return healthCheck(stream, in)
 	case vllmgrpc.MethodGenerate, vllmgrpc.MethodEmbed, vllmgrpc.MethodHealthCheck,
 		vllmgrpc.MethodAbort, vllmgrpc.MethodGetModelInfo, vllmgrpc.MethodGetServerInfo:
 		if err := stream.RecvMsg(&in); err != nil {
@@ -130,6 +139,29 @@ func (s *Server) serveRPC(_ any, stream grpc.ServerStream) error {
 		out = info
 	}
 	return stream.SendMsg(out.Marshal())
+}
+
+// healthCheckMethod is the standard gRPC health service's Check.
+const healthCheckMethod = healthpb.Health_Check_FullMethodName
+
+// vllmService is the service name of vLLM's engine API, which its health
+// service reports on beside the whole server's "".
+const vllmService = "vllm.grpc.engine.VllmEngine"
+
+// healthCheck answers grpc.health.v1.Health/Check.
+func healthCheck(stream grpc.ServerStream, in []byte) error {
+	var req healthpb.HealthCheckRequest
+	if err := proto.Unmarshal(in, &req); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if req.GetService() != "" && req.GetService() != vllmService {
+		return status.Errorf(codes.NotFound, "unknown service %q", req.GetService())
+	}
+	out, err := proto.Marshal(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING})
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	return stream.SendMsg(out)
 }
 
 // rpcGenerate serves one Generate call.

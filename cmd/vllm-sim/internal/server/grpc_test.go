@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/inferpick/inferpick/cmd/vllm-sim/internal/kvcache"
@@ -230,6 +231,35 @@ func TestGRPCErrorAfterChunksEndsInTrailers(t *testing.T) {
 	}
 	if chunks != 1 || status.Code(err) != codes.Internal {
 		t.Errorf("%d chunks then %v, want 1 chunk then INTERNAL", chunks, err)
+	}
+}
+
+// TestGRPCStandardHealth asks the standard gRPC health service what a
+// gateway's or kubelet's gRPC check asks: vLLM's answer for the server and
+// its engine service, NOT_FOUND for another.
+func TestGRPCStandardHealth(t *testing.T) {
+	srv, _ := startServer(t, defaultSim())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := srv.NewGRPC()
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	h := healthpb.NewHealthClient(conn)
+	for _, svc := range []string{"", "vllm.grpc.engine.VllmEngine"} {
+		r, err := h.Check(t.Context(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("Check(%q): %v, %v; want SERVING", svc, r.GetStatus(), err)
+		}
+	}
+	if _, err := h.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "/vllm.grpc.engine.VllmEngine/HealthCheck"}); status.Code(err) != codes.NotFound {
+		t.Errorf("Check of a method path: %v, want NOT_FOUND", err)
 	}
 }
 
