@@ -33,6 +33,14 @@ const costKey = "x-gateway-inference-request-cost"
 
 func startGRPCPool(t *testing.T, hosts []string) *grpcPool {
 	t.Helper()
+	return startGRPCPoolMetrics(t, hosts, true)
+}
+
+// startGRPCPoolMetrics starts a gRPC pool whose picker reads the pods'
+// metrics on their HTTP port when metrics is set; else it has only the
+// gRPC port to read, as with vLLM's gRPC server, which serves no HTTP.
+func startGRPCPoolMetrics(t *testing.T, hosts []string, metrics bool) *grpcPool {
+	t.Helper()
 	c := sharedCluster(t)
 	ns := c.Namespace(t)
 	httpPort, grpcPort := framework.FreePortT(t, hosts...), framework.FreePortT(t, hosts...)
@@ -47,8 +55,11 @@ func startGRPCPool(t *testing.T, hosts []string) *grpcPool {
 	for i, h := range hosts {
 		c.ReadyPod(t, framework.MakePod(ns, fmt.Sprintf("vllm-%d", i)).Obj(), h)
 	}
-	gp.p = startClusterPicker(t, c, ns, "pool", "--model-server-metrics-port", strconv.Itoa(httpPort),
-		"--config-text", "attributes:\n- name: "+costKey+"\n  expression: usage.completion_tokens\n")
+	args := []string{"--config-text", "attributes:\n- name: " + costKey + "\n  expression: usage.completion_tokens\n"}
+	if metrics {
+		args = append(args, "--model-server-metrics-port", strconv.Itoa(httpPort))
+	}
+	gp.p = startClusterPicker(t, c, ns, "pool", args...)
 	gp.p.WaitWorkers(t, len(hosts))
 	gp.g = startGateway(t, gp.p.Addr(), gateway.WithAppProtocol(gateway.AppProtocolH2C))
 	gp.c = framework.DialGRPC(t, gp.g.Addr)
@@ -139,6 +150,47 @@ func TestGRPCPoolThroughTheGateway(t *testing.T) {
 	// Every call that streamed a token had its first token seen, once.
 	if n := pp.Sum("inferpick_time_to_first_token_seconds"); n != prefixes*calls+2 {
 		t.Errorf("%v first tokens observed, want %d (the calls that streamed tokens)", n, prefixes*calls+2)
+	}
+}
+
+// TestGRPCPoolWithoutMetrics routes a gRPC pool whose pods serve no
+// metrics page the picker can read (vLLM's gRPC server serves gRPC alone):
+// every scrape fails, yet every call is routed, each prefix stays on one
+// pod, and the picker's scrape errors say why.
+func TestGRPCPoolWithoutMetrics(t *testing.T) {
+	gp := startGRPCPoolMetrics(t, framework.Loopback(154, 3), false)
+	const prefixes, calls = 3, 4
+	served := make([]map[string]int, prefixes)
+	for j := range calls {
+		for i := range prefixes {
+			prefix := strings.Repeat(fmt.Sprintf("system prompt %d of a pool without metrics, long and shared. ", i), 30)
+			r := framework.Generate(t.Context(), gp.c, framework.GenerateRequest(fmt.Sprintf("p%d-c%d", i, j), prefix+fmt.Sprintf("question %d?", j), 8, true))
+			if r.Code != codes.OK || r.Complete == nil {
+				t.Errorf("prefix %d call %d: %v %q, want OK", i, j, r.Code, r.Message)
+				continue
+			}
+			recs := gp.g.WaitRecords(t, j*prefixes+i+1)
+			if served[i] == nil {
+				served[i] = map[string]int{}
+			}
+			served[i][recs[len(recs)-1].Served]++
+		}
+	}
+	for i, eps := range served {
+		if len(eps) != 1 {
+			t.Errorf("prefix %d served by %v, want one pod: without metrics the prefix index still routes", i, eps)
+		}
+	}
+	gp.p.WaitIdle(t, 30*time.Second)
+	checkReleases(t, gp.p)
+	pp, err := gp.p.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range gp.sims {
+		if n := pp.Sum("inferpick_scrape_errors_total", "address", s); n == 0 {
+			t.Errorf("no scrape errors counted for %s, whose gRPC port serves no metrics page", s)
+		}
 	}
 }
 
