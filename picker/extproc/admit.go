@@ -279,7 +279,7 @@ func (x *exchange) pickAndAdmit(candidates []*registry.Worker) ([]*registry.Work
 		attempts = 1 // the guard is always taken
 	}
 	for range attempts {
-		picked, err := x.runPicker(&x.pickBuf, &x.pick, candidates, 1+x.s.opts.Fallbacks)
+		picked, err := x.runPicker(&x.pickBuf, &x.pick, candidates, 1+x.fallbacks())
 		if err != nil || len(picked) == 0 {
 			return picked, nil, err
 		}
@@ -375,4 +375,15 @@ func (x *exchange) readPriority(objective string) {
 		return
 	}
 	x.priority = p
+}
+
+// fallbacks is how many endpoints after the primary a request's destination
+// lists: none with Options.DataParallel, whose header names the primary's
+// rank alone (another pod's sidecar would refuse it, and another rank of
+// the same pod is reached through the same primary port).
+func (x *exchange) fallbacks() int {
+	if x.s.opts.DataParallel != nil {
+		return 0
+	}
+	return x.s.opts.Fallbacks
 }

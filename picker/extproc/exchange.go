@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -463,6 +464,13 @@ func (x *exchange) route() (bool, error) {
 	}
 
 	x.dest = joinAddresses(x.picked)
+	rank := ""
+	if d := x.s.opts.DataParallel; d != nil {
+		// The pod's sidecar on the primary port sends the request on to
+		// the rank the pick holds load on.
+		rank = x.dest
+		x.dest = primaryAddress(x.picked[0], d.PrimaryPort)
+	}
 	var id []byte // only an id made here is added to the request
 	if x.madeID {
 		id = x.made[:]
@@ -476,7 +484,7 @@ func (x *exchange) route() (bool, error) {
 		// trailers then.
 		x.trailersDue = true
 	}
-	if err := x.send(x.out.routeHeaders(x.dest, x.bodyLen(), hasBody, id, prefiller, extra)); err != nil {
+	if err := x.send(x.out.routeHeaders(x.dest, x.bodyLen(), hasBody, id, prefiller, rank, extra)); err != nil {
 		return false, err
 	}
 	if hasBody {
@@ -549,6 +557,11 @@ func joinAddresses(ws []*registry.Worker) string {
 		b.WriteString(w.Address())
 	}
 	return b.String()
+}
+
+// primaryAddress is the address of w's pod on port.
+func primaryAddress(w *registry.Worker, port int) string {
+	return netip.AddrPortFrom(w.Endpoint().Address.Addr(), uint16(port)).String()
 }
 
 // reject answers with a local reply and ends the exchange.

@@ -34,14 +34,22 @@ const (
 // ownedHeaders are request headers removed before the request goes
 // upstream: those only the picker may set (the destination is overwritten),
 // and the objective, fairness and model-rewrite headers the picker consumes.
-// The prefill pod's header is one the picker alone sets: a client's would
-// make the decode pod's sidecar send the prompt to any host it names.
-var ownedHeaders = []string{ServedHeader, SubsetKey, ObjectiveHeader, FairnessHeader, ModelRewriteHeader, policy.PrefillerHeader}
+// The prefill pod's header and the data-parallel rank's are ones the picker
+// alone sets: a client's would make the pod's sidecar send the prompt to any
+// host it names, or the request to any rank.
+var ownedHeaders = []string{ServedHeader, SubsetKey, ObjectiveHeader, FairnessHeader, ModelRewriteHeader, policy.PrefillerHeader, policy.DataParallelHeader}
+
+// ownedHeadersRanked are ownedHeaders but the rank's, for a request whose
+// data-parallel rank the picker names: its value overwrites the client's.
+var ownedHeadersRanked = ownedHeaders[:len(ownedHeaders)-1]
 
 // ownedHeadersPrefilled are ownedHeaders but the prefill pod's, for a
-// request whose prefill pod the picker names: its value overwrites the
-// client's.
-var ownedHeadersPrefilled = ownedHeaders[:len(ownedHeaders)-1]
+// request whose prefill pod the picker names, and ownedHeadersBoth are
+// them but the rank's too.
+var (
+	ownedHeadersPrefilled = append(ownedHeaders[:len(ownedHeaders)-2:len(ownedHeaders)-2], policy.DataParallelHeader)
+	ownedHeadersBoth      = ownedHeaders[:len(ownedHeaders)-2]
+)
 
 // headerValue returns a header's value, preferring raw_value as Envoy sends
 // it. It stays small enough to inline, so that a value only compared or

@@ -96,17 +96,30 @@ func (r *replies) setHeader(key string) *corev3.HeaderValue {
 // bodyLen is -1: not known), the removal of
 // picker-owned headers, the request id when the picker made it (nil when
 // not), the prefill pod's address when the picker chose one ("" when not),
-// extra headers (trace context), and the same destination in envoy.lb
-// metadata.
-func (r *replies) routeHeaders(dest string, bodyLen int, hasBody bool, madeID []byte, prefiller string, extra [][2]string) *extprocv3.ProcessingResponse {
+// the data-parallel rank's address when the destination is its pod's
+// primary port ("" when not), extra headers (trace context), and the same
+// destination in envoy.lb metadata.
+func (r *replies) routeHeaders(dest string, bodyLen int, hasBody bool, madeID []byte, prefiller, rank string, extra [][2]string) *extprocv3.ProcessingResponse {
 	r.mutation.SetHeaders = r.mutation.SetHeaders[:0]
-	r.mutation.RemoveHeaders = ownedHeaders
+	switch {
+	case prefiller != "" && rank != "":
+		r.mutation.RemoveHeaders = ownedHeadersBoth
+	case prefiller != "":
+		r.mutation.RemoveHeaders = ownedHeadersPrefilled
+	case rank != "":
+		r.mutation.RemoveHeaders = ownedHeadersRanked
+	default:
+		r.mutation.RemoveHeaders = ownedHeaders
+	}
 	h := r.setHeader(DestinationHeader)
 	h.RawValue = append(h.RawValue, dest...)
 	if prefiller != "" {
-		r.mutation.RemoveHeaders = ownedHeadersPrefilled
 		h = r.setHeader(policy.PrefillerHeader)
 		h.RawValue = append(h.RawValue, prefiller...)
+	}
+	if rank != "" {
+		h = r.setHeader(policy.DataParallelHeader)
+		h.RawValue = append(h.RawValue, rank...)
 	}
 	if hasBody && bodyLen >= 0 {
 		h = r.setHeader("content-length")

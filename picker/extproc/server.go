@@ -105,6 +105,11 @@ type Options struct {
 	// without the lists every worker decodes and none prefills for
 	// another.
 	Disaggregation *policy.DisaggregationConfig
+	// DataParallel, when set, sends each request to its pod's PrimaryPort,
+	// naming the (pod, rank port) worker the pick guards in
+	// policy.DataParallelHeader for the pod's sidecar, with no fallbacks
+	// (the header names one rank).
+	DataParallel *policy.DataParallelConfig
 	// SessionIDs says SessionHeader carries the client's own session id
 	// instead (the policy's sessionAffinity key id): it is hashed as it is
 	// read, the policy places the request by it, and nothing is written on

@@ -67,6 +67,12 @@ type Config struct {
 	// prefill/decode disaggregation); nil turns it off.
 	Disaggregation *DisaggregationConfig `json:"disaggregation,omitempty" yaml:"disaggregation,omitempty"`
 
+	// DataParallel, when set, sends each request to its pod's primary port
+	// and names the data-parallel rank picked for it to the pod's sidecar
+	// (llm-d's data-parallel profile handler); nil routes to each rank's
+	// port directly.
+	DataParallel *DataParallelConfig `json:"dataParallel,omitempty" yaml:"dataParallel,omitempty"`
+
 	// ContextLength, when set, routes a request by its prompt's length
 	// against the range each pod's label gives (contextlength.go); nil
 	// turns it off.
@@ -112,6 +118,24 @@ type DisaggregationConfig struct {
 	// llm-d's prefill profile without its prefill-filter, when pods are told
 	// apart by labels of their own.
 	PrefillPods string `json:"prefillPods,omitempty" yaml:"prefillPods,omitempty"`
+}
+
+// DataParallelHeader is the request header that names the data-parallel
+// rank (pod ip:rank port) the pod's sidecar, listening on the primary
+// port, sends the request to, as llm-d's routing sidecar reads it. The
+// picker removes a client's.
+const DataParallelHeader = "x-data-parallel-host-port"
+
+// DataParallelConfig routes through the sidecar of pods that serve one
+// data-parallel rank per target port. The pick is still of a (pod, rank
+// port) worker, whose load it holds; the gateway is sent to the pod's
+// PrimaryPort, and the rank's address goes in DataParallelHeader. The
+// destination then lists no fallbacks: the header names one rank, which
+// another pod's sidecar would refuse.
+type DataParallelConfig struct {
+	// PrimaryPort is the port of each pod the sidecar listens on, 1 to
+	// 65535.
+	PrimaryPort int `json:"primaryPort" yaml:"primaryPort"`
 }
 
 // What DisaggregationConfig.PrefillPods names.
@@ -435,6 +459,9 @@ func (c Config) Validate() error {
 	errs = append(errs, c.validateContextLength()...)
 	if d := c.Disaggregation; d != nil && d.MinUncachedTokens < 0 {
 		bad("disaggregation.minUncachedTokens", d.MinUncachedTokens, "≥ 0")
+	}
+	if d := c.DataParallel; d != nil && (d.PrimaryPort < 1 || d.PrimaryPort > 65535) {
+		bad("dataParallel.primaryPort", d.PrimaryPort, "a port from 1 to 65535")
 	}
 	errs = append(errs, validateLabelFilters("labelFilters", c.LabelFilters)...)
 	if d := c.Disaggregation; d != nil {

@@ -236,6 +236,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 		SessionIDs:           sessionIDs(cfg),
 		Disaggregation:       cfg.Disaggregation,
 		LabelFilter:          cfg.LabelFilter(),
+		DataParallel:         cfg.DataParallel,
 		Attributes:           o.attributes,
 	})
 	promReg.MustRegister(observe.NewWorkerCollector(reg))
