@@ -98,7 +98,7 @@ func (u *upstream) readPDHandler(p plugin) error {
 				return err
 			}
 			if n != 0 {
-				return fmt.Errorf("line %d: %s primaryPort %d is not supported: inferpick does not send a data-parallel decode pod's requests to one port with the rank's in x-data-parallel-host-port; list each rank's port in the pool's targetPorts and the picker routes to each rank itself (docs/operations.md, Active ports)", v.Line, p.typ, n)
+				return fmt.Errorf("line %d: %s primaryPort %d is not supported: the policy's dataParallel (llm-d's data-parallel-profile-handler) is read with one profile, not beside a prefill/decode split; list each rank's port in the pool's targetPorts and the picker routes to each rank itself (docs/operations.md, Active ports)", v.Line, p.typ, n)
 			}
 		case "deciderPluginName":
 			s.decider, s.deciderLine = v.Value, v.Line

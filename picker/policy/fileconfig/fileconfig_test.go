@@ -716,10 +716,6 @@ func TestParseRejects(t *testing.T) {
 			in:   header + "plugins:\n- type: token-load-scorer\n",
 			want: []string{"line 4", `"token-load-scorer"`, "use active-request-scorer", "tokens in flight"},
 		},
-		"llm-d's data-parallel handler": {
-			in:   readSample(t, "llm-d-v0.8.0-dp-epp-config.yaml"),
-			want: []string{"line 9", `"data-parallel-profile-handler"`, "targetPorts", "each rank's port"},
-		},
 		"two load-aware scorers with different thresholds": {
 			in:   header + "plugins:\n- {name: a, type: load-aware-scorer}\n- {name: b, type: load-aware-scorer, parameters: {threshold: 16}}\nschedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: a\n  - pluginRef: b\n",
 			want: []string{"line 10", `"a" and "b"`, "(128, 16)", "one load-aware score"},
@@ -1085,6 +1081,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("policy: {name: least-load}\nattributes:\n- {namespace: billing, name: cost, expression: usage.completion_tokens * 2.0, condition: has(usage.completion_tokens)}\n"))
 	f.Add([]byte(header + "plugins:\n- {type: by-label, parameters: {label: gpu, validValues: [h100, \"\"], allowsNoLabel: true}}\n- type: by-label-selector\n  parameters:\n    matchLabels: {tier: gold}\n    matchExpressions:\n    - {key: zone, operator: NotIn, values: [c]}\n    - {key: drain, operator: DoesNotExist}\n"))
 	f.Add([]byte(pdDoc("- {type: by-label, name: fast, parameters: {label: role, validValues: [prefill]}}\n- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {deciders: {prefill: always-disagg-pd-decider}}\n")))
+	f.Add([]byte(header + "plugins:\n- type: prefix-cache-scorer\n- {type: max-score-picker, parameters: {maxNumOfEndpoints: 2}}\n- type: data-parallel-profile-handler\n  parameters: {primaryPort: 8000}\n"))
+	f.Add([]byte("policy:\n  dataParallel: {primaryPort: 8000}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Parse(data)
 		if err != nil {

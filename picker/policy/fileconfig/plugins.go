@@ -73,7 +73,10 @@ var known = map[string]role{
 	// llm-d's prefill/decode profile handlers, their deciders, and the
 	// handlers that name the prefill pod to the decode pod's sidecar,
 	// which the picker does itself (disagg.go).
-	pdHandler:      {},
+	pdHandler: {},
+	// llm-d's data-parallel handler: the policy's dataParallel
+	// (dataparallel.go).
+	dpHandler:      {},
 	disaggHandler:  {},
 	prefixDecider:  {},
 	alwaysDecider:  {},
@@ -99,9 +102,6 @@ var instead = map[string]string{
 	"token-load-scorer":            "active-request-scorer, which scores the requests this picker has in flight on each pod by their number (inferpick does not estimate the tokens in flight)",
 	"prefix-cache-affinity-filter": "policy: {name: cache-aware} with cacheAware.mode threshold and matchThreshold",
 	"passthrough-parser":           "openai-parser (vllmgrpc-parser for vLLM's gRPC engine API)",
-	// llm-d's data-parallel handler sends a rank's requests to the pod's
-	// primaryPort, naming the rank in x-data-parallel-host-port.
-	"data-parallel-profile-handler": "one profile without it, each rank's port listed in the InferencePool's targetPorts: the picker routes to each rank's port itself (docs/operations.md, Active ports)",
 }
 
 // encodeStage are the plugin types of llm-d's encode stage, refused.
@@ -152,6 +152,8 @@ func (u *upstream) checkPlugin(p plugin) error {
 		return u.readLabelFilter(p)
 	case pdHandler:
 		return u.readPDHandler(p)
+	case dpHandler:
+		return u.readDPHandler(p)
 	case disaggHandler:
 		return u.readDisaggHandler(p)
 	case prefixDecider:

@@ -74,6 +74,9 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 		return err
 	}
 	decode, prefill := &profs[0], (*schedProfile)(nil)
+	if err := u.checkDataParallel(profs); err != nil {
+		return err
+	}
 	switch s := u.stages; {
 	case s != nil && (list == nil || len(list.Content) == 0):
 		return fmt.Errorf("line %d: %s needs schedulingProfiles: a decode profile (%q) and, to prefill apart, a prefill profile (%q)", s.line, s.typ, s.decode, s.prefill)
@@ -99,6 +102,7 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 		return err
 	}
 	u.out.Policy.LabelFilters, _ = u.stageLabelFilters(decode)
+	u.applyDataParallel()
 	if u.stages != nil {
 		return u.disaggregate(u.stages, decode, prefill)
 	}

@@ -46,7 +46,10 @@ type upstream struct {
 	// stages is the prefill/decode profile handler, nil when there is
 	// none; deciders holds what each prefix-based-pd-decider asks, by name;
 	// headerProfiles the prefillProfile each header handler names.
-	stages         *stages
+	stages *stages
+	// dataParallel is the data-parallel profile handler, nil when there
+	// is none (dataparallel.go).
+	dataParallel   *dataParallel
 	deciders       map[string]decider
 	headerProfiles []profileRef
 	// loadTunings holds what each load scorer's parameters tune, by name;

@@ -1,0 +1,88 @@
+package fileconfig
+
+import (
+	"fmt"
+
+	"github.com/inferpick/inferpick/picker/policy"
+)
+
+// dpHandler is llm-d's data-parallel profile handler: its one profile
+// picks a (pod, rank port) endpoint, and the request goes to the pod's
+// primaryPort, the rank named to the pod's sidecar in
+// x-data-parallel-host-port: the policy's dataParallel.
+const dpHandler = "data-parallel-profile-handler"
+
+// defaultPrimaryPort is the handler's primaryPort when its parameters
+// omit it, as llm-d's factory sets it.
+const defaultPrimaryPort = 8000
+
+// dataParallel is what the data-parallel handler asks.
+type dataParallel struct {
+	name        string
+	line        int
+	primaryPort int
+}
+
+// readDPHandler reads the data-parallel handler's primaryPort: 1 to 65535,
+// or 0 to route to each rank's port itself.
+func (u *upstream) readDPHandler(p plugin) error {
+	if u.dataParallel != nil {
+		return fmt.Errorf("line %d: a second %s; %q is the first: keep one", p.line, dpHandler, u.dataParallel.name)
+	}
+	dp := &dataParallel{name: p.name, line: p.line, primaryPort: defaultPrimaryPort}
+	if hasParams(p) {
+		for i := 0; i+1 < len(p.params.Content); i += 2 {
+			k, v := p.params.Content[i], p.params.Content[i+1]
+			if k.Value != "primaryPort" {
+				// llm-d's factory ignores what it does not read.
+				u.warn(fmt.Sprintf("%s parameter %s has no effect: the handler takes primaryPort only", dpHandler, k.Value))
+				continue
+			}
+			n, err := integer(p.typ, k.Value, v)
+			if err != nil {
+				return err
+			}
+			if n < 0 || n > 65535 {
+				return fmt.Errorf("line %d: %s primaryPort %d must be a port from 1 to 65535, or 0", v.Line, dpHandler, n)
+			}
+			dp.primaryPort = n
+		}
+	}
+	u.dataParallel = dp
+	return nil
+}
+
+// checkDataParallel checks the handler against the profiles: it runs one
+// profile, never beside a prefill/decode handler (llm-d runs one profile
+// handler).
+func (u *upstream) checkDataParallel(profs []schedProfile) error {
+	dp := u.dataParallel
+	if dp == nil {
+		return nil
+	}
+	if u.stages != nil {
+		return fmt.Errorf("line %d: %s beside the prefill/decode profile handler %q: llm-d runs one profile handler; keep one", dp.line, dpHandler, u.stages.name)
+	}
+	if len(profs) > 1 {
+		return fmt.Errorf("line %d: a second scheduling profile (%d in all): %s runs one profile", profs[1].line, len(profs), dpHandler)
+	}
+	return nil
+}
+
+// applyDataParallel turns dataParallel on for the handler, once its
+// profile is translated.
+func (u *upstream) applyDataParallel() {
+	dp := u.dataParallel
+	if dp == nil {
+		return
+	}
+	if dp.primaryPort == 0 {
+		u.warn(fmt.Sprintf("%s primaryPort 0 routes each request to the port of the rank picked for it, with no x-data-parallel-host-port: the pool's targetPorts reach each rank", dpHandler))
+		return
+	}
+	u.out.Policy.DataParallel = &policy.DataParallelConfig{PrimaryPort: dp.primaryPort}
+	u.warn(fmt.Sprintf("%s is deprecated in llm-d: Istio 1.28.1 and later route to each rank's port directly, and so does the picker with the ranks' ports in the pool's targetPorts and the handler left out; until then each request goes to its pod's port %d, the rank named in x-data-parallel-host-port", dpHandler, dp.primaryPort))
+	if u.out.MaxEndpoints > 1 {
+		u.warn(fmt.Sprintf("max-score-picker maxNumOfEndpoints %d lists no fallbacks beside %s: x-data-parallel-host-port names the first endpoint's rank alone, which another pod's sidecar would refuse", u.out.MaxEndpoints, dpHandler))
+	}
+}
