@@ -74,6 +74,10 @@ type Options struct {
 	// first (--data-parallel-start-rank).
 	DataParallelSizeLocal int
 	DataParallelStartRank int
+	// DataParallelRankPorts, when above 1, plays llm-d's routing sidecar
+	// on this port for that many ranks, each served on a port of its own:
+	// this one and the ports after it (server.DataParallelSidecar).
+	DataParallelRankPorts int
 }
 
 // NoGRPC is the --grpc-port that serves no gRPC API.
@@ -171,6 +175,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.DataParallelSize, "data-parallel-size", o.DataParallelSize, "engines of the deployment, behind the one port unless --data-parallel-size-local says fewer; each request goes to the least loaded (waiting x 4 + running); the engine of rank r publishes its KV events on the endpoint's port plus r and labels its metrics engine=\"r\"")
 	fs.IntVar(&o.DataParallelSizeLocal, "data-parallel-size-local", o.DataParallelSizeLocal, "engines behind this port (a node's share of --data-parallel-size); 0 means all from the start rank on")
 	fs.IntVar(&o.DataParallelStartRank, "data-parallel-start-rank", o.DataParallelStartRank, "data-parallel rank of the first engine behind this port")
+	fs.IntVar(&o.DataParallelRankPorts, "data-parallel-rank-ports", o.DataParallelRankPorts, "play llm-d's routing sidecar on --port, the pod's primary port, for this many data-parallel ranks each on a port of its own (vLLM's --data-parallel-external-lb: another vllm-sim per rank): --port is rank 0's and rank r's is --port plus r; a request whose x-data-parallel-host-port names --host and one of them is served there, one naming any other address is answered 400 (0 or 1: off)")
 	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "tokens per KV block")
 	fs.IntVar(&o.NumGPUBlocks, "num-gpu-blocks", o.NumGPUBlocks, "KV blocks in the pool")
 	fs.IntVar(&o.MaxNumSeqs, "max-num-seqs", o.MaxNumSeqs, "maximum running sequences")
@@ -242,6 +247,9 @@ func (o *Options) Validate() error {
 	if o.DataParallelStartRank < 0 || o.DataParallelSizeLocal < 0 || o.DataParallelStartRank+o.engines() > o.DataParallelSize {
 		errs = append(errs, fmt.Errorf("--data-parallel-start-rank %d and --data-parallel-size-local %d: the ranks behind the port must lie in [0, --data-parallel-size %d)",
 			o.DataParallelStartRank, o.DataParallelSizeLocal, o.DataParallelSize))
+	}
+	if o.DataParallelRankPorts < 0 || o.DataParallelRankPorts > maxEngines || o.DataParallelRankPorts > 1 && o.Port == 0 {
+		errs = append(errs, fmt.Errorf("--data-parallel-rank-ports %d must lie in [0, %d], with a --port other than 0", o.DataParallelRankPorts, maxEngines))
 	}
 	if o.DefaultMaxTokens < 1 || o.MaxTokensCap < 1 {
 		errs = append(errs, errors.New("--default-max-tokens and --max-tokens-cap must be at least 1"))

@@ -96,7 +96,11 @@ func serve(ctx context.Context, o *Options, out io.Writer, events []*eventPublis
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	var handler http.Handler = srv
+	if o.DataParallelRankPorts > 1 {
+		handler = server.DataParallelSidecar(srv, o.Host, o.Port, o.DataParallelRankPorts)
+	}
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	rpc, err := listenGRPC(o, srv, out)
 	if err != nil {
 		_ = ln.Close()

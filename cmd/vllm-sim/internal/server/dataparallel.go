@@ -1,0 +1,45 @@
+package server
+
+import (
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+)
+
+// DataParallelHeader names the data-parallel rank (host:port) of a pod
+// that llm-d's routing sidecar, on the pod's primary port, sends a request
+// to.
+const DataParallelHeader = "x-data-parallel-host-port"
+
+// DataParallelSidecar plays llm-d's routing sidecar on the primary port of
+// a pod that serves ranks data-parallel ranks each on a port of its own:
+// host:port (rank 0, served by next) and host:port+r for r below ranks,
+// each another server (vLLM's external data-parallel balancer runs a
+// server per rank). A request whose DataParallelHeader names one of them
+// goes there; one that names any other address is answered 400, as the
+// sidecar does; one without the header is served by next.
+func DataParallelSidecar(next http.Handler, host string, port, ranks int) http.Handler {
+	routes := map[string]http.Handler{net.JoinHostPort(host, strconv.Itoa(port)): next}
+	for r := 1; r < ranks; r++ {
+		addr := net.JoinHostPort(host, strconv.Itoa(port+r))
+		proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: addr})
+		proxy.FlushInterval = -1 // a stream's events as they come
+		routes[addr] = proxy
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		target := r.Header.Get(DataParallelHeader)
+		if target == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		h, ok := routes[target]
+		if !ok {
+			writeError(w, http.StatusBadRequest, "", DataParallelHeader+" "+strconv.Quote(target)+" names no data-parallel rank of this pod")
+			return
+		}
+		r.Header.Del(DataParallelHeader)
+		h.ServeHTTP(w, r)
+	})
+}
