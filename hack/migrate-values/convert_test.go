@@ -543,6 +543,19 @@ pool: {selector: {matchLabels: {app: m}}}
 			notes:   []string{"pluginsCustomConfig[pd.yaml]: featureGate prepareDataPlugins has no effect"},
 			noNotes: []string{"dropped"},
 		},
+		"llm-d's data-parallel sample: the handler's primaryPort becomes the policy's dataParallel": {
+			upstream: customConfig("dp.yaml", readSample(t, "llm-d-v0.8.0-dp-epp-config.yaml")),
+			want: `
+picker:
+  config:
+    name: weighted-scorer
+    weightedScorer: {prefixWeight: 2}
+    dataParallel: {primaryPort: 8000}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes:   []string{"pluginsCustomConfig[dp.yaml]: data-parallel-profile-handler is deprecated in llm-d"},
+			noNotes: []string{"dropped"},
+		},
 		"upstream's request-attribute-reporter sample: its attribute is carried to picker.attributes": {
 			upstream: customConfig("cost.yaml", readSample(t, "gie-v1.5.0-request-attribute-reporter-config.yaml")),
 			want: `
