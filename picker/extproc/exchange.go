@@ -599,14 +599,14 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 		testHookResponseHeaders()
 	}
 	x.status, x.respLength, x.grpcFailed = 0, -1, false
-	streaming := false
+	streaming, grpcStatus := false, false
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch hv.GetKey() {
 		case ":status":
 			x.status, _ = strconv.Atoi(headerValue(hv))
 		case "grpc-status":
 			// A trailers-only response: its status comes in its headers.
-			x.grpcFailed = x.grpc && grpcStatusValue(hv) != 0
+			x.grpcFailed, grpcStatus = x.grpc && grpcStatusValue(hv) != 0, true
 		case "content-type":
 			streaming = strings.HasPrefix(headerValue(hv), "text/event-stream")
 		case "content-length":
@@ -614,6 +614,11 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 				x.respLength = n
 			}
 		}
+	}
+	if x.grpc && h.GetEndOfStream() && !grpcStatus {
+		// A trailers-only response with no status: a gRPC client fails
+		// the call.
+		x.grpcFailed = true
 	}
 	x.followServed(req.GetMetadataContext())
 	x.dropBody()

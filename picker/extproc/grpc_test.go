@@ -519,8 +519,8 @@ func TestAGRPCCallEndsWithItsTrailers(t *testing.T) {
 
 // TestAGRPCStatusNoClientCanReadIsAFailure: trailers without a
 // grpc-status, or with one that is not a code, end a call a gRPC client
-// counts as failed; so does a trailers-only response whose status is not
-// a code. Only 0 is OK.
+// counts as failed; so does a trailers-only response whose status is
+// missing or not a code. Only 0 is OK.
 func TestAGRPCStatusNoClientCanReadIsAFailure(t *testing.T) {
 	for name, tc := range map[string]struct {
 		trailersOnly bool
@@ -529,6 +529,7 @@ func TestAGRPCStatusNoClientCanReadIsAFailure(t *testing.T) {
 		"trailers without grpc-status":      {},
 		"trailers with grpc-status OK":      {status: []string{"grpc-status", "OK"}},
 		"trailers with grpc-status -1":      {status: []string{"grpc-status", "-1"}},
+		"trailers-only without grpc-status": {trailersOnly: true},
 		"trailers-only with grpc-status x":  {trailersOnly: true, status: []string{"grpc-status", "x"}},
 		"trailers-only with grpc-status -2": {trailersOnly: true, status: []string{"grpc-status", "-2"}},
 	} {
