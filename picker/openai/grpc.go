@@ -147,9 +147,11 @@ func (p *grpcParser) request(b []byte) error {
 			if !utf8.Valid(v) {
 				return fmt.Errorf("%w: text is not UTF-8", ErrProto)
 			}
-			// The oneof's other case is dropped.
+			// The oneof's other case is dropped, its ids with it.
 			p.text, p.hasText, p.hasTokenized, p.original, p.ids = v, true, false, nil, 0
 			p.setText(nil)
+			clear(p.r.InputIDs)
+			p.r.InputIDs = p.r.InputIDs[:0]
 			b = b[n:]
 			continue
 		case (gen && num == genTokenized || !gen && num == embedTokenized) && typ == protowire.BytesType:

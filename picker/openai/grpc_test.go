@@ -79,6 +79,7 @@ func TestParseGRPC(t *testing.T) {
 		body   []byte
 		prompt []string
 		tokens int
+		ids    []uint32 // the token ids, as the model server reads them
 		stream bool
 	}{
 		"generate text": {
@@ -91,23 +92,23 @@ func TestParseGRPC(t *testing.T) {
 		},
 		"generate tokenized with its text: the text is the prompt, the ids its tokens": {
 			kind: GRPCGenerate, body: frame(embedded(genTokenized, tokenizedMsg("hi there", 1, 300, 70000))),
-			prompt: []string{"hi there"}, tokens: 3,
+			prompt: []string{"hi there"}, tokens: 3, ids: []uint32{1, 300, 70000},
 		},
 		"generate tokenized ids alone: their varints are the prompt": {
 			kind: GRPCGenerate, body: frame(embedded(genTokenized, tokenizedMsg("", 1, 300, 70000))),
-			prompt: []string{string(packedIDs(1, 300, 70000))}, tokens: 3,
+			prompt: []string{string(packedIDs(1, 300, 70000))}, tokens: 3, ids: []uint32{1, 300, 70000},
 		},
 		"unpacked ids read as packed ones": {
 			kind: GRPCGenerate,
 			body: frame(embedded(genTokenized, protowire.AppendVarint(protowire.AppendTag(
 				protowire.AppendVarint(protowire.AppendTag(nil, tokInputIDs, protowire.VarintType), 5),
 				tokInputIDs, protowire.VarintType), 300))),
-			prompt: []string{"\x05", string(packedIDs(300))}, tokens: 2,
+			prompt: []string{"\x05", string(packedIDs(300))}, tokens: 2, ids: []uint32{5, 300},
 		},
 		"tokenized given twice is merged": {
 			kind:   GRPCGenerate,
 			body:   frame(append(embedded(genTokenized, tokenizedMsg("", 1, 2)), embedded(genTokenized, tokenizedMsg("", 3))...)),
-			prompt: []string{string(packedIDs(1, 2)), string(packedIDs(3))}, tokens: 3,
+			prompt: []string{string(packedIDs(1, 2)), string(packedIDs(3))}, tokens: 3, ids: []uint32{1, 2, 3},
 		},
 		"text after tokenized replaces it, as the oneof does": {
 			kind:   GRPCGenerate,
@@ -117,7 +118,7 @@ func TestParseGRPC(t *testing.T) {
 		"tokenized after text replaces it": {
 			kind:   GRPCGenerate,
 			body:   frame(append(appendString(nil, genText, "old text"), embedded(genTokenized, tokenizedMsg("", 9))...)),
-			prompt: []string{"\x09"}, tokens: 1,
+			prompt: []string{"\x09"}, tokens: 1, ids: []uint32{9},
 		},
 		"unknown fields, a group and a mistyped stream are skipped": {
 			kind: GRPCGenerate,
@@ -133,7 +134,7 @@ func TestParseGRPC(t *testing.T) {
 		},
 		"embed": {
 			kind: GRPCEmbed, body: frame(appendString(embedded(embedTokenized, tokenizedMsg("embed me", 4, 5)), reqID, "e")),
-			prompt: []string{"embed me"}, tokens: 2,
+			prompt: []string{"embed me"}, tokens: 2, ids: []uint32{4, 5},
 		},
 	}
 	for name, tc := range tests {
@@ -151,6 +152,9 @@ func TestParseGRPC(t *testing.T) {
 			}
 			if r.Tokens != tc.tokens || r.Stream != tc.stream || r.Model != "" || r.Kind != tc.kind {
 				t.Errorf("tokens %d, stream %v, model %q, kind %v; want %d, %v, \"\", %v", r.Tokens, r.Stream, r.Model, r.Kind, tc.tokens, tc.stream, tc.kind)
+			}
+			if got := r.TokenIDs(nil); !slices.Equal(got, tc.ids) {
+				t.Errorf("token ids %v, want %v", got, tc.ids)
 			}
 		})
 	}
@@ -266,6 +270,7 @@ func FuzzParseGRPC(f *testing.F) {
 	f.Add(false, append(embedded(genTokenized, tokenizedMsg("a", 1)), embedded(genTokenized, tokenizedMsg("", 3))...))
 	f.Add(true, appendString(embedded(embedTokenized, tokenizedMsg("embed", 4)), reqID, "r"))
 	f.Add(false, []byte{0x1a, 10, 'a'})
+	f.Add(false, appendString(embedded(genTokenized, tokenizedMsg("", 1, 2)), genText, "text last"))
 	generate, embed := engineDescriptors(f)
 	f.Fuzz(func(t *testing.T, isEmbed bool, msg []byte) {
 		kind, desc := GRPCGenerate, generate
