@@ -430,6 +430,36 @@ func TestAGRPCCallIsInPrefillUntilItsFirstToken(t *testing.T) {
 	}
 }
 
+// TestACompressedGRPCResponseMovesTheCallToDecode: a server that
+// compresses its responses (grpc-encoding) sends messages the picker
+// cannot read; each is output all the same, so the call leaves prefill
+// once the first has come whole.
+func TestACompressedGRPCResponseMovesTheCallToDecode(t *testing.T) {
+	e := newEnv(t, twoWorkers)
+	s := e.open()
+	s.grpcRequest(openai.GeneratePath, generateText("hello"))
+	s.routed(true)
+	s.grpcResponseHeaders("")
+	s.recv()
+	for i := range 5 {
+		msg := generateChunk(uint64(11+i), 5, 1)
+		msg[0] = 1 // compressed: the bytes stand for gzip's
+		s.responseBody(string(msg), false)
+		s.recv()
+	}
+	if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 1 {
+		t.Errorf("load (%d,%d) after 5 compressed messages, want (0,1)", p, d)
+	}
+	if got := histCount(t, e, "inferpick_time_to_first_token_seconds"); got != 1 {
+		t.Errorf("%d times to first token recorded, want 1", got)
+	}
+	s.grpcTrailers("0")
+	s.recv()
+	if got := e.released(reasonCompleted, reasonError); !cmp.Equal(got, map[string]float64{reasonCompleted: 1}) {
+		t.Errorf("releases %v, want one completed", got)
+	}
+}
+
 // TestAGRPCCallEndsWithItsTrailers: a Generate call is not over at its
 // complete message (with sampling_params.n above 1 the engine sends one
 // per sequence, and the call can still fail after one): its load is held

@@ -11,9 +11,10 @@ type grpcScan struct {
 	kind  Kind // the method: GRPCGenerate, GRPCEmbed, or Unknown for another
 	phase grpcPhase
 
-	prefix int    // prefix bytes read
-	length uint32 // the message's length, from its prefix
-	left   int    // bytes of the current message not read yet
+	prefix     int    // prefix bytes read
+	length     uint32 // the message's length, from its prefix
+	compressed bool   // the message's flag byte is 1
+	left       int    // bytes of the current message not read yet
 	// subLeft is what is left of the sub-message being read (a
 	// GenerateResponse's chunk or complete), -1 at the top level; sub is
 	// its field number there.
@@ -76,9 +77,11 @@ const (
 // completion_tokens summed (each counts the tokens it carries), or, when
 // no chunk came (the call was not streamed), the complete messages'
 // (TotalTokens the sum of prompt and completion). Another method's
-// first message is FirstToken. A compressed or malformed message stops
-// the scanner, which then reports nothing more; the response's status is
-// in its trailers, which the scanner does not see.
+// first message is FirstToken. A malformed message stops the scanner,
+// which then reports nothing more; the response's status is
+// in its trailers, which the scanner does not see. A compressed message
+// cannot be read: once it has come whole it is FirstToken (output exists,
+// though its counts are unknown) and the scanner stops there.
 func (s *StreamScanner) ResetGRPC(kind Kind) {
 	s.Reset(false)
 	s.grpc = true
@@ -97,10 +100,11 @@ func (s *StreamScanner) feedGRPC(chunk []byte) Events {
 			n := min(GRPCPrefixLen-g.prefix, len(chunk))
 			for _, c := range chunk[:n] {
 				if g.prefix == 0 {
-					if c != 0 { // compressed, or not a gRPC message at all
+					if c > 1 { // not a gRPC message at all
 						s.stopped = true
 						return ev
 					}
+					g.compressed = c == 1
 				} else {
 					g.length = g.length<<8 | uint32(c)
 				}
@@ -112,11 +116,24 @@ func (s *StreamScanner) feedGRPC(chunk []byte) Events {
 			}
 			g.left, g.subLeft, g.phase = int(g.length), -1, phTag
 			g.tokens, g.prompt, g.completion, g.cached, g.sub = false, 0, 0, 0, 0
+			if g.compressed && g.left == 0 {
+				s.stopped = true // see below: an empty compressed message is whole
+				return ev | FirstToken
+			}
+			if g.compressed {
+				g.phase, g.skip = phSkip, g.left
+			}
 		case phSkip:
 			n := min(g.skip, len(chunk))
 			chunk = chunk[n:]
 			g.skip -= n
 			g.consumed(n)
+			if g.skip == 0 && g.compressed {
+				// A whole message the scanner cannot read: output
+				// exists, and nothing more can be read of the call.
+				s.stopped = true
+				return ev | FirstToken
+			}
 			if g.skip == 0 {
 				g.phase = phTag
 			}

@@ -47,6 +47,12 @@ func embedResponse(dim int, prompt uint64) []byte {
 	return frame(appendUint(appendUint(b, 2, prompt), 3, uint64(dim)))
 }
 
+// compressed marks a framed message compressed (its bytes stand for
+// the compressed ones: the scanner reads none of them).
+func compressed(framed []byte) []byte {
+	return append([]byte{1}, framed[1:]...)
+}
+
 func TestStreamScannerGRPC(t *testing.T) {
 	tests := map[string]struct {
 		kind   Kind
@@ -116,9 +122,27 @@ func TestStreamScannerGRPC(t *testing.T) {
 			body:   frame(appendBool(nil, 1, true)),
 			events: FirstToken,
 		},
-		"a compressed message stops the scanner": {
+		"a compressed message, once whole, is output; the scanner stops there": {
+			kind: GRPCGenerate,
+			body: bytes.Join([][]byte{
+				compressed(genChunk([]uint64{1}, 5, 1, 0)),
+				genComplete([]uint64{1}, "stop", 5, 1, 0),
+			}, nil),
+			events: FirstToken,
+		},
+		"a compressed message cut short is not output yet": {
 			kind:   GRPCGenerate,
-			body:   append([]byte{1}, genComplete(nil, "stop", 5, 6, 0)[1:]...),
+			body:   compressed(genChunk([]uint64{1}, 5, 1, 0))[:9],
+			events: 0,
+		},
+		"a compressed embed response is output": {
+			kind:   GRPCEmbed,
+			body:   compressed(embedResponse(4, 3)),
+			events: FirstToken,
+		},
+		"flag byte 2 stops the scanner": {
+			kind:   GRPCGenerate,
+			body:   append([]byte{2}, genComplete([]uint64{1}, "stop", 5, 6, 0)[1:]...),
 			events: 0,
 		},
 		"a field past its message stops the scanner": {
@@ -166,6 +190,7 @@ func FuzzStreamScannerGRPC(f *testing.F) {
 	f.Add(uint8(GRPCGenerate), 3, append(genChunk([]uint64{1}, 5, 1, 0), genComplete([]uint64{1}, "stop", 5, 1, 0)...))
 	f.Add(uint8(GRPCEmbed), 7, embedResponse(4, 3))
 	f.Add(uint8(Unknown), 1, frame([]byte{8, 1}))
+	f.Add(uint8(GRPCGenerate), 2, append(compressed(genChunk([]uint64{1}, 5, 1, 0)), 1, 0, 0, 0, 0))
 	f.Fuzz(func(t *testing.T, kind uint8, split int, body []byte) {
 		k := Kind(kind % 7)
 		var whole, parts StreamScanner
