@@ -290,7 +290,7 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 	if x.kind.GRPC() && !x.grpc {
 		// What a gRPC server answers a request it cannot read as gRPC;
 		// refused here, it holds no load and says why.
-		return x.reject(415, "a gRPC method's path with a content-type that is not gRPC's: send application/grpc (a gRPC-Web call needs Envoy's grpc_web filter ahead of ext_proc)")
+		return x.reject(415, notGRPCReason(h.GetHeaders().GetHeaders()))
 	}
 	withBody := true
 	if pc := req.GetProtocolConfig(); pc != nil { // the stream's first message says how the gateway sends bodies

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"strconv"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -29,6 +30,31 @@ func isGRPC(h *corev3.HeaderValue) bool {
 	}
 	return len(v) >= len(media) && string(v[:len(media)]) == media &&
 		(len(v) == len(media) || v[len(media)] == '+')
+}
+
+// maxQuotedContentType is how much of a content-type a refusal quotes.
+const maxQuotedContentType = 64
+
+// notGRPCReason is the reason a request to a gRPC method's path whose
+// content-type is not gRPC's is refused: it names the content-type it
+// came with, quoted and cut to maxQuotedContentType bytes.
+func notGRPCReason(hs []*corev3.HeaderValue) string {
+	got := "no content-type"
+	for _, hv := range hs {
+		if hv.GetKey() != "content-type" {
+			continue
+		}
+		v := textValue(hv)
+		if len(v) > maxQuotedContentType {
+			i := maxQuotedContentType
+			for i > 0 && !utf8.RuneStart(v[i]) {
+				i--
+			}
+			v = v[:i] + "..."
+		}
+		got = "content-type " + strconv.Quote(v)
+	}
+	return "a gRPC method's path with " + got + ", which is not gRPC's: send application/grpc (a gRPC-Web call needs Envoy's grpc_web filter ahead of ext_proc)"
 }
 
 // grpcCode is the gRPC status of a refusal the picker would answer over

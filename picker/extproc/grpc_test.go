@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -598,16 +599,21 @@ func TestAGRPCStatusNoClientCanReadIsAFailure(t *testing.T) {
 // Generate's path is refused as HTTP, 415 as a gRPC server answers it,
 // holding no load.
 func TestAGRPCMethodIsGRPCByItsContentType(t *testing.T) {
+	long := "application/json; " + strings.Repeat("x", 200)
 	for contentType, routed := range map[string]bool{
 		"application/grpc":       true,
 		"application/grpc+proto": true,
 		"application/json":       false,
 		"application/grpc-web":   false,
 		"":                       false,
+		long:                     false,
 	} {
-		name := contentType
-		if name == "" {
-			name = "none"
+		name, named := contentType, `content-type "`+contentType+`"`
+		switch contentType {
+		case "":
+			name, named = "none", "no content-type"
+		case long:
+			name, named = "long", `content-type "`+long[:64]+`..."`
 		}
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, twoWorkers)
@@ -642,7 +648,13 @@ func TestAGRPCMethodIsGRPCByItsContentType(t *testing.T) {
 				}
 			}
 			if code := ir.GetStatus().GetCode(); code != 415 || ir.GetGrpcStatus() != nil || !strings.Contains(string(ir.GetBody()), "not gRPC's") {
-				t.Errorf("refusal %d, grpc_status %v, body %s; want 415 without a gRPC status, naming the content-type", code, ir.GetGrpcStatus(), ir.GetBody())
+				t.Errorf("refusal %d, grpc_status %v, body %s; want 415 without a gRPC status", code, ir.GetGrpcStatus(), ir.GetBody())
+			}
+			var body struct {
+				Error struct{ Message string } `json:"error"`
+			}
+			if err := json.Unmarshal(ir.GetBody(), &body); err != nil || !strings.Contains(body.Error.Message, named) {
+				t.Errorf("refusal's message %q (%v), want it to name %s", body.Error.Message, err, named)
 			}
 			if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 0 {
 				t.Errorf("load (%d,%d) after a refusal, want none", p, d)
