@@ -33,8 +33,12 @@ import (
 // the gRPC code Envoy maps its HTTP status to, the stall fault holds the
 // stream after as many chunks, and the gRPC error fault ends it with
 // INTERNAL after as many; the drop fault does not apply. The standard gRPC
-// health service answers Check as vLLM's does: SERVING for the server ("")
-// and for vllm.grpc.engine.VllmEngine, NOT_FOUND for any other service.
+// health service (grpc.health.v1) answers Check: SERVING for the server
+// ("") and for vllm.grpc.engine.VllmEngine, NOT_FOUND for any other
+// service, as smg-grpc-servicer's VllmHealthServicer answers where a vLLM
+// gRPC server registers it. Not every vLLM release does (those that
+// register VllmEngine and reflection alone answer UNIMPLEMENTED), so a
+// check passing here says nothing of a given release.
 func (s *Server) NewGRPC(opts ...grpc.ServerOption) *grpc.Server {
 	return grpc.NewServer(append(opts, grpc.ForceServerCodec(vllmgrpc.Codec{}), grpc.UnknownServiceHandler(s.serveRPC))...)
 }
@@ -144,7 +148,7 @@ func (s *Server) serveRPC(_ any, stream grpc.ServerStream) error {
 // healthCheckMethod is the standard gRPC health service's Check.
 const healthCheckMethod = healthpb.Health_Check_FullMethodName
 
-// vllmService is the service name of vLLM's engine API, which its health
+// vllmService is the service name of vLLM's engine API, which the health
 // service reports on beside the whole server's "".
 const vllmService = "vllm.grpc.engine.VllmEngine"
 

@@ -235,8 +235,8 @@ func TestGRPCErrorAfterChunksEndsInTrailers(t *testing.T) {
 }
 
 // TestGRPCStandardHealth asks the standard gRPC health service what a
-// gateway's or kubelet's gRPC check asks: vLLM's answer for the server and
-// its engine service, NOT_FOUND for another.
+// gateway's or kubelet's gRPC check asks: SERVING for the server and the
+// engine service, NOT_FOUND for another.
 func TestGRPCStandardHealth(t *testing.T) {
 	srv, _ := startServer(t, defaultSim())
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
