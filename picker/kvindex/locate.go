@@ -105,12 +105,12 @@ func (l *Locator) Calls() (calls, failed, skipped int64) {
 // call. It reports false, leaving dst alone, when it cannot tell: a
 // request other than a chat, a single-prompt completion or a gRPC one with
 // token ids, a salted prompt or one with media (an image,
-// audio, a file) while the servers' events have not shown that they key
+// audio, a file; a gRPC Generate's mm_inputs) while the servers' events have not shown that they key
 // blocks by their extra keys (SaltKeyed), no blocks stored yet, or a
 // /tokenize call that failed.
 func (l *Locator) Locate(ctx context.Context, model string, r *openai.Request, dst *policy.Shared) (bool, error) {
 	if r.Kind.GRPC() {
-		if len(r.InputIDs) == 0 || !l.index.Sized() {
+		if len(r.InputIDs) == 0 || !l.index.Sized() || r.Media && !l.index.SaltKeyed() {
 			return false, nil
 		}
 		b := l.buffers()

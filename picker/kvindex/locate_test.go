@@ -373,3 +373,53 @@ func TestLocatorLooksUpAGRPCRequestByItsTokenIDs(t *testing.T) {
 		t.Errorf("%d /tokenize calls, want none", n)
 	}
 }
+
+// TestLocatorLooksUpAGRPCRequestWithImagesOnlyOnServersThatKeyThem: a
+// gRPC Generate with mm_inputs sends its images' placeholder tokens in its
+// ids, the same for any two images of one size; as a chat with an image,
+// it is looked up only once the servers' events have shown that they key
+// blocks by their extra keys, and then finds only the blocks before the
+// image.
+func TestLocatorLooksUpAGRPCRequestWithImagesOnlyOnServersThatKeyThem(t *testing.T) {
+	tokens := prompt(1, 4, -1) // the text and the image's placeholder tokens
+	reg := registry.New()
+	w := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "a", Port: 1}, Name: "a", Address: netip.MustParseAddrPort("127.0.0.1:1")})
+	ix := New(0)
+	ix.Apply(w.ID(), []kvevents.Event{stored(1, tokens, 0, 4, "")}) // with image A, no extra_keys
+	l := NewLocator(ix, reg, time.Second)
+	var packed []byte
+	for _, id := range tokens {
+		packed = protowire.AppendVarint(packed, uint64(id))
+	}
+	tokenized := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), packed)
+	msg := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), tokenized)
+	mm := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), []byte("image B's pixels"))
+	msg = protowire.AppendBytes(protowire.AppendTag(msg, 7, protowire.BytesType), mm) // mm_inputs
+	if len(msg) > 255 {
+		t.Fatalf("the test's message is %d bytes, over its one-byte length", len(msg))
+	}
+	var r openai.Request
+	if err := openai.ParseGRPC(openai.GRPCGenerate, append([]byte{0, 0, 0, 0, byte(len(msg))}, msg...), &r); err != nil {
+		t.Fatal(err)
+	}
+	locate := func() (bool, []policy.SharedHold) {
+		t.Helper()
+		var sh policy.Shared
+		found, err := l.Locate(context.Background(), "", &r, &sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return found, sh.Holds
+	}
+	if found, holds := locate(); found {
+		t.Errorf("a call with image B was looked up before the servers keyed any block by its media: holds %+v", holds)
+	}
+	withImage := stored(2, tokens, 0, 4, "")
+	withImage.Extra = []kvevents.ExtraKeys{{Block: 1, N: 2, Raw: []byte{0xa1, 'A', 0x00}}}
+	ix.Clear(w.ID())
+	ix.Apply(w.ID(), []kvevents.Event{withImage})
+	found, holds := locate()
+	if want := []policy.SharedHold{{Worker: w.ID(), Share: 0.25}}; !found || !cmp.Equal(holds, want) {
+		t.Errorf("image B looked up: found %v, holds %+v; want %+v (the block before the image)", found, holds, want)
+	}
+}

@@ -16,10 +16,13 @@ const GRPCPrefixLen = 5
 // (vllm_engine.proto, package vllm.grpc.engine).
 const (
 	// GenerateRequest: request_id = 1; oneof input { TokenizedInput
-	// tokenized = 2; string text = 3; }; sampling_params = 4; bool stream = 5.
+	// tokenized = 2; string text = 3; }; sampling_params = 4; bool stream = 5;
+	// MultimodalInputs mm_inputs = 7 (newer releases: images' pixel values
+	// and their placeholders' places in input_ids).
 	genTokenized protowire.Number = 2
 	genText      protowire.Number = 3
 	genStream    protowire.Number = 5
+	genMMInputs  protowire.Number = 7
 	// EmbedRequest: request_id = 1; TokenizedInput tokenized = 2.
 	embedTokenized protowire.Number = 2
 	// TokenizedInput: string original_text = 1; repeated uint32 input_ids = 2.
@@ -67,6 +70,9 @@ func grpcFrame(body []byte) ([]byte, error) {
 // too. Tokens is the number of input_ids when there are any, else the
 // text's length at BytesPerToken bytes a token. Stream is the stream
 // field (a Generate is answered by a stream of messages either way).
+// Media is set when a GenerateRequest has mm_inputs, even empty: the
+// server keys its image placeholders' blocks by the images' hashes, which
+// the ids do not show.
 func ParseGRPC(kind Kind, body []byte, r *Request) error {
 	r.Reset()
 	r.Kind = kind
@@ -166,6 +172,14 @@ func (p *grpcParser) request(b []byte) error {
 			if err := p.tokenized(v); err != nil {
 				return err
 			}
+			b = b[n:]
+			continue
+		case gen && num == genMMInputs && typ == protowire.BytesType:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return protoError("mm_inputs", n)
+			}
+			p.r.Media = true
 			b = b[n:]
 			continue
 		case gen && num == genStream && typ == protowire.VarintType:

@@ -160,6 +160,37 @@ func TestParseGRPC(t *testing.T) {
 	}
 }
 
+// TestParseGRPCMediaIsItsMMInputs: a GenerateRequest with mm_inputs
+// (field 7, even empty) has media, whose placeholder tokens its ids do not
+// tell apart; one without has none, whatever other fields it carries.
+func TestParseGRPCMediaIsItsMMInputs(t *testing.T) {
+	ids := embedded(genTokenized, tokenizedMsg("", 1, 2, 3))
+	for name, tc := range map[string]struct {
+		msg   []byte
+		media bool
+	}{
+		"mm_inputs":                {append(bytes.Clone(ids), embedded(genMMInputs, embedded(2, []byte("pixels")))...), true},
+		"empty mm_inputs":          {append(bytes.Clone(ids), embedded(genMMInputs, nil)...), true},
+		"mm_inputs before the ids": {append(embedded(genMMInputs, []byte{0x20, 9}), ids...), true},
+		"none":                     {ids, false},
+		"field 7 as a varint":      {appendUint(bytes.Clone(ids), genMMInputs, 1), false},
+		"another field":            {append(bytes.Clone(ids), embedded(6, []byte("kv"))...), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var r Request
+			if err := ParseGRPC(GRPCGenerate, frame(tc.msg), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Media != tc.media {
+				t.Errorf("media %v, want %v", r.Media, tc.media)
+			}
+			if err := ParseGRPC(GRPCGenerate, generateText("next", false), &r); err != nil || r.Media {
+				t.Errorf("the next request: media %v, %v; want none", r.Media, err)
+			}
+		})
+	}
+}
+
 func TestParseGRPCRejects(t *testing.T) {
 	good := generateText("hello", false)
 	compressed := bytes.Clone(good)
@@ -183,6 +214,7 @@ func TestParseGRPCRejects(t *testing.T) {
 		"stray end group":              {GRPCGenerate, frame([]byte{0x0c}), ErrProto},
 		"text not UTF-8":               {GRPCGenerate, frame(appendString(nil, genText, "\xff")), ErrProto},
 		"bad packed id":                {GRPCGenerate, frame(embedded(genTokenized, []byte{0x12, 1, 0x80})), ErrProto},
+		"mm_inputs cut short":          {GRPCGenerate, frame(append(embedded(genTokenized, tokenizedMsg("", 1)), 0x3a, 9, 1)), ErrProto},
 		"generate without input":       {GRPCGenerate, frame(appendBool(nil, genStream, true)), ErrMissingInput},
 		"embed without input":          {GRPCEmbed, frame(appendString(nil, reqID, "x")), ErrMissingInput},
 		"embed of text (a Generate's)": {GRPCEmbed, frame(appendString(nil, genText, "x")), ErrMissingInput},
@@ -241,11 +273,13 @@ func engineDescriptors(t testing.TB) (generate, embed protoreflect.MessageDescri
 				field("original_text", 1, str, opt, "", nil),
 				field("input_ids", 2, u32, rep, "", nil),
 			}},
+			{Name: proto.String("MultimodalInputs")}, // its fields unread: unknown here
 			{Name: proto.String("GenerateRequest"), Field: []*descriptorpb.FieldDescriptorProto{
 				field("request_id", 1, str, opt, "", nil),
 				field("tokenized", 2, msg, opt, ".vllm.grpc.engine.TokenizedInput", zero),
 				field("text", 3, str, opt, "", zero),
 				field("stream", 5, b, opt, "", nil),
+				field("mm_inputs", 7, msg, opt, ".vllm.grpc.engine.MultimodalInputs", nil),
 			}, OneofDecl: []*descriptorpb.OneofDescriptorProto{{Name: proto.String("input")}}},
 			{Name: proto.String("EmbedRequest"), Field: []*descriptorpb.FieldDescriptorProto{
 				field("request_id", 1, str, opt, "", nil),
@@ -271,6 +305,7 @@ func FuzzParseGRPC(f *testing.F) {
 	f.Add(true, appendString(embedded(embedTokenized, tokenizedMsg("embed", 4)), reqID, "r"))
 	f.Add(false, []byte{0x1a, 10, 'a'})
 	f.Add(false, appendString(embedded(genTokenized, tokenizedMsg("", 1, 2)), genText, "text last"))
+	f.Add(false, append(embedded(genMMInputs, nil), embedded(genTokenized, tokenizedMsg("", 1, 2))...))
 	generate, embed := engineDescriptors(f)
 	f.Fuzz(func(t *testing.T, isEmbed bool, msg []byte) {
 		kind, desc := GRPCGenerate, generate
@@ -346,6 +381,9 @@ func FuzzParseGRPC(f *testing.F) {
 		}
 		if !isEmbed && r.Stream != m.Get(fields.ByName("stream")).Bool() {
 			t.Fatalf("stream %v, protobuf's %v", r.Stream, !r.Stream)
+		}
+		if hasMM := !isEmbed && m.Has(fields.ByName("mm_inputs")); r.Media != hasMM {
+			t.Fatalf("media %v, protobuf's mm_inputs present: %v", r.Media, hasMM)
 		}
 		var wantIDs []uint32
 		if hasTok {
