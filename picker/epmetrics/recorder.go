@@ -128,10 +128,10 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "inference_extension", Name: "info",
 			Help: "The running build: always 1."}, []string{"commit", "build_ref"}),
 		disagg: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_d_inference_scheduler_disagg_decision_total",
-			Help: "Requests routed while prefill and decode are split, by target model and decision: decode-only or prefill-decode."},
+			Help: "Requests routed while encode, prefill and decode are split, by target model and decision: decode-only, prefill-decode, encode-decode or encode-prefill-decode."},
 			[]string{"model_name", "decision_type"}),
 		pdDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_d_inference_scheduler_pd_decision_total",
-			Help: "Deprecated: llm_d_inference_scheduler_disagg_decision_total under its former name."},
+			Help: "Deprecated: llm_d_inference_scheduler_disagg_decision_total's prefill/decode part under its former name: decode-only or prefill-decode."},
 			[]string{"model_name", "decision_type"}),
 		models: map[modelKey]*Series{},
 	}
@@ -243,27 +243,38 @@ func (r *Recorder) Scheduled(took time.Duration, s *Series, pod, namespace strin
 	r.attempts.WithLabelValues("success", s.targetName(), pod, namespace, r.portValue(port)).Inc()
 }
 
-// Decision types of the prefill/decode split, llm-d's label values.
+// Decision types of the encode/prefill/decode split, llm-d's label values.
 const (
-	DecodeOnly    = "decode-only"
-	PrefillDecode = "prefill-decode"
+	DecodeOnly          = "decode-only"
+	PrefillDecode       = "prefill-decode"
+	EncodeDecode        = "encode-decode"
+	EncodePrefillDecode = "encode-prefill-decode"
 )
 
-// Disaggregation counts a routed request's split decision: prefilled on a
+// Disaggregation counts a routed request's split decision: its multimodal
+// inputs encoded on a pod of their own or not, its prompt prefilled on a
 // pod of its own or not. The model is the target model of the request's
 // series, bounded as the series are, or "unknown" for a request without
-// one, as llm-d labels it.
-func (r *Recorder) Disaggregation(s *Series, prefilled bool) {
+// one, as llm-d labels it. The former name counts the prefill/decode part
+// alone, its two values.
+func (r *Recorder) Disaggregation(s *Series, encoded, prefilled bool) {
 	model := s.targetName()
 	if model == "" {
 		model = "unknown"
 	}
-	decision := DecodeOnly
+	pd := DecodeOnly
 	if prefilled {
-		decision = PrefillDecode
+		pd = PrefillDecode
+	}
+	decision := pd
+	switch {
+	case encoded && prefilled:
+		decision = EncodePrefillDecode
+	case encoded:
+		decision = EncodeDecode
 	}
 	r.disagg.WithLabelValues(model, decision).Inc()
-	r.pdDecisions.WithLabelValues(model, decision).Inc()
+	r.pdDecisions.WithLabelValues(model, pd).Inc()
 }
 
 // ScheduleFailed records a pick that found no endpoint.

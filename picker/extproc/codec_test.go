@@ -24,12 +24,12 @@ func TestCodecRoundTrip(t *testing.T) {
 	r := newReplies()
 	big := bytes.Repeat([]byte("x"), 3*maxChunk)
 	tests := map[string]func() proto.Message{
-		"route, one endpoint": func() proto.Message { return r.routeHeaders("10.0.0.1:8000", 1234, true, nil, "", "", nil) },
+		"route, one endpoint": func() proto.Message { return r.routeHeaders("10.0.0.1:8000", 1234, true, nil, "", "", "", nil) },
 		"route, fallbacks": func() proto.Message {
-			return r.routeHeaders("10.0.0.1:8000,10.0.0.2:8000", 0, false, []byte("id-1"), "10.0.0.9:8000", "", [][2]string{{"traceparent", "00-1"}})
+			return r.routeHeaders("10.0.0.1:8000,10.0.0.2:8000", 0, false, []byte("id-1"), "10.0.0.9:8000", "10.0.0.7:8000", "", [][2]string{{"traceparent", "00-1"}})
 		},
 		"route, primary port and rank": func() proto.Message {
-			return r.routeHeaders("10.0.0.1:9000", 0, false, []byte("id-1"), "10.0.0.9:8000", "10.0.0.1:8001", [][2]string{{"traceparent", "00-1"}})
+			return r.routeHeaders("10.0.0.1:9000", 0, false, []byte("id-1"), "10.0.0.9:8000", "", "10.0.0.1:8001", [][2]string{{"traceparent", "00-1"}})
 		},
 		"request body chunk":  func() proto.Message { return r.streamedBody(big[:maxChunk], false, true) },
 		"last response chunk": func() proto.Message { return r.streamedBody([]byte("data: [DONE]\n\n"), true, false) },
@@ -40,7 +40,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		"another service": func() proto.Message {
 			return &grpc_health_v1.HealthCheckResponse{Status: grpc_health_v1.HealthCheckResponse_SERVING}
 		},
-		"route after a big one": func() proto.Message { return r.routeHeaders("10.0.0.3:8000", 7, true, nil, "", "", nil) },
+		"route after a big one": func() proto.Message { return r.routeHeaders("10.0.0.3:8000", 7, true, nil, "", "", "", nil) },
 	}
 	for name, msg := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -65,8 +65,8 @@ func TestCodecRoundTrip(t *testing.T) {
 // nothing of the one before.
 func TestRouteRepliesAreRefilled(t *testing.T) {
 	r := newReplies()
-	r.routeHeaders("10.0.0.1:9000", 100, true, []byte("a"), "10.0.0.9:8000", "10.0.0.1:8001", [][2]string{{"traceparent", "00-1"}})
-	got := r.routeHeaders("10.0.0.3:8000", 0, false, nil, "", "", nil)
+	r.routeHeaders("10.0.0.1:9000", 100, true, []byte("a"), "10.0.0.9:8000", "10.0.0.7:8000", "10.0.0.1:8001", [][2]string{{"traceparent", "00-1"}})
+	got := r.routeHeaders("10.0.0.3:8000", 0, false, nil, "", "", "", nil)
 	want := &extprocv3.ProcessingResponse{}
 	if err := proto.Unmarshal(mustMarshal(t, got), want); err != nil {
 		t.Fatal(err)
@@ -78,8 +78,8 @@ func TestRouteRepliesAreRefilled(t *testing.T) {
 	if v := want.GetDynamicMetadata().GetFields()[lbNamespace].GetStructValue().GetFields()[DestinationHeader].GetStringValue(); v != "10.0.0.3:8000" {
 		t.Errorf("envoy.lb destination = %q, want 10.0.0.3:8000", v)
 	}
-	if rm := want.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders(); !slices.Contains(rm, policy.PrefillerHeader) || !slices.Contains(rm, policy.DataParallelHeader) {
-		t.Errorf("removed headers = %v, want the prefill pod's and the rank's headers among them", rm)
+	if rm := want.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders(); !slices.Contains(rm, policy.PrefillerHeader) || !slices.Contains(rm, policy.EncodersHeader) || !slices.Contains(rm, policy.DataParallelHeader) {
+		t.Errorf("removed headers = %v, want the prefill pod's, the encode pods' and the rank's headers among them", rm)
 	}
 }
 

@@ -44,7 +44,11 @@ type holder interface {
 // refused for the split.
 func (x *exchange) disaggregate() {
 	d := x.s.opts.Disaggregation
-	if d == nil || x.s.roles == nil || !generates(x.kind) || x.pick.Hashes == nil || len(x.picked) == 0 {
+	if d == nil || x.s.roles == nil || !generates(x.kind) || len(x.picked) == 0 {
+		return
+	}
+	x.encodeApart(d)
+	if x.pick.Hashes == nil || d.PrefillPods == policy.PrefillPodsNone {
 		return
 	}
 	decode := x.picked[0]
@@ -81,5 +85,43 @@ func (x *exchange) disaggregate() {
 	}
 	if g, ok := x.admitOn(picked[0]); ok {
 		x.prefill = g
+	}
+}
+
+// encodeApart picks, for a chat completion with media parts (an image,
+// audio, a video: what llm-d's multimodal decider looks for) when
+// DisaggregationConfig.Encode says so, the pod that encodes them for the
+// decode pod's sidecar, and takes a load guard on it, held as the prefill
+// pod's is: until the decode pod answers (its sidecar answers once the
+// encoders have), or the request ends. As llm-d's encode profile picks
+// one pod, one pod is picked: of the live pods whose role label names
+// encode (the decode pod may be one) with room for the request, the one
+// with the fewest requests in flight, ties going round in turn. With none
+// the request goes without the encode stage: the prefill pod encodes its
+// media, and it is never refused for the split.
+func (x *exchange) encodeApart(d *policy.DisaggregationConfig) {
+	if d.Encode != policy.EncodeMultimodal || x.kind != openai.ChatCompletions || !x.parsed.Media {
+		return
+	}
+	encoders := x.s.roles.Encoders()
+	n := len(encoders)
+	if n == 0 {
+		return
+	}
+	// The fewest in flight is the most room: when that pod is at the
+	// in-flight cap, every one is.
+	start := int(x.s.encodeTurn.Add(1) % uint64(n))
+	var best *registry.Worker
+	for i := range n {
+		w := encoders[(start+i)%n]
+		if w.Live() && (best == nil || w.InFlight() < best.InFlight()) {
+			best = w
+		}
+	}
+	if best == nil {
+		return
+	}
+	if g, ok := x.admitOn(best); ok {
+		x.encode = g
 	}
 }

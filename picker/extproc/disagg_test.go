@@ -164,11 +164,11 @@ func TestAShortOrCachedPromptIsDecodedAlone(t *testing.T) {
 	next.recv()
 
 	want := `
-# HELP llm_d_inference_scheduler_disagg_decision_total Requests routed while prefill and decode are split, by target model and decision: decode-only or prefill-decode.
+# HELP llm_d_inference_scheduler_disagg_decision_total Requests routed while encode, prefill and decode are split, by target model and decision: decode-only, prefill-decode, encode-decode or encode-prefill-decode.
 # TYPE llm_d_inference_scheduler_disagg_decision_total counter
 llm_d_inference_scheduler_disagg_decision_total{decision_type="decode-only",model_name="m"} 2
 llm_d_inference_scheduler_disagg_decision_total{decision_type="prefill-decode",model_name="m"} 1
-# HELP llm_d_inference_scheduler_pd_decision_total Deprecated: llm_d_inference_scheduler_disagg_decision_total under its former name.
+# HELP llm_d_inference_scheduler_pd_decision_total Deprecated: llm_d_inference_scheduler_disagg_decision_total's prefill/decode part under its former name: decode-only or prefill-decode.
 # TYPE llm_d_inference_scheduler_pd_decision_total counter
 llm_d_inference_scheduler_pd_decision_total{decision_type="decode-only",model_name="m"} 2
 llm_d_inference_scheduler_pd_decision_total{decision_type="prefill-decode",model_name="m"} 1
@@ -198,7 +198,7 @@ func TestAnEmbeddingsRequestIsNotSplit(t *testing.T) {
 	s.responseHeaders(200, "application/json", true, "")
 	s.recv()
 	want := `
-# HELP llm_d_inference_scheduler_disagg_decision_total Requests routed while prefill and decode are split, by target model and decision: decode-only or prefill-decode.
+# HELP llm_d_inference_scheduler_disagg_decision_total Requests routed while encode, prefill and decode are split, by target model and decision: decode-only, prefill-decode, encode-decode or encode-prefill-decode.
 # TYPE llm_d_inference_scheduler_disagg_decision_total counter
 llm_d_inference_scheduler_disagg_decision_total{decision_type="decode-only",model_name="m"} 1
 `

@@ -92,6 +92,10 @@ type exchange struct {
 	// response's headers or the request's end; nil when it is decoded
 	// alone (disagg.go).
 	prefill *registry.Guard
+	// encode is the load the request holds on the pod that encodes its
+	// multimodal inputs for the decode pod's sidecar
+	// (DisaggregationConfig.Encode), held as prefill's; nil when none does.
+	encode *registry.Guard
 	// prePick is the prefill pick's request; preBuf what it picks into,
 	// kept across streams.
 	prePick  policy.Request
@@ -169,6 +173,7 @@ func (x *exchange) release(reason string) {
 	releaseGuard(x, x.guard, reason)
 	if reason != reasonFallback {
 		releaseGuard(x, x.prefill, reason)
+		releaseGuard(x, x.encode, reason)
 	}
 	if x.running && reason != reasonFallback {
 		x.running = false
@@ -455,12 +460,15 @@ func (x *exchange) route() (bool, error) {
 		x.series.Routed(x.priority, x.requestSize())
 		x.running = true
 	}
-	prefiller := ""
+	prefiller, encoder := "", ""
 	if x.s.opts.Disaggregation != nil {
 		if x.prefill != nil {
 			prefiller = x.prefill.Worker().Address()
 		}
-		x.s.upstream.Disaggregation(x.series, x.prefill != nil)
+		if x.encode != nil {
+			encoder = x.encode.Worker().Address()
+		}
+		x.s.upstream.Disaggregation(x.series, x.encode != nil, x.prefill != nil)
 	}
 
 	x.dest = joinAddresses(x.picked)
@@ -484,7 +492,7 @@ func (x *exchange) route() (bool, error) {
 		// trailers then.
 		x.trailersDue = true
 	}
-	if err := x.send(x.out.routeHeaders(x.dest, x.bodyLen(), hasBody, id, prefiller, rank, extra)); err != nil {
+	if err := x.send(x.out.routeHeaders(x.dest, x.bodyLen(), hasBody, id, prefiller, encoder, rank, extra)); err != nil {
 		return false, err
 	}
 	if hasBody {
@@ -636,10 +644,11 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 		x.state = finished
 	}
 	if x.served() {
-		// The decode pod's sidecar answers once the prefill pod has
-		// returned: that pod's part is over, whether or not a token
-		// comes through the stream (with response_body_mode NONE none
-		// does).
+		// The decode pod's sidecar answers once the encode pod and the
+		// prefill pod have returned: their part is over, whether or not
+		// a token comes through the stream (with response_body_mode NONE
+		// none does).
+		releaseGuard(x, x.encode, reasonEncoded)
 		releaseGuard(x, x.prefill, reasonPrefilled)
 	}
 	switch {

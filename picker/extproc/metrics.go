@@ -15,6 +15,7 @@ const (
 	reasonFallback  = "fallback"           // the gateway served another endpoint of the list
 	reasonViolation = "protocol_violation" // the peer broke the ext_proc protocol
 	reasonPrefilled = "prefilled"          // the prefill pod's part ended: the decode pod answered
+	reasonEncoded   = "encoded"            // the encode pod's part ended: the decode pod answered
 )
 
 type serverMetrics struct {
@@ -72,7 +73,7 @@ func newServerMetrics(reg prometheus.Registerer, budget *bodyBudget) *serverMetr
 	for _, code := range []int{200, 400, 413, 429, 500, 503} {
 		m.codes[code] = m.requests.WithLabelValues(strconv.Itoa(code))
 	}
-	for _, r := range []string{reasonCompleted, reasonCancelled, reasonError, reasonPanic, reasonFallback, reasonViolation, reasonPrefilled} {
+	for _, r := range []string{reasonCompleted, reasonCancelled, reasonError, reasonPanic, reasonFallback, reasonViolation, reasonPrefilled, reasonEncoded} {
 		m.releases.WithLabelValues(r)
 	}
 	if reg != nil {

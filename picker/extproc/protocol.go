@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -34,22 +35,32 @@ const (
 // ownedHeaders are request headers removed before the request goes
 // upstream: those only the picker may set (the destination is overwritten),
 // and the objective, fairness and model-rewrite headers the picker consumes.
-// The prefill pod's header and the data-parallel rank's are ones the picker
-// alone sets: a client's would make the pod's sidecar send the prompt to any
-// host it names, or the request to any rank.
-var ownedHeaders = []string{ServedHeader, SubsetKey, ObjectiveHeader, FairnessHeader, ModelRewriteHeader, policy.PrefillerHeader, policy.DataParallelHeader}
+// The prefill pod's, the encode pods' and the data-parallel rank's headers
+// are ones the picker alone sets: a client's would make the pod's sidecar
+// send the prompt, the request's media or the request to any host it names.
+var ownedHeaders = []string{ServedHeader, SubsetKey, ObjectiveHeader, FairnessHeader, ModelRewriteHeader, policy.PrefillerHeader, policy.EncodersHeader, policy.DataParallelHeader}
 
-// ownedHeadersRanked are ownedHeaders but the rank's, for a request whose
-// data-parallel rank the picker names: its value overwrites the client's.
-var ownedHeadersRanked = ownedHeaders[:len(ownedHeaders)-1]
-
-// ownedHeadersPrefilled are ownedHeaders but the prefill pod's, for a
-// request whose prefill pod the picker names, and ownedHeadersBoth are
-// them but the rank's too.
-var (
-	ownedHeadersPrefilled = append(ownedHeaders[:len(ownedHeaders)-2:len(ownedHeaders)-2], policy.DataParallelHeader)
-	ownedHeadersBoth      = ownedHeaders[:len(ownedHeaders)-2]
+// The headers naming a request's other pods, as bits: a request whose pods
+// the picker names keeps that header out of the removed list, its value
+// overwriting the client's.
+const (
+	namesPrefiller = 1 << iota
+	namesEncoder
+	namesRank
 )
+
+// ownedHeadersNaming[m] are ownedHeaders but the headers the bits of m name.
+var ownedHeadersNaming = func() (lists [namesRank << 1][]string) {
+	named := [...]string{policy.PrefillerHeader, policy.EncodersHeader, policy.DataParallelHeader}
+	for m := range lists {
+		for _, h := range ownedHeaders {
+			if i := slices.Index(named[:], h); i < 0 || m&(1<<i) == 0 {
+				lists[m] = append(lists[m], h)
+			}
+		}
+	}
+	return lists
+}()
 
 // headerValue returns a header's value, preferring raw_value as Envoy sends
 // it. It stays small enough to inline, so that a value only compared or

@@ -43,7 +43,7 @@ func TestRouteHeadersAndBody(t *testing.T) {
 	if r.set["content-length"] != strconv.Itoa(len(body)) {
 		t.Errorf("content-length = %q, want %d", r.set["content-length"], len(body))
 	}
-	if diff := cmp.Diff([]string{ServedHeader, SubsetKey, ObjectiveHeader, FairnessHeader, ModelRewriteHeader, policy.PrefillerHeader, policy.DataParallelHeader}, r.removed); diff != "" {
+	if diff := cmp.Diff([]string{ServedHeader, SubsetKey, ObjectiveHeader, FairnessHeader, ModelRewriteHeader, policy.PrefillerHeader, policy.EncodersHeader, policy.DataParallelHeader}, r.removed); diff != "" {
 		t.Errorf("removed headers (-want +got):\n%s", diff)
 	}
 	if !r.clear {

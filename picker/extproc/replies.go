@@ -95,27 +95,32 @@ func (r *replies) setHeader(key string) *corev3.HeaderValue {
 // known: the destination header, the corrected content length (none when
 // bodyLen is -1: not known), the removal of
 // picker-owned headers, the request id when the picker made it (nil when
-// not), the prefill pod's address when the picker chose one ("" when not),
-// the data-parallel rank's address when the destination is its pod's
-// primary port ("" when not), extra headers (trace context), and the same
-// destination in envoy.lb metadata.
-func (r *replies) routeHeaders(dest string, bodyLen int, hasBody bool, madeID []byte, prefiller, rank string, extra [][2]string) *extprocv3.ProcessingResponse {
+// not), the prefill pod's, the encode pod's and the data-parallel rank's
+// addresses when the picker chose them ("" when not; the rank's when the
+// destination is its pod's primary port), extra headers (trace context),
+// and the same destination in envoy.lb metadata.
+func (r *replies) routeHeaders(dest string, bodyLen int, hasBody bool, madeID []byte, prefiller, encoder, rank string, extra [][2]string) *extprocv3.ProcessingResponse {
 	r.mutation.SetHeaders = r.mutation.SetHeaders[:0]
-	switch {
-	case prefiller != "" && rank != "":
-		r.mutation.RemoveHeaders = ownedHeadersBoth
-	case prefiller != "":
-		r.mutation.RemoveHeaders = ownedHeadersPrefilled
-	case rank != "":
-		r.mutation.RemoveHeaders = ownedHeadersRanked
-	default:
-		r.mutation.RemoveHeaders = ownedHeaders
+	named := 0
+	if prefiller != "" {
+		named |= namesPrefiller
 	}
+	if encoder != "" {
+		named |= namesEncoder
+	}
+	if rank != "" {
+		named |= namesRank
+	}
+	r.mutation.RemoveHeaders = ownedHeadersNaming[named]
 	h := r.setHeader(DestinationHeader)
 	h.RawValue = append(h.RawValue, dest...)
 	if prefiller != "" {
 		h = r.setHeader(policy.PrefillerHeader)
 		h.RawValue = append(h.RawValue, prefiller...)
+	}
+	if encoder != "" {
+		h = r.setHeader(policy.EncodersHeader)
+		h.RawValue = append(h.RawValue, encoder...)
 	}
 	if rank != "" {
 		h = r.setHeader(policy.DataParallelHeader)

@@ -103,7 +103,8 @@ type Options struct {
 	// lists (Decoders, Prefillers) are the candidates; a request is
 	// decoded on a pod that decodes with or without the split, and
 	// without the lists every worker decodes and none prefills for
-	// another.
+	// another. Its Encode names a pod that encodes a chat's media to
+	// the sidecar (policy.EncodersHeader), among the Encoders.
 	Disaggregation *policy.DisaggregationConfig
 	// DataParallel, when set, sends each request to its pod's PrimaryPort,
 	// naming the (pod, rank port) worker the pick guards in
@@ -162,8 +163,11 @@ type Server struct {
 	parked func() []*registry.Worker
 	// roles are the registry's workers by role, when it keeps them; nil
 	// otherwise.
-	roles  Roles
-	states sync.Pool
+	roles Roles
+	// encodeTurn turns the encode pods' order, so that those equally
+	// loaded take requests in turn.
+	encodeTurn atomic.Uint64
+	states     sync.Pool
 	// attrFailed is, per attribute of opts.Attributes, whether a failure
 	// of its evaluation was logged at the default verbosity.
 	attrFailed []atomic.Bool
@@ -188,6 +192,7 @@ type Workers interface {
 type Roles interface {
 	Decoders() []*registry.Worker
 	Prefillers() []*registry.Worker
+	Encoders() []*registry.Worker
 }
 
 var (

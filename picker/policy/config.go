@@ -97,6 +97,12 @@ const RoleLabel = "llm-d.ai/role"
 // reads it. The picker removes a client's.
 const PrefillerHeader = "x-prefiller-host-port"
 
+// EncodersHeader is the request header that names the pods (a
+// comma-separated list of ip:port) the decode pod's sidecar sends a
+// request's multimodal inputs to be encoded on before its prefill, as
+// llm-d's routing sidecar reads it. The picker removes a client's.
+const EncodersHeader = "x-encoder-hosts-ports"
+
 // DisaggregationConfig splits prefill and decode across pods. A request is
 // decoded on a pod that decodes (role label decode, prefill-decode, both,
 // encode-prefill-decode, or none); when the part of its prompt that pod
@@ -117,7 +123,17 @@ type DisaggregationConfig struct {
 	// says they prefill; all, every pod of the pool but the decode pod, as
 	// llm-d's prefill profile without its prefill-filter, when pods are told
 	// apart by labels of their own.
+	// none, no pod: every request is prefilled on its decode pod, and
+	// only the encode stage (Encode) is split apart.
 	PrefillPods string `json:"prefillPods,omitempty" yaml:"prefillPods,omitempty"`
+	// Encode is which requests have their multimodal inputs encoded on
+	// a pod of their own, as llm-d's encode stage: "" none; multimodal, a
+	// chat completion with a media part (an image, audio, a video), on the
+	// encode pod (role label encode, encode-prefill,
+	// encode-prefill-decode) with room that has the fewest requests in
+	// flight, named to the decode pod's sidecar in EncodersHeader. With no
+	// encode pod with room the request goes without the encode stage.
+	Encode string `json:"encode,omitempty" yaml:"encode,omitempty"`
 }
 
 // DataParallelHeader is the request header that names the data-parallel
@@ -142,7 +158,12 @@ type DataParallelConfig struct {
 const (
 	PrefillPodsRole = "role"
 	PrefillPodsAll  = "all"
+	PrefillPodsNone = "none"
 )
+
+// EncodeMultimodal is DisaggregationConfig.Encode's one value: chat
+// completions with media parts are encoded apart.
+const EncodeMultimodal = "multimodal"
 
 // Modes of session affinity.
 const (
@@ -466,8 +487,11 @@ func (c Config) Validate() error {
 	errs = append(errs, validateLabelFilters("labelFilters", c.LabelFilters)...)
 	if d := c.Disaggregation; d != nil {
 		errs = append(errs, validateLabelFilters("disaggregation.prefillLabelFilters", d.PrefillLabelFilters)...)
-		if d.PrefillPods != "" && d.PrefillPods != PrefillPodsRole && d.PrefillPods != PrefillPodsAll {
-			bad("disaggregation.prefillPods", strconv.Quote(d.PrefillPods), "role or all")
+		if d.PrefillPods != "" && d.PrefillPods != PrefillPodsRole && d.PrefillPods != PrefillPodsAll && d.PrefillPods != PrefillPodsNone {
+			bad("disaggregation.prefillPods", strconv.Quote(d.PrefillPods), "role, all or none")
+		}
+		if d.Encode != "" && d.Encode != EncodeMultimodal {
+			bad("disaggregation.encode", strconv.Quote(d.Encode), `"" or multimodal`)
 		}
 	}
 	if c.Index.DefaultCapacityBlocks < 0 {

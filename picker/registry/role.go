@@ -11,14 +11,17 @@ const (
 	// RolePrefill says the pod prefills prompts for other pods to decode.
 	RolePrefill
 	// RoleLabelled says the pod carries a role label. It keeps a label that
-	// names neither stage (encode) apart from the zero Role.
+	// names no stage apart from the zero Role.
 	RoleLabelled
+	// RoleEncode says the pod encodes the multimodal inputs of requests
+	// other pods prefill and decode.
+	RoleEncode
 )
 
 // ParseRole returns the role of a pod whose role label is value, labelled
-// reporting whether it has one. The values are llm-d's: decode;
-// prefill; prefill-decode and both; encode-prefill; encode-prefill-decode.
-// Any other value (encode) serves neither stage a picker chooses.
+// reporting whether it has one. The values are llm-d's: decode; prefill;
+// prefill-decode and both; encode; encode-prefill; encode-prefill-decode.
+// Any other value serves no stage.
 func ParseRole(value string, labelled bool) Role {
 	if !labelled {
 		return 0
@@ -26,10 +29,16 @@ func ParseRole(value string, labelled bool) Role {
 	switch value {
 	case "decode":
 		return RoleLabelled | RoleDecode
-	case "prefill", "encode-prefill":
+	case "prefill":
 		return RoleLabelled | RolePrefill
-	case "prefill-decode", "both", "encode-prefill-decode":
+	case "prefill-decode", "both":
 		return RoleLabelled | RoleDecode | RolePrefill
+	case "encode":
+		return RoleLabelled | RoleEncode
+	case "encode-prefill":
+		return RoleLabelled | RoleEncode | RolePrefill
+	case "encode-prefill-decode":
+		return RoleLabelled | RoleEncode | RoleDecode | RolePrefill
 	}
 	return RoleLabelled
 }
@@ -42,27 +51,43 @@ func (r Role) Decodes() bool { return r&RoleLabelled == 0 || r&RoleDecode != 0 }
 // label names prefill. An unlabelled pod does not.
 func (r Role) Prefills() bool { return r&RolePrefill != 0 }
 
-// String names the role as /debug/workers shows it: decode, prefill,
-// prefill-decode, or none for a label of neither; "" for no label.
+// Encodes reports whether the pod may encode multimodal inputs for
+// another pod: its role label names encode. An unlabelled pod does not.
+func (r Role) Encodes() bool { return r&RoleEncode != 0 }
+
+// String names the role as /debug/workers shows it: llm-d's label value
+// (decode, prefill, prefill-decode, encode, encode-prefill,
+// encode-prefill-decode), or none for a label of no stage; "" for no label.
 func (r Role) String() string {
-	switch {
-	case r&RoleLabelled == 0:
+	if r&RoleLabelled == 0 {
 		return ""
-	case r.Decodes() && r.Prefills():
-		return "prefill-decode"
-	case r.Decodes():
-		return "decode"
-	case r.Prefills():
-		return "prefill"
 	}
-	return "none"
+	name := ""
+	switch {
+	case r.Decodes() && r.Prefills():
+		name = "prefill-decode"
+	case r.Decodes():
+		name = "decode"
+	case r.Prefills():
+		name = "prefill"
+	}
+	switch {
+	case r.Encodes() && name == "":
+		return "encode"
+	case r.Encodes():
+		return "encode-" + name
+	case name == "":
+		return "none"
+	}
+	return name
 }
 
 // roleLists are the live workers by role, in the snapshot's order: those
-// that decode and those that prefill. Neither is modified once made; the
-// decoders are the live list itself when every worker decodes.
+// that decode, those that prefill and those that encode. None is modified
+// once made; the decoders are the live list itself when every worker
+// decodes.
 type roleLists struct {
-	decoders, prefillers []*Worker
+	decoders, prefillers, encoders []*Worker
 }
 
 // roles returns m's role lists, made on the snapshot's first pick.
@@ -78,6 +103,9 @@ func (m *members) roles() *roleLists {
 		if r.Prefills() {
 			l.prefillers = append(l.prefillers, w)
 		}
+		if r.Encodes() {
+			l.encoders = append(l.encoders, w)
+		}
 	}
 	if !all {
 		l.decoders = make([]*Worker, 0, len(m.live))
@@ -89,6 +117,9 @@ func (m *members) roles() *roleLists {
 	}
 	if l.prefillers == nil {
 		l.prefillers = []*Worker{}
+	}
+	if l.encoders == nil {
+		l.encoders = []*Worker{}
 	}
 	if !m.byRole.CompareAndSwap(nil, l) {
 		return m.byRole.Load()
@@ -105,3 +136,8 @@ func (r *Registry) Decoders() []*Worker { return r.snapshot.Load().roles().decod
 // (Role.Prefills), ordered by address. The list is made once per snapshot,
 // shared, and must not be modified.
 func (r *Registry) Prefillers() []*Worker { return r.snapshot.Load().roles().prefillers }
+
+// Encoders returns the current workers whose pods encode multimodal inputs
+// for others (Role.Encodes), ordered by address. The list is made once per
+// snapshot, shared, and must not be modified.
+func (r *Registry) Encoders() []*Worker { return r.snapshot.Load().roles().encoders }

@@ -8,26 +8,26 @@ import (
 
 func TestParseRoleFollowsLlmdLabels(t *testing.T) {
 	tests := []struct {
-		value             string
-		labelled          bool
-		decodes, prefills bool
-		name              string
+		value                      string
+		labelled                   bool
+		decodes, prefills, encodes bool
+		name                       string
 	}{
 		{labelled: false, decodes: true, name: ""},
 		{value: "decode", labelled: true, decodes: true, name: "decode"},
 		{value: "prefill", labelled: true, prefills: true, name: "prefill"},
-		{value: "encode-prefill", labelled: true, prefills: true, name: "prefill"},
+		{value: "encode-prefill", labelled: true, prefills: true, encodes: true, name: "encode-prefill"},
 		{value: "prefill-decode", labelled: true, decodes: true, prefills: true, name: "prefill-decode"},
 		{value: "both", labelled: true, decodes: true, prefills: true, name: "prefill-decode"},
-		{value: "encode-prefill-decode", labelled: true, decodes: true, prefills: true, name: "prefill-decode"},
-		{value: "encode", labelled: true, name: "none"},
+		{value: "encode-prefill-decode", labelled: true, decodes: true, prefills: true, encodes: true, name: "encode-prefill-decode"},
+		{value: "encode", labelled: true, encodes: true, name: "encode"},
 		{value: "", labelled: true, name: "none"},
 	}
 	for _, tc := range tests {
 		r := ParseRole(tc.value, tc.labelled)
-		if r.Decodes() != tc.decodes || r.Prefills() != tc.prefills || r.String() != tc.name {
-			t.Errorf("ParseRole(%q, %v) decodes %v, prefills %v, named %q; want %v, %v, %q",
-				tc.value, tc.labelled, r.Decodes(), r.Prefills(), r.String(), tc.decodes, tc.prefills, tc.name)
+		if r.Decodes() != tc.decodes || r.Prefills() != tc.prefills || r.Encodes() != tc.encodes || r.String() != tc.name {
+			t.Errorf("ParseRole(%q, %v) decodes %v, prefills %v, encodes %v, named %q; want %v, %v, %v, %q",
+				tc.value, tc.labelled, r.Decodes(), r.Prefills(), r.Encodes(), r.String(), tc.decodes, tc.prefills, tc.encodes, tc.name)
 		}
 	}
 }
@@ -80,5 +80,36 @@ func TestRoleListsFollowTheLabels(t *testing.T) {
 	r.Replace([]Endpoint{ep("a", "10.0.0.1:8000", ""), ep("b", "10.0.0.2:8000", "")})
 	if &r.Decoders()[0] != &r.Workers()[0] || len(r.Decoders()) != 2 || len(r.Prefillers()) != 0 {
 		t.Errorf("with no role labels the decoders are not the workers list itself, or prefillers %v remain", addresses(r.Prefillers()))
+	}
+}
+
+// The encoders are the live workers whose role names encode, and follow a
+// label edited on a running pod; an encode-only pod decodes nothing.
+func TestEncodersFollowTheLabels(t *testing.T) {
+	r := New()
+	ep := func(uid, addr, role string) Endpoint {
+		e := endpoint(uid, addr)
+		e.Role = ParseRole(role, role != "")
+		return e
+	}
+	r.Replace([]Endpoint{
+		ep("a", "10.0.0.1:8000", "encode"),
+		ep("b", "10.0.0.2:8000", "encode-prefill"),
+		ep("c", "10.0.0.3:8000", "encode-prefill-decode"),
+		ep("d", "10.0.0.4:8000", "decode"),
+	})
+	if diff := cmp.Diff([]string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}, addresses(r.Encoders())); diff != "" {
+		t.Errorf("encoders (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"10.0.0.3:8000", "10.0.0.4:8000"}, addresses(r.Decoders())); diff != "" {
+		t.Errorf("decoders (-want +got):\n%s", diff)
+	}
+	r.Update([]Endpoint{ep("a", "10.0.0.1:8000", "decode"), ep("d", "10.0.0.4:8000", "encode")}, nil)
+	if diff := cmp.Diff([]string{"10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000"}, addresses(r.Encoders())); diff != "" {
+		t.Errorf("after a and d swapped roles, encoders (-want +got):\n%s", diff)
+	}
+	r.Replace(nil)
+	if got := r.Encoders(); got == nil || len(got) != 0 {
+		t.Errorf("with no workers, Encoders() = %#v, want an empty list", got)
 	}
 }

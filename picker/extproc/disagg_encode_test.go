@@ -1,0 +1,141 @@
+package extproc
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inferpick/inferpick/picker/policy"
+)
+
+// encoder is an encode-only pod of the pools below.
+const encoder = "10.0.0.4:8000"
+
+// epdPool is two decode pods, a prefill pod and an encode pod.
+var epdPool = map[string]string{decodeA: "decode", decodeB: "decode", prefill: "prefill", encoder: "encode"}
+
+// imageChat is a chat completion with an image part.
+func imageChat(text string) string {
+	return fmt.Sprintf(`{"model":"m","stream":true,"messages":[{"role":"user","content":[{"type":"text","text":%q},{"type":"image_url","image_url":{"url":"http://img/1.png"}}]}]}`, text)
+}
+
+// sendBody routes a chat request whose body is body, with extra headers.
+func (e *env) sendBody(body string, extra ...string) (*session, routedReply) {
+	e.t.Helper()
+	s := e.open()
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil, extra...)
+	s.requestBody(body, true)
+	r := s.routed(true)
+	return s, r
+}
+
+// A chat with an image names the encode pod to the decode pod's sidecar,
+// which holds load until the decode pod answers; a text-only chat names
+// none. A client's own encoders header is removed from each.
+func TestAMultimodalChatIsEncodedOnAnEncodePod(t *testing.T) {
+	e := roleEnv(t, &policy.DisaggregationConfig{MinUncachedTokens: 100, Encode: policy.EncodeMultimodal}, policy.Config{}, epdPool)
+	s, r := e.sendBody(imageChat("what is this?"), policy.EncodersHeader, "169.254.169.254:80")
+	if r.set[policy.EncodersHeader] != encoder {
+		t.Fatalf("the routed request's %s = %q, want the encode pod %s", policy.EncodersHeader, r.set[policy.EncodersHeader], encoder)
+	}
+	if p := primary(r); p == encoder || p == prefill || slices.Contains(r.removed, policy.EncodersHeader) {
+		t.Errorf("routed to %s removing %v: want a decode pod, and the encoders header set rather than removed", p, r.removed)
+	}
+	if v, ok := r.set[policy.PrefillerHeader]; ok {
+		t.Errorf("a short prompt names prefill pod %q", v)
+	}
+	if got := e.load(encoder); got != [2]int64{1, 0} {
+		t.Errorf("while it encodes the encode pod's load is %v, want [1 0]", got)
+	}
+	s.responseHeaders(200, "text/event-stream", false, "")
+	s.recv()
+	if got := e.load(encoder); got != [2]int64{} {
+		t.Errorf("after the decode pod answered the encode pod's load is %v, want none", got)
+	}
+	if got := e.released(reasonEncoded); got[reasonEncoded] != 1 {
+		t.Errorf("releases %v, want one encoded", got)
+	}
+	s.responseBody(sseDone, true)
+	s.recv()
+
+	// Long and multimodal: both stages.
+	s, r = e.sendBody(imageChat(long))
+	if r.set[policy.EncodersHeader] != encoder || r.set[policy.PrefillerHeader] != prefill {
+		t.Errorf("a long chat with an image names encoders %q and prefill pod %q, want %s and %s", r.set[policy.EncodersHeader], r.set[policy.PrefillerHeader], encoder, prefill)
+	}
+	s.cancel()
+	eventually(t, "every load to end", func() bool { return e.load(encoder) == [2]int64{} && e.load(prefill) == [2]int64{} })
+
+	s, r = e.sendChat("hello", policy.EncodersHeader, "169.254.169.254:80")
+	if v, ok := r.set[policy.EncodersHeader]; ok || !slices.Contains(r.removed, policy.EncodersHeader) {
+		t.Errorf("a text chat names encoders %q, removing %v: want none, and the client's header removed", v, r.removed)
+	}
+	if got := e.load(encoder); got != [2]int64{} {
+		t.Errorf("a text chat holds load %v on the encode pod", got)
+	}
+	s.responseHeaders(200, "application/json", true, "")
+	s.recv()
+
+	want := `
+# HELP llm_d_inference_scheduler_disagg_decision_total Requests routed while encode, prefill and decode are split, by target model and decision: decode-only, prefill-decode, encode-decode or encode-prefill-decode.
+# TYPE llm_d_inference_scheduler_disagg_decision_total counter
+llm_d_inference_scheduler_disagg_decision_total{decision_type="decode-only",model_name="m"} 1
+llm_d_inference_scheduler_disagg_decision_total{decision_type="encode-decode",model_name="m"} 1
+llm_d_inference_scheduler_disagg_decision_total{decision_type="encode-prefill-decode",model_name="m"} 1
+`
+	if err := testutil.GatherAndCompare(e.metrics, strings.NewReader(want), "llm_d_inference_scheduler_disagg_decision_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// Without the encode stage configured, or with no encode pod with room, a
+// chat with an image names no encoder and is served: never refused. With
+// prefillPods none only the encode stage is split.
+func TestWithoutARoomyEncodePodTheRequestGoesWithoutTheEncodeStage(t *testing.T) {
+	t.Run("encode off", func(t *testing.T) {
+		e := roleEnv(t, &policy.DisaggregationConfig{}, policy.Config{}, epdPool)
+		_, r := e.sendBody(imageChat("hi"))
+		if v, ok := r.set[policy.EncodersHeader]; ok {
+			t.Errorf("names encoders %q with the encode stage off", v)
+		}
+	})
+	t.Run("the encode pod is full", func(t *testing.T) {
+		e := roleEnv(t, &policy.DisaggregationConfig{Encode: policy.EncodeMultimodal}, policy.Config{MaxInFlight: 1}, epdPool)
+		g := e.worker(encoder).Admit()
+		defer g.Release()
+		_, r := e.sendBody(imageChat("hi"))
+		if v, ok := r.set[policy.EncodersHeader]; ok || r.dest == "" {
+			t.Errorf("routed to %q naming encoders %q, want a decode pod and none", r.dest, v)
+		}
+	})
+	t.Run("prefill pods none", func(t *testing.T) {
+		e := roleEnv(t, &policy.DisaggregationConfig{Encode: policy.EncodeMultimodal, PrefillPods: policy.PrefillPodsNone}, policy.Config{}, epdPool)
+		_, r := e.sendBody(imageChat(long))
+		if v, ok := r.set[policy.PrefillerHeader]; ok || r.set[policy.EncodersHeader] != encoder {
+			t.Errorf("names prefill pod %q and encoders %q, want none and %s", v, r.set[policy.EncodersHeader], encoder)
+		}
+	})
+}
+
+// Equally loaded encode pods take requests in turn, and an encode-only pod
+// never gets a whole request.
+func TestEncodePodsTakeRequestsInTurn(t *testing.T) {
+	e := roleEnv(t, &policy.DisaggregationConfig{Encode: policy.EncodeMultimodal, PrefillPods: policy.PrefillPodsNone}, policy.Config{},
+		map[string]string{decodeA: "decode", decodeB: "encode", prefill: "encode-prefill"})
+	seen := map[string]int{}
+	for i := range 6 {
+		s, r := e.sendBody(imageChat(fmt.Sprint(i)))
+		if primary(r) != decodeA {
+			t.Fatalf("request %d routed to %q, want the decode pod %s", i, r.dest, decodeA)
+		}
+		seen[r.set[policy.EncodersHeader]]++
+		s.responseHeaders(200, "application/json", true, "")
+		s.recv()
+	}
+	if seen[decodeB] != 3 || seen[prefill] != 3 {
+		t.Errorf("encoders named %v, want each of %s and %s 3 times", seen, decodeB, prefill)
+	}
+}
