@@ -11,11 +11,14 @@ import (
 	"github.com/inferpick/inferpick/picker/policy"
 )
 
-// llm-d's plugins of prefill/decode disaggregation. The profile handlers
-// run a decode profile and, when their decider says so, a prefill profile;
-// pd-profile-handler is the older of the two (llm-d v0.3 to v0.7, deprecated
-// since), disagg-profile-handler the newer (v0.7 on).
+// llm-d's plugins of encode/prefill/decode disaggregation. The profile
+// handlers run a decode profile and, when their deciders say so, a prefill
+// profile and (disagg-profile-handler) an encode profile;
+// pd-profile-handler is the older of the two (llm-d v0.3 to v0.7,
+// deprecated since), disagg-profile-handler the newer (v0.7 on).
 const (
+	encodeFilter   = "encode-filter"
+	mmDecider      = "always-disagg-multimodal-decider"
 	pdHandler      = "pd-profile-handler"
 	disaggHandler  = "disagg-profile-handler"
 	prefixDecider  = "prefix-based-pd-decider"
@@ -25,9 +28,6 @@ const (
 	prefillHeaders = "prefill-header-handler"
 	disaggHeaders  = "disagg-headers-handler"
 )
-
-// noEncode says why the encode stage of llm-d's disaggregation is refused.
-const noEncode = "encode disaggregation is not supported: inferpick splits prefill from decode only, and a request's multimodal inputs are encoded on the pod that prefills it"
 
 // stages is what a P/D profile handler asks for: the names of its profiles
 // and what decides whether a request is prefilled apart.
@@ -40,6 +40,10 @@ type stages struct {
 	// when none is named; deciderLine is the line naming it.
 	decider     string
 	deciderLine int
+	// encodeDecider names the plugin that decides on the encode stage,
+	// "" when none is named; encodeDeciderLine is the line naming it.
+	encodeDecider     string
+	encodeDeciderLine int
 	// threshold, when not -1, is the older pd-profile-handler's own rule:
 	// the bytes of uncached prompt from which a request is prefilled apart.
 	threshold int
@@ -137,7 +141,7 @@ func (u *upstream) readDisaggHandler(p plugin) error {
 				return err
 			}
 			if encode != "" {
-				return fmt.Errorf("line %d: %s deciders.encode %q: %s", lookup(v, "encode").Line, p.typ, encode, noEncode)
+				s.encodeDecider, s.encodeDeciderLine = encode, lookup(v, "encode").Line
 			}
 			if prefill != "" {
 				s.decider, s.deciderLine = prefill, lookup(v, "prefill").Line
@@ -160,7 +164,7 @@ func (u *upstream) readDisaggHandler(p plugin) error {
 		case "encodeDeciderPluginName":
 			flat = k.Line
 			if v.Value != "" {
-				return fmt.Errorf("line %d: %s encodeDeciderPluginName %q: %s", v.Line, p.typ, v.Value, noEncode)
+				s.encodeDecider, s.encodeDeciderLine = v.Value, v.Line
 			}
 		default:
 			return fmt.Errorf("line %d: unknown %s parameter %q", k.Line, p.typ, k.Value)
@@ -226,9 +230,10 @@ func (u *upstream) readPrefixDecider(p plugin) error {
 	return nil
 }
 
-// readHeaderHandler checks a prefill header handler: inferpick names the
-// prefill pod in x-prefiller-host-port itself, so the handler only has to
-// name the profile the prefill pod comes from, checked once profiles are.
+// readHeaderHandler checks a header handler: inferpick names the prefill
+// pod in x-prefiller-host-port and the encode pod in x-encoder-hosts-ports
+// itself, so the handler only has to name the profiles those pods come
+// from, checked once profiles are.
 func (u *upstream) readHeaderHandler(p plugin) error {
 	for i := 0; p.params != nil && i+1 < len(p.params.Content); i += 2 {
 		k, v := p.params.Content[i], p.params.Content[i+1]
@@ -238,7 +243,9 @@ func (u *upstream) readHeaderHandler(p plugin) error {
 				u.headerProfiles = append(u.headerProfiles, profileRef{name: v.Value, line: v.Line})
 			}
 		case k.Value == "encodeProfile" && p.typ == disaggHeaders:
-			// Names the encode stage's profile, which is refused if there.
+			if v.Value != "" {
+				u.headerEncodeProfiles = append(u.headerEncodeProfiles, profileRef{name: v.Value, line: v.Line})
+			}
 		default:
 			return fmt.Errorf("line %d: unknown %s parameter %q", k.Line, p.typ, k.Value)
 		}
@@ -253,72 +260,158 @@ type schedProfile struct {
 	refs []profileRef
 }
 
-// split finds the handler's decode and prefill profiles; prefill is nil
-// when there is none. Any other profile is refused.
-func (s *stages) split(profs []schedProfile) (decode, prefill *schedProfile, err error) {
+// split finds the handler's decode, prefill and encode profiles; prefill
+// and encode are nil when there is none. Any other profile is refused.
+func (s *stages) split(profs []schedProfile) (decode, prefill, encode *schedProfile, err error) {
 	for i := range profs {
 		p := &profs[i]
-		switch p.name {
-		case s.decode:
+		switch {
+		case p.name == s.decode:
 			decode = p
-		case s.prefill:
+		case p.name == s.prefill:
 			prefill = p
-		case s.encode:
-			return nil, nil, fmt.Errorf("line %d: scheduling profile %q is the encode stage of %s: %s", p.line, p.name, s.typ, noEncode)
+		case s.typ == disaggHandler && p.name == s.encode:
+			encode = p
+		case s.typ == disaggHandler:
+			return nil, nil, nil, fmt.Errorf("line %d: scheduling profile %q is neither the decode profile (%q), the prefill profile (%q) nor the encode profile (%q) of %s", p.line, p.name, s.decode, s.prefill, s.encode, s.typ)
 		default:
-			return nil, nil, fmt.Errorf("line %d: scheduling profile %q is neither the decode profile (%q) nor the prefill profile (%q) of %s", p.line, p.name, s.decode, s.prefill, s.typ)
+			return nil, nil, nil, fmt.Errorf("line %d: scheduling profile %q is neither the decode profile (%q) nor the prefill profile (%q) of %s", p.line, p.name, s.decode, s.prefill, s.typ)
 		}
 	}
 	if decode == nil {
-		return nil, nil, fmt.Errorf("line %d: %s has no decode profile: name a scheduling profile %q (or set its decode profile's name)", s.line, s.typ, s.decode)
+		return nil, nil, nil, fmt.Errorf("line %d: %s has no decode profile: name a scheduling profile %q (or set its decode profile's name)", s.line, s.typ, s.decode)
 	}
-	return decode, prefill, nil
+	return decode, prefill, encode, nil
 }
 
-// checkStageFilters refuses prefill-filter outside a prefill profile and
-// decode-filter in one.
-func (u *upstream) checkStageFilters(p *schedProfile, prefill bool) error {
+// The stages a profile is of, for checkStageFilters.
+const (
+	decodeStage = iota
+	prefillStage
+	encodeStage
+)
+
+// checkStageFilters refuses prefill-filter outside a prefill profile,
+// decode-filter in a prefill or encode profile, and encode-filter outside
+// an encode profile.
+func (u *upstream) checkStageFilters(p *schedProfile, stage int) error {
 	for _, ref := range p.refs {
 		switch typ := u.plugins[ref.name].typ; {
-		case typ == prefillFilter && !prefill:
+		case typ == prefillFilter && stage != prefillStage:
 			return fmt.Errorf("line %d: plugin %q (%s) outside a prefill profile: prefill/decode disaggregation takes %s or %s with a prefill profile of %s beside a decode profile of %s", ref.line, ref.name, typ, disaggHandler, pdHandler, prefillFilter, decodeFilter)
-		case typ == decodeFilter && prefill:
+		case typ == decodeFilter && stage == prefillStage:
 			return fmt.Errorf("line %d: plugin %q (%s) in the prefill profile: the prefill pod is picked among the pods %s keeps", ref.line, ref.name, typ, prefillFilter)
+		case typ == decodeFilter && stage == encodeStage:
+			return fmt.Errorf("line %d: plugin %q (%s) in the encode profile: the encode pod is picked among the pods %s keeps", ref.line, ref.name, typ, encodeFilter)
+		case typ == encodeFilter && stage != encodeStage:
+			return fmt.Errorf("line %d: plugin %q (%s) outside an encode profile: encode disaggregation takes %s with an encode profile of %s and deciders.encode %s", ref.line, ref.name, typ, disaggHandler, encodeFilter, mmDecider)
 		}
 	}
 	return nil
 }
 
 // disaggregate sets the policy's disaggregation from the handler, its
-// decider and its profiles, the decode profile already translated.
-func (u *upstream) disaggregate(s *stages, decode, prefill *schedProfile) error {
+// deciders and its profiles, the decode profile already translated.
+func (u *upstream) disaggregate(s *stages, decode, prefill, encode *schedProfile) error {
 	for _, h := range u.headerProfiles {
 		if h.name != s.prefill {
 			return fmt.Errorf("line %d: the header handler's prefillProfile %q is not the prefill profile of %s (%q)", h.line, h.name, s.typ, s.prefill)
 		}
 	}
-	d, named, err := u.prefillDecider(s)
+	for _, h := range u.headerEncodeProfiles {
+		if h.name != s.encode {
+			return fmt.Errorf("line %d: the header handler's encodeProfile %q is not the encode profile of %s (%q)", h.line, h.name, s.typ, s.encode)
+		}
+	}
+	encodes, err := u.encodeStage(s, encode)
 	if err != nil {
 		return err
+	}
+	cfg, err := u.prefillApart(s, decode, prefill)
+	if err != nil {
+		return err
+	}
+	if encodes {
+		if cfg == nil {
+			cfg = &policy.DisaggregationConfig{PrefillPods: policy.PrefillPodsNone}
+		}
+		cfg.Encode = policy.EncodeMultimodal
+	}
+	u.out.Policy.Disaggregation = cfg
+	return nil
+}
+
+// prefillApart returns the disaggregation the prefill profile and decider
+// ask, nil when no request is prefilled apart.
+func (u *upstream) prefillApart(s *stages, decode, prefill *schedProfile) (*policy.DisaggregationConfig, error) {
+	d, named, err := u.prefillDecider(s)
+	if err != nil {
+		return nil, err
 	}
 	if prefill == nil {
 		if named {
 			u.warn(fmt.Sprintf("%s's decider %q has no effect: there is no scheduling profile %q, so every request is prefilled and decoded on one pod", s.typ, s.decider, s.prefill))
 		}
-		return nil
+		return nil, nil
 	}
 	if err := u.checkPrefillProfile(prefill); err != nil {
-		return err
+		return nil, err
 	}
 	tokens, on := u.minUncached(s, d, named)
 	if !on {
-		return nil
+		return nil, nil
 	}
 	u.comparePrefill(decode, prefill)
 	cfg := &policy.DisaggregationConfig{MinUncachedTokens: tokens}
 	u.prefillStage(prefill, cfg)
-	u.out.Policy.Disaggregation = cfg
-	return nil
+	return cfg, nil
+}
+
+// encodeStage reports whether multimodal requests are encoded apart: the
+// handler's encode decider is always-disagg-multimodal-decider and there is
+// an encode profile. The encode pod is the encode pod with room that has
+// the fewest requests in flight, as llm-d's encode profile of
+// encode-filter alone picks one of them; what else the profile lists is
+// reported to have no effect.
+func (u *upstream) encodeStage(s *stages, encode *schedProfile) (bool, error) {
+	named := s.encodeDecider != ""
+	if named {
+		p, ok := u.plugins[s.encodeDecider]
+		if !ok {
+			return false, fmt.Errorf("line %d: %s's encode decider %q names no plugin in plugins", s.encodeDeciderLine, s.typ, s.encodeDecider)
+		}
+		if p.typ != mmDecider {
+			return false, fmt.Errorf("line %d: %s's encode decider %q (%s) is not one: use %s", s.encodeDeciderLine, s.typ, s.encodeDecider, p.typ, mmDecider)
+		}
+	}
+	switch {
+	case encode == nil && named:
+		u.warn(fmt.Sprintf("%s's encode decider %q has no effect: there is no scheduling profile %q, so a request's media is encoded on the pod that prefills it", s.typ, s.encodeDecider, s.encode))
+		return false, nil
+	case encode == nil:
+		return false, nil
+	case !named:
+		u.warn(fmt.Sprintf("the scheduling profile %q has no effect: %s names no encode decider, so llm-d encodes every request's media on the pod that prefills it", s.encode, s.typ))
+		return false, nil
+	}
+	filtered := false
+	var inert []string
+	for _, ref := range encode.refs {
+		switch typ := u.plugins[ref.name].typ; typ {
+		case encodeFilter:
+			filtered = true
+		case maxScorePicker, "openai-parser", "vllmgrpc-parser", attributeReporter:
+		default:
+			inert = append(inert, fmt.Sprintf("%q (%s)", ref.name, typ))
+		}
+	}
+	if !filtered {
+		return false, fmt.Errorf("line %d: the encode profile %q has no %s: inferpick picks the encode pod among the pods labelled %s encode, encode-prefill or encode-prefill-decode, which %s keeps", encode.line, encode.name, encodeFilter, policy.RoleLabel, encodeFilter)
+	}
+	if len(inert) > 0 {
+		u.warn(fmt.Sprintf("the encode profile %q's plugins %s have no effect: the encode pod is the encode pod with room that has the fewest requests in flight", encode.name, strings.Join(inert, ", ")))
+	}
+	return true, nil
 }
 
 // prefillDecider returns the handler's prefill decider, and whether there
@@ -409,7 +502,7 @@ func (u *upstream) weighs(p *schedProfile) string {
 	w := map[string]float64{}
 	for _, ref := range p.refs {
 		switch u.plugins[ref.name].typ {
-		case prefillFilter, decodeFilter, byLabel, byLabelSelector, maxScorePicker, "openai-parser", "vllmgrpc-parser", attributeReporter:
+		case prefillFilter, decodeFilter, encodeFilter, byLabel, byLabelSelector, maxScorePicker, "openai-parser", "vllmgrpc-parser", attributeReporter:
 			continue
 		}
 		w[ref.name] += ref.weight

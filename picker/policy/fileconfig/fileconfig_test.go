@@ -520,6 +520,25 @@ flowControl:
 			in:   readSample(t, "llm-d-v0.8.0-pd-epp-config.yaml"),
 			want: File{Policy: pdPolicy(16), Warnings: []string{prepareDataWarning, prefixParamsWarning}},
 		},
+		"llm-d v0.8.0's simulator E/P/D sample: chats with media encoded apart": {
+			in: readSample(t, "llm-d-v0.8.0-sim-epd-epp-config.yaml"),
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1},
+				Disaggregation: &policy.DisaggregationConfig{MinUncachedTokens: 16, Encode: policy.EncodeMultimodal}},
+				Warnings: []string{prepareDataWarning}},
+		},
+		"an encode stage without a prefill stage: E/PD": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: encode-filter\n- type: decode-filter\n- type: always-disagg-multimodal-decider\n- {type: disagg-profile-handler, parameters: {encodeDeciderPluginName: always-disagg-multimodal-decider}}\n" +
+				"schedulingProfiles:\n- name: encode\n  plugins: [{pluginRef: encode-filter}, {pluginRef: queue-scorer}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}]\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1},
+				Disaggregation: &policy.DisaggregationConfig{PrefillPods: policy.PrefillPodsNone, Encode: policy.EncodeMultimodal}},
+				Warnings: []string{`the encode profile "encode"'s plugins "queue-scorer" (queue-scorer) have no effect: the encode pod is the encode pod with room that has the fewest requests in flight`}},
+		},
+		"an encode profile without an encode decider": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: encode-filter\n- type: decode-filter\n- type: disagg-profile-handler\n" +
+				"schedulingProfiles:\n- name: encode\n  plugins: [{pluginRef: encode-filter}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}]\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}},
+				Warnings: []string{`the scheduling profile "encode" has no effect: disagg-profile-handler names no encode decider, so llm-d encodes every request's media on the pod that prefills it`}},
+		},
 		"llm-d v0.8.0's simulator P/D sample": {
 			in:   readSample(t, "llm-d-v0.8.0-sim-pd-epp-config.yaml"),
 			want: File{Policy: pdPolicy(16), Warnings: []string{prepareDataWarning, prefixParamsWarning}},
@@ -732,26 +751,32 @@ func TestParseRejects(t *testing.T) {
 			in:   readSample(t, "llm-d-v0.6.0-sim-pd-epp-config-dp.yaml"),
 			want: []string{"line 23", "primaryPort 8000", "targetPorts"},
 		},
-		"llm-d v0.8.0's E/P/D sample: the encode stage": {
-			in:   readSample(t, "llm-d-v0.8.0-sim-epd-epp-config.yaml"),
-			want: []string{"line 9", `"encode-filter"`, "encode disaggregation"},
+		"the encode filter outside an encode profile": {
+			in:   header + "plugins:\n- type: queue-scorer\n- type: encode-filter\n",
+			want: []string{"line 5", `"encode-filter"`, "outside an encode profile"},
 		},
-		"the multimodal decider": {
-			in:   header + "plugins:\n- type: queue-scorer\n- type: always-disagg-multimodal-decider\n",
-			want: []string{"line 5", `"always-disagg-multimodal-decider"`, "encode disaggregation"},
-		},
-		"an encode decider": {
+		"an encode decider that names no plugin": {
 			in:   pdDoc("- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters:\n    deciders: {prefill: always-disagg-pd-decider, encode: mm}\n"),
-			want: []string{"line 12", "deciders.encode", `"mm"`, "encode disaggregation"},
+			want: []string{"line 12", "encode decider", `"mm"`, "names no plugin"},
 		},
-		"an encode decider in the flat form": {
-			in:   pdDoc("- type: disagg-profile-handler\n  parameters:\n    encodeDeciderPluginName: mm\n"),
-			want: []string{"line 11", "encodeDeciderPluginName", "encode disaggregation"},
+		"an encode decider that is a prefill decider": {
+			in:   pdDoc("- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters:\n    encodeDeciderPluginName: always-disagg-pd-decider\n"),
+			want: []string{"line 12", "encode decider", "always-disagg-pd-decider", "always-disagg-multimodal-decider"},
 		},
-		"an encode profile": {
-			in: header + "plugins:\n- type: queue-scorer\n- type: decode-filter\n- {type: disagg-profile-handler, parameters: {profiles: {encode: enc}}}\n" +
+		"an encode profile without the encode filter": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: decode-filter\n- type: always-disagg-multimodal-decider\n- {type: disagg-profile-handler, parameters: {profiles: {encode: enc}, deciders: {encode: always-disagg-multimodal-decider}}}\n" +
 				"schedulingProfiles:\n- name: enc\n  plugins: [{pluginRef: queue-scorer}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}]\n",
-			want: []string{"line 8", `"enc"`, "encode stage", "encode disaggregation"},
+			want: []string{"line 9", `"enc"`, "no encode-filter"},
+		},
+		"the decode filter in the encode profile": {
+			in: header + "plugins:\n- type: encode-filter\n- type: decode-filter\n- type: always-disagg-multimodal-decider\n- {type: disagg-profile-handler, parameters: {deciders: {encode: always-disagg-multimodal-decider}}}\n" +
+				"schedulingProfiles:\n- name: encode\n  plugins: [{pluginRef: encode-filter}, {pluginRef: decode-filter}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}]\n",
+			want: []string{"line 10", `"decode-filter"`, "encode profile"},
+		},
+		"a header handler's encode profile that is not the handler's": {
+			in: header + "plugins:\n- type: encode-filter\n- type: decode-filter\n- type: always-disagg-multimodal-decider\n- {type: disagg-headers-handler, parameters: {encodeProfile: enc}}\n- {type: disagg-profile-handler, parameters: {deciders: {encode: always-disagg-multimodal-decider}}}\n" +
+				"schedulingProfiles:\n- name: encode\n  plugins: [{pluginRef: encode-filter}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}]\n",
+			want: []string{"line 7", `"enc"`, "encode profile"},
 		},
 		"a profile neither decode nor prefill": {
 			in:   header + "plugins:\n- type: queue-scorer\n- type: disagg-profile-handler\nschedulingProfiles:\n- name: decode\n  plugins: [{pluginRef: queue-scorer}]\n- name: other\n  plugins: [{pluginRef: queue-scorer}]\n",

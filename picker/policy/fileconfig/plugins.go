@@ -66,6 +66,9 @@ var known = map[string]role{
 	// no prefill stage, and decode-filter keeps the pods that decode.
 	decodeFilter:  {inProfile: true},
 	prefillFilter: {inProfile: true},
+	// llm-d's filter of the pods that encode (labelled encode,
+	// encode-prefill or encode-prefill-decode), in the encode profile.
+	encodeFilter: {inProfile: true},
 	// llm-d's filters of the pods by their labels: the policy's label
 	// filters of the stage whose profile lists them (labels.go).
 	byLabel:         {inProfile: true},
@@ -80,6 +83,7 @@ var known = map[string]role{
 	disaggHandler:  {},
 	prefixDecider:  {},
 	alwaysDecider:  {},
+	mmDecider:      {},
 	prefillHeaders: {},
 	disaggHeaders:  {},
 	// llm-d's tokenizer (for precise-prefix-cache-scorer) and the source
@@ -104,14 +108,8 @@ var instead = map[string]string{
 	"passthrough-parser":           "openai-parser (vllmgrpc-parser for vLLM's gRPC engine API)",
 }
 
-// encodeStage are the plugin types of llm-d's encode stage, refused.
-var encodeStage = map[string]bool{"encode-filter": true, "always-disagg-multimodal-decider": true}
-
 // checkPlugin validates a plugin entry and records what its parameters ask.
 func (u *upstream) checkPlugin(p plugin) error {
-	if encodeStage[p.typ] {
-		return fmt.Errorf("line %d: plugin type %q: %s", p.line, p.typ, noEncode)
-	}
 	if _, ok := known[p.typ]; !ok {
 		if alt, ok := instead[p.typ]; ok {
 			return fmt.Errorf("line %d: plugin type %q is not supported: use %s", p.line, p.typ, alt)

@@ -73,7 +73,7 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 	if err != nil {
 		return err
 	}
-	decode, prefill := &profs[0], (*schedProfile)(nil)
+	decode, prefill, encode := &profs[0], (*schedProfile)(nil), (*schedProfile)(nil)
 	if err := u.checkDataParallel(profs); err != nil {
 		return err
 	}
@@ -81,17 +81,22 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 	case s != nil && (list == nil || len(list.Content) == 0):
 		return fmt.Errorf("line %d: %s needs schedulingProfiles: a decode profile (%q) and, to prefill apart, a prefill profile (%q)", s.line, s.typ, s.decode, s.prefill)
 	case s != nil:
-		if decode, prefill, err = s.split(profs); err != nil {
+		if decode, prefill, encode, err = s.split(profs); err != nil {
 			return err
 		}
 	case len(profs) > 1:
 		return fmt.Errorf("line %d: %d scheduling profiles: without a prefill/decode profile handler (%s, %s) inferpick runs one profile", profs[1].line, len(profs), disaggHandler, pdHandler)
 	}
-	if err := u.checkStageFilters(decode, false); err != nil {
+	if err := u.checkStageFilters(decode, decodeStage); err != nil {
 		return err
 	}
 	if prefill != nil {
-		if err := u.checkStageFilters(prefill, true); err != nil {
+		if err := u.checkStageFilters(prefill, prefillStage); err != nil {
+			return err
+		}
+	}
+	if encode != nil {
+		if err := u.checkStageFilters(encode, encodeStage); err != nil {
 			return err
 		}
 	}
@@ -104,7 +109,7 @@ func (u *upstream) readProfiles(list *yaml.Node) error {
 	u.out.Policy.LabelFilters, _ = u.stageLabelFilters(decode)
 	u.applyDataParallel()
 	if u.stages != nil {
-		return u.disaggregate(u.stages, decode, prefill)
+		return u.disaggregate(u.stages, decode, prefill, encode)
 	}
 	return nil
 }

@@ -52,6 +52,8 @@ type upstream struct {
 	dataParallel   *dataParallel
 	deciders       map[string]decider
 	headerProfiles []profileRef
+	// headerEncodeProfiles the encodeProfile each header handler names.
+	headerEncodeProfiles []profileRef
 	// loadTunings holds what each load scorer's parameters tune, by name;
 	// tunedBy the load scorer whose tuning the policy took, by type
 	// (loadscores.go).
