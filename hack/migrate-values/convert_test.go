@@ -556,6 +556,19 @@ pool: {selector: {matchLabels: {app: m}}}
 			notes:   []string{"pluginsCustomConfig[dp.yaml]: data-parallel-profile-handler is deprecated in llm-d"},
 			noNotes: []string{"dropped"},
 		},
+		"llm-d's E/P/D sample: the encode stage is carried in the policy's disaggregation": {
+			upstream: customConfig("epd.yaml", readSample(t, "llm-d-v0.8.0-sim-epd-epp-config.yaml")),
+			want: `
+picker:
+  config:
+    name: weighted-scorer
+    weightedScorer: {queueWeight: 1}
+    disaggregation: {minUncachedTokens: 16, encode: multimodal}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes:   []string{"pluginsCustomConfig[epd.yaml]: featureGate prepareDataPlugins has no effect"},
+			noNotes: []string{"dropped"},
+		},
 		"upstream's request-attribute-reporter sample: its attribute is carried to picker.attributes": {
 			upstream: customConfig("cost.yaml", readSample(t, "gie-v1.5.0-request-attribute-reporter-config.yaml")),
 			want: `

@@ -38,6 +38,8 @@ func TestBuildRejectsBadConfig(t *testing.T) {
 		"negative max blocks":         {Config{Index: IndexConfig{MaxBlocks: -1}}, "index.maxBlocks"},
 		"no primary port":             {Config{DataParallel: &DataParallelConfig{}}, "dataParallel.primaryPort"},
 		"primary port past 65535":     {Config{DataParallel: &DataParallelConfig{PrimaryPort: 65536}}, "dataParallel.primaryPort"},
+		"unknown encode stage":        {Config{Disaggregation: &DisaggregationConfig{Encode: "always"}}, "disaggregation.encode"},
+		"unknown prefill pods":        {Config{Disaggregation: &DisaggregationConfig{PrefillPods: "some"}}, "disaggregation.prefillPods"},
 		"session header with a space": {Config{SessionAffinity: &SessionAffinityConfig{Header: "x session"}}, "sessionAffinity.header"},
 		"session pseudo-header":       {Config{SessionAffinity: &SessionAffinityConfig{Header: ":path"}}, "sessionAffinity.header"},
 		"unknown session mode":        {Config{SessionAffinity: &SessionAffinityConfig{Mode: "sticky"}}, "sessionAffinity.mode"},

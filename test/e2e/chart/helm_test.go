@@ -237,6 +237,10 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"picker.config.disaggregation.prefillPods=any"},
 			want: []string{"prefillPods"},
 		},
+		"an encode stage the picker does not know": {
+			sets: []string{"picker.config.disaggregation.encode=always"},
+			want: []string{"disaggregation", "encode"},
+		},
 		"a negative contextLengthWeight": {
 			sets: []string{"picker.config.weightedScorer.contextLengthWeight=-1"},
 			want: []string{"contextLengthWeight", "minimum"},
