@@ -80,6 +80,8 @@ type Server struct {
 	prefillClient    *http.Client
 	prefilled        atomic.Int64
 	prefillFallbacks atomic.Int64
+	encoded          atomic.Int64 // multimodal items encoders encoded for this pod (encode.go)
+	encodeFailures   atomic.Int64 // requests failed because an encoder did
 
 	mu       sync.Mutex
 	adapters []adapter // registered, in registration order

@@ -93,7 +93,8 @@ func checkPrefillAnswer(body []byte) error {
 }
 
 // sidecar plays llm-d's routing sidecar in front of this pod. A request
-// naming a prefill pod is first sent there, on the same path, to compute
+// naming encode pods has its multimodal items encoded there first
+// (encode.go). A request naming a prefill pod is first sent there, on the same path, to compute
 // its prompt (a max_tokens 1 request); once that answers, this pod pulls
 // the prompt's KV instead of computing it. It reports whether the prompt
 // came from a prefill pod, and whether the request goes on to this pod's
@@ -104,6 +105,9 @@ func checkPrefillAnswer(body []byte) error {
 // another error, or cannot be reached in time, leaves the request to be
 // served here as if no prefill pod were named.
 func (s *Server) sidecar(w http.ResponseWriter, r *http.Request, body []byte) (remote, goOn bool) {
+	if !s.encode(w, r, body) {
+		return false, false
+	}
 	hostPort, err := prefiller(r.Header)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "", err.Error())

@@ -38,6 +38,10 @@ type Stats struct {
 	// failed or could not be reached.
 	Prefilled        int64 `json:"prefilled_remotely"`
 	PrefillFallbacks int64 `json:"prefill_fallbacks"`
+	// Encoded counts the multimodal items the encoders a request named
+	// encoded; EncodeFailures the requests failed because one did not.
+	Encoded        int64 `json:"encoded_items"`
+	EncodeFailures int64 `json:"encode_failures"`
 	// SimulatedSeconds is the engine's busy time in simulated seconds;
 	// MeanSimulatedTTFTSeconds averages the simulated time to first token.
 	SimulatedSeconds         float64 `json:"simulated_seconds"`
@@ -69,6 +73,8 @@ func (s *Server) stats() Stats {
 		TransferredTokens: es.TransferredTokens,
 		Prefilled:         s.prefilled.Load(),
 		PrefillFallbacks:  s.prefillFallbacks.Load(),
+		Encoded:           s.encoded.Load(),
+		EncodeFailures:    s.encodeFailures.Load(),
 		SimulatedSeconds:  es.SimulatedTime.Seconds(),
 		LoRALoads:         es.LoRALoads,
 		LoadedLoRAs:       es.LoadedLoRAs,
