@@ -107,6 +107,9 @@ type SimStats struct {
 	// TransferredTokens the prompt tokens it pulled from there.
 	PrefilledRemotely int64 `json:"prefilled_remotely"`
 	TransferredTokens int64 `json:"transferred_tokens"`
+	// EncodedItems is the media items the simulator, as a decode pod's
+	// sidecar, had encoded on the pods x-encoder-hosts-ports named.
+	EncodedItems int64 `json:"encoded_items"`
 }
 
 // Complete sends a completion request straight to the simulator and reads
