@@ -102,7 +102,7 @@ func TestGRPCPoolThroughTheGateway(t *testing.T) {
 			}
 			// The usage comes with the call's last message and is reported
 			// on the reply to its trailers.
-			if got, want := rec.DynamicMetadata[costKey], float64(r.Complete.CompletionTokens); got != want {
+			if got, want := rec.DynamicMetadata[costKey], float64(len(r.Tokens)); got != want {
 				t.Errorf("prefix %d call %d: envoy.lb %s = %v at the gateway, want the call's %v completion tokens", i, j, costKey, got, want)
 			}
 			if served[i] == nil {

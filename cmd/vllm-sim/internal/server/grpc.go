@@ -217,7 +217,7 @@ func (s *Server) rpcGenerate(stream grpc.ServerStream, in []byte) error {
 
 // generateStream sends rr's tokens as they come, then its completion.
 func (s *Server) generateStream(ctx context.Context, stream grpc.ServerStream, rr *rpcRun, fc faults.Config) error {
-	rn, chunks := rr.rn, 0
+	rn, chunks, last := rr.rn, 0, 0
 	for {
 		sts, done, aborted := rn.statuses()
 		rn.record(s.metrics, sts)
@@ -228,18 +228,18 @@ func (s *Server) generateStream(ctx context.Context, stream grpc.ServerStream, r
 			}
 			msg := &vllmgrpc.GenerateResponse{Chunk: &vllmgrpc.Chunk{
 				TokenIDs:         outputIDs(rn.sent[0], st.Generated),
-				PromptTokens:     uint32(st.PromptTokens), //nolint:gosec // bounded by the KV pool
-				CompletionTokens: uint32(st.Generated),    //nolint:gosec // as above
-				CachedTokens:     uint32(st.CachedTokens), //nolint:gosec // as above
+				PromptTokens:     uint32(st.PromptTokens),           //nolint:gosec // bounded by the KV pool
+				CompletionTokens: uint32(st.Generated - rn.sent[0]), //nolint:gosec // as above
+				CachedTokens:     uint32(st.CachedTokens),           //nolint:gosec // as above
 			}}
 			if err := stream.SendMsg(msg.Marshal()); err != nil {
 				return err
 			}
-			rn.sent[0], chunks = st.Generated, chunks+1
+			last, rn.sent[0], chunks = rn.sent[0], st.Generated, chunks+1
 		}
 		switch {
 		case aborted && rr.aborted.Load():
-			return stream.SendMsg(complete(st, vllmgrpc.FinishAbort).Marshal())
+			return stream.SendMsg(complete(st, rn.stream, last, vllmgrpc.FinishAbort).Marshal())
 		case aborted && ctx.Err() != nil:
 			return status.FromContextError(ctx.Err()).Err()
 		case aborted:
@@ -248,7 +248,7 @@ func (s *Server) generateStream(ctx context.Context, stream grpc.ServerStream, r
 			if err := midStreamFault(ctx, fc, chunks); err != nil {
 				return err
 			}
-			return stream.SendMsg(complete(st, vllmgrpc.FinishLength).Marshal())
+			return stream.SendMsg(complete(st, rn.stream, last, vllmgrpc.FinishLength).Marshal())
 		}
 		select {
 		case <-rn.notify:
@@ -272,13 +272,21 @@ func midStreamFault(ctx context.Context, fc faults.Config, sent int) error {
 	return status.FromContextError(ctx.Err()).Err()
 }
 
-func complete(st engine.Status, reason string) *vllmgrpc.GenerateResponse {
+// complete is a call's last message. As vLLM's servicer sends it, a
+// streamed call's holds the output of its last chunk again (from token
+// last on: each chunk's counts are the chunk's own, and a client adds them
+// up), and one not streamed holds the whole output.
+func complete(st engine.Status, streamed bool, last int, reason string) *vllmgrpc.GenerateResponse {
+	from := 0
+	if streamed {
+		from = min(last, st.Generated)
+	}
 	return &vllmgrpc.GenerateResponse{Complete: &vllmgrpc.Complete{
-		OutputIDs:        outputIDs(0, st.Generated),
+		OutputIDs:        outputIDs(from, st.Generated),
 		FinishReason:     reason,
-		PromptTokens:     uint32(st.PromptTokens), //nolint:gosec // bounded by the KV pool
-		CompletionTokens: uint32(st.Generated),    //nolint:gosec // as above
-		CachedTokens:     uint32(st.CachedTokens), //nolint:gosec // as above
+		PromptTokens:     uint32(st.PromptTokens),     //nolint:gosec // bounded by the KV pool
+		CompletionTokens: uint32(st.Generated - from), //nolint:gosec // as above
+		CachedTokens:     uint32(st.CachedTokens),     //nolint:gosec // as above
 	}}
 }
 
