@@ -403,6 +403,12 @@ func TestBadValues(t *testing.T) {
 			sets: []string{"httpRoute.enabled=true", "httpRoute.gateway.name=gw", "httpRoute.hostnames={LLM.example.com}"},
 			want: []string{"hostnames", "pattern"},
 		},
+		// The load balancer's types are upper case: a lower-case one is
+		// refused with the list of those it has.
+		"a GKE health check type the load balancer has not": {
+			sets: []string{"provider.name=gke", "provider.gke.healthCheckType=grpc"},
+			want: []string{"/provider/gke/healthCheckType", "must be one of"},
+		},
 		"gateway namespace with a dot": {
 			sets: []string{"httpRoute.enabled=true", "httpRoute.gateway.name=gw", "httpRoute.gateway.namespace=infra.gw"},
 			want: []string{"gateway", "namespace", "pattern"},

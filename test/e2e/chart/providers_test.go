@@ -2,6 +2,7 @@ package chart
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -167,6 +168,52 @@ func TestProviderObjects(t *testing.T) {
 		}
 		if diff := cmp.Diff(want, field(t, hc, "spec", "default", "config")); diff != "" {
 			t.Errorf("health check of an h2c pool (-want +got):\n%s", diff)
+		}
+	})
+	// provider.gke.healthCheckType picks the check; auto follows the pool's
+	// protocol. A gRPC server without the standard health service is
+	// checked by TCP, keeping the chart's other GKE objects.
+	t.Run("gke health check type", func(t *testing.T) {
+		// fixed is a check of type kind on the first target port, in its
+		// block named after the type (grpcHealthCheck, tcpHealthCheck, ...).
+		fixed := func(kind string, fields map[string]any) map[string]any {
+			check := map[string]any{"port": float64(8000)}
+			maps.Copy(check, fields)
+			return map[string]any{"type": kind, strings.ToLower(kind) + "HealthCheck": check}
+		}
+		grpcCheck := fixed("GRPC", map[string]any{"portSpecification": "USE_FIXED_PORT", "grpcServiceName": "vllm.grpc.engine.VllmEngine"})
+		httpCheck := fixed("HTTP", map[string]any{"requestPath": "/health"})
+		tests := map[string]struct {
+			sets []string
+			want map[string]any
+		}{
+			"auto on an http pool": {want: httpCheck},
+			"auto on an h2c pool":  {sets: []string{"pool.appProtocol=kubernetes.io/h2c"}, want: grpcCheck},
+			"HTTP on an h2c pool":  {sets: []string{"pool.appProtocol=kubernetes.io/h2c", "provider.gke.healthCheckType=HTTP"}, want: httpCheck},
+			"HTTP2 with its path":  {sets: []string{"provider.gke.healthCheckType=HTTP2", "provider.gke.healthCheckPath=/ping"}, want: fixed("HTTP2", map[string]any{"requestPath": "/ping"})},
+			"GRPC on an http pool": {sets: []string{"provider.gke.healthCheckType=GRPC"}, want: grpcCheck},
+			"GRPC of the whole server": {
+				sets: []string{"pool.appProtocol=kubernetes.io/h2c", "provider.gke.healthCheckType=GRPC", "provider.gke.grpcServiceName="},
+				want: fixed("GRPC", map[string]any{"portSpecification": "USE_FIXED_PORT"}),
+			},
+			"TCP on an h2c pool": {
+				sets: []string{"pool.appProtocol=kubernetes.io/h2c", "provider.gke.healthCheckType=TCP"},
+				want: fixed("TCP", map[string]any{"portSpecification": "USE_FIXED_PORT"}),
+			},
+		}
+		for name, tc := range tests {
+			t.Run(name, func(t *testing.T) {
+				out, errOut, err := render(t, nil, append([]string{"provider.name=gke"}, tc.sets...)...)
+				if err != nil {
+					t.Fatalf("helm template: %v\n%s", err, errOut)
+				}
+				m := parseManifest(t, out)
+				if diff := cmp.Diff(tc.want, field(t, m.only(t, "HealthCheckPolicy"), "spec", "default", "config")); diff != "" {
+					t.Errorf("health check (-want +got):\n%s", diff)
+				}
+				m.only(t, "GCPBackendPolicy")
+				m.only(t, "PodMonitoring")
+			})
 		}
 	})
 	t.Run("istio", func(t *testing.T) {
