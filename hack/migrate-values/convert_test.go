@@ -663,10 +663,19 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 			noNotes: []string{"dropped"},
 		},
-		"llm-d's prefill/decode sample with data parallelism: primaryPort refused, the default policy kept": {
+		"llm-d's prefill/decode sample with data parallelism: pd-profile-handler's primaryPort becomes the policy's dataParallel": {
 			upstream: customConfig("pd.yaml", readSample(t, "llm-d-v0.6.0-sim-pd-epp-config-dp.yaml")),
-			want:     `pool: {selector: {matchLabels: {app: m}}}`,
-			notes:    []string{"pluginsCustomConfig[pd.yaml] dropped", "primaryPort 8000", "targetPorts"},
+			want: `
+picker:
+  config:
+    name: weighted-scorer
+    weightedScorer: {queueWeight: 1, prefixWeight: 2}
+    disaggregation: {minUncachedTokens: 16}
+    dataParallel: {primaryPort: 8000}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes:   []string{"pluginsCustomConfig[pd.yaml]: pd-profile-handler primaryPort is deprecated in llm-d"},
+			noNotes: []string{"dropped"},
 		},
 		"an objective without a priority has priority 0, as upstream gives it": {
 			upstream: `

@@ -69,9 +69,15 @@ func (u *upstream) checkDataParallel(profs []schedProfile) error {
 	return nil
 }
 
-// applyDataParallel turns dataParallel on for the handler, once its
-// profile is translated.
+// applyDataParallel turns dataParallel on for the data-parallel handler,
+// or for pd-profile-handler's non-zero primaryPort (llm-d v0.6 on), which
+// sends the decode pod's request through its sidecar the same way, once
+// the profile is translated.
 func (u *upstream) applyDataParallel() {
+	if s := u.stages; s != nil && s.primaryPort != 0 {
+		u.setDataParallel(s.typ+" primaryPort", "primaryPort", s.primaryPort)
+		return
+	}
 	dp := u.dataParallel
 	if dp == nil {
 		return
@@ -80,9 +86,16 @@ func (u *upstream) applyDataParallel() {
 		u.warn(fmt.Sprintf("%s primaryPort 0 routes each request to the port of the rank picked for it, with no x-data-parallel-host-port: the pool's targetPorts reach each rank", dpHandler))
 		return
 	}
-	u.out.Policy.DataParallel = &policy.DataParallelConfig{PrimaryPort: dp.primaryPort}
-	u.warn(fmt.Sprintf("%s is deprecated in llm-d: Istio 1.28.1 and later route to each rank's port directly, and so does the picker with the ranks' ports in the pool's targetPorts and the handler left out; until then each request goes to its pod's port %d, the rank named in x-data-parallel-host-port", dpHandler, dp.primaryPort))
+	u.setDataParallel(dpHandler, "the handler", dp.primaryPort)
+}
+
+// setDataParallel sets the policy's dataParallel on port, for what asked
+// it (a handler, or a handler's parameter, which left out routes to each
+// rank's port).
+func (u *upstream) setDataParallel(what, leftOut string, port int) {
+	u.out.Policy.DataParallel = &policy.DataParallelConfig{PrimaryPort: port}
+	u.warn(fmt.Sprintf("%s is deprecated in llm-d: Istio 1.28.1 and later route to each rank's port directly, and so does the picker with the ranks' ports in the pool's targetPorts and %s left out; until then each request goes to its pod's port %d, the rank named in x-data-parallel-host-port", what, leftOut, port))
 	if u.out.MaxEndpoints > 1 {
-		u.warn(fmt.Sprintf("max-score-picker maxNumOfEndpoints %d lists no fallbacks beside %s: x-data-parallel-host-port names the first endpoint's rank alone, which another pod's sidecar would refuse", u.out.MaxEndpoints, dpHandler))
+		u.warn(fmt.Sprintf("max-score-picker maxNumOfEndpoints %d lists no fallbacks beside %s: x-data-parallel-host-port names the first endpoint's rank alone, which another pod's sidecar would refuse", u.out.MaxEndpoints, what))
 	}
 }

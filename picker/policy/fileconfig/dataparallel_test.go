@@ -20,6 +20,18 @@ func dpWarning(port string) string {
 	return "data-parallel-profile-handler is deprecated in llm-d: Istio 1.28.1 and later route to each rank's port directly, and so does the picker with the ranks' ports in the pool's targetPorts and the handler left out; until then each request goes to its pod's port " + port + ", the rank named in x-data-parallel-host-port"
 }
 
+// pdPrimaryPortWarning is the deprecation pd-profile-handler's primaryPort
+// is read with, on port.
+func pdPrimaryPortWarning(port string) string {
+	return "pd-profile-handler primaryPort is deprecated in llm-d: Istio 1.28.1 and later route to each rank's port directly, and so does the picker with the ranks' ports in the pool's targetPorts and primaryPort left out; until then each request goes to its pod's port " + port + ", the rank named in x-data-parallel-host-port"
+}
+
+// withDataParallel is c with dataParallel on port.
+func withDataParallel(c policy.Config, port int) policy.Config {
+	c.DataParallel = &policy.DataParallelConfig{PrimaryPort: port}
+	return c
+}
+
 func TestParseDataParallelHandler(t *testing.T) {
 	prefix2 := policy.WeightedScorerConfig{PrefixWeight: 2}
 	cases := map[string]struct {
@@ -56,6 +68,24 @@ func TestParseDataParallelHandler(t *testing.T) {
 				DataParallel: &policy.DataParallelConfig{PrimaryPort: 8000}}, MaxEndpoints: 3, Warnings: []string{
 				dpWarning("8000"),
 				"max-score-picker maxNumOfEndpoints 3 lists no fallbacks beside data-parallel-profile-handler: x-data-parallel-host-port names the first endpoint's rank alone, which another pod's sidecar would refuse",
+			}},
+		},
+		"llm-d v0.6.0's simulator P/D sample with data parallelism: pd-profile-handler's primaryPort 8000 beside the split": {
+			in: readSample(t, "llm-d-v0.6.0-sim-pd-epp-config-dp.yaml"),
+			want: File{Policy: withDataParallel(pdPolicy(16), 8000), Warnings: []string{
+				prepareDataWarning, prefixParamsWarning, pdPrimaryPortWarning("8000"),
+			}},
+		},
+		"pd-profile-handler's primaryPort without a prefill profile: the decode pod through its sidecar": {
+			in: header + "plugins:\n- type: queue-scorer\n- type: pd-profile-handler\n  parameters: {primaryPort: 8200, threshold: 0}\nschedulingProfiles:\n- name: decode\n  plugins:\n  - pluginRef: queue-scorer\n",
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1},
+				DataParallel: &policy.DataParallelConfig{PrimaryPort: 8200}}, Warnings: []string{pdPrimaryPortWarning("8200")}},
+		},
+		"pd-profile-handler's primaryPort with fallbacks asked for": {
+			in: strings.Replace(readSample(t, "llm-d-v0.6.0-sim-pd-epp-config-dp.yaml"), "- type: max-score-picker\n", "- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 2}\n", 1),
+			want: File{Policy: withDataParallel(pdPolicy(16), 8000), MaxEndpoints: 2, Warnings: []string{
+				prepareDataWarning, prefixParamsWarning, pdPrimaryPortWarning("8000"),
+				"max-score-picker maxNumOfEndpoints 2 lists no fallbacks beside pd-profile-handler primaryPort: x-data-parallel-host-port names the first endpoint's rank alone, which another pod's sidecar would refuse",
 			}},
 		},
 	}
@@ -99,6 +129,10 @@ func TestParseRejectsDataParallelHandler(t *testing.T) {
 		"a negative port": {
 			in:   dpDoc("- type: data-parallel-profile-handler\n  parameters: {primaryPort: -1}\n"),
 			want: []string{"line 7", "primaryPort -1"},
+		},
+		"pd-profile-handler's primaryPort past 65535": {
+			in:   pdDoc("- type: pd-profile-handler\n  parameters: {primaryPort: 65536}\n"),
+			want: []string{"line 10", "pd-profile-handler primaryPort 65536", "1 to 65535"},
 		},
 		"a port that is no number": {
 			in:   dpDoc("- type: data-parallel-profile-handler\n  parameters: {primaryPort: eight}\n"),

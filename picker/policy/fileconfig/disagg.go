@@ -47,6 +47,10 @@ type stages struct {
 	// threshold, when not -1, is the older pd-profile-handler's own rule:
 	// the bytes of uncached prompt from which a request is prefilled apart.
 	threshold int
+	// primaryPort, when not 0, is pd-profile-handler's data-parallel port:
+	// the decode pod is reached there through its sidecar, the rank picked
+	// named in x-data-parallel-host-port (the policy's dataParallel).
+	primaryPort int
 }
 
 // decider is what a prefill decider's parameters ask.
@@ -74,7 +78,8 @@ func (u *upstream) setStages(s *stages) error {
 
 // readPDHandler reads pd-profile-handler's parameters, in both of the
 // generations llm-d gave them: threshold and hashBlockSize (v0.3 to v0.5),
-// deciderPluginName (v0.6 on).
+// deciderPluginName (v0.6 on); primaryPort (v0.6 on) is read as
+// data-parallel-profile-handler's is.
 func (u *upstream) readPDHandler(p plugin) error {
 	s := newStages(p)
 	var inert []string
@@ -101,9 +106,10 @@ func (u *upstream) readPDHandler(p plugin) error {
 			if err != nil {
 				return err
 			}
-			if n != 0 {
-				return fmt.Errorf("line %d: %s primaryPort %d is not supported: the policy's dataParallel (llm-d's data-parallel-profile-handler) is read with one profile, not beside a prefill/decode split; list each rank's port in the pool's targetPorts and the picker routes to each rank itself (docs/operations.md, Active ports)", v.Line, p.typ, n)
+			if n > 65535 {
+				return fmt.Errorf("line %d: %s primaryPort %d must be a port from 1 to 65535, or 0", v.Line, p.typ, n)
 			}
+			s.primaryPort = n
 		case "deciderPluginName":
 			s.decider, s.deciderLine = v.Value, v.Line
 		default:

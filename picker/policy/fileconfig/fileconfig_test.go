@@ -747,10 +747,6 @@ func TestParseRejects(t *testing.T) {
 			in:   header + "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: prefill\n  plugins: [{pluginRef: queue-scorer}]\n- name: decode\n  plugins: [{pluginRef: queue-scorer}]\n",
 			want: []string{"line 8", "one profile"},
 		},
-		"llm-d v0.6.0's simulator P/D sample with data parallelism: primaryPort": {
-			in:   readSample(t, "llm-d-v0.6.0-sim-pd-epp-config-dp.yaml"),
-			want: []string{"line 23", "primaryPort 8000", "targetPorts"},
-		},
 		"the encode filter outside an encode profile": {
 			in:   header + "plugins:\n- type: queue-scorer\n- type: encode-filter\n",
 			want: []string{"line 5", `"encode-filter"`, "outside an encode profile"},
@@ -1100,6 +1096,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(header + "featureGates: [flowControl, dataLayer]\nflowControl:\n  maxRequests: 1k\n  maxBytes: 1Gi\n  defaultRequestTTL: 1m\n  defaultPriorityBand: {maxRequests: 5, maxBytes: 1M}\n  priorityBands:\n  - {priority: 1, maxRequests: 5, fairnessPolicyRef: round-robin-fairness-policy}\n"))
 	f.Add([]byte(pdDoc("- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}\n- type: disagg-profile-handler\n  parameters: {profiles: {decode: decode, prefill: prefill}, deciders: {prefill: prefix-based-pd-decider}}\n")))
 	f.Add([]byte(pdDoc("- type: pd-profile-handler\n  parameters: {threshold: 10, hashBlockSize: 5, primaryPort: 0}\n- {type: prefill-header-handler, parameters: {prefillProfile: prefill}}\n")))
+	f.Add([]byte(pdDoc("- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}\n- type: pd-profile-handler\n  parameters: {primaryPort: 8000, deciderPluginName: prefix-based-pd-decider}\n")))
 	f.Add([]byte(pdDoc("- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {decodeProfile: decode, prefillDeciderPluginName: always-disagg-pd-decider}\n")))
 	f.Add([]byte(header + "featureGates: [enableLegacyMetrics]\nplugins:\n- {type: active-request-scorer, parameters: {requestTimeout: 1m, idleThreshold: 2, maxBusyScore: 0.5}}\n- {type: load-aware-scorer, parameters: {threshold: 0}}\n- type: running-requests-size-scorer\n- {type: no-hit-lru-scorer, parameters: {lruSize: 8}}\n- {type: core-metrics-extractor, parameters: {defaultEngine: vllm}}\n"))
 	f.Add([]byte(header + "plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    kvEventsConfig: {zmqEndpoint: \"tcp://*:5557\", discoverPods: false}\n"))
