@@ -412,6 +412,10 @@ func (o *Options) Complete() error {
 		o.Warnings = append(o.Warnings, Warning{Flag: "--endpoint-selector", Value: o.EndpointSelector,
 			Reason: "--static-endpoints is given: requests are routed over that list, not the selected pods"})
 	}
+	if o.Policy.DataParallel != nil && o.flagSet("fallbacks") && o.Fallbacks > 0 {
+		o.Warnings = append(o.Warnings, Warning{Flag: "--fallbacks", Value: strconv.Itoa(o.Fallbacks),
+			Reason: fmt.Sprintf("policy.dataParallel is set (%s): each request goes to its pod's primary port alone, x-data-parallel-host-port naming one rank, which another pod's sidecar would refuse, so no fallbacks are listed", o.configSource)})
+	}
 	if len(o.static) > 0 && o.Policy.ContextLength != nil {
 		o.Warnings = append(o.Warnings, Warning{Flag: o.configSource, Value: "policy.contextLength",
 			Reason: "--static-endpoints is given: a static endpoint carries no pod label, so each takes a prompt of any length"})
@@ -465,7 +469,9 @@ func (o *Options) readConfig() error {
 		switch {
 		case !o.flagSet("fallbacks"):
 			o.Fallbacks = f.MaxEndpoints - 1
-		case o.Fallbacks != f.MaxEndpoints-1:
+		case o.Fallbacks != f.MaxEndpoints-1 && f.Policy.DataParallel == nil:
+			// Under dataParallel neither is listed; the file's warnings
+			// say so of maxNumOfEndpoints, Complete of --fallbacks.
 			o.Warnings = append(o.Warnings, Warning{Flag: src, Reason: fmt.Sprintf(
 				"max-score-picker maxNumOfEndpoints %d has no effect: --fallbacks %d is given, so %d endpoints are listed",
 				f.MaxEndpoints, o.Fallbacks, o.Fallbacks+1)})

@@ -247,6 +247,73 @@ func TestLabelFiltersWithStaticEndpointsAreWarned(t *testing.T) {
 	}
 }
 
+// TestDataParallelFallbacksAreWarned: under policy.dataParallel no
+// fallbacks are listed, so a --fallbacks given is warned at start, and so
+// is llm-d's maxNumOfEndpoints, never as if --fallbacks listed it instead.
+func TestDataParallelFallbacksAreWarned(t *testing.T) {
+	const dpHandler = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n" +
+		"- type: prefix-cache-scorer\n- {type: max-score-picker, parameters: {maxNumOfEndpoints: 3}}\n- type: data-parallel-profile-handler\n" +
+		"schedulingProfiles:\n- name: d\n  plugins:\n  - pluginRef: max-score-picker\n  - pluginRef: prefix-cache-scorer\n"
+	const fallbacksWarned = "--fallbacks 2: policy.dataParallel is set"
+	const maxEndpointsWarned = "--config-text: max-score-picker maxNumOfEndpoints 3 lists no fallbacks"
+	cases := map[string]struct {
+		args   []string
+		warned []string
+	}{
+		"--fallbacks under dataParallel": {
+			args:   []string{"--pool-name", "p", "--config-text", "policy: {dataParallel: {primaryPort: 8000}}", "--fallbacks", "2"},
+			warned: []string{fallbacksWarned},
+		},
+		"--fallbacks 0 under dataParallel": {
+			args: []string{"--pool-name", "p", "--config-text", "policy: {dataParallel: {primaryPort: 8000}}", "--fallbacks", "0"},
+		},
+		"dataParallel with the default fallbacks": {
+			args: []string{"--pool-name", "p", "--config-text", "policy: {dataParallel: {primaryPort: 8000}}"},
+		},
+		"--fallbacks without dataParallel": {
+			args: []string{"--pool-name", "p", "--fallbacks", "2"},
+		},
+		"llm-d's maxNumOfEndpoints beside the data-parallel handler": {
+			args:   []string{"--pool-name", "p", "--config-text", dpHandler},
+			warned: []string{maxEndpointsWarned},
+		},
+		"llm-d's maxNumOfEndpoints and --fallbacks beside the data-parallel handler": {
+			args:   []string{"--pool-name", "p", "--config-text", dpHandler, "--fallbacks", "2"},
+			warned: []string{maxEndpointsWarned, fallbacksWarned},
+		},
+		"--fallbacks other than llm-d's maxNumOfEndpoints beside the data-parallel handler: neither listed": {
+			args:   []string{"--pool-name", "p", "--config-text", dpHandler, "--fallbacks", "1"},
+			warned: []string{maxEndpointsWarned, "--fallbacks 1: policy.dataParallel is set"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			o, err := parse(t, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var warned []string
+			for _, w := range o.Warnings {
+				line := w.Flag + ": " + w.Reason
+				if w.Value != "" {
+					line = w.Flag + " " + w.Value + ": " + w.Reason
+				}
+				if strings.Contains(line, "fallback") || strings.Contains(line, "maxNumOfEndpoints") {
+					warned = append(warned, line)
+				}
+			}
+			if len(warned) != len(tc.warned) {
+				t.Fatalf("warnings of the fallbacks %q, want %d: %q", warned, len(tc.warned), tc.warned)
+			}
+			for i, w := range tc.warned {
+				if !strings.HasPrefix(warned[i], w) {
+					t.Errorf("warning %q, want one starting %q", warned[i], w)
+				}
+			}
+		})
+	}
+}
+
 // The upstream picker's environment switch for its flow-control layer,
 // which its chart sets through inferenceExtension.env, turns the queue on as
 // upstream's did, with upstream's bounds; it is logged as deprecated
