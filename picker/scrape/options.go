@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 )
 
@@ -38,6 +39,7 @@ type options struct {
 	client         *http.Client
 	names          *Names
 	schema         *Schema // compiled names; the Auto preset's by default
+	log            logr.Logger
 }
 
 // WithInterval sets the time between two scrapes of one worker
@@ -72,6 +74,10 @@ func WithNames(n Names) Option { return func(o *options) { o.names = &n } }
 // WithClock sets the clock that stamps scrapes and measures staleness.
 func WithClock(c clock.PassiveClock) Option { return func(o *options) { o.clock = c } }
 
+// WithLog sets the logger that gets a line when a worker's scrapes start
+// failing and one when they work again, none per failure. Default: none.
+func WithLog(l logr.Logger) Option { return func(o *options) { o.log = l } }
+
 // WithHTTPClient replaces the Scraper's own client. The Scraper then leaves
 // the client's idle connections alone when it stops.
 func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.client = c } }
@@ -95,6 +101,9 @@ func (o *options) complete() error {
 	}
 	if o.clock == nil {
 		o.clock = clock.RealClock{}
+	}
+	if o.log.GetSink() == nil {
+		o.log = logr.Discard()
 	}
 	o.schema = defaultSchema
 	if o.names != nil {

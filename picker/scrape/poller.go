@@ -64,6 +64,12 @@ type poller struct {
 	lora        *registry.LoRA
 	restarts    uint32 // restarts of the server seen: see restarted
 
+	// The scrapes failed in a row and when the first of them ended, for
+	// the lines logged as they start failing and work again; touched by
+	// the poller's goroutine only.
+	failures     uint64
+	failingSince time.Time
+
 	status    atomic.Pointer[Status]
 	errors    [numReasons]atomic.Uint64
 	malformed atomic.Uint64
@@ -178,6 +184,7 @@ func (p *poller) scrape(ctx context.Context) {
 		if errors.As(err, &se) {
 			p.errors[se.reason].Add(1)
 		}
+		p.failed(se, err)
 		st := &Status{Err: err}
 		if prev != nil {
 			st.Report, st.Scraped = prev.Report, prev.Scraped
@@ -186,6 +193,11 @@ func (p *poller) scrape(ctx context.Context) {
 		return
 	}
 	now := p.s.opts.clock.Now()
+	if p.failures > 0 {
+		p.s.opts.log.Info("Scraping a worker's metrics works again", "worker", p.w.Address(), "address", p.url,
+			"failures", p.failures, "failingFor", now.Sub(p.failingSince).String())
+		p.failures = 0
+	}
 	if prev != nil && !prev.Scraped.IsZero() && restarted(&prev.Report, &rep) {
 		// The model list of the earlier run no longer holds: read it
 		// again now, and until then go by the page's.
@@ -209,6 +221,21 @@ func (p *poller) scrape(ctx context.Context) {
 		Own:          pre + dec,
 		OwnPrefill:   pre,
 	})
+}
+
+// failed counts a failed scrape, and logs the first of a run of them: the
+// worker's metrics age from here until a scrape works again.
+func (p *poller) failed(se *scrapeError, err error) {
+	p.failures++
+	if p.failures > 1 {
+		return
+	}
+	p.failingSince = p.s.opts.clock.Now()
+	why := "unknown"
+	if se != nil {
+		why = se.reason.String()
+	}
+	p.s.opts.log.Info("Scraping a worker's metrics fails", "worker", p.w.Address(), "address", p.url, "reason", why, "err", err.Error())
 }
 
 // restarted reports whether page now comes from another run of the model

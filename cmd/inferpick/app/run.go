@@ -167,6 +167,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 		scrape.WithMetricsPort(uint16(o.ModelServerMetricsPort)),
 		scrape.WithPath(o.ModelServerMetricsPath),
 		scrape.WithNames(o.ModelServer.names),
+		scrape.WithLog(log.WithName("scrape")),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("metrics scraper: %w", err)
