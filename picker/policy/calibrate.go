@@ -40,9 +40,18 @@ const (
 
 // calibrator learns each worker's prefill and decode cost, prompt bytes
 // per token, KV capacity and concurrency limit from its scraped counters and
-// from what the index predicted, and stores the result on the worker.
+// from what the index predicted, and stores the result on the worker. Its
+// learning state follows the registry: made when a worker joins, dropped
+// when it leaves.
 type calibrator struct {
-	byID sync.Map // worker ID → *workerCal
+	byID perWorker[workerCal]
+}
+
+// newCalibrator returns a calibrator for reg's workers.
+func newCalibrator(reg *registry.Registry) *calibrator {
+	c := &calibrator{}
+	c.byID.follow(reg)
+	return c
 }
 
 // workerCal is the learning state of one worker.
@@ -55,30 +64,17 @@ type workerCal struct {
 	meanPrefill                                  float64 // seconds of prefill per request; 0 unknown
 	decode                                       float64 // seconds per output token; 0 unknown
 	bpt                                          float64 // prompt bytes per token; 0 unknown
-	scale                                        float64
+	scale                                        float64 // 1 from the first snapshot folded
 	hitRatio                                     float64
 	maxSeqs                                      int
 	sentBytes                                    atomic.Int64 // prompt bytes routed here since the last prompt-token sample
 	predicted                                    atomic.Int64 // prompt bytes the index said were cached here, since hitBase
 }
 
-// state returns w's learning state, made on first use. A pick that began
-// before w was removed may get here after forget: the registry marks w
-// removed before it tells the listeners, so a state stored for a removed
-// worker is deleted again at once rather than kept for an ID that never
-// returns.
-func (c *calibrator) state(w *registry.Worker) *workerCal {
-	if v, ok := c.byID.Load(w.ID()); ok {
-		return v.(*workerCal)
-	}
-	v, _ := c.byID.LoadOrStore(w.ID(), &workerCal{scale: 1})
-	if w.Removed() {
-		c.byID.Delete(w.ID())
-	}
-	return v.(*workerCal)
-}
-
-func (c *calibrator) forget(w *registry.Worker) { c.byID.Delete(w.ID()) }
+// state returns w's learning state, nil for a worker whose joining has not
+// settled yet or that has left: a pick that began before w was removed and
+// gets here after stores nothing that would outlive w.
+func (c *calibrator) state(w *registry.Worker) *workerCal { return c.byID.of(w) }
 
 // refresh folds w's metrics into its calibration when they are newer than
 // the last folded; a pick calls it for every candidate, and it costs one
@@ -92,6 +88,9 @@ func (c *calibrator) refresh(w *registry.Worker) {
 		return
 	}
 	s := c.state(w)
+	if s == nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.prev == m {
@@ -105,6 +104,9 @@ func (c *calibrator) refresh(w *registry.Worker) {
 // predicted cachedBytes to be in its cache.
 func (c *calibrator) sent(w *registry.Worker, promptBytes, cachedBytes int) {
 	s := c.state(w)
+	if s == nil {
+		return
+	}
 	s.sentBytes.Add(int64(promptBytes))
 	s.predicted.Add(int64(cachedBytes))
 }
@@ -127,6 +129,9 @@ func (s *workerCal) fold(m *registry.Metrics) {
 		b.TierHits < s.prefillBase.TierHits || b.TierHits < s.hitBase.TierHits {
 		// The first snapshot, or a counter went back (the server
 		// restarted): start over from here.
+		if first {
+			s.scale = 1
+		}
 		s.prefillBase, s.decodeBase, s.promptBase, s.hitBase = b, b, b, b
 		s.sentBytes.Store(0)
 		s.predicted.Store(0)

@@ -255,16 +255,16 @@ func TestCalibrationOfARemovedWorkerIsNotKept(t *testing.T) {
 	cal := p.(*engine).ranker.(*cacheAware).cal
 	gone := ws[0]
 	registrytest.Remove(reg, registry.Key{UID: "pod-0", Port: 8000})
-	if _, ok := cal.byID.Load(gone.ID()); ok {
+	if cal.byID.of(gone) != nil {
 		t.Fatal("the calibration of a removed worker was not forgotten")
 	}
 	gone.SetMetrics(&registry.Metrics{BlockSize: 16, NumGPUBlocks: 272, Scraped: epoch.Add(time.Second)})
 	cal.refresh(gone) // the late pick's steps, in the order a pick takes them
 	cal.sent(gone, 8200, 0)
-	if _, ok := cal.byID.Load(gone.ID()); ok {
+	if cal.byID.of(gone) != nil {
 		t.Error("a pick that ended after the worker's removal left its calibration behind")
 	}
-	if _, ok := cal.byID.Load(ws[1].ID()); !ok {
+	if cal.byID.of(ws[1]) == nil {
 		t.Error("the remaining worker has no calibration")
 	}
 }

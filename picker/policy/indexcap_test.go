@@ -132,11 +132,11 @@ func TestCapacityBlocksOfAnAbsurdKVCache(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, ws := pool(1)
+			reg, ws := pool(1)
 			w := ws[0]
 			w.SetMetrics(&registry.Metrics{NumGPUBlocks: tc.numGPUBlocks, BlockSize: tc.blockSize, Scraped: epoch})
 			if tc.calibrated {
-				(&calibrator{}).refresh(w)
+				newCalibrator(reg).refresh(w)
 				if w.Calibration() == nil {
 					t.Fatal("no calibration")
 				}

@@ -21,16 +21,15 @@ func newIndexed(cfg IndexConfig, reg *registry.Registry, matched func(matched, t
 		prefix.WithMaxHolders(cfg.MaxHolders),
 		prefix.WithMaxBlocks(cfg.MaxBlocks),
 	)
-	cal := &calibrator{}
+	cal := newCalibrator(reg)
 	ws := &workerSet{}
-	reg.AddListener(indexListener{ix, cal, ws})
+	reg.AddListener(indexListener{ix, ws})
 	return indexed{ix: ix, cal: cal, workers: ws, matched: matched}
 }
 
 // indexListener keeps the index's worker set equal to the registry's.
 type indexListener struct {
 	ix      *prefix.Index
-	cal     *calibrator
 	workers *workerSet
 }
 
@@ -42,7 +41,6 @@ func (l indexListener) WorkerAdded(w *registry.Worker) {
 func (l indexListener) WorkerRemoved(w *registry.Worker) {
 	l.workers.remove(w)
 	l.ix.RemoveWorker(w.ID())
-	l.cal.forget(w)
 }
 
 // hash hashes the prompt and looks it up in the index, once per pick.
