@@ -127,6 +127,46 @@ func TestAPromptLongerThanEveryRangeNeverQueues(t *testing.T) {
 	}
 }
 
+// A request whose label filters keep no pod is refused for its labels,
+// 503, with or without the flow-control queue: never 400 as too long for
+// the pods it could not go to anyway, one of which takes its prompt.
+func TestAPromptTheLabelFiltersLeaveNoPodForIsRefusedForItsLabels(t *testing.T) {
+	for name, queued := range map[string]bool{"without the queue": false, "with the queue": true} {
+		t.Run(name, func(t *testing.T) {
+			cfg := policy.Config{ContextLength: &policy.ContextLengthConfig{Filter: true},
+				LabelFilters: []policy.LabelFilter{{Label: "example.com/gpu", Values: []string{"h100"}}}}
+			var q *flowcontrol.Queue
+			e := newEnv(t, twoWorkers, func(o *Options) {
+				if queued {
+					var err error
+					if q, err = flowcontrol.New(flowcontrol.Options{Enabled: true, MaxWait: 2 * time.Second}); err != nil {
+						t.Fatal(err)
+					}
+					go func() { _ = q.Start(t.Context()) }()
+					o.Queue = q
+				}
+			})
+			eps := make([]registry.Endpoint, 0, 2)
+			for i, w := range e.reg.Workers() {
+				ep := w.Endpoint()
+				ep.Context = []registry.ContextRange{{Min: 0, Max: 100, Labelled: true}, {Min: 101, Max: 1000, Labelled: true}}[i]
+				ep.Labels = registry.LabelsOf(cfg.LabelKeys(), map[string]string{"example.com/gpu": "l4"})
+				eps = append(eps, ep)
+			}
+			e.reg.Replace(eps)
+			pol, err := policy.Build(cfg, e.reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.server.picker = pol
+			code, msg := e.chatOf(strings.Repeat("long context ", 200)).immediateReply() // some 650 tokens
+			if code != 503 || !strings.Contains(msg, "label filters") {
+				t.Errorf("a prompt only a left-out pod takes: %d %q, want 503 for the label filters", code, msg)
+			}
+		})
+	}
+}
+
 // A chat's image counts no tokens towards its length, as llm-d counts only
 // the text: a question about a 400 KB image goes to the short-prompt pod,
 // where before its base64 made it 100,000 tokens, longer than every range,

@@ -40,8 +40,8 @@ type ContextLengthConfig struct {
 
 var (
 	// ErrContextLength reports that every live candidate that serves the
-	// model has a context-length range, and none holds the prompt
-	// (ContextLengthConfig.Filter).
+	// model and passes the label filters has a context-length range, and
+	// none holds the prompt (ContextLengthConfig.Filter).
 	ErrContextLength = errors.New("no candidate worker's context-length range holds the prompt")
 	// ErrPromptTooLong is ErrContextLength for a prompt longer than every
 	// one of those ranges.
@@ -161,20 +161,24 @@ func contextScore(tokens int, r registry.ContextRange) float64 {
 
 // AppendRangeKey appends to dst what sets apart, under contextLength.filter,
 // the candidates a request may be picked among: the distinct context-length
-// ranges of candidates that hold its prompt, lowest first, as "min-max,"
-// each. Two requests of one model with the same key go to the same
-// endpoints; a flow-control queue keys its waiters by it. It reports false
-// when no candidate's range holds the prompt and every one has a range: a
-// pick is then refused (ErrContextLength) whatever the load. Without the
-// filter it appends nothing and reports true.
+// ranges that hold its prompt of the candidates the label filters keep,
+// lowest first, as "min-max," each. Two requests of one model with the
+// same key go to the same endpoints; a flow-control queue keys its waiters
+// by it. It reports false when no kept candidate's range holds the prompt
+// and every one has a range: a pick is then refused (ErrContextLength, or
+// ErrLabelFilter when the filters keep none) whatever the load. Without
+// the filter it appends nothing and reports true.
 func (e *engine) AppendRangeKey(dst []byte, req *Request, candidates []*registry.Worker) ([]byte, bool) {
 	if !e.ranged || req == nil {
 		return dst, true
 	}
-	tokens := req.Tokens
+	tokens, labels := req.Tokens, e.stageLabels(req)
 	var held [8]registry.ContextRange // a pool has few distinct ranges
 	rs, unranged := held[:0], false
 	for _, w := range candidates {
+		if labels != nil && !labels.admits(w.Labels()) {
+			continue
+		}
 		r := w.ContextRange()
 		switch {
 		case !r.Labelled:

@@ -98,6 +98,84 @@ func TestContextLengthFilterRefusesAPromptNoPodTakes(t *testing.T) {
 	}
 }
 
+// labelledRangePool builds a registry of workers labelled example.com/gpu
+// gpus[i] with the context-length range ranges[i].
+func labelledRangePool(t *testing.T, cfg Config, gpus, ranges []string) (*registry.Registry, []*registry.Worker) {
+	t.Helper()
+	reg := registry.New()
+	ws := make([]*registry.Worker, len(gpus))
+	for i := range gpus {
+		r, err := registry.ParseContextRange(ranges[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep := labelledEndpoint(i, cfg.LabelKeys(), map[string]string{"example.com/gpu": gpus[i]})
+		ep.Context = r
+		ws[i] = registrytest.Upsert(reg, ep)
+	}
+	return reg, ws
+}
+
+// A pod the label filters leave out has no say in a context-length
+// refusal: a pick whose filters keep no pod is refused for its labels,
+// whatever the left-out pods' ranges; one whose kept pods' ranges all miss
+// the prompt is refused for its length, as those ranges alone tell.
+func TestContextLengthRefusalCountsOnlyThePodsTheLabelFiltersKeep(t *testing.T) {
+	cfg := Config{Name: LeastLoad, ContextLength: &ContextLengthConfig{Filter: true},
+		LabelFilters: []LabelFilter{{Label: "example.com/gpu", Values: []string{"h100"}}}}
+	for name, tc := range map[string]struct {
+		gpus, ranges []string
+		tokens       int
+		want         error
+		notWant      error
+	}{
+		"no pod kept, one left out holds the prompt":    {gpus: []string{"l4", "l4"}, ranges: []string{"0-100", "2000-9000"}, tokens: 50, want: ErrLabelFilter, notWant: ErrContextLength},
+		"no pod kept, one left out takes a long prompt": {gpus: []string{"l4", "l4"}, ranges: []string{"0-100", "2000-9000"}, tokens: 5000, want: ErrLabelFilter, notWant: ErrContextLength},
+		"a kept pod too short, a left-out pod above it": {gpus: []string{"h100", "l4"}, ranges: []string{"0-100", "2000-9000"}, tokens: 500, want: ErrPromptTooLong},
+		"a kept pod too long, a left-out pod shorter":   {gpus: []string{"l4", "h100"}, ranges: []string{"0-100", "2000-9000"}, tokens: 50, want: ErrContextLength, notWant: ErrPromptTooLong},
+		"a kept pod too short, a left-out pod holds it": {gpus: []string{"h100", "l4"}, ranges: []string{"0-100", "2000-9000"}, tokens: 5000, want: ErrPromptTooLong},
+	} {
+		t.Run(name, func(t *testing.T) {
+			reg, _ := labelledRangePool(t, cfg, tc.gpus, tc.ranges)
+			_, err := build(t, cfg, reg, nil).Pick(tokens("p", tc.tokens), reg.Workers(), 2)
+			if !errors.Is(err, tc.want) || tc.notWant != nil && errors.Is(err, tc.notWant) {
+				t.Errorf("a prompt of %d tokens: Pick = %v, want %v", tc.tokens, err, tc.want)
+			}
+		})
+	}
+}
+
+// The range key of a request names only the ranges of pods the label
+// filters keep, and reports the request refused at once when no kept pod
+// takes its prompt, whatever the left-out pods' ranges.
+func TestRangeKeyCountsOnlyThePodsTheLabelFiltersKeep(t *testing.T) {
+	cfg := Config{Name: LeastLoad, ContextLength: &ContextLengthConfig{Filter: true},
+		LabelFilters: []LabelFilter{{Label: "example.com/gpu", Values: []string{"h100"}}}}
+	reg, _ := labelledRangePool(t, cfg, []string{"l4", "h100", "l4"}, []string{"0-100", "2000-9000", "2000-4000"})
+	p := build(t, cfg, reg, nil).(*engine)
+	for name, tc := range map[string]struct {
+		tokens int
+		key    string
+		held   bool
+	}{
+		"held by a kept pod and a left-out one": {tokens: 3000, key: "2000-9000,", held: true},
+		"held by a left-out pod alone":          {tokens: 50, key: "", held: false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			key, held := p.AppendRangeKey(nil, tokens("p", tc.tokens), reg.Workers())
+			if string(key) != tc.key || held != tc.held {
+				t.Errorf("a prompt of %d tokens: key %q, held %v; want %q, %v", tc.tokens, key, held, tc.key, tc.held)
+			}
+		})
+	}
+	ws := reg.Workers()
+	dst := make([]byte, 0, 64)
+	req := tokens("p", 3000)
+	if n := testing.AllocsPerRun(100, func() { dst, _ = p.AppendRangeKey(dst[:0], req, ws) }); n != 0 && !raceEnabled {
+		t.Errorf("a label-filtered range key allocates %v times, want 0", n)
+	}
+}
+
 // Over a large pool, whose picks sample, a filtered pick still finds the
 // one pod that takes a long prompt.
 func TestContextLengthFilterOverASampledPool(t *testing.T) {

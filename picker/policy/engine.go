@@ -193,7 +193,7 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 		switch {
 		case saturated > 0:
 			return dst, ErrSaturated
-		case p.outOfRange > 0:
+		case p.outOfRange > 0: // pods the label filters keep, none in range
 			return dst, p.rangeError()
 		case p.unlabelled > 0:
 			return dst, ErrLabelFilter
@@ -214,8 +214,8 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 }
 
 // admit makes candidates of the workers of ws that are live, serve the
-// model, take its prompt's length (with contextLength.filter), pass the
-// label filters of the pick's stage and have room for the request, and
+// model, pass the label filters of the pick's stage, take its prompt's
+// length (with contextLength.filter) and have room for the request, and
 // returns how many had none. With Request.Overflow and none with room, the
 // candidates are those past the queue and KV-cache thresholds alone, and
 // p.over is set.
@@ -228,17 +228,20 @@ func (e *engine) admit(p *pick, ws []*registry.Worker, filter *modelFilter, now 
 	return saturated
 }
 
-// admitOne makes a candidate of w when it is live, serves the model, takes
-// the prompt's length (with contextLength.filter) and has room for the
-// request, and reports whether it had none. A worker past the
-// queue and KV-cache thresholds alone (not at the in-flight cap) is made a
-// candidate too under Request.Overflow while no candidate has room; the
-// first with room then takes the place of those.
+// admitOne makes a candidate of w when it is live, serves the model,
+// passes the label filters of the pick's stage, takes the prompt's length
+// (with contextLength.filter) and has room for the request, and reports
+// whether it had none. A worker past the queue and KV-cache thresholds
+// alone (not at the in-flight cap) is made a candidate too under
+// Request.Overflow while no candidate has room; the first with room then
+// takes the place of those.
 func (e *engine) admitOne(p *pick, w *registry.Worker, filter *modelFilter, now time.Time) (saturated bool) {
-	if w == nil || w == p.req.Exclude || !w.Live() || !filter.admits(w) || e.ranged && !p.inRange(w) {
+	if w == nil || w == p.req.Exclude || !w.Live() || !filter.admits(w) {
 		return false
 	}
-	if m := e.stageLabels(p.req); m != nil && !p.labelled(m, w) {
+	// The label filters first: a pod they leave out has no say in a
+	// context-length refusal.
+	if m := e.stageLabels(p.req); m != nil && !p.labelled(m, w) || e.ranged && !p.inRange(w) {
 		return false
 	}
 	m := w.Metrics()
