@@ -132,8 +132,9 @@ type Policy interface {
 	// fallbacks, all taken from candidates. A candidate may be removed from
 	// the registry concurrently: one already removed when the pick starts is
 	// never returned, and a guard admitted on one removed later is harmless.
-	// Errors are ErrNoCandidates, ErrSaturated, ErrModelNotServed or, with
-	// contextLength.filter, ErrContextLength (ErrPromptTooLong).
+	// Errors are ErrNoCandidates, ErrSaturated, ErrModelNotServed, with
+	// label filters ErrLabelFilter or, with contextLength.filter,
+	// ErrContextLength (ErrPromptTooLong).
 	Pick(req *Request, candidates []*registry.Worker, n int) ([]*registry.Worker, error)
 	Observer
 	// IndexStats returns the prefix index's statistics, and false for a
