@@ -31,9 +31,9 @@ const (
 // GetServerInfo) have the service's path too, and no prompt: they are of
 // kind Unknown.
 const (
-	GRPCService  = "vllm.grpc.engine.VllmEngine"
-	GeneratePath = "/" + GRPCService + "/Generate"
-	EmbedPath    = "/" + GRPCService + "/Embed"
+	grpcService  = "vllm.grpc.engine.VllmEngine"
+	GeneratePath = "/" + grpcService + "/Generate"
+	EmbedPath    = "/" + grpcService + "/Embed"
 )
 
 // GRPC reports whether k is a method of vLLM's gRPC engine API, whose body

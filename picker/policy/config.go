@@ -319,9 +319,9 @@ func (ws WeightedScorerConfig) TakesDefaults() bool {
 	return (WeightedScorerConfig{SessionWeight: ws.SessionWeight, ContextLengthWeight: ws.ContextLengthWeight, LoadScores: ws.LoadScores}) == ws && !ws.weighted()
 }
 
-// Weighs reports whether any of ws's weights is above 0: without one,
+// weighs reports whether any of ws's weights is above 0: without one,
 // every pod scores 0 and each pick is a tie.
-func (ws WeightedScorerConfig) Weighs() bool {
+func (ws WeightedScorerConfig) weighs() bool {
 	return ws.QueueWeight > 0 || ws.KVWeight > 0 || ws.PrefixWeight > 0 || ws.LoRAWeight > 0 ||
 		ws.SessionWeight > 0 || ws.ContextLengthWeight > 0 || ws.weighted()
 }
@@ -473,7 +473,7 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, ws.validate()...)
-	if c.Name == WeightedScorer && ws.NoDefaultWeights && !ws.Weighs() {
+	if c.Name == WeightedScorer && ws.NoDefaultWeights && !ws.weighs() {
 		errs = append(errs, errors.New("weightedScorer.noDefaultWeights: true with no weight above 0 scores every pod 0, so each pick is a tie: set a weight, or drop noDefaultWeights to weigh queue, KV cache and prefix 2, 2 and 3"))
 	}
 	errs = append(errs, c.validateSession()...)
