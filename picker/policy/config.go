@@ -119,12 +119,12 @@ type DisaggregationConfig struct {
 	// (Config.LabelFilters are the decode pod's).
 	PrefillLabelFilters []LabelFilter `json:"prefillLabelFilters,omitempty" yaml:"prefillLabelFilters,omitempty"`
 	// PrefillPods is which pods the prefill pod is picked among, before
-	// PrefillLabelFilters: role (default), those whose llm-d.ai/role label
-	// says they prefill; all, every pod of the pool but the decode pod, as
-	// llm-d's prefill profile without its prefill-filter, when pods are told
-	// apart by labels of their own.
-	// none, no pod: every request is prefilled on its decode pod, and
-	// only the encode stage (Encode) is split apart.
+	// PrefillLabelFilters: role (default), the pods whose llm-d.ai/role
+	// label says they prefill; all, every pod of the pool but the decode
+	// pod, as llm-d's prefill profile without its prefill-filter, for pods
+	// told apart by labels of their own; none, no pod, so that every
+	// request is prefilled on its decode pod and only the encode stage
+	// (Encode) is split apart.
 	PrefillPods string `json:"prefillPods,omitempty" yaml:"prefillPods,omitempty"`
 	// Encode is which requests have their multimodal inputs encoded on
 	// a pod of their own, as llm-d's encode stage: "" none; multimodal, a
