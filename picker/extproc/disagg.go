@@ -90,15 +90,18 @@ func (x *exchange) disaggregate() {
 
 // encodeApart picks, for a chat completion with media parts (an image,
 // audio, a video: what llm-d's multimodal decider looks for) when
-// DisaggregationConfig.Encode says so, the pod that encodes them for the
-// decode pod's sidecar, and takes a load guard on it, held as the prefill
-// pod's is: until the decode pod answers (its sidecar answers once the
-// encoders have), or the request ends. As llm-d's encode profile picks
-// one pod, one pod is picked: of the live pods whose role label names
-// encode (the decode pod may be one) with room for the request, the one
-// with the fewest requests in flight, ties going round in turn. With none
-// the request goes without the encode stage: the prefill pod encodes its
-// media, and it is never refused for the split.
+// DisaggregationConfig.Encode says so, the pod that encodes them for the decode pod's sidecar, and takes a
+// load guard on it, held as the prefill pod's is: until the decode pod
+// answers (its sidecar answers once the encoders have), or the request
+// ends. As llm-d's encode profile picks one pod, one pod is picked: of the
+// live pods whose role label names encode and that may serve the
+// request's model (a pod whose served models are known and leave it out
+// would answer the sidecar's call 404), the one with the fewest requests
+// in flight that has room, ties going round in turn. The decode pod, when
+// it encodes too, is taken only when no other such pod has room: its own
+// guard already counts the request there. With none the request goes
+// without the encode stage: the prefill pod encodes its media, and it is
+// never refused for the split.
 func (x *exchange) encodeApart(d *policy.DisaggregationConfig) {
 	if d.Encode != policy.EncodeMultimodal || x.kind != openai.ChatCompletions || !x.parsed.Media {
 		return
@@ -108,20 +111,38 @@ func (x *exchange) encodeApart(d *policy.DisaggregationConfig) {
 	if n == 0 {
 		return
 	}
+	decode := x.picked[0]
 	// The fewest in flight is the most room: when that pod is at the
 	// in-flight cap, every one is.
 	start := int(x.s.encodeTurn.Add(1) % uint64(n))
-	var best *registry.Worker
+	var best, self *registry.Worker
 	for i := range n {
 		w := encoders[(start+i)%n]
-		if w.Live() && (best == nil || w.InFlight() < best.InFlight()) {
+		switch {
+		case !w.Live() || !mayServe(w, x.pick.Model):
+		case w == decode:
+			self = w
+		case best == nil || w.InFlight() < best.InFlight():
 			best = w
 		}
 	}
-	if best == nil {
-		return
+	for _, w := range [...]*registry.Worker{best, self} {
+		if w == nil {
+			continue
+		}
+		if g, ok := x.admitOn(w); ok {
+			x.encode = g
+			return
+		}
 	}
-	if g, ok := x.admitOn(best); ok {
-		x.encode = g
+}
+
+// mayServe reports whether w may serve model: unless its served models
+// are known in full and leave model out.
+func mayServe(w *registry.Worker, model string) bool {
+	m := w.Metrics()
+	if model == "" || m == nil || m.Served == nil || !m.Served.Complete {
+		return true
 	}
+	return m.Served.Serves(model)
 }

@@ -5,10 +5,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // encoder is an encode-only pod of the pools below.
@@ -137,5 +139,54 @@ func TestEncodePodsTakeRequestsInTurn(t *testing.T) {
 	}
 	if seen[decodeB] != 3 || seen[prefill] != 3 {
 		t.Errorf("encoders named %v, want each of %s and %s 3 times", seen, decodeB, prefill)
+	}
+}
+
+// An encode pod whose served models are known and leave the request's
+// model out is never named: the sidecar's call to it would be refused.
+func TestAnEncodePodThatServesAnotherModelIsNotNamed(t *testing.T) {
+	e := roleEnv(t, &policy.DisaggregationConfig{Encode: policy.EncodeMultimodal, PrefillPods: policy.PrefillPodsNone},
+		policy.Config{MetricsStaleness: policy.Duration{Duration: time.Hour}},
+		map[string]string{decodeA: "decode", decodeB: "encode", prefill: "encode"})
+	e.worker(decodeB).SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"other"}, Complete: true}, Scraped: time.Now()})
+	e.worker(prefill).SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"m"}, Complete: true}, Scraped: time.Now()})
+	for i := range 4 {
+		s, r := e.sendBody(imageChat(fmt.Sprint(i)))
+		if got := r.set[policy.EncodersHeader]; got != prefill {
+			t.Errorf("request %d names encoders %q, want %s, the encode pod that serves m", i, got, prefill)
+		}
+		s.responseHeaders(200, "application/json", true, "")
+		s.recv()
+	}
+}
+
+// The decode pod, when it encodes too, is named its own encoder only when
+// no other encode pod has room, even one busier than it: else it would hold
+// two counts for one request.
+func TestAnotherEncodePodIsPreferredToTheDecodePod(t *testing.T) {
+	e := roleEnv(t, &policy.DisaggregationConfig{Encode: policy.EncodeMultimodal, PrefillPods: policy.PrefillPodsNone}, policy.Config{MaxInFlight: 3},
+		map[string]string{decodeA: "encode-prefill-decode", decodeB: "encode"})
+	var busy []*registry.Guard
+	defer func() {
+		for _, g := range busy {
+			g.Release()
+		}
+	}()
+	busy = append(busy, e.worker(decodeB).Admit(), e.worker(decodeB).Admit())
+	for i := range 3 {
+		s, r := e.sendBody(imageChat(fmt.Sprint(i)))
+		if primary(r) != decodeA || r.set[policy.EncodersHeader] != decodeB {
+			t.Errorf("request %d routed to %s naming encoders %q, want %s and %s", i, primary(r), r.set[policy.EncodersHeader], decodeA, decodeB)
+		}
+		if got := e.load(decodeA); got != [2]int64{1, 0} {
+			t.Errorf("request %d holds %v on the decode pod, want one count", i, got)
+		}
+		s.responseHeaders(200, "application/json", true, "")
+		s.recv()
+	}
+	busy = append(busy, e.worker(decodeB).Admit())
+	_, r := e.sendBody(imageChat("full"))
+	if primary(r) != decodeA || r.set[policy.EncodersHeader] != decodeA {
+		t.Errorf("with the other encode pod full, routed to %s naming encoders %q, want %s for both", primary(r), r.set[policy.EncodersHeader], decodeA)
 	}
 }
