@@ -88,9 +88,10 @@ func (x *exchange) disaggregate() {
 	}
 }
 
-// encodeApart picks, for a chat completion with media parts (an image,
-// audio, a video: what llm-d's multimodal decider looks for) when
-// DisaggregationConfig.Encode says so, the pod that encodes them for the decode pod's sidecar, and takes a
+// encodeApart picks, for a chat completion with a part an encode pod takes
+// apart (openai.Request.Encodable: an image_url or input_audio part, what
+// llm-d's multimodal decider looks for and its sidecar sends an encoder)
+// when DisaggregationConfig.Encode says so, the pod that encodes them for the decode pod's sidecar, and takes a
 // load guard on it, held as the prefill pod's is: until the decode pod
 // answers (its sidecar answers once the encoders have), or the request
 // ends. As llm-d's encode profile picks one pod, one pod is picked: of the
@@ -103,7 +104,7 @@ func (x *exchange) disaggregate() {
 // without the encode stage: the prefill pod encodes its media, and it is
 // never refused for the split.
 func (x *exchange) encodeApart(d *policy.DisaggregationConfig) {
-	if d.Encode != policy.EncodeMultimodal || x.kind != openai.ChatCompletions || !x.parsed.Media {
+	if d.Encode != policy.EncodeMultimodal || x.kind != openai.ChatCompletions || !x.parsed.Encodable {
 		return
 	}
 	encoders := x.s.roles.Encoders()

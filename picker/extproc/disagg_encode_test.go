@@ -190,3 +190,30 @@ func TestAnotherEncodePodIsPreferredToTheDecodePod(t *testing.T) {
 		t.Errorf("with the other encode pod full, routed to %s naming encoders %q, want %s for both", primary(r), r.set[policy.EncodersHeader], decodeA)
 	}
 }
+
+// Only the parts llm-d's decider and sidecar both encode name an encoder:
+// a chat with a file or video part goes without the encode stage, holds
+// nothing on the encode pod and counts as decode-only.
+func TestAChatWithoutEncodableMediaNamesNoEncoder(t *testing.T) {
+	e := roleEnv(t, &policy.DisaggregationConfig{Encode: policy.EncodeMultimodal, PrefillPods: policy.PrefillPodsNone}, policy.Config{}, epdPool)
+	for _, part := range []string{`{"type":"file","file":{"file_id":"f"}}`, `{"type":"video_url","video_url":{"url":"http://v/1.mp4"}}`} {
+		body := `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},` + part + `]}]}`
+		s, r := e.sendBody(body)
+		if v, ok := r.set[policy.EncodersHeader]; ok || r.dest == "" {
+			t.Errorf("a chat with %s routed to %q naming encoders %q, want a decode pod and none", part, r.dest, v)
+		}
+		if got := e.load(encoder); got != [2]int64{} {
+			t.Errorf("a chat with %s holds %v on the encode pod, want none", part, got)
+		}
+		s.responseHeaders(200, "application/json", true, "")
+		s.recv()
+	}
+	want := `
+# HELP llm_d_inference_scheduler_disagg_decision_total Requests routed while encode, prefill and decode are split, by target model and decision: decode-only, prefill-decode, encode-decode or encode-prefill-decode.
+# TYPE llm_d_inference_scheduler_disagg_decision_total counter
+llm_d_inference_scheduler_disagg_decision_total{decision_type="decode-only",model_name="m"} 2
+`
+	if err := testutil.GatherAndCompare(e.metrics, strings.NewReader(want), "llm_d_inference_scheduler_disagg_decision_total"); err != nil {
+		t.Error(err)
+	}
+}

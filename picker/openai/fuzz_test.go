@@ -46,6 +46,8 @@ func FuzzParse(f *testing.F) {
 	f.Add(uint8(ChatCompletions), []byte(`{"model":"m","messages":[{"role":"user","content":"a"}],"messages":[]}`))
 	f.Add(uint8(Completions), []byte(`{"m\u006fdel":"m","pr\u006fmpt":"a"}`))
 	f.Add(uint8(ChatCompletions), []byte("\xef\xbb\xbf"+`{"model":"m","stream":"Yes","stream_options":{"include_usage":1}}`))
+	f.Add(uint8(ChatCompletions), []byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"file","file":{}},{"type":"input_audio","input_audio":{}}]}]}`))
+	f.Add(uint8(ChatCompletions), []byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"video_url"},{"type":"image\u005furl"}]}]}`))
 	f.Fuzz(func(t *testing.T, kind uint8, body []byte) {
 		var r Request
 		err := Parse(Kind(kind%5), body, &r)
@@ -87,6 +89,12 @@ func FuzzParse(f *testing.F) {
 				t.Errorf("Prompt[%d] = %q lies outside the last %s member", i, seg, map[Kind]string{ChatCompletions: "messages", Completions: "prompt"}[k])
 			}
 		}
+		if Kind(kind%5) == ChatCompletions && r.Encodable != encodable(doc["messages"]) {
+			t.Errorf("Encodable = %v, want %v", r.Encodable, !r.Encodable)
+		}
+		if r.Encodable && !r.Media {
+			t.Errorf("Encodable without Media")
+		}
 		// A token is at least a byte of the prompt: text or an id.
 		if r.Tokens < 0 || r.Tokens > r.PromptLen() {
 			t.Errorf("Tokens = %d, want 0 to the prompt's %d bytes", r.Tokens, r.PromptLen())
@@ -95,6 +103,23 @@ func FuzzParse(f *testing.F) {
 			t.Errorf("Tokens = %d of a %d-byte prompt, want %d", r.Tokens, len(s), len(s)/BytesPerToken)
 		}
 	})
+}
+
+// encodable reports whether messages, as encoding/json decoded them, have
+// a content part of type image_url or input_audio.
+func encodable(messages any) bool {
+	list, _ := messages.([]any)
+	for _, m := range list {
+		m, _ := m.(map[string]any)
+		parts, _ := m["content"].([]any)
+		for _, part := range parts {
+			part, _ := part.(map[string]any)
+			if typ := part["type"]; typ == "image_url" || typ == "input_audio" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // laxTrue reports whether pydantic's lax mode reads v, as encoding/json

@@ -477,3 +477,45 @@ func TestInputAndTools(t *testing.T) {
 		})
 	}
 }
+
+// A chat's parts an encode pod takes apart are those llm-d's decider and
+// sidecar both act on: an image_url or an input_audio part; a file, a
+// video_url, an audio_url or a refusal part is none.
+func TestParseEncodable(t *testing.T) {
+	chat := func(parts string) string {
+		return `{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"t"},` + parts + `]}]}`
+	}
+	tests := map[string]struct {
+		body             string
+		media, encodable bool
+	}{
+		"text":        {body: chat(`{"type":"text","text":"u"}`)},
+		"image_url":   {body: chat(`{"type":"image_url","image_url":{"url":"http://x/a.png"}}`), media: true, encodable: true},
+		"input_audio": {body: chat(`{"type":"input_audio","input_audio":{"data":"AAA=","format":"wav"}}`), media: true, encodable: true},
+		"file":        {body: chat(`{"type":"file","file":{"file_id":"f"}}`), media: true},
+		"video_url":   {body: chat(`{"type":"video_url","video_url":{"url":"http://x/a.mp4"}}`), media: true},
+		"audio_url":   {body: chat(`{"type":"audio_url","audio_url":{"url":"http://x/a.wav"}}`), media: true},
+		"refusal":     {body: chat(`{"type":"refusal","refusal":"no"}`)},
+		"untyped":     {body: chat(`{"image_url":{"url":"http://x/a.png"}}`), media: true},
+		"escaped":     {body: chat(`{"type":"image\u005furl","image_url":{"url":"http://x/a.png"}}`), media: true, encodable: true},
+		"file then image": {
+			body:  chat(`{"type":"file","file":{}},{"type":"image_url","image_url":{"url":"http://x/a.png"}}`),
+			media: true, encodable: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var r Request
+			if err := Parse(ChatCompletions, []byte(tc.body), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Media != tc.media || r.Encodable != tc.encodable {
+				t.Errorf("media %v encodable %v, want %v and %v", r.Media, r.Encodable, tc.media, tc.encodable)
+			}
+			r.Reset()
+			if err := Parse(ChatCompletions, []byte(chat(`{"type":"text","text":"u"}`)), &r); err != nil || r.Encodable {
+				t.Errorf("the next text chat: encodable %v, %v; want none", r.Encodable, err)
+			}
+		})
+	}
+}

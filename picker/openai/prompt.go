@@ -171,7 +171,8 @@ func (p *parser) content(field string) error {
 // a bare string, which vLLM reads as a text part; any other part (image,
 // audio, file, refusal) its raw JSON object, which identifies the media as
 // well as a model server's own hashing of it would. A part other than text
-// or a refusal marks the request's Media.
+// or a refusal marks the request's Media; an image_url or input_audio part
+// its Encodable too.
 func (p *parser) part(field string) error {
 	l := &p.l
 	switch l.peek() {
@@ -201,6 +202,9 @@ func (p *parser) part(field string) error {
 	if err != nil {
 		return err
 	}
+	if len(typ) <= maxTypeEscaped && bytes.IndexByte(typ, '\\') >= 0 {
+		typ = unescapeKey(typ) // a type written with escapes is the type it spells
+	}
 	switch string(typ) {
 	case "text", "input_text", "output_text":
 		p.addText(text, escaped)
@@ -214,9 +218,15 @@ func (p *parser) part(field string) error {
 	default:
 		p.add(l.b[start:l.i])
 		p.r.Media = p.r.Media || string(typ) != "refusal"
+		p.r.Encodable = p.r.Encodable || string(typ) == "image_url" || string(typ) == "input_audio"
 	}
 	return nil
 }
+
+// maxTypeEscaped is the longest a part's type may be, written with escapes,
+// and still be one the parser tells apart: "input_audio" with every byte
+// escaped.
+const maxTypeEscaped = len(`\u0069`) * len("output_text")
 
 // promptValue reads a completions "prompt" or an embeddings "input": a
 // string, an array of strings, a token array, or an array of token arrays.

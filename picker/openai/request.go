@@ -54,6 +54,13 @@ type Request struct {
 	// placeholder tokens by the media's hash, which its token ids do not
 	// show.
 	Media bool
+	// Encodable tells that a chat message has a content part an encode
+	// pod takes apart: an image_url or input_audio part, the types both
+	// llm-d's multimodal decider and its sidecar's encode stage act on
+	// (the decider also looks for video_url, which the sidecar sends no
+	// encoder; the sidecar also sends audio_url, which the decider does
+	// not look for).
+	Encodable bool
 	// InputIDs are a gRPC request's tokenized.input_ids as segments of
 	// the body: packed varints, or one unpacked id's varint; nil for any
 	// other request. TokenIDs decodes them.
