@@ -635,6 +635,27 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 			noNotes: []string{"dropped"},
 		},
+		"E/PD with a label filter in the encode profile: the encode stage's filter": {
+			upstream: customConfig("epd.yaml", "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"+
+				"plugins:\n- type: encode-filter\n- type: decode-filter\n- type: queue-scorer\n"+
+				"- type: by-label\n  name: near\n  parameters: {label: zone, validValues: [a]}\n"+
+				"- type: always-disagg-multimodal-decider\n- type: disagg-profile-handler\n  parameters: {deciders: {encode: always-disagg-multimodal-decider}}\n"+
+				"schedulingProfiles:\n- name: encode\n  plugins: [{pluginRef: encode-filter}, {pluginRef: near}]\n"+
+				"- name: decode\n  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}]\n"),
+			want: `
+picker:
+  config:
+    name: weighted-scorer
+    weightedScorer: {queueWeight: 1}
+    disaggregation:
+      minUncachedTokens: 0
+      prefillPods: none
+      encode: multimodal
+      encodeLabelFilters: [{label: zone, values: [a]}]
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			noNotes: []string{"dropped", "no effect"},
+		},
 		"llm-d's by-label-selector sample: the policy's label filters": {
 			upstream: customConfig("sel.yaml", readSample(t, "llm-d-v0.8.0-by-label-selector.yaml")),
 			want: `

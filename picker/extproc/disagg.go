@@ -95,10 +95,11 @@ func (x *exchange) disaggregate() {
 // load guard on it, held as the prefill pod's is: until the decode pod
 // answers (its sidecar answers once the encoders have), or the request
 // ends. As llm-d's encode profile picks one pod, one pod is picked: of the
-// live pods whose role label names encode and that may serve the
-// request's model (a pod whose served models are known and leave it out
-// would answer the sidecar's call 404), the one with the fewest requests
-// in flight that has room, ties going round in turn. The decode pod, when
+// live pods whose role label names encode, that the encode stage's label
+// filters keep (DisaggregationConfig.EncodeLabelFilters), and that may
+// serve the request's model (a pod whose served models are known and
+// leave it out would answer the sidecar's call 404), the one with the
+// fewest requests in flight that has room, ties going round in turn. The decode pod, when
 // it encodes too, is taken only when no other such pod has room: its own
 // guard already counts the request there. With none the request goes
 // without the encode stage: the prefill pod encodes its media, and it is
@@ -112,7 +113,7 @@ func (x *exchange) encodeApart(d *policy.DisaggregationConfig) {
 	if n == 0 {
 		return
 	}
-	decode := x.picked[0]
+	decode, keep := x.picked[0], x.s.opts.EncodeLabelFilter
 	// The fewest in flight is the most room: when that pod is at the
 	// in-flight cap, every one is.
 	start := int(x.s.encodeTurn.Add(1) % uint64(n))
@@ -120,7 +121,7 @@ func (x *exchange) encodeApart(d *policy.DisaggregationConfig) {
 	for i := range n {
 		w := encoders[(start+i)%n]
 		switch {
-		case !w.Live() || !mayServe(w, x.pick.Model):
+		case !w.Live() || !mayServe(w, x.pick.Model) || keep != nil && !keep(w):
 		case w == decode:
 			self = w
 		case best == nil || w.InFlight() < best.InFlight():

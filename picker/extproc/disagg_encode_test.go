@@ -217,3 +217,29 @@ llm_d_inference_scheduler_disagg_decision_total{decision_type="decode-only",mode
 		t.Error(err)
 	}
 }
+
+// The encode stage's label filters keep the encode pods a request's media
+// may go to: an encode pod they leave out is never named.
+func TestTheEncodeLabelFiltersKeepTheEncodePods(t *testing.T) {
+	d := &policy.DisaggregationConfig{Encode: policy.EncodeMultimodal, PrefillPods: policy.PrefillPodsNone,
+		EncodeLabelFilters: []policy.LabelFilter{{Label: "zone", Values: []string{"a"}}}}
+	cfg := policy.Config{Disaggregation: d}
+	e := roleEnv(t, d, cfg, map[string]string{decodeA: "decode", decodeB: "encode", prefill: "encode"})
+	zones := map[string]map[string]string{decodeB: {"zone": "b"}, prefill: {"zone": "a"}}
+	eps := make([]registry.Endpoint, 0, 3)
+	for _, w := range e.reg.Workers() {
+		ep := w.Endpoint()
+		ep.Labels = registry.LabelsOf(cfg.LabelKeys(), zones[w.Address()])
+		eps = append(eps, ep)
+	}
+	e.reg.Update(eps, nil)
+	e.server.opts.EncodeLabelFilter = cfg.EncodeLabelFilter()
+	for i := range 4 {
+		s, r := e.sendBody(imageChat(fmt.Sprint(i)))
+		if got := r.set[policy.EncodersHeader]; got != prefill {
+			t.Errorf("request %d names encoders %q, want %s, the encode pod in zone a", i, got, prefill)
+		}
+		s.responseHeaders(200, "application/json", true, "")
+		s.recv()
+	}
+}

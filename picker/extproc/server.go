@@ -120,6 +120,10 @@ type Options struct {
 	// (policy.Config.LabelFilter): a worker parked in a readiness flap is
 	// waited for only when it passes them, as the pick takes it only then.
 	LabelFilter func(w *registry.Worker) bool
+	// EncodeLabelFilter, when set, is the encode stage's label filters
+	// (policy.Config.EncodeLabelFilter): the encode pod is picked only
+	// among the encode pods that pass them.
+	EncodeLabelFilter func(w *registry.Worker) bool
 	// Attributes, when set, are reported to the gateway at the end of each
 	// response whose body it sends: the reply that ends the response
 	// carries dynamic metadata namespace → name → value for each attribute

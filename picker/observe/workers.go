@@ -32,7 +32,8 @@ type WorkerView struct {
 	// not parse.
 	ContextLength string `json:"contextLength,omitempty"`
 	// Labels are the pod's labels that the policy's label filters read
-	// (labelFilters, disaggregation.prefillLabelFilters), as the pod
+	// (labelFilters, disaggregation.prefillLabelFilters and
+	// encodeLabelFilters), as the pod
 	// carries them now; absent when it carries none of them.
 	Labels map[string]string `json:"labels,omitempty"`
 	// Engines are the data-parallel engines the server fronts behind the

@@ -128,12 +128,15 @@ type DisaggregationConfig struct {
 	PrefillPods string `json:"prefillPods,omitempty" yaml:"prefillPods,omitempty"`
 	// Encode is which requests have their multimodal inputs encoded on
 	// a pod of their own, as llm-d's encode stage: "" none; multimodal, a
-	// chat completion with a media part (an image, audio, a video), on the
-	// encode pod (role label encode, encode-prefill,
-	// encode-prefill-decode) with room that has the fewest requests in
+	// chat completion with an image_url or input_audio part, on the encode
+	// pod (role label encode, encode-prefill, encode-prefill-decode) that
+	// EncodeLabelFilters keep with room that has the fewest requests in
 	// flight, named to the decode pod's sidecar in EncodersHeader. With no
 	// encode pod with room the request goes without the encode stage.
 	Encode string `json:"encode,omitempty" yaml:"encode,omitempty"`
+	// EncodeLabelFilters keep, of the encode pods, those whose labels
+	// every one of them selects, for the encode pod's pick alone.
+	EncodeLabelFilters []LabelFilter `json:"encodeLabelFilters,omitempty" yaml:"encodeLabelFilters,omitempty"`
 }
 
 // DataParallelHeader is the request header that names the data-parallel
@@ -487,6 +490,7 @@ func (c Config) Validate() error {
 	errs = append(errs, validateLabelFilters("labelFilters", c.LabelFilters)...)
 	if d := c.Disaggregation; d != nil {
 		errs = append(errs, validateLabelFilters("disaggregation.prefillLabelFilters", d.PrefillLabelFilters)...)
+		errs = append(errs, validateLabelFilters("disaggregation.encodeLabelFilters", d.EncodeLabelFilters)...)
 		if d.PrefillPods != "" && d.PrefillPods != PrefillPodsRole && d.PrefillPods != PrefillPodsAll && d.PrefillPods != PrefillPodsNone {
 			bad("disaggregation.prefillPods", strconv.Quote(d.PrefillPods), "role, all or none")
 		}

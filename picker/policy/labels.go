@@ -64,7 +64,7 @@ func (f LabelFilter) keys(dst []string) []string {
 	return dst
 }
 
-// LabelKeys returns the pod labels the label filters of both stages read,
+// LabelKeys returns the pod labels the label filters of every stage read,
 // sorted, each once: what a worker's registry.Labels hold, in that order.
 // It is nil without filters.
 func (c Config) LabelKeys() []string {
@@ -74,6 +74,9 @@ func (c Config) LabelKeys() []string {
 	}
 	if d := c.Disaggregation; d != nil {
 		for _, f := range d.PrefillLabelFilters {
+			keys = f.keys(keys)
+		}
+		for _, f := range d.EncodeLabelFilters {
 			keys = f.keys(keys)
 		}
 	}
@@ -225,6 +228,18 @@ func (c Config) LabelFilter() func(w *registry.Worker) bool {
 		return nil
 	}
 	m := newLabelMatcher(c.LabelFilters, c.LabelKeys())
+	return func(w *registry.Worker) bool { return m.admits(w.Labels()) }
+}
+
+// EncodeLabelFilter returns the encode stage's label filters
+// (DisaggregationConfig.EncodeLabelFilters) as a test of a worker, nil
+// when there are none.
+func (c Config) EncodeLabelFilter() func(w *registry.Worker) bool {
+	d := c.Disaggregation
+	if d == nil || len(d.EncodeLabelFilters) == 0 {
+		return nil
+	}
+	m := newLabelMatcher(d.EncodeLabelFilters, c.LabelKeys())
 	return func(w *registry.Worker) bool { return m.admits(w.Labels()) }
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -115,6 +116,10 @@ func TestLabelFiltersAreValidatedAsLLMD(t *testing.T) {
 			err = (Config{Disaggregation: &DisaggregationConfig{PrefillLabelFilters: tc.filters}}).Default().Validate()
 			if err == nil || !strings.Contains(err.Error(), "disaggregation.prefillLabelFilters[0]") {
 				t.Errorf("prefill stage: Validate() = %v, want an error naming disaggregation.prefillLabelFilters", err)
+			}
+			err = (Config{Disaggregation: &DisaggregationConfig{EncodeLabelFilters: tc.filters}}).Default().Validate()
+			if err == nil || !strings.Contains(err.Error(), "disaggregation.encodeLabelFilters[0]") {
+				t.Errorf("encode stage: Validate() = %v, want an error naming disaggregation.encodeLabelFilters", err)
 			}
 		})
 	}
@@ -280,5 +285,22 @@ func TestAPromptOnlyAFilteredOutPodHoldsIsNotKnown(t *testing.T) {
 	registrytest.Upsert(reg, labelledEndpoint(1, keys, map[string]string{"example.com/gpu": "h100"}))
 	if k.Knows(req()) {
 		t.Error("the prompt is known though only pod 0 holds it, which the filter now leaves out")
+	}
+}
+
+// The encode stage's filters read their labels too, and keep only the pods
+// they select.
+func TestEncodeLabelFilter(t *testing.T) {
+	cfg := Config{Disaggregation: &DisaggregationConfig{EncodeLabelFilters: []LabelFilter{{Label: "zone", Values: []string{"a"}}}}}
+	if diff := cmp.Diff([]string{"zone"}, cfg.LabelKeys()); diff != "" {
+		t.Errorf("label keys (-want +got):\n%s", diff)
+	}
+	_, ws := labelledPool(cfg.LabelKeys(), []map[string]string{{"zone": "a"}, {"zone": "b"}, {}})
+	keep := cfg.EncodeLabelFilter()
+	if keep == nil || !keep(ws[0]) || keep(ws[1]) || keep(ws[2]) {
+		t.Errorf("the encode filter keeps the wrong pods")
+	}
+	if (Config{}).EncodeLabelFilter() != nil {
+		t.Errorf("no encode filters, yet a filter")
 	}
 }

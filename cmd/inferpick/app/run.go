@@ -237,6 +237,7 @@ func buildPicker(o *Options, log logr.Logger, tracer trace.Tracer, promReg *runR
 		SessionIDs:           sessionIDs(cfg),
 		Disaggregation:       cfg.Disaggregation,
 		LabelFilter:          cfg.LabelFilter(),
+		EncodeLabelFilter:    cfg.EncodeLabelFilter(),
 		DataParallel:         cfg.DataParallel,
 		Attributes:           o.attributes,
 	})

@@ -342,6 +342,7 @@ func (u *upstream) disaggregate(s *stages, decode, prefill, encode *schedProfile
 			cfg = &policy.DisaggregationConfig{PrefillPods: policy.PrefillPodsNone}
 		}
 		cfg.Encode = policy.EncodeMultimodal
+		cfg.EncodeLabelFilters, _ = u.stageLabelFilters(encode)
 	}
 	u.out.Policy.Disaggregation = cfg
 	return nil
@@ -376,9 +377,10 @@ func (u *upstream) prefillApart(s *stages, decode, prefill *schedProfile) (*poli
 // encodeStage reports whether multimodal requests are encoded apart: the
 // handler's encode decider is always-disagg-multimodal-decider and there is
 // an encode profile. The encode pod is the encode pod with room that has
-// the fewest requests in flight, as llm-d's encode profile of
-// encode-filter alone picks one of them; what else the profile lists is
-// reported to have no effect.
+// the fewest requests in flight among those the profile's label filters
+// (by-label, by-label-selector) keep, as llm-d's encode profile of
+// encode-filter and those filters picks one of them; what else the profile
+// lists is reported to have no effect.
 func (u *upstream) encodeStage(s *stages, encode *schedProfile) (bool, error) {
 	named := s.encodeDecider != ""
 	if named {
@@ -406,7 +408,7 @@ func (u *upstream) encodeStage(s *stages, encode *schedProfile) (bool, error) {
 		switch typ := u.plugins[ref.name].typ; typ {
 		case encodeFilter:
 			filtered = true
-		case maxScorePicker, "openai-parser", "vllmgrpc-parser", attributeReporter:
+		case maxScorePicker, "openai-parser", "vllmgrpc-parser", attributeReporter, byLabel, byLabelSelector:
 		default:
 			inert = append(inert, fmt.Sprintf("%q (%s)", ref.name, typ))
 		}

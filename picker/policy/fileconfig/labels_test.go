@@ -73,6 +73,22 @@ func TestLabelFiltersAreTranslated(t *testing.T) {
 				Disaggregation: &policy.DisaggregationConfig{PrefillLabelFilters: []policy.LabelFilter{{Label: "gpu", Values: []string{"h100"}}}},
 			},
 		},
+		"E/PD with a label filter in the encode profile": {
+			in: header + "plugins:\n- type: encode-filter\n- type: decode-filter\n- type: queue-scorer\n" +
+				"- type: by-label-selector\n  name: near\n  parameters: {matchLabels: {zone: a}}\n" +
+				"- type: always-disagg-multimodal-decider\n- type: disagg-profile-handler\n  parameters: {deciders: {encode: always-disagg-multimodal-decider}}\n" +
+				"schedulingProfiles:\n- name: encode\n  plugins: [{pluginRef: encode-filter}, {pluginRef: near}]\n" +
+				"- name: decode\n  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}]\n",
+			want: policy.Config{
+				Name:           policy.WeightedScorer,
+				WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1},
+				Disaggregation: &policy.DisaggregationConfig{
+					PrefillPods:        policy.PrefillPodsNone,
+					Encode:             policy.EncodeMultimodal,
+					EncodeLabelFilters: []policy.LabelFilter{{Selector: &policy.LabelSelector{MatchLabels: map[string]string{"zone": "a"}}}},
+				},
+			},
+		},
 		"no profiles: upstream's default profile lists the filter": {
 			in:   header + "plugins:\n- type: by-label\n  parameters: {label: gpu, allowsNoLabel: true}\n- type: queue-scorer\n",
 			want: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}, LabelFilters: []policy.LabelFilter{{Label: "gpu", AllowsNoLabel: true}}},

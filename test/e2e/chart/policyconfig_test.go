@@ -34,6 +34,7 @@ func TestEveryPolicyKeyPassesTheValues(t *testing.T) {
 			{Key: "zone", Operator: "NotIn", Values: []string{"c"}}, {Key: "drain", Operator: "DoesNotExist"}}}},
 	}
 	full.LabelFilters, full.Disaggregation.PrefillLabelFilters, full.Disaggregation.PrefillPods = filters, filters, policy.PrefillPodsAll
+	full.Disaggregation.Encode, full.Disaggregation.EncodeLabelFilters = policy.EncodeMultimodal, filters
 	doc, err := yaml.Marshal(map[string]any{"picker": map[string]any{"config": full}})
 	if err != nil {
 		t.Fatal(err)
