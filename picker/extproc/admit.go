@@ -175,6 +175,9 @@ func (x *exchange) tryPick() (bool, error) {
 		x.allowed = x.subset.appendAllowed(x.allowed[:0], candidates)
 		candidates = x.allowed
 	}
+	if d := x.s.opts.DataParallel; d != nil && !x.reachesRank() {
+		candidates = x.onPrimary(candidates, d.PrimaryPort)
+	}
 	x.pick.Subset = x.subset.present
 	if len(candidates) == 0 {
 		if x.parkedMayServe() {

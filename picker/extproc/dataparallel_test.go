@@ -3,6 +3,7 @@ package extproc
 import (
 	"net"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -129,5 +130,70 @@ func TestDataParallelWithAPrefillPod(t *testing.T) {
 	}
 	if slices.Contains(r.removed, policy.DataParallelHeader) || slices.Contains(r.removed, policy.PrefillerHeader) {
 		t.Errorf("removed %v: want both headers set, not removed", r.removed)
+	}
+}
+
+// Only a POST to /v1/chat/completions, /v1/completions or /v1/responses
+// reaches the rank llm-d's sidecar is named; it sends every other request
+// to rank 0, on the primary port. So such a request is picked among, and
+// holds its load on, the ranks on the primary port, while a chat is
+// spread over every rank.
+func TestDataParallelRequestsTheSidecarKeepsGoToRankZero(t *testing.T) {
+	ranks := []string{"10.0.2.1:9000", "10.0.2.1:9001", "10.0.2.2:9000", "10.0.2.2:9001"}
+	e := newEnv(t, ranks, func(o *Options) { o.DataParallel = &policy.DataParallelConfig{PrimaryPort: 9000} })
+	pol, err := policy.Build(policy.Config{Name: policy.LeastLoad}, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.picker = pol
+	requests := map[string]string{
+		"/v1/embeddings":              `{"model":"m","input":"hello"}`,
+		"/openai/v1/chat/completions": chatBody("m", "hello"),
+		"/v1/chat/completions/":       chatBody("m", "hello"),
+		"/tokenize":                   `{"model":"m","prompt":"hello"}`,
+	}
+	for path, body := range requests {
+		var held []*session
+		for range 4 {
+			s := e.open()
+			s.requestHeaders(path, len(body), false, nil)
+			s.requestBody(body, true)
+			r := s.routed(true)
+			if rank := r.set[policy.DataParallelHeader]; !strings.HasSuffix(rank, ":9000") || r.dest != rank {
+				t.Errorf("%s routed to %q naming rank %q, want rank 0 of its pod on port 9000", path, r.dest, rank)
+			}
+			held = append(held, s)
+		}
+		for _, rank := range ranks {
+			want := [2]int64{2, 0}
+			if strings.HasSuffix(rank, ":9001") {
+				want = [2]int64{}
+			}
+			if got := e.load(rank); got != want {
+				t.Errorf("with four %s requests in flight rank %s holds %v, want %v", path, rank, got, want)
+			}
+		}
+		for _, s := range held {
+			s.cancel()
+		}
+		for _, rank := range ranks {
+			eventually(t, "the rank's load to end", func() bool { return e.load(rank) == [2]int64{} })
+		}
+	}
+	var held []*session
+	seen := map[string]bool{}
+	for range 4 {
+		s := e.open()
+		body := chatBody("m", "hello")
+		s.requestHeaders("/v1/chat/completions?x=1", len(body), false, nil)
+		s.requestBody(body, true)
+		seen[s.routed(true).set[policy.DataParallelHeader]] = true
+		held = append(held, s)
+	}
+	if len(seen) != 4 {
+		t.Errorf("four chats named ranks %v, want every rank", seen)
+	}
+	for _, s := range held {
+		s.cancel()
 	}
 }

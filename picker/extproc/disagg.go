@@ -1,6 +1,9 @@
 package extproc
 
 import (
+	"slices"
+	"strings"
+
 	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
@@ -147,4 +150,40 @@ func mayServe(w *registry.Worker, model string) bool {
 		return true
 	}
 	return m.Served.Serves(model)
+}
+
+// reachesRank reports whether, with Options.DataParallel, the pod's sidecar
+// sends the request on to the rank its policy.DataParallelHeader names: as
+// llm-d's sidecar, only a POST to /v1/chat/completions, /v1/completions or
+// /v1/responses. It sends any other request (embeddings, an upload, a
+// tunnel, gRPC, another path) to rank 0, the rank on the primary port.
+func (x *exchange) reachesRank() bool {
+	if !x.post {
+		return false
+	}
+	p := x.path
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	return p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/responses"
+}
+
+// onPrimary keeps, of candidates, the workers on port: the ranks a request
+// reaches when its pod's sidecar sends it to rank 0. It appends to
+// x.allowed, filtering in place when candidates are x.allowed already.
+// With none on port (a pool whose target ports leave the primary port out)
+// it keeps every candidate.
+func (x *exchange) onPrimary(candidates []*registry.Worker, port int) []*registry.Worker {
+	onPort := func(w *registry.Worker) bool { return int(w.Endpoint().Address.Port()) == port }
+	if !slices.ContainsFunc(candidates, onPort) {
+		return candidates
+	}
+	kept := x.allowed[:0]
+	for _, w := range candidates {
+		if onPort(w) {
+			kept = append(kept, w)
+		}
+	}
+	x.allowed = kept
+	return kept
 }

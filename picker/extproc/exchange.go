@@ -36,6 +36,7 @@ type exchange struct {
 	// request side
 	kind      openai.Kind
 	path      string
+	post      bool     // the method is POST
 	requestID string   // the gateway's, or the made one once asked for (see id)
 	madeID    bool     // the id was made here: the routed request carries it
 	made      [36]byte // the made id
@@ -261,7 +262,9 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		case ":path":
 			x.path = pathValue(hv)
 		case ":method":
-			x.tunnel = x.tunnel || headerValue(hv) == "CONNECT"
+			m := headerValue(hv)
+			x.tunnel = x.tunnel || m == "CONNECT"
+			x.post = m == "POST"
 		case "upgrade":
 			x.tunnel = x.tunnel || upgradesToTunnel(headerValue(hv))
 		case "content-length":

@@ -17,9 +17,12 @@ const DataParallelHeader = "x-data-parallel-host-port"
 // a pod that serves ranks data-parallel ranks each on a port of its own:
 // host:port (rank 0, served by next) and host:port+r for r below ranks,
 // each another server (vLLM's external data-parallel balancer runs a
-// server per rank). A request whose DataParallelHeader names one of them
-// goes there; one that names any other address is answered 400, as the
-// sidecar does; one without the header is served by next.
+// server per rank). A POST to /v1/chat/completions, /v1/completions or
+// /v1/responses whose DataParallelHeader names one of them goes there; one
+// that names any other address is answered 400, as the sidecar does; one
+// without the header is served by next. Any other request is served by
+// next, rank 0, whatever it names, as the sidecar reads the header on
+// those three paths alone.
 func DataParallelSidecar(next http.Handler, host string, port, ranks int) http.Handler {
 	routes := map[string]http.Handler{net.JoinHostPort(host, strconv.Itoa(port)): next}
 	for r := 1; r < ranks; r++ {
@@ -30,7 +33,7 @@ func DataParallelSidecar(next http.Handler, host string, port, ranks int) http.H
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		target := r.Header.Get(DataParallelHeader)
-		if target == "" {
+		if target == "" || !reachesRank(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -42,4 +45,14 @@ func DataParallelSidecar(next http.Handler, host string, port, ranks int) http.H
 		r.Header.Del(DataParallelHeader)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// reachesRank reports whether llm-d's sidecar reads DataParallelHeader on
+// r: a POST to one of the paths it splits.
+func reachesRank(r *http.Request) bool {
+	switch r.URL.Path {
+	case "/v1/chat/completions", "/v1/completions", "/v1/responses":
+		return r.Method == http.MethodPost
+	}
+	return false
 }
