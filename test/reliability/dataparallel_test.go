@@ -20,8 +20,8 @@ import (
 // on the primary port, and a picker started with llm-d's
 // dp-epp-config.yaml behind the gateway stand-in. Requests that share a
 // prompt's prefix all go through one pod's primary port to one rank, a
-// client's own x-data-parallel-host-port naming another rank is not
-// followed; prompts of prefixes of their own spread over the ranks, the
+// client's own x-data-parallel-host-port naming an address that is no rank
+// of either pod (which the sidecar would answer 400) is never followed; prompts of prefixes of their own spread over the ranks, the
 // second ranks reached through their pods' primary ports too; and at the
 // end each rank took exactly the requests the picker picked it for.
 func TestDataParallelThroughThePrimaryPort(t *testing.T) {
@@ -73,8 +73,8 @@ func TestDataParallelThroughThePrimaryPort(t *testing.T) {
 	const n = 6
 	for i := range n {
 		var header http.Header
-		if i%2 == 1 { // a client naming the other pod's second rank
-			header = http.Header{"X-Data-Parallel-Host-Port": {rankAddr(hosts[1], 1)}}
+		if i%2 == 1 { // a client naming a third rank, which neither pod has
+			header = http.Header{"X-Data-Parallel-Host-Port": {rankAddr(hosts[i/2%2], 2)}}
 		}
 		send(prefix+"question "+strconv.Itoa(i), header)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/test/framework"
 )
@@ -23,7 +25,10 @@ import (
 // encode pod the picker named, then its prompt (past the sample's 16
 // uncached tokens) prefilled on the prefill pod, before a decode pod serves
 // it; a short text chat calls neither; no request is decoded on an encode pod; a client's own
-// x-encoder-hosts-ports never reaches a pod; and every load returns to 0.
+// x-encoder-hosts-ports never reaches a pod, neither beside the encode pod
+// the picker names for a chat with three images nor, with the encode pod
+// unready, for a chat with an image the picker names no encoder for; and
+// every load returns to 0.
 func TestEncodePrefillDecodeDisaggregation(t *testing.T) {
 	c := sharedCluster(t)
 	ns := c.Namespace(t)
@@ -44,7 +49,7 @@ func TestEncodePrefillDecodeDisaggregation(t *testing.T) {
 		c.ReadyPod(t, framework.MakePod(ns, "decode-"+strconv.Itoa(i)).Label(policy.RoleLabel, "decode").Obj(), h)
 	}
 	c.ReadyPod(t, framework.MakePod(ns, "prefill-0").Label(policy.RoleLabel, "prefill").Obj(), prefillers[0])
-	c.ReadyPod(t, framework.MakePod(ns, "encode-0").Label(policy.RoleLabel, "encode").Obj(), encoders[0])
+	encodePod := c.ReadyPod(t, framework.MakePod(ns, "encode-0").Label(policy.RoleLabel, "encode").Obj(), encoders[0])
 	sample := filepath.Join(repoRoot(), "picker", "policy", "fileconfig", "testdata", "llm-d-v0.8.0-sim-epd-epp-config.yaml")
 	p := startClusterPicker(t, c, ns, "pool", "--config-file", sample)
 	p.WaitWorkers(t, len(hosts)-1)
@@ -115,6 +120,31 @@ func TestEncodePrefillDecodeDisaggregation(t *testing.T) {
 	}
 	if got := m.SumBy("inferpick_guard_releases_total", "reason"); got["encoded"] != 2 {
 		t.Errorf("guard releases by reason = %v, want 2 encoded", got)
+	}
+
+	// The client's header beside the picker's: the sidecar spreads three
+	// images over every encoder it is named.
+	images := chat(`[{"type":"text","text":"compare them"},` +
+		`{"type":"image_url","image_url":{"url":"http://images/a.png"}},` +
+		`{"type":"image_url","image_url":{"url":"http://images/b.png"}},` +
+		`{"type":"image_url","image_url":{"url":"http://images/c.png"}}]`)
+	send(images, spoof)
+	if n := stats(encoders[0]).Requests; n != 2+3 {
+		t.Errorf("after a chat with three images the encode pod served %d requests, want 5", n)
+	}
+	if n := stats(outsider).Requests; n != 0 {
+		t.Errorf("beside the encode pod, the server a client named in x-encoder-hosts-ports took %d requests, want 0", n)
+	}
+	// No encode pod live: an image chat names no encoder, and the
+	// client's header is removed, not passed on.
+	c.SetStatus(t, encodePod, func(pod *corev1.Pod) { framework.SetNotReady(pod, encoders[0]) })
+	p.WaitWorkers(t, len(hosts)-2)
+	send(image(3), spoof)
+	if n := stats(outsider).Requests; n != 0 {
+		t.Errorf("with no encode pod ready, the server a client named in x-encoder-hosts-ports took %d requests, want 0", n)
+	}
+	if n := stats(encoders[0]).Requests; n != 5 {
+		t.Errorf("the unready encode pod served %d requests, want still 5", n)
 	}
 	p.WaitIdle(t, 30*time.Second)
 	checkReleases(t, p)
