@@ -1,6 +1,8 @@
 package reliability
 
 import (
+	"net"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -8,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/test/framework"
 )
 
@@ -91,3 +94,50 @@ func startClusterPicker(t *testing.T, c *cluster, ns, pool string, args ...strin
 	return startPicker(t, append([]string{"--kubeconfig", c.kubeconfig, "--pool-name", pool, "--pool-namespace", ns,
 		"--metrics-endpoint-auth=false"}, args...)...)
 }
+
+// roleHosts are the addresses of a pool's pods of one llm-d.ai/role.
+type roleHosts struct {
+	role  string
+	hosts []string
+}
+
+// rolePool is a pool on the shared cluster whose pods llm-d tells apart by
+// their llm-d.ai/role label, a simulator on every pod's address and on an
+// outsider's, all on one port.
+type rolePool struct {
+	c    *cluster
+	ns   string
+	port int
+	sims map[string]*sim        // by host
+	pods map[string]*corev1.Pod // by host
+}
+
+// startRolePool starts a simulator on each host of roles and on outsider
+// (a server outside the pool), creates the pool and then a ready pod a
+// host, named after its role and its place among that role's hosts.
+func startRolePool(t *testing.T, outsider string, roles ...roleHosts) *rolePool {
+	t.Helper()
+	c := sharedCluster(t)
+	rp := &rolePool{c: c, ns: c.Namespace(t), sims: map[string]*sim{}, pods: map[string]*corev1.Pod{}}
+	var hosts []string
+	for _, r := range roles {
+		hosts = append(hosts, r.hosts...)
+	}
+	hosts = append(hosts, outsider)
+	rp.port = framework.FreePortT(t, hosts...)
+	for _, h := range hosts {
+		rp.sims[h] = startSim(t, h, rp.port)
+	}
+	if err := c.Client.Create(t.Context(), framework.MakePool(rp.ns, "pool").Ports(int32(rp.port)).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range roles {
+		for i, h := range r.hosts {
+			rp.pods[h] = c.ReadyPod(t, framework.MakePod(rp.ns, r.role+"-"+strconv.Itoa(i)).Label(policy.RoleLabel, r.role).Obj(), h)
+		}
+	}
+	return rp
+}
+
+// Addr is host's address on the pool's port.
+func (rp *rolePool) Addr(host string) string { return net.JoinHostPort(host, strconv.Itoa(rp.port)) }

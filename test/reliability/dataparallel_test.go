@@ -1,7 +1,6 @@
 package reliability
 
 import (
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -59,15 +58,7 @@ func TestDataParallelThroughThePrimaryPort(t *testing.T) {
 
 	send := func(prompt string, header http.Header) {
 		t.Helper()
-		resp, err := g.Post(t.Context(), "/v1/completions", completion(prompt, 4, false), header)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 {
-			t.Fatalf("status %d: %s", resp.StatusCode, body)
-		}
+		g.PostOK(t, "/v1/completions", completion(prompt, 4, false), header)
 	}
 	prefix := strings.Repeat("a system prompt every request of this conversation shares. ", 30)
 	const n = 6

@@ -1,16 +1,12 @@
 package reliability
 
 import (
-	"io"
-	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/test/framework"
 )
 
@@ -23,30 +19,14 @@ import (
 // decoded; no request is decoded on a prefill pod; a client's own
 // x-prefiller-host-port never reaches a pod; and every load returns to 0.
 func TestPrefillDecodeDisaggregation(t *testing.T) {
-	c := sharedCluster(t)
-	ns := c.Namespace(t)
 	decoders := []string{"127.0.0.130", "127.0.0.131"}
 	prefillers := []string{"127.0.0.132", "127.0.0.133"}
 	const outsider = "127.0.0.134" // a server outside the pool
-	hosts := slices.Concat(decoders, prefillers, []string{outsider})
-	port := framework.FreePortT(t, hosts...)
-	sims := map[string]*sim{}
-	for _, h := range hosts {
-		sims[h] = startSim(t, h, port)
-	}
-	if err := c.Client.Create(t.Context(), framework.MakePool(ns, "pool").Ports(int32(port)).Obj()); err != nil {
-		t.Fatal(err)
-	}
-	for i, h := range decoders {
-		c.ReadyPod(t, framework.MakePod(ns, "decode-"+strconv.Itoa(i)).Label(policy.RoleLabel, "decode").Obj(), h)
-	}
-	for i, h := range prefillers {
-		c.ReadyPod(t, framework.MakePod(ns, "prefill-"+strconv.Itoa(i)).Label(policy.RoleLabel, "prefill").Obj(), h)
-	}
-	p := startClusterPicker(t, c, ns, "pool", "--config-text", "policy:\n  disaggregation: {minUncachedTokens: 64}\n")
+	rp := startRolePool(t, outsider, roleHosts{"decode", decoders}, roleHosts{"prefill", prefillers})
+	sims, addr := rp.sims, rp.Addr
+	p := startClusterPicker(t, rp.c, rp.ns, "pool", "--config-text", "policy:\n  disaggregation: {minUncachedTokens: 64}\n")
 	p.WaitWorkers(t, len(decoders)+len(prefillers))
 	g := startGateway(t, p.Addr())
-	addr := func(h string) string { return net.JoinHostPort(h, strconv.Itoa(port)) }
 
 	stats := func() map[string]framework.SimStats {
 		t.Helper()
@@ -62,15 +42,7 @@ func TestPrefillDecodeDisaggregation(t *testing.T) {
 	}
 	send := func(prompt string, header http.Header) {
 		t.Helper()
-		resp, err := g.Post(t.Context(), "/v1/completions", completion(prompt, 4, false), header)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 {
-			t.Fatalf("status %d: %s", resp.StatusCode, body)
-		}
+		g.PostOK(t, "/v1/completions", completion(prompt, 4, false), header)
 	}
 	// requests counts the requests each simulator took since before.
 	requests := func(before, after map[string]framework.SimStats, hs []string) (n int64) {

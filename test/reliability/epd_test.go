@@ -2,18 +2,14 @@ package reliability
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/test/framework"
 )
 
@@ -30,31 +26,17 @@ import (
 // unready, for a chat with an image the picker names no encoder for; and
 // every load returns to 0.
 func TestEncodePrefillDecodeDisaggregation(t *testing.T) {
-	c := sharedCluster(t)
-	ns := c.Namespace(t)
 	decoders := []string{"127.0.0.160", "127.0.0.161"}
 	prefillers := []string{"127.0.0.162"}
 	encoders := []string{"127.0.0.163"}
 	const outsider = "127.0.0.164" // a server outside the pool
+	rp := startRolePool(t, outsider, roleHosts{"decode", decoders}, roleHosts{"prefill", prefillers}, roleHosts{"encode", encoders})
+	c, sims, addr, encodePod := rp.c, rp.sims, rp.Addr, rp.pods[encoders[0]]
 	hosts := slices.Concat(decoders, prefillers, encoders, []string{outsider})
-	port := framework.FreePortT(t, hosts...)
-	sims := map[string]*sim{}
-	for _, h := range hosts {
-		sims[h] = startSim(t, h, port)
-	}
-	if err := c.Client.Create(t.Context(), framework.MakePool(ns, "pool").Ports(int32(port)).Obj()); err != nil {
-		t.Fatal(err)
-	}
-	for i, h := range decoders {
-		c.ReadyPod(t, framework.MakePod(ns, "decode-"+strconv.Itoa(i)).Label(policy.RoleLabel, "decode").Obj(), h)
-	}
-	c.ReadyPod(t, framework.MakePod(ns, "prefill-0").Label(policy.RoleLabel, "prefill").Obj(), prefillers[0])
-	encodePod := c.ReadyPod(t, framework.MakePod(ns, "encode-0").Label(policy.RoleLabel, "encode").Obj(), encoders[0])
 	sample := filepath.Join(repoRoot(), "picker", "policy", "fileconfig", "testdata", "llm-d-v0.8.0-sim-epd-epp-config.yaml")
-	p := startClusterPicker(t, c, ns, "pool", "--config-file", sample)
+	p := startClusterPicker(t, c, rp.ns, "pool", "--config-file", sample)
 	p.WaitWorkers(t, len(hosts)-1)
 	g := startGateway(t, p.Addr())
-	addr := func(h string) string { return net.JoinHostPort(h, strconv.Itoa(port)) }
 
 	stats := func(h string) framework.SimStats {
 		t.Helper()
@@ -66,15 +48,7 @@ func TestEncodePrefillDecodeDisaggregation(t *testing.T) {
 	}
 	send := func(body string, header http.Header) {
 		t.Helper()
-		resp, err := g.Post(t.Context(), "/v1/chat/completions", []byte(body), header)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 {
-			t.Fatalf("status %d: %s", resp.StatusCode, out)
-		}
+		g.PostOK(t, "/v1/chat/completions", []byte(body), header)
 	}
 	chat := func(content string) string {
 		return `{"model":"sim-model","max_tokens":4,"messages":[{"role":"user","content":` + content + `}]}`

@@ -29,6 +29,21 @@ func startGateway(t testing.TB, pickerAddr string, opts ...gateway.Option) *gw {
 	return &gw{Gateway: g, client: g.Client}
 }
 
+// PostOK posts body to path through the gateway with header and fails the
+// test unless the answer is 200.
+func (g *gw) PostOK(t testing.TB, path string, body []byte, header http.Header) {
+	t.Helper()
+	resp, err := g.Post(t.Context(), path, body, header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, out)
+	}
+}
+
 // openLongStreams starts n streamed completions of up to 4,000 tokens
 // through g, prompts of words random words from seed, each read until it
 // ends or ctx is cancelled; Wait on the result returns when all have.
