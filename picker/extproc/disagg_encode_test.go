@@ -3,11 +3,8 @@ package extproc
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
@@ -81,16 +78,7 @@ func TestAMultimodalChatIsEncodedOnAnEncodePod(t *testing.T) {
 	s.responseHeaders(200, "application/json", true, "")
 	s.recv()
 
-	want := `
-# HELP llm_d_inference_scheduler_disagg_decision_total Requests routed while encode, prefill and decode are split, by target model and decision: decode-only, prefill-decode, encode-decode or encode-prefill-decode.
-# TYPE llm_d_inference_scheduler_disagg_decision_total counter
-llm_d_inference_scheduler_disagg_decision_total{decision_type="decode-only",model_name="m"} 1
-llm_d_inference_scheduler_disagg_decision_total{decision_type="encode-decode",model_name="m"} 1
-llm_d_inference_scheduler_disagg_decision_total{decision_type="encode-prefill-decode",model_name="m"} 1
-`
-	if err := testutil.GatherAndCompare(e.metrics, strings.NewReader(want), "llm_d_inference_scheduler_disagg_decision_total"); err != nil {
-		t.Error(err)
-	}
+	e.checkDecisions(t, map[string]map[string]int{disaggDecisions: {"decode-only": 1, "encode-decode": 1, "encode-prefill-decode": 1}})
 }
 
 // Without the encode stage configured, or with no encode pod with room, a
@@ -208,14 +196,7 @@ func TestAChatWithoutEncodableMediaNamesNoEncoder(t *testing.T) {
 		s.responseHeaders(200, "application/json", true, "")
 		s.recv()
 	}
-	want := `
-# HELP llm_d_inference_scheduler_disagg_decision_total Requests routed while encode, prefill and decode are split, by target model and decision: decode-only, prefill-decode, encode-decode or encode-prefill-decode.
-# TYPE llm_d_inference_scheduler_disagg_decision_total counter
-llm_d_inference_scheduler_disagg_decision_total{decision_type="decode-only",model_name="m"} 2
-`
-	if err := testutil.GatherAndCompare(e.metrics, strings.NewReader(want), "llm_d_inference_scheduler_disagg_decision_total"); err != nil {
-		t.Error(err)
-	}
+	e.checkDecisions(t, map[string]map[string]int{disaggDecisions: {"decode-only": 2}})
 }
 
 // The encode stage's label filters keep the encode pods a request's media

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +21,34 @@ const (
 	decodeB = "10.0.0.2:8000"
 	prefill = "10.0.0.3:8000"
 )
+
+// The counters of disaggregation decisions, with their help text.
+const (
+	disaggDecisions = "llm_d_inference_scheduler_disagg_decision_total"
+	pdDecisions     = "llm_d_inference_scheduler_pd_decision_total"
+)
+
+var decisionsHelp = map[string]string{
+	disaggDecisions: "Requests routed while encode, prefill and decode are split, by target model and decision: decode-only, prefill-decode, encode-decode or encode-prefill-decode.",
+	pdDecisions:     "Deprecated: llm_d_inference_scheduler_disagg_decision_total's prefill/decode part under its former name: decode-only or prefill-decode.",
+}
+
+// checkDecisions compares the decision counters e's picker exposes, model
+// m alone, with want: by counter name, the count of each decision type.
+func (e *env) checkDecisions(t *testing.T, want map[string]map[string]int) {
+	t.Helper()
+	var b strings.Builder
+	names := slices.Sorted(maps.Keys(want))
+	for _, name := range names {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n", name, decisionsHelp[name], name)
+		for _, d := range slices.Sorted(maps.Keys(want[name])) {
+			fmt.Fprintf(&b, "%s{decision_type=%q,model_name=\"m\"} %d\n", name, d, want[name][d])
+		}
+	}
+	if err := testutil.GatherAndCompare(e.metrics, strings.NewReader(b.String()), names...); err != nil {
+		t.Error(err)
+	}
+}
 
 // disaggEnv serves a pool whose pods carry the given roles (by address;
 // "" for no label), split at minUncached tokens, with the cache-aware
@@ -163,20 +192,7 @@ func TestAShortOrCachedPromptIsDecodedAlone(t *testing.T) {
 	next.responseHeaders(200, "application/json", true, "")
 	next.recv()
 
-	want := `
-# HELP llm_d_inference_scheduler_disagg_decision_total Requests routed while encode, prefill and decode are split, by target model and decision: decode-only, prefill-decode, encode-decode or encode-prefill-decode.
-# TYPE llm_d_inference_scheduler_disagg_decision_total counter
-llm_d_inference_scheduler_disagg_decision_total{decision_type="decode-only",model_name="m"} 2
-llm_d_inference_scheduler_disagg_decision_total{decision_type="prefill-decode",model_name="m"} 1
-# HELP llm_d_inference_scheduler_pd_decision_total Deprecated: llm_d_inference_scheduler_disagg_decision_total's prefill/decode part under its former name: decode-only or prefill-decode.
-# TYPE llm_d_inference_scheduler_pd_decision_total counter
-llm_d_inference_scheduler_pd_decision_total{decision_type="decode-only",model_name="m"} 2
-llm_d_inference_scheduler_pd_decision_total{decision_type="prefill-decode",model_name="m"} 1
-`
-	if err := testutil.GatherAndCompare(e.metrics, strings.NewReader(want),
-		"llm_d_inference_scheduler_disagg_decision_total", "llm_d_inference_scheduler_pd_decision_total"); err != nil {
-		t.Error(err)
-	}
+	e.checkDecisions(t, map[string]map[string]int{disaggDecisions: {"decode-only": 2, "prefill-decode": 1}, pdDecisions: {"decode-only": 2, "prefill-decode": 1}})
 }
 
 // An embeddings request, whose long input is hashed as a prompt, is not
@@ -197,14 +213,7 @@ func TestAnEmbeddingsRequestIsNotSplit(t *testing.T) {
 	}
 	s.responseHeaders(200, "application/json", true, "")
 	s.recv()
-	want := `
-# HELP llm_d_inference_scheduler_disagg_decision_total Requests routed while encode, prefill and decode are split, by target model and decision: decode-only, prefill-decode, encode-decode or encode-prefill-decode.
-# TYPE llm_d_inference_scheduler_disagg_decision_total counter
-llm_d_inference_scheduler_disagg_decision_total{decision_type="decode-only",model_name="m"} 1
-`
-	if err := testutil.GatherAndCompare(e.metrics, strings.NewReader(want), "llm_d_inference_scheduler_disagg_decision_total"); err != nil {
-		t.Error(err)
-	}
+	e.checkDecisions(t, map[string]map[string]int{disaggDecisions: {"decode-only": 1}})
 }
 
 // The prefill pod's load ends with the request, whichever way it ends
