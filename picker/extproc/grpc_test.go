@@ -107,6 +107,16 @@ func (s *session) grpcResponseHeaders(grpcStatus string) {
 	}})
 }
 
+// grpcStarted sends a gRPC call of msg on path, takes the picker's route
+// and passes on the server's response headers, the call begun.
+func (s *session) grpcStarted(path string, msg []byte) {
+	s.t.Helper()
+	s.grpcRequest(path, msg)
+	s.routed(true)
+	s.grpcResponseHeaders("")
+	s.recv()
+}
+
 func (s *session) grpcTrailers(grpcStatus string) {
 	s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
 		ResponseTrailers: &extprocv3.HttpTrailers{Trailers: headerMap("grpc-status", grpcStatus)},
@@ -381,10 +391,7 @@ func TestAGRPCResponseReportsItsUsage(t *testing.T) {
 				}
 			})
 			s := e.open()
-			s.grpcRequest(tc.path, []byte(tc.request))
-			s.routed(true)
-			s.grpcResponseHeaders("")
-			s.recv()
+			s.grpcStarted(tc.path, []byte(tc.request))
 			for _, c := range tc.chunks {
 				s.responseBody(c, false)
 				if md := s.recv().GetDynamicMetadata().AsMap(); len(md) != 0 {
@@ -410,10 +417,7 @@ func TestAGRPCResponseReportsItsUsage(t *testing.T) {
 func TestAGRPCCallIsInPrefillUntilItsFirstToken(t *testing.T) {
 	e := newEnv(t, twoWorkers)
 	s := e.open()
-	s.grpcRequest(openai.GeneratePath, generateText("hello"))
-	s.routed(true)
-	s.grpcResponseHeaders("")
-	s.recv()
+	s.grpcStarted(openai.GeneratePath, generateText("hello"))
 	if p, d := totalLoad(e.reg.Workers()...); p != 1 || d != 0 {
 		t.Errorf("load (%d,%d) after the response headers alone, want (1,0)", p, d)
 	}
@@ -438,10 +442,7 @@ func TestAGRPCCallIsInPrefillUntilItsFirstToken(t *testing.T) {
 func TestACompressedGRPCResponseMovesTheCallToDecode(t *testing.T) {
 	e := newEnv(t, twoWorkers)
 	s := e.open()
-	s.grpcRequest(openai.GeneratePath, generateText("hello"))
-	s.routed(true)
-	s.grpcResponseHeaders("")
-	s.recv()
+	s.grpcStarted(openai.GeneratePath, generateText("hello"))
 	for i := range 5 {
 		msg := generateChunk(uint64(11+i), 5, 1)
 		msg[0] = 1 // compressed: the bytes stand for gzip's
