@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
@@ -92,7 +91,7 @@ func (p *routeTo) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 				ResponseHeaders: &extprocv3.HeadersResponse{},
 			}})
 		case *extprocv3.ProcessingRequest_ResponseBody:
-			out = append(out, streamedBody(false, r.ResponseBody.GetBody(), r.ResponseBody.GetEndOfStream()))
+			out = append(out, gateway.Streamed(false, r.ResponseBody.GetBody(), r.ResponseBody.GetEndOfStream()))
 		}
 		for _, m := range out {
 			if err := stream.Send(m); err != nil {
@@ -131,9 +130,7 @@ func (p *routeTo) route(body []byte) []*extprocv3.ProcessingResponse {
 	}
 	headers := &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
-			Response: &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{
-				SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: gateway.KeyDestination, RawValue: []byte(p.endpoint)}}},
-			}},
+			Response: &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: gateway.SetHeaders(gateway.KeyDestination, p.endpoint)},
 		}},
 		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
 			gateway.NamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
@@ -141,19 +138,7 @@ func (p *routeTo) route(body []byte) []*extprocv3.ProcessingResponse {
 			}}),
 		}},
 	}
-	return []*extprocv3.ProcessingResponse{headers, streamedBody(true, body, true)}
-}
-
-func streamedBody(request bool, body []byte, end bool) *extprocv3.ProcessingResponse {
-	b := &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
-		BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
-			StreamedResponse: &extprocv3.StreamedBodyResponse{Body: body, EndOfStream: end},
-		}},
-	}}
-	if request {
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: b}}
-	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: b}}
+	return []*extprocv3.ProcessingResponse{headers, gateway.Streamed(true, body, true)}
 }
 
 // startSim runs a vllm-sim with its gRPC API until the test ends.

@@ -1,0 +1,7 @@
+package gateway
+
+// The fake picker's message builders, for the package's external tests.
+var (
+	Streamed   = streamed
+	SetHeaders = setHeaders
+)
