@@ -221,29 +221,29 @@ func TestLeaderElectionSettingsWithoutEffectAreWarned(t *testing.T) {
 // context-length label, so a contextLength block routes nothing by length,
 // and the picker says so at start.
 func TestContextLengthWithStaticEndpointsIsWarned(t *testing.T) {
-	o, err := parse(t, "--static-endpoints", "127.0.0.1:8000", "--config-text", "policy: {contextLength: {filter: true}}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(o.Warnings, func(w Warning) bool {
-		return w.Value == "policy.contextLength" && strings.Contains(w.Reason, "no pod label")
-	}) {
-		t.Errorf("warnings %+v: none says the static endpoints carry no context-length label", o.Warnings)
-	}
+	checkNoPodLabelWarned(t, "policy: {contextLength: {filter: true}}", "policy.contextLength", "context-length label")
 }
 
 // TestLabelFiltersWithStaticEndpointsAreWarned: static endpoints carry no
 // labels, so a label filter sees each without its labels, and the picker
 // says so at start.
 func TestLabelFiltersWithStaticEndpointsAreWarned(t *testing.T) {
-	o, err := parse(t, "--static-endpoints", "127.0.0.1:8000", "--config-text", "policy: {labelFilters: [{label: gpu, values: [h100]}]}")
+	checkNoPodLabelWarned(t, "policy: {labelFilters: [{label: gpu, values: [h100]}]}", "policy.labelFilters", "label for the label filters")
+}
+
+// checkNoPodLabelWarned parses a picker of static endpoints with config
+// and wants a warning on value saying they carry no pod label; what names
+// the label they lack.
+func checkNoPodLabelWarned(t *testing.T, config, value, what string) {
+	t.Helper()
+	o, err := parse(t, "--static-endpoints", "127.0.0.1:8000", "--config-text", config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(o.Warnings, func(w Warning) bool {
-		return w.Value == "policy.labelFilters" && strings.Contains(w.Reason, "no pod label")
+		return w.Value == value && strings.Contains(w.Reason, "no pod label")
 	}) {
-		t.Errorf("warnings %+v: none says the static endpoints carry no label for the label filters", o.Warnings)
+		t.Errorf("warnings %+v: none says the static endpoints carry no %s", o.Warnings, what)
 	}
 }
 
