@@ -2,7 +2,6 @@ package extproc
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
@@ -161,10 +160,7 @@ func (x *exchange) reachesRank() bool {
 	if !x.post {
 		return false
 	}
-	p := x.path
-	if i := strings.IndexAny(p, "?#"); i >= 0 {
-		p = p[:i]
-	}
+	p := pathOnly(x.path)
 	return p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/responses"
 }
 
