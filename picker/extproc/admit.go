@@ -256,11 +256,7 @@ func (x *exchange) parkedMayServe() bool {
 			x.subset.present && !x.subset.allows(w.Endpoint().Address) {
 			continue
 		}
-		var s *registry.Served
-		if m := w.Metrics(); m != nil {
-			s = m.Served
-		}
-		if x.pick.Model == "" || s == nil || !s.Complete || s.Serves(x.pick.Model) {
+		if mayServe(w, x.pick.Model) {
 			return true
 		}
 	}
