@@ -1,8 +1,6 @@
 package extproc
 
 import (
-	"slices"
-
 	"github.com/inferpick/inferpick/picker/openai"
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
@@ -170,15 +168,14 @@ func (x *exchange) reachesRank() bool {
 // With none on port (a pool whose target ports leave the primary port out)
 // it keeps every candidate.
 func (x *exchange) onPrimary(candidates []*registry.Worker, port int) []*registry.Worker {
-	onPort := func(w *registry.Worker) bool { return int(w.Endpoint().Address.Port()) == port }
-	if !slices.ContainsFunc(candidates, onPort) {
-		return candidates
-	}
-	kept := x.allowed[:0]
+	kept := x.allowed[:0] // writes nothing ahead of what it reads
 	for _, w := range candidates {
-		if onPort(w) {
+		if int(w.Endpoint().Address.Port()) == port {
 			kept = append(kept, w)
 		}
+	}
+	if len(kept) == 0 {
+		return candidates
 	}
 	x.allowed = kept
 	return kept
