@@ -2,11 +2,9 @@ package extproc
 
 import (
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -198,30 +196,21 @@ func TestAnImageCountsNoContextLength(t *testing.T) {
 // Refusals for a prompt no range holds repeat alike: the first is logged
 // at the default verbosity, the others at V(1), as 429s are.
 func TestLengthRefusalsAreLoggedOnceAtTheDefaultVerbosity(t *testing.T) {
-	var mu sync.Mutex
-	var logs []string
-	e := newEnv(t, twoWorkers, func(o *Options) {
-		o.Log = funcr.New(func(_, args string) {
-			mu.Lock()
-			logs = append(logs, args)
-			mu.Unlock()
-		}, funcr.Options{})
-	})
+	var logs *logRecorder
+	e := newEnv(t, twoWorkers, func(o *Options) { logs = recordLogs(o) })
 	e.picker.err = policy.ErrPromptTooLong
 	for range 3 {
 		if code, _ := e.chatOf("hi").immediateReply(); code != 400 {
 			t.Fatalf("reply %d, want 400", code)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	n := 0
-	for _, l := range logs {
+	for _, l := range logs.Lines() {
 		if strings.Contains(l, "Rejected request") {
 			n++
 		}
 	}
 	if n != 1 {
-		t.Errorf("%d rejection lines at the default verbosity for 3 refusals, want 1; logs:\n%s", n, strings.Join(logs, "\n"))
+		t.Errorf("%d rejection lines at the default verbosity for 3 refusals, want 1; logs:\n%s", n, logs)
 	}
 }

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -214,15 +212,8 @@ func TestAMalformedGRPCRequestIsAGRPCStatus(t *testing.T) {
 		"an embed without tokens": {openai.EmbedPath, grpcFrame(pbField(nil, 1, []byte("r"))), "missing input"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var mu sync.Mutex
-			var logs []string
-			e := newEnv(t, twoWorkers, func(o *Options) {
-				o.Log = funcr.New(func(_, args string) {
-					mu.Lock()
-					logs = append(logs, args)
-					mu.Unlock()
-				}, funcr.Options{})
-			})
+			var logs *logRecorder
+			e := newEnv(t, twoWorkers, func(o *Options) { logs = recordLogs(o) })
 			s := e.open()
 			s.grpcRequest(tc.path, tc.body)
 			status, code, msg := s.grpcRefusal()
@@ -236,9 +227,7 @@ func TestAMalformedGRPCRequestIsAGRPCStatus(t *testing.T) {
 			if p, d := totalLoad(e.reg.Workers()...); p != 0 || d != 0 {
 				t.Errorf("load (%d,%d) after a refusal, want none", p, d)
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			logged := strings.Join(logs, "\n")
+			logged := logs.String()
 			if want := `"msg"="Rejected request" "status"=400 "grpcStatus"="InvalidArgument"`; !strings.Contains(logged, want) {
 				t.Errorf("log:\n%s\nwant a line with %s", logged, want)
 			}
@@ -677,15 +666,8 @@ func TestAGRPCPoolServingTwoModelsIsLogged(t *testing.T) {
 		"one base model":  {models: [2]string{"llama", "llama"}, lines: 0},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var mu sync.Mutex
-			var logs []string
-			e := newEnv(t, twoWorkers, func(o *Options) {
-				o.Log = funcr.New(func(_, args string) {
-					mu.Lock()
-					logs = append(logs, args)
-					mu.Unlock()
-				}, funcr.Options{})
-			})
+			var logs *logRecorder
+			e := newEnv(t, twoWorkers, func(o *Options) { logs = recordLogs(o) })
 			for i, w := range e.reg.Workers() {
 				w.SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{tc.models[i]}, Complete: true}})
 			}
@@ -694,10 +676,8 @@ func TestAGRPCPoolServingTwoModelsIsLogged(t *testing.T) {
 				s.grpcRequest(openai.GeneratePath, generateText("hello"))
 				s.routed(true)
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if n := strings.Count(strings.Join(logs, "\n"), "more than one base model"); n != tc.lines {
-				t.Errorf("%d lines naming more than one base model, want %d:\n%s", n, tc.lines, strings.Join(logs, "\n"))
+			if n := strings.Count(logs.String(), "more than one base model"); n != tc.lines {
+				t.Errorf("%d lines naming more than one base model, want %d:\n%s", n, tc.lines, logs)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -362,4 +364,33 @@ func serve(t testing.TB, srv *Server, lis net.Listener) {
 	ds := NewDirect(srv, DirectOptions{})
 	go func() { _ = ds.Serve(lis) }()
 	t.Cleanup(ds.Stop)
+}
+
+// logRecorder keeps the lines a picker logs for a test to read.
+type logRecorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// recordLogs sets o's logger to one that writes into the returned recorder.
+func recordLogs(o *Options) *logRecorder {
+	r := &logRecorder{}
+	o.Log = funcr.New(func(_, args string) {
+		r.mu.Lock()
+		r.lines = append(r.lines, args)
+		r.mu.Unlock()
+	}, funcr.Options{})
+	return r
+}
+
+// Lines is a copy of the lines logged so far.
+func (r *logRecorder) Lines() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.lines)
+}
+
+// String is the lines logged so far, one a line.
+func (r *logRecorder) String() string {
+	return strings.Join(r.Lines(), "\n")
 }

@@ -6,11 +6,9 @@ import (
 	"net/netip"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -105,15 +103,8 @@ inference_objective_running_requests{model_name="m"} 0
 }
 
 func TestRequestID(t *testing.T) {
-	var mu sync.Mutex
-	var logs []string
-	e := newEnv(t, twoWorkers, func(o *Options) {
-		o.Log = funcr.New(func(_, args string) {
-			mu.Lock()
-			logs = append(logs, args)
-			mu.Unlock()
-		}, funcr.Options{})
-	})
+	var logs *logRecorder
+	e := newEnv(t, twoWorkers, func(o *Options) { logs = recordLogs(o) })
 	body := chatBody("m", "hi")
 
 	s := e.open()
@@ -135,16 +126,14 @@ func TestRequestID(t *testing.T) {
 	s.requestHeaders("/v1/completions", 5, false, nil, RequestIDHeader, "gw-43")
 	s.requestBody(`{"x":`, true)
 	s.immediateReply()
-	mu.Lock()
-	defer mu.Unlock()
 	found := false
-	for _, l := range logs {
+	for _, l := range logs.Lines() {
 		if strings.Contains(l, "Rejected request") && strings.Contains(l, `"requestID"="gw-43"`) {
 			found = true
 		}
 	}
 	if !found {
-		t.Errorf("no rejection log line carries the request id; logs:\n%s", strings.Join(logs, "\n"))
+		t.Errorf("no rejection log line carries the request id; logs:\n%s", logs)
 	}
 }
 
