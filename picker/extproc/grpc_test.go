@@ -470,9 +470,7 @@ func TestAGRPCCallEndsWithItsTrailers(t *testing.T) {
 				for i := range 2 {
 					s.responseBody(string(generateComplete(5, 3, 0)), false)
 					s.recv()
-					if p, d := totalLoad(e.reg.Workers()...); p+d != 1 {
-						t.Errorf("load (%d,%d) after complete message %d, want the call's held", p, d, i+1)
-					}
+					wantCallHeld(t, e, fmt.Sprintf("after complete message %d", i+1))
 				}
 				s.grpcTrailers("0")
 				s.recv()
@@ -494,9 +492,7 @@ func TestAGRPCCallEndsWithItsTrailers(t *testing.T) {
 			respond: func(t *testing.T, e *env, s *session) {
 				s.responseBody(string(generateComplete(5, 3, 0)), false)
 				s.recv()
-				if p, d := totalLoad(e.reg.Workers()...); p+d != 1 {
-					t.Errorf("load (%d,%d) after the complete message, want the call's held", p, d)
-				}
+				wantCallHeld(t, e, "after the complete message")
 				s.responseBody("", true)
 				s.recv()
 			},
@@ -505,9 +501,7 @@ func TestAGRPCCallEndsWithItsTrailers(t *testing.T) {
 		"no body sent: the stream's end": {
 			bodyMode: none,
 			respond: func(t *testing.T, e *env, s *session) {
-				if p, d := totalLoad(e.reg.Workers()...); p+d != 1 {
-					t.Errorf("load (%d,%d) while the call runs, want the call's held", p, d)
-				}
+				wantCallHeld(t, e, "while the call runs")
 				if err := s.stream.CloseSend(); err != nil {
 					t.Fatal(err)
 				}
@@ -535,6 +529,15 @@ func TestAGRPCCallEndsWithItsTrailers(t *testing.T) {
 				t.Errorf("releases %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// wantCallHeld wants the load of e's one call still held; when says at
+// which point of the call.
+func wantCallHeld(t *testing.T, e *env, when string) {
+	t.Helper()
+	if p, d := totalLoad(e.reg.Workers()...); p+d != 1 {
+		t.Errorf("load (%d,%d) %s, want the call's held", p, d, when)
 	}
 }
 
