@@ -144,7 +144,16 @@ func sseChunks(n int) [][]byte {
 }
 
 func BenchmarkStreamScanner(b *testing.B) {
-	chunks := sseChunks(200)
+	benchScanner(b, sseChunks(200), func(s *StreamScanner) { s.Reset(true) }, func(ev Events, _ *StreamScanner) {
+		if !ev.Has(FirstToken | UsageSeen | Done) {
+			b.Fatalf("events %v", ev)
+		}
+	})
+}
+
+// benchScanner feeds chunks to a scanner reset by reset, as they arrive, in
+// each round of b, and hands check the round's events and the scanner.
+func benchScanner(b *testing.B, chunks [][]byte, reset func(*StreamScanner), check func(Events, *StreamScanner)) {
 	total := 0
 	for _, c := range chunks {
 		total += len(c)
@@ -153,14 +162,12 @@ func BenchmarkStreamScanner(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(total))
 	for b.Loop() {
-		s.Reset(true)
+		reset(&s)
 		var ev Events
 		for _, c := range chunks {
 			ev |= s.Feed(c)
 		}
-		if !ev.Has(FirstToken | UsageSeen | Done) {
-			b.Fatalf("events %v", ev)
-		}
+		check(ev, &s)
 	}
 }
 
@@ -168,25 +175,13 @@ func BenchmarkStreamScanner(b *testing.B) {
 // 200 chunk messages and the complete one, as they arrive.
 func BenchmarkStreamScannerGRPC(b *testing.B) {
 	var chunks [][]byte
-	total := 0
 	for i := range 200 {
 		chunks = append(chunks, genChunk([]uint64{uint64(1000 + i)}, 2000, 1, 1500)) // each counts its own token
 	}
 	chunks = append(chunks, genComplete([]uint64{1199}, "stop", 2000, 1, 1500)) // the last chunk's again
-	for _, c := range chunks {
-		total += len(c)
-	}
-	var s StreamScanner
-	b.ReportAllocs()
-	b.SetBytes(int64(total))
-	for b.Loop() {
-		s.ResetGRPC(GRPCGenerate)
-		var ev Events
-		for _, c := range chunks {
-			ev |= s.Feed(c)
-		}
+	benchScanner(b, chunks, func(s *StreamScanner) { s.ResetGRPC(GRPCGenerate) }, func(ev Events, s *StreamScanner) {
 		if !ev.Has(FirstToken|UsageSeen) || ev.Has(Done) || s.Usage().CompletionTokens != 200 { // the trailers end a call
 			b.Fatalf("events %v, usage %+v", ev, s.Usage())
 		}
-	}
+	})
 }
