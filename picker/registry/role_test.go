@@ -32,20 +32,23 @@ func TestParseRoleFollowsLlmdLabels(t *testing.T) {
 	}
 }
 
+// roleEndpoint is the endpoint of pod uid at addr labelled with role, or
+// with no role label when role is empty.
+func roleEndpoint(uid, addr, role string) Endpoint {
+	e := endpoint(uid, addr)
+	e.Role = ParseRole(role, role != "")
+	return e
+}
+
 // The role lists hold the live workers of each role, and follow a label
 // edited on a running pod, whose worker stays with its load.
 func TestRoleListsFollowTheLabels(t *testing.T) {
 	r := New()
-	ep := func(uid, addr, role string) Endpoint {
-		e := endpoint(uid, addr)
-		e.Role = ParseRole(role, role != "")
-		return e
-	}
 	r.Replace([]Endpoint{
-		ep("a", "10.0.0.1:8000", ""),
-		ep("b", "10.0.0.2:8000", "prefill"),
-		ep("c", "10.0.0.3:8000", "both"),
-		ep("d", "10.0.0.4:8000", "decode"),
+		roleEndpoint("a", "10.0.0.1:8000", ""),
+		roleEndpoint("b", "10.0.0.2:8000", "prefill"),
+		roleEndpoint("c", "10.0.0.3:8000", "both"),
+		roleEndpoint("d", "10.0.0.4:8000", "decode"),
 	})
 	check := func(when string, decoders, prefillers []string) {
 		t.Helper()
@@ -63,7 +66,7 @@ func TestRoleListsFollowTheLabels(t *testing.T) {
 
 	w, _ := lookup(r, Key{UID: "d", Port: 8000})
 	g := w.Admit()
-	r.Update([]Endpoint{ep("d", "10.0.0.4:8000", "prefill")}, nil)
+	r.Update([]Endpoint{roleEndpoint("d", "10.0.0.4:8000", "prefill")}, nil)
 	if now, _ := lookup(r, Key{UID: "d", Port: 8000}); now != w || now.Role().String() != "prefill" || now.InFlight() != 1 {
 		t.Fatalf("after its label changed the worker is %p (was %p), role %q, %d in flight; want the same worker, prefill, 1",
 			now, w, now.Role(), now.InFlight())
@@ -74,10 +77,10 @@ func TestRoleListsFollowTheLabels(t *testing.T) {
 	check("after d became a prefill pod", []string{"10.0.0.1:8000", "10.0.0.3:8000"}, []string{"10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000"})
 	g.Release()
 
-	r.Update([]Endpoint{ep("b", "10.0.0.2:8000", "")}, nil)
+	r.Update([]Endpoint{roleEndpoint("b", "10.0.0.2:8000", "")}, nil)
 	check("after b lost its label", []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}, []string{"10.0.0.3:8000", "10.0.0.4:8000"})
 
-	r.Replace([]Endpoint{ep("a", "10.0.0.1:8000", ""), ep("b", "10.0.0.2:8000", "")})
+	r.Replace([]Endpoint{roleEndpoint("a", "10.0.0.1:8000", ""), roleEndpoint("b", "10.0.0.2:8000", "")})
 	if &r.Decoders()[0] != &r.Workers()[0] || len(r.Decoders()) != 2 || len(r.Prefillers()) != 0 {
 		t.Errorf("with no role labels the decoders are not the workers list itself, or prefillers %v remain", addresses(r.Prefillers()))
 	}
@@ -87,16 +90,11 @@ func TestRoleListsFollowTheLabels(t *testing.T) {
 // label edited on a running pod; an encode-only pod decodes nothing.
 func TestEncodersFollowTheLabels(t *testing.T) {
 	r := New()
-	ep := func(uid, addr, role string) Endpoint {
-		e := endpoint(uid, addr)
-		e.Role = ParseRole(role, role != "")
-		return e
-	}
 	r.Replace([]Endpoint{
-		ep("a", "10.0.0.1:8000", "encode"),
-		ep("b", "10.0.0.2:8000", "encode-prefill"),
-		ep("c", "10.0.0.3:8000", "encode-prefill-decode"),
-		ep("d", "10.0.0.4:8000", "decode"),
+		roleEndpoint("a", "10.0.0.1:8000", "encode"),
+		roleEndpoint("b", "10.0.0.2:8000", "encode-prefill"),
+		roleEndpoint("c", "10.0.0.3:8000", "encode-prefill-decode"),
+		roleEndpoint("d", "10.0.0.4:8000", "decode"),
 	})
 	if diff := cmp.Diff([]string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}, addresses(r.Encoders())); diff != "" {
 		t.Errorf("encoders (-want +got):\n%s", diff)
@@ -104,7 +102,7 @@ func TestEncodersFollowTheLabels(t *testing.T) {
 	if diff := cmp.Diff([]string{"10.0.0.3:8000", "10.0.0.4:8000"}, addresses(r.Decoders())); diff != "" {
 		t.Errorf("decoders (-want +got):\n%s", diff)
 	}
-	r.Update([]Endpoint{ep("a", "10.0.0.1:8000", "decode"), ep("d", "10.0.0.4:8000", "encode")}, nil)
+	r.Update([]Endpoint{roleEndpoint("a", "10.0.0.1:8000", "decode"), roleEndpoint("d", "10.0.0.4:8000", "encode")}, nil)
 	if diff := cmp.Diff([]string{"10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000"}, addresses(r.Encoders())); diff != "" {
 		t.Errorf("after a and d swapped roles, encoders (-want +got):\n%s", diff)
 	}
