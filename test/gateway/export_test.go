@@ -1,7 +1,9 @@
 package gateway
 
-// The fake picker's message builders, for the package's external tests.
+// The fake picker's message builders and its server, for the package's
+// external tests.
 var (
-	Streamed   = streamed
-	SetHeaders = setHeaders
+	Streamed    = streamed
+	SetHeaders  = setHeaders
+	ServePicker = servePicker
 )

@@ -40,6 +40,13 @@ type fakePicker struct {
 func newFakePicker(t *testing.T, p *fakePicker) string {
 	t.Helper()
 	p.ended = make(chan error, 16)
+	return servePicker(t, p)
+}
+
+// servePicker serves p as an ext_proc server on a free local port until
+// the test ends and returns its address.
+func servePicker(t *testing.T, p extprocv3.ExternalProcessorServer) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
