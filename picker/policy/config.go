@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inferpick/inferpick/picker/portnum"
 	"github.com/inferpick/inferpick/picker/session"
 )
 
@@ -484,8 +485,8 @@ func (c Config) Validate() error {
 	if d := c.Disaggregation; d != nil && d.MinUncachedTokens < 0 {
 		bad("disaggregation.minUncachedTokens", d.MinUncachedTokens, "≥ 0")
 	}
-	if d := c.DataParallel; d != nil && (d.PrimaryPort < 1 || d.PrimaryPort > 65535) {
-		bad("dataParallel.primaryPort", d.PrimaryPort, "a port from 1 to 65535")
+	if d := c.DataParallel; d != nil && !portnum.Valid(d.PrimaryPort) {
+		bad("dataParallel.primaryPort", d.PrimaryPort, "a port "+portnum.Range)
 	}
 	errs = append(errs, validateLabelFilters("labelFilters", c.LabelFilters)...)
 	if d := c.Disaggregation; d != nil {

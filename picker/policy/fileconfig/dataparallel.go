@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/portnum"
 )
 
 // dpHandler is llm-d's data-parallel profile handler: its one profile
@@ -42,14 +43,23 @@ func (u *upstream) readDPHandler(p plugin) error {
 			if err != nil {
 				return err
 			}
-			if n < 0 || n > 65535 {
-				return fmt.Errorf("line %d: %s primaryPort %d must be a port from 1 to 65535, or 0", v.Line, dpHandler, n)
+			if err := checkPrimaryPort(v.Line, dpHandler, n); err != nil {
+				return err
 			}
 			dp.primaryPort = n
 		}
 	}
 	u.dataParallel = dp
 	return nil
+}
+
+// checkPrimaryPort checks the primaryPort n of a handler of type typ,
+// given at line: a port, or 0.
+func checkPrimaryPort(line int, typ string, n int) error {
+	if n == 0 || portnum.Valid(n) {
+		return nil
+	}
+	return fmt.Errorf("line %d: %s primaryPort %d must be a port %s, or 0", line, typ, n, portnum.Range)
 }
 
 // checkDataParallel checks the handler against the profiles: it runs one

@@ -106,8 +106,8 @@ func (u *upstream) readPDHandler(p plugin) error {
 			if err != nil {
 				return err
 			}
-			if n > 65535 {
-				return fmt.Errorf("line %d: %s primaryPort %d must be a port from 1 to 65535, or 0", v.Line, p.typ, n)
+			if err := checkPrimaryPort(v.Line, p.typ, n); err != nil {
+				return err
 			}
 			s.primaryPort = n
 		case "deciderPluginName":
