@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,7 +164,7 @@ func newLabelMatcher(fs []LabelFilter, keys []string) labelMatcher {
 				absent: f.AllowsNoLabel || slices.Contains(f.Values, "")})
 			continue
 		}
-		for _, k := range sortedKeys(f.Selector.MatchLabels) {
+		for _, k := range slices.Sorted(maps.Keys(f.Selector.MatchLabels)) {
 			m = append(m, labelTest{key: at(k), op: valueIn, values: []string{f.Selector.MatchLabels[k]}})
 		}
 		for _, r := range f.Selector.MatchExpressions {
@@ -182,15 +183,6 @@ func newLabelMatcher(fs []LabelFilter, keys []string) labelMatcher {
 		}
 	}
 	return m
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // admits reports whether labels pass every test. It allocates nothing.
@@ -223,23 +215,25 @@ func (m labelMatcher) admits(labels registry.Labels) bool {
 // LabelFilter returns what Config.LabelFilters keep: whether a worker's
 // pod passes them, as a request's pick judges it; nil without filters. It
 // compiles them once, for a caller that asks of many workers.
-func (c Config) LabelFilter() func(w *registry.Worker) bool {
-	if len(c.LabelFilters) == 0 {
-		return nil
-	}
-	m := newLabelMatcher(c.LabelFilters, c.LabelKeys())
-	return func(w *registry.Worker) bool { return m.admits(w.Labels()) }
-}
+func (c Config) LabelFilter() func(w *registry.Worker) bool { return c.workerTest(c.LabelFilters) }
 
 // EncodeLabelFilter returns the encode stage's label filters
 // (DisaggregationConfig.EncodeLabelFilters) as a test of a worker, nil
 // when there are none.
 func (c Config) EncodeLabelFilter() func(w *registry.Worker) bool {
-	d := c.Disaggregation
-	if d == nil || len(d.EncodeLabelFilters) == 0 {
+	if c.Disaggregation == nil {
 		return nil
 	}
-	m := newLabelMatcher(d.EncodeLabelFilters, c.LabelKeys())
+	return c.workerTest(c.Disaggregation.EncodeLabelFilters)
+}
+
+// workerTest compiles fs, filters of one of c's stages, once into a test
+// of a worker's labels; nil when fs is empty.
+func (c Config) workerTest(fs []LabelFilter) func(w *registry.Worker) bool {
+	if len(fs) == 0 {
+		return nil
+	}
+	m := newLabelMatcher(fs, c.LabelKeys())
 	return func(w *registry.Worker) bool { return m.admits(w.Labels()) }
 }
 
