@@ -405,11 +405,11 @@ func (u *upstream) encodeStage(s *stages, encode *schedProfile) (bool, error) {
 	filtered := false
 	var inert []string
 	for _, ref := range encode.refs {
-		switch typ := u.plugins[ref.name].typ; typ {
-		case encodeFilter:
+		// checkStageFilters has refused the other stages' filters here.
+		switch typ := u.plugins[ref.name].typ; {
+		case typ == encodeFilter:
 			filtered = true
-		case maxScorePicker, "openai-parser", "vllmgrpc-parser", attributeReporter, byLabel, byLabelSelector:
-		default:
+		case !weighsNothing(typ):
 			inert = append(inert, fmt.Sprintf("%q (%s)", ref.name, typ))
 		}
 	}
@@ -502,15 +502,24 @@ func (u *upstream) comparePrefill(decode, prefill *schedProfile) {
 	u.warn(fmt.Sprintf("the prefill profile %q weighs %s, the decode profile %q %s: the prefill pod is picked by the same policy as the decode pod, the one the decode profile gives", prefill.name, p, decode.name, d))
 }
 
-// weighs describes what a profile weighs: its plugins other than the stage
-// filters, the label filters, the picker, the parser and the reporter
-// (which upstream's samples list in a profile, though they pick nothing),
-// each with its weight, in name order.
+// weighsNothing reports whether a plugin of type typ adds nothing to what
+// a profile weighs: the stage filters, the label filters, the picker, the
+// parsers and the reporter (which upstream's samples list in a profile,
+// though they pick nothing).
+func weighsNothing(typ string) bool {
+	switch typ {
+	case prefillFilter, decodeFilter, encodeFilter, byLabel, byLabelSelector, maxScorePicker, openAIParser, vllmGRPCParser, attributeReporter:
+		return true
+	}
+	return false
+}
+
+// weighs describes what a profile weighs: its plugins but those that
+// weigh nothing (weighsNothing), each with its weight, in name order.
 func (u *upstream) weighs(p *schedProfile) string {
 	w := map[string]float64{}
 	for _, ref := range p.refs {
-		switch u.plugins[ref.name].typ {
-		case prefillFilter, decodeFilter, encodeFilter, byLabel, byLabelSelector, maxScorePicker, "openai-parser", "vllmgrpc-parser", attributeReporter:
+		if weighsNothing(u.plugins[ref.name].typ) {
 			continue
 		}
 		w[ref.name] += ref.weight

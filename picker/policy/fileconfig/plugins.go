@@ -54,8 +54,8 @@ var known = map[string]role{
 	// In a profile as upstream's sample of the reporter lists it. The
 	// picker reads both OpenAI HTTP requests and vLLM's gRPC engine API
 	// (Generate, Embed) whichever parser is named, by the request's path.
-	"openai-parser":   {inProfile: true},
-	"vllmgrpc-parser": {inProfile: true},
+	openAIParser:   {inProfile: true},
+	vllmGRPCParser: {inProfile: true},
 	// Upstream's reporter of each response's usage (reporter.go); its
 	// sample lists it in the profile too.
 	attributeReporter: {inProfile: true},

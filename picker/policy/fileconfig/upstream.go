@@ -320,15 +320,22 @@ func (u *upstream) readRequestHandler(n *yaml.Node) error {
 	return nil
 }
 
+// The parsers of requests upstream names: the picker reads both OpenAI
+// HTTP requests and vLLM's gRPC engine API, whichever is named.
+const (
+	openAIParser   = "openai-parser"
+	vllmGRPCParser = "vllmgrpc-parser"
+)
+
 func (u *upstream) checkParser(ref *yaml.Node) error {
 	p, ok := u.plugins[ref.Value]
-	if !ok && ref.Value == "openai-parser" {
+	if !ok && ref.Value == openAIParser {
 		return nil // upstream makes one
 	}
 	if !ok {
 		return fmt.Errorf("line %d: parser pluginRef %q names no plugin in plugins", ref.Line, ref.Value)
 	}
-	if p.typ != "openai-parser" && p.typ != "vllmgrpc-parser" {
+	if p.typ != openAIParser && p.typ != vllmGRPCParser {
 		return fmt.Errorf("line %d: parser %q (%s) is not supported: inferpick reads OpenAI-style bodies (openai-parser) and vLLM's gRPC engine API (vllmgrpc-parser)", ref.Line, p.name, p.typ)
 	}
 	return nil
