@@ -153,3 +153,30 @@ func TestTheSelectorControllerReadsTheFilteredLabels(t *testing.T) {
 		t.Errorf("the worker's labels %v, want example.com/gpu=h100 alone", got)
 	}
 }
+
+// A pod whose context-length label does not parse is logged again when it
+// comes back after a resync that no longer held it (its pool's selector
+// left it out, then took it in again): what was logged of it went with it.
+func TestAnUnparsedLabelIsLoggedAgainWhenItsPodComesBack(t *testing.T) {
+	const label = policy.DefaultContextLengthLabel
+	pod := makePod("a").ready().ip("10.0.0.1").obj()
+	pod.Labels[label] = "8k"
+	ps := newPodSet(registry.New())
+	ps.contextLabel = label
+	var logged int
+	ctx := ctrl.LoggerInto(t.Context(), funcr.New(func(_, args string) {
+		if strings.Contains(args, "Context-length label does not parse") {
+			logged++
+		}
+	}, funcr.Options{}))
+	for i, pods := range [][]corev1.Pod{{pod}, nil, {pod}} {
+		ps.reset(ctx, []int32{8000}, pods)
+		if i == 1 {
+			continue
+		}
+		if logged != 1 {
+			t.Errorf("resync %d with the pod: logged it %d times, want once", i, logged)
+		}
+		logged = 0
+	}
+}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -102,6 +103,8 @@ func (s *podSet) reset(ctx context.Context, ports []int32, pods []corev1.Pod) {
 		s.count += ready(eps)
 		all = append(all, eps...)
 	}
+	// A pod no longer held is logged afresh should it come back.
+	maps.DeleteFunc(s.unparsed, func(k types.NamespacedName, _ string) bool { _, held := s.pods[k]; return !held })
 	s.sink.Replace(all)
 }
 
