@@ -3,12 +3,10 @@ package extproc
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/inferpick/inferpick/picker/attrexpr"
@@ -133,8 +131,7 @@ func TestResponseReportsAttributes(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var mu sync.Mutex
-			var logs []string
+			var logs *logRecorder
 			e := newEnv(t, twoWorkers, func(o *Options) {
 				for _, a := range tc.attrs {
 					attr, err := attrexpr.NewAttribute(a[0], a[1], a[2], a[3])
@@ -143,11 +140,7 @@ func TestResponseReportsAttributes(t *testing.T) {
 					}
 					o.Attributes = append(o.Attributes, attr)
 				}
-				o.Log = funcr.New(func(_, args string) {
-					mu.Lock()
-					logs = append(logs, args)
-					mu.Unlock()
-				}, funcr.Options{})
+				logs = recordLogs(o)
 			})
 			s := e.open()
 			body := chatBody("m", "hello")
@@ -187,9 +180,7 @@ func TestResponseReportsAttributes(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("dynamic metadata per reply (-want +got):\n%s", diff)
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			logged := strings.Join(logs, "\n")
+			logged := logs.String()
 			if tc.wantLog != "" && !strings.Contains(logged, tc.wantLog) {
 				t.Errorf("log:\n%s\nwant a line with %s", logged, tc.wantLog)
 			}
@@ -206,8 +197,7 @@ func TestResponseReportsAttributes(t *testing.T) {
 // metadata, whatever the exchange reported before. An attribute that fails
 // on every response is logged once at the default verbosity.
 func TestPooledExchangeReportsOnlyItsOwnResponse(t *testing.T) {
-	var mu sync.Mutex
-	var logs []string
+	var logs *logRecorder
 	e := newEnv(t, twoWorkers, func(o *Options) {
 		for _, a := range [][4]string{
 			{"", "cost", "usage.completion_tokens", "usage.completion_tokens > 5"},
@@ -219,11 +209,7 @@ func TestPooledExchangeReportsOnlyItsOwnResponse(t *testing.T) {
 			}
 			o.Attributes = append(o.Attributes, attr)
 		}
-		o.Log = funcr.New(func(_, args string) {
-			mu.Lock()
-			logs = append(logs, args)
-			mu.Unlock()
-		}, funcr.Options{})
+		logs = recordLogs(o)
 	})
 	for i := range 8 {
 		completion, want := 10, map[string]any{"envoy.lb": map[string]any{"cost": 10.0}}
@@ -252,9 +238,7 @@ func TestPooledExchangeReportsOnlyItsOwnResponse(t *testing.T) {
 			t.Fatal("the stream went on after the gateway closed it")
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if n := strings.Count(strings.Join(logs, "\n"), "Attribute not reported"); n != 1 {
-		t.Errorf("%d lines of an attribute not reported at the default verbosity, want 1:\n%s", n, strings.Join(logs, "\n"))
+	if n := strings.Count(logs.String(), "Attribute not reported"); n != 1 {
+		t.Errorf("%d lines of an attribute not reported at the default verbosity, want 1:\n%s", n, logs.String())
 	}
 }

@@ -79,15 +79,10 @@ func TestSpansAndLogsLeaveOutTheQueryString(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
-	var mu sync.Mutex
-	var logs []string
+	var logs *logRecorder
 	e := newEnv(t, twoWorkers, func(o *Options) {
 		o.Tracer = tp.Tracer("inferpick")
-		o.Log = funcr.New(func(_, args string) {
-			mu.Lock()
-			logs = append(logs, args)
-			mu.Unlock()
-		}, funcr.Options{})
+		logs = recordLogs(o)
 	})
 	s := e.open()
 	s.requestHeaders("/v1/completions?api-key=sk-secret", 5, false, nil)
@@ -103,9 +98,7 @@ func TestSpansAndLogsLeaveOutTheQueryString(t *testing.T) {
 			t.Errorf("span attribute http.path = %q, want /v1/completions", a.Value.AsString())
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, l := range logs {
+	for _, l := range logs.Lines() {
 		if strings.Contains(l, "sk-secret") {
 			t.Errorf("log line carries the query string: %s", l)
 		}
