@@ -141,13 +141,8 @@ func TestAParkedPodTheFilterKeepsIsWaitedFor(t *testing.T) {
 	go func() { _ = q.Start(t.Context()) }()
 	e := labelEnv(t, h100Only, []map[string]string{{"example.com/gpu": "h100"}, {"example.com/gpu": "l4"}}, func(o *Options) { o.Queue = q })
 	h100 := e.reg.Workers()[0]
-	park(e.reg, h100, true)
-
-	s := e.chatOf("hi")
-	eventually(t, "the request for the parked h100 pod queued", func() bool { return q.Len() == 1 })
-	park(e.reg, h100, false)
-	q.Notify() // as the picker's registry listener does when a parked worker returns
-	if r := s.routed(true); r.dest != h100.Address() {
+	r := routedOnceBack(t, e, q, h100, "the request for the parked h100 pod queued", func() *session { return e.chatOf("hi") })
+	if r.dest != h100.Address() {
 		t.Errorf("routed to %q once the h100 pod was back, want %s alone", r.dest, h100.Address())
 	}
 }

@@ -18,19 +18,27 @@ func park(reg *registry.Registry, w *registry.Worker, unready bool) {
 	reg.Update([]registry.Endpoint{ep}, nil)
 }
 
+// routedOnceBack parks w, sends a request with send, waits until the
+// request is queued for it (what names that wait), makes w ready again and
+// returns where the request was routed.
+func routedOnceBack(t *testing.T, e *env, q *flowcontrol.Queue, w *registry.Worker, what string, send func() *session) routedReply {
+	t.Helper()
+	park(e.reg, w, true)
+	s := send()
+	eventually(t, what, func() bool { return q.Len() == 1 })
+	park(e.reg, w, false)
+	q.Notify() // as the picker's registry listener does when a parked worker returns
+	return s.routed(true)
+}
+
 // A request for a model whose one pod is parked in a readiness flap (its
 // server runs on) waits in the queue for it, and goes to it once it is
 // Ready again; it is not told that the model does not exist.
 func TestARequestForAParkedPodsModelWaitsForIt(t *testing.T) {
 	e, q := modelsEnv(t, flowcontrol.Options{}, oneModelEach)
 	pod := e.reg.Workers()[0]
-	park(e.reg, pod, true)
-
-	s := e.chat("model-0", "")
-	eventually(t, "the request for the parked pod's model queued", func() bool { return q.Len() == 1 })
-	park(e.reg, pod, false)
-	q.Notify() // as the picker's registry listener does when a parked worker returns
-	if r := s.routed(true); r.dest != pod.Address() {
+	r := routedOnceBack(t, e, q, pod, "the request for the parked pod's model queued", func() *session { return e.chat("model-0", "") })
+	if r.dest != pod.Address() {
 		t.Errorf("the request went to %q once its pod was back, want %s", r.dest, pod.Address())
 	}
 }
