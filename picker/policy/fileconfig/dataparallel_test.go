@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/inferpick/inferpick/picker/policy"
 )
 
@@ -91,13 +89,7 @@ func TestParseDataParallelHandler(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := Parse([]byte(tc.in))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("Parse (-want +got):\n%s", diff)
-			}
+			got := checkParse(t, tc.in, tc.want)
 			if _, err := policy.Build(got.Policy, nil); err != nil && !strings.Contains(err.Error(), "registry") {
 				t.Errorf("the translated policy does not build: %v", err)
 			}

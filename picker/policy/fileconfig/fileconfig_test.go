@@ -646,13 +646,7 @@ flowControl:
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := Parse([]byte(tc.in))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("Parse (-want +got):\n%s", diff)
-			}
+			got := checkParse(t, tc.in, tc.want)
 			// What Parse returns is a policy inferpick can build.
 			if _, err := policy.Build(got.Policy, registry.New()); err != nil {
 				t.Errorf("Build: %v", err)
@@ -1146,6 +1140,19 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("weighted scorer the policy refuses (%v) accepted from:\n%s", err, data)
 		}
 	})
+}
+
+// checkParse checks that Parse reads in as want, and returns what it read.
+func checkParse(t *testing.T, in string, want File) File {
+	t.Helper()
+	got, err := Parse([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Parse (-want +got):\n%s", diff)
+	}
+	return got
 }
 
 // checkRejects checks that Parse refuses each case's file, in, with an
