@@ -3,8 +3,6 @@ package fileconfig
 import (
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/inferpick/inferpick/picker/policy"
 )
 
@@ -38,13 +36,7 @@ func TestParseNativeAttributes(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			f, err := Parse([]byte(tc.in))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, attrsOf(f.Attributes)); diff != "" {
-				t.Errorf("attributes (-want +got):\n%s", diff)
-			}
+			checkAttributes(t, tc.in, tc.want)
 		})
 	}
 }

@@ -30,6 +30,20 @@ func attrsOf(as []attrexpr.Attribute) []attr {
 	return out
 }
 
+// checkAttributes checks that Parse reads in's attributes as want, and
+// returns what it read.
+func checkAttributes(t *testing.T, in string, want []attr) File {
+	t.Helper()
+	f, err := Parse([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, attrsOf(f.Attributes)); diff != "" {
+		t.Errorf("attributes (-want +got):\n%s", diff)
+	}
+	return f
+}
+
 func TestParseReporter(t *testing.T) {
 	for name, tc := range map[string]struct {
 		in   string
@@ -59,13 +73,7 @@ func TestParseReporter(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			f, err := Parse([]byte(tc.in))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, attrsOf(f.Attributes)); diff != "" {
-				t.Errorf("attributes (-want +got):\n%s", diff)
-			}
+			f := checkAttributes(t, tc.in, tc.want)
 			if len(f.Warnings) != 0 {
 				t.Errorf("warnings %q, want none", f.Warnings)
 			}
