@@ -15,6 +15,19 @@ import (
 	"github.com/inferpick/inferpick/cmd/vllm-sim/vllmgrpc"
 )
 
+// startRun runs o until ctx ends; Run writes its announcements into the
+// returned reader and its result into done.
+func startRun(ctx context.Context, o *Options) (pr *io.PipeReader, done <-chan error) {
+	pr, pw := io.Pipe()
+	result := make(chan error, 1)
+	go func() {
+		err := Run(ctx, o, pw)
+		pw.Close()
+		result <- err
+	}()
+	return pr, result
+}
+
 func TestRunAnnouncesServesAndStops(t *testing.T) {
 	o := NewOptions()
 	fs := flag.NewFlagSet("vllm-sim", flag.ContinueOnError)
@@ -27,13 +40,7 @@ func TestRunAnnouncesServesAndStops(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := Run(ctx, o, pw)
-		pw.Close()
-		done <- err
-	}()
+	pr, done := startRun(ctx, o)
 	line, err := bufio.NewReader(pr).ReadString('\n')
 	if err != nil {
 		t.Fatalf("reading the announcement: %v", err)
@@ -67,13 +74,7 @@ func TestRunServesTheGRPCAPIBesideHTTP(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := Run(ctx, o, pw)
-		pw.Close()
-		done <- err
-	}()
+	pr, done := startRun(ctx, o)
 	br := bufio.NewReader(pr)
 	var lines []string
 	for range 2 {

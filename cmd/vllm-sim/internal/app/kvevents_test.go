@@ -113,13 +113,7 @@ func TestRunAnnouncesKVEvents(t *testing.T) {
 		"--kv-events-config", `{"enable_kv_cache_events":true,"endpoint":"tcp://*:0"}`)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := Run(ctx, o, pw)
-		pw.Close()
-		done <- err
-	}()
+	pr, done := startRun(ctx, o)
 	r := bufio.NewReader(pr)
 	line, err := r.ReadString('\n')
 	if err != nil {
