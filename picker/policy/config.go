@@ -85,6 +85,11 @@ type Config struct {
 	// pick of the pod that decodes; the prefill pod's pick takes
 	// Disaggregation.PrefillLabelFilters.
 	LabelFilters []LabelFilter `json:"labelFilters,omitempty" yaml:"labelFilters,omitempty"`
+
+	// SLO, when set, learns to predict each request's latency on each pod
+	// and routes a request that states latency objectives to the pods
+	// predicted to meet them (slo.go); nil turns it off.
+	SLO *SLOConfig `json:"slo,omitempty" yaml:"slo,omitempty"`
 }
 
 // RoleLabel is the pod label that says which stages of a request a pod
@@ -389,6 +394,7 @@ func (c Config) Default() Config {
 		setDefault(&ws.LoadAwareThreshold, DefaultLoadAwareThreshold)
 	}
 	c.ContextLength = defaultContextLength(c.ContextLength)
+	c.SLO = defaultSLO(c.SLO)
 	if c.SessionAffinity != nil {
 		sa := *c.SessionAffinity
 		sa.Header = strings.ToLower(strings.TrimSpace(sa.Header))
@@ -482,6 +488,7 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.validateSession()...)
 	errs = append(errs, c.validateContextLength()...)
+	errs = append(errs, c.validateSLO()...)
 	if d := c.Disaggregation; d != nil && d.MinUncachedTokens < 0 {
 		bad("disaggregation.minUncachedTokens", d.MinUncachedTokens, "≥ 0")
 	}
