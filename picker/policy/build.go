@@ -81,7 +81,11 @@ func Build(cfg Config, reg *registry.Registry, opts ...Option) (Policy, error) {
 	case PowerOfTwo:
 		r = powerOfTwo{}
 	}
-	return newEngine(cfg, o, r), nil
+	e := newEngine(cfg, o, r)
+	if cfg.SLO != nil {
+		e.slo = newPredictor(*cfg.SLO, reg)
+	}
+	return e, nil
 }
 
 var errNoRegistry = errors.New("a registry is required")

@@ -242,7 +242,13 @@ func source(v float64, from, missing string) string {
 	return missing
 }
 
-func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
+// seconds converts v seconds to a Duration, bounded at about 146 years:
+// past the Duration range a float converts to an arbitrary integer.
+func seconds(v float64) time.Duration {
+	return time.Duration(min(v, maxSeconds) * float64(time.Second))
+}
+
+const maxSeconds = float64(math.MaxInt64/2) / float64(time.Second)
 
 func ewma(old, sample float64) float64 {
 	if math.IsNaN(sample) || math.IsInf(sample, 0) || sample <= 0 {

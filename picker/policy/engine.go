@@ -22,6 +22,7 @@ type candidate struct {
 	cost    float64           // set by the ranker: lower is better
 	tie     uint64            // random tie-break
 	session bool              // on the pod the request's session token names (session.go)
+	tier    uint8             // for a request with objectives, tierMeets or tierMisses (slo.go)
 	// inFlight is this picker's requests in flight on the worker, read
 	// once by the weighted scorer's active-request score (loadscores.go).
 	inFlight int64
@@ -110,6 +111,9 @@ type engine struct {
 	// and of a prefill pick (DisaggregationConfig.PrefillLabelFilters); nil
 	// keeps every worker.
 	labels, prefillLabels labelMatcher
+
+	// slo predicts requests' latencies (Config.SLO); nil without.
+	slo *predictor
 }
 
 var _ Policy = (*engine)(nil)
@@ -201,11 +205,19 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 		return dst, ErrNoCandidates
 	}
 	e.ranker.rank(e, p)
+	if e.slo != nil {
+		if err := e.judge(p); err != nil {
+			return dst, err
+		}
+	}
 	primary := len(dst)
 	if onPod && e.pin {
 		dst = appendPinned(dst, p.cands, n)
 	} else {
 		dst = appendCheapest(dst, p.cands, n)
+	}
+	if e.slo != nil && req.Predicted != nil {
+		e.predicted(p, dst[primary], req.Predicted)
 	}
 	if c, ok := e.ranker.(chooser); ok {
 		c.chose(e, p, dst[primary])
@@ -370,6 +382,9 @@ func appendCheapest(dst []*registry.Worker, cs []candidate, n int) []*registry.W
 }
 
 func less(a, b *candidate) bool {
+	if a.tier != b.tier {
+		return a.tier < b.tier
+	}
 	if a.cost != b.cost {
 		return a.cost < b.cost
 	}

@@ -81,6 +81,13 @@ type Request struct {
 	// (Config.Disaggregation): DisaggregationConfig.PrefillLabelFilters
 	// apply to it, not Config.LabelFilters.
 	Prefill bool
+	// SLO is the request's latency objectives (Config.SLO); the zero SLO
+	// states none.
+	SLO SLO
+	// Predicted, when set and Config.SLO is, receives what the request's
+	// latencies are predicted to be on the primary picked, for the caller
+	// to report the observed ones against (LatencyObserver).
+	Predicted *Prediction
 }
 
 // Hashes is a prompt's block hashes, computed by the policy for one

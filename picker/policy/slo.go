@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // Request headers that state a request's latency objectives, in
@@ -87,3 +89,82 @@ func (c Config) validateSLO() []error {
 	}
 	return errs
 }
+
+// Tiers of a candidate for a request with objectives: the picks go to the
+// lowest tier that has candidates, by cost within it.
+const (
+	tierMeets  = 0
+	tierMisses = 1
+)
+
+// judge sorts the candidates of a request with objectives into the pods
+// predicted to meet them and the others, and returns ErrObjectives when
+// the request is sheddable, admission is on and no pod is predicted to
+// meet them, idle or nearly empty. An objective whose model has not
+// learned enough is taken as met. While some meet and some miss, one pick
+// in 1/ExploreNegative goes among those that miss.
+func (e *engine) judge(p *pick) error {
+	slo := p.req.SLO
+	m := e.slo.published.Load()
+	if !slo.Set() || (slo.TTFT <= 0 || !m.ttftOK) && (slo.TPOT <= 0 || !m.tpotOK) {
+		return nil
+	}
+	factor := e.slo.cfg.HeadroomFactor
+	meets, idle, cold := 0, false, false
+	for i := range p.cands {
+		cd := &p.cands[i]
+		x := featuresOf(p, cd)
+		ttft, tpot := e.slo.predict(m, cd.w, &x)
+		cd.tier = tierMisses
+		if (slo.TTFT <= 0 || !m.ttftOK || seconds(ttft*factor) <= slo.TTFT) &&
+			(slo.TPOT <= 0 || !m.tpotOK || seconds(tpot*factor) <= slo.TPOT) {
+			cd.tier = tierMeets
+			meets++
+		}
+		idle = idle || cd.w.InFlight() == 0 && (cd.metrics == nil || cd.metrics.Running+cd.metrics.Waiting == 0)
+		cold = cold || cd.metrics != nil && cd.metrics.KVUsage < coldKV
+	}
+	switch {
+	case meets == 0 && slo.Sheddable && e.slo.cfg.Admission && !idle && !cold:
+		return ErrObjectives
+	case meets == 0 || meets == len(p.cands):
+		return nil // one tier: the order is the costs'
+	}
+	if explore := *e.slo.cfg.ExploreNegative; explore > 0 && float64(p.rand()>>11)/(1<<53) < explore {
+		for i := range p.cands {
+			p.cands[i].tier ^= tierMisses
+		}
+	}
+	return nil
+}
+
+// coldKV is the KV-cache usage below which a pod counts as nearly empty,
+// where the upstream admitter finds predictions unreliable and admits.
+const coldKV = 0.02
+
+// predicted fills out with the prediction for the primary picked.
+func (e *engine) predicted(p *pick, primary *registry.Worker, out *Prediction) {
+	for i := range p.cands {
+		if p.cands[i].w == primary {
+			e.slo.record(out, p, &p.cands[i])
+			return
+		}
+	}
+	out.Reset()
+}
+
+// ObserveTTFT implements LatencyObserver.
+func (e *engine) ObserveTTFT(p *Prediction, ttft time.Duration) {
+	if e.slo != nil {
+		e.slo.observe(p, ttft, false)
+	}
+}
+
+// ObserveTPOT implements LatencyObserver.
+func (e *engine) ObserveTPOT(p *Prediction, tpot time.Duration) {
+	if e.slo != nil {
+		e.slo.observe(p, tpot, true)
+	}
+}
+
+var _ LatencyObserver = (*engine)(nil)

@@ -1,0 +1,159 @@
+package policy
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inferpick/inferpick/picker/registry"
+)
+
+// TestTheFitLearnsALinearLatency: fed latencies that are a linear function
+// of the features, the least-squares fit predicts new ones within 1%.
+func TestTheFitLearnsALinearLatency(t *testing.T) {
+	truth := features{0.02, 0.5, 0.1, 0.01, 0.05}
+	rng := rand.New(rand.NewPCG(3, 4))
+	sample := func() features {
+		return features{1, rng.Float64() * 8, float64(rng.IntN(6)), float64(rng.IntN(32)), rng.Float64()}
+	}
+	f := newFit()
+	for range 400 {
+		x := sample()
+		f.add(&x, dot(&truth, &x))
+	}
+	for range 20 {
+		x := sample()
+		want, got := dot(&truth, &x), dot(&f.theta, &x)
+		if math.Abs(got-want) > 0.01*want {
+			t.Fatalf("prediction for %v = %.4f s, want %.4f s within 1%%", x, got, want)
+		}
+	}
+}
+
+// sloPool is two pods and a least-load policy with objectives whose
+// predictor has learned that each prompt token takes a millisecond to
+// prefill on pod 0 and four on pod 1: requests of 500 to 4,000 tokens,
+// picked and observed as served.
+func sloPool(t *testing.T, slo SLOConfig) (Policy, []*registry.Worker) {
+	t.Helper()
+	reg, ws := pool(2)
+	p := build(t, Config{Name: LeastLoad, SLO: &slo}, reg, nil)
+	perToken := map[*registry.Worker]time.Duration{ws[0]: time.Millisecond, ws[1]: 4 * time.Millisecond}
+	var pr Prediction
+	for i := range 200 {
+		tokens := 500 + i*350%3500
+		if _, err := p.Pick(&Request{Model: "m", Tokens: tokens, Predicted: &pr}, ws, 1); err != nil || !pr.Made() {
+			t.Fatalf("training pick %d: %v (prediction made: %v)", i, err, pr.Made())
+		}
+		p.(LatencyObserver).ObserveTTFT(&pr, time.Duration(tokens)*perToken[pr.worker])
+	}
+	return p, ws
+}
+
+// TestARequestWithAnObjectiveGoesWhereItIsPredictedToMeetIt: pod 0 is busy
+// and fast, pod 1 idle and slow. Least-load sends a 2,000-token prompt to
+// pod 1, where its first token takes about 8 s; with an objective of 4 s it
+// goes to pod 0, predicted at about 2 s. With an objective neither pod is
+// predicted to meet, the pick is least-load's again.
+func TestARequestWithAnObjectiveGoesWhereItIsPredictedToMeetIt(t *testing.T) {
+	p, ws := sloPool(t, SLOConfig{ExploreNegative: new(0.0)})
+	admit(t, ws[0], 2)
+	var pr Prediction
+	pick := func(objective time.Duration) *registry.Worker {
+		got, err := p.Pick(&Request{Model: "m", Tokens: 2000, SLO: SLO{TTFT: objective}, Predicted: &pr}, ws, 1)
+		if err != nil {
+			t.Fatalf("Pick with objective %v: %v", objective, err)
+		}
+		return got[0]
+	}
+	if got := pick(0); got != ws[1] {
+		t.Errorf("without an objective the pick went to %s, want pod-1 (least loaded)", got.Address())
+	}
+	if pr.TTFT < 6*time.Second || pr.TTFT > 10*time.Second {
+		t.Errorf("predicted TTFT on pod-1 = %v, want about 8s", pr.TTFT)
+	}
+	if got := pick(4 * time.Second); got != ws[0] {
+		t.Errorf("with a 4s objective the pick went to %s, want pod-0 (predicted to meet it)", got.Address())
+	}
+	if pr.TTFT < 1500*time.Millisecond || pr.TTFT > 2500*time.Millisecond {
+		t.Errorf("predicted TTFT on pod-0 = %v, want about 2s", pr.TTFT)
+	}
+	if got := pick(100 * time.Millisecond); got != ws[1] {
+		t.Errorf("with an objective no pod meets the pick went to %s, want pod-1 (least loaded)", got.Address())
+	}
+}
+
+// TestExploringSendsAPickAmongThePodsThatMiss: with exploreNegative 1,
+// every pick goes among the pods predicted to miss the objective.
+func TestExploringSendsAPickAmongThePodsThatMiss(t *testing.T) {
+	p, ws := sloPool(t, SLOConfig{ExploreNegative: new(1.0)})
+	admit(t, ws[1], 2) // least-load alone would pick pod 0
+	got, err := p.Pick(&Request{Model: "m", Tokens: 2000, SLO: SLO{TTFT: 4 * time.Second}}, ws, 1)
+	if err != nil || got[0] != ws[1] {
+		t.Fatalf("Pick = %v, %v; want pod-1, the pod predicted to miss", got, err)
+	}
+}
+
+// TestASheddableRequestNoPodMeetsIsRefused: with admission on, a sheddable
+// request whose objective every busy pod is predicted to miss is refused;
+// one that is not sheddable is served, and so is a sheddable one while a
+// pod is idle.
+func TestASheddableRequestNoPodMeetsIsRefused(t *testing.T) {
+	p, ws := sloPool(t, SLOConfig{Admission: true})
+	admit(t, ws[1], 1)
+	req := func(sheddable bool) *Request {
+		return &Request{Model: "m", Tokens: 2000, SLO: SLO{TTFT: 100 * time.Millisecond, Sheddable: sheddable}}
+	}
+	if _, err := p.Pick(req(true), ws, 1); err != nil {
+		t.Errorf("a sheddable request with pod-0 idle: %v, want a pick", err)
+	}
+	for _, w := range ws {
+		w.SetMetrics(&registry.Metrics{Scraped: epoch, Running: 1, KVUsage: 0.5})
+	}
+	if _, err := p.Pick(req(true), ws, 1); !errors.Is(err, ErrObjectives) {
+		t.Errorf("a sheddable request with every pod busy: %v, want ErrObjectives", err)
+	}
+	if _, err := p.Pick(req(false), ws, 1); err != nil {
+		t.Errorf("a request that is not sheddable: %v, want a pick", err)
+	}
+	ws[0].SetMetrics(&registry.Metrics{Scraped: epoch, Running: 1, KVUsage: 0.01})
+	if _, err := p.Pick(req(true), ws, 1); err != nil {
+		t.Errorf("a sheddable request with pod-0's KV cache nearly empty: %v, want a pick", err)
+	}
+}
+
+// TestAPickWithAnObjectiveAllocatesNothing: judging the candidates and
+// recording the prediction allocate nothing.
+func TestAPickWithAnObjectiveAllocatesNothing(t *testing.T) {
+	p, ws := sloPool(t, SLOConfig{})
+	e := p.(*engine)
+	var pr Prediction
+	req := &Request{Model: "m", Tokens: 2000, SLO: SLO{TTFT: 4 * time.Second}, Predicted: &pr}
+	dst := make([]*registry.Worker, 0, 2)
+	if n := testing.AllocsPerRun(100, func() { _, _ = e.AppendPick(dst[:0], req, ws, 2) }); n != 0 && !raceEnabled {
+		t.Errorf("a pick with an objective allocates %v times, want 0", n)
+	}
+}
+
+// TestSLOConfigIsValidated: a headroom factor or exploration share out of
+// range is refused, naming the field.
+func TestSLOConfigIsValidated(t *testing.T) {
+	for name, tc := range map[string]struct {
+		slo  SLOConfig
+		want string
+	}{
+		"negative factor": {SLOConfig{HeadroomFactor: -1}, "slo.headroomFactor"},
+		"NaN factor":      {SLOConfig{HeadroomFactor: math.NaN()}, "slo.headroomFactor"},
+		"share above 1":   {SLOConfig{ExploreNegative: new(1.5)}, "slo.exploreNegative"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := Config{SLO: &tc.slo}.Default().Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Validate = %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}
