@@ -63,6 +63,11 @@ type Recorder struct {
 	// The prefill/decode split's decisions, under llm-d's name and its
 	// deprecated one, which dashboards still read.
 	disagg, pdDecisions *prometheus.CounterVec
+	// The series of latency objectives, given to a model's series only
+	// once TrackObjectives was called.
+	tpot, predTTFT, predTPOT *prometheus.HistogramVec
+	violations               *prometheus.CounterVec
+	objectives               bool
 
 	mu     sync.RWMutex
 	models map[modelKey]*Series
@@ -133,13 +138,29 @@ func NewRecorder(reg prometheus.Registerer) *Recorder {
 		pdDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_d_inference_scheduler_pd_decision_total",
 			Help: "Deprecated: llm_d_inference_scheduler_disagg_decision_total's prefill/decode part under its former name: decode-only or prefill-decode."},
 			[]string{"model_name", "decision_type"}),
+		tpot:     hist("request_tpot_seconds", "Time per output token of a streamed response after its first, in seconds.", tpotBuckets),
+		predTTFT: hist("request_predicted_ttft_seconds", "Time to first token predicted for the endpoint picked, in seconds.", latencyBuckets),
+		predTPOT: hist("request_predicted_tpot_seconds", "Time per output token predicted for the endpoint picked, in seconds.", tpotBuckets),
+		violations: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "inference_objective", Name: "request_slo_violation_total",
+			Help: "Requests whose observed latency exceeded the objective they stated, by model, target model and type: ttft or tpot."},
+			append(model, "type")),
 		models: map[modelKey]*Series{},
 	}
 	if reg != nil {
 		reg.MustRegister(r.requests, r.errors, r.duration, r.ttft, r.ntpot, r.reqSizes, r.respSizes,
-			r.inTokens, r.outTokens, r.cached, r.running, r.schedule, r.attempts, r.info, r.disagg, r.pdDecisions)
+			r.inTokens, r.outTokens, r.cached, r.running, r.schedule, r.attempts, r.info, r.disagg, r.pdDecisions,
+			r.tpot, r.predTTFT, r.predTPOT, r.violations)
 	}
 	return r
+}
+
+// TrackObjectives gives the series made from now on the series of latency
+// objectives: observed time per output token, predicted latencies and
+// objectives missed. Call it before the first request.
+func (r *Recorder) TrackObjectives() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.objectives = true
 }
 
 // Info sets the build info series.
@@ -232,6 +253,17 @@ func (r *Recorder) newSeries(k modelKey) *Series {
 		outTokens: r.outTokens.WithLabelValues(model, target),
 		cached:    r.cached.WithLabelValues(model, target),
 		running:   r.running.WithLabelValues(model),
+		objectives: func() *objectiveSeries {
+			if !r.objectives {
+				return nil
+			}
+			return &objectiveSeries{
+				tpot: r.tpot.WithLabelValues(model, target), predTTFT: r.predTTFT.WithLabelValues(model, target),
+				predTPOT:      r.predTPOT.WithLabelValues(model, target),
+				ttftViolation: r.violations.WithLabelValues(model, target, "ttft"),
+				tpotViolation: r.violations.WithLabelValues(model, target, "tpot"),
+			}
+		}(),
 	}
 }
 

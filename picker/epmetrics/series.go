@@ -26,6 +26,49 @@ type Series struct {
 	outTokens prometheus.Observer
 	cached    prometheus.Observer
 	running   prometheus.Gauge
+	// objectives are the series of latency objectives; nil unless the
+	// recorder tracks them.
+	objectives *objectiveSeries
+}
+
+// objectiveSeries are a model's series of latency objectives.
+type objectiveSeries struct {
+	tpot, predTTFT, predTPOT     prometheus.Observer
+	ttftViolation, tpotViolation prometheus.Counter
+}
+
+// Predicted records the latencies predicted for the endpoint picked; a
+// zero one was not predicted.
+func (s *Series) Predicted(ttft, tpot time.Duration) {
+	if s == nil || s.objectives == nil {
+		return
+	}
+	if ttft > 0 {
+		s.objectives.predTTFT.Observe(ttft.Seconds())
+	}
+	if tpot > 0 {
+		s.objectives.predTPOT.Observe(tpot.Seconds())
+	}
+}
+
+// TTFTObjective counts a time to first token past the request's objective
+// (0: none).
+func (s *Series) TTFTObjective(ttft, objective time.Duration) {
+	if s != nil && s.objectives != nil && objective > 0 && ttft > objective {
+		s.objectives.ttftViolation.Inc()
+	}
+}
+
+// TPOT records a streamed response's time per output token and counts it
+// past the request's objective (0: none).
+func (s *Series) TPOT(tpot, objective time.Duration) {
+	if s == nil || s.objectives == nil {
+		return
+	}
+	s.objectives.tpot.Observe(tpot.Seconds())
+	if objective > 0 && tpot > objective {
+		s.objectives.tpotViolation.Inc()
+	}
 }
 
 // Labels returns the model_name and target_model_name the series carry

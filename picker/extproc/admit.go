@@ -46,15 +46,17 @@ var (
 
 // Reasons a request could not be admitted.
 var (
-	errSaturated    = errors.New("every endpoint of the pool is saturated")
-	errNoPick       = errors.New("no endpoint could be picked")
-	errNoEndpoints  = errors.New("the pool has no ready endpoint")
-	errNoDecoders   = errors.New("no ready endpoint of the pool decodes (llm-d.ai/role)")
-	errEmptySubset  = errors.New("no endpoint of the pool is in the gateway's subset")
-	errParked       = errors.New("the endpoints that serve the model are not ready")
-	errUnlabelled   = errors.New("no ready endpoint of the pool passes the policy's label filters")
+	errSaturated   = errors.New("every endpoint of the pool is saturated")
+	errNoPick      = errors.New("no endpoint could be picked")
+	errNoEndpoints = errors.New("the pool has no ready endpoint")
+	errNoDecoders  = errors.New("no ready endpoint of the pool decodes (llm-d.ai/role)")
+	errEmptySubset = errors.New("no endpoint of the pool is in the gateway's subset")
+	errParked      = errors.New("the endpoints that serve the model are not ready")
+	errUnlabelled  = errors.New("no ready endpoint of the pool passes the policy's label filters")
+	errObjectives  = errors.New("no endpoint is predicted to meet the request's latency objectives (" +
+		policy.TTFTObjectiveHeader + ", " + policy.TPOTObjectiveHeader + "), and the request is sheddable")
 	errNotAdmitted  = []error{flowcontrol.ErrQueueFull, flowcontrol.ErrTimeout, flowcontrol.ErrEvicted, flowcontrol.ErrShed, flowcontrol.ErrStopped}
-	errStatusByKind = map[error]int{errSaturated: 429, errNoPick: 503, errNoEndpoints: 503, errNoDecoders: 503, errEmptySubset: 503, errParked: 503, errUnlabelled: 503}
+	errStatusByKind = map[error]int{errSaturated: 429, errNoPick: 503, errNoEndpoints: 503, errNoDecoders: 503, errEmptySubset: 503, errParked: 503, errUnlabelled: 503, errObjectives: 429}
 )
 
 // modelNotServedError reports that no ready endpoint of the pool serves the
@@ -230,6 +232,8 @@ func (x *exchange) tryPick() (bool, error) {
 			return false, errParked
 		}
 		return false, errUnlabelled
+	case errors.Is(err, policy.ErrObjectives):
+		return false, errObjectives
 	case err != nil || len(picked) == 0:
 		return false, errNoPick
 	}
@@ -359,7 +363,7 @@ func pickFailed(err error) bool {
 			return false
 		}
 	}
-	return true
+	return !errors.Is(err, errObjectives) // shed, as flow control sheds
 }
 
 // readPriority sets the request's priority from its objective header.

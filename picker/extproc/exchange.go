@@ -113,10 +113,15 @@ type exchange struct {
 	fairnessID string // the request's flow within its priority
 	arrived    time.Time
 	routedAt   time.Time
-	span       trace.Span        // the request's span when tracing is on
-	spanCtx    context.Context   // carries span
-	series     *epmetrics.Series // the upstream series of the request's model
-	running    bool              // counted in the model's running requests
+	firstAt    time.Time // when the first token was seen
+	// predicted is what the picker predicted of the request's latencies on
+	// its primary, while the observed ones are to be learned from; reset
+	// when they would mislead (a fallback served it, or it was split).
+	predicted policy.Prediction
+	span      trace.Span        // the request's span when tracing is on
+	spanCtx   context.Context   // carries span
+	series    *epmetrics.Series // the upstream series of the request's model
+	running   bool              // counted in the model's running requests
 
 	// response side
 	respBytes    int
@@ -124,6 +129,7 @@ type exchange struct {
 	bodyNotSent  bool // the gateway sends no response body (response_body_mode NONE)
 	status       int
 	grpcFailed   bool // a gRPC response's headers carry a grpc-status other than OK
+	streamed     bool // the response streams its tokens (SSE, or a streamed gRPC call)
 	scanner      openai.StreamScanner
 	responseDone bool // the response completed or failed: it ends once
 }
@@ -425,6 +431,9 @@ func (x *exchange) route() (bool, error) {
 		x.pick.Session = &x.session
 	}
 	x.pick.SessionID = x.sessionID
+	if x.s.learner != nil {
+		x.pick.Predicted = &x.predicted
+	}
 	// The pick's latency counts the parse and the prompt's lookup, not the
 	// time the request waits in the flow-control queue.
 	prePick := x.s.opts.Clock.Now().Sub(start)
@@ -461,7 +470,13 @@ func (x *exchange) route() (bool, error) {
 	}
 	if x.series != nil {
 		x.series.Routed(x.priority, x.requestSize())
+		x.series.Predicted(x.predicted.TTFT, x.predicted.TPOT)
 		x.running = true
+	}
+	if x.prefill != nil || x.encode != nil {
+		// Its first token comes after another pod's work: not the
+		// primary's latency alone.
+		x.predicted.Reset()
 	}
 	prefiller, encoder := "", ""
 	if x.s.opts.Disaggregation != nil {
@@ -620,6 +635,7 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 			x.grpcFailed, grpcStatus = x.grpc && grpcStatusValue(hv) != 0, true
 		case "content-type":
 			streaming = strings.HasPrefix(headerValue(hv), "text/event-stream")
+			x.streamed = streaming || x.grpc && x.parsed.Stream
 		case "content-length":
 			if n, err := strconv.Atoi(headerValue(hv)); err == nil && n >= 0 {
 				x.respLength = n
@@ -688,6 +704,7 @@ func (x *exchange) followServed(md *corev3.Metadata) {
 		}
 		phase := x.guard.Phase()
 		x.release(reasonFallback)
+		x.predicted.Reset() // made for the primary
 		if phase == registry.Released {
 			return
 		}
@@ -755,10 +772,33 @@ func (x *exchange) upstreamFailed() {
 func (x *exchange) firstToken() {
 	if x.guard.FirstToken() && !x.tunnel {
 		now := x.s.opts.Clock.Now()
+		x.firstAt = now
 		x.s.metrics.ttft.Observe(now.Sub(x.routedAt).Seconds())
 		if x.series != nil {
 			x.series.FirstToken(now.Sub(x.arrived))
+			x.series.TTFTObjective(now.Sub(x.arrived), x.pick.SLO.TTFT)
 		}
+		if x.streamed && x.predicted.Made() {
+			// A reply sent whole has its first token at its end: its
+			// time is not a time to first token.
+			x.s.learner.ObserveTTFT(&x.predicted, now.Sub(x.routedAt))
+		}
+	}
+}
+
+// learnTPOT records the time per output token of a streamed response that
+// completed: the time from its first token to its end over the tokens
+// after the first, as the model server counted them (the usage it
+// reports).
+func (x *exchange) learnTPOT() {
+	tokens := x.scanner.Usage().CompletionTokens
+	if !x.streamed || x.firstAt.IsZero() || tokens < 2 {
+		return
+	}
+	tpot := x.s.opts.Clock.Now().Sub(x.firstAt) / time.Duration(tokens-1)
+	x.series.TPOT(tpot, x.pick.SLO.TPOT)
+	if x.predicted.Made() {
+		x.s.learner.ObserveTPOT(&x.predicted, tpot)
 	}
 }
 
@@ -772,6 +812,7 @@ func (x *exchange) completed() {
 	x.responseDone = true
 	if x.running && !x.tunnel { // a session's length is the user's, not a request's latency
 		x.series.Completed(x.s.opts.Clock.Now().Sub(x.arrived), x.responseSize(), x.scanner.Usage())
+		x.learnTPOT()
 	}
 	x.release(reasonCompleted)
 }

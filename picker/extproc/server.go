@@ -139,6 +139,14 @@ type Locator interface {
 	Locate(ctx context.Context, model string, r *openai.Request, dst *policy.Shared) (bool, error)
 }
 
+// latencyLearner is a picker that predicts each request's latencies on the
+// endpoint it picks (policy.Request.Predicted) and learns from the ones
+// observed.
+type latencyLearner interface {
+	policy.LatencyObserver
+	Predicts() bool
+}
+
 // knower is a picker that can tell whether its own index knows a prompt.
 type knower interface {
 	Knows(req *policy.Request) bool
@@ -153,6 +161,7 @@ type Server struct {
 
 	reg      Workers
 	picker   Picker
+	learner  latencyLearner // the picker, when it predicts latencies; else nil
 	opts     Options
 	metrics  *serverMetrics
 	upstream *epmetrics.Recorder
@@ -219,10 +228,11 @@ func New(reg Workers, picker Picker, opts Options) *Server {
 		opts.Log = logr.Discard()
 	}
 	budget := &bodyBudget{limit: int64(opts.MaxBufferedBodyBytes)}
-	s := &Server{reg: reg, picker: picker, opts: opts, budget: budget,
+	s := &Server{reg: reg, opts: opts, budget: budget,
 		metrics: newServerMetrics(opts.Registerer, budget), upstream: epmetrics.NewRecorder(opts.Registerer),
 		rewrites: epmetrics.NewRewriteDecisions(opts.Registerer)}
 	s.upstream.OnlyServed(func(model string) bool { return policy.Served(model, reg.Workers()) })
+	s.usePicker(picker)
 	s.states.New = func() any { return &exchange{} }
 	s.attrFailed = make([]atomic.Bool, len(opts.Attributes))
 	if r, ok := reg.(Roles); ok {
@@ -236,6 +246,15 @@ func New(reg Workers, picker Picker, opts Options) *Server {
 		l.AddListener(s.endpoints)
 	}
 	return s
+}
+
+// usePicker makes p the server's picker, before the first request.
+func (s *Server) usePicker(p Picker) {
+	s.picker, s.learner = p, nil
+	if l, ok := p.(latencyLearner); ok && l.Predicts() {
+		s.learner = l
+		s.upstream.TrackObjectives()
+	}
 }
 
 // endpointSeries deletes the per-endpoint series of the workers that leave

@@ -45,9 +45,10 @@ const (
 	// minSamples is the samples a model takes in before its predictions
 	// are used: until then an objective is not judged.
 	minSamples = 16
-	// Each pod's factor is a moving average of its observed / predicted
-	// ratio, weighing a new sample factorAlpha, within [minFactor,
-	// maxFactor].
+	// Each pod's factor is the mean of its observed / predicted ratios
+	// over its first samples, then a moving average weighing a new one
+	// factorAlpha, within [minFactor, maxFactor]. It is learned once the
+	// model has taken in a sample for each feature.
 	factorAlpha = 0.1
 	minFactor   = 0.25
 	maxFactor   = 4
@@ -151,8 +152,12 @@ type model struct {
 	ttftOK, tpotOK bool // learned enough to be used
 }
 
-// podFactors are one pod's observed / predicted ratios, as float64 bits.
-type podFactors struct{ ttft, tpot atomic.Uint64 }
+// podFactors are one pod's observed / predicted ratios, as float64 bits,
+// and how many samples each has taken in.
+type podFactors struct {
+	ttft, tpot   atomic.Uint64
+	nTTFT, nTPOT int // under the predictor's lock
+}
 
 func (f *podFactors) load(v *atomic.Uint64) float64 {
 	if b := v.Load(); b != 0 {
@@ -239,25 +244,27 @@ func (p *predictor) observe(pr *Prediction, d time.Duration, tpot bool) {
 	y := d.Seconds()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	f, m := &p.ttft, p.published.Load()
-	coef, ok := m.ttft, m.ttftOK
+	f := &p.ttft
 	if tpot {
-		f, coef, ok = &p.tpot, m.tpot, m.tpotOK
+		f = &p.tpot
 	}
+	coef := f.theta
 	if pf := p.factors.of(pr.worker); pf != nil {
-		v := &pf.ttft
+		v, n := &pf.ttft, &pf.nTTFT
 		if tpot {
-			v = &pf.tpot
+			v, n = &pf.tpot, &pf.nTPOT
 		}
 		factor := pf.load(v)
-		if predicted := dot(&coef, &pr.x); ok && predicted > 0 {
-			factor = min(max(factor+factorAlpha*(y/predicted-factor), minFactor), maxFactor)
+		if predicted := dot(&coef, &pr.x); f.n >= nFeatures && predicted > 0 {
+			*n++
+			alpha := max(factorAlpha, 1/float64(*n))
+			factor = min(max(factor+alpha*(y/predicted-factor), minFactor), maxFactor)
 			v.Store(math.Float64bits(factor))
 		}
 		y /= factor
 	}
 	f.add(&pr.x, y)
-	next := *m
+	next := *p.published.Load()
 	next.ttft, next.ttftOK = p.ttft.theta, p.ttft.n >= minSamples
 	next.tpot, next.tpotOK = p.tpot.theta, p.tpot.n >= minSamples
 	p.published.Store(&next)

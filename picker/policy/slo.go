@@ -153,6 +153,10 @@ func (e *engine) predicted(p *pick, primary *registry.Worker, out *Prediction) {
 	out.Reset()
 }
 
+// Predicts reports whether the policy predicts latencies (Config.SLO):
+// whether Request.Predicted is filled and the observed latencies learned.
+func (e *engine) Predicts() bool { return e.slo != nil }
+
 // ObserveTTFT implements LatencyObserver.
 func (e *engine) ObserveTTFT(p *Prediction, ttft time.Duration) {
 	if e.slo != nil {

@@ -1,0 +1,123 @@
+package extproc
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/inferpick/inferpick/picker/policy"
+)
+
+// predictEnv is two workers, the fast one prefilling a prompt token in a
+// millisecond and the slow one in four, both producing an output token
+// every 20 ms, and a least-load policy that predicts latencies, on a fake
+// clock the test moves as the servers would take.
+type predictEnv struct {
+	*env
+	clk      *clocktesting.FakePassiveClock
+	perToken map[string]time.Duration
+}
+
+const predictTPOT = 20 * time.Millisecond
+
+func newPredictEnv(t *testing.T, slo policy.SLOConfig) *predictEnv {
+	t.Helper()
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	e := newEnv(t, twoWorkers, func(o *Options) { o.Clock = clk })
+	pol, err := policy.Build(policy.Config{Name: policy.LeastLoad, SLO: &slo}, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.usePicker(pol)
+	return &predictEnv{env: e, clk: clk, perToken: map[string]time.Duration{twoWorkers[0]: time.Millisecond, twoWorkers[1]: 4 * time.Millisecond}}
+}
+
+// begin sends a streamed chat of about tokens prompt tokens and returns
+// its stream and the primary it was routed to.
+func (e *predictEnv) begin(tokens int, headers ...string) (*session, string) {
+	body := chatBody("m", strings.Repeat("a", 4*tokens))
+	s := e.open()
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil, headers...)
+	s.requestBody(body, true)
+	primary, _, _ := strings.Cut(s.routed(true).dest, ",")
+	return s, primary
+}
+
+// serve answers a request begun on dest as its server would: the first
+// token after its prompt's prefill, then ten more.
+func (e *predictEnv) serve(s *session, dest string, tokens int) {
+	e.clk.SetTime(e.clk.Now().Add(time.Duration(tokens) * e.perToken[dest]))
+	s.responseHeaders(200, "text/event-stream", false, "")
+	s.recv()
+	s.responseBody(sse("a"), false)
+	s.recv()
+	e.clk.SetTime(e.clk.Now().Add(10 * predictTPOT))
+	s.responseBody(`data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":11}}`+"\n\n"+sseDone, true)
+	s.recv()
+}
+
+// histogram returns the sample count and sum of a histogram family.
+func (e *predictEnv) histogram(name string) (uint64, float64) {
+	e.t.Helper()
+	families, err := e.metrics.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var n uint64
+	var sum float64
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				h := m.GetHistogram()
+				n, sum = n+h.GetSampleCount(), sum+h.GetSampleSum()
+			}
+		}
+	}
+	return n, sum
+}
+
+// A picker that predicts latencies learns them from the responses it sees
+// through the stream: after 100 streamed requests of 500 to 2,000 prompt
+// tokens on both pods, a 1,500-token prompt routed to the slow pod is
+// predicted to take about 6 s to its first token there and 20 ms a token
+// after it, and the upstream series of observed time per output token and
+// of predicted latencies are filled (predictions from the 17th request on,
+// once the model has learned from 16).
+const trainN = 100
+
+func TestTheLatenciesSeenOnTheStreamsArePredicted(t *testing.T) {
+	e := newPredictEnv(t, policy.SLOConfig{})
+	for i := range trainN {
+		tokens := 500 + i*377%1500
+		s, dest := e.begin(tokens)
+		e.serve(s, dest, tokens)
+	}
+	if n, sum := e.histogram("inference_objective_request_tpot_seconds"); n != trainN || math.Abs(sum-trainN*predictTPOT.Seconds()) > 1e-9 {
+		t.Errorf("request_tpot_seconds: %d samples summing %.4f s, want %d of 20 ms", n, sum, trainN)
+	}
+	if n, _ := e.histogram("inference_objective_request_predicted_ttft_seconds"); n != trainN-16 {
+		t.Errorf("request_predicted_ttft_seconds: %d samples, want %d", n, trainN-16)
+	}
+
+	g := e.worker(twoWorkers[0]).Admit() // least-load then sends the next to the slow pod
+	defer g.Release()
+	_, sumTTFT := e.histogram("inference_objective_request_predicted_ttft_seconds")
+	nTPOT, sumTPOT := e.histogram("inference_objective_request_predicted_tpot_seconds")
+	s, slow := e.begin(1500)
+	if slow != twoWorkers[1] {
+		t.Fatalf("routed to %s, want the idle slow pod %s", slow, twoWorkers[1])
+	}
+	_, after := e.histogram("inference_objective_request_predicted_ttft_seconds")
+	if got := after - sumTTFT; got < 5 || got > 7 {
+		t.Errorf("predicted TTFT on the slow pod = %.2f s, want about 6 s", got)
+	}
+	n, afterTPOT := e.histogram("inference_objective_request_predicted_tpot_seconds")
+	if got := afterTPOT - sumTPOT; n <= nTPOT || math.Abs(got-predictTPOT.Seconds()) > 0.005 {
+		t.Errorf("predicted TPOT on the slow pod = %.4f s (%d samples before, %d after), want about 0.020 s", got, nTPOT, n)
+	}
+	e.serve(s, slow, 1500)
+
+}
