@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/inferpick/inferpick/picker/policy"
 	"github.com/inferpick/inferpick/picker/registry"
@@ -1099,6 +1100,10 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(pdDoc("- {type: by-label, name: fast, parameters: {label: role, validValues: [prefill]}}\n- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {deciders: {prefill: always-disagg-pd-decider}}\n")))
 	f.Add([]byte(header + "plugins:\n- type: prefix-cache-scorer\n- {type: max-score-picker, parameters: {maxNumOfEndpoints: 2}}\n- type: data-parallel-profile-handler\n  parameters: {primaryPort: 8000}\n"))
 	f.Add([]byte("policy:\n  dataParallel: {primaryPort: 8000}\n"))
+	f.Add([]byte(latencyDoc("- {type: predicted-latency-producer, parameters: {sloBufferFactor: 1.5, contextTTL: 5m}}\n- {name: s, type: prefix-cache-affinity-filter, parameters: {affinityThreshold: 0.99}}\n- {type: slo-headroom-tier-filter, parameters: {epsilonExploreNeg: 0.02}}\n- type: latency-scorer\n- type: weighted-random-picker\n- type: latency-slo-admitter\n",
+		"  - pluginRef: predicted-latency-producer\n  - pluginRef: s\n  - pluginRef: slo-headroom-tier-filter\n  - pluginRef: latency-scorer\n  - pluginRef: weighted-random-picker\n")))
+	f.Add([]byte(latencyDoc("- type: predicted-latency-scorer\n  parameters: {sloBufferFactor: 2, epsilonExploreNeg: 0.5, maxSampledTokens: 3}\n", "  - pluginRef: predicted-latency-scorer\n")))
+	f.Add([]byte("policy:\n  slo: {headroomFactor: 1.2, exploreNegative: 0, admission: true}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Parse(data)
 		if err != nil {
@@ -1139,7 +1144,22 @@ func FuzzParse(f *testing.F) {
 		if err := got.Policy.Default().Validate(); err != nil && strings.Contains(err.Error(), "weightedScorer.") {
 			t.Fatalf("weighted scorer the policy refuses (%v) accepted from:\n%s", err, data)
 		}
+		if err := got.Policy.Default().Validate(); err != nil && strings.Contains(err.Error(), "slo.") && translated(data) {
+			t.Fatalf("slo block the policy refuses (%v) translated from:\n%s", err, data)
+		}
 	})
+}
+
+// translated reports whether data is upstream's EndpointPickerConfig,
+// which Parse checks against the policy's rules, where inferpick's own
+// document is checked when the policy is built.
+func translated(data []byte) bool {
+	var root yaml.Node
+	if yaml.Unmarshal(data, &root) != nil || len(root.Content) == 0 {
+		return false
+	}
+	kind := lookup(root.Content[0], "kind")
+	return kind != nil && kind.Value == endpointPickerKind
 }
 
 // checkParse checks that Parse reads in as want, and returns what it read.

@@ -97,6 +97,16 @@ var known = map[string]role{
 	roundRobin:       {},
 	globalStrict:     {},
 	staticUsageLimit: {},
+	// Upstream's latency plugins: the policy's slo block (latency.go).
+	// The affinity filters and the weighted-random picker load only
+	// beside a predictor; the admitter acts wherever it is listed.
+	latencyProducer:        {inProfile: true},
+	predictedLatencyScorer: {inProfile: true},
+	latencyScorer:          {inProfile: true},
+	tierFilter:             {inProfile: true},
+	sloAdmitter:            {inProfile: true},
+	affinityFilter:         {inProfile: true},
+	weightedRandom:         {inProfile: true},
 }
 
 // instead says what to use for plugin types that are not translated.
@@ -132,8 +142,10 @@ func (u *upstream) checkPlugin(p plugin) error {
 		return u.readDataSource(p)
 	case "core-metrics-extractor":
 		return u.readExtractor(p)
-	case "max-score-picker":
+	case maxScorePicker, weightedRandom:
 		return u.readPicker(p)
+	case latencyProducer, predictedLatencyScorer, latencyScorer, tierFilter, sloAdmitter, affinityFilter:
+		return u.readLatency(p)
 	case activeRequestScorer:
 		return u.readActiveRequest(p)
 	case loadAwareScorer:
@@ -174,9 +186,9 @@ func (u *upstream) checkPlugin(p plugin) error {
 	return nil
 }
 
-// readPicker reads the max-score picker's maxNumOfEndpoints: how many
-// endpoints the destination header lists, the primary and its fallbacks.
-// Upstream takes a value under 1 as 1.
+// readPicker reads a picker's maxNumOfEndpoints (the max-score or the
+// weighted-random picker's): how many endpoints the destination header
+// lists, the primary and its fallbacks. Upstream takes a value under 1 as 1.
 func (u *upstream) readPicker(p plugin) error {
 	if !hasParams(p) {
 		return nil
@@ -184,7 +196,7 @@ func (u *upstream) readPicker(p plugin) error {
 	for i := 0; i+1 < len(p.params.Content); i += 2 {
 		k, v := p.params.Content[i], p.params.Content[i+1]
 		if k.Value != "maxNumOfEndpoints" {
-			u.warn(fmt.Sprintf("max-score-picker parameter %s has no effect: the picker takes maxNumOfEndpoints only", k.Value))
+			u.warn(fmt.Sprintf("%s parameter %s has no effect: the picker takes maxNumOfEndpoints only", p.typ, k.Value))
 			continue
 		}
 		n, err := integer(p.typ, k.Value, v)
@@ -192,7 +204,7 @@ func (u *upstream) readPicker(p plugin) error {
 			return err
 		}
 		if n < 1 {
-			u.warn(fmt.Sprintf("max-score-picker maxNumOfEndpoints %d is taken as 1, as upstream does: the primary endpoint alone, no fallback", n))
+			u.warn(fmt.Sprintf("%s maxNumOfEndpoints %d is taken as 1, as upstream does: the primary endpoint alone, no fallback", p.typ, n))
 			n = 1
 		}
 		u.maxEndpoints[p.name] = n

@@ -121,9 +121,11 @@ func (u *upstream) translate(refs []profileRef) error {
 	scorers, precise, picker := 0, false, false
 	var sessionScorers, sessionFilters, lengths []string
 	tokenizer := false
+	var lp latencyProfile
 	for _, ref := range refs {
 		p := u.plugins[ref.name]
 		role := known[p.typ]
+		lp.note(ref.name, p.typ)
 		if role.cacheAware {
 			precise = true
 			continue
@@ -151,13 +153,17 @@ func (u *upstream) translate(refs []profileRef) error {
 		if !role.inProfile {
 			return fmt.Errorf("line %d: plugin %q (%s) cannot be in a scheduling profile", ref.line, ref.name, p.typ)
 		}
-		if p.typ == maxScorePicker {
+		if p.typ == maxScorePicker || p.typ == weightedRandom {
 			picker = true
 		}
 		if n, ok := u.maxEndpoints[ref.name]; ok {
 			u.out.MaxEndpoints = n
 		}
 	}
+	if err := u.onlyBesideAPredictor(lp); err != nil {
+		return err
+	}
+	u.applyLatency(refs, lp)
 	if !picker {
 		u.addPicker()
 	}
@@ -180,6 +186,14 @@ func (u *upstream) translate(refs []profileRef) error {
 		return nil
 	}
 	u.out.Policy.Name = policy.WeightedScorer
+	if len(lp.predictors) > 0 && scorers == 0 {
+		// The latency pipeline weighs no scorer of ours: the pods
+		// predicted to meet a request's objectives are ranked by
+		// cache-aware, whose cost model does what the pipeline's
+		// affinity filters do.
+		u.out.Policy.Name = policy.CacheAware
+		return nil
+	}
 	if scorers == 0 || ws == (policy.WeightedScorerConfig{}) {
 		// No scorer, or all weighted 0: every endpoint ties, and the
 		// max-score picker breaks ties at random.

@@ -68,6 +68,9 @@ type upstream struct {
 	labelFilters map[string]policy.LabelFilter
 	// attrKeys holds the line of each request-attribute-reporter's key.
 	attrKeys attrKeys
+	// latency holds what each latency plugin's parameters ask of the slo
+	// block, by name (latency.go).
+	latency map[string]latencyParams
 }
 
 // fromUpstream translates an EndpointPickerConfig: one scheduling profile of
