@@ -131,6 +131,7 @@ var cases = map[string][]string{
 	"gke":           {"gke.yaml"},
 	"istio":         {"istio.yaml"},
 	"kv-listen":     {"kv-listen.yaml"},
+	"slo":           {"slo.yaml"},
 }
 
 func TestLint(t *testing.T) {
@@ -192,6 +193,14 @@ func TestBadValues(t *testing.T) {
 		"an attribute in upstream's key form": {
 			sets: []string{"picker.attributes[0].key.name=cost", "picker.attributes[0].name=cost", "picker.attributes[0].expression=usage.total_tokens"},
 			want: []string{"attributes", "key"},
+		},
+		"a share of exploring picks above 1": {
+			sets: []string{"picker.config.slo.exploreNegative=1.5"},
+			want: []string{"slo", "exploreNegative"},
+		},
+		"a headroom factor of 0": {
+			sets: []string{"picker.config.slo.headroomFactor=0"},
+			want: []string{"slo", "headroomFactor"},
 		},
 		"a context-length label Kubernetes refuses": {
 			sets: []string{"picker.config.contextLength.label=a label"},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -28,6 +29,7 @@ func TestEveryPolicyKeyPassesTheValues(t *testing.T) {
 	full.SessionAffinity.Header, full.SessionAffinity.Key, full.SessionAffinity.Mode = "x-session-id", policy.SessionID, policy.SessionPrefer
 	full.WeightedScorer.ActiveRequest.MaxBusyScore = 0.5
 	full.ContextLength.Label = "example.com/prompt-tokens"
+	*full.SLO.ExploreNegative = 0.25
 	filters := []policy.LabelFilter{
 		{Label: "example.com/gpu", Values: []string{"h100", ""}, AllowsNoLabel: true},
 		{Selector: &policy.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}, MatchExpressions: []policy.LabelRequirement{
@@ -115,6 +117,39 @@ func TestDisaggregationOfEveryRequestPassesTheValues(t *testing.T) {
 				t.Errorf("disaggregation the picker reads (-want +got):\n%s\nconfig.yaml:\n%s", diff, doc)
 			}
 		})
+	}
+}
+
+// The slo block reaches the picker as the values give it, an empty one
+// included (which turns routing by latency objectives on with its
+// defaults), and the picker's container is the only one: no predictor
+// sidecar.
+func TestSLOBlockPassesTheValues(t *testing.T) {
+	for name, tc := range map[string]struct {
+		block string
+		want  *policy.SLOConfig
+	}{
+		"an empty block": {"slo: {}", &policy.SLOConfig{}},
+		"admission":      {"slo: {admission: true}", &policy.SLOConfig{Admission: true}},
+		"every field":    {"slo: {headroomFactor: 1.2, exploreNegative: 0, admission: true}", &policy.SLOConfig{HeadroomFactor: 1.2, ExploreNegative: new(float64), Admission: true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, doc := pickerConfig(t, "picker:\n  config:\n    "+tc.block+"\n")
+			if diff := cmp.Diff(tc.want, f.Policy.SLO); diff != "" {
+				t.Errorf("slo block the picker reads (-want +got):\n%s\nconfig.yaml:\n%s", diff, doc)
+			}
+		})
+	}
+	out, errOut, err := template(t, "--values", filepath.Join("testdata", "values", "pool.yaml"), "--values", filepath.Join("testdata", "values", "slo.yaml"))
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, errOut)
+	}
+	var dep appsv1.Deployment
+	if !parseManifest(t, out).decode(t, "Deployment", &dep) {
+		t.Fatal("no Deployment")
+	}
+	if names := containerNames(&dep); len(names) != 1 {
+		t.Errorf("containers %v with the slo block, want the picker's alone", names)
 	}
 }
 
