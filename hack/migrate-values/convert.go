@@ -235,10 +235,7 @@ func (c *converter) extension() {
 		c.tracing()
 	}
 	c.take(ie + "tracing")
-	if on, _ := c.take(ie + "latencyPredictor.enabled"); on == true {
-		c.note("inferenceExtension.latencyPredictor dropped: inferpick has no latency predictor; its cache-aware policy needs no training servers")
-	}
-	c.take(ie + "latencyPredictor")
+	c.latencyPredictor()
 	c.move(ie+"metricsDataSource.path", "picker.modelServerMetrics.path")
 	if s, ok := c.take(ie + "metricsDataSource.scheme"); ok && s != "http" {
 		c.note("inferenceExtension.metricsDataSource.scheme %v dropped: inferpick scrapes model servers over plain HTTP", s)
@@ -246,6 +243,31 @@ func (c *converter) extension() {
 	c.take(ie + "metricsDataSource.insecureSkipVerify")
 	if es, ok := c.take(ie + "endpointsServer"); ok && !empty(es) {
 		c.note("inferenceExtension.endpointsServer dropped: the chart serves an InferencePool; for a pool-less picker run it with --endpoint-selector and --endpoint-target-ports")
+	}
+}
+
+// latencyPredictor drops upstream's latency predictor values: what its
+// plugins do is the policy's slo block (set by pluginsConfig from the
+// plugins the picker reads), and the picker learns its predictions itself,
+// with no training or prediction sidecar.
+func (c *converter) latencyPredictor() {
+	const lp = "inferenceExtension.latencyPredictor."
+	on, _ := c.take(lp + "enabled")
+	var dropped []string
+	for _, k := range []string{"trainingServer", "predictionServers", "eppEnv"} {
+		if v, ok := c.take(lp + k); ok && !empty(v) {
+			dropped = append(dropped, k)
+		}
+	}
+	c.take("inferenceExtension.latencyPredictor")
+	if on != true {
+		return
+	}
+	if len(dropped) > 0 {
+		c.note("inferenceExtension.latencyPredictor.%s dropped: the picker learns its latency predictions itself, no sidecar is needed", strings.Join(dropped, ", "))
+	}
+	if c.get("picker.config.slo") == nil {
+		c.note("inferenceExtension.latencyPredictor.enabled has no effect here: the plugins config the values name (pluginsConfigFile) gives no slo block, its profile listing no predicted-latency-producer, and upstream then routes by no prediction either (set picker.config.slo to route by latency objectives)")
 	}
 }
 
@@ -358,6 +380,14 @@ func (c *converter) pluginsConfig() {
 			c.note("inferenceExtension.pluginsConfigFile %s is not in pluginsCustomConfig: the picker's default policy (cache-aware) is used", name)
 			return
 		}
+		if on, _ := c.peek(ie + "latencyPredictor.enabled"); on == true {
+			// The upstream chart's default plugins are then its latency
+			// pipeline, which the picker reads as cache-aware with the
+			// slo block and admission.
+			c.set("picker.config.slo", map[string]any{"admission": true})
+			c.note("inferenceExtension.latencyPredictor.enabled becomes picker.config.slo {admission: true}: a request stating x-slo-ttft-ms or x-slo-tpot-ms goes to the pods predicted to meet them, ranked by the cache-aware policy, and a sheddable one that none is predicted to meet is refused, as upstream's latency plugins do")
+			return
+		}
 		c.note("upstream's default scheduling profile (queue 2, KV cache 2, prefix 3) is inferpick's weighted-scorer; the picker now uses its default cache-aware policy (set picker.config.name: weighted-scorer to keep upstream's scoring)")
 		return
 	}
@@ -388,6 +418,15 @@ func (c *converter) pluginsConfig() {
 		}
 		block["minUncachedTokens"] = d.MinUncachedTokens
 		c.set("picker.config.disaggregation", block)
+	}
+	if f.Policy.SLO != nil {
+		// A block that is there, even empty, turns routing by latency
+		// objectives on: set it whatever prune left.
+		block := map[string]any{}
+		if b, err := yaml.Marshal(f.Policy.SLO); err == nil {
+			_ = yaml.Unmarshal(b, &block)
+		}
+		c.set("picker.config.slo", block)
 	}
 	if f.MetricsPath != "" {
 		c.set("picker.modelServerMetrics.path", f.MetricsPath)

@@ -442,6 +442,64 @@ picker:
 pool: {selector: {matchLabels: {app: m}}}
 `,
 		},
+		"upstream's latency predictor: the slo block with admission, and no sidecar": {
+			upstream: `
+inferenceExtension:
+  latencyPredictor:
+    enabled: true
+    trainingServer:
+      image: {hub: example.com, name: latencypredictor-training-server, tag: v1}
+      port: 8000
+      config: {LATENCY_RETRAINING_INTERVAL_SEC: "1"}
+    predictionServers:
+      count: 10
+      startPort: 8001
+    eppEnv:
+      LATENCY_MAX_SAMPLE_SIZE: "10000"
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker: {config: {slo: {admission: true}}}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{
+				"inferenceExtension.latencyPredictor.trainingServer, predictionServers, eppEnv dropped: the picker learns its latency predictions itself, no sidecar is needed",
+				"inferenceExtension.latencyPredictor.enabled becomes picker.config.slo {admission: true}",
+			},
+			noNotes: []string{"weighted-scorer", "has no effect"},
+		},
+		"the latency predictor's rendered config named as a custom one reads the same": {
+			upstream: strings.Replace(customConfig("latency.yaml", readSample(t, "gie-v1.5.0-latency-predictor-config.yaml")),
+				"inferenceExtension:\n", "inferenceExtension:\n  latencyPredictor: {enabled: true}\n", 1),
+			want: `
+picker: {config: {name: cache-aware, slo: {admission: true}}, modelServerMetrics: {path: /metrics}}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes:   []string{"strict-affinity-filter (prefix-cache-affinity-filter) affinityThreshold 0.99 has no effect"},
+			noNotes: []string{"dropped: the picker learns", "has no effect here"},
+		},
+		"the latency predictor beside a config without its plugins: nothing routes by latency, as upstream": {
+			upstream: strings.Replace(customConfig("q.yaml", "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n"),
+				"inferenceExtension:\n", "inferenceExtension:\n  latencyPredictor: {enabled: true}\n", 1),
+			want: `
+picker: {config: {name: weighted-scorer, weightedScorer: {queueWeight: 1}}}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"inferenceExtension.latencyPredictor.enabled has no effect here"},
+		},
+		"the latency predictor's values while it is off are dropped without a word": {
+			upstream: `
+inferenceExtension:
+  latencyPredictor:
+    enabled: false
+    predictionServers: {count: 2}
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want:    `pool: {selector: {matchLabels: {app: m}}}`,
+			noNotes: []string{"latencyPredictor"},
+		},
 		"llm-d's precise prefix-cache routing: cache-aware on the pods' KV-cache events": {
 			upstream: customConfig("precise.yaml", readConfig(t, "llm-d-precise-prefix-plugins.yaml")),
 			want: `
