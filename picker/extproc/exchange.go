@@ -789,9 +789,12 @@ func (x *exchange) firstToken() {
 // learnTPOT records the time per output token of a streamed response that
 // completed: the time from its first token to its end over the tokens
 // after the first, as the model server counted them (the usage it
-// reports).
+// reports), or else as its events that carried output.
 func (x *exchange) learnTPOT() {
 	tokens := x.scanner.Usage().CompletionTokens
+	if tokens == 0 {
+		tokens = x.scanner.OutputEvents()
+	}
 	if !x.streamed || x.firstAt.IsZero() || tokens < 2 {
 		return
 	}

@@ -121,3 +121,25 @@ func TestTheLatenciesSeenOnTheStreamsArePredicted(t *testing.T) {
 	e.serve(s, slow, 1500)
 
 }
+
+// A streamed response whose server reports no usage has its time per
+// output token taken over the events that carried output: five tokens 20
+// ms apart are 20 ms a token.
+func TestTheTimePerOutputTokenOfAStreamWithoutUsage(t *testing.T) {
+	e := newPredictEnv(t, policy.SLOConfig{})
+	s, _ := e.begin(100)
+	s.responseHeaders(200, "text/event-stream", false, "")
+	s.recv()
+	for i := range 5 {
+		if i > 0 {
+			e.clk.SetTime(e.clk.Now().Add(predictTPOT))
+		}
+		s.responseBody(sse("a"), false)
+		s.recv()
+	}
+	s.responseBody(sseDone, true)
+	s.recv()
+	if n, sum := e.histogram("inference_objective_request_tpot_seconds"); n != 1 || math.Abs(sum-predictTPOT.Seconds()) > 1e-9 {
+		t.Errorf("request_tpot_seconds: %d samples summing %.4f s, want one of 20 ms", n, sum)
+	}
+}

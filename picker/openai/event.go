@@ -25,6 +25,9 @@ func (s *StreamScanner) event(data []byte) (Events, bool) {
 	var ev Events
 	if e.token || e.responseDelta() {
 		ev |= FirstToken
+		if !s.json {
+			s.outputs++
+		}
 	}
 	if e.failed {
 		ev |= Failed

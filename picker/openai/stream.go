@@ -84,6 +84,7 @@ type StreamScanner struct {
 	stopped bool   // overflowed: read nothing more
 	once    Events // events reported that are reported only once
 	usage   Usage
+	outputs int // events of a stream that carried output
 
 	// Where a JSON body stands: nesting depth and string state, so that its
 	// end is seen without parsing it chunk by chunk.
@@ -123,6 +124,11 @@ func keep(b []byte) []byte {
 
 // Usage returns the latest usage read, zero if none.
 func (s *StreamScanner) Usage() Usage { return s.usage }
+
+// OutputEvents returns how many events of a stream carried output: as vLLM
+// streams by default, one per step of the model, a token each when it
+// decodes one token a step.
+func (s *StreamScanner) OutputEvents() int { return s.outputs }
 
 func (s *StreamScanner) limit() int {
 	if s.Limit > 0 {

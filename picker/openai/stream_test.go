@@ -249,3 +249,25 @@ func TestStreamScannerWarmFeedDoesNotAllocate(t *testing.T) {
 		t.Errorf("a warm scanner allocated %v times per stream, want 0", allocs)
 	}
 }
+
+// TestOutputEventsCountTheEventsThatCarryOutput: a stream's output events
+// are those whose choices carry output, not its role-only first event, its
+// usage-only last one or [DONE]; a JSON body has none, and Reset forgets
+// them.
+func TestOutputEventsCountTheEventsThatCarryOutput(t *testing.T) {
+	var s StreamScanner
+	s.Reset(true)
+	s.Feed([]byte(`data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]}` + "\n\n"))
+	for _, tok := range []string{"a", "b", "c"} {
+		s.Feed([]byte(`data: {"choices":[{"index":0,"delta":{"content":"` + tok + `"}}]}` + "\n\n"))
+	}
+	s.Feed([]byte(`data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":3}}` + "\n\ndata: [DONE]\n\n"))
+	if got := s.OutputEvents(); got != 3 {
+		t.Errorf("OutputEvents = %d, want 3", got)
+	}
+	s.Reset(false)
+	s.Feed([]byte(`{"choices":[{"index":0,"message":{"content":"abc"}}]}`))
+	if got := s.OutputEvents(); got != 0 {
+		t.Errorf("OutputEvents of a JSON body = %d, want 0", got)
+	}
+}
