@@ -286,3 +286,44 @@ func timePicks(b *testing.B, p Policy, reqs []*Request, ws []*registry.Worker) {
 		i++
 	}
 }
+
+// BenchmarkPickObjectives is BenchmarkPick's cache-aware pick of requests
+// that state a TTFT objective, on a predictor that has learned from 64
+// responses (slower on every other pod), so that the candidates split
+// into pods predicted to meet it and pods predicted to miss it; with the
+// prediction recorded for the primary.
+func BenchmarkPickObjectives(b *testing.B) {
+	for _, workers := range []int{8, 100, 1000} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			reg, ws := bigPool(workers)
+			p, err := Build(Config{Name: CacheAware, SLO: &SLOConfig{}}, reg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			const tenants = 50
+			systems := make([][]byte, tenants)
+			for i := range systems {
+				systems[i] = text(fmt.Sprint("tenant", i), 16<<10)
+			}
+			var pr Prediction
+			reqs := make([]*Request, 64)
+			for i := range reqs {
+				reqs[i] = &Request{Model: "m", Prompt: [][]byte{systems[i%tenants], text(fmt.Sprint("conv", i), 16<<10)},
+					Tokens: 32 << 10 / 4, SLO: SLO{TTFT: 4 * time.Second}, Predicted: &pr}
+			}
+			lo := p.(LatencyObserver)
+			for i := range 64 {
+				if _, err := p.Pick(reqs[i], ws, 1); err != nil {
+					b.Fatal(err)
+				}
+				ttft := time.Duration(reqs[i].Tokens) * time.Millisecond / 4
+				if pr.worker.ID()%2 == 1 {
+					ttft *= 4
+				}
+				lo.ObserveTTFT(&pr, ttft)
+			}
+			warmPicks(b, p, reqs, ws, 1)
+			timePicks(b, p, reqs, ws)
+		})
+	}
+}

@@ -45,7 +45,7 @@ func benchSets(quick bool) []benchSet {
 		{"./picker/openai", "^BenchmarkParseChat$", bt},
 		{"./picker/prefix", "^Benchmark(Hashes|MatchInsert)$", bt},
 		{"./picker/prefix", "^BenchmarkIndexMemory$", "1x"},
-		{"./picker/policy", "^Benchmark(Pick|Knows|KnowsThenPick)$", bt},
+		{"./picker/policy", "^Benchmark(Pick|PickObjectives|Knows|KnowsThenPick)$", bt},
 		{"./picker/registry", "^BenchmarkPublish$", bt},
 		{"./picker/scrape", "^Benchmark", bt},
 		{"./picker/extproc", "^Benchmark(Handle|HandleReplica|HandleKVEvents|Exchange)$", bt},
