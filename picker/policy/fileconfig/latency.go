@@ -39,10 +39,10 @@ type latencyParams struct {
 
 // Why the latency plugins' other parameters have no effect.
 const (
-	whySampling = "the picker learns a response's time per output token from all its tokens, with no sampling"
+	whySampling = "the picker learns a streamed response's time per output token from its first token to its end over all its tokens, with no sampling"
 	whyTTL      = "the picker keeps a request's latency state with its stream and drops it when the stream ends"
-	whyStream   = "the picker learns both the time to first token and the time per output token from every response, whichever mode is named"
-	whyRole     = "the picker tells the pods that prefill from those that decode by their llm-d.ai/role label"
+	whyStream   = "the picker learns the time to first token and the time per output token from every streamed response, and nothing from a reply sent whole, whichever mode is named"
+	whyRole     = "the pods' roles come from their llm-d.ai/role label, and a request split over a prefill pod and a decode pod is not learned from"
 	whyRanking  = "the pods predicted to meet a request's objectives are ranked by the policy (cache-aware unless the document weighs other scorers), not by their headroom"
 	whyAffinity = "the cache-aware policy's cost model keeps a prompt on the pod that holds its prefix unless that pod's queue outweighs the prefill it saves, with no fixed share of the prompt"
 )
