@@ -40,7 +40,8 @@ const (
 	initialSpread = 100
 	// maxSpread bounds the covariance's trace: without new information in
 	// some direction (a pool whose pods are never full), forgetting would
-	// grow it without bound and the next sample there would swing the fit.
+	// grow it there without bound and the next sample there would swing
+	// the fit. Each feature's variance is bounded by an equal share.
 	maxSpread = 1e4
 	// minSamples is the samples a model takes in before its predictions
 	// are used: until then an objective is not judged.
@@ -108,19 +109,27 @@ func (f *fit) add(x *features, y float64) {
 		denom += x[i] * px[i]
 	}
 	err := y - dot(&f.theta, x)
-	trace := 0.0
 	for i := range nFeatures {
 		f.theta[i] += px[i] / denom * err
 		for j := range nFeatures {
 			f.cov[i][j] -= px[i] * px[j] / denom
 		}
-		trace += f.cov[i][i]
 	}
-	if trace*(1/forgetting) <= maxSpread {
-		for i := range nFeatures {
-			for j := range nFeatures {
-				f.cov[i][j] /= forgetting
-			}
+	// Forget: the covariance grows by 1/forgetting in every direction,
+	// but no variance past maxSpread / nFeatures. Scaling row and column
+	// i by the same d_i keeps it a covariance, and a feature that never
+	// varies (a pool never full) stops growing there alone, so that the
+	// others keep forgetting.
+	var d features
+	for i := range nFeatures {
+		d[i] = 1 / math.Sqrt(forgetting)
+		if v := f.cov[i][i] / forgetting; v > maxSpread/nFeatures {
+			d[i] = math.Sqrt(maxSpread / nFeatures / f.cov[i][i])
+		}
+	}
+	for i := range nFeatures {
+		for j := range nFeatures {
+			f.cov[i][j] *= d[i] * d[j]
 		}
 	}
 	f.n++
