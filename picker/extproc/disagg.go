@@ -78,6 +78,9 @@ func (x *exchange) disaggregate() {
 	x.prePick = x.pick
 	x.prePick.Session, x.prePick.SessionID = nil, sessiontoken.ID{}
 	x.prePick.Subset, x.prePick.Overflow, x.prePick.Exclude, x.prePick.Prefill = false, false, decode, true
+	// The request's objectives and prediction are its decode pod's: the
+	// prefill pick neither judges the pods by them nor overwrites it.
+	x.prePick.SLO, x.prePick.Predicted = policy.SLO{}, nil
 	picked, err := x.runPicker(&x.preBuf, &x.prePick, prefillers, 1)
 	x.prePick = policy.Request{}        // it aliases the body
 	if err != nil || len(picked) == 0 { // the pick never returns Exclude

@@ -82,7 +82,7 @@ func roleEnv(t *testing.T, d *policy.DisaggregationConfig, cfg policy.Config, ro
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.server.picker = pol
+	e.server.usePicker(pol)
 	return e
 }
 
