@@ -28,6 +28,7 @@ func (s *StreamScanner) event(data []byte) (Events, bool) {
 		if !s.json {
 			s.outputs++
 		}
+		s.choices = s.choices || e.otherChoice
 	}
 	if e.failed {
 		ev |= Failed
@@ -41,12 +42,15 @@ func (s *StreamScanner) event(data []byte) (Events, bool) {
 
 // eventReader collects what one event object says.
 type eventReader struct {
-	token    bool   // a choice carries output
-	typ      []byte // Responses event type
-	delta    bool   // Responses event has a non-empty "delta"
-	failed   bool
-	hasUsage bool
-	usage    Usage
+	token bool // a choice carries output
+	// otherChoice: a choice's index is not 0, one of several a request
+	// asked for ("n").
+	otherChoice bool
+	typ         []byte // Responses event type
+	delta       bool   // Responses event has a non-empty "delta"
+	failed      bool
+	hasUsage    bool
+	usage       Usage
 }
 
 // responseDelta reports a Responses streaming event that carries output,
@@ -116,6 +120,11 @@ func (e *eventReader) choice(l *lexer, inDelta bool) error {
 		switch {
 		case !inDelta && string(key) == "delta":
 			return e.choice(l, true)
+		case !inDelta && string(key) == "index":
+			var i int
+			err := readCount(l, &i)
+			e.otherChoice = e.otherChoice || i != 0
+			return err
 		case !inDelta && string(key) == "text", inDelta && isOutput(key):
 			out, err := nonEmpty(l)
 			e.token = e.token || out

@@ -84,7 +84,8 @@ type StreamScanner struct {
 	stopped bool   // overflowed: read nothing more
 	once    Events // events reported that are reported only once
 	usage   Usage
-	outputs int // events of a stream that carried output
+	outputs int  // events of a stream that carried output
+	choices bool // a choice other than the first carried output
 
 	// Where a JSON body stands: nesting depth and string state, so that its
 	// end is seen without parsing it chunk by chunk.
@@ -129,6 +130,11 @@ func (s *StreamScanner) Usage() Usage { return s.usage }
 // streams by default, one per step of the model, a token each when it
 // decodes one token a step.
 func (s *StreamScanner) OutputEvents() int { return s.outputs }
+
+// SeveralChoices reports whether a choice other than the first (index 0)
+// carried output: the request asked for several ("n"), decoded side by
+// side, so that the tokens and events count every choice's.
+func (s *StreamScanner) SeveralChoices() bool { return s.choices }
 
 func (s *StreamScanner) limit() int {
 	if s.Limit > 0 {

@@ -271,3 +271,22 @@ func TestOutputEventsCountTheEventsThatCarryOutput(t *testing.T) {
 		t.Errorf("OutputEvents of a JSON body = %d, want 0", got)
 	}
 }
+
+// TestSeveralChoicesAreTold: a stream in which a choice of index 1 carries
+// output has several choices; one whose only choice is index 0 has not.
+func TestSeveralChoicesAreTold(t *testing.T) {
+	var s StreamScanner
+	s.Reset(true)
+	s.Feed([]byte(`data: {"choices":[{"index":0,"delta":{"content":"a"}}]}` + "\n\n"))
+	if s.SeveralChoices() {
+		t.Error("SeveralChoices after index 0 alone, want false")
+	}
+	s.Feed([]byte(`data: {"choices":[{"index":1,"delta":{"content":"b"}}]}` + "\n\n"))
+	if !s.SeveralChoices() {
+		t.Error("SeveralChoices after index 1 carried output, want true")
+	}
+	s.Reset(true)
+	if s.SeveralChoices() {
+		t.Error("SeveralChoices after Reset, want false")
+	}
+}
