@@ -795,8 +795,8 @@ func (x *exchange) learnTPOT() {
 	if tokens == 0 {
 		tokens = x.scanner.OutputEvents()
 	}
-	if !x.streamed || x.firstAt.IsZero() || tokens < 2 {
-		return
+	if !x.streamed || x.firstAt.IsZero() || tokens < 2 || x.scanner.SeveralChoices() {
+		return // several choices decode side by side: their tokens do not follow one another
 	}
 	tpot := x.s.opts.Clock.Now().Sub(x.firstAt) / time.Duration(tokens-1)
 	x.series.TPOT(tpot, x.pick.SLO.TPOT)

@@ -9,6 +9,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/inferpick/inferpick/picker/policy"
+	"github.com/inferpick/inferpick/picker/registry"
 )
 
 // predictEnv is two workers, the fast one prefilling a prompt token in a
@@ -142,4 +143,58 @@ func TestTheTimePerOutputTokenOfAStreamWithoutUsage(t *testing.T) {
 	if n, sum := e.histogram("inference_objective_request_tpot_seconds"); n != 1 || math.Abs(sum-predictTPOT.Seconds()) > 1e-9 {
 		t.Errorf("request_tpot_seconds: %d samples summing %.4f s, want one of 20 ms", n, sum)
 	}
+}
+
+// A stream of two choices decoded side by side is not taken for one of
+// twice the tokens: no time per output token is recorded for it, where
+// one of half the step time would be.
+func TestTheTimePerOutputTokenOfSeveralChoicesIsNotRecorded(t *testing.T) {
+	e := newPredictEnv(t, policy.SLOConfig{})
+	s, _ := e.begin(100)
+	s.responseHeaders(200, "text/event-stream", false, "")
+	s.recv()
+	for i := range 10 {
+		if i > 0 {
+			e.clk.SetTime(e.clk.Now().Add(predictTPOT))
+		}
+		s.responseBody(sse("a")+`data: {"choices":[{"index":1,"delta":{"content":"b"}}]}`+"\n\n", false)
+		s.recv()
+	}
+	s.responseBody(`data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":20}}`+"\n\n"+sseDone, true)
+	s.recv()
+	if n, sum := e.histogram("inference_objective_request_tpot_seconds"); n != 0 {
+		t.Errorf("request_tpot_seconds: %d samples summing %.4f s, want none for two choices", n, sum)
+	}
+}
+
+// prefillSpy is a policy that records what a prefill pick was given.
+type prefillSpy struct {
+	policy.Policy
+	latencyLearner
+	objectives, prediction bool
+}
+
+func (p *prefillSpy) Pick(req *policy.Request, cands []*registry.Worker, n int) ([]*registry.Worker, error) {
+	if req.Prefill {
+		p.objectives, p.prediction = req.SLO.Set(), req.Predicted != nil
+	}
+	return p.Policy.Pick(req, cands, n)
+}
+
+// The prefill pod of a split request is picked without the request's
+// objectives and without writing over its decode pod's prediction: the
+// objectives are the decode pod's to meet, and the response's latencies
+// are learned against the decode pod, or not at all.
+func TestAPrefillPickTakesNeitherObjectivesNorPrediction(t *testing.T) {
+	e := disaggEnv(t, 0, policy.Config{Name: policy.LeastLoad, SLO: &policy.SLOConfig{}}, splitPool)
+	spy := &prefillSpy{Policy: e.server.picker.(policy.Policy), latencyLearner: e.server.learner}
+	e.server.usePicker(spy)
+	s, r := e.sendChat(long, policy.TTFTObjectiveHeader, "3000")
+	if r.set[policy.PrefillerHeader] != prefill {
+		t.Fatalf("routed naming prefiller %q, want %s", r.set[policy.PrefillerHeader], prefill)
+	}
+	if spy.objectives || spy.prediction {
+		t.Errorf("the prefill pick was given the objectives: %v, the prediction: %v; want neither", spy.objectives, spy.prediction)
+	}
+	s.cancel()
 }
