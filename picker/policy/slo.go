@@ -25,10 +25,11 @@ const (
 // among all, by the policy as usual. Requests without objectives are
 // picked as if the block were absent.
 type SLOConfig struct {
-	// HeadroomFactor multiplies each prediction before it is held against
-	// the objective: above 1 leaves a margin (upstream's sloBufferFactor).
-	// Default 1.
-	HeadroomFactor float64 `json:"headroomFactor,omitempty" yaml:"headroomFactor,omitempty"`
+	// BufferFactor multiplies a request's TPOT objective before the
+	// predictions are held against it, as upstream's sloBufferFactor:
+	// above 1 loosens it, below 1 leaves a margin. TTFT objectives are
+	// held as stated. Default 1.
+	BufferFactor float64 `json:"bufferFactor,omitempty" yaml:"bufferFactor,omitempty"`
 	// ExploreNegative is the share of picks that, while some pods are
 	// predicted to meet a request's objectives and some not, go among the
 	// ones predicted not to, so that a pod recovering from overload is
@@ -66,7 +67,7 @@ func defaultSLO(c *SLOConfig) *SLOConfig {
 		return nil
 	}
 	out := *c
-	setDefault(&out.HeadroomFactor, 1)
+	setDefault(&out.BufferFactor, 1)
 	if out.ExploreNegative == nil {
 		e := DefaultExploreNegative
 		out.ExploreNegative = &e
@@ -81,8 +82,8 @@ func (c Config) validateSLO() []error {
 		return nil
 	}
 	var errs []error
-	if !atLeast(s.HeadroomFactor, 0) || s.HeadroomFactor == 0 {
-		errs = append(errs, fmt.Errorf("slo.headroomFactor: %v is invalid: must be a finite number > 0", s.HeadroomFactor))
+	if !atLeast(s.BufferFactor, 0) || s.BufferFactor == 0 {
+		errs = append(errs, fmt.Errorf("slo.bufferFactor: %v is invalid: must be a finite number > 0", s.BufferFactor))
 	}
 	if e := s.ExploreNegative; e != nil && !within(*e, 0, 1) {
 		errs = append(errs, fmt.Errorf("slo.exploreNegative: %v is invalid: must be in [0, 1]", *e))
@@ -109,15 +110,15 @@ func (e *engine) judge(p *pick) error {
 	if !slo.Set() || (slo.TTFT <= 0 || !m.ttftOK) && (slo.TPOT <= 0 || !m.tpotOK) {
 		return nil
 	}
-	factor := e.slo.cfg.HeadroomFactor
+	tpotObjective := seconds(slo.TPOT.Seconds() * e.slo.cfg.BufferFactor)
 	meets, idle, cold := 0, false, false
 	for i := range p.cands {
 		cd := &p.cands[i]
 		x := featuresOf(p, cd)
 		ttft, tpot := e.slo.predict(m, cd.w, &x)
 		cd.tier = tierMisses
-		if (slo.TTFT <= 0 || !m.ttftOK || seconds(ttft*factor) <= slo.TTFT) &&
-			(slo.TPOT <= 0 || !m.tpotOK || seconds(tpot*factor) <= slo.TPOT) {
+		if (slo.TTFT <= 0 || !m.ttftOK || seconds(ttft) <= slo.TTFT) &&
+			(slo.TPOT <= 0 || !m.tpotOK || seconds(tpot) <= tpotObjective) {
 			cd.tier = tierMeets
 			meets++
 		}

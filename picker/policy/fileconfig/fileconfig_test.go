@@ -1103,7 +1103,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(latencyDoc("- {type: predicted-latency-producer, parameters: {sloBufferFactor: 1.5, contextTTL: 5m}}\n- {name: s, type: prefix-cache-affinity-filter, parameters: {affinityThreshold: 0.99}}\n- {type: slo-headroom-tier-filter, parameters: {epsilonExploreNeg: 0.02}}\n- type: latency-scorer\n- type: weighted-random-picker\n- type: latency-slo-admitter\n",
 		"  - pluginRef: predicted-latency-producer\n  - pluginRef: s\n  - pluginRef: slo-headroom-tier-filter\n  - pluginRef: latency-scorer\n  - pluginRef: weighted-random-picker\n")))
 	f.Add([]byte(latencyDoc("- type: predicted-latency-scorer\n  parameters: {sloBufferFactor: 2, epsilonExploreNeg: 0.5, maxSampledTokens: 3}\n", "  - pluginRef: predicted-latency-scorer\n")))
-	f.Add([]byte("policy:\n  slo: {headroomFactor: 1.2, exploreNegative: 0, admission: true}\n"))
+	f.Add([]byte("policy:\n  slo: {bufferFactor: 1.2, exploreNegative: 0, admission: true}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Parse(data)
 		if err != nil {

@@ -294,7 +294,7 @@ func (u *upstream) applyLatency(refs []profileRef, lp latencyProfile) {
 		explore = u.takeOnce(explore, l.explore, &exploreFrom, ref.name, "epsilonExploreNeg")
 	}
 	if headroom != nil {
-		slo.HeadroomFactor = *headroom
+		slo.BufferFactor = *headroom
 	}
 	slo.ExploreNegative = explore
 	if !lp.tiers {

@@ -34,7 +34,7 @@ func TestLatencyPluginsAreTranslated(t *testing.T) {
 			in: latencyDoc("- type: predicted-latency-producer\n  parameters: {sloBufferFactor: 1.25, samplingMean: 500, streamingMode: true}\n- type: slo-headroom-tier-filter\n  parameters: {epsilonExploreNeg: 0}\n- type: latency-scorer\n  parameters: {headroomSelectionStrategy: most}\n- {type: weighted-random-picker, parameters: {maxNumOfEndpoints: 3}}\n",
 				"  - pluginRef: predicted-latency-producer\n  - pluginRef: slo-headroom-tier-filter\n  - pluginRef: latency-scorer\n  - pluginRef: weighted-random-picker\n"),
 			want: File{
-				Policy:       policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{HeadroomFactor: 1.25, ExploreNegative: ptr(0)}},
+				Policy:       policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{BufferFactor: 1.25, ExploreNegative: ptr(0)}},
 				MaxEndpoints: 3,
 				Warnings: []string{
 					"predicted-latency-producer samplingMean 500 has no effect: " + whySampling,
@@ -50,7 +50,7 @@ func TestLatencyPluginsAreTranslated(t *testing.T) {
 		"predicted-latency-scorer predicts, tiers and admits on its own": {
 			in: latencyDoc("- type: predicted-latency-scorer\n  parameters: {sloBufferFactor: 2, epsilonExploreNeg: 0.05, affinityGateTau: 0.9}\n", "  - pluginRef: predicted-latency-scorer\n"),
 			want: File{
-				Policy:   policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{HeadroomFactor: 2, ExploreNegative: ptr(0.05), Admission: true}},
+				Policy:   policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{BufferFactor: 2, ExploreNegative: ptr(0.05), Admission: true}},
 				Warnings: []string{"predicted-latency-scorer affinityGateTau 0.9 has no effect: " + whyAffinity},
 			},
 		},
@@ -80,7 +80,7 @@ func TestLatencyPluginsAreTranslated(t *testing.T) {
 			in: latencyDoc("- {name: a, type: predicted-latency-producer, parameters: {sloBufferFactor: 1.5}}\n- {name: b, type: predicted-latency-producer, parameters: {sloBufferFactor: 3}}\n- type: slo-headroom-tier-filter\n",
 				"  - pluginRef: b\n  - pluginRef: a\n  - pluginRef: slo-headroom-tier-filter\n"),
 			want: File{
-				Policy:   policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{HeadroomFactor: 3}},
+				Policy:   policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{BufferFactor: 3}},
 				Warnings: []string{"a sloBufferFactor 1.5 has no effect: the slo block takes b's 3, the first in the profile"},
 			},
 		},

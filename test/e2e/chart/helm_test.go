@@ -199,8 +199,8 @@ func TestBadValues(t *testing.T) {
 			want: []string{"slo", "exploreNegative"},
 		},
 		"a headroom factor of 0": {
-			sets: []string{"picker.config.slo.headroomFactor=0"},
-			want: []string{"slo", "headroomFactor"},
+			sets: []string{"picker.config.slo.bufferFactor=0"},
+			want: []string{"slo", "bufferFactor"},
 		},
 		"a context-length label Kubernetes refuses": {
 			sets: []string{"picker.config.contextLength.label=a label"},
