@@ -35,8 +35,9 @@ func TestTheFitLearnsALinearLatency(t *testing.T) {
 
 // sloPool is two pods and a least-load policy with objectives whose
 // predictor has learned that each prompt token takes a millisecond to
-// prefill on pod 0 and four on pod 1: requests of 500 to 4,000 tokens,
-// picked and observed as served.
+// prefill on pod 0 and four on pod 1, and each output token 20 ms on pod 0
+// and 80 on pod 1: requests of 500 to 4,000 tokens, picked and observed as
+// served.
 func sloPool(t *testing.T, slo SLOConfig) (Policy, []*registry.Worker) {
 	t.Helper()
 	reg, ws := pool(2)
@@ -49,6 +50,7 @@ func sloPool(t *testing.T, slo SLOConfig) (Policy, []*registry.Worker) {
 			t.Fatalf("training pick %d: %v (prediction made: %v)", i, err, pr.Made())
 		}
 		p.(LatencyObserver).ObserveTTFT(&pr, time.Duration(tokens)*perToken[pr.worker])
+		p.(LatencyObserver).ObserveTPOT(&pr, 20*perToken[pr.worker]/time.Millisecond*time.Millisecond)
 	}
 	return p, ws
 }
@@ -83,6 +85,32 @@ func TestARequestWithAnObjectiveGoesWhereItIsPredictedToMeetIt(t *testing.T) {
 	}
 	if got := pick(100 * time.Millisecond); got != ws[1] {
 		t.Errorf("with an objective no pod meets the pick went to %s, want pod-1 (least loaded)", got.Address())
+	}
+}
+
+// TestTheBufferFactorLoosensTheTPOTObjective: a 50 ms TPOT objective is
+// met on pod 0 (20 ms) alone; with bufferFactor 2, as upstream's
+// sloBufferFactor, it is 100 ms, met on pod 1 (80 ms) too, and least-load
+// picks the idle pod 1 over the busy pod 0. The TTFT objective is held as
+// stated.
+func TestTheBufferFactorLoosensTheTPOTObjective(t *testing.T) {
+	for name, tc := range map[string]struct {
+		factor float64
+		slo    SLO
+		want   int
+	}{
+		"tpot, factor 1": {1, SLO{TPOT: 50 * time.Millisecond}, 0},
+		"tpot, factor 2": {2, SLO{TPOT: 50 * time.Millisecond}, 1},
+		"ttft, factor 2": {2, SLO{TTFT: 4 * time.Second}, 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, ws := sloPool(t, SLOConfig{BufferFactor: tc.factor, ExploreNegative: new(0.0)})
+			admit(t, ws[0], 2)
+			req := &Request{Model: "m", Tokens: 2000, SLO: tc.slo}
+			if got, err := p.Pick(req, ws, 1); err != nil || got[0] != ws[tc.want] {
+				t.Errorf("Pick = %v, %v; want pod-%d", got, err, tc.want)
+			}
+		})
 	}
 }
 
@@ -145,8 +173,8 @@ func TestSLOConfigIsValidated(t *testing.T) {
 		slo  SLOConfig
 		want string
 	}{
-		"negative factor": {SLOConfig{HeadroomFactor: -1}, "slo.headroomFactor"},
-		"NaN factor":      {SLOConfig{HeadroomFactor: math.NaN()}, "slo.headroomFactor"},
+		"negative factor": {SLOConfig{BufferFactor: -1}, "slo.bufferFactor"},
+		"NaN factor":      {SLOConfig{BufferFactor: math.NaN()}, "slo.bufferFactor"},
 		"share above 1":   {SLOConfig{ExploreNegative: new(1.5)}, "slo.exploreNegative"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -155,5 +183,33 @@ func TestSLOConfigIsValidated(t *testing.T) {
 				t.Errorf("Validate = %v, want an error naming %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestTheFitFollowsAChangeAfterALongRun: a fit that has taken in 5,000
+// samples in which one feature never varies (KV usage 0, no metrics) still
+// forgets: when the latency doubles, its predictions are within 5% of the
+// new figures after 400 more samples, as a young fit's would be.
+func TestTheFitFollowsAChangeAfterALongRun(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	sample := func() features {
+		return features{1, rng.Float64() * 8, float64(rng.IntN(6)), float64(rng.IntN(32)), 0}
+	}
+	before, after := features{0.02, 0.5, 0.1, 0.01, 0}, features{0.04, 1, 0.2, 0.02, 0}
+	f := newFit()
+	for range 5000 {
+		x := sample()
+		f.add(&x, dot(&before, &x))
+	}
+	for range 400 {
+		x := sample()
+		f.add(&x, dot(&after, &x))
+	}
+	for range 20 {
+		x := sample()
+		want, got := dot(&after, &x), dot(&f.theta, &x)
+		if math.Abs(got-want) > 0.05*want {
+			t.Fatalf("400 samples after the change, prediction for %v = %.4f s, want %.4f s within 5%%", x, got, want)
+		}
 	}
 }
