@@ -109,8 +109,9 @@ type exchange struct {
 	// sessionID is the request's session id, hashed (Options.SessionIDs).
 	sessionID sessiontoken.ID
 
-	priority   int    // from the request's InferenceObjective
-	fairnessID string // the request's flow within its priority
+	priority   int        // from the request's InferenceObjective
+	objectives objectives // the request's latency objectives (objectives.go)
+	fairnessID string     // the request's flow within its priority
 	arrived    time.Time
 	routedAt   time.Time
 	firstAt    time.Time // when the first token was seen
@@ -286,6 +287,8 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 			x.readPriority(textValue(hv))
 		case FairnessHeader:
 			x.fairnessID = textValue(hv)
+		case policy.TTFTObjectiveHeader, policy.TPOTObjectiveHeader:
+			x.objectives.read(hv)
 		case ModelRewriteHeader:
 			x.rw.header = textValue(hv)
 		default:
@@ -306,6 +309,10 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		// refused here, it holds no load and says why.
 		return x.reject(415, notGRPCReason(h.GetHeaders().GetHeaders()))
 	}
+	if reason := x.objectives.refusal(); reason != "" {
+		return x.reject(400, reason)
+	}
+	x.objectives.slo.Sheddable = x.priority < 0
 	withBody := true
 	if pc := req.GetProtocolConfig(); pc != nil { // the stream's first message says how the gateway sends bodies
 		if reason := unsupportedModes(pc); reason != "" {
@@ -431,6 +438,7 @@ func (x *exchange) route() (bool, error) {
 		x.pick.Session = &x.session
 	}
 	x.pick.SessionID = x.sessionID
+	x.pick.SLO = x.objectives.slo
 	if x.s.learner != nil {
 		x.pick.Predicted = &x.predicted
 	}
