@@ -181,6 +181,12 @@ func (x *exchange) tryPick() (bool, error) {
 		candidates = x.onPrimary(candidates, d.PrimaryPort)
 	}
 	x.pick.Subset = x.subset.present
+	if ttft := x.objectives.slo.TTFT; ttft > 0 {
+		// The objective counts from the request's arrival: one that waited
+		// in the queue has only what is left of it (at least a
+		// nanosecond: still an objective, one no pod is predicted to meet).
+		x.pick.SLO.TTFT = max(ttft-start.Sub(x.arrived), 1)
+	}
 	if len(candidates) == 0 {
 		if x.parkedMayServe() {
 			return false, errParked

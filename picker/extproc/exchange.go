@@ -258,9 +258,15 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 	}
 }
 
+// testHookArrived, when set, runs once a request's arrival is recorded.
+var testHookArrived func()
+
 func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (bool, error) {
 	x.state = readingRequest
 	x.arrived = x.s.opts.Clock.Now()
+	if testHookArrived != nil {
+		testHookArrived()
+	}
 	if !x.s.opts.IgnoreSubsetHint {
 		x.subset = readSubset(req.GetMetadataContext())
 	}
@@ -784,7 +790,7 @@ func (x *exchange) firstToken() {
 		x.s.metrics.ttft.Observe(now.Sub(x.routedAt).Seconds())
 		if x.series != nil {
 			x.series.FirstToken(now.Sub(x.arrived))
-			x.series.TTFTObjective(now.Sub(x.arrived), x.pick.SLO.TTFT)
+			x.series.TTFTObjective(now.Sub(x.arrived), x.objectives.slo.TTFT)
 		}
 		if x.streamed && x.predicted.Made() {
 			// A reply sent whole has its first token at its end: its
@@ -807,7 +813,7 @@ func (x *exchange) learnTPOT() {
 		return // several choices decode side by side: their tokens do not follow one another
 	}
 	tpot := x.s.opts.Clock.Now().Sub(x.firstAt) / time.Duration(tokens-1)
-	x.series.TPOT(tpot, x.pick.SLO.TPOT)
+	x.series.TPOT(tpot, x.objectives.slo.TPOT)
 	if x.predicted.Made() {
 		x.s.learner.ObserveTPOT(&x.predicted, tpot)
 	}

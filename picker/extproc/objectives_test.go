@@ -12,6 +12,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/inferpick/inferpick/picker/flowcontrol"
 	"github.com/inferpick/inferpick/picker/openai"
@@ -43,7 +44,10 @@ func sloEnv(t *testing.T, opts ...envOption) (*env, *sloRecorder, *logRecorder) 
 	prios := flowcontrol.NewPriorities()
 	prios.SetStatic("batch", -1)
 	var logs *logRecorder
-	opts = append(opts, func(o *Options) { o.Priorities, logs = prios, recordLogs(o) })
+	// A clock that stands still: the objective the policy sees is what is
+	// left of the request's at the pick, all of it here.
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	opts = append(opts, func(o *Options) { o.Priorities, logs, o.Clock = prios, recordLogs(o), clk })
 	e := newEnv(t, twoWorkers, opts...)
 	rec := &sloRecorder{}
 	e.picker.seen = rec.record

@@ -60,6 +60,29 @@ func (e *predictEnv) serve(s *session, dest string, tokens int) {
 	s.recv()
 }
 
+// violations returns request_slo_violation_total of a type.
+func (e *predictEnv) violations(typ string) float64 {
+	e.t.Helper()
+	families, err := e.metrics.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0.0
+	for _, f := range families {
+		if f.GetName() != "inference_objective_request_slo_violation_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "type" && l.GetValue() == typ {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
+
 // histogram returns the sample count and sum of a histogram family.
 func (e *predictEnv) histogram(name string) (uint64, float64) {
 	e.t.Helper()
@@ -197,4 +220,53 @@ func TestAPrefillPickTakesNeitherObjectivesNorPrediction(t *testing.T) {
 		t.Errorf("the prefill pick was given the objectives: %v, the prediction: %v; want neither", spy.objectives, spy.prediction)
 	}
 	s.cancel()
+}
+
+// A request that states x-slo-ttft-ms is sent to the pod predicted to meet
+// it: with the fast pod busy, least-load alone sends a 1,500-token prompt
+// to the idle slow pod (about 6 s to its first token); with a 3 s objective
+// it goes to the fast pod (about 1.5 s). The objective counts from the
+// request's arrival: one whose body came 2.5 s after its headers has 0.5 s
+// left, which no pod is predicted to meet, and goes by load again. A first
+// token later than the objective is counted as a violation.
+func TestARequestGoesWhereItsObjectiveIsPredictedToBeMet(t *testing.T) {
+	e := newPredictEnv(t, policy.SLOConfig{ExploreNegative: new(0.0)})
+	for i := range trainN {
+		tokens := 500 + i*377%1500
+		s, dest := e.begin(tokens)
+		e.serve(s, dest, tokens)
+	}
+	g := e.worker(twoWorkers[0]).Admit()
+	defer g.Release()
+	send := func(wait time.Duration, headers ...string) (*session, string) {
+		body := chatBody("m", strings.Repeat("a", 4*1500))
+		s := e.open()
+		arrived := make(chan struct{})
+		testHookArrived = func() { close(arrived) }
+		defer func() { testHookArrived = nil }()
+		s.requestHeaders("/v1/chat/completions", len(body), false, nil, headers...)
+		<-arrived
+		e.clk.SetTime(e.clk.Now().Add(wait))
+		s.requestBody(body, true)
+		primary, _, _ := strings.Cut(s.routed(true).dest, ",")
+		return s, primary
+	}
+	s, dest := send(0)
+	if dest != twoWorkers[1] {
+		t.Errorf("without an objective routed to %s, want the idle slow pod %s", dest, twoWorkers[1])
+	}
+	e.serve(s, dest, 1500)
+	s, dest = send(0, policy.TTFTObjectiveHeader, "3000")
+	if dest != twoWorkers[0] {
+		t.Errorf("with a 3 s objective routed to %s, want the fast pod %s", dest, twoWorkers[0])
+	}
+	e.serve(s, dest, 1500)
+	s, dest = send(2500*time.Millisecond, policy.TTFTObjectiveHeader, "3000")
+	if dest != twoWorkers[1] {
+		t.Errorf("with 0.5 s of a 3 s objective left routed to %s, want the idle slow pod %s (no pod meets it)", dest, twoWorkers[1])
+	}
+	e.serve(s, dest, 1500)
+	if got := e.violations("ttft"); got != 1 {
+		t.Errorf("request_slo_violation_total{type=ttft} = %v, want 1 (the request that waited)", got)
+	}
 }
