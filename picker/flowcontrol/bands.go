@@ -1,9 +1,11 @@
 package flowcontrol
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // waiter is one queued request. Its fields are guarded by Queue.mu, except
@@ -19,7 +21,9 @@ type waiter struct {
 	done    chan error
 }
 
-// flow is the FCFS line of one fairness id within one band.
+// flow is the line of one fairness id within one band, in the order its
+// waiters are served: first come, first served, or by deadline (see
+// bands.compare).
 type flow struct {
 	id      string
 	waiters []*waiter
@@ -39,14 +43,47 @@ type band struct {
 
 // bands keeps every band ordered by priority, highest first.
 type bands struct {
-	byPrio    map[int]*band
-	order     []*band
-	len       int
-	bytes     int64
-	endpoints map[string]int // waiters by Item.Endpoints
+	// byDeadline orders each flow by its waiters' deadlines
+	// (OrderDeadline) rather than by their arrival.
+	byDeadline bool
+	byPrio     map[int]*band
+	order      []*band
+	len        int
+	bytes      int64
+	endpoints  map[string]int // waiters by Item.Endpoints
 }
 
-func newBands() bands { return bands{byPrio: map[int]*band{}, endpoints: map[string]int{}} }
+func newBands(byDeadline bool) bands {
+	return bands{byDeadline: byDeadline, byPrio: map[int]*band{}, endpoints: map[string]int{}}
+}
+
+// place is where a waiter stands in its flow's order: its deadline (zero
+// for none) and its arrival.
+type place struct {
+	deadline time.Time
+	seq      uint64
+}
+
+func (w *waiter) place() place { return place{deadline: w.item.Deadline, seq: w.seq} }
+
+// compare orders two places of a flow: by arrival alone, or, byDeadline,
+// by deadline first, those without one after every one with, then by
+// arrival. It is negative when a is served before b.
+func (bs *bands) compare(a, b place) int {
+	if bs.byDeadline {
+		switch az, bz := a.deadline.IsZero(), b.deadline.IsZero(); {
+		case az && !bz:
+			return 1
+		case bz && !az:
+			return -1
+		case !az:
+			if c := a.deadline.Compare(b.deadline); c != 0 {
+				return c
+			}
+		}
+	}
+	return cmp.Compare(a.seq, b.seq)
+}
 
 func (bs *bands) band(prio int) *band {
 	if b, ok := bs.byPrio[prio]; ok {
@@ -69,7 +106,14 @@ func (bs *bands) push(w *waiter) {
 	if len(f.waiters) == 0 {
 		b.ring = append(b.ring, f)
 	}
-	f.waiters = append(f.waiters, w)
+	// Under FCFS the newest comes last; by deadline its place is found
+	// by bisection, after every waiter it does not come before.
+	i := len(f.waiters)
+	if bs.byDeadline {
+		at := w.place()
+		i, _ = slices.BinarySearchFunc(f.waiters, at, func(x *waiter, at place) int { return bs.compare(x.place(), at) })
+	}
+	f.waiters = slices.Insert(f.waiters, i, w)
 	w.flow = f
 	b.len++
 	b.bytes += w.item.Bytes
@@ -80,7 +124,7 @@ func (bs *bands) push(w *waiter) {
 }
 
 // head returns the next waiter to dispatch: the highest band with waiters,
-// its current flow in the ring, that flow's oldest waiter.
+// its current flow in the ring, that flow's first waiter.
 func (bs *bands) head() *waiter {
 	for _, b := range bs.order {
 		if len(b.ring) == 0 {
@@ -97,7 +141,7 @@ func (bs *bands) head() *waiter {
 // next returns the first waiter in dispatch order whose endpoints are not
 // in full, looking at no more than limit waiters: the bands by priority,
 // each band's flows from its current one round the ring, each flow's
-// waiters oldest first. It is head when full is empty. rest is false when
+// waiters in its order. It is head when full is empty. rest is false when
 // no waiter is left whose endpoints are not in full, true when next
 // stopped at limit.
 func (bs *bands) next(full map[string]struct{}, limit int) (w *waiter, rest bool) {
@@ -123,28 +167,29 @@ func (bs *bands) next(full map[string]struct{}, limit int) (w *waiter, rest bool
 	return nil, false
 }
 
-// cursor is where a sweep (sweep) stopped: after the waiter seq of flow
-// (at index idx of its band's ring) in the band of priority prio.
+// cursor is where a sweep (sweep) stopped: after the waiter at place at
+// of flow (at index idx of its band's ring) in the band of priority prio.
 type cursor struct {
 	started bool
 	prio    int
 	flow    *flow
 	idx     int
-	seq     uint64
+	at      place
 }
 
 // sweep goes on from c through the waiters, looking at no more than limit,
 // and returns the first whose endpoints are not in full; c moves past every
 // waiter it looks at. It walks the bands by priority, each band's ring in
-// its order, each flow's waiters oldest first, so that successive calls
+// its order, each flow's waiters in its order, so that successive calls
 // reach every waiter however long the queue; end is true once the walk has
-// passed the last waiter (c is then reset).
+// passed the last waiter (c is then reset). A waiter that joined its flow
+// ahead of the cursor (an earlier deadline) is reached by the next walk.
 //
 // A flow emptied since c was set has left the ring, and the flows after it
 // moved down one place: the walk goes on at the same index.
 func (bs *bands) sweep(c *cursor, full map[string]struct{}, limit int) (w *waiter, end bool) {
 	for _, b := range bs.order {
-		start, after := 0, uint64(0)
+		start, resume := 0, false // resume: skip start's waiters up to c.at
 		if c.started {
 			if b.priority > c.prio {
 				continue
@@ -152,20 +197,20 @@ func (bs *bands) sweep(c *cursor, full map[string]struct{}, limit int) (w *waite
 			if b.priority == c.prio {
 				start = min(c.idx, len(b.ring))
 				if start < len(b.ring) && b.ring[start] == c.flow {
-					after = c.seq
+					resume = true
 				} else if i := slices.Index(b.ring, c.flow); i >= 0 {
-					start, after = i, c.seq
+					start, resume = i, true
 				}
 			}
 		}
 		for i := start; i < len(b.ring); i++ {
 			f := b.ring[i]
 			for _, w := range f.waiters {
-				if w.seq <= after && i == start {
+				if resume && i == start && bs.compare(w.place(), c.at) <= 0 {
 					continue
 				}
 				prev := *c
-				*c = cursor{started: true, prio: b.priority, flow: f, idx: i, seq: w.seq}
+				*c = cursor{started: true, prio: b.priority, flow: f, idx: i, at: w.place()}
 				if _, ok := full[w.item.Endpoints]; !ok {
 					if x := bs.before(w, full); x != nil {
 						// The sweep comes back to w once x is tried.
@@ -276,9 +321,10 @@ func (bs *bands) remove(w *waiter, advance bool) {
 }
 
 // pushOut returns the waiter that a request of flow id takes the place of
-// in the full band b: the newest waiter, not being tried, of the flow
-// holding the most places (of those, the one whose newest came last), when
-// flow id holds fewer; else nil.
+// in the full band b: the last waiter in its flow's order (the newest
+// under FCFS), not being tried, of the flow holding the most places (of
+// those, the one whose last came last), when flow id holds fewer; else
+// nil.
 func (b *band) pushOut(id string) *waiter {
 	own := 0
 	if f := b.flows[id]; f != nil {
@@ -294,8 +340,9 @@ func (b *band) pushOut(id string) *waiter {
 	return b.newestIdle(most)
 }
 
-// newestIdle returns the newest waiter not being tried of the flows of b
-// holding at least n places, or nil.
+// newestIdle returns, of the flows of b holding at least n places, the
+// last waiter in its flow's order not being tried (the newest under FCFS)
+// that came last, or nil.
 func (b *band) newestIdle(n int) *waiter {
 	var newest *waiter
 	for _, f := range b.ring {
@@ -350,8 +397,8 @@ func (bs *bands) below(prio int) (n int, bytes int64) {
 	return n, bytes
 }
 
-// victim returns the newest waiter of the lowest band below prio that has
-// one and is not being tried, or nil.
+// victim returns the newest waiter (newestIdle) of the lowest band below
+// prio that has one not being tried, or nil.
 func (bs *bands) victim(prio int) *waiter {
 	for i := len(bs.order) - 1; i >= 0; i-- {
 		b := bs.order[i]

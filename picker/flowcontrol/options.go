@@ -16,6 +16,17 @@ const (
 	DefaultMaxWait    = 30 * time.Second
 )
 
+// Orders of the waiters of one flow (Options.Ordering).
+const (
+	// OrderFCFS serves a flow's waiters first come, first served, as
+	// upstream's fcfs-ordering-policy.
+	OrderFCFS = "fcfs"
+	// OrderDeadline serves a flow's waiters by their Item.Deadline,
+	// earliest first, then those without one; first come, first served
+	// among equal deadlines. Upstream's slo-deadline-ordering-policy.
+	OrderDeadline = "slo-deadline"
+)
+
 // Options are the bounds of the queue. A zero field takes its default.
 type Options struct {
 	// Enabled puts the queue in the request path (the picker's
@@ -35,6 +46,10 @@ type Options struct {
 	// requests then find room at once while default and sheddable traffic
 	// wait; 0 reserves nothing.
 	ReservedSlots int
+	// Ordering is the order a flow's waiters are served in: OrderFCFS
+	// (the default) or OrderDeadline. Bands stay strictly by priority,
+	// and a band's flows take turns, either way.
+	Ordering string
 }
 
 // Reserve is the capacity a request of the given priority leaves free.
@@ -59,6 +74,9 @@ func (o *Options) Complete() {
 	if o.MaxWait == 0 {
 		o.MaxWait = DefaultMaxWait
 	}
+	if o.Ordering == "" {
+		o.Ordering = OrderFCFS
+	}
 }
 
 // Validate reports bounds that cannot work.
@@ -78,6 +96,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxWait < 0 {
 		errs = append(errs, fmt.Errorf("max wait %s is negative", o.MaxWait))
+	}
+	if o.Ordering != OrderFCFS && o.Ordering != OrderDeadline {
+		errs = append(errs, fmt.Errorf("ordering %q is not %s or %s", o.Ordering, OrderFCFS, OrderDeadline))
 	}
 	return errors.Join(errs...)
 }

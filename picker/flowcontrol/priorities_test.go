@@ -69,10 +69,10 @@ func TestAddFlags(t *testing.T) {
 	var o Options
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	o.AddFlags(fs)
-	if err := fs.Parse([]string{"--flow-control-max-requests=10", "--flow-control-max-wait=2s"}); err != nil {
+	if err := fs.Parse([]string{"--flow-control-max-requests=10", "--flow-control-max-wait=2s", "--flow-control-ordering=slo-deadline"}); err != nil {
 		t.Fatal(err)
 	}
-	want := Options{MaxBandLen: DefaultMaxBandLen, MaxLen: 10, MaxBytes: DefaultMaxBytes, MaxWait: 2 * time.Second}
+	want := Options{MaxBandLen: DefaultMaxBandLen, MaxLen: 10, MaxBytes: DefaultMaxBytes, MaxWait: 2 * time.Second, Ordering: OrderDeadline}
 	if diff := cmp.Diff(want, o); diff != "" {
 		t.Errorf("options (-want +got):\n%s", diff)
 	}

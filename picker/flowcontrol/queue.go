@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
@@ -34,6 +35,10 @@ type Item struct {
 	// same endpoints: a request is not tried ahead of such a request of
 	// the same or a higher priority that waits.
 	Endpoints string
+	// Deadline is when the request's time-to-first-token objective runs
+	// out: its arrival plus its x-slo-ttft-ms; zero for none. With
+	// Options.Ordering OrderDeadline its flow serves it by that.
+	Deadline time.Time
 }
 
 // TryFunc attempts to dispatch a request: pick an endpoint and take its load
@@ -101,7 +106,7 @@ func New(opts Options, o ...Option) (*Queue, error) {
 		clock:   clock.RealClock{},
 		kick:    make(chan struct{}, 1),
 		stopped: make(chan struct{}),
-		bands:   newBands(),
+		bands:   newBands(opts.Ordering == OrderDeadline),
 		full:    map[string]struct{}{},
 		swept:   map[string]struct{}{},
 	}
