@@ -119,6 +119,9 @@ func (x *exchange) admit() error {
 	}
 	it := flowcontrol.Item{Priority: x.priority, FlowID: flow, Bytes: int64(len(x.body)), Model: model,
 		TargetModel: target, Endpoints: x.pick.Model}
+	if ttft := x.pick.SLO.TTFT; ttft > 0 {
+		it.Deadline = x.arrived.Add(ttft)
+	}
 	if x.subset.present {
 		it.Endpoints += "\x00" + x.subset.String()
 	}

@@ -205,3 +205,26 @@ func TestReadingObjectivesAllocatesNothing(t *testing.T) {
 		t.Errorf("read %+v, want %+v", o.slo, want)
 	}
 }
+
+// With the queue ordered by deadline, a request whose x-slo-ttft-ms runs
+// out first leaves the queue first, though it came last.
+func TestQueuedRequestsLeaveByDeadline(t *testing.T) {
+	e, q, _ := queueEnv(t, flowcontrol.Options{Ordering: flowcontrol.OrderDeadline, MaxWait: 10 * time.Second})
+	busy := e.open()
+	busy.sendRequest("interactive")
+	busy.routed(true)
+	late := e.chatWith("x-slo-ttft-ms", "60000")
+	eventually(t, "the first request queued", func() bool { return q.Len() == 1 })
+	early := e.chatWith("x-slo-ttft-ms", "100")
+	eventually(t, "the second request queued", func() bool { return q.Len() == 2 })
+
+	busy.responseHeaders(200, "application/json", true, "")
+	busy.recv()
+	early.routed(true)
+	if n := q.Len(); n != 1 {
+		t.Errorf("%d waiting once the earlier deadline was routed, want the later one", n)
+	}
+	early.responseHeaders(200, "application/json", true, "")
+	early.recv()
+	late.routed(true)
+}
