@@ -341,6 +341,9 @@ func (c *converter) flowControl(fc fileconfig.FlowControl) {
 	c.set("picker.flowControl.maxBandRequests", fc.MaxBandRequests)
 	c.set("picker.flowControl.maxBytes", fc.MaxBytes)
 	c.set("picker.flowControl.maxWait", fc.MaxWait.String())
+	if fc.Ordering != "" {
+		c.set("picker.flowControl.ordering", fc.Ordering)
+	}
 }
 
 // envList turns upstream's env (a list, or the map its comments show) into

@@ -817,6 +817,34 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 			notes: []string{"pluginsCustomConfig[fc.yaml]: featureGate flowControl becomes picker.flowControl.enabled"},
 		},
+		"upstream's deadline ordering is carried": {
+			upstream: `
+inferenceExtension:
+  pluginsConfigFile: fc.yaml
+  pluginsCustomConfig:
+    fc.yaml: |
+      apiVersion: inference.networking.x-k8s.io/v1alpha1
+      kind: EndpointPickerConfig
+      featureGates: [flowControl]
+      flowControl:
+        defaultPriorityBand: {orderingPolicyRef: slo-deadline-ordering-policy}
+      plugins:
+      - type: queue-scorer
+      schedulingProfiles:
+      - name: default
+        plugins:
+        - pluginRef: queue-scorer
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want: `
+picker:
+  config: {name: weighted-scorer, weightedScorer: {queueWeight: 1}}
+  flowControl: {enabled: true, maxRequests: 2147483647, maxBandRequests: 2147483647, maxBytes: 1000000000, maxWait: 2562047h0m0s, ordering: slo-deadline}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes: []string{"pluginsCustomConfig[fc.yaml]: featureGate flowControl becomes picker.flowControl.enabled"},
+		},
 		"upstream's flow-control section with the environment switch": {
 			upstream: `
 inferenceExtension:

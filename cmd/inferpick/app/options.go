@@ -537,6 +537,7 @@ func (o *Options) completeFlowControl() {
 		{"defaultPriorityBand.maxRequests", "max-band-requests", fc.MaxBandRequests, fc.MaxBandRequests != 0, func() { o.FlowControl.MaxBandLen = fc.MaxBandRequests }},
 		{"maxBytes", "max-bytes", fc.MaxBytes, fc.MaxBytes != 0, func() { o.FlowControl.MaxBytes = fc.MaxBytes }},
 		{"defaultRequestTTL", "max-wait", fc.MaxWait, fc.MaxWait != 0, func() { o.FlowControl.MaxWait = fc.MaxWait }},
+		{"defaultPriorityBand.orderingPolicyRef", "ordering", fc.Ordering, fc.Ordering != "", func() { o.FlowControl.Ordering = fc.Ordering }},
 	} {
 		if !b.set {
 			continue
@@ -599,6 +600,9 @@ func (o *Options) Validate() error {
 			if !b.positive {
 				errs = append(errs, fmt.Errorf("--flow-control-%s %v must be positive", b.name, b.value))
 			}
+		}
+		if fc.Ordering != flowcontrol.OrderFCFS && fc.Ordering != flowcontrol.OrderDeadline {
+			errs = append(errs, fmt.Errorf("--flow-control-ordering %q must be %s or %s", fc.Ordering, flowcontrol.OrderFCFS, flowcontrol.OrderDeadline))
 		}
 	}
 	if o.TokenizeTimeout <= 0 {

@@ -102,6 +102,7 @@ func TestOptions(t *testing.T) {
 		"offload weight past 1":                   {args: []string{"--pool-name", "p", "--kv-events-port", "5557", "--kv-events-offload-weight", "1.5"}, wantErr: "--kv-events-offload-weight"},
 		"no replay timeout":                       {args: []string{"--pool-name", "p", "--kv-events-port", "5557", "--kv-events-replay-timeout", "0s"}, wantErr: "--kv-events-replay-timeout"},
 		"a flow-control wait of 0":                {args: []string{"--pool-name", "p", "--flow-control", "--flow-control-max-wait", "0s"}, wantErr: "--flow-control-max-wait"},
+		"an unknown flow-control ordering":        {args: []string{"--pool-name", "p", "--flow-control", "--flow-control-ordering", "lifo"}, wantErr: `--flow-control-ordering "lifo" must be fcfs or slo-deadline`},
 		"a flow-control queue of 0":               {args: []string{"--pool-name", "p", "--flow-control", "--flow-control-max-requests", "0"}, wantErr: "--flow-control-max-requests"},
 		"a flow-control band of 0":                {args: []string{"--pool-name", "p", "--flow-control", "--flow-control-max-band-requests=0"}, wantErr: "--flow-control-max-band-requests"},
 		"flow-control bytes of 0":                 {args: []string{"--pool-name", "p", "--flow-control", "--flow-control-max-bytes", "0"}, wantErr: "--flow-control-max-bytes"},
@@ -319,7 +320,7 @@ func TestDataParallelFallbacksAreWarned(t *testing.T) {
 // upstream's did, with upstream's bounds; it is logged as deprecated
 // upstream whatever its value.
 func TestUpstreamFlowControlEnvironmentVariable(t *testing.T) {
-	upstreamBounds := flowcontrol.Options{Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound,
+	upstreamBounds := flowcontrol.Options{Ordering: flowcontrol.OrderFCFS, Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound,
 		MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: fileconfig.NoWaitBound}
 	cases := map[string]struct {
 		env  string
@@ -329,13 +330,13 @@ func TestUpstreamFlowControlEnvironmentVariable(t *testing.T) {
 		"on":            {env: "true", want: upstreamBounds},
 		"on, spelled 1": {env: "1", want: upstreamBounds},
 		"on, with --flow-control: inferpick's bounds": {env: "true", args: []string{"--flow-control"},
-			want: flowcontrol.Options{Enabled: true, MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}},
+			want: flowcontrol.Options{Ordering: flowcontrol.OrderFCFS, Enabled: true, MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}},
 		"on, with a bound flag": {env: "true", args: []string{"--flow-control-max-wait", "5s"},
-			want: flowcontrol.Options{Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound, MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: 5 * time.Second}},
+			want: flowcontrol.Options{Ordering: flowcontrol.OrderFCFS, Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound, MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: 5 * time.Second}},
 		"on, with --flow-control=false": {env: "true", args: []string{"--flow-control=false"},
-			want: flowcontrol.Options{MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}},
-		"off":   {env: "false", want: flowcontrol.Options{MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}},
-		"empty": {env: "", want: flowcontrol.Options{MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}},
+			want: flowcontrol.Options{Ordering: flowcontrol.OrderFCFS, MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}},
+		"off":   {env: "false", want: flowcontrol.Options{Ordering: flowcontrol.OrderFCFS, MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}},
+		"empty": {env: "", want: flowcontrol.Options{Ordering: flowcontrol.OrderFCFS, MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -365,7 +366,7 @@ func TestUpstreamFlowControlEnvironmentVariable(t *testing.T) {
 // winning with a warning when the two differ.
 func TestConfigFileFlowControl(t *testing.T) {
 	const doc = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
-	defaults := flowcontrol.Options{MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}
+	defaults := flowcontrol.Options{Ordering: flowcontrol.OrderFCFS, MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: 30 * time.Second}
 	section := "flowControl:\n  maxRequests: 500\n  maxBytes: 128Mi\n  defaultRequestTTL: 10s\n  defaultPriorityBand: {maxRequests: 50}\n"
 	cases := map[string]struct {
 		config string
@@ -375,31 +376,43 @@ func TestConfigFileFlowControl(t *testing.T) {
 	}{
 		"gate alone: upstream's bounds": {
 			config: doc + "featureGates: [flowControl]\n",
-			want:   flowcontrol.Options{Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound, MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: fileconfig.NoWaitBound},
+			want:   flowcontrol.Options{Ordering: flowcontrol.OrderFCFS, Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound, MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: fileconfig.NoWaitBound},
 		},
 		"gate and section": {
 			config: doc + "featureGates: [flowControl]\n" + section,
-			want:   flowcontrol.Options{Enabled: true, MaxLen: 500, MaxBandLen: 50, MaxBytes: 128 << 20, MaxWait: 10 * time.Second},
+			want:   flowcontrol.Options{Ordering: flowcontrol.OrderFCFS, Enabled: true, MaxLen: 500, MaxBandLen: 50, MaxBytes: 128 << 20, MaxWait: 10 * time.Second},
 		},
 		"gate and a section of one key: upstream's for the others": {
 			config: doc + "featureGates: [flowControl]\nflowControl: {defaultRequestTTL: 1m}\n",
-			want:   flowcontrol.Options{Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound, MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: time.Minute},
+			want:   flowcontrol.Options{Ordering: flowcontrol.OrderFCFS, Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound, MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: time.Minute},
 		},
 		"section with --flow-control: inferpick's for the others": {
 			config: doc + "flowControl: {defaultRequestTTL: 1m}\n",
 			args:   []string{"--flow-control"},
-			want:   flowcontrol.Options{Enabled: true, MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: time.Minute},
+			want:   flowcontrol.Options{Ordering: flowcontrol.OrderFCFS, Enabled: true, MaxLen: 1024, MaxBandLen: 256, MaxBytes: 64 << 20, MaxWait: time.Minute},
 		},
 		"flags win, warning where they differ": {
 			config: doc + "featureGates: [flowControl]\n" + section,
 			args: []string{"--flow-control", "--flow-control-max-requests=500", "--flow-control-max-band-requests=20",
 				"--flow-control-max-bytes=1000", "--flow-control-max-wait=3s"},
-			want: flowcontrol.Options{Enabled: true, MaxLen: 500, MaxBandLen: 20, MaxBytes: 1000, MaxWait: 3 * time.Second},
+			want: flowcontrol.Options{Ordering: flowcontrol.OrderFCFS, Enabled: true, MaxLen: 500, MaxBandLen: 20, MaxBytes: 1000, MaxWait: 3 * time.Second},
 			warned: []string{
 				"flowControl.defaultPriorityBand.maxRequests 50 has no effect: --flow-control-max-band-requests 20 is given",
 				"flowControl.maxBytes 134217728 has no effect: --flow-control-max-bytes 1000 is given",
 				"flowControl.defaultRequestTTL 10s has no effect: --flow-control-max-wait 3s is given",
 			},
+		},
+		"deadline ordering": {
+			config: doc + "featureGates: [flowControl]\nflowControl:\n  defaultPriorityBand: {orderingPolicyRef: slo-deadline-ordering-policy}\n",
+			want: flowcontrol.Options{Ordering: flowcontrol.OrderDeadline, Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound,
+				MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: fileconfig.NoWaitBound},
+		},
+		"the ordering flag wins, warning": {
+			config: doc + "featureGates: [flowControl]\nflowControl:\n  defaultPriorityBand: {orderingPolicyRef: slo-deadline-ordering-policy}\n",
+			args:   []string{"--flow-control-ordering=fcfs"},
+			want: flowcontrol.Options{Ordering: flowcontrol.OrderFCFS, Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound,
+				MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: fileconfig.NoWaitBound},
+			warned: []string{"flowControl.defaultPriorityBand.orderingPolicyRef slo-deadline has no effect: --flow-control-ordering fcfs is given"},
 		},
 		"section without the queue": {
 			config: doc + section,

@@ -417,11 +417,25 @@ flowControl:
   defaultPriorityBand: {maxRequests: 300, orderingPolicyRef: fcfs-ordering-policy, fairnessPolicyRef: round-robin-fairness-policy}
   usageLimitPolicyPluginRef: static-usage-limit-policy
 `,
-			want: File{Policy: policy.Config{Name: policy.Random}, FlowControl: FlowControl{Gate: true, Section: true, MaxRequests: 2000, MaxBandRequests: 300, MaxBytes: 512 << 20, MaxWait: 45 * time.Second}},
+			want: File{Policy: policy.Config{Name: policy.Random}, FlowControl: FlowControl{Gate: true, Section: true, MaxRequests: 2000, MaxBandRequests: 300, MaxBytes: 512 << 20, MaxWait: 45 * time.Second, Ordering: "fcfs"}},
 		},
 		"flowControl section: upstream's 0, no bound": {
 			in:   header + "flowControl: {maxRequests: 0, maxBytes: 0, defaultRequestTTL: 0s, defaultPriorityBand: {maxRequests: 0}}\n",
 			want: File{Policy: policy.Config{Name: policy.Random}, FlowControl: FlowControl{Section: true, MaxRequests: NoRequestBound, MaxBandRequests: NoRequestBound, MaxWait: NoWaitBound}},
+		},
+		"flowControl section: deadline ordering": {
+			in:   header + "featureGates: [flowControl]\nflowControl:\n  defaultPriorityBand: {orderingPolicyRef: slo-deadline-ordering-policy}\n",
+			want: File{Policy: policy.Config{Name: policy.Random}, FlowControl: FlowControl{Gate: true, Section: true, MaxBandRequests: NoRequestBound, Ordering: "slo-deadline"}},
+		},
+		"flowControl section: deadline ordering of every band, by a plugin's name": {
+			in: header + `plugins:
+- {name: edf, type: slo-deadline-ordering-policy}
+flowControl:
+  defaultPriorityBand: {orderingPolicyRef: edf}
+  priorityBands:
+  - {priority: 10, orderingPolicyRef: edf}
+`,
+			want: File{Policy: policy.Config{Name: policy.Random}, FlowControl: FlowControl{Section: true, MaxBandRequests: NoRequestBound, Ordering: "slo-deadline"}},
 		},
 		"flowControl section: priority bands of one request bound, byte bounds and upstream's default fairness warn": {
 			in: header + `plugins:
@@ -894,6 +908,10 @@ func TestParseRejects(t *testing.T) {
 		"an ordering policy the queue does not follow": {
 			in:   header + "flowControl:\n  defaultPriorityBand: {orderingPolicyRef: edf-ordering-policy}\n",
 			want: []string{"line 4", "defaultPriorityBand.orderingPolicyRef", `"edf-ordering-policy"`, "first come, first served"},
+		},
+		"bands of different orderings": {
+			in:   header + "flowControl:\n  defaultPriorityBand: {orderingPolicyRef: slo-deadline-ordering-policy}\n  priorityBands:\n  - {priority: 10}\n",
+			want: []string{"line 6", "priorityBands[0].orderingPolicyRef fcfs-ordering-policy", "defaultPriorityBand.orderingPolicyRef slo-deadline-ordering-policy", "--flow-control-ordering"},
 		},
 		"a usage limit policy the queue does not follow": {
 			in:   header + "flowControl:\n  usageLimitPolicyPluginRef: my-limit\n",

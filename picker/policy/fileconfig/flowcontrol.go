@@ -25,6 +25,10 @@ type FlowControl struct {
 	MaxRequests, MaxBandRequests int
 	MaxBytes                     int64
 	MaxWait                      time.Duration
+	// Ordering is the order the priority bands' orderingPolicyRef asks
+	// for (--flow-control-ordering): fcfs or slo-deadline; "" when no
+	// band names one.
+	Ordering string
 }
 
 // Upstream's defaults, which WithUpstreamDefaults fills in.
@@ -64,11 +68,16 @@ func (fc FlowControl) WithUpstreamDefaults() FlowControl {
 // queue matches or stands close to.
 const (
 	fcfsOrdering      = "fcfs-ordering-policy"
+	sloDeadline       = "slo-deadline-ordering-policy"
 	roundRobin        = "round-robin-fairness-policy"
 	globalStrict      = "global-strict-fairness-policy"
 	staticUsageLimit  = "static-usage-limit-policy"
 	flowControlPolicy = "the flow-control queue serves each priority's flows round-robin, each flow first come, first served"
 )
+
+// orderings maps upstream's ordering policies to inferpick's
+// --flow-control-ordering.
+var orderings = map[string]string{fcfsOrdering: "fcfs", sloDeadline: "slo-deadline"}
 
 // readFeatureGates reads featureGates: flowControl turns the queue on,
 // enableLegacyMetrics is applied once the plugins are read
@@ -173,6 +182,14 @@ func (u *upstream) readFlowControl(n *yaml.Node) error {
 		}
 	}
 	for _, b := range bands {
+		if b.ordering != bands[0].ordering {
+			return fmt.Errorf("line %d: %s.orderingPolicyRef %s differs from %s.orderingPolicyRef %s: inferpick orders the waiting requests of every priority alike "+
+				"(--flow-control-ordering); give the bands one orderingPolicyRef (a band without one is %s)",
+				b.orderLine, b.key, b.ordering, bands[0].key, bands[0].ordering, fcfsOrdering)
+		}
+		if b.orderingSet {
+			fc.Ordering = orderings[b.ordering]
+		}
 		if b.requests != bands[0].requests {
 			return fmt.Errorf("line %d: %s.maxRequests %s differs from %s.maxRequests %s: inferpick bounds the waiting requests of every priority alike "+
 				"(--flow-control-max-band-requests); give the bands one maxRequests, or set defaultPriorityBand.maxRequests alone",
@@ -185,11 +202,18 @@ func (u *upstream) readFlowControl(n *yaml.Node) error {
 	return nil
 }
 
-// bandBound is the request bound of one priority band of the section.
+// bandBound is the request bound and the ordering of one priority band
+// of the section.
 type bandBound struct {
 	key      string
 	line     int
 	requests int // NoRequestBound when the band sets none, as upstream
+	// ordering is the upstream ordering policy's type, fcfsOrdering when
+	// the band names none, as upstream; orderingSet says it names one, at
+	// orderLine.
+	ordering    string
+	orderingSet bool
+	orderLine   int
 }
 
 func requestsText(n int) string {
@@ -202,7 +226,7 @@ func requestsText(n int) string {
 // readBand reads one priority band (defaultPriorityBand or an entry of
 // priorityBands).
 func (u *upstream) readBand(key string, n *yaml.Node) (bandBound, error) {
-	b := bandBound{key: key, line: n.Line, requests: NoRequestBound}
+	b := bandBound{key: key, line: n.Line, requests: NoRequestBound, ordering: fcfsOrdering, orderLine: n.Line}
 	if n.Kind != yaml.MappingNode {
 		return b, fmt.Errorf("line %d: %s must be a mapping", n.Line, key)
 	}
@@ -222,8 +246,9 @@ func (u *upstream) readBand(key string, n *yaml.Node) (bandBound, error) {
 				u.warn(fmt.Sprintf("%s.maxBytes has no effect: inferpick bounds the bytes of all waiting requests together (flowControl.maxBytes, --flow-control-max-bytes), not those of one priority", key))
 			}
 		case "orderingPolicyRef":
-			err = u.checkFlowPolicy(v, key+".orderingPolicyRef", map[string]string{fcfsOrdering: ""},
-				flowControlPolicy+"; remove it")
+			err = u.checkFlowPolicy(v, key+".orderingPolicyRef", map[string]string{fcfsOrdering: "", sloDeadline: ""},
+				"the flow-control queue serves each flow first come, first served ("+fcfsOrdering+") or by deadline ("+sloDeadline+")")
+			b.ordering, b.orderingSet, b.orderLine = u.flowPolicyType(v), true, v.Line
 		case "fairnessPolicyRef":
 			err = u.checkFlowPolicy(v, key+".fairnessPolicyRef", map[string]string{
 				roundRobin:   "",
@@ -244,11 +269,7 @@ func (u *upstream) readBand(key string, n *yaml.Node) (bandBound, error) {
 // types inferpick's queue stands for to a warning ("" for none); any other
 // is refused, saying instead.
 func (u *upstream) checkFlowPolicy(ref *yaml.Node, key string, ok map[string]string, instead string) error {
-	typ := ref.Value
-	if p, declared := u.plugins[ref.Value]; declared {
-		typ = p.typ
-	}
-	w, found := ok[typ]
+	w, found := ok[u.flowPolicyType(ref)]
 	if !found {
 		return fmt.Errorf("line %d: %s %q is not supported: %s", ref.Line, key, ref.Value, instead)
 	}
@@ -256,6 +277,15 @@ func (u *upstream) checkFlowPolicy(ref *yaml.Node, key string, ok map[string]str
 		u.warn(w)
 	}
 	return nil
+}
+
+// flowPolicyType is the type of the flow-control policy ref names: a
+// plugin's of plugins, or upstream's own instance of that name.
+func (u *upstream) flowPolicyType(ref *yaml.Node) string {
+	if p, declared := u.plugins[ref.Value]; declared {
+		return p.typ
+	}
+	return ref.Value
 }
 
 // readQuantity reads a Kubernetes quantity ("1Gi", "500M", "100") that

@@ -94,6 +94,7 @@ var known = map[string]role{
 	// Upstream's flow-control policies that inferpick's queue stands for,
 	// named by the flowControl section (see readFlowControl).
 	fcfsOrdering:     {},
+	sloDeadline:      {},
 	roundRobin:       {},
 	globalStrict:     {},
 	staticUsageLimit: {},
