@@ -119,7 +119,7 @@ func (x *exchange) admit() error {
 	}
 	it := flowcontrol.Item{Priority: x.priority, FlowID: flow, Bytes: int64(len(x.body)), Model: model,
 		TargetModel: target, Endpoints: x.pick.Model}
-	if ttft := x.pick.SLO.TTFT; ttft > 0 {
+	if ttft := x.objectives.slo.TTFT; ttft > 0 { // the stated objective, from the request's arrival
 		it.Deadline = x.arrived.Add(ttft)
 	}
 	if x.subset.present {
