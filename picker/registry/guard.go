@@ -1,6 +1,9 @@
 package registry
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Phase is where a guarded request is in its life.
 type Phase uint32
@@ -33,6 +36,7 @@ func (p Phase) String() string {
 type Guard struct {
 	w     *Worker
 	phase atomic.Uint32
+	tpot  time.Duration // the request's TPOT objective, counted on w (objectives.go); 0 for none
 }
 
 // Worker returns the worker the guard counts on.
@@ -81,6 +85,9 @@ func (g *Guard) Release() (Phase, bool) {
 			return Released, false
 		}
 		if g.phase.CompareAndSwap(p, uint32(Released)) {
+			if g.tpot > 0 {
+				g.w.tpot.remove(g.tpot)
+			}
 			if Phase(p) == Decode {
 				g.w.decode.Add(-1)
 			} else {

@@ -187,6 +187,7 @@ type Worker struct {
 	prefill  atomic.Int64
 	decode   atomic.Int64
 	inFlight atomic.Int64 // prefill + decode, moved first on admission and last on release
+	tpot     tpotObjectives
 	metrics  atomic.Pointer[Metrics]
 	calib    atomic.Pointer[Calibration]
 	removed  atomic.Bool
