@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -295,7 +296,7 @@ func (x *exchange) pickAndAdmit(candidates []*registry.Worker) ([]*registry.Work
 		if err != nil || len(picked) == 0 {
 			return picked, nil, err
 		}
-		if g, ok := x.admitOn(picked[0]); ok {
+		if g, ok := x.admitOn(picked[0], x.objectives.slo.TPOT); ok {
 			return picked, g, nil
 		}
 	}
@@ -314,12 +315,13 @@ func (x *exchange) admitLimit() int64 {
 }
 
 // admitOn takes a guard on w, only while w has room under admitLimit when
-// there is one.
-func (x *exchange) admitOn(w *registry.Worker) (*registry.Guard, bool) {
+// there is one, holding the request's TPOT objective there (0: none; the
+// pods that prefill or encode for another take none).
+func (x *exchange) admitOn(w *registry.Worker, tpot time.Duration) (*registry.Guard, bool) {
 	if limit := x.admitLimit(); limit > 0 {
-		return w.AdmitBelow(limit)
+		return w.AdmitBelowWith(limit, tpot)
 	}
-	return w.Admit(), true
+	return w.AdmitWith(tpot), true
 }
 
 // runPicker runs the picker once for req, into *buf (kept across streams)

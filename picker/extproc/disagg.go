@@ -86,7 +86,7 @@ func (x *exchange) disaggregate() {
 	if err != nil || len(picked) == 0 { // the pick never returns Exclude
 		return
 	}
-	if g, ok := x.admitOn(picked[0]); ok {
+	if g, ok := x.admitOn(picked[0], 0); ok {
 		x.prefill = g
 	}
 }
@@ -135,7 +135,7 @@ func (x *exchange) encodeApart(d *policy.DisaggregationConfig) {
 		if w == nil {
 			continue
 		}
-		if g, ok := x.admitOn(w); ok {
+		if g, ok := x.admitOn(w, 0); ok {
 			x.encode = g
 			return
 		}

@@ -722,7 +722,7 @@ func (x *exchange) followServed(md *corev3.Metadata) {
 		if phase == registry.Released {
 			return
 		}
-		x.guard = w.Admit()
+		x.guard = w.AdmitWith(x.objectives.slo.TPOT)
 		if x.status >= 200 && x.status <= 299 {
 			// Only a fallback that served the request holds its prompt:
 			// one that answered with an error cached nothing.

@@ -270,3 +270,54 @@ func TestARequestGoesWhereItsObjectiveIsPredictedToBeMet(t *testing.T) {
 		t.Errorf("request_slo_violation_total{type=ttft} = %v, want 1 (the request that waited)", got)
 	}
 }
+
+// A request that states x-slo-tpot-ms holds it on its pod while it is in
+// flight, whichever way it ends: a completed response, a cancelled stream,
+// a fallback that served it instead (where it moves with the load).
+func TestATPOTObjectiveIsHeldWhileTheRequestIsInFlight(t *testing.T) {
+	e := newPredictEnv(t, policy.SLOConfig{})
+	least := func() [2]time.Duration {
+		return [2]time.Duration{e.worker(twoWorkers[0]).LeastTPOTObjective(), e.worker(twoWorkers[1]).LeastTPOTObjective()}
+	}
+	on := func(addr string, d time.Duration) [2]time.Duration {
+		var want [2]time.Duration
+		if addr == twoWorkers[0] {
+			want[0] = d
+		} else {
+			want[1] = d
+		}
+		return want
+	}
+	// Completed.
+	s, dest := e.begin(100, policy.TPOTObjectiveHeader, "40")
+	if got := least(); got != on(dest, 40*time.Millisecond) {
+		t.Errorf("in flight on %s: least TPOT objectives %v", dest, got)
+	}
+	e.serve(s, dest, 100)
+	if got := least(); got != [2]time.Duration{} {
+		t.Errorf("after the response: least TPOT objectives %v, want none", got)
+	}
+	// Cancelled.
+	s, _ = e.begin(100, policy.TPOTObjectiveHeader, "40")
+	s.cancel()
+	eventually(t, "the cancelled request's objective released", func() bool { return least() == [2]time.Duration{} })
+	// Served by the fallback.
+	body := chatBody("m", strings.Repeat("a", 400))
+	s = e.open()
+	s.requestHeaders("/v1/chat/completions", len(body), false, nil, policy.TPOTObjectiveHeader, "40")
+	s.requestBody(body, true)
+	primary, fallback, _ := strings.Cut(s.routed(true).dest, ",")
+	if fallback == "" {
+		t.Fatalf("routed to %q, want a fallback listed", primary)
+	}
+	s.responseHeaders(200, "text/event-stream", false, fallback)
+	s.recv()
+	if got := least(); got != on(fallback, 40*time.Millisecond) {
+		t.Errorf("served by the fallback %s: least TPOT objectives %v", fallback, got)
+	}
+	s.responseBody(sse("a")+sseDone, true)
+	s.recv()
+	if got := least(); got != [2]time.Duration{} {
+		t.Errorf("after the fallback's response: least TPOT objectives %v, want none", got)
+	}
+}

@@ -107,18 +107,25 @@ const (
 func (e *engine) judge(p *pick) error {
 	slo := p.req.SLO
 	m := e.slo.published.Load()
-	if !slo.Set() || (slo.TTFT <= 0 || !m.ttftOK) && (slo.TPOT <= 0 || !m.tpotOK) {
+	if !slo.Set() || !m.ttftOK && !m.tpotOK {
 		return nil
 	}
-	tpotObjective := seconds(slo.TPOT.Seconds() * e.slo.cfg.BufferFactor)
+	factor := e.slo.cfg.BufferFactor
 	meets, idle, cold := 0, false, false
 	for i := range p.cands {
 		cd := &p.cands[i]
 		x := featuresOf(p, cd)
 		ttft, tpot := e.slo.predict(m, cd.w, &x)
+		// The pace the request must keep is its own objective's, and that
+		// of the requests in flight there that stated one (upstream judges
+		// by the least too): one placed on a pod shares its steps with them.
+		tpotObjective := slo.TPOT
+		if least := cd.w.LeastTPOTObjective(); least > 0 && (tpotObjective <= 0 || least < tpotObjective) {
+			tpotObjective = least
+		}
 		cd.tier = tierMisses
 		if (slo.TTFT <= 0 || !m.ttftOK || seconds(ttft) <= slo.TTFT) &&
-			(slo.TPOT <= 0 || !m.tpotOK || seconds(tpot) <= tpotObjective) {
+			(tpotObjective <= 0 || !m.tpotOK || tpot <= tpotObjective.Seconds()*factor) {
 			cd.tier = tierMeets
 			meets++
 		}

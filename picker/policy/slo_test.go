@@ -213,3 +213,31 @@ func TestTheFitFollowsAChangeAfterALongRun(t *testing.T) {
 		}
 	}
 }
+
+// TestARunningRequestsTPOTObjectiveIsKept: a request with only a TTFT
+// objective, which both pods meet, goes by load to pod 1 (one request in
+// flight against pod 0's two); when pod 1's request stated a TPOT
+// objective of 50 ms, which pod 1 (80 ms a token) is predicted to break,
+// it goes to pod 0 instead, as upstream judges a pod by the least TPOT
+// objective of the requests running there.
+func TestARunningRequestsTPOTObjectiveIsKept(t *testing.T) {
+	for name, tc := range map[string]struct {
+		running time.Duration
+		want    int
+	}{
+		"none stated": {0, 1},
+		"50 ms":       {50 * time.Millisecond, 0},
+		"100 ms":      {100 * time.Millisecond, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, ws := sloPool(t, SLOConfig{ExploreNegative: new(0.0)})
+			admit(t, ws[0], 2)
+			g := ws[1].AdmitWith(tc.running)
+			t.Cleanup(func() { g.Release() })
+			req := &Request{Model: "m", Tokens: 2000, SLO: SLO{TTFT: 10 * time.Second}}
+			if got, err := p.Pick(req, ws, 1); err != nil || got[0] != ws[tc.want] {
+				t.Errorf("Pick = %v, %v; want pod-%d", got, err, tc.want)
+			}
+		})
+	}
+}
