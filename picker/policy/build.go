@@ -83,7 +83,7 @@ func Build(cfg Config, reg *registry.Registry, opts ...Option) (Policy, error) {
 	}
 	e := newEngine(cfg, o, r)
 	if cfg.SLO != nil {
-		e.slo = newPredictor(*cfg.SLO, reg)
+		e.slo = newPredictor(*cfg.SLO)
 	}
 	return e, nil
 }

@@ -161,38 +161,18 @@ type model struct {
 	ttftOK, tpotOK bool // learned enough to be used
 }
 
-// podFactors are one pod's observed / predicted ratios, as float64 bits,
-// and how many samples each has taken in.
-type podFactors struct {
-	ttft, tpot   atomic.Uint64
-	nTTFT, nTPOT int // under the predictor's lock
-}
-
-func (f *podFactors) load(v *atomic.Uint64) float64 {
-	if b := v.Load(); b != 0 {
-		return math.Float64frombits(b)
-	}
-	return 1
-}
-
 // predictor learns and predicts requests' latencies.
 type predictor struct {
-	cfg     SLOConfig
-	factors perWorker[podFactors]
+	cfg SLOConfig
 
 	mu         sync.Mutex // serializes learning
 	ttft, tpot fit
 	published  atomic.Pointer[model]
 }
 
-func newPredictor(cfg SLOConfig, reg *registry.Registry) *predictor {
+func newPredictor(cfg SLOConfig) *predictor {
 	p := &predictor{cfg: cfg, ttft: newFit(), tpot: newFit()}
 	p.published.Store(&model{})
-	if reg != nil {
-		p.factors.follow(reg)
-	} else {
-		p.factors.byID.Store(&map[uint32]*podFactors{})
-	}
 	return p
 }
 
@@ -220,17 +200,17 @@ func featuresOf(p *pick, cd *candidate) features {
 // predict returns the predicted TTFT and TPOT, in seconds, of features x
 // on w under m, and whether each model is in use.
 func (p *predictor) predict(m *model, w *registry.Worker, x *features) (ttft, tpot float64) {
-	f := p.factors.of(w)
+	f := w.LatencyFactors()
 	if m.ttftOK {
 		ttft = max(dot(&m.ttft, x), 0)
-		if f != nil {
-			ttft *= f.load(&f.ttft)
+		if f != nil && f.TTFTSamples > 0 {
+			ttft *= f.TTFT
 		}
 	}
 	if m.tpotOK {
 		tpot = max(dot(&m.tpot, x), 0)
-		if f != nil {
-			tpot *= f.load(&f.tpot)
+		if f != nil && f.TPOTSamples > 0 {
+			tpot *= f.TPOT
 		}
 	}
 	return ttft, tpot
@@ -258,23 +238,24 @@ func (p *predictor) observe(pr *Prediction, d time.Duration, tpot bool) {
 		f = &p.tpot
 	}
 	coef := f.theta
-	if pf := p.factors.of(pr.worker); pf != nil {
-		v, n := &pf.ttft, &pf.nTTFT
-		if tpot {
-			v, n = &pf.tpot, &pf.nTPOT
-		}
-		factor := pf.load(v)
-		if predicted := dot(&coef, &pr.x); f.n >= nFeatures && predicted > 0 {
-			*n++
-			alpha := max(factorAlpha, 1/float64(*n))
-			factor = min(max(factor+alpha*(y/predicted-factor), minFactor), maxFactor)
-			v.Store(math.Float64bits(factor))
-		}
-		y /= factor
+	next := registry.LatencyFactors{TTFT: 1, TPOT: 1}
+	if cur := pr.worker.LatencyFactors(); cur != nil {
+		next = *cur
 	}
+	factor, n := &next.TTFT, &next.TTFTSamples
+	if tpot {
+		factor, n = &next.TPOT, &next.TPOTSamples
+	}
+	if predicted := dot(&coef, &pr.x); f.n >= nFeatures && predicted > 0 {
+		*n++
+		alpha := max(factorAlpha, 1/float64(*n))
+		*factor = min(max(*factor+alpha*(y/predicted-*factor), minFactor), maxFactor)
+		pr.worker.SetLatencyFactors(&next)
+	}
+	y /= *factor
 	f.add(&pr.x, y)
-	next := *p.published.Load()
-	next.ttft, next.ttftOK = p.ttft.theta, p.ttft.n >= minSamples
-	next.tpot, next.tpotOK = p.tpot.theta, p.tpot.n >= minSamples
-	p.published.Store(&next)
+	m := *p.published.Load()
+	m.ttft, m.ttftOK = p.ttft.theta, p.ttft.n >= minSamples
+	m.tpot, m.tpotOK = p.tpot.theta, p.tpot.n >= minSamples
+	p.published.Store(&m)
 }

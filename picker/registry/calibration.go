@@ -46,3 +46,18 @@ func (w *Worker) Calibration() *Calibration { return w.calib.Load() }
 
 // SetCalibration stores a calibration.
 func (w *Worker) SetCalibration(c *Calibration) { w.calib.Store(c) }
+
+// LatencyFactors are how much slower than the policy's latency model a
+// worker's requests have been (the policy's slo block): the mean ratio of
+// observed to predicted time to first token and time per output token,
+// over the samples counted. Nil until a first sample.
+type LatencyFactors struct {
+	TTFT, TPOT               float64
+	TTFTSamples, TPOTSamples int
+}
+
+// LatencyFactors returns the worker's latency factors, nil until learned.
+func (w *Worker) LatencyFactors() *LatencyFactors { return w.latency.Load() }
+
+// SetLatencyFactors stores the worker's latency factors.
+func (w *Worker) SetLatencyFactors(f *LatencyFactors) { w.latency.Store(f) }

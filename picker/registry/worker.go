@@ -190,6 +190,7 @@ type Worker struct {
 	tpot     tpotObjectives
 	metrics  atomic.Pointer[Metrics]
 	calib    atomic.Pointer[Calibration]
+	latency  atomic.Pointer[LatencyFactors]
 	removed  atomic.Bool
 	// parked is when the worker left the picks, its pod unready; nil
 	// while it may be picked.
