@@ -222,3 +222,26 @@ inferpick_workers 1
 		}
 	}
 }
+
+// An operator sees what the latency model learned of each worker and the
+// least TPOT objective of the requests in flight there; a worker with
+// neither shows neither.
+func TestWorkersHandlerShowsLatency(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	clk := testingclock.NewFakeClock(now)
+	reg := registry.New(registry.WithClock(clk))
+	a := registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "a", Port: 8000}, Namespace: "ns", Name: "pod-a", Address: netip.MustParseAddrPort("127.0.0.1:8000")})
+	registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "b", Port: 8000}, Namespace: "ns", Name: "pod-b", Address: netip.MustParseAddrPort("127.0.0.2:8000")})
+	a.SetLatencyFactors(&registry.LatencyFactors{TTFT: 2.5, TTFTSamples: 12, TPOT: 0.8, TPOTSamples: 9})
+	g := a.AdmitWith(40 * time.Millisecond)
+	defer g.Release()
+	ms := 40.0
+	want := []WorkerView{
+		{Name: "pod-a", Namespace: "ns", UID: "a", Address: "127.0.0.1:8000", Load: 1, Prefill: 1,
+			Latency: &LatencyView{TTFTFactor: 2.5, TTFTSamples: 12, TPOTFactor: 0.8, TPOTSamples: 9}, LeastTPOTObjectiveMS: &ms},
+		{Name: "pod-b", Namespace: "ns", UID: "b", Address: "127.0.0.2:8000"},
+	}
+	if diff := cmp.Diff(want, getWorkers(t, WorkersHandler(reg, clk, nil)).Workers); diff != "" {
+		t.Errorf("/debug/workers (-want +got):\n%s", diff)
+	}
+}

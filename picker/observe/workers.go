@@ -64,6 +64,12 @@ type WorkerView struct {
 	// Calibration is what the policy learned of the worker's model
 	// server; absent for policies that keep no prefix index.
 	Calibration *CalibrationView `json:"calibration,omitempty"`
+	// Latency is what the policy's latency model (its slo block) learned
+	// of the worker; absent before its first sample.
+	Latency *LatencyView `json:"latency,omitempty"`
+	// LeastTPOTObjectiveMS is the least x-slo-tpot-ms of this picker's
+	// requests in flight on the worker that stated one; absent for none.
+	LeastTPOTObjectiveMS *float64 `json:"leastTpotObjectiveMs,omitempty"`
 	// KVEventBlocks are the blocks the worker's KV-cache events say it
 	// holds (over its engines, on its GPUs or offloaded); absent when the
 	// picker reads no events (--kv-events-port).
@@ -104,6 +110,16 @@ func calibrationView(c *registry.Calibration) *CalibrationView {
 		CapacityBlocks: c.CapacityBlocks, CapacityScale: c.CapacityScale, CapacitySource: c.CapacitySource,
 		HitRatio: c.HitRatio, MaxSeqs: c.MaxSeqs, MaxSeqsSource: c.MaxSeqsSource,
 	}
+}
+
+// LatencyView is how much slower than the latency model a worker's
+// requests have been: the mean ratio of observed to predicted time to
+// first token and time per output token, and the samples each is of.
+type LatencyView struct {
+	TTFTFactor  float64 `json:"ttftFactor"`
+	TTFTSamples int     `json:"ttftSamples"`
+	TPOTFactor  float64 `json:"tpotFactor"`
+	TPOTSamples int     `json:"tpotSamples"`
 }
 
 // WorkersView is the /debug/workers document.
@@ -162,6 +178,13 @@ func Snapshot(reg SyncedWorkers, now time.Time, held HeldBlocks) WorkersView {
 		}
 		if c := w.Calibration(); c != nil {
 			wv.Calibration = calibrationView(c)
+		}
+		if f := w.LatencyFactors(); f != nil {
+			wv.Latency = &LatencyView{TTFTFactor: f.TTFT, TTFTSamples: f.TTFTSamples, TPOTFactor: f.TPOT, TPOTSamples: f.TPOTSamples}
+		}
+		if d := w.LeastTPOTObjective(); d > 0 {
+			ms := float64(d) / float64(time.Millisecond)
+			wv.LeastTPOTObjectiveMS = &ms
 		}
 		if held != nil {
 			n, off := held(w.ID())
