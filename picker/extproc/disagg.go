@@ -37,14 +37,15 @@ type holder interface {
 // the same policy and takes a load guard on it, in prefill, which the route
 // names to the decode pod's sidecar; the guard is held until the decode pod
 // answers (its sidecar answers once the prefill is done) or the request
-// ends. Only a request that generates (completions, chat completions,
-// responses: what llm-d's sidecar splits) is: an embeddings request, a
-// tunnel, an upload or another path is decoded alone. So is one no prefill
+// ends. Only a request that generates, sent to the exact path of
+// completions, chat completions or responses (what llm-d's sidecar
+// splits), is: an embeddings request, a tunnel, an upload, a prefixed path
+// (/openai/v1/chat/completions) or another path is decoded alone. So is one no prefill
 // pod has room for: the decode pod prefills it itself, and it is never
 // refused for the split.
 func (x *exchange) disaggregate() {
 	d := x.s.opts.Disaggregation
-	if d == nil || x.s.roles == nil || !generates(x.kind) || len(x.picked) == 0 {
+	if d == nil || x.s.roles == nil || !generates(x.kind) || len(x.picked) == 0 || !sidecarSplits(pathOnly(x.path)) {
 		return
 	}
 	x.encodeApart(d)
@@ -182,4 +183,16 @@ func (x *exchange) onPrimary(candidates []*registry.Worker, port int) []*registr
 	}
 	x.allowed = kept
 	return kept
+}
+
+// sidecarSplits reports whether llm-d's routing sidecar splits a request
+// to path: it serves the stages apart for POSTs to exactly these paths
+// and proxies any other to its decode pod whole, so a prefill or encode
+// pod named for another path would hold load for work it never gets.
+func sidecarSplits(path string) bool {
+	switch path {
+	case "/v1/chat/completions", "/v1/completions", "/v1/responses":
+		return true
+	}
+	return false
 }

@@ -380,3 +380,28 @@ func TestAParkedPrefillPodServesNoModel(t *testing.T) {
 		t.Errorf("a request for a model a parked decode pod lists: %d %q, want 503", code, msg)
 	}
 }
+
+// A chat sent to a prefixed path is decoded alone, as llm-d's sidecar
+// proxies any path but the exact ones whole to its decode pod: no prefill
+// pod is named, and none holds load for a prefill it would never get.
+func TestAPrefixedPathIsNotSplit(t *testing.T) {
+	e := disaggEnv(t, 0, policy.Config{Name: policy.LeastLoad}, splitPool)
+	for _, path := range []string{"/openai/v1/chat/completions", "/v1/chat/completions/"} {
+		s := e.open()
+		body := chatBody("m", long)
+		s.requestHeaders(path, len(body), false, nil)
+		s.requestBody(body, true)
+		r := s.routed(true)
+		if got, ok := r.set[policy.PrefillerHeader]; ok {
+			t.Errorf("%s: prefiller %q named, want none", path, got)
+		}
+		if got := e.load(prefill); got != [2]int64{} {
+			t.Errorf("%s: the prefill pod holds %v, want nothing", path, got)
+		}
+		s.cancel()
+	}
+	_, r := e.sendChat(long)
+	if r.set[policy.PrefillerHeader] != prefill {
+		t.Errorf("the exact path: prefiller %q, want %s", r.set[policy.PrefillerHeader], prefill)
+	}
+}
