@@ -120,8 +120,8 @@ func (x *exchange) admit() error {
 	}
 	it := flowcontrol.Item{Priority: x.priority, FlowID: flow, Bytes: int64(len(x.body)), Model: model,
 		TargetModel: target, Endpoints: x.pick.Model}
-	if ttft := x.objectives.slo.TTFT; ttft > 0 { // the stated objective, from the request's arrival
-		it.Deadline = x.arrived.Add(ttft)
+	if x.objectives.ttftStated { // the stated objective from the request's arrival; 0 is due at once, as upstream orders it
+		it.Deadline = x.arrived.Add(x.objectives.slo.TTFT)
 	}
 	if x.subset.present {
 		it.Endpoints += "\x00" + x.subset.String()

@@ -316,7 +316,12 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		return x.reject(415, notGRPCReason(h.GetHeaders().GetHeaders()))
 	}
 	if reason := x.objectives.refusal(); reason != "" {
-		return x.reject(400, reason)
+		if x.s.readsObjectives() {
+			return x.reject(400, reason)
+		}
+		// Nothing here acts on them: ignored, as the upstream picker
+		// ignores a value it cannot read.
+		x.objectives = objectives{}
 	}
 	x.objectives.slo.Sheddable = x.priority < 0
 	withBody := true

@@ -37,7 +37,20 @@ type inOrder struct {
 	// observed, when set, records the workers Observe is told served a
 	// request.
 	observed *observations
+	// predicts makes it say it predicts latencies (latencyLearner), so
+	// that the server acts on latency objectives; it learns nothing.
+	predicts bool
 }
+
+// Predicts reports whether the picker is to be taken for one that
+// predicts latencies.
+func (p *inOrder) Predicts() bool { return p.predicts }
+
+// ObserveTTFT learns nothing.
+func (p *inOrder) ObserveTTFT(*policy.Prediction, time.Duration) {}
+
+// ObserveTPOT learns nothing.
+func (p *inOrder) ObserveTPOT(*policy.Prediction, time.Duration) {}
 
 type observations struct {
 	mu      sync.Mutex

@@ -50,6 +50,9 @@ type objectives struct {
 	// bad holds the unreadable value of each header (ttft, tpot), "" for
 	// one read or absent.
 	bad [2]string
+	// ttftStated: x-slo-ttft-ms came with a value read, 0 included, which
+	// has a deadline (its arrival) though it states no objective.
+	ttftStated bool
 }
 
 // read reads one objective header's value into o.
@@ -59,7 +62,8 @@ func (o *objectives) read(h *corev3.HeaderValue) {
 		i, d = 1, &o.slo.TPOT
 	}
 	var err error
-	if raw := h.GetRawValue(); len(raw) > 0 {
+	raw := h.GetRawValue()
+	if len(raw) > 0 {
 		*d, err = parseObjective(raw)
 	} else {
 		*d, err = parseObjective(h.GetValue())
@@ -67,6 +71,9 @@ func (o *objectives) read(h *corev3.HeaderValue) {
 	o.bad[i] = ""
 	if err != nil {
 		o.bad[i] = textValue(h)
+	}
+	if i == 0 {
+		o.ttftStated = err == nil && (len(raw) > 0 || h.GetValue() != "")
 	}
 }
 

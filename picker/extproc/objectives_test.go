@@ -51,6 +51,8 @@ func sloEnv(t *testing.T, opts ...envOption) (*env, *sloRecorder, *logRecorder) 
 	e := newEnv(t, twoWorkers, opts...)
 	rec := &sloRecorder{}
 	e.picker.seen = rec.record
+	e.picker.predicts = true // objectives are acted on
+	e.server.usePicker(e.picker)
 	return e, rec, logs
 }
 
@@ -138,6 +140,19 @@ func TestAnUnreadableObjectiveIsRefused(t *testing.T) {
 	}
 }
 
+// Where nothing acts on latency objectives (no slo block, no deadline
+// order), an unreadable one is ignored, as the upstream picker ignores
+// it: the request is routed, with no objective.
+func TestAnUnreadableObjectiveNothingReadsIsIgnored(t *testing.T) {
+	e, rec, _ := sloEnv(t)
+	e.picker.predicts = false
+	e.server.usePicker(e.picker)
+	e.chatWith("x-slo-ttft-ms", "250ms", "x-slo-tpot-ms", "-1").routed(true)
+	if diff := cmp.Diff([]policy.SLO{{}}, rec.all()); diff != "" {
+		t.Errorf("objectives the policy saw (-want +got):\n%s", diff)
+	}
+}
+
 // A gRPC request with an unreadable objective is refused as gRPC:
 // INVALID_ARGUMENT, naming the header.
 func TestAnUnreadableObjectiveIsRefusedToGRPC(t *testing.T) {
@@ -209,22 +224,27 @@ func TestReadingObjectivesAllocatesNothing(t *testing.T) {
 // With the queue ordered by deadline, a request whose x-slo-ttft-ms runs
 // out first leaves the queue first, though it came last.
 func TestQueuedRequestsLeaveByDeadline(t *testing.T) {
-	e, q, _ := queueEnv(t, flowcontrol.Options{Ordering: flowcontrol.OrderDeadline, MaxWait: 10 * time.Second})
-	busy := e.open()
-	busy.sendRequest("interactive")
-	busy.routed(true)
-	late := e.chatWith("x-slo-ttft-ms", "60000")
-	eventually(t, "the first request queued", func() bool { return q.Len() == 1 })
-	early := e.chatWith("x-slo-ttft-ms", "100")
-	eventually(t, "the second request queued", func() bool { return q.Len() == 2 })
+	// 0 states no objective but is due at once, as upstream orders it.
+	for _, early := range []string{"100", "0"} {
+		t.Run(early, func(t *testing.T) {
+			e, q, _ := queueEnv(t, flowcontrol.Options{Ordering: flowcontrol.OrderDeadline, MaxWait: 10 * time.Second})
+			busy := e.open()
+			busy.sendRequest("interactive")
+			busy.routed(true)
+			late := e.chatWith("x-slo-ttft-ms", "60000")
+			eventually(t, "the first request queued", func() bool { return q.Len() == 1 })
+			first := e.chatWith("x-slo-ttft-ms", early)
+			eventually(t, "the second request queued", func() bool { return q.Len() == 2 })
 
-	busy.responseHeaders(200, "application/json", true, "")
-	busy.recv()
-	early.routed(true)
-	if n := q.Len(); n != 1 {
-		t.Errorf("%d waiting once the earlier deadline was routed, want the later one", n)
+			busy.responseHeaders(200, "application/json", true, "")
+			busy.recv()
+			first.routed(true)
+			if n := q.Len(); n != 1 {
+				t.Errorf("%d waiting once the earlier deadline was routed, want the later one", n)
+			}
+			first.responseHeaders(200, "application/json", true, "")
+			first.recv()
+			late.routed(true)
+		})
 	}
-	early.responseHeaders(200, "application/json", true, "")
-	early.recv()
-	late.routed(true)
 }

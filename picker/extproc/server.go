@@ -257,6 +257,17 @@ func (s *Server) usePicker(p Picker) {
 	}
 }
 
+// readsObjectives reports whether anything here acts on a request's
+// latency objectives: the picker's latency predictions, or a queue that
+// orders by their deadlines.
+func (s *Server) readsObjectives() bool {
+	if s.learner != nil {
+		return true
+	}
+	q, ok := s.opts.Queue.(interface{ ByDeadline() bool })
+	return ok && q.ByDeadline()
+}
+
 // endpointSeries deletes the per-endpoint series of the workers that leave
 // the pool, so that pod churn does not grow them without bound, unless a
 // worker in the pool still goes by the same name and port (a pod re-created

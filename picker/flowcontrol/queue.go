@@ -185,6 +185,10 @@ func (q *Queue) Notify() {
 // Len returns the number of waiting requests.
 func (q *Queue) Len() int { return int(q.waiting.Load()) }
 
+// ByDeadline reports whether each flow serves its waiters by their
+// deadlines (Options.Ordering OrderDeadline).
+func (q *Queue) ByDeadline() bool { return q.bands.byDeadline }
+
 func (q *Queue) enqueue(it Item, try TryFunc) (*waiter, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
