@@ -23,10 +23,7 @@ func by(ms, prio int) Item {
 // after every one with; bands stay strict and flows take turns. Under
 // OrderFCFS deadlines change nothing.
 func TestDispatchOrderByDeadline(t *testing.T) {
-	type req struct {
-		name string
-		item Item
-	}
+	type req = namedItem
 	cases := map[string]struct {
 		ordering string
 		reqs     []req
@@ -67,22 +64,7 @@ func TestDispatchOrderByDeadline(t *testing.T) {
 		},
 	}
 	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, Options{Ordering: tc.ordering})
-			for _, r := range tc.reqs {
-				h.admit(t.Context(), r.name, r.item)
-			}
-			h.gate.open(len(tc.reqs))
-			h.q.Notify()
-			for _, r := range tc.reqs {
-				if err := h.result(r.name); err != nil {
-					t.Errorf("%s: Admit = %v", r.name, err)
-				}
-			}
-			if diff := cmp.Diff(tc.want, h.gate.dispatched()); diff != "" {
-				t.Errorf("dispatch order (-want +got):\n%s", diff)
-			}
-		})
+		t.Run(name, func(t *testing.T) { checkDispatchOrder(t, Options{Ordering: tc.ordering}, tc.reqs, tc.want) })
 	}
 }
 

@@ -129,10 +129,7 @@ func TestAdmitTryError(t *testing.T) {
 }
 
 func TestDispatchOrder(t *testing.T) {
-	type req struct {
-		name string
-		item Item
-	}
+	type req = namedItem
 	cases := map[string]struct {
 		reqs []req
 		want []string
@@ -177,22 +174,35 @@ func TestDispatchOrder(t *testing.T) {
 		},
 	}
 	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, Options{})
-			for _, r := range tc.reqs {
-				h.admit(t.Context(), r.name, r.item)
-			}
-			h.gate.open(len(tc.reqs))
-			h.q.Notify()
-			for _, r := range tc.reqs {
-				if err := h.result(r.name); err != nil {
-					t.Errorf("%s: Admit = %v", r.name, err)
-				}
-			}
-			if diff := cmp.Diff(tc.want, h.gate.dispatched()); diff != "" {
-				t.Errorf("dispatch order (-want +got):\n%s", diff)
-			}
-		})
+		t.Run(name, func(t *testing.T) { checkDispatchOrder(t, Options{}, tc.reqs, tc.want) })
+	}
+}
+
+// namedItem is a request admitted under a name, to tell the order it is
+// dispatched in.
+type namedItem struct {
+	name string
+	item Item
+}
+
+// checkDispatchOrder admits reqs in turn to a queue of opts that has no
+// room, then makes room for all, and checks the order they are
+// dispatched in.
+func checkDispatchOrder(t *testing.T, opts Options, reqs []namedItem, want []string) {
+	t.Helper()
+	h := newHarness(t, opts)
+	for _, r := range reqs {
+		h.admit(t.Context(), r.name, r.item)
+	}
+	h.gate.open(len(reqs))
+	h.q.Notify()
+	for _, r := range reqs {
+		if err := h.result(r.name); err != nil {
+			t.Errorf("%s: Admit = %v", r.name, err)
+		}
+	}
+	if diff := cmp.Diff(want, h.gate.dispatched()); diff != "" {
+		t.Errorf("dispatch order (-want +got):\n%s", diff)
 	}
 }
 
