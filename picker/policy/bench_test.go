@@ -21,20 +21,16 @@ func BenchmarkPick(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				const tenants = 50
-				systems := make([][]byte, tenants)
-				for i := range systems {
-					systems[i] = text(fmt.Sprint("tenant", i), 16<<10)
-				}
+				systems := tenantSystems()
 				for i := range 2000 {
-					req := &Request{Model: "m", Prompt: [][]byte{systems[i%tenants], text(fmt.Sprint("conv", i), 16<<10)}}
+					req := &Request{Model: "m", Prompt: [][]byte{systems[i%len(systems)], text(fmt.Sprint("conv", i), 16<<10)}}
 					if _, err := p.Pick(req, ws, 1); err != nil {
 						b.Fatal(err)
 					}
 				}
 				reqs := make([]*Request, 64)
 				for i := range reqs {
-					reqs[i] = &Request{Model: "m", Prompt: [][]byte{systems[i%tenants], text(fmt.Sprint("conv", i), 16<<10)}}
+					reqs[i] = &Request{Model: "m", Prompt: [][]byte{systems[i%len(systems)], text(fmt.Sprint("conv", i), 16<<10)}}
 				}
 				timePicks(b, p, reqs, ws)
 			})
@@ -246,14 +242,10 @@ func BenchmarkPickContextLength(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				const tenants = 50
-				systems := make([][]byte, tenants)
-				for i := range systems {
-					systems[i] = text(fmt.Sprint("tenant", i), 16<<10)
-				}
+				systems := tenantSystems()
 				reqs := make([]*Request, 64)
 				for i := range reqs {
-					reqs[i] = &Request{Model: "m", Prompt: [][]byte{systems[i%tenants], text(fmt.Sprint("conv", i), 16<<10)}, Tokens: 32 << 10 / 4}
+					reqs[i] = &Request{Model: "m", Prompt: [][]byte{systems[i%len(systems)], text(fmt.Sprint("conv", i), 16<<10)}, Tokens: 32 << 10 / 4}
 				}
 				warmPicks(b, p, reqs, ws, 1)
 				timePicks(b, p, reqs, ws)
@@ -272,6 +264,16 @@ func warmPicks(b *testing.B, p Policy, reqs []*Request, ws []*registry.Worker, n
 			b.Fatal(err)
 		}
 	}
+}
+
+// tenantSystems are the 16 KB system prompts of the benchmarks' 50
+// tenants.
+func tenantSystems() [][]byte {
+	systems := make([][]byte, 50)
+	for i := range systems {
+		systems[i] = text(fmt.Sprint("tenant", i), 16<<10)
+	}
+	return systems
 }
 
 // timePicks times picks of reqs in turn over ws, each of 3 workers.
@@ -300,15 +302,11 @@ func BenchmarkPickObjectives(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			const tenants = 50
-			systems := make([][]byte, tenants)
-			for i := range systems {
-				systems[i] = text(fmt.Sprint("tenant", i), 16<<10)
-			}
+			systems := tenantSystems()
 			var pr Prediction
 			reqs := make([]*Request, 64)
 			for i := range reqs {
-				reqs[i] = &Request{Model: "m", Prompt: [][]byte{systems[i%tenants], text(fmt.Sprint("conv", i), 16<<10)},
+				reqs[i] = &Request{Model: "m", Prompt: [][]byte{systems[i%len(systems)], text(fmt.Sprint("conv", i), 16<<10)},
 					Tokens: 32 << 10 / 4, SLO: SLO{TTFT: 4 * time.Second}, Predicted: &pr}
 			}
 			lo := p.(LatencyObserver)
