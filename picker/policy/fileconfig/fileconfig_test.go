@@ -913,6 +913,11 @@ func TestParseRejects(t *testing.T) {
 			in:   header + "flowControl:\n  defaultPriorityBand: {orderingPolicyRef: slo-deadline-ordering-policy}\n  priorityBands:\n  - {priority: 10}\n",
 			want: []string{"line 6", "priorityBands[0].orderingPolicyRef fcfs-ordering-policy", "defaultPriorityBand.orderingPolicyRef slo-deadline-ordering-policy", "--flow-control-ordering"},
 		},
+		"deadline ordering of listed priorities alone: upstream's default band is first come, first served": {
+			in: header + "featureGates: [flowControl]\nflowControl:\n  priorityBands:\n  - {priority: 10, orderingPolicyRef: slo-deadline-ordering-policy}\n",
+			want: []string{"line 6", "priorityBands[0].orderingPolicyRef slo-deadline-ordering-policy", "defaultPriorityBand.orderingPolicyRef fcfs-ordering-policy",
+				"--flow-control-ordering", "defaultPriorityBand left out"},
+		},
 		"a usage limit policy the queue does not follow": {
 			in:   header + "flowControl:\n  usageLimitPolicyPluginRef: my-limit\n",
 			want: []string{"line 4", "usageLimitPolicyPluginRef", `"my-limit"`},

@@ -138,10 +138,11 @@ func (u *upstream) readFlowControl(n *yaml.Node) error {
 	if n.Kind != yaml.MappingNode {
 		return fmt.Errorf("line %d: flowControl must be a mapping", n.Line)
 	}
-	// bands holds the request bound of each priority band the section
-	// sets (upstream's 0 when a band omits it); inferpick has one bound for
-	// every priority.
+	// bands holds the request bound and the ordering of each priority band
+	// the section sets (upstream's 0 when a band omits the bound); inferpick
+	// has one bound and one ordering for every priority.
 	var bands []bandBound
+	hasDefault := false
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		var err error
@@ -158,7 +159,7 @@ func (u *upstream) readFlowControl(n *yaml.Node) error {
 		case "defaultPriorityBand":
 			var b bandBound
 			if b, err = u.readBand("flowControl.defaultPriorityBand", v); err == nil {
-				bands = append(bands, b)
+				bands, hasDefault = append(bands, b), true
 			}
 		case "priorityBands":
 			if v.Kind != yaml.SequenceNode {
@@ -181,15 +182,11 @@ func (u *upstream) readFlowControl(n *yaml.Node) error {
 			return err
 		}
 	}
+	var err error
+	if fc.Ordering, err = bandOrdering(bands, hasDefault); err != nil {
+		return err
+	}
 	for _, b := range bands {
-		if b.ordering != bands[0].ordering {
-			return fmt.Errorf("line %d: %s.orderingPolicyRef %s differs from %s.orderingPolicyRef %s: inferpick orders the waiting requests of every priority alike "+
-				"(--flow-control-ordering); give the bands one orderingPolicyRef (a band without one is %s)",
-				b.orderLine, b.key, b.ordering, bands[0].key, bands[0].ordering, fcfsOrdering)
-		}
-		if b.orderingSet {
-			fc.Ordering = orderings[b.ordering]
-		}
 		if b.requests != bands[0].requests {
 			return fmt.Errorf("line %d: %s.maxRequests %s differs from %s.maxRequests %s: inferpick bounds the waiting requests of every priority alike "+
 				"(--flow-control-max-band-requests); give the bands one maxRequests, or set defaultPriorityBand.maxRequests alone",
@@ -200,6 +197,30 @@ func (u *upstream) readFlowControl(n *yaml.Node) error {
 		fc.MaxBandRequests = bands[0].requests
 	}
 	return nil
+}
+
+// bandOrdering is the --flow-control-ordering the bands ask for ("" when
+// none names one), or an error naming the first that differs from the
+// others. Upstream makes the band of a priority priorityBands does not list
+// from defaultPriorityBand, which is fcfs-ordering-policy when the section
+// leaves it out; hasDefault says the section has it.
+func bandOrdering(bands []bandBound, hasDefault bool) (string, error) {
+	if !hasDefault && len(bands) > 0 {
+		bands = append([]bandBound{{key: "flowControl.defaultPriorityBand", ordering: fcfsOrdering}}, bands...)
+	}
+	ordering := ""
+	for _, b := range bands {
+		if b.ordering != bands[0].ordering {
+			return "", fmt.Errorf("line %d: %s.orderingPolicyRef %s differs from %s.orderingPolicyRef %s: inferpick orders the waiting requests of every priority alike "+
+				"(--flow-control-ordering); give the bands one orderingPolicyRef (a band without one is %s, and so is a defaultPriorityBand left out, "+
+				"from which upstream makes the bands of the priorities priorityBands does not list)",
+				b.orderLine, b.key, b.ordering, bands[0].key, bands[0].ordering, fcfsOrdering)
+		}
+		if b.orderingSet {
+			ordering = orderings[b.ordering]
+		}
+	}
+	return ordering, nil
 }
 
 // bandBound is the request bound and the ordering of one priority band
