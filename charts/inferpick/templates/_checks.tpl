@@ -176,7 +176,7 @@ the conditions it renders it: the value to set instead. */}}
 {{- end }}
 {{- end }}
 {{- if $p.flowControl.enabled }}
-{{- range $flag, $value := dict "flow-control" "enabled" "flow-control-max-requests" "maxRequests" "flow-control-max-band-requests" "maxBandRequests" "flow-control-max-bytes" "maxBytes" "flow-control-max-wait" "maxWait" "flow-control-reserved-slots" "reservedSlots" }}
+{{- range $flag, $value := dict "flow-control" "enabled" "flow-control-max-requests" "maxRequests" "flow-control-max-band-requests" "maxBandRequests" "flow-control-max-bytes" "maxBytes" "flow-control-max-wait" "maxWait" "flow-control-reserved-slots" "reservedSlots" "flow-control-ordering" "ordering" }}
 {{- $_ := set $valued $flag (printf "picker.flowControl.%s" $value) }}
 {{- end }}
 {{- end }}

@@ -467,6 +467,8 @@ func TestExtraArgsTheChartSets(t *testing.T) {
 			want: []string{"Set picker.kvEvents.topic instead"}},
 		"flow control bound, when on": {args: "--flow-control-max-wait=5s", sets: []string{"picker.flowControl.enabled=true"},
 			want: []string{"Set picker.flowControl.maxWait instead"}},
+		"flow control ordering, when on": {args: "--flow-control-ordering=slo-deadline", sets: []string{"picker.flowControl.enabled=true"},
+			want: []string{"the chart sets --flow-control-ordering from picker.flowControl.ordering", "Set picker.flowControl.ordering instead"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
