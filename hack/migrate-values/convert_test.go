@@ -843,7 +843,8 @@ picker:
   flowControl: {enabled: true, maxRequests: 2147483647, maxBandRequests: 2147483647, maxBytes: 1000000000, maxWait: 2562047h0m0s, ordering: slo-deadline}
 pool: {selector: {matchLabels: {app: m}}}
 `,
-			notes: []string{"pluginsCustomConfig[fc.yaml]: featureGate flowControl becomes picker.flowControl.enabled"},
+			notes: []string{"pluginsCustomConfig[fc.yaml]: featureGate flowControl becomes picker.flowControl.enabled",
+				"pluginsCustomConfig[fc.yaml]: flowControl.defaultPriorityBand names no fairnessPolicyRef, so upstream's is global-strict-fairness-policy, which has no effect"},
 		},
 		"upstream's flow-control section with the environment switch": {
 			upstream: `

@@ -402,13 +402,19 @@ func TestConfigFileFlowControl(t *testing.T) {
 				"flowControl.defaultRequestTTL 10s has no effect: --flow-control-max-wait 3s is given",
 			},
 		},
-		"deadline ordering": {
+		"deadline ordering, warning that flows are served in turn": {
 			config: doc + "featureGates: [flowControl]\nflowControl:\n  defaultPriorityBand: {orderingPolicyRef: slo-deadline-ordering-policy}\n",
+			want: flowcontrol.Options{Ordering: flowcontrol.OrderDeadline, Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound,
+				MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: fileconfig.NoWaitBound},
+			warned: []string{"each flow by earliest deadline (as round-robin-fairness-policy), not the earliest deadline across the band"},
+		},
+		"deadline ordering with round-robin fairness": {
+			config: doc + "featureGates: [flowControl]\nflowControl:\n  defaultPriorityBand: {orderingPolicyRef: slo-deadline-ordering-policy, fairnessPolicyRef: round-robin-fairness-policy}\n",
 			want: flowcontrol.Options{Ordering: flowcontrol.OrderDeadline, Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound,
 				MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: fileconfig.NoWaitBound},
 		},
 		"the ordering flag wins, warning": {
-			config: doc + "featureGates: [flowControl]\nflowControl:\n  defaultPriorityBand: {orderingPolicyRef: slo-deadline-ordering-policy}\n",
+			config: doc + "featureGates: [flowControl]\nflowControl:\n  defaultPriorityBand: {orderingPolicyRef: slo-deadline-ordering-policy, fairnessPolicyRef: round-robin-fairness-policy}\n",
 			args:   []string{"--flow-control-ordering=fcfs"},
 			want: flowcontrol.Options{Ordering: flowcontrol.OrderFCFS, Enabled: true, MaxLen: fileconfig.NoRequestBound, MaxBandLen: fileconfig.NoRequestBound,
 				MaxBytes: fileconfig.UpstreamBandBytes, MaxWait: fileconfig.NoWaitBound},

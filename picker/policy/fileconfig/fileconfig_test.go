@@ -423,19 +423,29 @@ flowControl:
 			in:   header + "flowControl: {maxRequests: 0, maxBytes: 0, defaultRequestTTL: 0s, defaultPriorityBand: {maxRequests: 0}}\n",
 			want: File{Policy: policy.Config{Name: policy.Random}, FlowControl: FlowControl{Section: true, MaxRequests: NoRequestBound, MaxBandRequests: NoRequestBound, MaxWait: NoWaitBound}},
 		},
-		"flowControl section: deadline ordering": {
-			in:   header + "featureGates: [flowControl]\nflowControl:\n  defaultPriorityBand: {orderingPolicyRef: slo-deadline-ordering-policy}\n",
-			want: File{Policy: policy.Config{Name: policy.Random}, FlowControl: FlowControl{Gate: true, Section: true, MaxBandRequests: NoRequestBound, Ordering: "slo-deadline"}},
+		"flowControl section: deadline ordering under upstream's default fairness warns": {
+			in: header + "featureGates: [flowControl]\nflowControl:\n  defaultPriorityBand: {orderingPolicyRef: slo-deadline-ordering-policy}\n",
+			want: File{Policy: policy.Config{Name: policy.Random}, FlowControl: FlowControl{Gate: true, Section: true, MaxBandRequests: NoRequestBound, Ordering: "slo-deadline"},
+				Warnings: []string{"flowControl.defaultPriorityBand names no fairnessPolicyRef, so upstream's is global-strict-fairness-policy, which has no effect: " +
+					"with slo-deadline-ordering-policy the flow-control queue serves each priority's flows round-robin, each flow by earliest deadline (as round-robin-fairness-policy), " +
+					"not the earliest deadline across the band; name round-robin-fairness-policy to say what the queue does"}},
 		},
-		"flowControl section: deadline ordering of every band, by a plugin's name": {
+		"flowControl section: deadline ordering of every band, by a plugin's name, with round-robin fairness": {
 			in: header + `plugins:
 - {name: edf, type: slo-deadline-ordering-policy}
 flowControl:
-  defaultPriorityBand: {orderingPolicyRef: edf}
+  defaultPriorityBand: {orderingPolicyRef: edf, fairnessPolicyRef: round-robin-fairness-policy}
   priorityBands:
-  - {priority: 10, orderingPolicyRef: edf}
+  - {priority: 10, orderingPolicyRef: edf, fairnessPolicyRef: round-robin-fairness-policy}
 `,
 			want: File{Policy: policy.Config{Name: policy.Random}, FlowControl: FlowControl{Section: true, MaxBandRequests: NoRequestBound, Ordering: "slo-deadline"}},
+		},
+		"flowControl section: deadline ordering with global strict fairness named warns in deadline terms": {
+			in: header + "flowControl:\n  defaultPriorityBand: {orderingPolicyRef: slo-deadline-ordering-policy, fairnessPolicyRef: global-strict-fairness-policy}\n",
+			want: File{Policy: policy.Config{Name: policy.Random}, FlowControl: FlowControl{Section: true, MaxBandRequests: NoRequestBound, Ordering: "slo-deadline"},
+				Warnings: []string{"flowControl.defaultPriorityBand.fairnessPolicyRef global-strict-fairness-policy has no effect: " +
+					"with slo-deadline-ordering-policy the flow-control queue serves each priority's flows round-robin, each flow by earliest deadline (as round-robin-fairness-policy), " +
+					"not the earliest deadline across the band"}},
 		},
 		"flowControl section: priority bands of one request bound, byte bounds and upstream's default fairness warn": {
 			in: header + `plugins:
@@ -1123,6 +1133,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(pdDoc("- {type: by-label, name: fast, parameters: {label: role, validValues: [prefill]}}\n- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {deciders: {prefill: always-disagg-pd-decider}}\n")))
 	f.Add([]byte(header + "plugins:\n- type: prefix-cache-scorer\n- {type: max-score-picker, parameters: {maxNumOfEndpoints: 2}}\n- type: data-parallel-profile-handler\n  parameters: {primaryPort: 8000}\n"))
 	f.Add([]byte("policy:\n  dataParallel: {primaryPort: 8000}\n"))
+	f.Add([]byte(header + "featureGates: [flowControl]\nflowControl:\n  defaultPriorityBand: {orderingPolicyRef: slo-deadline-ordering-policy, fairnessPolicyRef: global-strict-fairness-policy}\n  priorityBands:\n  - {priority: 10, orderingPolicyRef: slo-deadline-ordering-policy}\n"))
 	f.Add([]byte(latencyDoc("- {type: predicted-latency-producer, parameters: {sloBufferFactor: 1.5, contextTTL: 5m}}\n- {name: s, type: prefix-cache-affinity-filter, parameters: {affinityThreshold: 0.99}}\n- {type: slo-headroom-tier-filter, parameters: {epsilonExploreNeg: 0.02}}\n- type: latency-scorer\n- type: weighted-random-picker\n- type: latency-slo-admitter\n",
 		"  - pluginRef: predicted-latency-producer\n  - pluginRef: s\n  - pluginRef: slo-headroom-tier-filter\n  - pluginRef: latency-scorer\n  - pluginRef: weighted-random-picker\n")))
 	f.Add([]byte(latencyDoc("- type: predicted-latency-scorer\n  parameters: {sloBufferFactor: 2, epsilonExploreNeg: 0.5, maxSampledTokens: 3}\n", "  - pluginRef: predicted-latency-scorer\n")))

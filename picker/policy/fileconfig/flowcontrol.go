@@ -72,7 +72,7 @@ const (
 	roundRobin        = "round-robin-fairness-policy"
 	globalStrict      = "global-strict-fairness-policy"
 	staticUsageLimit  = "static-usage-limit-policy"
-	flowControlPolicy = "the flow-control queue serves each priority's flows round-robin, each flow first come, first served"
+	flowControlPolicy = "the flow-control queue serves each priority's flows round-robin"
 )
 
 // orderings maps upstream's ordering policies to inferpick's
@@ -187,6 +187,7 @@ func (u *upstream) readFlowControl(n *yaml.Node) error {
 		return err
 	}
 	for _, b := range bands {
+		u.warnFairness(b)
 		if b.requests != bands[0].requests {
 			return fmt.Errorf("line %d: %s.maxRequests %s differs from %s.maxRequests %s: inferpick bounds the waiting requests of every priority alike "+
 				"(--flow-control-max-band-requests); give the bands one maxRequests, or set defaultPriorityBand.maxRequests alone",
@@ -223,8 +224,36 @@ func bandOrdering(bands []bandBound, hasDefault bool) (string, error) {
 	return ordering, nil
 }
 
-// bandBound is the request bound and the ordering of one priority band
-// of the section.
+// warnFairness warns when upstream would serve a band's flows otherwise
+// than the queue does: its global-strict-fairness-policy, the default,
+// serves the band's best head across all flows, by the band's ordering,
+// where the queue serves the flows in turn. Under first come, first served
+// only a band naming it warns (the difference is upstream's default and
+// inferpick's documented one); under deadline order a band leaving it out
+// warns too, as a config moved to that order meets the difference there.
+func (u *upstream) warnFairness(b bandBound) {
+	if b.fairness != globalStrict {
+		return
+	}
+	switch {
+	case b.ordering == sloDeadline && b.fairnessSet:
+		u.warn(b.key + ".fairnessPolicyRef " + globalStrict + " has no effect: " + deadlineFairness)
+	case b.ordering == sloDeadline:
+		u.warn(b.key + " names no fairnessPolicyRef, so upstream's is " + globalStrict + ", which has no effect: " + deadlineFairness +
+			"; name " + roundRobin + " to say what the queue does")
+	case b.fairnessSet:
+		u.warn(b.key + ".fairnessPolicyRef " + globalStrict + " has no effect: " + flowControlPolicy +
+			", each flow first come, first served (as " + roundRobin + "), not oldest request first across flows")
+	}
+}
+
+// deadlineFairness is what the queue does among the flows of a band of
+// slo-deadline-ordering-policy, against upstream's global strict fairness.
+const deadlineFairness = "with " + sloDeadline + " " + flowControlPolicy +
+	", each flow by earliest deadline (as " + roundRobin + "), not the earliest deadline across the band"
+
+// bandBound is the request bound, the ordering and the fairness of one
+// priority band of the section.
 type bandBound struct {
 	key      string
 	line     int
@@ -235,6 +264,10 @@ type bandBound struct {
 	ordering    string
 	orderingSet bool
 	orderLine   int
+	// fairness is the upstream fairness policy's type, globalStrict when
+	// the band names none, as upstream; fairnessSet says it names one.
+	fairness    string
+	fairnessSet bool
 }
 
 func requestsText(n int) string {
@@ -247,7 +280,7 @@ func requestsText(n int) string {
 // readBand reads one priority band (defaultPriorityBand or an entry of
 // priorityBands).
 func (u *upstream) readBand(key string, n *yaml.Node) (bandBound, error) {
-	b := bandBound{key: key, line: n.Line, requests: NoRequestBound, ordering: fcfsOrdering, orderLine: n.Line}
+	b := bandBound{key: key, line: n.Line, requests: NoRequestBound, ordering: fcfsOrdering, orderLine: n.Line, fairness: globalStrict}
 	if n.Kind != yaml.MappingNode {
 		return b, fmt.Errorf("line %d: %s must be a mapping", n.Line, key)
 	}
@@ -271,10 +304,11 @@ func (u *upstream) readBand(key string, n *yaml.Node) (bandBound, error) {
 				"the flow-control queue serves each flow first come, first served ("+fcfsOrdering+") or by deadline ("+sloDeadline+")")
 			b.ordering, b.orderingSet, b.orderLine = u.flowPolicyType(v), true, v.Line
 		case "fairnessPolicyRef":
-			err = u.checkFlowPolicy(v, key+".fairnessPolicyRef", map[string]string{
-				roundRobin:   "",
-				globalStrict: key + ".fairnessPolicyRef " + globalStrict + " has no effect: " + flowControlPolicy + " (as round-robin-fairness-policy), not oldest request first across flows",
-			}, flowControlPolicy+"; remove it")
+			// A global-strict fairness warns once the band's ordering is
+			// known (warnFairness).
+			err = u.checkFlowPolicy(v, key+".fairnessPolicyRef", map[string]string{roundRobin: "", globalStrict: ""},
+				flowControlPolicy+" ("+roundRobin+"); remove it")
+			b.fairness, b.fairnessSet = u.flowPolicyType(v), true
 		default:
 			err = fmt.Errorf("line %d: unknown %s field %q", k.Line, key, k.Value)
 		}
