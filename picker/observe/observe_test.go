@@ -31,9 +31,9 @@ func twoWorkers(t *testing.T) (*registry.Registry, *registry.Worker, *registry.W
 func TestWorkersHandler(t *testing.T) {
 	reg, a, _ := twoWorkers(t)
 	registrytest.Upsert(reg, registry.Endpoint{Key: registry.Key{UID: "b", Port: 8001}, Namespace: "ns", Name: "pod-b", Address: netip.MustParseAddrPort("127.0.0.2:8001"), Rank: 1,
-		Role: registry.ParseRole("prefill", true), Labels: registry.LabelsOf([]string{"example.com/gpu", "example.com/zone"}, map[string]string{"example.com/gpu": "h100", "other": "x"})})
+		Role: registry.ParseRole("prefill", true), Restarts: 2, Labels: registry.LabelsOf([]string{"example.com/gpu", "example.com/zone"}, map[string]string{"example.com/gpu": "h100", "other": "x"})})
 	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
-	a.SetMetrics(&registry.Metrics{Waiting: 3, Running: 2, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 100, Engines: 1<<0 | 1<<1, Scraped: now.Add(-250 * time.Millisecond)})
+	a.SetMetrics(&registry.Metrics{Waiting: 3, Running: 2, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 100, Engines: 1<<0 | 1<<1, Restarts: 1, Scraped: now.Add(-250 * time.Millisecond)})
 	g := a.Admit()
 	g.FirstToken()
 	a.Admit()
@@ -64,13 +64,13 @@ func TestWorkersHandler(t *testing.T) {
 	waiting, running, kv, age, blocks, offloaded, none := 3, 2, 0.5, int64(250), 42, 12, 0
 	want := WorkersView{Synced: true, Workers: []WorkerView{
 		{Name: "pod-a", Namespace: "ns", UID: "a", Address: "127.0.0.1:8000", Engines: []int{0, 1}, Load: 2, Prefill: 1, Decode: 1,
-			Waiting: &waiting, Running: &running, KVUsage: &kv, KVBlocks: 100, BlockSize: 16, MetricsAgeMS: &age,
+			Waiting: &waiting, Running: &running, KVUsage: &kv, KVBlocks: 100, BlockSize: 16, MetricsAgeMS: &age, ServerRestarts: 1,
 			Calibration: &CalibrationView{PrefillUSPerToken: 1500, MeanPrefillMS: 90, PrefillSource: "prefill histogram",
 				DecodeSource: "none yet", BlocksPerLoadScale: 0.5, BytesPerToken: 4, CapacityBlocks: 80, CapacityScale: 0.8,
 				CapacitySource: "cache_config_info, shrunk", HitRatio: 0.6, MaxSeqs: 2, MaxSeqsSource: "queue"},
 			KVEventBlocks: &blocks, KVEventOffloadedBlocks: &offloaded},
 		{Name: "pod-b", Namespace: "ns", UID: "b", Address: "127.0.0.2:8000", KVEventBlocks: &none, KVEventOffloadedBlocks: &none},
-		{Name: "pod-b", Namespace: "ns", UID: "b", Address: "127.0.0.2:8001", Rank: 1, Role: "prefill", Labels: map[string]string{"example.com/gpu": "h100"}, KVEventBlocks: &none, KVEventOffloadedBlocks: &none},
+		{Name: "pod-b", Namespace: "ns", UID: "b", Address: "127.0.0.2:8001", Rank: 1, Role: "prefill", Restarts: 2, Labels: map[string]string{"example.com/gpu": "h100"}, KVEventBlocks: &none, KVEventOffloadedBlocks: &none},
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("/debug/workers (-want +got):\n%s", diff)

@@ -46,9 +46,15 @@ type WorkerView struct {
 	// the pod is Ready again or gone. ParkedSince is when it was parked.
 	Parked      bool       `json:"parked,omitempty"`
 	ParkedSince *time.Time `json:"parkedSince,omitempty"`
-	Load        int64      `json:"load"`
-	Prefill     int64      `json:"prefill"`
-	Decode      int64      `json:"decode"`
+	// Restarts are the restarts of the pod's containers that serve the
+	// port, as its status counts them; ServerRestarts those of the model
+	// server behind the port the scraper has seen (a cumulative counter
+	// that went back): each lost the server's cache. Absent for none.
+	Restarts       int32  `json:"restarts,omitempty"`
+	ServerRestarts uint32 `json:"serverRestarts,omitempty"`
+	Load           int64  `json:"load"`
+	Prefill        int64  `json:"prefill"`
+	Decode         int64  `json:"decode"`
 	// Scraped model-server view; absent until the first scrape.
 	Waiting      *int     `json:"waiting,omitempty"`
 	Running      *int     `json:"running,omitempty"`
@@ -152,8 +158,8 @@ func Snapshot(reg SyncedWorkers, now time.Time, held HeldBlocks) WorkersView {
 		p, d := w.Load()
 		wv := WorkerView{
 			Name: ep.Name, Namespace: ep.Namespace, UID: ep.Key.UID, Address: w.Address(), Rank: ep.Rank, Role: ep.Role.String(), ContextLength: ep.Context.String(),
-			Labels: ep.Labels.Map(),
-			Load:   p + d, Prefill: p, Decode: d,
+			Labels: ep.Labels.Map(), Restarts: ep.Restarts,
+			Load: p + d, Prefill: p, Decode: d,
 		}
 		if since, ok := w.ParkedSince(); ok {
 			wv.Parked, wv.ParkedSince = true, &since
@@ -162,7 +168,7 @@ func Snapshot(reg SyncedWorkers, now time.Time, held HeldBlocks) WorkersView {
 			waiting, running, kv := m.Waiting, m.Running, m.KVUsage
 			age := now.Sub(m.Scraped).Milliseconds()
 			wv.Waiting, wv.Running, wv.KVUsage, wv.MetricsAgeMS = &waiting, &running, &kv, &age
-			wv.KVBlocks, wv.BlockSize = m.NumGPUBlocks, m.BlockSize
+			wv.KVBlocks, wv.BlockSize, wv.ServerRestarts = m.NumGPUBlocks, m.BlockSize, m.Restarts
 			if m.Engines&^1 != 0 { // an engine besides engine 0
 				wv.Engines = m.Engines.List()
 			}
