@@ -36,6 +36,13 @@ type SLOConfig struct {
 	// measured again (upstream's epsilonExploreNeg). Default 0.01; set
 	// 0 explicitly for never.
 	ExploreNegative *float64 `json:"exploreNegative,omitempty" yaml:"exploreNegative,omitempty"`
+	// WholeResponse holds the TTFT objective against the time to the end
+	// of the response, learned from every response that completes, and
+	// judges no TPOT objective, as the upstream picker's latency predictor
+	// does without its streamingMode (its default). Off, the TTFT
+	// objective is the time to the first token, learned from streamed
+	// responses, and TPOT objectives are judged.
+	WholeResponse bool `json:"wholeResponse,omitempty" yaml:"wholeResponse,omitempty"`
 	// Admission refuses a sheddable request (priority below 0) that
 	// states objectives when no pod is predicted to meet them, none is
 	// idle and none has a nearly empty KV cache, where predictions are
