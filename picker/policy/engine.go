@@ -177,36 +177,25 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 		return dst, err
 	}
 	now := e.now()
-	saturated, sampled := 0, false
-	if s, ok := e.ranker.(sampler); ok && len(candidates) > sampleAbove && !req.Subset {
-		saturated = e.admit(p, s.sample(e, p, candidates), &filter, now)
-		if p.over { // the pool may have room the sample has not
-			p.dropCandidates()
-		}
-		sampled = len(p.cands) > 0
-	}
-	if len(p.cands) == 0 { // a small pool, or none of the sample can take it
-		saturated = e.admit(p, candidates, &filter, now)
-	}
-	onPod := (e.pin || e.prefer) && e.markSession(p, candidates, sampled, &filter, now)
-	p.others, p.measured = othersPerOwn(p.cands)
-	for i := range p.cands {
-		p.cands[i].load = e.load(p.cands[i].w, p.cands[i].metrics, p.others)
-	}
-	if len(p.cands) == 0 {
-		switch {
-		case saturated > 0:
-			return dst, ErrSaturated
-		case p.outOfRange > 0: // pods the label filters keep, none in range
-			return dst, p.rangeError()
-		case p.unlabelled > 0:
-			return dst, ErrLabelFilter
-		}
-		return dst, ErrNoCandidates
+	onPod, sampled, err := e.prepare(p, candidates, &filter, now, true)
+	if err != nil {
+		return dst, err
 	}
 	e.ranker.rank(e, p)
 	if e.slo != nil {
-		if err := e.judge(p); err != nil {
+		missed, err := e.judge(p)
+		if missed && sampled {
+			// No pod of the sample is predicted to meet the request's
+			// objectives: one of the rest may be, and a sampled pick
+			// never refuses or misroutes what a full look would place.
+			p.dropCandidates()
+			if onPod, _, err = e.prepare(p, candidates, &filter, now, false); err != nil {
+				return dst, err
+			}
+			e.ranker.rank(e, p)
+			_, err = e.judge(p)
+		}
+		if err != nil {
 			return dst, err
 		}
 	}
@@ -223,6 +212,41 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 		c.chose(e, p, dst[primary])
 	}
 	return dst, nil
+}
+
+// prepare makes the pick's candidates of candidates, of a sample of them
+// when the ranker samples a large pool and sample allows, and measures
+// their load; it reports whether the request's session pod is among them
+// and whether they are a sample. With no candidate it returns why.
+func (e *engine) prepare(p *pick, candidates []*registry.Worker, filter *modelFilter, now time.Time, sample bool) (onPod, sampled bool, err error) {
+	saturated := 0
+	if s, ok := e.ranker.(sampler); ok && sample && len(candidates) > sampleAbove && !p.req.Subset {
+		saturated = e.admit(p, s.sample(e, p, candidates), filter, now)
+		if p.over { // the pool may have room the sample has not
+			p.dropCandidates()
+		}
+		sampled = len(p.cands) > 0
+	}
+	if len(p.cands) == 0 { // a small pool, or none of the sample can take it
+		saturated = e.admit(p, candidates, filter, now)
+	}
+	onPod = (e.pin || e.prefer) && e.markSession(p, candidates, sampled, filter, now)
+	p.others, p.measured = othersPerOwn(p.cands)
+	for i := range p.cands {
+		p.cands[i].load = e.load(p.cands[i].w, p.cands[i].metrics, p.others)
+	}
+	if len(p.cands) == 0 {
+		switch {
+		case saturated > 0:
+			return false, false, ErrSaturated
+		case p.outOfRange > 0: // pods the label filters keep, none in range
+			return false, false, p.rangeError()
+		case p.unlabelled > 0:
+			return false, false, ErrLabelFilter
+		}
+		return false, false, ErrNoCandidates
+	}
+	return onPod, sampled, nil
 }
 
 // admit makes candidates of the workers of ws that are live, serve the

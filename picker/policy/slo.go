@@ -106,16 +106,18 @@ const (
 )
 
 // judge sorts the candidates of a request with objectives into the pods
-// predicted to meet them and the others, and returns ErrObjectives when
-// the request is sheddable, admission is on and no pod is predicted to
-// meet them, idle or nearly empty. An objective whose model has not
-// learned enough is taken as met. While some meet and some miss, one pick
-// in 1/ExploreNegative goes among those that miss.
-func (e *engine) judge(p *pick) error {
+// predicted to meet them and the others, and reports whether none is
+// predicted to meet them; it returns ErrObjectives when, besides, the
+// request is sheddable, admission is on and no pod is idle or nearly
+// empty. An objective whose model has not learned enough is taken as met.
+// While some meet and some miss, one pick in 1/ExploreNegative goes among
+// those that miss.
+func (e *engine) judge(p *pick) (missed bool, err error) {
 	slo := p.req.SLO
 	m := e.slo.published.Load()
-	if !slo.Set() || !m.ttftOK && !m.tpotOK {
-		return nil
+	tpotJudged := m.tpotOK && !e.slo.cfg.WholeResponse // a whole response's pace is not judged
+	if !slo.Set() || !m.ttftOK && !tpotJudged {
+		return false, nil
 	}
 	factor := e.slo.cfg.BufferFactor
 	meets, idle, cold := 0, false, false
@@ -126,13 +128,16 @@ func (e *engine) judge(p *pick) error {
 		// The pace the request must keep is its own objective's, and that
 		// of the requests in flight there that stated one (upstream judges
 		// by the least too): one placed on a pod shares its steps with them.
-		tpotObjective := slo.TPOT
-		if least := cd.w.LeastTPOTObjective(); least > 0 && (tpotObjective <= 0 || least < tpotObjective) {
-			tpotObjective = least
+		tpotObjective := time.Duration(0)
+		if tpotJudged {
+			tpotObjective = slo.TPOT
+			if least := cd.w.LeastTPOTObjective(); least > 0 && (tpotObjective <= 0 || least < tpotObjective) {
+				tpotObjective = least
+			}
 		}
 		cd.tier = tierMisses
 		if (slo.TTFT <= 0 || !m.ttftOK || seconds(ttft) <= slo.TTFT) &&
-			(tpotObjective <= 0 || !m.tpotOK || tpot <= tpotObjective.Seconds()*factor) {
+			(tpotObjective <= 0 || tpot <= tpotObjective.Seconds()*factor) {
 			cd.tier = tierMeets
 			meets++
 		}
@@ -141,16 +146,18 @@ func (e *engine) judge(p *pick) error {
 	}
 	switch {
 	case meets == 0 && slo.Sheddable && e.slo.cfg.Admission && !idle && !cold:
-		return ErrObjectives
-	case meets == 0 || meets == len(p.cands):
-		return nil // one tier: the order is the costs'
+		return true, ErrObjectives
+	case meets == 0:
+		return true, nil // one tier: the order is the costs'
+	case meets == len(p.cands):
+		return false, nil
 	}
 	if explore := *e.slo.cfg.ExploreNegative; explore > 0 && float64(p.rand()>>11)/(1<<53) < explore {
 		for i := range p.cands {
 			p.cands[i].tier ^= tierMisses
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // coldKV is the KV-cache usage below which a pod counts as nearly empty,
@@ -167,6 +174,11 @@ func (e *engine) predicted(p *pick, primary *registry.Worker, out *Prediction) {
 	}
 	out.Reset()
 }
+
+// WholeResponse reports whether the TTFT objective is held against the
+// whole response's time, and learned from every response that completes
+// (SLOConfig.WholeResponse).
+func (e *engine) WholeResponse() bool { return e.slo != nil && e.slo.cfg.WholeResponse }
 
 // Predicts reports whether the policy predicts latencies (Config.SLO):
 // whether Request.Predicted is filled and the observed latencies learned.

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -235,6 +236,54 @@ func TestARunningRequestsTPOTObjectiveIsKept(t *testing.T) {
 			g := ws[1].AdmitWith(tc.running)
 			t.Cleanup(func() { g.Release() })
 			req := &Request{Model: "m", Tokens: 2000, SLO: SLO{TTFT: 10 * time.Second}}
+			if got, err := p.Pick(req, ws, 1); err != nil || got[0] != ws[tc.want] {
+				t.Errorf("Pick = %v, %v; want pod-%d", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestASampledPickLooksAtThePoolForAPodThatMeetsTheObjectives: over 200
+// pods, where the sample a cache-aware pick looks at has no pod predicted
+// to meet a 500 ms objective (each runs a request and queues another, a
+// second each), the one idle pod of the pool is found: every sheddable
+// request goes there, none refused.
+func TestASampledPickLooksAtThePoolForAPodThatMeetsTheObjectives(t *testing.T) {
+	reg, ws := pool(200)
+	p := build(t, Config{Name: CacheAware, SLO: &SLOConfig{Admission: true, ExploreNegative: new(0.0)}}, reg, nil).(*engine)
+	p.slo.published.Store(&model{ttft: features{fPrefill: 1}, ttftOK: true})
+	for i, w := range ws {
+		m := &registry.Metrics{Scraped: epoch, Running: 1, Waiting: 1, KVUsage: 0.5}
+		if i == 137 {
+			m = &registry.Metrics{Scraped: epoch, KVUsage: 0.5}
+		}
+		w.SetMetrics(m)
+	}
+	for i := range 40 {
+		req := &Request{Model: "m", Prompt: [][]byte{text(fmt.Sprint("prompt", i), 4<<10)}, SLO: SLO{TTFT: 500 * time.Millisecond, Sheddable: true}}
+		got, err := p.Pick(req, ws, 1)
+		if err != nil || got[0] != ws[137] {
+			t.Fatalf("pick %d = %v, %v; want %s, the one pod predicted to meet the objective", i, got, err, ws[137].Address())
+		}
+	}
+}
+
+// TestAWholeResponseJudgesNoTPOTObjective: with wholeResponse, as
+// upstream's predictor without streamingMode, a TPOT objective pod 1 is
+// predicted to break is not judged: least-load sends the request to the
+// idle pod 1, where otherwise it goes to pod 0.
+func TestAWholeResponseJudgesNoTPOTObjective(t *testing.T) {
+	for name, tc := range map[string]struct {
+		whole bool
+		want  int
+	}{
+		"first token": {false, 0},
+		"whole":       {true, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, ws := sloPool(t, SLOConfig{WholeResponse: tc.whole, ExploreNegative: new(0.0)})
+			admit(t, ws[0], 2)
+			req := &Request{Model: "m", Tokens: 2000, SLO: SLO{TPOT: 50 * time.Millisecond}}
 			if got, err := p.Pick(req, ws, 1); err != nil || got[0] != ws[tc.want] {
 				t.Errorf("Pick = %v, %v; want pod-%d", got, err, tc.want)
 			}
