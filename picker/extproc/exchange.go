@@ -793,16 +793,25 @@ func (x *exchange) firstToken() {
 		now := x.s.opts.Clock.Now()
 		x.firstAt = now
 		x.s.metrics.ttft.Observe(now.Sub(x.routedAt).Seconds())
+		whole := x.wholeResponse()
 		if x.series != nil {
 			x.series.FirstToken(now.Sub(x.arrived))
-			x.series.TTFTObjective(now.Sub(x.arrived), x.objectives.slo.TTFT)
+			if !whole {
+				x.series.TTFTObjective(now.Sub(x.arrived), x.objectives.slo.TTFT)
+			}
 		}
-		if x.streamed && x.predicted.Made() {
+		if x.streamed && x.predicted.Made() && !whole {
 			// A reply sent whole has its first token at its end: its
 			// time is not a time to first token.
 			x.s.learner.ObserveTTFT(&x.predicted, now.Sub(x.routedAt))
 		}
 	}
+}
+
+// wholeResponse reports whether the picker holds the TTFT objective
+// against the whole response's time (policy.SLOConfig.WholeResponse).
+func (x *exchange) wholeResponse() bool {
+	return x.s.learner != nil && x.s.learner.WholeResponse()
 }
 
 // learnTPOT records the time per output token of a streamed response that
@@ -833,8 +842,17 @@ func (x *exchange) completed() {
 	}
 	x.responseDone = true
 	if x.running && !x.tunnel { // a session's length is the user's, not a request's latency
-		x.series.Completed(x.s.opts.Clock.Now().Sub(x.arrived), x.responseSize(), x.scanner.Usage())
+		now := x.s.opts.Clock.Now()
+		x.series.Completed(now.Sub(x.arrived), x.responseSize(), x.scanner.Usage())
 		x.learnTPOT()
+		if x.wholeResponse() {
+			// The objective and what is learned for it are the whole
+			// response's time, streamed or not.
+			x.series.TTFTObjective(now.Sub(x.arrived), x.objectives.slo.TTFT)
+			if x.predicted.Made() {
+				x.s.learner.ObserveTTFT(&x.predicted, now.Sub(x.routedAt))
+			}
+		}
 	}
 	x.release(reasonCompleted)
 }

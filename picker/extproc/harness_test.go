@@ -46,6 +46,9 @@ type inOrder struct {
 // predicts latencies.
 func (p *inOrder) Predicts() bool { return p.predicts }
 
+// WholeResponse is false: the time to first token is a first token's.
+func (p *inOrder) WholeResponse() bool { return false }
+
 // ObserveTTFT learns nothing.
 func (p *inOrder) ObserveTTFT(*policy.Prediction, time.Duration) {}
 

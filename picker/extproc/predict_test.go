@@ -321,3 +321,38 @@ func TestATPOTObjectiveIsHeldWhileTheRequestIsInFlight(t *testing.T) {
 		t.Errorf("after the fallback's response: least TPOT objectives %v, want none", got)
 	}
 }
+
+// With wholeResponse (upstream's predictor without streamingMode), replies
+// sent whole teach the picker their time, routing to end of response: after
+// 100 JSON replies that took a prompt token's prefill and 200 ms more, a
+// 1,500-token prompt on the slow pod is predicted at about 6.2 s, and a
+// reply later than the x-slo-ttft-ms it stated is counted as a miss.
+func TestAWholeResponseIsLearnedFromRepliesSentWhole(t *testing.T) {
+	e := newPredictEnv(t, policy.SLOConfig{WholeResponse: true})
+	reply := func(s *session, dest string, tokens int) {
+		e.clk.SetTime(e.clk.Now().Add(time.Duration(tokens)*e.perToken[dest] + 200*time.Millisecond))
+		s.responseHeaders(200, "application/json", false, "")
+		s.recv()
+		s.responseBody(`{"choices":[{"index":0,"message":{"content":"a"}}],"usage":{"prompt_tokens":1,"completion_tokens":11}}`, true)
+		s.recv()
+	}
+	for i := range trainN {
+		tokens := 500 + i*377%1500
+		s, dest := e.begin(tokens)
+		reply(s, dest, tokens)
+	}
+	g := e.worker(twoWorkers[0]).Admit() // least-load then sends the next to the slow pod
+	defer g.Release()
+	_, before := e.histogram("inference_objective_request_predicted_ttft_seconds")
+	s, dest := e.begin(1500, policy.TTFTObjectiveHeader, "1000")
+	if dest != twoWorkers[1] {
+		t.Fatalf("routed to %s, want the idle slow pod %s", dest, twoWorkers[1])
+	}
+	if _, after := e.histogram("inference_objective_request_predicted_ttft_seconds"); after-before < 5.2 || after-before > 7.2 {
+		t.Errorf("predicted whole response on the slow pod = %.2f s, want about 6.2 s", after-before)
+	}
+	reply(s, dest, 1500)
+	if got := e.violations("ttft"); got != 1 {
+		t.Errorf("request_slo_violation_total{type=ttft} = %v, want 1", got)
+	}
+}

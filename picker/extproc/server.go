@@ -145,6 +145,9 @@ type Locator interface {
 type latencyLearner interface {
 	policy.LatencyObserver
 	Predicts() bool
+	// WholeResponse: the TTFT objective and what is learned for it are
+	// the whole response's time (policy.SLOConfig.WholeResponse).
+	WholeResponse() bool
 }
 
 // knower is a picker that can tell whether its own index knows a prompt.
