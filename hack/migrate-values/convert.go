@@ -386,9 +386,10 @@ func (c *converter) pluginsConfig() {
 		if on, _ := c.peek(ie + "latencyPredictor.enabled"); on == true {
 			// The upstream chart's default plugins are then its latency
 			// pipeline, which the picker reads as cache-aware with the
-			// slo block and admission.
-			c.set("picker.config.slo", map[string]any{"admission": true})
-			c.note("inferenceExtension.latencyPredictor.enabled becomes picker.config.slo {admission: true}: a request stating x-slo-ttft-ms or x-slo-tpot-ms goes to the pods predicted to meet them, ranked by the cache-aware policy, and a sheddable one that none is predicted to meet is refused, as upstream's latency plugins do")
+			// slo block, admission, and the producer's default
+			// streamingMode false: the whole response is learned.
+			c.set("picker.config.slo", map[string]any{"admission": true, "wholeResponse": true})
+			c.note("inferenceExtension.latencyPredictor.enabled becomes picker.config.slo {admission: true, wholeResponse: true}: a request stating x-slo-ttft-ms goes to the pods predicted to complete its response within it, ranked by the cache-aware policy, and a sheddable one that none is predicted to meet is refused; x-slo-tpot-ms is not judged, as upstream's predicted-latency-producer does without streamingMode")
 			return
 		}
 		c.note("upstream's default scheduling profile (queue 2, KV cache 2, prefix 3) is inferpick's weighted-scorer; the picker now uses its default cache-aware policy (set picker.config.name: weighted-scorer to keep upstream's scoring)")

@@ -460,12 +460,13 @@ inferencePool:
   modelServers: {matchLabels: {app: m}}
 `,
 			want: `
-picker: {config: {slo: {admission: true}}}
+picker: {config: {slo: {admission: true, wholeResponse: true}}}
 pool: {selector: {matchLabels: {app: m}}}
 `,
 			notes: []string{
 				"inferenceExtension.latencyPredictor.trainingServer, predictionServers, eppEnv dropped: the picker learns its latency predictions itself, no sidecar is needed",
-				"inferenceExtension.latencyPredictor.enabled becomes picker.config.slo {admission: true}",
+				"inferenceExtension.latencyPredictor.enabled becomes picker.config.slo {admission: true, wholeResponse: true}",
+				"x-slo-tpot-ms is not judged, as upstream's predicted-latency-producer does without streamingMode",
 			},
 			noNotes: []string{"weighted-scorer", "has no effect"},
 		},
@@ -473,7 +474,7 @@ pool: {selector: {matchLabels: {app: m}}}
 			upstream: strings.Replace(customConfig("latency.yaml", readSample(t, "gie-v1.5.0-latency-predictor-config.yaml")),
 				"inferenceExtension:\n", "inferenceExtension:\n  latencyPredictor: {enabled: true}\n", 1),
 			want: `
-picker: {config: {name: cache-aware, slo: {admission: true}}, modelServerMetrics: {path: /metrics}}
+picker: {config: {name: cache-aware, slo: {admission: true, wholeResponse: true}}, modelServerMetrics: {path: /metrics}}
 pool: {selector: {matchLabels: {app: m}}}
 `,
 			notes:   []string{"strict-affinity-filter (prefix-cache-affinity-filter) affinityThreshold 0.99 has no effect"},

@@ -35,13 +35,14 @@ type latencyParams struct {
 	// predictOff: predictInPrepareData false, upstream's training-only
 	// mode, where nothing is routed by a prediction.
 	predictOff bool
+	// streaming is a predictor's streamingMode, nil where not given.
+	streaming *bool
 }
 
 // Why the latency plugins' other parameters have no effect.
 const (
 	whySampling = "the picker learns a streamed response's time per output token from its first token to its end over all its tokens, with no sampling"
 	whyTTL      = "the picker keeps a request's latency state with its stream and drops it when the stream ends"
-	whyStream   = "the picker learns the time to first token and the time per output token from every streamed response, and nothing from a reply sent whole, whichever mode is named"
 	whyRole     = "the pods' roles come from their llm-d.ai/role label, and a request split over a prefill pod and a decode pod is not learned from"
 	whyRanking  = "the pods predicted to meet a request's objectives are ranked by the policy (cache-aware unless the document weighs other scorers), not by their headroom"
 	whyAffinity = "the cache-aware policy's cost model keeps a prompt on the pod that holds its prefix unless that pod's queue outweighs the prefill it saves, with no fixed share of the prompt"
@@ -78,6 +79,7 @@ var (
 	headroomArg = param{kind: number, lo: 0, hi: unbounded, loOpen: true, apply: func(l *latencyParams, f float64, _ bool) { l.headroom = &f }}
 	exploreArg  = param{kind: number, lo: 0, hi: 1, apply: func(l *latencyParams, f float64, _ bool) { l.explore = &f }}
 	weightArg   = num(0, unbounded, false, whyRanking)
+	streamArg   = param{kind: flag, apply: func(l *latencyParams, _ float64, b bool) { l.streaming = &b }}
 )
 
 // latencyParamSpecs are the parameters of each latency plugin type, with
@@ -88,7 +90,7 @@ var latencyParamSpecs = map[string]map[string]param{
 		"samplingMean":                       num(0, unbounded, true, whySampling),
 		"maxDecodeTokenSamplesForPrediction": {kind: whole, lo: 0, hi: unbounded, why: whySampling},
 		"contextTTL":                         {kind: anyValue, why: whyTTL},
-		"streamingMode":                      {kind: flag, why: whyStream},
+		"streamingMode":                      streamArg,
 		"endpointRoleLabel":                  {kind: text, why: whyRole},
 		"predictInPrepareData": {kind: flag, apply: func(l *latencyParams, _ float64, b bool) {
 			l.predictOff = !b
@@ -113,7 +115,7 @@ var latencyParamSpecs = map[string]map[string]param{
 		"affinityGateTauGlobal":     num(0, 1, false, whyAffinity),
 		"affinityMaxTTFTPenaltyMs":  num(0, unbounded, false, whyAffinity),
 		"contextTTL":                {kind: anyValue, why: whyTTL},
-		"streamingMode":             {kind: flag, why: whyStream},
+		"streamingMode":             streamArg,
 		"endpointRoleLabel":         {kind: text, why: whyRole},
 	},
 	latencyScorer: {
@@ -277,6 +279,8 @@ func (u *upstream) applyLatency(refs []profileRef, lp latencyProfile) {
 	slo := policy.SLOConfig{Admission: len(admitters) > 0}
 	var headroom, explore *float64
 	var headroomFrom, exploreFrom string
+	var whole *bool
+	var wholeFrom string
 	for _, ref := range refs {
 		l, ok := u.latency[ref.name]
 		if !ok {
@@ -292,7 +296,11 @@ func (u *upstream) applyLatency(refs []profileRef, lp latencyProfile) {
 		}
 		headroom = u.takeOnce(headroom, l.headroom, &headroomFrom, ref.name, "sloBufferFactor")
 		explore = u.takeOnce(explore, l.explore, &exploreFrom, ref.name, "epsilonExploreNeg")
+		if w, ok := wholeResponse(u.plugins[ref.name].typ, l); ok {
+			whole = u.takeStreaming(whole, w, &wholeFrom, ref.name)
+		}
 	}
+	slo.WholeResponse = whole != nil && *whole
 	if headroom != nil {
 		slo.BufferFactor = *headroom
 	}
@@ -318,6 +326,39 @@ func (u *upstream) takeOnce(cur, v *float64, from *string, by, key string) *floa
 		return v
 	case *cur != *v:
 		u.warn(fmt.Sprintf("%s %s %v has no effect: the slo block takes %s's %v, the first in the profile", by, key, *v, *from, *cur))
+	}
+	return cur
+}
+
+// wholeResponse is the slo block's wholeResponse a predictor asks for:
+// upstream's producer records a response's time to first token at its end
+// and predicts no time per output token unless streamingMode is true; its
+// predicted-latency-scorer streams unless streamingMode is false. ok is
+// false for the plugins that predict nothing.
+func wholeResponse(typ string, l latencyParams) (whole, ok bool) {
+	switch typ {
+	case latencyProducer:
+		whole = true
+	case predictedLatencyScorer:
+		whole = false
+	default:
+		return false, false
+	}
+	if l.streaming != nil {
+		whole = !*l.streaming
+	}
+	return whole, true
+}
+
+// takeStreaming is takeOnce for a predictor's wholeResponse, warning in
+// the terms of its streamingMode.
+func (u *upstream) takeStreaming(cur *bool, whole bool, from *string, by string) *bool {
+	switch {
+	case cur == nil:
+		*from = by
+		return &whole
+	case *cur != whole:
+		u.warn(fmt.Sprintf("%s streamingMode %v has no effect: the slo block follows %s's streamingMode %v, the first in the profile", by, !whole, *from, !*cur))
 	}
 	return cur
 }

@@ -25,7 +25,7 @@ func TestLatencyPluginsAreTranslated(t *testing.T) {
 		"upstream v1.5.0's chart with the latency predictor: cache-aware with the slo block and admission": {
 			in: readSample(t, "gie-v1.5.0-latency-predictor-config.yaml"),
 			want: File{
-				Policy:      policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{Admission: true}},
+				Policy:      policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{Admission: true, WholeResponse: true}},
 				MetricsPath: "/metrics",
 				Warnings:    []string{affinityWarning("strict-affinity-filter", "0.99"), affinityWarning("loose-affinity-filter", "0.80")},
 			},
@@ -38,14 +38,29 @@ func TestLatencyPluginsAreTranslated(t *testing.T) {
 				MaxEndpoints: 3,
 				Warnings: []string{
 					"predicted-latency-producer samplingMean 500 has no effect: " + whySampling,
-					"predicted-latency-producer streamingMode true has no effect: " + whyStream,
 					"latency-scorer headroomSelectionStrategy most has no effect: " + whyRanking,
 				},
 			},
 		},
 		"without a tier filter nothing is explored, as upstream's latency-scorer": {
 			in:   latencyDoc("- type: predicted-latency-producer\n- type: latency-scorer\n", "  - pluginRef: predicted-latency-producer\n  - pluginRef: latency-scorer\n"),
-			want: File{Policy: policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{ExploreNegative: ptr(0)}}},
+			want: File{Policy: policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{ExploreNegative: ptr(0), WholeResponse: true}}},
+		},
+		"the producer's streamingMode false, as by default, learns and judges the whole response": {
+			in:   latencyDoc("- type: predicted-latency-producer\n  parameters: {streamingMode: false}\n- type: slo-headroom-tier-filter\n", "  - pluginRef: predicted-latency-producer\n  - pluginRef: slo-headroom-tier-filter\n"),
+			want: File{Policy: policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{WholeResponse: true}}},
+		},
+		"predicted-latency-scorer's streamingMode false learns and judges the whole response": {
+			in:   latencyDoc("- type: predicted-latency-scorer\n  parameters: {streamingMode: false}\n", "  - pluginRef: predicted-latency-scorer\n"),
+			want: File{Policy: policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{Admission: true, WholeResponse: true}}},
+		},
+		"two predictors that disagree on streamingMode: the first in the profile is followed": {
+			in: latencyDoc("- {name: a, type: predicted-latency-producer}\n- {name: b, type: predicted-latency-producer, parameters: {streamingMode: true}}\n- type: slo-headroom-tier-filter\n",
+				"  - pluginRef: b\n  - pluginRef: a\n  - pluginRef: slo-headroom-tier-filter\n"),
+			want: File{
+				Policy:   policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{}},
+				Warnings: []string{"a streamingMode false has no effect: the slo block follows b's streamingMode true, the first in the profile"},
+			},
 		},
 		"predicted-latency-scorer predicts, tiers and admits on its own": {
 			in: latencyDoc("- type: predicted-latency-scorer\n  parameters: {sloBufferFactor: 2, epsilonExploreNeg: 0.05, affinityGateTau: 0.9}\n", "  - pluginRef: predicted-latency-scorer\n"),
@@ -57,7 +72,7 @@ func TestLatencyPluginsAreTranslated(t *testing.T) {
 		"scorers beside the producer rank the pods that meet the objectives": {
 			in: latencyDoc("- type: predicted-latency-producer\n- type: slo-headroom-tier-filter\n- type: queue-scorer\n- type: prefix-cache-scorer\n",
 				"  - pluginRef: predicted-latency-producer\n  - pluginRef: slo-headroom-tier-filter\n  - pluginRef: queue-scorer\n  - pluginRef: prefix-cache-scorer\n    weight: 3\n"),
-			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, PrefixWeight: 3}, SLO: &policy.SLOConfig{}}},
+			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, PrefixWeight: 3}, SLO: &policy.SLOConfig{WholeResponse: true}}},
 		},
 		"predictInPrepareData false predicts nothing: no slo block": {
 			in: latencyDoc("- type: predicted-latency-producer\n  parameters: {predictInPrepareData: false}\n- type: latency-scorer\n", "  - pluginRef: predicted-latency-producer\n  - pluginRef: latency-scorer\n"),
@@ -80,7 +95,7 @@ func TestLatencyPluginsAreTranslated(t *testing.T) {
 			in: latencyDoc("- {name: a, type: predicted-latency-producer, parameters: {sloBufferFactor: 1.5}}\n- {name: b, type: predicted-latency-producer, parameters: {sloBufferFactor: 3}}\n- type: slo-headroom-tier-filter\n",
 				"  - pluginRef: b\n  - pluginRef: a\n  - pluginRef: slo-headroom-tier-filter\n"),
 			want: File{
-				Policy:   policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{BufferFactor: 3}},
+				Policy:   policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{BufferFactor: 3, WholeResponse: true}},
 				Warnings: []string{"a sloBufferFactor 1.5 has no effect: the slo block takes b's 3, the first in the profile"},
 			},
 		},

@@ -131,7 +131,7 @@ func TestSLOBlockPassesTheValues(t *testing.T) {
 	}{
 		"an empty block": {"slo: {}", &policy.SLOConfig{}},
 		"admission":      {"slo: {admission: true}", &policy.SLOConfig{Admission: true}},
-		"every field":    {"slo: {bufferFactor: 1.2, exploreNegative: 0, admission: true}", &policy.SLOConfig{BufferFactor: 1.2, ExploreNegative: new(float64), Admission: true}},
+		"every field":    {"slo: {bufferFactor: 1.2, exploreNegative: 0, wholeResponse: true, admission: true}", &policy.SLOConfig{BufferFactor: 1.2, ExploreNegative: new(float64), WholeResponse: true, Admission: true}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f, doc := pickerConfig(t, "picker:\n  config:\n    "+tc.block+"\n")
