@@ -3,6 +3,7 @@ package fileconfig
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
@@ -225,13 +226,37 @@ func (s param) bounds() string {
 
 // latencyProfile is what a profile's latency plugins make of the slo block.
 type latencyProfile struct {
-	// predictors are the profile's predicted-latency-producer and
-	// predicted-latency-scorer plugins, by name.
+	// predictors are the predicted-latency-producer and
+	// predicted-latency-scorer plugins the profile lists, by name, and
+	// then (withProducers) the producers it does not list: upstream runs
+	// a producer, a request-control plugin, wherever plugins declare it.
 	predictors []string
+	// listed counts the predictors the profile lists, which come first.
+	listed int
 	// tiers: a tier filter, or the scorer that tiers itself, is listed.
 	tiers bool
 	// actors are the plugins that act on predictions, by name.
 	actors []string
+}
+
+// withProducers adds the producers plugins declare that the profile does
+// not list to the profile's predictors.
+func (lp *latencyProfile) withProducers(u *upstream) {
+	lp.listed = len(lp.predictors)
+	for _, name := range u.ofType(latencyProducer) {
+		if !slices.Contains(lp.predictors[:lp.listed], name) {
+			lp.predictors = append(lp.predictors, name)
+		}
+	}
+}
+
+// first says where the predictor named is the first: in the profile, or,
+// the profile listing none, in plugins.
+func (lp *latencyProfile) first(name string) string {
+	if slices.Contains(lp.predictors[:lp.listed], name) {
+		return "the first in the profile"
+	}
+	return "the first in plugins"
 }
 
 // note records a profile plugin of the latency family.
@@ -250,9 +275,9 @@ func (lp *latencyProfile) note(name, typ string) {
 	}
 }
 
-// onlyBesideAPredictor checks the plugins that load only in a profile
-// with a predictor: without one they are refused with what to use, as
-// they were before the slo block.
+// onlyBesideAPredictor checks the plugins that load only beside a
+// predictor: without one they are refused with what to use, as they were
+// before the slo block.
 func (u *upstream) onlyBesideAPredictor(lp latencyProfile) error {
 	if len(lp.predictors) > 0 {
 		return nil
@@ -260,44 +285,49 @@ func (u *upstream) onlyBesideAPredictor(lp latencyProfile) error {
 	for _, name := range u.order {
 		p := u.plugins[name]
 		if p.typ == affinityFilter || p.typ == weightedRandom {
-			return fmt.Errorf("line %d: plugin type %q is not supported without %s in the scheduling profile: use %s", p.line, p.typ, latencyProducer, instead[p.typ])
+			return fmt.Errorf("line %d: plugin type %q is not supported without a latency predictor (%s in plugins, or %s in the scheduling profile): use %s", p.line, p.typ, latencyProducer, predictedLatencyScorer, instead[p.typ])
 		}
 	}
 	return nil
 }
 
-// applyLatency sets the slo block from the profile's latency plugins and
-// the document's admitters.
+// applyLatency sets the slo block from the predictors, the profile's
+// latency plugins and the document's admitters.
 func (u *upstream) applyLatency(refs []profileRef, lp latencyProfile) {
 	admitters := u.ofType(sloAdmitter)
 	if len(lp.predictors) == 0 {
 		for _, name := range append(lp.actors, admitters...) {
-			u.warn(fmt.Sprintf("%s (%s) has no effect: upstream it acts on the predictions of %s, which the scheduling profile does not list", name, u.plugins[name].typ, latencyProducer))
+			u.warn(fmt.Sprintf("%s (%s) has no effect: upstream it acts on the predictions of %s, which plugins do not declare", name, u.plugins[name].typ, latencyProducer))
 		}
 		return
 	}
+	names := make([]string, 0, len(refs)+len(lp.predictors))
+	for _, ref := range refs {
+		names = append(names, ref.name)
+	}
+	names = append(names, lp.predictors[lp.listed:]...)
 	slo := policy.SLOConfig{Admission: len(admitters) > 0}
 	var headroom, explore *float64
 	var headroomFrom, exploreFrom string
 	var whole *bool
 	var wholeFrom string
-	for _, ref := range refs {
-		l, ok := u.latency[ref.name]
+	for _, name := range names {
+		l, ok := u.latency[name]
 		if !ok {
 			continue
 		}
-		if u.plugins[ref.name].typ == predictedLatencyScorer {
+		if u.plugins[name].typ == predictedLatencyScorer {
 			// It admits as latency-slo-admitter does.
 			slo.Admission = true
 		}
 		if l.predictOff {
-			u.warn(fmt.Sprintf("%s predictInPrepareData false leaves the slo block off: upstream then predicts nothing, and every pod is picked as if no objective were stated", ref.name))
+			u.warn(fmt.Sprintf("%s predictInPrepareData false leaves the slo block off: upstream then predicts nothing, and every pod is picked as if no objective were stated", name))
 			return
 		}
-		headroom = u.takeOnce(headroom, l.headroom, &headroomFrom, ref.name, "sloBufferFactor")
-		explore = u.takeOnce(explore, l.explore, &exploreFrom, ref.name, "epsilonExploreNeg")
-		if w, ok := wholeResponse(u.plugins[ref.name].typ, l); ok {
-			whole = u.takeStreaming(whole, w, &wholeFrom, ref.name)
+		headroom = u.takeOnce(&lp, headroom, l.headroom, &headroomFrom, name, "sloBufferFactor")
+		explore = u.takeOnce(&lp, explore, l.explore, &exploreFrom, name, "epsilonExploreNeg")
+		if w, ok := wholeResponse(u.plugins[name].typ, l); ok {
+			whole = u.takeStreaming(&lp, whole, w, &wholeFrom, name)
 		}
 	}
 	slo.WholeResponse = whole != nil && *whole
@@ -317,7 +347,7 @@ func (u *upstream) applyLatency(refs []profileRef, lp latencyProfile) {
 // takeOnce returns the value the slo block takes: cur, set by the plugin
 // named *from, or else v, set by the plugin named by. A v that differs
 // from cur warns.
-func (u *upstream) takeOnce(cur, v *float64, from *string, by, key string) *float64 {
+func (u *upstream) takeOnce(lp *latencyProfile, cur, v *float64, from *string, by, key string) *float64 {
 	switch {
 	case v == nil:
 		return cur
@@ -325,7 +355,7 @@ func (u *upstream) takeOnce(cur, v *float64, from *string, by, key string) *floa
 		*from = by
 		return v
 	case *cur != *v:
-		u.warn(fmt.Sprintf("%s %s %v has no effect: the slo block takes %s's %v, the first in the profile", by, key, *v, *from, *cur))
+		u.warn(fmt.Sprintf("%s %s %v has no effect: the slo block takes %s's %v, %s", by, key, *v, *from, *cur, lp.first(*from)))
 	}
 	return cur
 }
@@ -352,13 +382,13 @@ func wholeResponse(typ string, l latencyParams) (whole, ok bool) {
 
 // takeStreaming is takeOnce for a predictor's wholeResponse, warning in
 // the terms of its streamingMode.
-func (u *upstream) takeStreaming(cur *bool, whole bool, from *string, by string) *bool {
+func (u *upstream) takeStreaming(lp *latencyProfile, cur *bool, whole bool, from *string, by string) *bool {
 	switch {
 	case cur == nil:
 		*from = by
 		return &whole
 	case *cur != whole:
-		u.warn(fmt.Sprintf("%s streamingMode %v has no effect: the slo block follows %s's streamingMode %v, the first in the profile", by, !whole, *from, !*cur))
+		u.warn(fmt.Sprintf("%s streamingMode %v has no effect: the slo block follows %s's streamingMode %v, %s", by, !whole, *from, !*cur, lp.first(*from)))
 	}
 	return cur
 }

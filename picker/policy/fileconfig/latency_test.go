@@ -86,9 +86,29 @@ func TestLatencyPluginsAreTranslated(t *testing.T) {
 			want: File{
 				Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1}},
 				Warnings: []string{
-					"slo-headroom-tier-filter (slo-headroom-tier-filter) has no effect: upstream it acts on the predictions of predicted-latency-producer, which the scheduling profile does not list",
-					"latency-slo-admitter (latency-slo-admitter) has no effect: upstream it acts on the predictions of predicted-latency-producer, which the scheduling profile does not list",
+					"slo-headroom-tier-filter (slo-headroom-tier-filter) has no effect: upstream it acts on the predictions of predicted-latency-producer, which plugins do not declare",
+					"latency-slo-admitter (latency-slo-admitter) has no effect: upstream it acts on the predictions of predicted-latency-producer, which plugins do not declare",
 				},
+			},
+		},
+		"a producer in plugins predicts for the admitter though no profile lists it, as upstream": {
+			in: latencyDoc("- type: predicted-latency-producer\n- type: latency-slo-admitter\n- type: queue-scorer\n", "  - pluginRef: queue-scorer\n"),
+			want: File{Policy: policy.Config{
+				Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1},
+				SLO: &policy.SLOConfig{ExploreNegative: ptr(0), Admission: true, WholeResponse: true},
+			}},
+		},
+		"a producer in plugins predicts for the profile's latency pipeline though the profile does not list it": {
+			in: latencyDoc("- type: predicted-latency-producer\n  parameters: {sloBufferFactor: 1.5}\n- type: slo-headroom-tier-filter\n- type: latency-scorer\n- type: weighted-random-picker\n",
+				"  - pluginRef: slo-headroom-tier-filter\n  - pluginRef: latency-scorer\n  - pluginRef: weighted-random-picker\n"),
+			want: File{Policy: policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{BufferFactor: 1.5, WholeResponse: true}}},
+		},
+		"two producers neither profile lists: the first in plugins is taken": {
+			in: latencyDoc("- {name: a, type: predicted-latency-producer, parameters: {sloBufferFactor: 1.5}}\n- {name: b, type: predicted-latency-producer, parameters: {sloBufferFactor: 3}}\n- type: slo-headroom-tier-filter\n",
+				"  - pluginRef: slo-headroom-tier-filter\n"),
+			want: File{
+				Policy:   policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{BufferFactor: 1.5, WholeResponse: true}},
+				Warnings: []string{"b sloBufferFactor 3 has no effect: the slo block takes a's 1.5, the first in plugins"},
 			},
 		},
 		"two predictors that disagree: the first in the profile is taken": {
@@ -117,7 +137,7 @@ func TestLatencyPluginsReject(t *testing.T) {
 	}{
 		"an affinity filter without a predictor": {
 			in:   latencyDoc("- type: queue-scorer\n- type: prefix-cache-affinity-filter\n", "  - pluginRef: queue-scorer\n  - pluginRef: prefix-cache-affinity-filter\n"),
-			want: []string{"line 5:", `"prefix-cache-affinity-filter" is not supported without predicted-latency-producer`, "cacheAware.mode threshold"},
+			want: []string{"line 5:", `"prefix-cache-affinity-filter" is not supported without a latency predictor (predicted-latency-producer in plugins`, "cacheAware.mode threshold"},
 		},
 		"the weighted-random picker without a predictor": {
 			in:   latencyDoc("- type: queue-scorer\n- type: weighted-random-picker\n", "  - pluginRef: queue-scorer\n"),

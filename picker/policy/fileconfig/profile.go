@@ -160,6 +160,7 @@ func (u *upstream) translate(refs []profileRef) error {
 			u.out.MaxEndpoints = n
 		}
 	}
+	lp.withProducers(u)
 	if err := u.onlyBesideAPredictor(lp); err != nil {
 		return err
 	}
@@ -186,7 +187,7 @@ func (u *upstream) translate(refs []profileRef) error {
 		return nil
 	}
 	u.out.Policy.Name = policy.WeightedScorer
-	if len(lp.predictors) > 0 && scorers == 0 {
+	if len(lp.predictors) > 0 && (lp.listed > 0 || len(lp.actors) > 0) && scorers == 0 {
 		// The latency pipeline weighs no scorer of ours: the pods
 		// predicted to meet a request's objectives are ranked by
 		// cache-aware, whose cost model does what the pipeline's
