@@ -301,6 +301,14 @@ func (u *upstream) applyLatency(refs []profileRef, lp latencyProfile) {
 		}
 		return
 	}
+	if len(lp.actors) == 0 && len(admitters) == 0 && !lp.tiers {
+		// Upstream the predictions are made and learned from, and
+		// nothing routes or admits by them.
+		for _, name := range lp.predictors {
+			u.warn(fmt.Sprintf("%s has no effect: nothing acts on its predictions (no %s, %s or %s in the scheduling profile, no %s in plugins), so latency objectives route nothing, as upstream", name, tierFilter, latencyScorer, predictedLatencyScorer, sloAdmitter))
+		}
+		return
+	}
 	names := make([]string, 0, len(refs)+len(lp.predictors))
 	for _, ref := range refs {
 		names = append(names, ref.name)

@@ -74,6 +74,14 @@ func TestLatencyPluginsAreTranslated(t *testing.T) {
 				"  - pluginRef: predicted-latency-producer\n  - pluginRef: slo-headroom-tier-filter\n  - pluginRef: queue-scorer\n  - pluginRef: prefix-cache-scorer\n    weight: 3\n"),
 			want: File{Policy: policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, PrefixWeight: 3}, SLO: &policy.SLOConfig{WholeResponse: true}}},
 		},
+		"a producer beside plain scorers alone routes nothing by latency: no slo block, as upstream": {
+			in: latencyDoc("- type: predicted-latency-producer\n- type: queue-scorer\n- type: prefix-cache-scorer\n",
+				"  - pluginRef: predicted-latency-producer\n  - pluginRef: queue-scorer\n  - pluginRef: prefix-cache-scorer\n"),
+			want: File{
+				Policy:   policy.Config{Name: policy.WeightedScorer, WeightedScorer: policy.WeightedScorerConfig{QueueWeight: 1, PrefixWeight: 1}},
+				Warnings: []string{"predicted-latency-producer has no effect: nothing acts on its predictions (no slo-headroom-tier-filter, latency-scorer or predicted-latency-scorer in the scheduling profile, no latency-slo-admitter in plugins), so latency objectives route nothing, as upstream"},
+			},
+		},
 		"predictInPrepareData false predicts nothing: no slo block": {
 			in: latencyDoc("- type: predicted-latency-producer\n  parameters: {predictInPrepareData: false}\n- type: latency-scorer\n", "  - pluginRef: predicted-latency-producer\n  - pluginRef: latency-scorer\n"),
 			want: File{
