@@ -80,7 +80,9 @@ var (
 	headroomArg = param{kind: number, lo: 0, hi: unbounded, loOpen: true, apply: func(l *latencyParams, f float64, _ bool) { l.headroom = &f }}
 	exploreArg  = param{kind: number, lo: 0, hi: 1, apply: func(l *latencyParams, f float64, _ bool) { l.explore = &f }}
 	weightArg   = num(0, unbounded, false, whyRanking)
-	streamArg   = param{kind: flag, apply: func(l *latencyParams, _ float64, b bool) { l.streaming = &b }}
+	// anyWeight is a latency-scorer weight: upstream's factory checks none.
+	anyWeight = num(math.Inf(-1), unbounded, false, whyRanking)
+	streamArg = param{kind: flag, apply: func(l *latencyParams, _ float64, b bool) { l.streaming = &b }}
 )
 
 // latencyParamSpecs are the parameters of each latency plugin type, with
@@ -120,12 +122,12 @@ var latencyParamSpecs = map[string]map[string]param{
 		"endpointRoleLabel":         {kind: text, why: whyRole},
 	},
 	latencyScorer: {
-		"ttftWeight":                weightArg,
-		"tpotWeight":                weightArg,
+		"ttftWeight":                anyWeight,
+		"tpotWeight":                anyWeight,
 		"headroomSelectionStrategy": {kind: text, why: whyRanking},
-		"compositeKVWeight":         weightArg,
-		"compositeQueueWeight":      weightArg,
-		"compositePrefixWeight":     weightArg,
+		"compositeKVWeight":         anyWeight,
+		"compositeQueueWeight":      anyWeight,
+		"compositePrefixWeight":     anyWeight,
 	},
 	tierFilter: {"epsilonExploreNeg": exploreArg},
 	affinityFilter: {

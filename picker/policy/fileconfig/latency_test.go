@@ -82,6 +82,16 @@ func TestLatencyPluginsAreTranslated(t *testing.T) {
 				Warnings: []string{"predicted-latency-producer has no effect: nothing acts on its predictions (no slo-headroom-tier-filter, latency-scorer or predicted-latency-scorer in the scheduling profile, no latency-slo-admitter in plugins), so latency objectives route nothing, as upstream"},
 			},
 		},
+		"latency-scorer's weights warn whatever their sign, as upstream checks none": {
+			in: latencyDoc("- type: predicted-latency-producer\n- type: latency-scorer\n  parameters: {ttftWeight: -1, compositeKVWeight: -0.5}\n", "  - pluginRef: latency-scorer\n"),
+			want: File{
+				Policy: policy.Config{Name: policy.CacheAware, SLO: &policy.SLOConfig{ExploreNegative: ptr(0), WholeResponse: true}},
+				Warnings: []string{
+					"latency-scorer ttftWeight -1 has no effect: " + whyRanking,
+					"latency-scorer compositeKVWeight -0.5 has no effect: " + whyRanking,
+				},
+			},
+		},
 		"predictInPrepareData false predicts nothing: no slo block": {
 			in: latencyDoc("- type: predicted-latency-producer\n  parameters: {predictInPrepareData: false}\n- type: latency-scorer\n", "  - pluginRef: predicted-latency-producer\n  - pluginRef: latency-scorer\n"),
 			want: File{
@@ -158,6 +168,14 @@ func TestLatencyPluginsReject(t *testing.T) {
 		"sloBufferFactor not a number": {
 			in:   latencyDoc("- type: predicted-latency-scorer\n  parameters:\n    sloBufferFactor: lots\n", "  - pluginRef: predicted-latency-scorer\n"),
 			want: []string{"line 6:", `sloBufferFactor "lots" is not a number`},
+		},
+		"a negative weight of predicted-latency-scorer, whose factory checks them": {
+			in:   latencyDoc("- type: predicted-latency-scorer\n  parameters: {compositeKVWeight: -1}\n", "  - pluginRef: predicted-latency-scorer\n"),
+			want: []string{"line 5:", "predicted-latency-scorer compositeKVWeight -1 must be in [0, ∞)"},
+		},
+		"latency-scorer's weight not a number": {
+			in:   latencyDoc("- type: predicted-latency-producer\n- type: latency-scorer\n  parameters: {ttftWeight: high}\n", "  - pluginRef: latency-scorer\n"),
+			want: []string{"line 6:", `latency-scorer ttftWeight "high" is not a number`},
 		},
 		"epsilonExploreNeg above 1": {
 			in:   latencyDoc("- type: slo-headroom-tier-filter\n  parameters: {epsilonExploreNeg: 1.5}\n", "  - pluginRef: slo-headroom-tier-filter\n"),
