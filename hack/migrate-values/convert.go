@@ -82,6 +82,9 @@ type converter struct {
 	in, out map[string]any
 	notes   []string
 	flags   *flag.FlagSet
+	// noPlugins is why the plugins config the values name was not read,
+	// for the notes that depend on what it gives.
+	noPlugins string
 }
 
 // Convert returns inferpick values for the upstream values in data, and
@@ -267,7 +270,11 @@ func (c *converter) latencyPredictor() {
 		c.note("inferenceExtension.latencyPredictor.%s dropped: the picker learns its latency predictions itself, no sidecar is needed", strings.Join(dropped, ", "))
 	}
 	if c.get("picker.config.slo") == nil {
-		c.note("inferenceExtension.latencyPredictor.enabled has no effect here: the plugins config the values name (pluginsConfigFile) gives no slo block, its profile listing no predicted-latency-producer, and upstream then routes by no prediction either (set picker.config.slo to route by latency objectives)")
+		why := ""
+		if c.noPlugins != "" {
+			why = ": " + c.noPlugins
+		}
+		c.note("inferenceExtension.latencyPredictor.enabled has no effect here: the plugins config the values name (pluginsConfigFile) gives no slo block%s (set picker.config.slo to route by latency objectives)", why)
 	}
 }
 
@@ -380,6 +387,7 @@ func (c *converter) pluginsConfig() {
 	doc, ok := docs[name].(string)
 	if !ok {
 		if name != upstreamPlugins {
+			c.noPlugins = fmt.Sprintf("%s is not in pluginsCustomConfig", name)
 			c.note("inferenceExtension.pluginsConfigFile %s is not in pluginsCustomConfig: the picker's default policy (cache-aware) is used", name)
 			return
 		}
@@ -397,6 +405,7 @@ func (c *converter) pluginsConfig() {
 	}
 	f, err := fileconfig.Parse([]byte(doc))
 	if err != nil {
+		c.noPlugins = fmt.Sprintf("pluginsCustomConfig[%s] is refused (%v)", name, err)
 		c.note("inferenceExtension.pluginsCustomConfig[%s] dropped: %v; the picker's default policy (cache-aware) is used", name, err)
 		return
 	}

@@ -489,6 +489,35 @@ pool: {selector: {matchLabels: {app: m}}}
 `,
 			notes: []string{"inferenceExtension.latencyPredictor.enabled has no effect here"},
 		},
+		"the latency predictor beside a config whose producer predicts nothing: the note names no missing producer": {
+			upstream: strings.Replace(customConfig("p.yaml", "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: predicted-latency-producer\n  parameters: {predictInPrepareData: false}\n- type: latency-scorer\nschedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: predicted-latency-producer\n  - pluginRef: latency-scorer\n"),
+				"inferenceExtension:\n", "inferenceExtension:\n  latencyPredictor: {enabled: true}\n", 1),
+			want: `
+picker: {config: {name: cache-aware}}
+pool: {selector: {matchLabels: {app: m}}}
+`,
+			notes:   []string{"predictInPrepareData false leaves the slo block off", "inferenceExtension.latencyPredictor.enabled has no effect here: the plugins config the values name (pluginsConfigFile) gives no slo block (set picker.config.slo"},
+			noNotes: []string{"listing no predicted-latency-producer"},
+		},
+		"the latency predictor beside a plugins config that is not there: the note says so": {
+			upstream: `
+inferenceExtension:
+  latencyPredictor: {enabled: true}
+  pluginsConfigFile: missing.yaml
+inferencePool:
+  modelServers: {matchLabels: {app: m}}
+`,
+			want:    `pool: {selector: {matchLabels: {app: m}}}`,
+			notes:   []string{"gives no slo block: missing.yaml is not in pluginsCustomConfig (set picker.config.slo"},
+			noNotes: []string{"listing no predicted-latency-producer"},
+		},
+		"the latency predictor beside a plugins config that is refused: the note says why": {
+			upstream: strings.Replace(customConfig("bad.yaml", "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: no-such-plugin\n"),
+				"inferenceExtension:\n", "inferenceExtension:\n  latencyPredictor: {enabled: true}\n", 1),
+			want:    `pool: {selector: {matchLabels: {app: m}}}`,
+			notes:   []string{"gives no slo block: pluginsCustomConfig[bad.yaml] is refused (line 4: plugin type \"no-such-plugin\" is not supported"},
+			noNotes: []string{"listing no predicted-latency-producer"},
+		},
 		"the latency predictor's values while it is off are dropped without a word": {
 			upstream: `
 inferenceExtension:
