@@ -83,6 +83,22 @@ func (e *predictEnv) violations(typ string) float64 {
 	return n
 }
 
+// stream answers a request begun on s with a streamed response of n
+// events of chunk, predictTPOT apart, then end, at once.
+func (e *predictEnv) stream(s *session, n int, chunk, end string) {
+	s.responseHeaders(200, "text/event-stream", false, "")
+	s.recv()
+	for i := range n {
+		if i > 0 {
+			e.clk.SetTime(e.clk.Now().Add(predictTPOT))
+		}
+		s.responseBody(chunk, false)
+		s.recv()
+	}
+	s.responseBody(end, true)
+	s.recv()
+}
+
 // histogram returns the sample count and sum of a histogram family.
 func (e *predictEnv) histogram(name string) (uint64, float64) {
 	e.t.Helper()
@@ -143,7 +159,6 @@ func TestTheLatenciesSeenOnTheStreamsArePredicted(t *testing.T) {
 		t.Errorf("predicted TPOT on the slow pod = %.4f s (%d samples before, %d after), want about 0.020 s", got, nTPOT, n)
 	}
 	e.serve(s, slow, 1500)
-
 }
 
 // A streamed response whose server reports no usage has its time per
@@ -152,17 +167,7 @@ func TestTheLatenciesSeenOnTheStreamsArePredicted(t *testing.T) {
 func TestTheTimePerOutputTokenOfAStreamWithoutUsage(t *testing.T) {
 	e := newPredictEnv(t, policy.SLOConfig{})
 	s, _ := e.begin(100)
-	s.responseHeaders(200, "text/event-stream", false, "")
-	s.recv()
-	for i := range 5 {
-		if i > 0 {
-			e.clk.SetTime(e.clk.Now().Add(predictTPOT))
-		}
-		s.responseBody(sse("a"), false)
-		s.recv()
-	}
-	s.responseBody(sseDone, true)
-	s.recv()
+	e.stream(s, 5, sse("a"), sseDone)
 	if n, sum := e.histogram("inference_objective_request_tpot_seconds"); n != 1 || math.Abs(sum-predictTPOT.Seconds()) > 1e-9 {
 		t.Errorf("request_tpot_seconds: %d samples summing %.4f s, want one of 20 ms", n, sum)
 	}
@@ -174,17 +179,8 @@ func TestTheTimePerOutputTokenOfAStreamWithoutUsage(t *testing.T) {
 func TestTheTimePerOutputTokenOfSeveralChoicesIsNotRecorded(t *testing.T) {
 	e := newPredictEnv(t, policy.SLOConfig{})
 	s, _ := e.begin(100)
-	s.responseHeaders(200, "text/event-stream", false, "")
-	s.recv()
-	for i := range 10 {
-		if i > 0 {
-			e.clk.SetTime(e.clk.Now().Add(predictTPOT))
-		}
-		s.responseBody(sse("a")+`data: {"choices":[{"index":1,"delta":{"content":"b"}}]}`+"\n\n", false)
-		s.recv()
-	}
-	s.responseBody(`data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":20}}`+"\n\n"+sseDone, true)
-	s.recv()
+	e.stream(s, 10, sse("a")+`data: {"choices":[{"index":1,"delta":{"content":"b"}}]}`+"\n\n",
+		`data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":20}}`+"\n\n"+sseDone)
 	if n, sum := e.histogram("inference_objective_request_tpot_seconds"); n != 0 {
 		t.Errorf("request_tpot_seconds: %d samples summing %.4f s, want none for two choices", n, sum)
 	}
