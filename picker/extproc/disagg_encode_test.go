@@ -138,14 +138,7 @@ func TestAnEncodePodThatServesAnotherModelIsNotNamed(t *testing.T) {
 		map[string]string{decodeA: "decode", decodeB: "encode", prefill: "encode"})
 	e.worker(decodeB).SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"other"}, Complete: true}, Scraped: time.Now()})
 	e.worker(prefill).SetMetrics(&registry.Metrics{Served: &registry.Served{Bases: []string{"m"}, Complete: true}, Scraped: time.Now()})
-	for i := range 4 {
-		s, r := e.sendBody(imageChat(fmt.Sprint(i)))
-		if got := r.set[policy.EncodersHeader]; got != prefill {
-			t.Errorf("request %d names encoders %q, want %s, the encode pod that serves m", i, got, prefill)
-		}
-		s.responseHeaders(200, "application/json", true, "")
-		s.recv()
-	}
+	wantEncoder(t, e, prefill, "the encode pod that serves m")
 }
 
 // The decode pod, when it encodes too, is named its own encoder only when
@@ -206,19 +199,19 @@ func TestTheEncodeLabelFiltersKeepTheEncodePods(t *testing.T) {
 		EncodeLabelFilters: []policy.LabelFilter{{Label: "zone", Values: []string{"a"}}}}
 	cfg := policy.Config{Disaggregation: d}
 	e := roleEnv(t, d, cfg, map[string]string{decodeA: "decode", decodeB: "encode", prefill: "encode"})
-	zones := map[string]map[string]string{decodeB: {"zone": "b"}, prefill: {"zone": "a"}}
-	eps := make([]registry.Endpoint, 0, 3)
-	for _, w := range e.reg.Workers() {
-		ep := w.Endpoint()
-		ep.Labels = registry.LabelsOf(cfg.LabelKeys(), zones[w.Address()])
-		eps = append(eps, ep)
-	}
-	e.reg.Update(eps, nil)
+	relabelAt(e, cfg, map[string]map[string]string{decodeB: {"zone": "b"}, prefill: {"zone": "a"}})
 	e.server.opts.EncodeLabelFilter = cfg.EncodeLabelFilter()
+	wantEncoder(t, e, prefill, "the encode pod in zone a")
+}
+
+// wantEncoder sends four image chats and checks that each names want, the
+// encode pod it should for why, as its encoder; each is answered at once.
+func wantEncoder(t *testing.T, e *env, want, why string) {
+	t.Helper()
 	for i := range 4 {
 		s, r := e.sendBody(imageChat(fmt.Sprint(i)))
-		if got := r.set[policy.EncodersHeader]; got != prefill {
-			t.Errorf("request %d names encoders %q, want %s, the encode pod in zone a", i, got, prefill)
+		if got := r.set[policy.EncodersHeader]; got != want {
+			t.Errorf("request %d names encoders %q, want %s, %s", i, got, want, why)
 		}
 		s.responseHeaders(200, "application/json", true, "")
 		s.recv()

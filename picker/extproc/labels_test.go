@@ -28,10 +28,19 @@ func labelEnv(t *testing.T, cfg policy.Config, of []map[string]string, opts ...e
 // relabel gives the workers of e the labels of[i], as a label edited on a
 // running pod reaches the registry: the same workers, new labels.
 func relabel(e *env, cfg policy.Config, of []map[string]string) {
-	eps := make([]registry.Endpoint, 0, len(of))
+	at := make(map[string]map[string]string, len(of))
 	for i, w := range e.reg.Workers() {
+		at[w.Address()] = of[i]
+	}
+	relabelAt(e, cfg, at)
+}
+
+// relabelAt is relabel by the workers' addresses.
+func relabelAt(e *env, cfg policy.Config, of map[string]map[string]string) {
+	eps := make([]registry.Endpoint, 0, len(of))
+	for _, w := range e.reg.Workers() {
 		ep := w.Endpoint()
-		ep.Labels = registry.LabelsOf(cfg.LabelKeys(), of[i])
+		ep.Labels = registry.LabelsOf(cfg.LabelKeys(), of[w.Address()])
 		eps = append(eps, ep)
 	}
 	e.reg.Update(eps, nil)
@@ -100,14 +109,7 @@ func TestStageLabelFiltersSplitByCustomRoleLabels(t *testing.T) {
 	cfg := policy.Config{LabelFilters: []policy.LabelFilter{{Label: "role", Values: []string{"decode"}}}, Disaggregation: d}
 	roles := map[string]string{decodeA: "", decodeB: "", prefill: ""}
 	e := roleEnv(t, d, cfg, roles)
-	of := map[string]map[string]string{decodeA: {"role": "prefill"}, decodeB: {"role": "decode"}, prefill: {"role": "other"}}
-	eps := make([]registry.Endpoint, 0, 3)
-	for _, w := range e.reg.Workers() {
-		ep := w.Endpoint()
-		ep.Labels = registry.LabelsOf(cfg.LabelKeys(), of[w.Address()])
-		eps = append(eps, ep)
-	}
-	e.reg.Update(eps, nil)
+	relabelAt(e, cfg, map[string]map[string]string{decodeA: {"role": "prefill"}, decodeB: {"role": "decode"}, prefill: {"role": "other"}})
 	for i := range 4 {
 		_, r := e.sendChat(long + strings.Repeat("x", i))
 		if primary(r) != decodeB || strings.Contains(r.dest, decodeA) || strings.Contains(r.dest, prefill) {
