@@ -213,19 +213,7 @@ func TestLocatorLooksUpPromptsWithMediaOnlyOnServersThatKeyThem(t *testing.T) {
 		return locateChat(t, l, `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},`+
 			`{"type":"image_url","image_url":{"url":"https://example.com/B.png"}}]}]}`)
 	}
-	if found, holds := locate(); found {
-		t.Errorf("a prompt with image B was looked up before the servers keyed any block by its media: holds %+v", holds)
-	}
-	// The pod restarts on a release that publishes extra_keys: image A's
-	// hash keys its second block.
-	withImage := stored(2, tokens, 0, 4, "")
-	withImage.Extra = []kvevents.ExtraKeys{{Block: 1, N: 2, Raw: []byte{0xa1, 'A', 0x00}}}
-	ix.Clear(w1.ID())
-	ix.Apply(w1.ID(), []kvevents.Event{withImage})
-	found, holds := locate()
-	if want := []policy.SharedHold{{Worker: w1.ID(), Share: 0.25}}; !found || !cmp.Equal(holds, want) {
-		t.Errorf("image B looked up: found %v, holds %+v; want %+v (the block before the image)", found, holds, want)
-	}
+	wantLookedUpOnceMediaKeyed(t, ix, w1.ID(), tokens, "a prompt", locate)
 }
 
 // TestLocatorCountsOffloadedBlocksAtTheirWeight: a prompt whose last blocks
@@ -411,15 +399,25 @@ func TestLocatorLooksUpAGRPCRequestWithImagesOnlyOnServersThatKeyThem(t *testing
 		}
 		return found, sh.Holds
 	}
+	wantLookedUpOnceMediaKeyed(t, ix, w.ID(), tokens, "a call", locate)
+}
+
+// wantLookedUpOnceMediaKeyed checks that what (a request with image B,
+// whose prompt is tokens) is not looked up while worker id's server keys
+// no block by its media, and is, as far as the block before the image,
+// once the server restarts on a release that publishes extra_keys (image
+// A's hash keying its second block).
+func wantLookedUpOnceMediaKeyed(t *testing.T, ix *Index, id uint32, tokens []uint32, what string, locate func() (bool, []policy.SharedHold)) {
+	t.Helper()
 	if found, holds := locate(); found {
-		t.Errorf("a call with image B was looked up before the servers keyed any block by its media: holds %+v", holds)
+		t.Errorf("%s with image B was looked up before the servers keyed any block by its media: holds %+v", what, holds)
 	}
 	withImage := stored(2, tokens, 0, 4, "")
 	withImage.Extra = []kvevents.ExtraKeys{{Block: 1, N: 2, Raw: []byte{0xa1, 'A', 0x00}}}
-	ix.Clear(w.ID())
-	ix.Apply(w.ID(), []kvevents.Event{withImage})
+	ix.Clear(id)
+	ix.Apply(id, []kvevents.Event{withImage})
 	found, holds := locate()
-	if want := []policy.SharedHold{{Worker: w.ID(), Share: 0.25}}; !found || !cmp.Equal(holds, want) {
+	if want := []policy.SharedHold{{Worker: id, Share: 0.25}}; !found || !cmp.Equal(holds, want) {
 		t.Errorf("image B looked up: found %v, holds %+v; want %+v (the block before the image)", found, holds, want)
 	}
 }
