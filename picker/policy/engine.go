@@ -182,8 +182,10 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 		return dst, err
 	}
 	e.ranker.rank(e, p)
+	var m *model // the latency model the pick is judged and predicted by
 	if e.slo != nil {
-		missed, err := e.judge(p)
+		m = e.slo.published.Load()
+		missed, err := e.judge(p, m)
 		if missed && sampled {
 			// No pod of the sample is predicted to meet the request's
 			// objectives: one of the rest may be, and a sampled pick
@@ -193,7 +195,7 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 				return dst, err
 			}
 			e.ranker.rank(e, p)
-			_, err = e.judge(p)
+			_, err = e.judge(p, m)
 		}
 		if err != nil {
 			return dst, err
@@ -206,7 +208,7 @@ func (e *engine) AppendPick(dst []*registry.Worker, req *Request, candidates []*
 		dst = appendCheapest(dst, p.cands, n)
 	}
 	if e.slo != nil && req.Predicted != nil {
-		e.predicted(p, dst[primary], req.Predicted)
+		e.predicted(p, m, dst[primary], req.Predicted)
 	}
 	if c, ok := e.ranker.(chooser); ok {
 		c.chose(e, p, dst[primary])

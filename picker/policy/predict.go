@@ -198,8 +198,8 @@ func featuresOf(p *pick, cd *candidate) features {
 }
 
 // predict returns the predicted TTFT and TPOT, in seconds, of features x
-// on w under m, and whether each model is in use.
-func (p *predictor) predict(m *model, w *registry.Worker, x *features) (ttft, tpot float64) {
+// on w; 0 for a model that has not learned enough.
+func (m *model) predict(w *registry.Worker, x *features) (ttft, tpot float64) {
 	f := w.LatencyFactors()
 	if m.ttftOK {
 		ttft = max(dot(&m.ttft, x), 0)
@@ -216,13 +216,6 @@ func (p *predictor) predict(m *model, w *registry.Worker, x *features) (ttft, tp
 	return ttft, tpot
 }
 
-// record fills out with the prediction for the candidate.
-func (p *predictor) record(out *Prediction, pk *pick, cd *candidate) {
-	x := featuresOf(pk, cd)
-	ttft, tpot := p.predict(p.published.Load(), cd.w, &x)
-	*out = Prediction{TTFT: seconds(ttft), TPOT: seconds(tpot), worker: cd.w, x: x}
-}
-
 // observe takes in one observed latency of a prediction: the pod's factor
 // moves towards observed / predicted, and the model learns the latency as
 // the pod would have taken it at a factor of 1.
@@ -237,7 +230,6 @@ func (p *predictor) observe(pr *Prediction, d time.Duration, tpot bool) {
 	if tpot {
 		f = &p.tpot
 	}
-	coef := f.theta
 	next := registry.LatencyFactors{TTFT: 1, TPOT: 1}
 	if cur := pr.worker.LatencyFactors(); cur != nil {
 		next = *cur
@@ -246,7 +238,7 @@ func (p *predictor) observe(pr *Prediction, d time.Duration, tpot bool) {
 	if tpot {
 		factor, n = &next.TPOT, &next.TPOTSamples
 	}
-	if predicted := dot(&coef, &pr.x); f.n >= nFeatures && predicted > 0 {
+	if predicted := dot(&f.theta, &pr.x); f.n >= nFeatures && predicted > 0 {
 		*n++
 		alpha := max(factorAlpha, 1/float64(*n))
 		*factor = min(max(*factor+alpha*(y/predicted-*factor), minFactor), maxFactor)
@@ -254,8 +246,8 @@ func (p *predictor) observe(pr *Prediction, d time.Duration, tpot bool) {
 	}
 	y /= *factor
 	f.add(&pr.x, y)
-	m := *p.published.Load()
-	m.ttft, m.ttftOK = p.ttft.theta, p.ttft.n >= minSamples
-	m.tpot, m.tpotOK = p.tpot.theta, p.tpot.n >= minSamples
-	p.published.Store(&m)
+	p.published.Store(&model{
+		ttft: p.ttft.theta, ttftOK: p.ttft.n >= minSamples,
+		tpot: p.tpot.theta, tpotOK: p.tpot.n >= minSamples,
+	})
 }

@@ -112,9 +112,8 @@ const (
 // empty. An objective whose model has not learned enough is taken as met.
 // While some meet and some miss, one pick in 1/ExploreNegative goes among
 // those that miss.
-func (e *engine) judge(p *pick) (missed bool, err error) {
+func (e *engine) judge(p *pick, m *model) (missed bool, err error) {
 	slo := p.req.SLO
-	m := e.slo.published.Load()
 	tpotJudged := m.tpotOK && !e.slo.cfg.WholeResponse // a whole response's pace is not judged
 	if !slo.Set() || !m.ttftOK && !tpotJudged {
 		return false, nil
@@ -124,7 +123,7 @@ func (e *engine) judge(p *pick) (missed bool, err error) {
 	for i := range p.cands {
 		cd := &p.cands[i]
 		x := featuresOf(p, cd)
-		ttft, tpot := e.slo.predict(m, cd.w, &x)
+		ttft, tpot := m.predict(cd.w, &x)
 		// The pace the request must keep is its own objective's, and that
 		// of the requests in flight there that stated one (upstream judges
 		// by the least too): one placed on a pod shares its steps with them.
@@ -164,11 +163,14 @@ func (e *engine) judge(p *pick) (missed bool, err error) {
 // where the upstream admitter finds predictions unreliable and admits.
 const coldKV = 0.02
 
-// predicted fills out with the prediction for the primary picked.
-func (e *engine) predicted(p *pick, primary *registry.Worker, out *Prediction) {
+// predicted fills out with m's prediction for the primary picked, the
+// model the pick was judged by.
+func (e *engine) predicted(p *pick, m *model, primary *registry.Worker, out *Prediction) {
 	for i := range p.cands {
-		if p.cands[i].w == primary {
-			e.slo.record(out, p, &p.cands[i])
+		if cd := &p.cands[i]; cd.w == primary {
+			x := featuresOf(p, cd)
+			ttft, tpot := m.predict(cd.w, &x)
+			*out = Prediction{TTFT: seconds(ttft), TPOT: seconds(tpot), worker: cd.w, x: x}
 			return
 		}
 	}
