@@ -3,12 +3,15 @@ package fileconfig
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/inferpick/inferpick/picker/flowcontrol"
 )
 
 // FlowControl is what an EndpointPickerConfig asks of the flow-control
@@ -77,7 +80,7 @@ const (
 
 // orderings maps upstream's ordering policies to inferpick's
 // --flow-control-ordering.
-var orderings = map[string]string{fcfsOrdering: "fcfs", sloDeadline: "slo-deadline"}
+var orderings = map[string]string{fcfsOrdering: flowcontrol.OrderFCFS, sloDeadline: flowcontrol.OrderDeadline}
 
 // readFeatureGates reads featureGates: flowControl turns the queue on,
 // enableLegacyMetrics is applied once the plugins are read
@@ -173,7 +176,7 @@ func (u *upstream) readFlowControl(n *yaml.Node) error {
 				bands = append(bands, b)
 			}
 		case "usageLimitPolicyPluginRef":
-			err = u.checkFlowPolicy(v, "usageLimitPolicyPluginRef", map[string]string{staticUsageLimit: ""},
+			err = u.checkFlowPolicy(v, "usageLimitPolicyPluginRef", []string{staticUsageLimit},
 				"inferpick has no adaptive usage limit: a request waits while every endpoint is saturated (the policy's thresholds); remove it")
 		default:
 			return fmt.Errorf("line %d: unknown flowControl field %q: upstream's are maxRequests, maxBytes, defaultRequestTTL, defaultPriorityBand, priorityBands and usageLimitPolicyPluginRef", k.Line, k.Value)
@@ -300,13 +303,13 @@ func (u *upstream) readBand(key string, n *yaml.Node) (bandBound, error) {
 				u.warn(fmt.Sprintf("%s.maxBytes has no effect: inferpick bounds the bytes of all waiting requests together (flowControl.maxBytes, --flow-control-max-bytes), not those of one priority", key))
 			}
 		case "orderingPolicyRef":
-			err = u.checkFlowPolicy(v, key+".orderingPolicyRef", map[string]string{fcfsOrdering: "", sloDeadline: ""},
+			err = u.checkFlowPolicy(v, key+".orderingPolicyRef", []string{fcfsOrdering, sloDeadline},
 				"the flow-control queue serves each flow first come, first served ("+fcfsOrdering+") or by deadline ("+sloDeadline+")")
 			b.ordering, b.orderingSet, b.orderLine = u.flowPolicyType(v), true, v.Line
 		case "fairnessPolicyRef":
 			// A global-strict fairness warns once the band's ordering is
 			// known (warnFairness).
-			err = u.checkFlowPolicy(v, key+".fairnessPolicyRef", map[string]string{roundRobin: "", globalStrict: ""},
+			err = u.checkFlowPolicy(v, key+".fairnessPolicyRef", []string{roundRobin, globalStrict},
 				flowControlPolicy+" ("+roundRobin+"); remove it")
 			b.fairness, b.fairnessSet = u.flowPolicyType(v), true
 		default:
@@ -320,16 +323,12 @@ func (u *upstream) readBand(key string, n *yaml.Node) (bandBound, error) {
 }
 
 // checkFlowPolicy checks a reference to a flow-control policy: a plugin of
-// plugins, or upstream's own instance of that name. ok maps the policy
-// types inferpick's queue stands for to a warning ("" for none); any other
-// is refused, saying instead.
-func (u *upstream) checkFlowPolicy(ref *yaml.Node, key string, ok map[string]string, instead string) error {
-	w, found := ok[u.flowPolicyType(ref)]
-	if !found {
+// plugins, or upstream's own instance of that name. ok are the policy
+// types inferpick's queue stands for; any other is refused, saying
+// instead.
+func (u *upstream) checkFlowPolicy(ref *yaml.Node, key string, ok []string, instead string) error {
+	if !slices.Contains(ok, u.flowPolicyType(ref)) {
 		return fmt.Errorf("line %d: %s %q is not supported: %s", ref.Line, key, ref.Value, instead)
-	}
-	if w != "" {
-		u.warn(w)
 	}
 	return nil
 }
