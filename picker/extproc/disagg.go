@@ -158,13 +158,7 @@ func mayServe(w *registry.Worker, model string) bool {
 // llm-d's sidecar, only a POST to /v1/chat/completions, /v1/completions or
 // /v1/responses. It sends any other request (embeddings, an upload, a
 // tunnel, gRPC, another path) to rank 0, the rank on the primary port.
-func (x *exchange) reachesRank() bool {
-	if !x.post {
-		return false
-	}
-	p := pathOnly(x.path)
-	return p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/responses"
-}
+func (x *exchange) reachesRank() bool { return x.post && sidecarSplits(pathOnly(x.path)) }
 
 // onPrimary keeps, of candidates, the workers on port: the ranks a request
 // reaches when its pod's sidecar sends it to rank 0. It appends to
